@@ -1,0 +1,48 @@
+//! The `pdsim` command.
+//!
+//! Exit codes (documented in the README and in `--help`):
+//! - 0: success (for `validate`: every document is valid; warnings allowed);
+//! - 1: the inputs are invalid;
+//! - 2: a usage error, or a file that could not be read.
+
+mod disk;
+mod validate_cmd;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    pdsim_cli_run()
+}
+
+/// Parses the command line and runs it; errors go to stderr.
+fn pdsim_cli_run() -> ExitCode {
+    use clap::Parser;
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // clap prints help and version to stdout with exit 0, usage
+            // errors to stderr with exit 2.
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match cli.command {
+        Command::Validate(args) => validate_cmd::run(&args),
+    }
+}
+
+/// pdsim: a deterministic simulator of LLM serving clusters run the llm-d way.
+#[derive(clap::Parser, Debug)]
+#[command(name = "pdsim", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+const EXIT_CODES: &str = "Exit codes: 0 success (valid), 1 invalid input, 2 usage or I/O error.";
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Check Scenario and Deployment documents and say exactly what is wrong and where.
+    Validate(validate_cmd::Args),
+}

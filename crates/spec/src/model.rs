@@ -1,0 +1,391 @@
+//! Models as the engine and the cost model see them, derived from the
+//! Hugging Face `config.json` keys.
+//!
+//! pdsim reads the same keys whether they come from a real `config.json` in a
+//! user catalog (`models/<name>/config.json`, the BLIS catalog layout) or from
+//! a built-in `models/<name>.yaml` that restates them with sources. Parameter
+//! counts follow the module structure vLLM builds for each architecture
+//! (`vllm/model_executor/models/{llama,mixtral,qwen3,qwen3_moe,deepseek_v2,minimax_m2}.py`);
+//! KV bytes per token follow vLLM's page sizes (`vllm/v1/kv_cache_interface.py`).
+
+use serde::{Deserialize, Serialize};
+
+/// The subset of a Hugging Face config that pdsim reads. Unknown keys in a
+/// real `config.json` are ignored (those files carry dozens of training
+/// settings); the built-in YAML files are checked for typos separately.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct HfConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    #[serde(default)]
+    pub model_type: Option<String>,
+    pub hidden_size: i64,
+    pub num_hidden_layers: i64,
+    pub num_attention_heads: i64,
+    #[serde(default)]
+    pub num_key_value_heads: Option<i64>,
+    #[serde(default)]
+    pub head_dim: Option<i64>,
+    #[serde(default)]
+    pub intermediate_size: Option<i64>,
+    pub vocab_size: i64,
+    #[serde(default)]
+    pub max_position_embeddings: Option<i64>,
+    #[serde(default)]
+    pub tie_word_embeddings: Option<bool>,
+    #[serde(default)]
+    pub torch_dtype: Option<String>,
+    #[serde(default)]
+    pub quantization_config: Option<QuantizationConfig>,
+    // Mixture of experts, under each family's own key.
+    #[serde(default)]
+    pub num_local_experts: Option<i64>,
+    #[serde(default)]
+    pub num_experts: Option<i64>,
+    #[serde(default)]
+    pub n_routed_experts: Option<i64>,
+    #[serde(default)]
+    pub num_experts_per_tok: Option<i64>,
+    #[serde(default)]
+    pub moe_intermediate_size: Option<i64>,
+    #[serde(default)]
+    pub n_shared_experts: Option<i64>,
+    #[serde(default)]
+    pub shared_expert_intermediate_size: Option<i64>,
+    #[serde(default)]
+    pub first_k_dense_replace: Option<i64>,
+    #[serde(default)]
+    pub decoder_sparse_step: Option<i64>,
+    #[serde(default)]
+    pub mlp_only_layers: Option<Vec<i64>>,
+    // Multi-head latent attention.
+    #[serde(default)]
+    pub kv_lora_rank: Option<i64>,
+    #[serde(default)]
+    pub q_lora_rank: Option<i64>,
+    #[serde(default)]
+    pub qk_rope_head_dim: Option<i64>,
+    #[serde(default)]
+    pub qk_nope_head_dim: Option<i64>,
+    #[serde(default)]
+    pub v_head_dim: Option<i64>,
+    #[serde(default)]
+    pub num_nextn_predict_layers: Option<i64>,
+    #[serde(default)]
+    pub sliding_window: Option<i64>,
+}
+
+/// The keys a built-in or user `models/<name>.yaml` may carry.
+pub const HF_KEYS: &[&str] = &[
+    "architectures",
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "torch_dtype",
+    "quantization_config",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "shared_expert_intermediate_size",
+    "first_k_dense_replace",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "num_nextn_predict_layers",
+    "sliding_window",
+];
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct QuantizationConfig {
+    #[serde(default)]
+    pub quant_method: Option<String>,
+    #[serde(default)]
+    pub weight_block_size: Option<Vec<i64>>,
+    #[serde(default)]
+    pub bits: Option<i64>,
+}
+
+/// How a layer keeps its KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Attention {
+    /// Grouped-query (and multi-head) attention: K and V per KV head.
+    Gqa { kv_heads: u64, head_dim: u64 },
+    /// Multi-head latent attention: one compressed latent per token.
+    Mla { kv_lora_rank: u64, qk_rope_head_dim: u64 },
+}
+
+/// A model with every figure the engine and cost model need.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Model {
+    pub name: String,
+    pub architecture: String,
+    pub layers: u64,
+    pub hidden_size: u64,
+    pub attention_heads: u64,
+    pub attention: Attention,
+    /// Query/key head width (GQA) or nope+rope width (MLA).
+    pub head_dim: u64,
+    /// The dense MLP's width (first dense layers of an MoE model included).
+    pub intermediate_size: u64,
+    pub vocab_size: u64,
+    pub max_position_embeddings: u64,
+    pub tie_word_embeddings: bool,
+    pub experts: u64,
+    pub experts_per_token: u64,
+    pub shared_experts: u64,
+    pub expert_intermediate_size: u64,
+    /// Layers whose MLP is dense in an MoE model.
+    pub dense_layers: u64,
+    /// Multi-token-prediction layers shipped in the checkpoint (DeepSeek MTP).
+    pub mtp_layers: u64,
+    /// Bits per weight of the linear layers as the checkpoint ships them.
+    pub weight_bits: u32,
+    pub weight_dtype: String,
+    /// Parameters, counted from the module structure.
+    pub params: ParamCounts,
+}
+
+/// Parameter counts by where they live, so weights can be sharded correctly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ParamCounts {
+    /// Token embedding plus the output head (vocab-parallel under TP).
+    pub embedding: u64,
+    /// Attention projections, norms and dense MLPs of all layers (TP-sharded).
+    pub dense: u64,
+    /// Routed experts of all layers (EP- or TP-sharded).
+    pub experts: u64,
+    /// Shared experts and routers of all layers (TP-sharded).
+    pub moe_shared: u64,
+    /// One multi-token-prediction layer set, loaded only with an MTP drafter.
+    pub mtp: u64,
+}
+
+impl ParamCounts {
+    pub fn total(&self) -> u64 {
+        self.embedding + self.dense + self.experts + self.moe_shared
+    }
+    pub fn active_per_token(&self, model: &Model) -> u64 {
+        if model.experts == 0 {
+            return self.total();
+        }
+        let per_expert = self.experts / model.experts.max(1);
+        self.embedding + self.dense + self.moe_shared + per_expert * model.experts_per_token
+    }
+}
+
+/// Bits per element of a KV cache dtype name (`--kv-cache-dtype`), with the
+/// model's activation dtype standing in for `auto`. Scales of block-scaled
+/// formats are included (nvfp4 keeps one 8-bit scale per 16 values).
+pub fn cache_dtype_bits(cache_dtype: &str, model: &Model) -> Option<f64> {
+    Some(match cache_dtype {
+        "auto" => return Some(activation_bits(model)),
+        "bfloat16" | "float16" | "bf16" | "fp16" => 16.0,
+        "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp8_inc" | "fp8_per_token_head" | "int8_per_token_head" => 8.0,
+        "fp8_ds_mla" => 8.0,
+        "int4_per_token_head" | "turboquant_4bit_nc" => 4.0,
+        "nvfp4" | "nvfp4_4over6" => 4.5,
+        "turboquant_3bit_nc" => 3.0,
+        "turboquant_k3v4_nc" => 3.5,
+        "turboquant_k8v4" => 6.0,
+        _ => return None,
+    })
+}
+
+/// The dtype activations run in: fp32 checkpoints aside, vLLM serves in 16 bits.
+fn activation_bits(model: &Model) -> f64 {
+    if model.weight_dtype == "float32" { 32.0 } else { 16.0 }
+}
+
+impl Model {
+    /// Derives a model from its config; `Err` names the key that is wrong.
+    pub fn from_config(name: &str, config: &HfConfig) -> Result<Model, (String, String)> {
+        let positive = |key: &str, value: i64| -> Result<u64, (String, String)> {
+            u64::try_from(value)
+                .ok()
+                .filter(|v| *v > 0)
+                .ok_or_else(|| (key.to_string(), format!("must be at least 1, found {value}")))
+        };
+        let optional = |key: &str, value: Option<i64>| -> Result<u64, (String, String)> {
+            match value {
+                None => Ok(0),
+                Some(v) => u64::try_from(v)
+                    .map_err(|_| (key.to_string(), format!("must not be negative, found {v}"))),
+            }
+        };
+        let hidden = positive("hidden_size", config.hidden_size)?;
+        let layers = positive("num_hidden_layers", config.num_hidden_layers)?;
+        let heads = positive("num_attention_heads", config.num_attention_heads)?;
+        let vocab = positive("vocab_size", config.vocab_size)?;
+        let kv_heads = match config.num_key_value_heads {
+            Some(v) => positive("num_key_value_heads", v)?,
+            None => heads,
+        };
+        if heads % kv_heads != 0 {
+            return Err((
+                "num_key_value_heads".into(),
+                format!("{kv_heads} does not divide num_attention_heads {heads}"),
+            ));
+        }
+        let head_dim = match config.head_dim {
+            Some(v) => positive("head_dim", v)?,
+            None => hidden / heads,
+        };
+        let intermediate = optional("intermediate_size", config.intermediate_size)?;
+        let experts = optional(
+            "num_local_experts",
+            config.num_local_experts.or(config.num_experts).or(config.n_routed_experts),
+        )?;
+        let experts_per_token = optional("num_experts_per_tok", config.num_experts_per_tok)?;
+        if experts > 0 && (experts_per_token == 0 || experts_per_token > experts) {
+            return Err((
+                "num_experts_per_tok".into(),
+                format!("must lie in 1..={experts} for a mixture-of-experts model"),
+            ));
+        }
+        let expert_intermediate = match config.moe_intermediate_size {
+            Some(v) if experts > 0 => positive("moe_intermediate_size", v)?,
+            _ => intermediate,
+        };
+        let shared_experts = optional("n_shared_experts", config.n_shared_experts)?;
+        let dense_layers = if experts == 0 {
+            layers
+        } else {
+            let first = optional("first_k_dense_replace", config.first_k_dense_replace)?.min(layers);
+            let listed = config.mlp_only_layers.as_ref().map_or(0, |l| l.len() as u64);
+            first + listed
+        };
+        let attention = match config.kv_lora_rank {
+            Some(rank) => Attention::Mla {
+                kv_lora_rank: positive("kv_lora_rank", rank)?,
+                qk_rope_head_dim: positive("qk_rope_head_dim", config.qk_rope_head_dim.unwrap_or(0))?,
+            },
+            None => Attention::Gqa { kv_heads, head_dim },
+        };
+        let (weight_bits, weight_dtype) = checkpoint_weights(config);
+        let mut model = Model {
+            name: name.to_string(),
+            architecture: config.architectures.first().cloned().unwrap_or_default(),
+            layers,
+            hidden_size: hidden,
+            attention_heads: heads,
+            attention,
+            head_dim: match attention {
+                Attention::Mla { qk_rope_head_dim, .. } => {
+                    config.qk_nope_head_dim.unwrap_or(0).max(0) as u64 + qk_rope_head_dim
+                }
+                Attention::Gqa { head_dim, .. } => head_dim,
+            },
+            intermediate_size: intermediate,
+            vocab_size: vocab,
+            max_position_embeddings: optional("max_position_embeddings", config.max_position_embeddings)?,
+            tie_word_embeddings: config.tie_word_embeddings.unwrap_or(false),
+            experts,
+            experts_per_token,
+            shared_experts,
+            expert_intermediate_size: expert_intermediate,
+            dense_layers,
+            mtp_layers: optional("num_nextn_predict_layers", config.num_nextn_predict_layers)?,
+            weight_bits,
+            weight_dtype,
+            params: ParamCounts::default(),
+        };
+        model.params = count_params(&model, config);
+        Ok(model)
+    }
+
+    pub fn is_moe(&self) -> bool {
+        self.experts > 0
+    }
+
+    /// KV bytes one token takes in one attention layer, for a cache dtype.
+    pub fn kv_bytes_per_token_layer(&self, cache_dtype: &str) -> Option<f64> {
+        let bits = cache_dtype_bits(cache_dtype, self)?;
+        Some(match self.attention {
+            Attention::Gqa { kv_heads, head_dim } => 2.0 * (kv_heads * head_dim) as f64 * bits / 8.0,
+            // vLLM's fp8_ds_mla page: 512 fp8 latent values, four fp32 scales
+            // and the 64 rope values in bf16 — 656 bytes per token.
+            Attention::Mla { kv_lora_rank, qk_rope_head_dim } if cache_dtype == "fp8_ds_mla" => {
+                (kv_lora_rank + 4 * 4 + qk_rope_head_dim * 2) as f64
+            }
+            Attention::Mla { kv_lora_rank, qk_rope_head_dim } => {
+                (kv_lora_rank + qk_rope_head_dim) as f64 * bits / 8.0
+            }
+        })
+    }
+
+    /// KV bytes one token takes across the whole model.
+    pub fn kv_bytes_per_token(&self, cache_dtype: &str) -> Option<f64> {
+        Some(self.kv_bytes_per_token_layer(cache_dtype)? * self.layers as f64)
+    }
+}
+
+/// Bits per linear weight and the dtype name the checkpoint ships.
+fn checkpoint_weights(config: &HfConfig) -> (u32, String) {
+    if let Some(q) = &config.quantization_config {
+        match q.quant_method.as_deref() {
+            Some("fp8") | Some("fbgemm_fp8") | Some("compressed-tensors") => return (8, "fp8".into()),
+            Some("mxfp4") => return (4, "mxfp4".into()),
+            Some("awq") | Some("gptq") => return (q.bits.unwrap_or(4).clamp(1, 16) as u32, "int4".into()),
+            _ => {}
+        }
+    }
+    match config.torch_dtype.as_deref() {
+        Some("float32") => (32, "float32".into()),
+        Some("float16") => (16, "float16".into()),
+        _ => (16, "bfloat16".into()),
+    }
+}
+
+fn count_params(model: &Model, config: &HfConfig) -> ParamCounts {
+    let h = model.hidden_size;
+    let heads = model.attention_heads;
+    let attention = match model.attention {
+        Attention::Gqa { kv_heads, head_dim } => h * heads * head_dim * 2 + h * kv_heads * head_dim * 2,
+        Attention::Mla { kv_lora_rank, qk_rope_head_dim } => {
+            let nope = config.qk_nope_head_dim.unwrap_or(0).max(0) as u64;
+            let v = config.v_head_dim.unwrap_or(0).max(0) as u64;
+            let q = match config.q_lora_rank {
+                Some(r) if r > 0 => {
+                    let r = r as u64;
+                    h * r + r + r * heads * (nope + qk_rope_head_dim)
+                }
+                _ => h * heads * (nope + qk_rope_head_dim),
+            };
+            q + h * (kv_lora_rank + qk_rope_head_dim)
+                + kv_lora_rank
+                + kv_lora_rank * heads * (nope + v)
+                + heads * v * h
+        }
+    };
+    let norms = 2 * h;
+    let dense_mlp = 3 * h * model.intermediate_size;
+    let moe_layers = model.layers - model.dense_layers;
+    let expert = 3 * h * model.expert_intermediate_size;
+    let shared = match config.shared_expert_intermediate_size {
+        Some(size) if size > 0 => 3 * h * size as u64,
+        _ => model.shared_experts * expert,
+    };
+    let router = h * model.experts;
+    let embedding = model.vocab_size * h * if model.tie_word_embeddings { 1 } else { 2 };
+    let dense = model.layers * (attention + norms) + model.dense_layers * dense_mlp + h;
+    let experts = moe_layers * model.experts * expert;
+    let moe_shared = moe_layers * (shared + router);
+    let mtp_layer = attention + norms + if model.is_moe() { model.experts * expert + shared + router } else { dense_mlp };
+    let mtp = model.mtp_layers * (mtp_layer + 2 * h * h + 2 * h);
+    ParamCounts { embedding, dense, experts, moe_shared, mtp }
+}

@@ -1,0 +1,565 @@
+//! What would run: each pool's engine settings with every omitted one filled
+//! by the release's default, the requests the engine does not honor, and an
+//! estimate of KV capacity per engine with its memory breakdown.
+//!
+//! The memory model follows how vLLM sizes its KV cache
+//! (`vllm/v1/worker/gpu_worker.py` `determine_available_memory`,
+//! `vllm/utils/mem_utils.py`): the requested fraction of device memory, less
+//! the weights each rank loads, the profile run's activation peak, CUDA-graph
+//! memory and non-torch allocations, divided into blocks of `block_size`
+//! tokens (`vllm/v1/core/kv_cache_utils.py`). The weights and KV figures are
+//! exact for the model structure; activation, graph and non-torch memory are
+//! estimates, labelled as such.
+
+use crate::catalog::Chip;
+use crate::deployment::{Deployment, Pool, ROLE_LABEL};
+use crate::layout::PoolLayout;
+use crate::model::{Attention, Model};
+use crate::quantity::MaxModelLen;
+use crate::rules::pack::RulesPack;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One engine setting as it will run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Setting {
+    pub key: String,
+    pub value: String,
+    /// `stated`, `default` (the release's) or `derived`.
+    pub origin: &'static str,
+}
+
+/// A request the engine does not honor as written.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Override {
+    pub field: String,
+    pub requested: String,
+    pub resolved: String,
+    pub reason: String,
+}
+
+/// The settings one pool's engines run with, typed for later stages.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EngineConfig {
+    pub block_size: u64,
+    pub max_num_batched_tokens: u64,
+    pub max_num_seqs: u64,
+    /// 0 leaves prefills uncapped.
+    pub long_prefill_token_threshold: u64,
+    pub long_prefill_waiver_when_alone: bool,
+    pub gpu_memory_utilization: f64,
+    pub scheduling_policy: String,
+    pub async_scheduling: bool,
+    pub frontend: String,
+    pub cudagraph_mode: String,
+    pub cudagraph_capture_sizes: Vec<u64>,
+    pub enable_prefix_caching: bool,
+    /// Tokens per prefix-reuse unit: block_size, or max_num_batched_tokens
+    /// under vllm-rbln's sub-block prefix caching.
+    pub prefix_reuse_tokens: u64,
+    pub cache_dtype: String,
+    pub all2all_backend: String,
+    /// `custom`, `nccl`, or `none` when there is no tensor-parallel all-reduce.
+    pub allreduce_backend: String,
+    pub sequence_parallel_moe: bool,
+    pub cascade_attention: bool,
+    pub dbo_enabled: bool,
+    pub dbo_decode_token_threshold: u64,
+    pub dbo_prefill_token_threshold: u64,
+    pub spec_method: Option<String>,
+    pub num_spec_tokens: u64,
+    pub eplb_enabled: bool,
+    pub num_redundant_experts: u64,
+    pub weight_bits: u32,
+}
+
+/// Per-rank memory, in bytes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemoryBreakdown {
+    pub device_bytes: u64,
+    pub requested_bytes: u64,
+    pub weights_bytes: u64,
+    pub draft_weights_bytes: u64,
+    pub activation_peak_bytes: u64,
+    pub cudagraph_bytes: u64,
+    pub non_torch_bytes: u64,
+    /// What is left for KV; negative when the rest does not fit.
+    pub kv_bytes: i64,
+}
+
+/// KV capacity of one data-parallel rank (one engine core's scheduler).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KvCapacity {
+    pub kv_bytes_per_token_rank: f64,
+    pub num_gpu_blocks: u64,
+    /// num_gpu_blocks × block_size, as `vllm:cache_config_info` implies.
+    pub tokens_per_rank: u64,
+    /// Summed over the engine's data-parallel ranks.
+    pub tokens_per_engine: u64,
+    pub max_model_len: u64,
+    pub max_model_len_origin: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PoolResolution {
+    pub index: usize,
+    pub layout: PoolLayout,
+    pub labels: BTreeMap<String, String>,
+    pub settings: Vec<Setting>,
+    pub overrides: Vec<Override>,
+    pub engine: EngineConfig,
+    pub memory: MemoryBreakdown,
+    pub kv: KvCapacity,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Resolution {
+    pub deployment: String,
+    pub scenario: String,
+    pub engine_version: String,
+    pub rules_pack: String,
+    pub model: String,
+    pub chip: String,
+    pub pools: Vec<PoolResolution>,
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn batch_defaults(pack: &RulesPack, chip_name: &str, chip: &Chip) -> (u64, u64) {
+    pack.defaults
+        .batch_defaults
+        .iter()
+        .find(|b| chip.memory_gib >= b.min_memory_gib && !b.exclude_chips.iter().any(|c| c == chip_name))
+        .map(|b| (b.max_num_batched_tokens, b.max_num_seqs))
+        .unwrap_or((2048, 256))
+}
+
+/// The capture sizes vLLM generates up to `max`: 1, 2, 4, then steps of 8 to
+/// 248, then steps of 16 (`vllm/config/vllm.py`, `_set_cudagraph_sizes`).
+pub fn generated_capture_sizes(max: u64) -> Vec<u64> {
+    let mut sizes: Vec<u64> = [1, 2, 4].into_iter().filter(|s| *s <= max).collect();
+    sizes.extend((8..=248).step_by(8).filter(|s| *s <= max));
+    sizes.extend((256..=max.max(256)).step_by(16).filter(|s| *s <= max));
+    sizes
+}
+
+fn is_sm100(chip: &Chip) -> bool {
+    chip.compute_capability.as_deref().is_some_and(|c| c.starts_with("10."))
+}
+
+/// Bits per weight for a `quantization` override, or `None` to keep the
+/// checkpoint's format.
+fn quantization_bits(name: &str) -> Option<u32> {
+    Some(match name {
+        "fp8" | "fp8_per_block" | "fp8_per_channel" | "fp8_per_tensor" | "fbgemm_fp8" | "deepseek_v4_fp8"
+        | "modelopt" | "modelopt_mxfp8" | "mxfp8" | "experts_int8" | "int8_per_channel_weight_only" => 8,
+        "awq" | "awq_marlin" | "auto_awq" | "gptq" | "gptq_marlin" | "auto_gptq" | "moe_wna16" | "mxfp4"
+        | "gpt_oss_mxfp4" | "modelopt_fp4" | "nvfp4_per_token" => 4,
+        _ => return None,
+    })
+}
+
+fn put(settings: &mut Vec<Setting>, key: &str, value: String, stated: bool) {
+    settings.push(Setting { key: key.to_string(), value, origin: if stated { "stated" } else { "default" } });
+}
+
+/// Resolves one pool. `pool` has passed the field checks.
+pub fn resolve_pool(
+    pack: &RulesPack,
+    pool: &Pool,
+    layout: &PoolLayout,
+    chip_name: &str,
+    chip: &Chip,
+    model: &Model,
+) -> PoolResolution {
+    let e = &pool.engine;
+    let d = &pack.defaults;
+    let mut settings = Vec::new();
+    let mut overrides = Vec::new();
+    let pick_u = |v: Option<i64>, default: u64| v.map(|x| x.max(0) as u64).unwrap_or(default);
+    let pick_s = |v: &Option<String>, default: &str| v.clone().unwrap_or_else(|| default.to_string());
+
+    let is_mla = matches!(model.attention, Attention::Mla { .. });
+    let block_default = if is_mla { d.mla_block_size } else { d.block_size };
+    let block_size = pick_u(e.block_size, block_default).max(1);
+    put(&mut settings, "block_size", block_size.to_string(), e.block_size.is_some());
+    let (mbt_default, seqs_default) = batch_defaults(pack, chip_name, chip);
+    let max_num_batched_tokens = pick_u(e.max_num_batched_tokens, mbt_default).max(1);
+    put(&mut settings, "max_num_batched_tokens", max_num_batched_tokens.to_string(), e.max_num_batched_tokens.is_some());
+    let max_num_seqs = pick_u(e.max_num_seqs, seqs_default).max(1);
+    put(&mut settings, "max_num_seqs", max_num_seqs.to_string(), e.max_num_seqs.is_some());
+    let long_prefill = pick_u(e.long_prefill_token_threshold, 0);
+    put(&mut settings, "long_prefill_token_threshold", long_prefill.to_string(), e.long_prefill_token_threshold.is_some());
+    let gmu = e.gpu_memory_utilization.filter(|v| *v > 0.0).unwrap_or(d.gpu_memory_utilization);
+    put(&mut settings, "gpu_memory_utilization", format!("{gmu}"), e.gpu_memory_utilization.is_some_and(|v| v > 0.0));
+    let policy = pick_s(&e.scheduling_policy, &d.scheduling_policy);
+    put(&mut settings, "scheduling_policy", policy.clone(), e.scheduling_policy.is_some());
+    let frontend = pick_s(&e.frontend, &d.frontend);
+    put(&mut settings, "frontend", frontend.clone(), e.frontend.is_some());
+    let cache_dtype = pick_s(&e.cache_dtype, &d.cache_dtype);
+    put(&mut settings, "cache_dtype", cache_dtype.clone(), e.cache_dtype.is_some());
+    let prefix_caching = e.enable_prefix_caching.unwrap_or(true);
+    put(&mut settings, "enable_prefix_caching", prefix_caching.to_string(), e.enable_prefix_caching.is_some());
+    let lb = pick_s(&pool.parallel.data_parallel_load_balancing, &d.data_parallel_load_balancing);
+    put(&mut settings, "data_parallel_load_balancing", lb, pool.parallel.data_parallel_load_balancing.is_some());
+
+    // Speculation.
+    let spec_method = e.speculative.as_ref().map(|s| s.method.clone());
+    let k = e.speculative.as_ref().map_or(0, |s| s.num_spec_tokens.max(0) as u64);
+    if let Some(method) = &spec_method {
+        put(&mut settings, "speculative.method", method.clone(), true);
+        put(&mut settings, "speculative.num_spec_tokens", k.to_string(), true);
+    }
+
+    // CUDA graphs.
+    let requested_mode = pick_s(&e.cudagraph_mode, &d.cudagraph_mode);
+    let (cudagraph_mode, capture_sizes) = if !pack.features.cuda_graphs {
+        if e.cudagraph_mode.as_deref().is_some_and(|m| m != "NONE") {
+            overrides.push(Override {
+                field: "cudagraph_mode".into(),
+                requested: requested_mode.clone(),
+                resolved: "NONE".into(),
+                reason: format!("{} compiles static graphs; CUDA graphs do not apply", pack.name),
+            });
+        }
+        ("NONE".to_string(), Vec::new())
+    } else if requested_mode == "NONE" {
+        (requested_mode, Vec::new())
+    } else {
+        let sizes = match &e.cudagraph_capture_sizes {
+            Some(stated) => {
+                let mut kept: Vec<u64> = stated
+                    .iter()
+                    .filter(|s| **s >= 1 && (**s as u64) <= max_num_batched_tokens)
+                    .map(|s| *s as u64)
+                    .collect();
+                kept.sort_unstable();
+                kept.dedup();
+                kept
+            }
+            None => {
+                let cap = if is_sm100(chip) { d.max_cudagraph_capture_size_sm100 } else { d.max_cudagraph_capture_size };
+                let default_max = (max_num_seqs * (1 + k) * 2).min(cap);
+                let max = pick_u(e.max_cudagraph_capture_size, default_max).min(max_num_batched_tokens);
+                generated_capture_sizes(max)
+            }
+        };
+        (requested_mode, sizes)
+    };
+    put(&mut settings, "cudagraph_mode", cudagraph_mode.clone(), e.cudagraph_mode.is_some());
+    put(&mut settings, 
+        "max_cudagraph_capture_size",
+        capture_sizes.last().map_or("none".into(), |m| m.to_string()),
+        e.max_cudagraph_capture_size.is_some(),
+    );
+    put(&mut settings, "cudagraph_capture_sizes", format!("{} sizes", capture_sizes.len()), e.cudagraph_capture_sizes.is_some());
+
+    // Communication.
+    let all2all = pick_s(&e.all2all_backend, &d.all2all_backend);
+    if model.is_moe() {
+        put(&mut settings, "all2all_backend", all2all.clone(), e.all2all_backend.is_some());
+    }
+    let requested_ar = match (&e.allreduce_backend, e.disable_custom_all_reduce) {
+        (Some(b), _) => b.clone(),
+        (None, Some(true)) => "nccl".into(),
+        _ => "custom".into(),
+    };
+    let stated_ar = e.allreduce_backend.is_some() || e.disable_custom_all_reduce.is_some();
+    let tp = layout.tp;
+    let allreduce = if tp == 1 {
+        if stated_ar {
+            overrides.push(Override {
+                field: "allreduce_backend".into(),
+                requested: requested_ar.clone(),
+                resolved: "none".into(),
+                reason: "tp is 1, so there is no tensor-parallel all-reduce".into(),
+            });
+        }
+        "none".to_string()
+    } else if requested_ar == "custom" {
+        let size_ok = pack.custom_allreduce_world_sizes.contains(&tp);
+        let node_ok = layout.cluster.as_ref().is_none_or(|c| tp <= c.gpus_per_node);
+        let nvidia = chip.compute_capability.is_some();
+        if size_ok && node_ok && nvidia {
+            "custom".into()
+        } else {
+            let reason = if !nvidia {
+                "the custom all-reduce kernel is CUDA-only".to_string()
+            } else if !size_ok {
+                format!("the custom kernel runs only at tp {:?}", pack.custom_allreduce_world_sizes)
+            } else {
+                "the custom kernel runs only inside one node".to_string()
+            };
+            if stated_ar || !size_ok || !node_ok || !nvidia {
+                overrides.push(Override {
+                    field: "allreduce_backend".into(),
+                    requested: "custom".into(),
+                    resolved: "nccl".into(),
+                    reason,
+                });
+            }
+            "nccl".into()
+        }
+    } else {
+        requested_ar.clone()
+    };
+    settings.push(Setting { key: "allreduce_backend".into(), value: allreduce.clone(), origin: "derived" });
+    let sequence_parallel_moe = model.is_moe()
+        && pack.sp_moe_backends.contains(&all2all)
+        && layout.tp > 1
+        && layout.dp > 1;
+
+    // Async scheduling: the engine decides through its disqualifying conditions.
+    let mut disqualifier = None;
+    if layout.pp > 1 {
+        disqualifier = Some("pipeline parallelism".to_string());
+    }
+    if let Some(method) = &spec_method {
+        if pack.async_incompatible_spec_methods.contains(method) {
+            disqualifier = Some(format!("speculative method `{method}`"));
+        }
+    }
+    let async_scheduling = disqualifier.is_none() && e.async_scheduling != Some(false);
+    if let (Some(true), Some(reason)) = (e.async_scheduling, &disqualifier) {
+        overrides.push(Override {
+            field: "async_scheduling".into(),
+            requested: "true".into(),
+            resolved: "false".into(),
+            reason: format!("async scheduling is disabled with {reason}"),
+        });
+    }
+    settings.push(Setting {
+        key: "async_scheduling".into(),
+        value: async_scheduling.to_string(),
+        origin: if e.async_scheduling.is_some() { "stated" } else { "derived" },
+    });
+
+    // Cascade attention is opt-in.
+    let mut cascade = e.disable_cascade_attn == Some(false);
+    if cascade && layout.dcp > 1 {
+        cascade = false;
+        overrides.push(Override {
+            field: "disable_cascade_attn".into(),
+            requested: "false".into(),
+            resolved: "true".into(),
+            reason: "cascade attention does not run with decode-context parallelism".into(),
+        });
+    }
+    settings.push(Setting {
+        key: "cascade_attention".into(),
+        value: cascade.to_string(),
+        origin: if e.disable_cascade_attn.is_some() { "stated" } else { "default" },
+    });
+
+    // Decode-context keys have no effect without dcp.
+    if layout.dcp <= 1 {
+        let dcp_keys = [
+            ("dcp_comm_backend", e.dcp_comm_backend.clone()),
+            ("dcp_q_replicate", e.dcp_q_replicate.map(|b| b.to_string())),
+            ("cp_kv_cache_interleave_size", e.cp_kv_cache_interleave_size.map(|v| v.to_string())),
+        ];
+        for (key, value) in dcp_keys {
+            if let Some(value) = value {
+                overrides.push(Override {
+                    field: key.into(),
+                    requested: value,
+                    resolved: "unused".into(),
+                    reason: "dcp is 0 or 1, so decode-context settings have no effect".into(),
+                });
+            }
+        }
+    }
+
+    // DBO.
+    let dbo = e.dbo.clone().unwrap_or_default();
+    let dbo_enabled = dbo.enable_dbo == Some(true);
+    let dbo_decode = pick_u(dbo.dbo_decode_token_threshold, d.dbo_decode_token_threshold);
+    let dbo_prefill = pick_u(dbo.dbo_prefill_token_threshold, d.dbo_prefill_token_threshold);
+    if dbo_enabled {
+        put(&mut settings, "dbo.dbo_decode_token_threshold", dbo_decode.to_string(), dbo.dbo_decode_token_threshold.is_some());
+        put(&mut settings, "dbo.dbo_prefill_token_threshold", dbo_prefill.to_string(), dbo.dbo_prefill_token_threshold.is_some());
+    }
+
+    let eplb = e.eplb.clone().unwrap_or_default();
+    let eplb_enabled = eplb.enable_eplb == Some(true);
+    let redundant = if eplb_enabled { eplb.num_redundant_experts.unwrap_or(0).max(0) as u64 } else { 0 };
+
+    let weight_bits = e.quantization.as_deref().and_then(quantization_bits).unwrap_or(model.weight_bits);
+    let prefix_reuse_tokens =
+        if pack.features.sub_block_prefix_reuse { max_num_batched_tokens } else { block_size };
+    if pack.features.sub_block_prefix_reuse {
+        settings.push(Setting { key: "prefix_reuse_tokens".into(), value: prefix_reuse_tokens.to_string(), origin: "derived" });
+    }
+
+    let engine = EngineConfig {
+        block_size,
+        max_num_batched_tokens,
+        max_num_seqs,
+        long_prefill_token_threshold: long_prefill,
+        long_prefill_waiver_when_alone: pack.features.long_prefill_waiver_when_alone,
+        gpu_memory_utilization: gmu,
+        scheduling_policy: policy,
+        async_scheduling,
+        frontend,
+        cudagraph_mode,
+        cudagraph_capture_sizes: capture_sizes,
+        enable_prefix_caching: prefix_caching,
+        prefix_reuse_tokens,
+        cache_dtype,
+        all2all_backend: all2all,
+        allreduce_backend: allreduce,
+        sequence_parallel_moe,
+        cascade_attention: cascade,
+        dbo_enabled,
+        dbo_decode_token_threshold: dbo_decode,
+        dbo_prefill_token_threshold: dbo_prefill,
+        spec_method,
+        num_spec_tokens: k,
+        eplb_enabled,
+        num_redundant_experts: redundant,
+        weight_bits,
+    };
+    let (memory, kv) = memory_and_kv(pack, pool, layout, chip, model, &engine);
+    let mut labels = pool.labels.clone();
+    labels.insert(ROLE_LABEL.to_string(), layout.role.llm_d_label().to_string());
+    PoolResolution { index: layout.index, layout: layout.clone(), labels, settings, overrides, engine, memory, kv }
+}
+
+/// Weights one rank loads, in bytes.
+fn weights_per_rank(layout: &PoolLayout, model: &Model, engine: &EngineConfig, pack: &RulesPack) -> (f64, f64) {
+    let p = &model.params;
+    let bytes = engine.weight_bits as f64 / 8.0;
+    let tp = layout.tp as f64;
+    let pp = layout.pp as f64;
+    // Embedding and output head stay 16-bit and are vocab-parallel; with
+    // pipeline stages the first holds the embedding and the last the head.
+    let embedding = p.embedding as f64 * 2.0 / tp / if layout.pp > 1 { 2.0 } else { 1.0 };
+    let dense = p.dense as f64 * bytes / tp / pp;
+    let expert_share = if layout.expert_parallel_width > 1 { layout.expert_parallel_width as f64 } else { tp };
+    let redundancy = if model.experts > 0 {
+        (model.experts + engine.num_redundant_experts) as f64 / model.experts as f64
+    } else {
+        1.0
+    };
+    let experts = p.experts as f64 * bytes / expert_share / pp * redundancy;
+    let shared = p.moe_shared as f64 * bytes / tp / pp;
+    let mut draft = 0.0;
+    if let Some(method) = &engine.spec_method {
+        let mtp_like = method.ends_with("mtp");
+        if mtp_like && model.mtp_layers > 0 {
+            // The checkpoint's MTP layers load on every rank that drafts.
+            draft = p.mtp as f64 * bytes / expert_share.max(1.0);
+        } else if pack.eagle_style_spec_methods.contains(method) || method == "draft_model" {
+            // An EAGLE head: one decoder layer, a fusion projection and its
+            // own output head, in 16 bits, replicated per rank [estimate].
+            let h = model.hidden_size as f64;
+            let layer = 4.0 * h * h + 3.0 * h * (model.intermediate_size.max(model.expert_intermediate_size) as f64);
+            draft = (layer + 3.0 * h * h + model.vocab_size as f64 * h) * 2.0 / tp;
+        }
+    }
+    (embedding + dense + experts + shared, draft)
+}
+
+fn memory_and_kv(
+    pack: &RulesPack,
+    pool: &Pool,
+    layout: &PoolLayout,
+    chip: &Chip,
+    model: &Model,
+    engine: &EngineConfig,
+) -> (MemoryBreakdown, KvCapacity) {
+    let device = chip.memory_gib * GIB;
+    let requested = (device * engine.gpu_memory_utilization).ceil();
+    let (weights, draft) = weights_per_rank(layout, model, engine, pack);
+    // Profile run: max_num_batched_tokens tokens through one layer's widest
+    // tensors (residual stream, attention output, gate+up of the MLP or of
+    // the routed experts), plus fp32 logits for up to max_num_seqs rows
+    // [estimate, vllm/v1/worker/gpu_model_runner.py profile_run].
+    let tokens = engine.max_num_batched_tokens as f64;
+    let h = model.hidden_size as f64;
+    let mlp_width = if model.is_moe() {
+        (model.expert_intermediate_size * model.experts_per_token) as f64
+    } else {
+        model.intermediate_size as f64
+    };
+    let activation = tokens * (4.0 * h + 2.0 * mlp_width / layout.tp as f64) * 2.0
+        + (engine.max_num_seqs.min(engine.max_num_batched_tokens)) as f64 * model.vocab_size as f64 / layout.tp as f64 * 4.0;
+    let cudagraph = engine.cudagraph_capture_sizes.len() as f64 * pack.memory.cudagraph_bytes_per_size as f64
+        + if pack.features.cuda_graphs { 0.0 } else { engine.max_num_seqs as f64 * pack.memory.cudagraph_bytes_per_size as f64 };
+    let non_torch = pack.memory.non_torch_bytes as f64;
+    let kv_bytes = requested - weights - draft - activation - cudagraph - non_torch;
+
+    let per_layer = model.kv_bytes_per_token_layer(&engine.cache_dtype).unwrap_or(0.0);
+    let per_layer_rank = match model.attention {
+        Attention::Gqa { kv_heads, .. } => {
+            let heads_per_rank = (kv_heads as f64 / layout.tp as f64).max(1.0);
+            per_layer * heads_per_rank / kv_heads as f64
+        }
+        // MLA keeps one latent per token, replicated across TP ranks.
+        Attention::Mla { .. } => per_layer,
+    } / (layout.dcp * layout.pcp) as f64;
+    let layers_per_rank = model.layers.div_ceil(layout.pp) as f64;
+    let mut draft_layers = 0.0;
+    if let Some(method) = &engine.spec_method {
+        if method.ends_with("mtp") {
+            draft_layers = model.mtp_layers.max(1) as f64;
+        } else if pack.eagle_style_spec_methods.contains(method) {
+            draft_layers = 1.0;
+        }
+    }
+    let per_token_rank = per_layer_rank * (layers_per_rank + draft_layers);
+    let block_bytes = per_token_rank * engine.block_size as f64;
+    let num_gpu_blocks = if kv_bytes > 0.0 && block_bytes > 0.0 { (kv_bytes / block_bytes).floor() as u64 } else { 0 };
+    let tokens_per_rank = num_gpu_blocks * engine.block_size;
+    let (max_model_len, origin) = match pool.engine.max_model_len {
+        Some(MaxModelLen::Tokens(n)) => (n.max(0) as u64, "stated"),
+        Some(MaxModelLen::Auto) => (model.max_position_embeddings.min(tokens_per_rank), "auto"),
+        None => (model.max_position_embeddings, "model"),
+    };
+    let memory = MemoryBreakdown {
+        device_bytes: device as u64,
+        requested_bytes: requested as u64,
+        weights_bytes: weights as u64,
+        draft_weights_bytes: draft as u64,
+        activation_peak_bytes: activation as u64,
+        cudagraph_bytes: cudagraph as u64,
+        non_torch_bytes: non_torch as u64,
+        kv_bytes: kv_bytes as i64,
+    };
+    let kv = KvCapacity {
+        kv_bytes_per_token_rank: per_token_rank,
+        num_gpu_blocks,
+        tokens_per_rank,
+        tokens_per_engine: tokens_per_rank.saturating_mul(layout.dp),
+        max_model_len,
+        max_model_len_origin: origin,
+    };
+    (memory, kv)
+}
+
+/// Resolves every pool of a deployment.
+pub fn resolve(
+    deployment: &Deployment,
+    scenario_name: &str,
+    engine_version: &str,
+    pack: &RulesPack,
+    layouts: &[PoolLayout],
+    chip_name: &str,
+    chip: &Chip,
+    model: &Model,
+) -> Resolution {
+    Resolution {
+        deployment: deployment.name.clone(),
+        scenario: scenario_name.to_string(),
+        engine_version: engine_version.to_string(),
+        rules_pack: pack.name.clone(),
+        model: model.name.clone(),
+        chip: chip_name.to_string(),
+        pools: deployment
+            .pools
+            .iter()
+            .zip(layouts)
+            .map(|(pool, layout)| resolve_pool(pack, pool, layout, chip_name, chip, model))
+            .collect(),
+    }
+}

@@ -1,0 +1,105 @@
+//! Rules packs as data: one YAML file per engine release under
+//! `crates/spec/rules/`, compiled in. The rule logic in `rules/mod.rs` is the
+//! same for every release; what differs (accepted names, defaults, feature
+//! switches) lives in the pack.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RulesPack {
+    pub name: String,
+    pub engine: String,
+    pub engine_versions: Vec<String>,
+    /// Names outside these sets are errors.
+    pub enums: BTreeMap<String, Vec<String>>,
+    /// Names outside these sets are warnings (a plugin may add more).
+    pub soft_enums: BTreeMap<String, Vec<String>>,
+    pub sp_moe_backends: Vec<String>,
+    pub async_incompatible_spec_methods: Vec<String>,
+    /// Drafters that keep their own KV and reserve lookahead slots.
+    pub eagle_style_spec_methods: Vec<String>,
+    pub custom_allreduce_world_sizes: Vec<u64>,
+    pub features: Features,
+    pub defaults: Defaults,
+    pub memory: MemoryDefaults,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Features {
+    pub long_prefill_waiver_when_alone: bool,
+    pub dbo_refuses_threshold_below_microbatches: bool,
+    pub pcp_excludes_dp: bool,
+    pub pp_excludes_dp: bool,
+    pub has_swa_bounded_replay: bool,
+    pub has_engram_config: bool,
+    pub cuda_graphs: bool,
+    #[serde(default)]
+    pub sub_block_prefix_reuse: bool,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    pub block_size: u64,
+    pub mla_block_size: u64,
+    pub gpu_memory_utilization: f64,
+    pub dbo_decode_token_threshold: u64,
+    pub dbo_prefill_token_threshold: u64,
+    pub cudagraph_mode: String,
+    pub max_cudagraph_capture_size: u64,
+    pub max_cudagraph_capture_size_sm100: u64,
+    pub scheduling_policy: String,
+    pub frontend: String,
+    pub data_parallel_load_balancing: String,
+    pub all2all_backend: String,
+    pub cache_dtype: String,
+    pub batch_defaults: Vec<BatchDefault>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BatchDefault {
+    pub min_memory_gib: f64,
+    pub exclude_chips: Vec<String>,
+    pub max_num_batched_tokens: u64,
+    pub max_num_seqs: u64,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryDefaults {
+    pub non_torch_bytes: u64,
+    pub cudagraph_bytes_per_size: u64,
+}
+
+const PACKS: &[(&str, &str)] = &[
+    ("vllm-0.29.0.yaml", include_str!("../../rules/vllm-0.29.0.yaml")),
+    ("vllm-0.31.0.yaml", include_str!("../../rules/vllm-0.31.0.yaml")),
+    ("vllm-rbln.yaml", include_str!("../../rules/vllm-rbln.yaml")),
+];
+
+/// Every built-in pack. The packs are compiled in and tested to load, so a
+/// pack that fails to parse is a build defect, reported as a panic in tests.
+pub fn all() -> Vec<RulesPack> {
+    PACKS
+        .iter()
+        .map(|(file, text)| {
+            serde_yaml::from_str(text).unwrap_or_else(|e| panic!("built-in rules pack {file} is malformed: {e}"))
+        })
+        .collect()
+}
+
+/// The pack for an engine version, if pdsim has one.
+pub fn for_version(engine_version: &str) -> Option<RulesPack> {
+    all().into_iter().find(|p| p.engine_versions.iter().any(|v| v == engine_version))
+}
+
+/// Every engine version some pack covers, for messages.
+pub fn known_versions() -> Vec<String> {
+    let mut versions: Vec<String> = all().into_iter().flat_map(|p| p.engine_versions).collect();
+    versions.sort();
+    versions
+}

@@ -1,0 +1,107 @@
+//! The Scenario document (BLIS-compatible, `research/blis-documents.md` §1):
+//! the fixed problem a deployment is laid out against — the model, the cluster
+//! inventory, the engine release, the workload and the coefficient sets.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub kind: String,
+    pub name: String,
+    pub model: String,
+    pub coefficients: Vec<String>,
+    pub engine_version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
+    pub cluster: Cluster,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    pub hardware: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<String>,
+    pub nodes: i64,
+    pub gpus_per_node: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_rack: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Vec<String>>,
+}
+
+/// Exactly one of `shape` (a catalog workload shape) or `trace`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceRef>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceRef {
+    /// The trace's CSV path, relative to the scenario file's directory.
+    pub data: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<i64>,
+    pub header: TraceHeader,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceHeader {
+    pub trace_version: i64,
+    pub time_unit: String,
+    pub mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_seed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<TraceServer>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub goodput_slo_targets: BTreeMap<String, SloTarget>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceServer {
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "type")]
+    pub server_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_parallel: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_num_seqs: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_utilization: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<i64>,
+}
+
+/// Goodput thresholds of one SLO class; 0 leaves a dimension unconstrained.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SloTarget {
+    #[serde(default)]
+    pub ttft_ms: f64,
+    #[serde(default)]
+    pub itl_ms: f64,
+    #[serde(default)]
+    pub e2e_ms: f64,
+}
+
+/// The time units a TraceV2 header may name.
+pub const TIME_UNITS: &[&str] =
+    &["ns", "nanoseconds", "us", "microseconds", "ms", "milliseconds", "s", "seconds"];
+
+/// The modes a TraceV2 header may name.
+pub const TRACE_MODES: &[&str] = &["real", "generated", "replayed"];

@@ -1,0 +1,221 @@
+//! Validation of a bundle: one scenario (optional) and any number of
+//! deployments, in two layers — field checks first, then the engine
+//! release's rules, which run only when the field layer passed.
+
+pub mod catalog;
+pub mod cluster;
+pub mod deployment;
+pub mod scenario;
+
+use crate::catalog::Catalog;
+use crate::deployment::Deployment;
+use crate::files::{Files, ReadError};
+use crate::layout::PoolLayout;
+use crate::load::{Source, load};
+use crate::problem::{Problem, Problems, Severity};
+use crate::resolve::{Resolution, resolve};
+use crate::rules::{self, RuleContext, pack};
+use crate::scenario::Scenario;
+use scenario::ResolvedScenario;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// What to validate.
+pub struct Request<'a> {
+    pub files: &'a dyn Files,
+    pub catalog_dirs: Vec<PathBuf>,
+    pub scenario: Option<PathBuf>,
+    /// Deployment (or Scenario) documents. A Scenario among them is used as
+    /// the scenario when `scenario` is not given.
+    pub documents: Vec<PathBuf>,
+}
+
+/// A deployment that passed every check, ready for the simulator.
+#[derive(Clone, Debug)]
+pub struct ValidDeployment {
+    pub source: Source,
+    pub deployment: Deployment,
+    pub layouts: Vec<PoolLayout>,
+    pub resolution: Resolution,
+}
+
+/// The outcome of validation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub valid: bool,
+    /// True when a file could not be read at all (exit code 2).
+    #[serde(skip)]
+    pub io_error: bool,
+    pub problems: Problems,
+    #[serde(skip)]
+    pub scenario: Option<ResolvedScenario>,
+    #[serde(skip)]
+    pub deployments: Vec<ValidDeployment>,
+    /// Resolutions of the deployments whose rules ran.
+    #[serde(skip)]
+    pub resolutions: Vec<Resolution>,
+}
+
+fn read(files: &dyn Files, path: &Path, problems: &mut Problems, io_error: &mut bool) -> Option<Source> {
+    let label = path.display().to_string();
+    match files.read(path) {
+        Ok(text) => Some(Source::new(label, text)),
+        Err(error) => {
+            *io_error = true;
+            let code = match error {
+                ReadError::Missing => "file-missing",
+                ReadError::IsDirectory => "file-is-directory",
+                ReadError::NotUtf8 => "file-not-utf8",
+                ReadError::Other(_) => "file-unreadable",
+            };
+            problems.push(Problem {
+                severity: Severity::Error,
+                file: label.clone(),
+                line: None,
+                path: String::new(),
+                code: code.to_string(),
+                message: format!("`{label}` {error}"),
+            });
+            None
+        }
+    }
+}
+
+/// Reads the `kind` of a document without committing to a type.
+fn kind_of(source: &Source) -> Option<String> {
+    let value: serde_yaml::Value = serde_yaml::from_str(&source.text).ok()?;
+    value.get("kind")?.as_str().map(str::to_string)
+}
+
+/// Validates a bundle and, for each deployment whose rules ran, resolves it.
+pub fn validate(request: &Request<'_>) -> Report {
+    let files = request.files;
+    let catalog = Catalog::new(files, request.catalog_dirs.clone());
+    let mut problems = Problems::new();
+    let mut io_error = false;
+
+    // Sort the documents: scenarios and deployments.
+    let mut scenario_source = None;
+    if let Some(path) = &request.scenario {
+        scenario_source = read(files, path, &mut problems, &mut io_error);
+    }
+    let mut deployment_sources = Vec::new();
+    for path in &request.documents {
+        let Some(source) = read(files, path, &mut problems, &mut io_error) else { continue };
+        match kind_of(&source).as_deref() {
+            Some("Scenario") if request.scenario.is_none() && scenario_source.is_none() => {
+                scenario_source = Some(source);
+            }
+            Some("Scenario") => problems.push(source.error(
+                "kind",
+                "scenario-twice",
+                "a bundle holds one scenario; this is a second one",
+            )),
+            _ => deployment_sources.push(source),
+        }
+    }
+
+    // The scenario: field checks and catalog references.
+    let mut resolved_scenario = None;
+    let mut scenario_failed = false;
+    if let Some(source) = &scenario_source {
+        match load::<Scenario>(source) {
+            Ok(doc) => {
+                let (found, resolved) = scenario::check(source, &doc, &catalog, files);
+                scenario_failed = found.has_errors();
+                problems.extend(found);
+                resolved_scenario = resolved;
+            }
+            Err(found) => {
+                scenario_failed = true;
+                problems.extend(found);
+            }
+        }
+    }
+
+    let mut deployments = Vec::new();
+    let mut resolutions = Vec::new();
+    for source in &deployment_sources {
+        let doc = match load::<Deployment>(source) {
+            Ok(doc) => doc,
+            Err(found) => {
+                problems.extend(found);
+                continue;
+            }
+        };
+        let mut found = deployment::check(source, &doc, files);
+        if scenario_source.is_none() {
+            found.push(source.warning(
+                "",
+                "scenario-missing",
+                "validated without its scenario: the checks against the cluster and the engine release's rules were skipped (pass --scenario FILE)",
+            ));
+        }
+        let field_ok = !found.has_errors();
+        let gpus_per_node = resolved_scenario.as_ref().map(|s| s.scenario.cluster.gpus_per_node);
+        let layouts: Vec<PoolLayout> =
+            doc.pools.iter().enumerate().map(|(i, p)| PoolLayout::derive(i, p, gpus_per_node)).collect();
+        if let (true, Some(resolved)) = (field_ok, &resolved_scenario) {
+            found.extend(cluster::check(source, &doc, &layouts, &resolved.scenario.cluster));
+        }
+        let field_layer_ok = !found.has_errors() && !scenario_failed;
+        if let (true, Some(resolved)) = (field_layer_ok, &resolved_scenario) {
+            let version = &resolved.scenario.engine_version;
+            match pack::for_version(version) {
+                None => found.push(Problem {
+                    severity: Severity::Warning,
+                    file: scenario_source.as_ref().map_or(String::new(), |s| s.file.clone()),
+                    line: scenario_source.as_ref().and_then(|s| s.lines.line_of("engine_version")),
+                    path: "engine_version".into(),
+                    code: "engine-version-known".into(),
+                    message: format!(
+                        "no rules pack for engine version `{version}`, so this deployment is unvalidated against the release (packs: {})",
+                        pack::known_versions().join(", ")
+                    ),
+                }),
+                Some(pack) => {
+                    let resolution = resolve(
+                        &doc,
+                        &resolved.scenario.name,
+                        version,
+                        &pack,
+                        &layouts,
+                        &resolved.chip.origin.name,
+                        &resolved.chip.value,
+                        &resolved.model.value,
+                    );
+                    let ctx = RuleContext {
+                        source,
+                        deployment: &doc,
+                        pack: &pack,
+                        model: &resolved.model.value,
+                        resolution: &resolution,
+                    };
+                    found.extend(rules::run(&ctx));
+                    if !found.has_errors() {
+                        deployments.push(ValidDeployment {
+                            source: source.clone(),
+                            deployment: doc.clone(),
+                            layouts: layouts.clone(),
+                            resolution: resolution.clone(),
+                        });
+                    }
+                    resolutions.push(resolution);
+                }
+            }
+        }
+        problems.extend(found);
+    }
+    if scenario_source.is_some() && deployment_sources.is_empty() && request.documents.is_empty() && !io_error {
+        // A scenario on its own is fine; nothing more to check.
+    }
+    problems.sort();
+    Report {
+        valid: !problems.has_errors(),
+        io_error,
+        problems,
+        scenario: resolved_scenario,
+        deployments,
+        resolutions,
+    }
+}
