@@ -137,6 +137,9 @@ fn batch_defaults(pack: &RulesPack, chip_name: &str, chip: &Chip) -> (u64, u64) 
 /// The capture sizes vLLM generates up to `max`: 1, 2, 4, then steps of 8 to
 /// 248, then steps of 16 (`vllm/config/vllm.py`, `_set_cudagraph_sizes`).
 pub fn generated_capture_sizes(max: u64) -> Vec<u64> {
+    // The field checks refuse larger sizes; the clamp keeps this function
+    // total for any caller.
+    let max = max.min(1 << 16);
     let mut sizes: Vec<u64> = [1, 2, 4].into_iter().filter(|s| *s <= max).collect();
     sizes.extend((8..=248).step_by(8).filter(|s| *s <= max));
     sizes.extend((256..=max.max(256)).step_by(16).filter(|s| *s <= max));
@@ -239,7 +242,7 @@ pub fn resolve_pool(
             }
             None => {
                 let cap = if is_sm100(chip) { d.max_cudagraph_capture_size_sm100 } else { d.max_cudagraph_capture_size };
-                let default_max = (max_num_seqs * (1 + k) * 2).min(cap);
+                let default_max = max_num_seqs.saturating_mul(1 + k).saturating_mul(2).min(cap);
                 let max = pick_u(e.max_cudagraph_capture_size, default_max).min(max_num_batched_tokens);
                 generated_capture_sizes(max)
             }

@@ -10,6 +10,14 @@ use crate::problem::Problems;
 use std::collections::BTreeSet;
 use std::path::Path;
 
+/// Bounds past which a value is refused as absurd (`engine-count-absurd`).
+pub const ABSURD_BLOCK_SIZE: i64 = 1 << 20;
+pub const ABSURD_BATCHED_TOKENS: i64 = 1 << 24;
+pub const ABSURD_NUM_SEQS: i64 = 1 << 20;
+pub const ABSURD_CAPTURE_SIZE: i64 = 1 << 16;
+pub const ABSURD_CAPTURE_LIST: usize = 1 << 12;
+pub const ABSURD_SPEC_TOKENS: i64 = 1 << 10;
+
 /// Runs every field check of `deployment` and returns what it found.
 pub fn check(source: &Source, deployment: &Deployment, files: &dyn Files) -> Problems {
     let mut problems = Problems::new();
@@ -157,6 +165,41 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
                 &at(key),
                 "engine-count-negative",
                 format!("{key} must not be negative, found {value}"),
+            ));
+        }
+    }
+    // Values no engine could run with. Beyond these bounds the derived
+    // quantities (capture-size lists, block tables) stop being meaningful,
+    // so they are refused rather than computed.
+    let absurd = [
+        ("block_size", engine.block_size, ABSURD_BLOCK_SIZE),
+        ("max_num_batched_tokens", engine.max_num_batched_tokens, ABSURD_BATCHED_TOKENS),
+        ("max_num_seqs", engine.max_num_seqs, ABSURD_NUM_SEQS),
+        ("max_cudagraph_capture_size", engine.max_cudagraph_capture_size, ABSURD_CAPTURE_SIZE),
+        ("speculative.num_spec_tokens", engine.speculative.as_ref().map(|s| s.num_spec_tokens), ABSURD_SPEC_TOKENS),
+    ];
+    for (key, value, bound) in absurd {
+        if let Some(value) = value.filter(|v| *v > bound) {
+            problems.push(source.error(
+                &at(key),
+                "engine-count-absurd",
+                format!("{key} {value} is beyond what any engine runs (at most {bound})"),
+            ));
+        }
+    }
+    if let Some(sizes) = &engine.cudagraph_capture_sizes {
+        if sizes.len() > ABSURD_CAPTURE_LIST {
+            problems.push(source.error(
+                &at("cudagraph_capture_sizes"),
+                "engine-count-absurd",
+                format!("{} capture sizes is beyond what any engine captures (at most {ABSURD_CAPTURE_LIST})", sizes.len()),
+            ));
+        }
+        for (j, size) in sizes.iter().enumerate().filter(|(_, s)| **s > ABSURD_BATCHED_TOKENS) {
+            problems.push(source.error(
+                &at(&format!("cudagraph_capture_sizes[{j}]")),
+                "engine-count-absurd",
+                format!("capture size {size} is beyond what any engine runs (at most {ABSURD_BATCHED_TOKENS})"),
             ));
         }
     }

@@ -1,0 +1,214 @@
+//! The `pdsim` binary as users and scripts call it: exit codes, output
+//! formats and the bundled examples. One integration-test binary, as
+//! ripgrep and NeXosim keep theirs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs pdsim from the repository root; returns (exit code, stdout, stderr).
+fn pdsim(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_pdsim"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("the pdsim binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Writes a temporary file under the target directory and returns its path.
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-tests");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("temp file");
+    path
+}
+
+const H200: &str = "scenarios/4x8-h200.yaml";
+
+#[test]
+fn the_readme_command_validates_the_bundled_layouts() {
+    let (code, stdout, stderr) = pdsim(&[
+        "validate",
+        "--resolve",
+        "--scenario",
+        H200,
+        "deployments/1p3d-ep8.yaml",
+        "deployments/2p2d-ep8.yaml",
+        "deployments/colocated-tp8.yaml",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    insta::assert_snapshot!("resolve_4x8_h200", stdout);
+}
+
+#[test]
+fn the_rebel100_example_validates_and_resolves() {
+    let (code, stdout, stderr) = pdsim(&[
+        "validate",
+        "--resolve",
+        "--scenario",
+        "scenarios/rebel100-minimax.yaml",
+        "deployments/rebel100-4p4d.yaml",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    insta::assert_snapshot!("resolve_rebel100", stdout);
+}
+
+#[test]
+fn a_scenario_among_the_files_is_used_as_the_scenario() {
+    let (code, stdout, _) = pdsim(&["validate", H200, "deployments/colocated-tp8.yaml"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(!stdout.contains("scenario-missing"), "{stdout}");
+}
+
+#[test]
+fn json_output_has_the_documented_shape() {
+    let (code, stdout, _) =
+        pdsim(&["validate", "--format", "json", "--resolve", "--scenario", H200, "deployments/1p3d-ep8.yaml"]);
+    assert_eq!(code, 0);
+    let value: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(value["valid"], serde_json::Value::Bool(true));
+    assert!(value["problems"].as_array().is_some_and(|p| p.is_empty()));
+    let pools = &value["resolution"]["deployments"][0]["pools"];
+    assert_eq!(pools[1]["layout"]["cluster"]["engines"], 3);
+    assert_eq!(pools[0]["layout"]["expert_parallel_width"], 8);
+    assert!(pools[0]["kv"]["tokens_per_rank"].as_u64().is_some_and(|t| t > 0));
+}
+
+#[test]
+fn json_problems_carry_file_line_path_and_code() {
+    let bad = temp_file("bad-dp-local.yaml", &std::fs::read_to_string(root().join("deployments/1p3d-ep8.yaml")).unwrap().replace("dp_local: 8\n      enable_expert_parallel: true\n    engine:\n      all2all_backend: deepep_low_latency", "dp_local: 9\n      enable_expert_parallel: true\n    engine:\n      all2all_backend: deepep_low_latency"));
+    let bad = bad.to_string_lossy().into_owned();
+    let (code, stdout, _) = pdsim(&["validate", "--format", "json", "--scenario", H200, &bad]);
+    assert_eq!(code, 1, "{stdout}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(value["valid"], serde_json::Value::Bool(false));
+    let problem = &value["problems"][0];
+    assert_eq!(problem["severity"], "error");
+    assert_eq!(problem["code"], "dp-local-exceeds-dp");
+    assert_eq!(problem["path"], "pools[1].parallel.dp_local");
+    assert_eq!(problem["line"], 23);
+    assert_eq!(problem["file"], bad.as_str());
+    assert_eq!(value["resolution"], serde_json::Value::Null);
+}
+
+#[test]
+fn malformed_yaml_is_located_and_exits_one() {
+    let path = temp_file("broken.yaml", "kind: Deployment\nname: x\npools:\n  - role: colocated\n    nodes: [1\n");
+    let (code, stdout, _) = pdsim(&["validate", &path.to_string_lossy()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("broken.yaml:"), "{stdout}");
+    assert!(stdout.contains("[yaml-syntax]") || stdout.contains("error"), "{stdout}");
+}
+
+#[test]
+fn wrong_types_unknown_keys_and_nan_are_located() {
+    let cases = [
+        ("tp: 8", "tp: eight", "pools[0].parallel.tp", "wrong-type"),
+        ("max_num_seqs: 256", "max_num_seqs: 256\n      max_num_sequences: 3", "pools[0].engine", "unknown-key"),
+        ("max_num_seqs: 256", "max_num_seqs: 256\n      gpu_memory_utilization: .nan", "pools[0].engine.gpu_memory_utilization", "gpu-memory-utilization-range"),
+        ("max_num_seqs: 256", "max_num_seqs: 99999999999999999999999", "pools[0].engine.max_num_seqs", "wrong-type"),
+    ];
+    let base = std::fs::read_to_string(root().join("deployments/colocated-tp8.yaml")).unwrap();
+    for (i, (from, to, path, code_expected)) in cases.iter().enumerate() {
+        let file = temp_file(&format!("case-{i}.yaml"), &base.replace(from, to));
+        let (code, stdout, _) = pdsim(&["validate", "--format", "json", "--scenario", H200, &file.to_string_lossy()]);
+        assert_eq!(code, 1, "{stdout}");
+        let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let problems = value["problems"].as_array().unwrap();
+        assert!(
+            problems.iter().any(|p| p["code"] == *code_expected
+                && p["path"].as_str().is_some_and(|p| p.starts_with(path))
+                && p["line"].as_u64().is_some()),
+            "case {i}: expected {code_expected} at {path}: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn missing_files_and_directories_exit_two() {
+    let (code, stdout, _) = pdsim(&["validate", "no/such/file.yaml"]);
+    assert_eq!(code, 2);
+    assert!(stdout.contains("no/such/file.yaml: error: `no/such/file.yaml` no such file [file-missing]"), "{stdout}");
+    let (code, stdout, _) = pdsim(&["validate", "deployments"]);
+    assert_eq!(code, 2);
+    assert!(stdout.contains("[file-is-directory]"), "{stdout}");
+    let (code, _, _) = pdsim(&["validate", "--scenario", "no-scenario.yaml", "deployments/1p3d-ep8.yaml"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn usage_errors_exit_two_and_help_exits_zero() {
+    let (code, _, stderr) = pdsim(&["validate"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("Usage"), "{stderr}");
+    let (code, _, _) = pdsim(&["validate", "--format", "xml", "x.yaml"]);
+    assert_eq!(code, 2);
+    let (code, stdout, _) = pdsim(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Exit codes"), "{stdout}");
+}
+
+#[test]
+fn a_user_catalog_adds_models_and_unknown_names_list_what_exists() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("user-catalog");
+    std::fs::create_dir_all(dir.join("models/tiny")).unwrap();
+    std::fs::write(
+        dir.join("models/tiny/config.json"),
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 16,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192,
+            "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+            "rope_theta": 500000.0}"#,
+    )
+    .unwrap();
+    let scenario = std::fs::read_to_string(root().join(H200)).unwrap().replace("model: deepseek-v3", "model: tiny");
+    let scenario_path = temp_file("tiny-scenario.yaml", &scenario);
+    let (code, stdout, _) = pdsim(&[
+        "validate",
+        "--catalog",
+        &dir.to_string_lossy(),
+        "--scenario",
+        &scenario_path.to_string_lossy(),
+        "deployments/colocated-tp8.yaml",
+    ]);
+    assert_eq!(code, 0, "{stdout}");
+    // Without the folder the name is unknown, and the message lists the models.
+    let (code, stdout, _) =
+        pdsim(&["validate", "--scenario", &scenario_path.to_string_lossy(), "deployments/colocated-tp8.yaml"]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("[unknown-reference]") && stdout.contains("llama-3.1-8b"), "{stdout}");
+}
+
+#[test]
+fn the_blis_example_deployment_validates_against_its_example_scenario() {
+    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
+        eprintln!("skipped: PDSIM_SHARED is not set");
+        return;
+    };
+    // BLIS's disaggregated example names BLIS registry sets pdsim does not
+    // ship; the rest of the bundle must check out, and the unknown sets must
+    // be named with the list of what exists.
+    let examples = Path::new(&shared).join("reference/blis/schemas-examples");
+    let (code, stdout, _) = pdsim(&[
+        "validate",
+        "--format",
+        "json",
+        "--scenario",
+        &examples.join("scenario-disaggregated.yaml").to_string_lossy(),
+        &examples.join("deployment-disaggregated.yaml").to_string_lossy(),
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    for problem in value["problems"].as_array().unwrap() {
+        assert_eq!(problem["code"], "unknown-reference", "{problem}");
+        assert!(problem["path"].as_str().unwrap().starts_with("coefficients["), "{problem}");
+    }
+}
