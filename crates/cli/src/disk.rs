@@ -26,9 +26,13 @@ impl Files for DiskFiles {
     }
 
     fn list(&self, path: &Path) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(path) else { return Vec::new() };
-        let mut names: Vec<String> =
-            entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let Ok(entries) = std::fs::read_dir(path) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         names.sort();
         names
     }

@@ -44,13 +44,16 @@ pub fn run(args: &Args) -> ExitCode {
     let report = validate(&request);
     let output = match args.format {
         Format::Json => {
-            let resolution = args.resolve.then(|| serde_json::json!({ "deployments": report.resolutions }));
+            let resolution = args
+                .resolve
+                .then(|| serde_json::json!({ "deployments": report.resolutions }));
             let value = serde_json::json!({
                 "valid": report.valid,
                 "problems": report.problems,
                 "resolution": resolution,
             });
-            let mut text = serde_json::to_string_pretty(&value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            let mut text = serde_json::to_string_pretty(&value)
+                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
             text.push('\n');
             text
         }
@@ -77,7 +80,11 @@ pub fn run(args: &Args) -> ExitCode {
     };
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    if stdout.write_all(output.as_bytes()).and_then(|_| stdout.flush()).is_err() {
+    if stdout
+        .write_all(output.as_bytes())
+        .and_then(|_| stdout.flush())
+        .is_err()
+    {
         // A closed pipe (`pdsim validate ... | head`) is not a failure of validation.
     }
     ExitCode::from(if report.io_error {
@@ -100,7 +107,7 @@ fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -113,7 +120,12 @@ fn render_resolution(resolution: &Resolution) -> String {
     let _ = writeln!(
         text,
         "\ndeployment {} on scenario {} — model {} on {}, engine {} (rules pack {})",
-        resolution.deployment, resolution.scenario, resolution.model, resolution.chip, resolution.engine_version, resolution.rules_pack
+        resolution.deployment,
+        resolution.scenario,
+        resolution.model,
+        resolution.chip,
+        resolution.engine_version,
+        resolution.rules_pack
     );
     for pool in &resolution.pools {
         render_pool(&mut text, pool);
@@ -123,7 +135,10 @@ fn render_resolution(resolution: &Resolution) -> String {
 
 fn render_pool(text: &mut String, pool: &PoolResolution) {
     let l = &pool.layout;
-    let (engines, idle) = l.cluster.as_ref().map_or((0, 0), |c| (c.engines, c.idle_gpus));
+    let (engines, idle) = l
+        .cluster
+        .as_ref()
+        .map_or((0, 0), |c| (c.engines, c.idle_gpus));
     let _ = writeln!(
         text,
         "  pool {} {}: {} node(s), {engines} engine(s) × {} GPUs (pp {} × tp {} × pcp {} × dp {} = {} ranks, dcp {}), expert-parallel width {}, {idle} GPU(s) idle",
@@ -139,16 +154,30 @@ fn render_pool(text: &mut String, pool: &PoolResolution) {
         l.dcp,
         l.expert_parallel_width,
     );
-    let labels: Vec<String> = pool.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let labels: Vec<String> = pool
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     let _ = writeln!(text, "    labels: {}", labels.join(", "));
     let settings: Vec<String> = pool
         .settings
         .iter()
-        .map(|s| if s.origin == "stated" { format!("{} {}", s.key, s.value) } else { format!("{} {} ({})", s.key, s.value, s.origin) })
+        .map(|s| {
+            if s.origin == "stated" {
+                format!("{} {}", s.key, s.value)
+            } else {
+                format!("{} {} ({})", s.key, s.value, s.origin)
+            }
+        })
         .collect();
     let _ = writeln!(text, "    engine: {}", settings.join(", "));
     for o in &pool.overrides {
-        let _ = writeln!(text, "    not honored: {} {} -> {}: {}", o.field, o.requested, o.resolved, o.reason);
+        let _ = writeln!(
+            text,
+            "    not honored: {} {} -> {}: {}",
+            o.field, o.requested, o.resolved, o.reason
+        );
     }
     let m = &pool.memory;
     let _ = writeln!(

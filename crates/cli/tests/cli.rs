@@ -71,8 +71,15 @@ fn a_scenario_among_the_files_is_used_as_the_scenario() {
 
 #[test]
 fn json_output_has_the_documented_shape() {
-    let (code, stdout, _) =
-        pdsim(&["validate", "--format", "json", "--resolve", "--scenario", H200, "deployments/1p3d-ep8.yaml"]);
+    let (code, stdout, _) = pdsim(&[
+        "validate",
+        "--format",
+        "json",
+        "--resolve",
+        "--scenario",
+        H200,
+        "deployments/1p3d-ep8.yaml",
+    ]);
     assert_eq!(code, 0);
     let value: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
     assert_eq!(value["valid"], serde_json::Value::Bool(true));
@@ -80,7 +87,11 @@ fn json_output_has_the_documented_shape() {
     let pools = &value["resolution"]["deployments"][0]["pools"];
     assert_eq!(pools[1]["layout"]["cluster"]["engines"], 3);
     assert_eq!(pools[0]["layout"]["expert_parallel_width"], 8);
-    assert!(pools[0]["kv"]["tokens_per_rank"].as_u64().is_some_and(|t| t > 0));
+    assert!(
+        pools[0]["kv"]["tokens_per_rank"]
+            .as_u64()
+            .is_some_and(|t| t > 0)
+    );
 }
 
 #[test]
@@ -102,25 +113,53 @@ fn json_problems_carry_file_line_path_and_code() {
 
 #[test]
 fn malformed_yaml_is_located_and_exits_one() {
-    let path = temp_file("broken.yaml", "kind: Deployment\nname: x\npools:\n  - role: colocated\n    nodes: [1\n");
+    let path = temp_file(
+        "broken.yaml",
+        "kind: Deployment\nname: x\npools:\n  - role: colocated\n    nodes: [1\n",
+    );
     let (code, stdout, _) = pdsim(&["validate", &path.to_string_lossy()]);
     assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("broken.yaml:"), "{stdout}");
-    assert!(stdout.contains("[yaml-syntax]") || stdout.contains("error"), "{stdout}");
+    assert!(
+        stdout.contains("[yaml-syntax]") || stdout.contains("error"),
+        "{stdout}"
+    );
 }
 
 #[test]
 fn wrong_types_unknown_keys_and_nan_are_located() {
     let cases = [
         ("tp: 8", "tp: eight", "pools[0].parallel.tp", "wrong-type"),
-        ("max_num_seqs: 256", "max_num_seqs: 256\n      max_num_sequences: 3", "pools[0].engine", "unknown-key"),
-        ("max_num_seqs: 256", "max_num_seqs: 256\n      gpu_memory_utilization: .nan", "pools[0].engine.gpu_memory_utilization", "gpu-memory-utilization-range"),
-        ("max_num_seqs: 256", "max_num_seqs: 99999999999999999999999", "pools[0].engine.max_num_seqs", "wrong-type"),
+        (
+            "max_num_seqs: 256",
+            "max_num_seqs: 256\n      max_num_sequences: 3",
+            "pools[0].engine",
+            "unknown-key",
+        ),
+        (
+            "max_num_seqs: 256",
+            "max_num_seqs: 256\n      gpu_memory_utilization: .nan",
+            "pools[0].engine.gpu_memory_utilization",
+            "gpu-memory-utilization-range",
+        ),
+        (
+            "max_num_seqs: 256",
+            "max_num_seqs: 99999999999999999999999",
+            "pools[0].engine.max_num_seqs",
+            "wrong-type",
+        ),
     ];
     let base = std::fs::read_to_string(root().join("deployments/colocated-tp8.yaml")).unwrap();
     for (i, (from, to, path, code_expected)) in cases.iter().enumerate() {
         let file = temp_file(&format!("case-{i}.yaml"), &base.replace(from, to));
-        let (code, stdout, _) = pdsim(&["validate", "--format", "json", "--scenario", H200, &file.to_string_lossy()]);
+        let (code, stdout, _) = pdsim(&[
+            "validate",
+            "--format",
+            "json",
+            "--scenario",
+            H200,
+            &file.to_string_lossy(),
+        ]);
         assert_eq!(code, 1, "{stdout}");
         let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
         let problems = value["problems"].as_array().unwrap();
@@ -137,11 +176,20 @@ fn wrong_types_unknown_keys_and_nan_are_located() {
 fn missing_files_and_directories_exit_two() {
     let (code, stdout, _) = pdsim(&["validate", "no/such/file.yaml"]);
     assert_eq!(code, 2);
-    assert!(stdout.contains("no/such/file.yaml: error: `no/such/file.yaml` no such file [file-missing]"), "{stdout}");
+    assert!(
+        stdout
+            .contains("no/such/file.yaml: error: `no/such/file.yaml` no such file [file-missing]"),
+        "{stdout}"
+    );
     let (code, stdout, _) = pdsim(&["validate", "deployments"]);
     assert_eq!(code, 2);
     assert!(stdout.contains("[file-is-directory]"), "{stdout}");
-    let (code, _, _) = pdsim(&["validate", "--scenario", "no-scenario.yaml", "deployments/1p3d-ep8.yaml"]);
+    let (code, _, _) = pdsim(&[
+        "validate",
+        "--scenario",
+        "no-scenario.yaml",
+        "deployments/1p3d-ep8.yaml",
+    ]);
     assert_eq!(code, 2);
 }
 
@@ -169,7 +217,9 @@ fn a_user_catalog_adds_models_and_unknown_names_list_what_exists() {
             "rope_theta": 500000.0}"#,
     )
     .unwrap();
-    let scenario = std::fs::read_to_string(root().join(H200)).unwrap().replace("model: deepseek-v3", "model: tiny");
+    let scenario = std::fs::read_to_string(root().join(H200))
+        .unwrap()
+        .replace("model: deepseek-v3", "model: tiny");
     let scenario_path = temp_file("tiny-scenario.yaml", &scenario);
     let (code, stdout, _) = pdsim(&[
         "validate",
@@ -181,10 +231,17 @@ fn a_user_catalog_adds_models_and_unknown_names_list_what_exists() {
     ]);
     assert_eq!(code, 0, "{stdout}");
     // Without the folder the name is unknown, and the message lists the models.
-    let (code, stdout, _) =
-        pdsim(&["validate", "--scenario", &scenario_path.to_string_lossy(), "deployments/colocated-tp8.yaml"]);
+    let (code, stdout, _) = pdsim(&[
+        "validate",
+        "--scenario",
+        &scenario_path.to_string_lossy(),
+        "deployments/colocated-tp8.yaml",
+    ]);
     assert_eq!(code, 1, "{stdout}");
-    assert!(stdout.contains("[unknown-reference]") && stdout.contains("llama-3.1-8b"), "{stdout}");
+    assert!(
+        stdout.contains("[unknown-reference]") && stdout.contains("llama-3.1-8b"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -202,13 +259,23 @@ fn the_blis_example_deployment_validates_against_its_example_scenario() {
         "--format",
         "json",
         "--scenario",
-        &examples.join("scenario-disaggregated.yaml").to_string_lossy(),
-        &examples.join("deployment-disaggregated.yaml").to_string_lossy(),
+        &examples
+            .join("scenario-disaggregated.yaml")
+            .to_string_lossy(),
+        &examples
+            .join("deployment-disaggregated.yaml")
+            .to_string_lossy(),
     ]);
     assert_eq!(code, 1, "{stdout}");
     let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     for problem in value["problems"].as_array().unwrap() {
         assert_eq!(problem["code"], "unknown-reference", "{problem}");
-        assert!(problem["path"].as_str().unwrap().starts_with("coefficients["), "{problem}");
+        assert!(
+            problem["path"]
+                .as_str()
+                .unwrap()
+                .starts_with("coefficients["),
+            "{problem}"
+        );
     }
 }

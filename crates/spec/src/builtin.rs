@@ -45,7 +45,10 @@ pub fn names(kind: EntryKind) -> Vec<&'static str> {
 
 /// The file name and text of a built-in entry.
 pub fn find(kind: EntryKind, name: &str) -> Option<(&'static str, &'static str)> {
-    table(kind).iter().find(|(n, _, _)| *n == name).map(|(_, file, text)| (*file, *text))
+    table(kind)
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, file, text)| (*file, *text))
 }
 
 pub fn storage_text() -> Option<&'static str> {

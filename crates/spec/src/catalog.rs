@@ -27,7 +27,11 @@ pub struct Chip {
     pub t_flops_peak: f64,
     #[serde(rename = "TFlopsFP8", default, skip_serializing_if = "Option::is_none")]
     pub t_flops_fp8: Option<f64>,
-    #[serde(rename = "TFlopsNVFP4", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "TFlopsNVFP4",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub t_flops_nvfp4: Option<f64>,
     #[serde(rename = "BwPeakTBs")]
     pub bw_peak_tbs: f64,
@@ -37,13 +41,29 @@ pub struct Chip {
     pub intra_node_bw_gbps: f64,
     #[serde(rename = "SMCount")]
     pub sm_count: i64,
-    #[serde(rename = "GPUsPerNode", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "GPUsPerNode",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub gpus_per_node: Option<i64>,
-    #[serde(rename = "GPUsPerRack", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "GPUsPerRack",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub gpus_per_rack: Option<i64>,
-    #[serde(rename = "IntraRackBwGBps", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "IntraRackBwGBps",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub intra_rack_bw_gbps: Option<f64>,
-    #[serde(rename = "HostLinkGBps", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "HostLinkGBps",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub host_link_gbps: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_capability: Option<String>,
@@ -232,18 +252,26 @@ impl<'f> Catalog<'f> {
     fn user_names(&self, dir: &Path, kind: EntryKind) -> Vec<String> {
         if kind == EntryKind::Storage {
             let path = dir.join("devices").join("storage.yaml");
-            let Ok(text) = self.files.read(&path) else { return Vec::new() };
+            let Ok(text) = self.files.read(&path) else {
+                return Vec::new();
+            };
             let Ok(map) = serde_yaml::from_str::<BTreeMap<String, serde_yaml::Value>>(&text) else {
                 return Vec::new();
             };
-            return map.into_keys().filter(|k| !k.starts_with("_comment")).collect();
+            return map
+                .into_keys()
+                .filter(|k| !k.starts_with("_comment"))
+                .collect();
         }
         let folder = dir.join(kind.folder());
         self.files
             .list(&folder)
             .into_iter()
             .filter_map(|entry| {
-                if let Some(stem) = entry.strip_suffix(".yaml").or_else(|| entry.strip_suffix(".yml")) {
+                if let Some(stem) = entry
+                    .strip_suffix(".yaml")
+                    .or_else(|| entry.strip_suffix(".yml"))
+                {
                     return Some(stem.to_string());
                 }
                 let is_config_dir = kind == EntryKind::Model
@@ -256,10 +284,13 @@ impl<'f> Catalog<'f> {
     /// Finds the text of `name`: built-in, then user folders.
     fn find(&self, kind: EntryKind, name: &str) -> Option<(Source, bool)> {
         if kind == EntryKind::Storage {
-            if let Some(text) = builtin::storage_text() {
-                if builtin::names(kind).contains(&name) {
-                    return Some((Source::new(builtin::label("devices/storage.yaml"), text), false));
-                }
+            if let Some(text) = builtin::storage_text()
+                && builtin::names(kind).contains(&name)
+            {
+                return Some((
+                    Source::new(builtin::label("devices/storage.yaml"), text),
+                    false,
+                ));
             }
             for dir in &self.user_dirs {
                 let path = dir.join("devices").join("storage.yaml");
@@ -294,38 +325,68 @@ impl<'f> Catalog<'f> {
     }
 
     fn unknown(&self, kind: EntryKind) -> ResolveError {
-        ResolveError::Unknown { known: self.names(kind) }
+        ResolveError::Unknown {
+            known: self.names(kind),
+        }
     }
 
     pub fn chip(&self, name: &str) -> Result<Entry<Chip>, ResolveError> {
-        let (source, _) = self.find(EntryKind::Chip, name).ok_or_else(|| self.unknown(EntryKind::Chip))?;
+        let (source, _) = self
+            .find(EntryKind::Chip, name)
+            .ok_or_else(|| self.unknown(EntryKind::Chip))?;
         let chip: Chip = load_commented(&source).map_err(ResolveError::Invalid)?;
         crate::validate::catalog::check_chip(&source, &chip).map_err(ResolveError::Invalid)?;
-        Ok(Entry { value: chip, origin: Origin { name: name.into(), file: source.file } })
+        Ok(Entry {
+            value: chip,
+            origin: Origin {
+                name: name.into(),
+                file: source.file,
+            },
+        })
     }
 
     pub fn fabric(&self, name: &str) -> Result<Entry<Fabric>, ResolveError> {
-        let (source, _) =
-            self.find(EntryKind::Fabric, name).ok_or_else(|| self.unknown(EntryKind::Fabric))?;
+        let (source, _) = self
+            .find(EntryKind::Fabric, name)
+            .ok_or_else(|| self.unknown(EntryKind::Fabric))?;
         let fabric: Fabric = load_commented(&source).map_err(ResolveError::Invalid)?;
         crate::validate::catalog::check_fabric(&source, &fabric).map_err(ResolveError::Invalid)?;
-        Ok(Entry { value: fabric, origin: Origin { name: name.into(), file: source.file } })
+        Ok(Entry {
+            value: fabric,
+            origin: Origin {
+                name: name.into(),
+                file: source.file,
+            },
+        })
     }
 
     pub fn storage(&self, name: &str) -> Result<Entry<StorageClass>, ResolveError> {
-        let (source, _) =
-            self.find(EntryKind::Storage, name).ok_or_else(|| self.unknown(EntryKind::Storage))?;
-        let all: BTreeMap<String, serde_yaml::Value> = load(&source).map_err(ResolveError::Invalid)?;
-        let value = all.get(name).cloned().ok_or_else(|| self.unknown(EntryKind::Storage))?;
+        let (source, _) = self
+            .find(EntryKind::Storage, name)
+            .ok_or_else(|| self.unknown(EntryKind::Storage))?;
+        let all: BTreeMap<String, serde_yaml::Value> =
+            load(&source).map_err(ResolveError::Invalid)?;
+        let value = all
+            .get(name)
+            .cloned()
+            .ok_or_else(|| self.unknown(EntryKind::Storage))?;
         let class: StorageClass =
             from_value_commented(&source, name, value).map_err(ResolveError::Invalid)?;
-        crate::validate::catalog::check_storage(&source, name, &class).map_err(ResolveError::Invalid)?;
-        Ok(Entry { value: class, origin: Origin { name: name.into(), file: source.file } })
+        crate::validate::catalog::check_storage(&source, name, &class)
+            .map_err(ResolveError::Invalid)?;
+        Ok(Entry {
+            value: class,
+            origin: Origin {
+                name: name.into(),
+                file: source.file,
+            },
+        })
     }
 
     pub fn model(&self, name: &str) -> Result<Entry<Model>, ResolveError> {
-        let (source, is_json) =
-            self.find(EntryKind::Model, name).ok_or_else(|| self.unknown(EntryKind::Model))?;
+        let (source, is_json) = self
+            .find(EntryKind::Model, name)
+            .ok_or_else(|| self.unknown(EntryKind::Model))?;
         let config: HfConfig = if is_json {
             serde_json::from_str(&source.text).map_err(|e| {
                 let mut problems = Problems::new();
@@ -335,10 +396,13 @@ impl<'f> Catalog<'f> {
                 ResolveError::Invalid(problems)
             })?
         } else {
-            let raw: BTreeMap<String, serde_yaml::Value> = load(&source).map_err(ResolveError::Invalid)?;
+            let raw: BTreeMap<String, serde_yaml::Value> =
+                load(&source).map_err(ResolveError::Invalid)?;
             let mut problems = Problems::new();
             for key in raw.keys() {
-                let allowed = HF_KEYS.contains(&key.as_str()) || key == "_source" || key.starts_with("_comment");
+                let allowed = HF_KEYS.contains(&key.as_str())
+                    || key == "_source"
+                    || key.starts_with("_comment");
                 if !allowed {
                     problems.push(source.error(
                         key,
@@ -357,14 +421,28 @@ impl<'f> Catalog<'f> {
             problems.push(source.error(&key, "model-config-invalid", format!("{key} {message}")));
             ResolveError::Invalid(problems)
         })?;
-        Ok(Entry { value: model, origin: Origin { name: name.into(), file: source.file } })
+        Ok(Entry {
+            value: model,
+            origin: Origin {
+                name: name.into(),
+                file: source.file,
+            },
+        })
     }
 
     pub fn shape(&self, name: &str) -> Result<Entry<Shape>, ResolveError> {
-        let (source, _) = self.find(EntryKind::Shape, name).ok_or_else(|| self.unknown(EntryKind::Shape))?;
+        let (source, _) = self
+            .find(EntryKind::Shape, name)
+            .ok_or_else(|| self.unknown(EntryKind::Shape))?;
         let shape: Shape = load_commented(&source).map_err(ResolveError::Invalid)?;
         crate::validate::catalog::check_shape(&source, &shape).map_err(ResolveError::Invalid)?;
-        Ok(Entry { value: shape, origin: Origin { name: name.into(), file: source.file } })
+        Ok(Entry {
+            value: shape,
+            origin: Origin {
+                name: name.into(),
+                file: source.file,
+            },
+        })
     }
 
     pub fn coefficient_set(&self, name: &str) -> Result<Entry<CoefficientSet>, ResolveError> {
@@ -372,8 +450,15 @@ impl<'f> Catalog<'f> {
             .find(EntryKind::CoefficientSet, name)
             .ok_or_else(|| self.unknown(EntryKind::CoefficientSet))?;
         let set: CoefficientSet = load(&source).map_err(ResolveError::Invalid)?;
-        crate::validate::catalog::check_coefficient_set(&source, &set).map_err(ResolveError::Invalid)?;
-        Ok(Entry { value: set, origin: Origin { name: name.into(), file: source.file } })
+        crate::validate::catalog::check_coefficient_set(&source, &set)
+            .map_err(ResolveError::Invalid)?;
+        Ok(Entry {
+            value: set,
+            origin: Origin {
+                name: name.into(),
+                file: source.file,
+            },
+        })
     }
 }
 

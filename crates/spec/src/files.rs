@@ -61,7 +61,8 @@ impl MemoryFiles {
     }
 
     pub fn insert(&mut self, path: &str, text: &str) {
-        self.files.insert(normalize(Path::new(path)), text.to_string());
+        self.files
+            .insert(normalize(Path::new(path)), text.to_string());
     }
 }
 
@@ -87,7 +88,11 @@ impl Files for MemoryFiles {
         let path = normalize(path);
         if self.files.contains_key(&path) {
             FileKind::File
-        } else if self.files.keys().any(|p| p.starts_with(&path) && p != &path) {
+        } else if self
+            .files
+            .keys()
+            .any(|p| p.starts_with(&path) && p != &path)
+        {
             FileKind::Directory
         } else {
             FileKind::Missing

@@ -16,7 +16,9 @@ pub fn expert_parallel_width(tp: i64, pcp: i64, dp: i64, enabled: bool) -> u128 
     if !enabled {
         return 1;
     }
-    floor1(tp).saturating_mul(floor1(pcp)).saturating_mul(floor1(dp))
+    floor1(tp)
+        .saturating_mul(floor1(pcp))
+        .saturating_mul(floor1(dp))
 }
 
 fn floor1(value: i64) -> u128 {
@@ -65,7 +67,9 @@ impl PoolLayout {
     /// passed, so widths are at least 1 and the role is known.
     pub fn derive(index: usize, pool: &Pool, gpus_per_node: Option<i64>) -> PoolLayout {
         let p = &pool.parallel;
-        let world = floor1(p.pp).saturating_mul(floor1(p.tp)).saturating_mul(floor1(p.pcp));
+        let world = floor1(p.pp)
+            .saturating_mul(floor1(p.tp))
+            .saturating_mul(floor1(p.pcp));
         let gpus_per_engine = world.saturating_mul(floor1(p.dp));
         let nodes = pool.nodes.max(0) as u64;
         let cluster = gpus_per_node.filter(|g| *g >= 1).map(|g| {
@@ -92,7 +96,12 @@ impl PoolLayout {
             dcp: p.dcp.max(1) as u64,
             world_size: world,
             gpus_per_engine,
-            expert_parallel_width: expert_parallel_width(p.tp, p.pcp, p.dp, p.enable_expert_parallel),
+            expert_parallel_width: expert_parallel_width(
+                p.tp,
+                p.pcp,
+                p.dp,
+                p.enable_expert_parallel,
+            ),
             cluster,
         }
     }
@@ -119,7 +128,13 @@ pub const PLACEMENT_SEARCH_STEPS: u128 = 1 << 20;
 /// (`vllm/v1/engine/utils.py`, the data-parallel launch), and a replica may
 /// span k nodes, k a divisor of `world` no larger than the nodes a replica
 /// group can claim. Mirrors BLIS `spec/deployment/validate.go`.
-pub fn place_dp_local(world: u128, dp: u128, dp_local: u128, gpus_per_node: u128, pool_nodes: u128) -> Placement {
+pub fn place_dp_local(
+    world: u128,
+    dp: u128,
+    dp_local: u128,
+    gpus_per_node: u128,
+    pool_nodes: u128,
+) -> Placement {
     if dp_local == 0 {
         return Placement::Fits;
     }
@@ -145,7 +160,7 @@ pub fn place_dp_local(world: u128, dp: u128, dp_local: u128, gpus_per_node: u128
             if steps > PLACEMENT_SEARCH_STEPS {
                 return Placement::Unknown;
             }
-            if world % k == 0 {
+            if world.is_multiple_of(k) {
                 return Placement::Fits;
             }
             k += 1;
@@ -156,7 +171,7 @@ pub fn place_dp_local(world: u128, dp: u128, dp_local: u128, gpus_per_node: u128
             if steps > PLACEMENT_SEARCH_STEPS {
                 return Placement::Unknown;
             }
-            if world % share == 0 {
+            if world.is_multiple_of(share) {
                 let k = world / share;
                 if k >= k_low && k <= k_high {
                     return Placement::Fits;
@@ -184,8 +199,10 @@ mod tests {
         // world 12 on 8-GPU nodes, one local replica, 3 nodes for one group:
         // shares of 6 (k = 2) fit; 12 does not.
         assert_eq!(place_dp_local(12, 1, 1, 8, 3), Placement::Fits);
-        // world 7 (prime) cannot split into shares of at most 4.
-        assert_eq!(place_dp_local(7, 2, 2, 8, 8), Placement::NoShareFits);
+        // world 7 (prime) beside a second local replica leaves room for one
+        // rank per node, so a replica needs 7 nodes; a 2-node pool has not.
+        assert_eq!(place_dp_local(7, 2, 2, 8, 2), Placement::NoShareFits);
+        assert_eq!(place_dp_local(7, 2, 2, 8, 8), Placement::Fits);
     }
 
     #[test]
@@ -195,6 +212,9 @@ mod tests {
         let world: u128 = 1_099_511_627_791; // prime, about 2^40
         let room: u128 = 1 << 21;
         let gpus_per_node = world + room;
-        assert_eq!(place_dp_local(world, 2, 2, gpus_per_node, 1 << 40), Placement::Unknown);
+        assert_eq!(
+            place_dp_local(world, 2, 2, gpus_per_node, 1 << 40),
+            Placement::Unknown
+        );
     }
 }

@@ -26,7 +26,11 @@ enum Frame {
 }
 
 fn join(parent: &str, key: &str) -> String {
-    if parent.is_empty() { key.to_string() } else { format!("{parent}.{key}") }
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}.{key}")
+    }
 }
 
 impl LineIndex {
@@ -40,13 +44,13 @@ impl LineIndex {
             let line = u32::try_from(span.start.line()).unwrap_or(u32::MAX);
             match event {
                 Event::Scalar(value, ..) => {
-                    if let Some(Frame::Map { path, key }) = stack.last_mut() {
-                        if key.is_none() {
-                            let child = join(path, &value);
-                            lines.entry(child).or_insert(line);
-                            *key = Some(value.into_owned());
-                            continue;
-                        }
+                    if let Some(Frame::Map { path, key }) = stack.last_mut()
+                        && key.is_none()
+                    {
+                        let child = join(path, &value);
+                        lines.entry(child).or_insert(line);
+                        *key = Some(value.into_owned());
+                        continue;
                     }
                     Self::value_done(&mut stack, &mut lines, line);
                 }
@@ -56,7 +60,10 @@ impl LineIndex {
                     let path = match stack.last_mut() {
                         None => Some(String::new()),
                         Some(Frame::Map { key: None, .. }) | Some(Frame::ComplexKey) => None,
-                        Some(Frame::Map { path, key: Some(key) }) => Some(join(path, key)),
+                        Some(Frame::Map {
+                            path,
+                            key: Some(key),
+                        }) => Some(join(path, key)),
                         Some(Frame::Seq { path, next }) => {
                             let child = format!("{path}[{next}]");
                             lines.entry(child.clone()).or_insert(line);
@@ -72,7 +79,9 @@ impl LineIndex {
                 Event::MappingEnd | Event::SequenceEnd => {
                     let done = stack.pop();
                     match (done, stack.last_mut()) {
-                        (Some(Frame::ComplexKey), Some(Frame::Map { key, .. })) if key.is_none() => {
+                        (Some(Frame::ComplexKey), Some(Frame::Map { key, .. }))
+                            if key.is_none() =>
+                        {
                             *key = Some("?".to_string());
                         }
                         (_, Some(Frame::Map { key, .. })) => *key = None,

@@ -22,7 +22,11 @@ impl Source {
     pub fn new(file: impl Into<String>, text: impl Into<String>) -> Source {
         let text = text.into();
         let lines = LineIndex::build(&text);
-        Source { file: file.into(), text, lines }
+        Source {
+            file: file.into(),
+            text,
+            lines,
+        }
     }
 
     /// A problem at `path` in this document, with the path's line.
@@ -86,7 +90,11 @@ pub fn load<T: DeserializeOwned>(source: &Source) -> Result<T, Problems> {
 
 /// `serde_path_to_error` writes `.` for the root; we write nothing.
 fn clean_path(path: &str) -> String {
-    if path == "." { String::new() } else { path.to_string() }
+    if path == "." {
+        String::new()
+    } else {
+        path.to_string()
+    }
 }
 
 /// Sorts serde_yaml's messages into stable codes and strips the position
@@ -98,10 +106,11 @@ fn classify(message: &str) -> (&'static str, String) {
     }
     // serde_yaml prefixes nested errors with their path; we carry the path
     // separately, so drop a leading `a.b[0]: ` when present.
-    if let Some((head, tail)) = text.split_once(": ") {
-        if !head.contains(' ') && (head.contains('.') || head.contains('[')) {
-            text = tail.to_string();
-        }
+    if let Some((head, tail)) = text.split_once(": ")
+        && !head.contains(' ')
+        && (head.contains('.') || head.contains('['))
+    {
+        text = tail.to_string();
     }
     let code = if text.contains("unknown field") || text.contains("unknown variant") {
         "unknown-key"

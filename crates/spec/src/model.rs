@@ -126,7 +126,10 @@ pub enum Attention {
     /// Grouped-query (and multi-head) attention: K and V per KV head.
     Gqa { kv_heads: u64, head_dim: u64 },
     /// Multi-head latent attention: one compressed latent per token.
-    Mla { kv_lora_rank: u64, qk_rope_head_dim: u64 },
+    Mla {
+        kv_lora_rank: u64,
+        qk_rope_head_dim: u64,
+    },
 }
 
 /// A model with every figure the engine and cost model need.
@@ -195,7 +198,12 @@ pub fn cache_dtype_bits(cache_dtype: &str, model: &Model) -> Option<f64> {
     Some(match cache_dtype {
         "auto" => return Some(activation_bits(model)),
         "bfloat16" | "float16" | "bf16" | "fp16" => 16.0,
-        "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp8_inc" | "fp8_per_token_head" | "int8_per_token_head" => 8.0,
+        "fp8"
+        | "fp8_e4m3"
+        | "fp8_e5m2"
+        | "fp8_inc"
+        | "fp8_per_token_head"
+        | "int8_per_token_head" => 8.0,
         "fp8_ds_mla" => 8.0,
         "int4_per_token_head" | "turboquant_4bit_nc" => 4.0,
         "nvfp4" | "nvfp4_4over6" => 4.5,
@@ -208,17 +216,23 @@ pub fn cache_dtype_bits(cache_dtype: &str, model: &Model) -> Option<f64> {
 
 /// The dtype activations run in: fp32 checkpoints aside, vLLM serves in 16 bits.
 fn activation_bits(model: &Model) -> f64 {
-    if model.weight_dtype == "float32" { 32.0 } else { 16.0 }
+    if model.weight_dtype == "float32" {
+        32.0
+    } else {
+        16.0
+    }
 }
 
 impl Model {
     /// Derives a model from its config; `Err` names the key that is wrong.
     pub fn from_config(name: &str, config: &HfConfig) -> Result<Model, (String, String)> {
         let positive = |key: &str, value: i64| -> Result<u64, (String, String)> {
-            u64::try_from(value)
-                .ok()
-                .filter(|v| *v > 0)
-                .ok_or_else(|| (key.to_string(), format!("must be at least 1, found {value}")))
+            u64::try_from(value).ok().filter(|v| *v > 0).ok_or_else(|| {
+                (
+                    key.to_string(),
+                    format!("must be at least 1, found {value}"),
+                )
+            })
         };
         let optional = |key: &str, value: Option<i64>| -> Result<u64, (String, String)> {
             match value {
@@ -248,7 +262,10 @@ impl Model {
         let intermediate = optional("intermediate_size", config.intermediate_size)?;
         let experts = optional(
             "num_local_experts",
-            config.num_local_experts.or(config.num_experts).or(config.n_routed_experts),
+            config
+                .num_local_experts
+                .or(config.num_experts)
+                .or(config.n_routed_experts),
         )?;
         let experts_per_token = optional("num_experts_per_tok", config.num_experts_per_tok)?;
         if experts > 0 && (experts_per_token == 0 || experts_per_token > experts) {
@@ -265,14 +282,21 @@ impl Model {
         let dense_layers = if experts == 0 {
             layers
         } else {
-            let first = optional("first_k_dense_replace", config.first_k_dense_replace)?.min(layers);
-            let listed = config.mlp_only_layers.as_ref().map_or(0, |l| l.len() as u64);
+            let first =
+                optional("first_k_dense_replace", config.first_k_dense_replace)?.min(layers);
+            let listed = config
+                .mlp_only_layers
+                .as_ref()
+                .map_or(0, |l| l.len() as u64);
             first + listed
         };
         let attention = match config.kv_lora_rank {
             Some(rank) => Attention::Mla {
                 kv_lora_rank: positive("kv_lora_rank", rank)?,
-                qk_rope_head_dim: positive("qk_rope_head_dim", config.qk_rope_head_dim.unwrap_or(0))?,
+                qk_rope_head_dim: positive(
+                    "qk_rope_head_dim",
+                    config.qk_rope_head_dim.unwrap_or(0),
+                )?,
             },
             None => Attention::Gqa { kv_heads, head_dim },
         };
@@ -285,14 +309,17 @@ impl Model {
             attention_heads: heads,
             attention,
             head_dim: match attention {
-                Attention::Mla { qk_rope_head_dim, .. } => {
-                    config.qk_nope_head_dim.unwrap_or(0).max(0) as u64 + qk_rope_head_dim
-                }
+                Attention::Mla {
+                    qk_rope_head_dim, ..
+                } => config.qk_nope_head_dim.unwrap_or(0).max(0) as u64 + qk_rope_head_dim,
                 Attention::Gqa { head_dim, .. } => head_dim,
             },
             intermediate_size: intermediate,
             vocab_size: vocab,
-            max_position_embeddings: optional("max_position_embeddings", config.max_position_embeddings)?,
+            max_position_embeddings: optional(
+                "max_position_embeddings",
+                config.max_position_embeddings,
+            )?,
             tie_word_embeddings: config.tie_word_embeddings.unwrap_or(false),
             experts,
             experts_per_token,
@@ -316,15 +343,21 @@ impl Model {
     pub fn kv_bytes_per_token_layer(&self, cache_dtype: &str) -> Option<f64> {
         let bits = cache_dtype_bits(cache_dtype, self)?;
         Some(match self.attention {
-            Attention::Gqa { kv_heads, head_dim } => 2.0 * (kv_heads * head_dim) as f64 * bits / 8.0,
+            Attention::Gqa { kv_heads, head_dim } => {
+                2.0 * (kv_heads * head_dim) as f64 * bits / 8.0
+            }
             // vLLM's fp8_ds_mla page: 512 fp8 latent values, four fp32 scales
             // and the 64 rope values in bf16 — 656 bytes per token.
-            Attention::Mla { kv_lora_rank, qk_rope_head_dim } if cache_dtype == "fp8_ds_mla" => {
+            Attention::Mla {
+                kv_lora_rank,
+                qk_rope_head_dim,
+            } if cache_dtype == "fp8_ds_mla" => {
                 (kv_lora_rank + 4 * 4 + qk_rope_head_dim * 2) as f64
             }
-            Attention::Mla { kv_lora_rank, qk_rope_head_dim } => {
-                (kv_lora_rank + qk_rope_head_dim) as f64 * bits / 8.0
-            }
+            Attention::Mla {
+                kv_lora_rank,
+                qk_rope_head_dim,
+            } => (kv_lora_rank + qk_rope_head_dim) as f64 * bits / 8.0,
         })
     }
 
@@ -338,9 +371,13 @@ impl Model {
 fn checkpoint_weights(config: &HfConfig) -> (u32, String) {
     if let Some(q) = &config.quantization_config {
         match q.quant_method.as_deref() {
-            Some("fp8") | Some("fbgemm_fp8") | Some("compressed-tensors") => return (8, "fp8".into()),
+            Some("fp8") | Some("fbgemm_fp8") | Some("compressed-tensors") => {
+                return (8, "fp8".into());
+            }
             Some("mxfp4") => return (4, "mxfp4".into()),
-            Some("awq") | Some("gptq") => return (q.bits.unwrap_or(4).clamp(1, 16) as u32, "int4".into()),
+            Some("awq") | Some("gptq") => {
+                return (q.bits.unwrap_or(4).clamp(1, 16) as u32, "int4".into());
+            }
             _ => {}
         }
     }
@@ -355,8 +392,13 @@ fn count_params(model: &Model, config: &HfConfig) -> ParamCounts {
     let h = model.hidden_size;
     let heads = model.attention_heads;
     let attention = match model.attention {
-        Attention::Gqa { kv_heads, head_dim } => h * heads * head_dim * 2 + h * kv_heads * head_dim * 2,
-        Attention::Mla { kv_lora_rank, qk_rope_head_dim } => {
+        Attention::Gqa { kv_heads, head_dim } => {
+            h * heads * head_dim * 2 + h * kv_heads * head_dim * 2
+        }
+        Attention::Mla {
+            kv_lora_rank,
+            qk_rope_head_dim,
+        } => {
             let nope = config.qk_nope_head_dim.unwrap_or(0).max(0) as u64;
             let v = config.v_head_dim.unwrap_or(0).max(0) as u64;
             let q = match config.q_lora_rank {
@@ -385,7 +427,19 @@ fn count_params(model: &Model, config: &HfConfig) -> ParamCounts {
     let dense = model.layers * (attention + norms) + model.dense_layers * dense_mlp + h;
     let experts = moe_layers * model.experts * expert;
     let moe_shared = moe_layers * (shared + router);
-    let mtp_layer = attention + norms + if model.is_moe() { model.experts * expert + shared + router } else { dense_mlp };
+    let mtp_layer = attention
+        + norms
+        + if model.is_moe() {
+            model.experts * expert + shared + router
+        } else {
+            dense_mlp
+        };
     let mtp = model.mtp_layers * (mtp_layer + 2 * h * h + 2 * h);
-    ParamCounts { embedding, dense, experts, moe_shared, mtp }
+    ParamCounts {
+        embedding,
+        dense,
+        experts,
+        moe_shared,
+        mtp,
+    }
 }

@@ -78,7 +78,10 @@ impl Problems {
     }
 
     pub fn error_count(&self) -> usize {
-        self.items.iter().filter(|p| p.severity == Severity::Error).count()
+        self.items
+            .iter()
+            .filter(|p| p.severity == Severity::Error)
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -51,10 +51,14 @@ pub fn parse_human_int(text: &str) -> Result<i64, String> {
                 _ => return Err(format!("has an unknown suffix `{suffix}`")),
             };
             if !is_unsigned_decimal(number) {
-                return Err(format!("`{value}` is not a number followed by a k/m/g/t or K/M/G/T suffix"));
+                return Err(format!(
+                    "`{value}` is not a number followed by a k/m/g/t or K/M/G/T suffix"
+                ));
             }
             if suffix.is_ascii_lowercase() {
-                let parsed: f64 = number.parse().map_err(|_| format!("`{number}` is not a number"))?;
+                let parsed: f64 = number
+                    .parse()
+                    .map_err(|_| format!("`{number}` is not a number"))?;
                 let product = parsed * mult_decimal;
                 if !product.is_finite() || product >= 9.223_372_036_854_775e18 {
                     return Err(format!("`{value}` is too large to hold"));
@@ -68,8 +72,12 @@ pub fn parse_human_int(text: &str) -> Result<i64, String> {
                         suffix.to_ascii_lowercase()
                     ));
                 }
-                let parsed: i64 = number.parse().map_err(|_| format!("`{value}` is too large to hold"))?;
-                parsed.checked_mul(mult_binary).ok_or_else(|| format!("`{value}` is too large to hold"))
+                let parsed: i64 = number
+                    .parse()
+                    .map_err(|_| format!("`{value}` is too large to hold"))?;
+                parsed
+                    .checked_mul(mult_binary)
+                    .ok_or_else(|| format!("`{value}` is too large to hold"))
             }
         }
     }
@@ -98,7 +106,9 @@ fn parse_plain_int(text: &str) -> Result<i64, String> {
         return Err(format!("`{text}` is not a whole number"));
     }
     let cleaned: String = digits.chars().filter(|c| *c != '_').collect();
-    let magnitude: i64 = cleaned.parse().map_err(|_| format!("`{text}` is too large to hold"))?;
+    let magnitude: i64 = cleaned
+        .parse()
+        .map_err(|_| format!("`{text}` is too large to hold"))?;
     Ok(sign * magnitude)
 }
 
@@ -106,7 +116,10 @@ impl MaxModelLen {
     fn from_int(value: i64) -> Result<MaxModelLen, String> {
         match value {
             -1 => Ok(MaxModelLen::Auto),
-            0 => Err("comes to zero; omit the key for the model's whole window, or write `auto`".to_string()),
+            0 => Err(
+                "comes to zero; omit the key for the model's whole window, or write `auto`"
+                    .to_string(),
+            ),
             n => Ok(MaxModelLen::Tokens(n)),
         }
     }
@@ -125,18 +138,24 @@ impl<'de> Deserialize<'de> for MaxModelLen {
         impl Visitor<'_> for MaxModelLenVisitor {
             type Value = MaxModelLen;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "a whole number of tokens, `auto`, -1, or a number with a k/m/g/t or K/M/G/T suffix")
+                write!(
+                    f,
+                    "a whole number of tokens, `auto`, -1, or a number with a k/m/g/t or K/M/G/T suffix"
+                )
             }
             fn visit_i64<E: de::Error>(self, value: i64) -> Result<MaxModelLen, E> {
                 MaxModelLen::from_int(value).map_err(|m| E::custom(format!("max_model_len {m}")))
             }
             fn visit_u64<E: de::Error>(self, value: u64) -> Result<MaxModelLen, E> {
-                let value = i64::try_from(value)
-                    .map_err(|_| E::custom(format!("max_model_len {value} is too large to hold")))?;
+                let value = i64::try_from(value).map_err(|_| {
+                    E::custom(format!("max_model_len {value} is too large to hold"))
+                })?;
                 self.visit_i64(value)
             }
             fn visit_f64<E: de::Error>(self, value: f64) -> Result<MaxModelLen, E> {
-                Err(E::custom(format!("max_model_len {value} is not a whole number")))
+                Err(E::custom(format!(
+                    "max_model_len {value} is not a whole number"
+                )))
             }
             fn visit_str<E: de::Error>(self, value: &str) -> Result<MaxModelLen, E> {
                 MaxModelLen::parse(value).map_err(|m| E::custom(format!("max_model_len {m}")))
@@ -159,7 +178,11 @@ mod tests {
         assert_eq!(parse_human_int("1t"), Ok(1_000_000_000_000));
         assert_eq!(parse_human_int(" 128k "), Ok(128_000));
         assert_eq!(parse_human_int("1_000"), Ok(1000));
-        assert!(parse_human_int("1.5K").unwrap_err().contains("did you mean 1.5k"));
+        assert!(
+            parse_human_int("1.5K")
+                .unwrap_err()
+                .contains("did you mean 1.5k")
+        );
         assert!(parse_human_int("1x").is_err());
         assert!(parse_human_int("k").is_err());
         assert!(parse_human_int("-1k").is_err());

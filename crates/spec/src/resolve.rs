@@ -17,6 +17,7 @@ use crate::layout::PoolLayout;
 use crate::model::{Attention, Model};
 use crate::quantity::MaxModelLen;
 use crate::rules::pack::RulesPack;
+use crate::validate::scenario::ResolvedScenario;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -129,7 +130,9 @@ fn batch_defaults(pack: &RulesPack, chip_name: &str, chip: &Chip) -> (u64, u64) 
     pack.defaults
         .batch_defaults
         .iter()
-        .find(|b| chip.memory_gib >= b.min_memory_gib && !b.exclude_chips.iter().any(|c| c == chip_name))
+        .find(|b| {
+            chip.memory_gib >= b.min_memory_gib && !b.exclude_chips.iter().any(|c| c == chip_name)
+        })
         .map(|b| (b.max_num_batched_tokens, b.max_num_seqs))
         .unwrap_or((2048, 256))
 }
@@ -147,23 +150,38 @@ pub fn generated_capture_sizes(max: u64) -> Vec<u64> {
 }
 
 fn is_sm100(chip: &Chip) -> bool {
-    chip.compute_capability.as_deref().is_some_and(|c| c.starts_with("10."))
+    chip.compute_capability
+        .as_deref()
+        .is_some_and(|c| c.starts_with("10."))
 }
 
 /// Bits per weight for a `quantization` override, or `None` to keep the
 /// checkpoint's format.
 fn quantization_bits(name: &str) -> Option<u32> {
     Some(match name {
-        "fp8" | "fp8_per_block" | "fp8_per_channel" | "fp8_per_tensor" | "fbgemm_fp8" | "deepseek_v4_fp8"
-        | "modelopt" | "modelopt_mxfp8" | "mxfp8" | "experts_int8" | "int8_per_channel_weight_only" => 8,
-        "awq" | "awq_marlin" | "auto_awq" | "gptq" | "gptq_marlin" | "auto_gptq" | "moe_wna16" | "mxfp4"
-        | "gpt_oss_mxfp4" | "modelopt_fp4" | "nvfp4_per_token" => 4,
+        "fp8"
+        | "fp8_per_block"
+        | "fp8_per_channel"
+        | "fp8_per_tensor"
+        | "fbgemm_fp8"
+        | "deepseek_v4_fp8"
+        | "modelopt"
+        | "modelopt_mxfp8"
+        | "mxfp8"
+        | "experts_int8"
+        | "int8_per_channel_weight_only" => 8,
+        "awq" | "awq_marlin" | "auto_awq" | "gptq" | "gptq_marlin" | "auto_gptq" | "moe_wna16"
+        | "mxfp4" | "gpt_oss_mxfp4" | "modelopt_fp4" | "nvfp4_per_token" => 4,
         _ => return None,
     })
 }
 
 fn put(settings: &mut Vec<Setting>, key: &str, value: String, stated: bool) {
-    settings.push(Setting { key: key.to_string(), value, origin: if stated { "stated" } else { "default" } });
+    settings.push(Setting {
+        key: key.to_string(),
+        value,
+        origin: if stated { "stated" } else { "default" },
+    });
 }
 
 /// Resolves one pool. `pool` has passed the field checks.
@@ -180,38 +198,107 @@ pub fn resolve_pool(
     let mut settings = Vec::new();
     let mut overrides = Vec::new();
     let pick_u = |v: Option<i64>, default: u64| v.map(|x| x.max(0) as u64).unwrap_or(default);
-    let pick_s = |v: &Option<String>, default: &str| v.clone().unwrap_or_else(|| default.to_string());
+    let pick_s =
+        |v: &Option<String>, default: &str| v.clone().unwrap_or_else(|| default.to_string());
 
     let is_mla = matches!(model.attention, Attention::Mla { .. });
-    let block_default = if is_mla { d.mla_block_size } else { d.block_size };
+    let block_default = if is_mla {
+        d.mla_block_size
+    } else {
+        d.block_size
+    };
     let block_size = pick_u(e.block_size, block_default).max(1);
-    put(&mut settings, "block_size", block_size.to_string(), e.block_size.is_some());
+    put(
+        &mut settings,
+        "block_size",
+        block_size.to_string(),
+        e.block_size.is_some(),
+    );
     let (mbt_default, seqs_default) = batch_defaults(pack, chip_name, chip);
     let max_num_batched_tokens = pick_u(e.max_num_batched_tokens, mbt_default).max(1);
-    put(&mut settings, "max_num_batched_tokens", max_num_batched_tokens.to_string(), e.max_num_batched_tokens.is_some());
+    put(
+        &mut settings,
+        "max_num_batched_tokens",
+        max_num_batched_tokens.to_string(),
+        e.max_num_batched_tokens.is_some(),
+    );
     let max_num_seqs = pick_u(e.max_num_seqs, seqs_default).max(1);
-    put(&mut settings, "max_num_seqs", max_num_seqs.to_string(), e.max_num_seqs.is_some());
+    put(
+        &mut settings,
+        "max_num_seqs",
+        max_num_seqs.to_string(),
+        e.max_num_seqs.is_some(),
+    );
     let long_prefill = pick_u(e.long_prefill_token_threshold, 0);
-    put(&mut settings, "long_prefill_token_threshold", long_prefill.to_string(), e.long_prefill_token_threshold.is_some());
-    let gmu = e.gpu_memory_utilization.filter(|v| *v > 0.0).unwrap_or(d.gpu_memory_utilization);
-    put(&mut settings, "gpu_memory_utilization", format!("{gmu}"), e.gpu_memory_utilization.is_some_and(|v| v > 0.0));
+    put(
+        &mut settings,
+        "long_prefill_token_threshold",
+        long_prefill.to_string(),
+        e.long_prefill_token_threshold.is_some(),
+    );
+    let gmu = e
+        .gpu_memory_utilization
+        .filter(|v| *v > 0.0)
+        .unwrap_or(d.gpu_memory_utilization);
+    put(
+        &mut settings,
+        "gpu_memory_utilization",
+        format!("{gmu}"),
+        e.gpu_memory_utilization.is_some_and(|v| v > 0.0),
+    );
     let policy = pick_s(&e.scheduling_policy, &d.scheduling_policy);
-    put(&mut settings, "scheduling_policy", policy.clone(), e.scheduling_policy.is_some());
+    put(
+        &mut settings,
+        "scheduling_policy",
+        policy.clone(),
+        e.scheduling_policy.is_some(),
+    );
     let frontend = pick_s(&e.frontend, &d.frontend);
-    put(&mut settings, "frontend", frontend.clone(), e.frontend.is_some());
+    put(
+        &mut settings,
+        "frontend",
+        frontend.clone(),
+        e.frontend.is_some(),
+    );
     let cache_dtype = pick_s(&e.cache_dtype, &d.cache_dtype);
-    put(&mut settings, "cache_dtype", cache_dtype.clone(), e.cache_dtype.is_some());
+    put(
+        &mut settings,
+        "cache_dtype",
+        cache_dtype.clone(),
+        e.cache_dtype.is_some(),
+    );
     let prefix_caching = e.enable_prefix_caching.unwrap_or(true);
-    put(&mut settings, "enable_prefix_caching", prefix_caching.to_string(), e.enable_prefix_caching.is_some());
-    let lb = pick_s(&pool.parallel.data_parallel_load_balancing, &d.data_parallel_load_balancing);
-    put(&mut settings, "data_parallel_load_balancing", lb, pool.parallel.data_parallel_load_balancing.is_some());
+    put(
+        &mut settings,
+        "enable_prefix_caching",
+        prefix_caching.to_string(),
+        e.enable_prefix_caching.is_some(),
+    );
+    let lb = pick_s(
+        &pool.parallel.data_parallel_load_balancing,
+        &d.data_parallel_load_balancing,
+    );
+    put(
+        &mut settings,
+        "data_parallel_load_balancing",
+        lb,
+        pool.parallel.data_parallel_load_balancing.is_some(),
+    );
 
     // Speculation.
     let spec_method = e.speculative.as_ref().map(|s| s.method.clone());
-    let k = e.speculative.as_ref().map_or(0, |s| s.num_spec_tokens.max(0) as u64);
+    let k = e
+        .speculative
+        .as_ref()
+        .map_or(0, |s| s.num_spec_tokens.max(0) as u64);
     if let Some(method) = &spec_method {
         put(&mut settings, "speculative.method", method.clone(), true);
-        put(&mut settings, "speculative.num_spec_tokens", k.to_string(), true);
+        put(
+            &mut settings,
+            "speculative.num_spec_tokens",
+            k.to_string(),
+            true,
+        );
     }
 
     // CUDA graphs.
@@ -222,7 +309,10 @@ pub fn resolve_pool(
                 field: "cudagraph_mode".into(),
                 requested: requested_mode.clone(),
                 resolved: "NONE".into(),
-                reason: format!("{} compiles static graphs; CUDA graphs do not apply", pack.name),
+                reason: format!(
+                    "{} compiles static graphs; CUDA graphs do not apply",
+                    pack.name
+                ),
             });
         }
         ("NONE".to_string(), Vec::new())
@@ -241,26 +331,52 @@ pub fn resolve_pool(
                 kept
             }
             None => {
-                let cap = if is_sm100(chip) { d.max_cudagraph_capture_size_sm100 } else { d.max_cudagraph_capture_size };
-                let default_max = max_num_seqs.saturating_mul(1 + k).saturating_mul(2).min(cap);
-                let max = pick_u(e.max_cudagraph_capture_size, default_max).min(max_num_batched_tokens);
+                let cap = if is_sm100(chip) {
+                    d.max_cudagraph_capture_size_sm100
+                } else {
+                    d.max_cudagraph_capture_size
+                };
+                let default_max = max_num_seqs
+                    .saturating_mul(1 + k)
+                    .saturating_mul(2)
+                    .min(cap);
+                let max =
+                    pick_u(e.max_cudagraph_capture_size, default_max).min(max_num_batched_tokens);
                 generated_capture_sizes(max)
             }
         };
         (requested_mode, sizes)
     };
-    put(&mut settings, "cudagraph_mode", cudagraph_mode.clone(), e.cudagraph_mode.is_some());
-    put(&mut settings, 
+    put(
+        &mut settings,
+        "cudagraph_mode",
+        cudagraph_mode.clone(),
+        e.cudagraph_mode.is_some(),
+    );
+    put(
+        &mut settings,
         "max_cudagraph_capture_size",
-        capture_sizes.last().map_or("none".into(), |m| m.to_string()),
+        capture_sizes
+            .last()
+            .map_or("none".into(), |m| m.to_string()),
         e.max_cudagraph_capture_size.is_some(),
     );
-    put(&mut settings, "cudagraph_capture_sizes", format!("{} sizes", capture_sizes.len()), e.cudagraph_capture_sizes.is_some());
+    put(
+        &mut settings,
+        "cudagraph_capture_sizes",
+        format!("{} sizes", capture_sizes.len()),
+        e.cudagraph_capture_sizes.is_some(),
+    );
 
     // Communication.
     let all2all = pick_s(&e.all2all_backend, &d.all2all_backend);
     if model.is_moe() {
-        put(&mut settings, "all2all_backend", all2all.clone(), e.all2all_backend.is_some());
+        put(
+            &mut settings,
+            "all2all_backend",
+            all2all.clone(),
+            e.all2all_backend.is_some(),
+        );
     }
     let requested_ar = match (&e.allreduce_backend, e.disable_custom_all_reduce) {
         (Some(b), _) => b.clone(),
@@ -281,7 +397,10 @@ pub fn resolve_pool(
         "none".to_string()
     } else if requested_ar == "custom" {
         let size_ok = pack.custom_allreduce_world_sizes.contains(&tp);
-        let node_ok = layout.cluster.as_ref().is_none_or(|c| tp <= c.gpus_per_node);
+        let node_ok = layout
+            .cluster
+            .as_ref()
+            .is_none_or(|c| tp <= c.gpus_per_node);
         let nvidia = chip.compute_capability.is_some();
         if size_ok && node_ok && nvidia {
             "custom".into()
@@ -289,7 +408,10 @@ pub fn resolve_pool(
             let reason = if !nvidia {
                 "the custom all-reduce kernel is CUDA-only".to_string()
             } else if !size_ok {
-                format!("the custom kernel runs only at tp {:?}", pack.custom_allreduce_world_sizes)
+                format!(
+                    "the custom kernel runs only at tp {:?}",
+                    pack.custom_allreduce_world_sizes
+                )
             } else {
                 "the custom kernel runs only inside one node".to_string()
             };
@@ -306,21 +428,23 @@ pub fn resolve_pool(
     } else {
         requested_ar.clone()
     };
-    settings.push(Setting { key: "allreduce_backend".into(), value: allreduce.clone(), origin: "derived" });
-    let sequence_parallel_moe = model.is_moe()
-        && pack.sp_moe_backends.contains(&all2all)
-        && layout.tp > 1
-        && layout.dp > 1;
+    settings.push(Setting {
+        key: "allreduce_backend".into(),
+        value: allreduce.clone(),
+        origin: "derived",
+    });
+    let sequence_parallel_moe =
+        model.is_moe() && pack.sp_moe_backends.contains(&all2all) && layout.tp > 1 && layout.dp > 1;
 
     // Async scheduling: the engine decides through its disqualifying conditions.
     let mut disqualifier = None;
     if layout.pp > 1 {
         disqualifier = Some("pipeline parallelism".to_string());
     }
-    if let Some(method) = &spec_method {
-        if pack.async_incompatible_spec_methods.contains(method) {
-            disqualifier = Some(format!("speculative method `{method}`"));
-        }
+    if let Some(method) = &spec_method
+        && pack.async_incompatible_spec_methods.contains(method)
+    {
+        disqualifier = Some(format!("speculative method `{method}`"));
     }
     let async_scheduling = disqualifier.is_none() && e.async_scheduling != Some(false);
     if let (Some(true), Some(reason)) = (e.async_scheduling, &disqualifier) {
@@ -334,7 +458,11 @@ pub fn resolve_pool(
     settings.push(Setting {
         key: "async_scheduling".into(),
         value: async_scheduling.to_string(),
-        origin: if e.async_scheduling.is_some() { "stated" } else { "derived" },
+        origin: if e.async_scheduling.is_some() {
+            "stated"
+        } else {
+            "derived"
+        },
     });
 
     // Cascade attention is opt-in.
@@ -351,7 +479,11 @@ pub fn resolve_pool(
     settings.push(Setting {
         key: "cascade_attention".into(),
         value: cascade.to_string(),
-        origin: if e.disable_cascade_attn.is_some() { "stated" } else { "default" },
+        origin: if e.disable_cascade_attn.is_some() {
+            "stated"
+        } else {
+            "default"
+        },
     });
 
     // Decode-context keys have no effect without dcp.
@@ -359,7 +491,10 @@ pub fn resolve_pool(
         let dcp_keys = [
             ("dcp_comm_backend", e.dcp_comm_backend.clone()),
             ("dcp_q_replicate", e.dcp_q_replicate.map(|b| b.to_string())),
-            ("cp_kv_cache_interleave_size", e.cp_kv_cache_interleave_size.map(|v| v.to_string())),
+            (
+                "cp_kv_cache_interleave_size",
+                e.cp_kv_cache_interleave_size.map(|v| v.to_string()),
+            ),
         ];
         for (key, value) in dcp_keys {
             if let Some(value) = value {
@@ -377,21 +512,49 @@ pub fn resolve_pool(
     let dbo = e.dbo.clone().unwrap_or_default();
     let dbo_enabled = dbo.enable_dbo == Some(true);
     let dbo_decode = pick_u(dbo.dbo_decode_token_threshold, d.dbo_decode_token_threshold);
-    let dbo_prefill = pick_u(dbo.dbo_prefill_token_threshold, d.dbo_prefill_token_threshold);
+    let dbo_prefill = pick_u(
+        dbo.dbo_prefill_token_threshold,
+        d.dbo_prefill_token_threshold,
+    );
     if dbo_enabled {
-        put(&mut settings, "dbo.dbo_decode_token_threshold", dbo_decode.to_string(), dbo.dbo_decode_token_threshold.is_some());
-        put(&mut settings, "dbo.dbo_prefill_token_threshold", dbo_prefill.to_string(), dbo.dbo_prefill_token_threshold.is_some());
+        put(
+            &mut settings,
+            "dbo.dbo_decode_token_threshold",
+            dbo_decode.to_string(),
+            dbo.dbo_decode_token_threshold.is_some(),
+        );
+        put(
+            &mut settings,
+            "dbo.dbo_prefill_token_threshold",
+            dbo_prefill.to_string(),
+            dbo.dbo_prefill_token_threshold.is_some(),
+        );
     }
 
     let eplb = e.eplb.clone().unwrap_or_default();
     let eplb_enabled = eplb.enable_eplb == Some(true);
-    let redundant = if eplb_enabled { eplb.num_redundant_experts.unwrap_or(0).max(0) as u64 } else { 0 };
+    let redundant = if eplb_enabled {
+        eplb.num_redundant_experts.unwrap_or(0).max(0) as u64
+    } else {
+        0
+    };
 
-    let weight_bits = e.quantization.as_deref().and_then(quantization_bits).unwrap_or(model.weight_bits);
-    let prefix_reuse_tokens =
-        if pack.features.sub_block_prefix_reuse { max_num_batched_tokens } else { block_size };
+    let weight_bits = e
+        .quantization
+        .as_deref()
+        .and_then(quantization_bits)
+        .unwrap_or(model.weight_bits);
+    let prefix_reuse_tokens = if pack.features.sub_block_prefix_reuse {
+        max_num_batched_tokens
+    } else {
+        block_size
+    };
     if pack.features.sub_block_prefix_reuse {
-        settings.push(Setting { key: "prefix_reuse_tokens".into(), value: prefix_reuse_tokens.to_string(), origin: "derived" });
+        settings.push(Setting {
+            key: "prefix_reuse_tokens".into(),
+            value: prefix_reuse_tokens.to_string(),
+            origin: "derived",
+        });
     }
 
     let engine = EngineConfig {
@@ -424,12 +587,29 @@ pub fn resolve_pool(
     };
     let (memory, kv) = memory_and_kv(pack, pool, layout, chip, model, &engine);
     let mut labels = pool.labels.clone();
-    labels.insert(ROLE_LABEL.to_string(), layout.role.llm_d_label().to_string());
-    PoolResolution { index: layout.index, layout: layout.clone(), labels, settings, overrides, engine, memory, kv }
+    labels.insert(
+        ROLE_LABEL.to_string(),
+        layout.role.llm_d_label().to_string(),
+    );
+    PoolResolution {
+        index: layout.index,
+        layout: layout.clone(),
+        labels,
+        settings,
+        overrides,
+        engine,
+        memory,
+        kv,
+    }
 }
 
 /// Weights one rank loads, in bytes.
-fn weights_per_rank(layout: &PoolLayout, model: &Model, engine: &EngineConfig, pack: &RulesPack) -> (f64, f64) {
+fn weights_per_rank(
+    layout: &PoolLayout,
+    model: &Model,
+    engine: &EngineConfig,
+    pack: &RulesPack,
+) -> (f64, f64) {
     let p = &model.params;
     let bytes = engine.weight_bits as f64 / 8.0;
     let tp = layout.tp as f64;
@@ -438,7 +618,11 @@ fn weights_per_rank(layout: &PoolLayout, model: &Model, engine: &EngineConfig, p
     // pipeline stages the first holds the embedding and the last the head.
     let embedding = p.embedding as f64 * 2.0 / tp / if layout.pp > 1 { 2.0 } else { 1.0 };
     let dense = p.dense as f64 * bytes / tp / pp;
-    let expert_share = if layout.expert_parallel_width > 1 { layout.expert_parallel_width as f64 } else { tp };
+    let expert_share = if layout.expert_parallel_width > 1 {
+        layout.expert_parallel_width as f64
+    } else {
+        tp
+    };
     let redundancy = if model.experts > 0 {
         (model.experts + engine.num_redundant_experts) as f64 / model.experts as f64
     } else {
@@ -456,7 +640,8 @@ fn weights_per_rank(layout: &PoolLayout, model: &Model, engine: &EngineConfig, p
             // An EAGLE head: one decoder layer, a fusion projection and its
             // own output head, in 16 bits, replicated per rank [estimate].
             let h = model.hidden_size as f64;
-            let layer = 4.0 * h * h + 3.0 * h * (model.intermediate_size.max(model.expert_intermediate_size) as f64);
+            let layer = 4.0 * h * h
+                + 3.0 * h * (model.intermediate_size.max(model.expert_intermediate_size) as f64);
             draft = (layer + 3.0 * h * h + model.vocab_size as f64 * h) * 2.0 / tp;
         }
     }
@@ -486,13 +671,22 @@ fn memory_and_kv(
         model.intermediate_size as f64
     };
     let activation = tokens * (4.0 * h + 2.0 * mlp_width / layout.tp as f64) * 2.0
-        + (engine.max_num_seqs.min(engine.max_num_batched_tokens)) as f64 * model.vocab_size as f64 / layout.tp as f64 * 4.0;
-    let cudagraph = engine.cudagraph_capture_sizes.len() as f64 * pack.memory.cudagraph_bytes_per_size as f64
-        + if pack.features.cuda_graphs { 0.0 } else { engine.max_num_seqs as f64 * pack.memory.cudagraph_bytes_per_size as f64 };
+        + (engine.max_num_seqs.min(engine.max_num_batched_tokens)) as f64 * model.vocab_size as f64
+            / layout.tp as f64
+            * 4.0;
+    let cudagraph = engine.cudagraph_capture_sizes.len() as f64
+        * pack.memory.cudagraph_bytes_per_size as f64
+        + if pack.features.cuda_graphs {
+            0.0
+        } else {
+            engine.max_num_seqs as f64 * pack.memory.cudagraph_bytes_per_size as f64
+        };
     let non_torch = pack.memory.non_torch_bytes as f64;
     let kv_bytes = requested - weights - draft - activation - cudagraph - non_torch;
 
-    let per_layer = model.kv_bytes_per_token_layer(&engine.cache_dtype).unwrap_or(0.0);
+    let per_layer = model
+        .kv_bytes_per_token_layer(&engine.cache_dtype)
+        .unwrap_or(0.0);
     let per_layer_rank = match model.attention {
         Attention::Gqa { kv_heads, .. } => {
             let heads_per_rank = (kv_heads as f64 / layout.tp as f64).max(1.0);
@@ -512,7 +706,11 @@ fn memory_and_kv(
     }
     let per_token_rank = per_layer_rank * (layers_per_rank + draft_layers);
     let block_bytes = per_token_rank * engine.block_size as f64;
-    let num_gpu_blocks = if kv_bytes > 0.0 && block_bytes > 0.0 { (kv_bytes / block_bytes).floor() as u64 } else { 0 };
+    let num_gpu_blocks = if kv_bytes > 0.0 && block_bytes > 0.0 {
+        (kv_bytes / block_bytes).floor() as u64
+    } else {
+        0
+    };
     let tokens_per_rank = num_gpu_blocks * engine.block_size;
     let (max_model_len, origin) = match pool.engine.max_model_len {
         Some(MaxModelLen::Tokens(n)) => (n.max(0) as u64, "stated"),
@@ -540,24 +738,23 @@ fn memory_and_kv(
     (memory, kv)
 }
 
-/// Resolves every pool of a deployment.
+/// Resolves every pool of a deployment against a resolved scenario.
 pub fn resolve(
     deployment: &Deployment,
-    scenario_name: &str,
-    engine_version: &str,
+    scenario: &ResolvedScenario,
     pack: &RulesPack,
     layouts: &[PoolLayout],
-    chip_name: &str,
-    chip: &Chip,
-    model: &Model,
 ) -> Resolution {
+    let chip_name = &scenario.chip.origin.name;
+    let chip = &scenario.chip.value;
+    let model = &scenario.model.value;
     Resolution {
         deployment: deployment.name.clone(),
-        scenario: scenario_name.to_string(),
-        engine_version: engine_version.to_string(),
+        scenario: scenario.scenario.name.clone(),
+        engine_version: scenario.scenario.engine_version.clone(),
         rules_pack: pack.name.clone(),
         model: model.name.clone(),
-        chip: chip_name.to_string(),
+        chip: chip_name.clone(),
         pools: deployment
             .pools
             .iter()

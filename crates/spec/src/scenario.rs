@@ -100,8 +100,16 @@ pub struct SloTarget {
 }
 
 /// The time units a TraceV2 header may name.
-pub const TIME_UNITS: &[&str] =
-    &["ns", "nanoseconds", "us", "microseconds", "ms", "milliseconds", "s", "seconds"];
+pub const TIME_UNITS: &[&str] = &[
+    "ns",
+    "nanoseconds",
+    "us",
+    "microseconds",
+    "ms",
+    "milliseconds",
+    "s",
+    "seconds",
+];
 
 /// The modes a TraceV2 header may name.
 pub const TRACE_MODES: &[&str] = &["real", "generated", "replayed"];

@@ -20,7 +20,9 @@ const DEPLOYMENTS: &[&str] = &[
 
 /// Validates a scenario and deployment text pair; panics propagate.
 fn run(scenario: &str, deployment: &str) {
-    let files = MemoryFiles::new().with("s.yaml", scenario).with("d.yaml", deployment);
+    let files = MemoryFiles::new()
+        .with("s.yaml", scenario)
+        .with("d.yaml", deployment);
     let report = validate(&Request {
         files: &files,
         catalog_dirs: vec![],
@@ -68,7 +70,11 @@ fn token() -> impl Strategy<Value = String> {
 #[derive(Clone, Debug)]
 enum Mutation {
     /// Replace the characters in [at, at + len) with a token.
-    Replace { at: usize, len: usize, token: String },
+    Replace {
+        at: usize,
+        len: usize,
+        token: String,
+    },
     /// Delete one line.
     DeleteLine { line: usize },
     /// Duplicate one line.
@@ -79,7 +85,11 @@ enum Mutation {
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
-        (0usize..4000, 0usize..8, token()).prop_map(|(at, len, token)| Mutation::Replace { at, len, token }),
+        (0usize..4000, 0usize..8, token()).prop_map(|(at, len, token)| Mutation::Replace {
+            at,
+            len,
+            token
+        }),
         (0usize..80).prop_map(|line| Mutation::DeleteLine { line }),
         (0usize..80).prop_map(|line| Mutation::DuplicateLine { line }),
         (0usize..80, 0usize..9).prop_map(|(line, spaces)| Mutation::Indent { line, spaces }),
@@ -94,9 +104,13 @@ fn apply(text: &str, mutations: &[Mutation]) -> String {
                 let chars: Vec<char> = text.chars().collect();
                 let at = at % (chars.len() + 1);
                 let end = (at + len).min(chars.len());
-                text = chars[..at].iter().collect::<String>() + token + &chars[end..].iter().collect::<String>();
+                text = chars[..at].iter().collect::<String>()
+                    + token
+                    + &chars[end..].iter().collect::<String>();
             }
-            Mutation::DeleteLine { line } | Mutation::DuplicateLine { line } | Mutation::Indent { line, .. } => {
+            Mutation::DeleteLine { line }
+            | Mutation::DuplicateLine { line }
+            | Mutation::Indent { line, .. } => {
                 let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
                 if lines.is_empty() {
                     continue;
@@ -151,7 +165,9 @@ fn the_unmutated_documents_are_valid() {
     // The mutations start from valid documents, so a failure above is the
     // mutation's doing, not the baseline's.
     for deployment in &DEPLOYMENTS[..3] {
-        let files = MemoryFiles::new().with("s.yaml", SCENARIO).with("d.yaml", deployment);
+        let files = MemoryFiles::new()
+            .with("s.yaml", SCENARIO)
+            .with("d.yaml", deployment);
         let report = validate(&Request {
             files: &files,
             catalog_dirs: vec![],

@@ -18,7 +18,11 @@ fn builtin(name: &str) -> Model {
 /// Asserts `value` is within `tolerance` (a fraction) of `expected`.
 fn near(what: &str, value: f64, expected: f64, tolerance: f64) {
     let error = (value - expected).abs() / expected;
-    assert!(error <= tolerance, "{what}: {value:.4e} is {:.2}% from {expected:.4e}", error * 100.0);
+    assert!(
+        error <= tolerance,
+        "{what}: {value:.4e} is {:.2}% from {expected:.4e}",
+        error * 100.0
+    );
 }
 
 #[test]
@@ -26,7 +30,10 @@ fn minimax_m27_fp8_kv_is_124_kib_per_token() {
     // The second seed: "The per-token KV cache size of approximately 124 KiB".
     let model = builtin("minimax-m2.7");
     assert_eq!(model.kv_bytes_per_token("fp8"), Some(126_976.0));
-    assert_eq!(model.kv_bytes_per_token("fp8").map(|b| b / 1024.0), Some(124.0));
+    assert_eq!(
+        model.kv_bytes_per_token("fp8").map(|b| b / 1024.0),
+        Some(124.0)
+    );
     // bf16 doubles it; `auto` means the activation dtype, bf16.
     assert_eq!(model.kv_bytes_per_token("auto"), Some(253_952.0));
 }
@@ -34,7 +41,13 @@ fn minimax_m27_fp8_kv_is_124_kib_per_token() {
 #[test]
 fn deepseek_v3_mla_latent_is_576_values() {
     let model = builtin("deepseek-v3");
-    assert_eq!(model.attention, Attention::Mla { kv_lora_rank: 512, qk_rope_head_dim: 64 });
+    assert_eq!(
+        model.attention,
+        Attention::Mla {
+            kv_lora_rank: 512,
+            qk_rope_head_dim: 64
+        }
+    );
     // 576 values × 2 bytes × 61 layers.
     assert_eq!(model.kv_bytes_per_token("auto"), Some(576.0 * 2.0 * 61.0));
     // vLLM's fp8_ds_mla page is 656 bytes per token per layer.
@@ -62,9 +75,21 @@ fn parameter_counts_match_published_sizes() {
         near(name, model.params.total() as f64, published, 0.015);
     }
     // Active parameters per token of the MoE models.
-    near("qwen3-30b-a3b active", builtin("qwen3-30b-a3b").params.active_per_token(&builtin("qwen3-30b-a3b")) as f64, 3.3e9, 0.05);
+    near(
+        "qwen3-30b-a3b active",
+        builtin("qwen3-30b-a3b")
+            .params
+            .active_per_token(&builtin("qwen3-30b-a3b")) as f64,
+        3.3e9,
+        0.05,
+    );
     let deepseek = builtin("deepseek-v3");
-    near("deepseek-v3 active", deepseek.params.active_per_token(&deepseek) as f64, 37e9, 0.05);
+    near(
+        "deepseek-v3 active",
+        deepseek.params.active_per_token(&deepseek) as f64,
+        37e9,
+        0.05,
+    );
     // DeepSeek-V3's checkpoint adds one MTP layer, about 14B parameters.
     near("deepseek-v3 mtp", deepseek.params.mtp as f64, 11.7e9, 0.25);
 }
@@ -90,11 +115,16 @@ impl Files for Disk {
         }
     }
     fn read(&self, path: &std::path::Path) -> Result<String, pdsim_spec::files::ReadError> {
-        std::fs::read_to_string(path).map_err(|e| pdsim_spec::files::ReadError::Other(e.to_string()))
+        std::fs::read_to_string(path)
+            .map_err(|e| pdsim_spec::files::ReadError::Other(e.to_string()))
     }
     fn list(&self, path: &std::path::Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(path)
-            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
         names.sort();
         names
@@ -108,7 +138,10 @@ fn builtin_models_agree_with_the_real_config_json() {
         return;
     };
     let catalog_dir = std::path::Path::new(&shared).join("reference/blis/catalog");
-    assert!(catalog_dir.is_dir(), "PDSIM_SHARED={shared} has no reference/blis/catalog");
+    assert!(
+        catalog_dir.is_dir(),
+        "PDSIM_SHARED={shared} has no reference/blis/catalog"
+    );
     let catalog = Catalog::new(&Disk, vec![catalog_dir]);
     let pairs = [
         ("llama-3.1-8b", "llama-3.1-8b-instruct"),
@@ -127,8 +160,15 @@ fn builtin_models_agree_with_the_real_config_json() {
         assert_eq!(mine.hidden_size, real.hidden_size, "{ours} hidden");
         assert_eq!(mine.attention, real.attention, "{ours} attention");
         assert_eq!(mine.experts, real.experts, "{ours} experts");
-        assert_eq!(mine.experts_per_token, real.experts_per_token, "{ours} experts per token");
+        assert_eq!(
+            mine.experts_per_token, real.experts_per_token,
+            "{ours} experts per token"
+        );
         assert_eq!(mine.params, real.params, "{ours} parameter counts");
-        assert_eq!(mine.kv_bytes_per_token("auto"), real.kv_bytes_per_token("auto"), "{ours} KV");
+        assert_eq!(
+            mine.kv_bytes_per_token("auto"),
+            real.kv_bytes_per_token("auto"),
+            "{ours} KV"
+        );
     }
 }

@@ -69,31 +69,88 @@ pub fn run(ctx: &RuleContext<'_>) -> Problems {
     }
     if let Some(offload) = &ctx.deployment.offload {
         if let Some(spec) = &offload.spec {
-            enum_rule(ctx, &mut problems, "offload.spec", "offload_spec", spec, "offload-spec-known", true);
+            enum_rule(
+                ctx,
+                &mut problems,
+                "offload.spec",
+                "offload_spec",
+                spec,
+                "offload-spec-known",
+                true,
+            );
         }
         if let Some(connector) = &offload.connector {
-            enum_rule(ctx, &mut problems, "offload.connector", "connector", connector, "connector-known", false);
+            enum_rule(
+                ctx,
+                &mut problems,
+                "offload.connector",
+                "connector",
+                connector,
+                "connector-known",
+                false,
+            );
         }
         if let Some(policy) = &offload.eviction_policy {
-            enum_rule(ctx, &mut problems, "offload.eviction_policy", "eviction_policy", policy, "eviction-policy-known", false);
+            enum_rule(
+                ctx,
+                &mut problems,
+                "offload.eviction_policy",
+                "eviction_policy",
+                policy,
+                "eviction-policy-known",
+                false,
+            );
         }
     }
-    if let Some(connector) = ctx.deployment.pd_transfer.as_ref().and_then(|p| p.connector.as_ref()) {
-        enum_rule(ctx, &mut problems, "pd_transfer.connector", "connector", connector, "connector-known", false);
+    if let Some(connector) = ctx
+        .deployment
+        .pd_transfer
+        .as_ref()
+        .and_then(|p| p.connector.as_ref())
+    {
+        enum_rule(
+            ctx,
+            &mut problems,
+            "pd_transfer.connector",
+            "connector",
+            connector,
+            "connector-known",
+            false,
+        );
     }
     problems
 }
 
 /// A name must be in the pack's set for `set`; hard sets give errors, soft
 /// sets warnings.
-fn enum_rule(ctx: &RuleContext<'_>, problems: &mut Problems, path: &str, set: &str, value: &str, code: &str, hard: bool) {
-    let list = if hard { ctx.pack.enums.get(set) } else { ctx.pack.soft_enums.get(set) };
+fn enum_rule(
+    ctx: &RuleContext<'_>,
+    problems: &mut Problems,
+    path: &str,
+    set: &str,
+    value: &str,
+    code: &str,
+    hard: bool,
+) {
+    let list = if hard {
+        ctx.pack.enums.get(set)
+    } else {
+        ctx.pack.soft_enums.get(set)
+    };
     let Some(list) = list else { return };
     if list.iter().any(|v| v == value) {
         return;
     }
-    let message = format!("`{value}` is not a {set} that {} knows; known: {}", ctx.pack.name, list.join(", "));
-    problems.push(if hard { ctx.source.error(path, code, message) } else { ctx.source.warning(path, code, message) });
+    let message = format!(
+        "`{value}` is not a {set} that {} knows; known: {}",
+        ctx.pack.name,
+        list.join(", ")
+    );
+    problems.push(if hard {
+        ctx.source.error(path, code, message)
+    } else {
+        ctx.source.warning(path, code, message)
+    });
 }
 
 fn pool_rules(
@@ -113,15 +170,60 @@ fn pool_rules(
 
     // Names this release knows.
     let hard: [(&str, &str, Option<&String>, &str); 9] = [
-        ("engine.all2all_backend", "all2all_backend", e.all2all_backend.as_ref(), "all2all-backend-known"),
-        ("engine.allreduce_backend", "allreduce_backend", e.allreduce_backend.as_ref(), "allreduce-backend-known"),
-        ("engine.cudagraph_mode", "cudagraph_mode", e.cudagraph_mode.as_ref(), "enum-values-known"),
-        ("engine.cache_dtype", "cache_dtype", e.cache_dtype.as_ref(), "enum-values-known"),
-        ("engine.mamba_cache_dtype", "mamba_cache_dtype", e.mamba_cache_dtype.as_ref(), "enum-values-known"),
-        ("engine.mamba_ssm_cache_dtype", "mamba_ssm_cache_dtype", e.mamba_ssm_cache_dtype.as_ref(), "enum-values-known"),
-        ("engine.mamba_cache_mode", "mamba_cache_mode", e.mamba_cache_mode.as_ref(), "enum-values-known"),
-        ("engine.scheduling_policy", "scheduling_policy", e.scheduling_policy.as_ref(), "enum-values-known"),
-        ("engine.frontend", "frontend", e.frontend.as_ref(), "enum-values-known"),
+        (
+            "engine.all2all_backend",
+            "all2all_backend",
+            e.all2all_backend.as_ref(),
+            "all2all-backend-known",
+        ),
+        (
+            "engine.allreduce_backend",
+            "allreduce_backend",
+            e.allreduce_backend.as_ref(),
+            "allreduce-backend-known",
+        ),
+        (
+            "engine.cudagraph_mode",
+            "cudagraph_mode",
+            e.cudagraph_mode.as_ref(),
+            "enum-values-known",
+        ),
+        (
+            "engine.cache_dtype",
+            "cache_dtype",
+            e.cache_dtype.as_ref(),
+            "enum-values-known",
+        ),
+        (
+            "engine.mamba_cache_dtype",
+            "mamba_cache_dtype",
+            e.mamba_cache_dtype.as_ref(),
+            "enum-values-known",
+        ),
+        (
+            "engine.mamba_ssm_cache_dtype",
+            "mamba_ssm_cache_dtype",
+            e.mamba_ssm_cache_dtype.as_ref(),
+            "enum-values-known",
+        ),
+        (
+            "engine.mamba_cache_mode",
+            "mamba_cache_mode",
+            e.mamba_cache_mode.as_ref(),
+            "enum-values-known",
+        ),
+        (
+            "engine.scheduling_policy",
+            "scheduling_policy",
+            e.scheduling_policy.as_ref(),
+            "enum-values-known",
+        ),
+        (
+            "engine.frontend",
+            "frontend",
+            e.frontend.as_ref(),
+            "enum-values-known",
+        ),
     ];
     for (path, set, value, code) in hard {
         if let Some(value) = value {
@@ -129,27 +231,78 @@ fn pool_rules(
         }
     }
     if let Some(mode) = &p.data_parallel_load_balancing {
-        enum_rule(ctx, problems, &at("parallel.data_parallel_load_balancing"), "data_parallel_load_balancing", mode, "enum-values-known", true);
+        enum_rule(
+            ctx,
+            problems,
+            &at("parallel.data_parallel_load_balancing"),
+            "data_parallel_load_balancing",
+            mode,
+            "enum-values-known",
+            true,
+        );
     }
     if let Some(spec) = &e.speculative {
-        enum_rule(ctx, problems, &at("engine.speculative.method"), "speculative_method", &spec.method, "speculative-method-known", true);
+        enum_rule(
+            ctx,
+            problems,
+            &at("engine.speculative.method"),
+            "speculative_method",
+            &spec.method,
+            "speculative-method-known",
+            true,
+        );
     }
     if let Some(backend) = &e.dcp_comm_backend {
-        enum_rule(ctx, problems, &at("engine.dcp_comm_backend"), "dcp_comm_backend", backend, "dcp-comm-backend-known", true);
+        enum_rule(
+            ctx,
+            problems,
+            &at("engine.dcp_comm_backend"),
+            "dcp_comm_backend",
+            backend,
+            "dcp-comm-backend-known",
+            true,
+        );
     }
     if let Some(q) = &e.quantization {
-        enum_rule(ctx, problems, &at("engine.quantization"), "quantization", q, "quantization-known", false);
+        enum_rule(
+            ctx,
+            problems,
+            &at("engine.quantization"),
+            "quantization",
+            q,
+            "quantization-known",
+            false,
+        );
     }
     if let Some(b) = &e.moe_backend {
-        enum_rule(ctx, problems, &at("engine.moe_backend"), "moe_backend", b, "moe-backend-known", false);
+        enum_rule(
+            ctx,
+            problems,
+            &at("engine.moe_backend"),
+            "moe_backend",
+            b,
+            "moe-backend-known",
+            false,
+        );
     }
 
     // Decode-context interleave must tile a block when no connector moves KV.
-    let has_connector = ctx.deployment.pd_transfer.as_ref().is_some_and(|t| t.connector.is_some())
-        || ctx.deployment.offload.as_ref().is_some_and(|o| o.connector.is_some());
+    let has_connector = ctx
+        .deployment
+        .pd_transfer
+        .as_ref()
+        .is_some_and(|t| t.connector.is_some())
+        || ctx
+            .deployment
+            .offload
+            .as_ref()
+            .is_some_and(|o| o.connector.is_some());
     if let Some(interleave) = e.cp_kv_cache_interleave_size.filter(|v| *v > 0) {
         let interleave = interleave as u64;
-        if layout.dcp > 1 && !has_connector && (engine.block_size < interleave || engine.block_size % interleave != 0) {
+        if layout.dcp > 1
+            && !has_connector
+            && (engine.block_size < interleave || !engine.block_size.is_multiple_of(interleave))
+        {
             problems.push(ctx.source.error(
                 &at("engine.cp_kv_cache_interleave_size"),
                 "cp-kv-cache-interleave-fits-block",
@@ -178,7 +331,7 @@ fn pool_rules(
         let experts = model.experts as u128;
         if engine.eplb_enabled {
             let total = experts + engine.num_redundant_experts as u128;
-            if total % ep != 0 {
+            if !total.is_multiple_of(ep) {
                 problems.push(ctx.source.error(
                     &at("engine.eplb.num_redundant_experts"),
                     "expert-divisibility-under-eplb",
@@ -191,7 +344,7 @@ fn pool_rules(
                 "expert-imbalance-without-eplb",
                 format!("expert-parallel width {ep} exceeds the model's {experts} experts, leaving ranks with none"),
             ));
-        } else if experts % ep != 0 {
+        } else if !experts.is_multiple_of(ep) {
             let most = experts.div_ceil(ep);
             let least = experts / ep;
             problems.push(ctx.source.warning(
@@ -201,24 +354,35 @@ fn pool_rules(
             ));
         }
     }
-    if engine.allreduce_backend == "nccl" && layout.tp > 1 && e.allreduce_backend.as_deref() != Some("nccl") && e.disable_custom_all_reduce != Some(true) {
+    if engine.allreduce_backend == "nccl"
+        && layout.tp > 1
+        && e.allreduce_backend.as_deref() != Some("nccl")
+        && e.disable_custom_all_reduce != Some(true)
+    {
         let reason = resolved
             .overrides
             .iter()
             .find(|o| o.field == "allreduce_backend")
-            .map_or("the custom kernel is unreachable".to_string(), |o| o.reason.clone());
+            .map_or("the custom kernel is unreachable".to_string(), |o| {
+                o.reason.clone()
+            });
         problems.push(ctx.source.warning(
             &at("parallel.tp"),
             "custom-allreduce-reachable",
             format!("the custom all-reduce kernel is not reachable at tp {}: {reason}; the all-reduce falls back to NCCL", layout.tp),
         ));
     }
-    let has_mamba_keys = e.mamba_cache_dtype.is_some() || e.mamba_ssm_cache_dtype.is_some() || e.mamba_cache_mode.is_some();
+    let has_mamba_keys = e.mamba_cache_dtype.is_some()
+        || e.mamba_ssm_cache_dtype.is_some()
+        || e.mamba_cache_mode.is_some();
     if has_mamba_keys {
         problems.push(ctx.source.warning(
             &at("engine"),
             "mamba-cache-mode-matches-model",
-            format!("mamba cache settings are set but {} has no recurrent layers; they have no effect", model.name),
+            format!(
+                "mamba cache settings are set but {} has no recurrent layers; they have no effect",
+                model.name
+            ),
         ));
     }
     if e.disable_cascade_attn == Some(false) {
@@ -228,10 +392,11 @@ fn pool_rules(
             "cascade attention is opted in; vLLM uses it only for batches that share a long common prefix",
         ));
     }
-    if let Some(dbo) = &e.dbo {
-        if dbo.enable_dbo == Some(true) {
-            if dbo.dbo_decode_token_threshold.is_none() || dbo.dbo_prefill_token_threshold.is_none() {
-                problems.push(ctx.source.warning(
+    if let Some(dbo) = &e.dbo
+        && dbo.enable_dbo == Some(true)
+    {
+        if dbo.dbo_decode_token_threshold.is_none() || dbo.dbo_prefill_token_threshold.is_none() {
+            problems.push(ctx.source.warning(
                     &at("engine.dbo"),
                     "dbo-thresholds-stated-when-enabled",
                     format!(
@@ -239,16 +404,24 @@ fn pool_rules(
                         engine.dbo_decode_token_threshold, engine.dbo_prefill_token_threshold
                     ),
                 ));
-            }
-            if features.dbo_refuses_threshold_below_microbatches {
-                for (key, value) in [("dbo_decode_token_threshold", dbo.dbo_decode_token_threshold), ("dbo_prefill_token_threshold", dbo.dbo_prefill_token_threshold)] {
-                    if let Some(v) = value.filter(|v| *v < 2) {
-                        problems.push(ctx.source.error(
-                            &at(&format!("engine.dbo.{key}")),
-                            "dbo-threshold-below-microbatches",
-                            format!("{} refuses a DBO threshold below the two microbatches; found {v}", ctx.pack.name),
-                        ));
-                    }
+        }
+        if features.dbo_refuses_threshold_below_microbatches {
+            for (key, value) in [
+                ("dbo_decode_token_threshold", dbo.dbo_decode_token_threshold),
+                (
+                    "dbo_prefill_token_threshold",
+                    dbo.dbo_prefill_token_threshold,
+                ),
+            ] {
+                if let Some(v) = value.filter(|v| *v < 2) {
+                    problems.push(ctx.source.error(
+                        &at(&format!("engine.dbo.{key}")),
+                        "dbo-threshold-below-microbatches",
+                        format!(
+                            "{} refuses a DBO threshold below the two microbatches; found {v}",
+                            ctx.pack.name
+                        ),
+                    ));
                 }
             }
         }
@@ -260,14 +433,15 @@ fn pool_rules(
             format!("`{}` with tp {} and dp {} makes the MoE input sequence-parallel: the all-reduce becomes a reduce-scatter plus an all-gather", engine.all2all_backend, layout.tp, layout.dp),
         ));
     }
-    if let (Some(threshold), Some(MaxModelLen::Tokens(len))) = (e.long_prefill_token_threshold, e.max_model_len) {
-        if threshold > len {
-            problems.push(ctx.source.error(
+    if let (Some(threshold), Some(MaxModelLen::Tokens(len))) =
+        (e.long_prefill_token_threshold, e.max_model_len)
+        && threshold > len
+    {
+        problems.push(ctx.source.error(
                 &at("engine.long_prefill_token_threshold"),
                 "long-prefill-above-max-model-len",
                 format!("long_prefill_token_threshold {threshold} exceeds max_model_len {len}; the engine refuses it"),
             ));
-        }
     }
     let is_deepseek_v41 = model.name.contains("deepseek-v4");
     if let Some(value) = e.swa_bounded_replay {
@@ -281,7 +455,10 @@ fn pool_rules(
             problems.push(ctx.source.warning(
                 &at("engine.swa_bounded_replay"),
                 "swa-bounded-replay-ignored",
-                format!("swa_bounded_replay: {value} is read only by DeepSeek-V4.1; {} ignores it", model.name),
+                format!(
+                    "swa_bounded_replay: {value} is read only by DeepSeek-V4.1; {} ignores it",
+                    model.name
+                ),
             ));
         }
     }
@@ -296,7 +473,10 @@ fn pool_rules(
             problems.push(ctx.source.error(
                 &at("engine.engram_config"),
                 "engram-config-without-engram",
-                format!("{} has no Engram lookups; {} refuses engram_config on it", model.name, ctx.pack.name),
+                format!(
+                    "{} has no Engram lookups; {} refuses engram_config on it",
+                    model.name, ctx.pack.name
+                ),
             ));
         }
     }
@@ -318,32 +498,39 @@ fn pool_rules(
         )),
         _ => {}
     }
-    if let (Some(max), Some(_)) = (e.max_cudagraph_capture_size, &e.cudagraph_capture_sizes) {
-        if let Some(largest) = engine.cudagraph_capture_sizes.last() {
-            if max as u64 != *largest {
-                problems.push(ctx.source.error(
+    if let (Some(max), Some(_)) = (e.max_cudagraph_capture_size, &e.cudagraph_capture_sizes)
+        && let Some(largest) = engine.cudagraph_capture_sizes.last()
+        && max as u64 != *largest
+    {
+        problems.push(ctx.source.error(
                     &at("engine.max_cudagraph_capture_size"),
                     "cudagraph-capture-pair-mismatch",
                     format!("max_cudagraph_capture_size {max} is not the largest capture size kept ({largest}, after dropping sizes above max_num_batched_tokens {}); the engine refuses the pair", engine.max_num_batched_tokens),
                 ));
-            }
-        }
     }
     if engine.max_num_batched_tokens < engine.max_num_seqs {
         problems.push(ctx.source.error(
             &at("engine.max_num_batched_tokens"),
             "batched-tokens-below-max-num-seqs",
-            format!("max_num_batched_tokens {} must be at least max_num_seqs {}", engine.max_num_batched_tokens, engine.max_num_seqs),
+            format!(
+                "max_num_batched_tokens {} must be at least max_num_seqs {}",
+                engine.max_num_batched_tokens, engine.max_num_seqs
+            ),
         ));
     }
-    if let Some(MaxModelLen::Tokens(len)) = e.max_model_len {
-        if len > 0 && model.max_position_embeddings > 0 && len as u64 > model.max_position_embeddings {
-            problems.push(ctx.source.error(
-                &at("engine.max_model_len"),
-                "max-model-len-exceeds-model",
-                format!("max_model_len {len} exceeds {}'s window of {} tokens", model.name, model.max_position_embeddings),
-            ));
-        }
+    if let Some(MaxModelLen::Tokens(len)) = e.max_model_len
+        && len > 0
+        && model.max_position_embeddings > 0
+        && len as u64 > model.max_position_embeddings
+    {
+        problems.push(ctx.source.error(
+            &at("engine.max_model_len"),
+            "max-model-len-exceeds-model",
+            format!(
+                "max_model_len {len} exceeds {}'s window of {} tokens",
+                model.name, model.max_position_embeddings
+            ),
+        ));
     }
     let memory = &resolved.memory;
     let kv = &resolved.kv;
@@ -360,7 +547,11 @@ fn pool_rules(
             ),
         ));
     } else if kv.max_model_len_origin != "auto" && kv.max_model_len > kv.tokens_per_rank {
-        let path = if e.max_model_len.is_some() { at("engine.max_model_len") } else { at("engine") };
+        let path = if e.max_model_len.is_some() {
+            at("engine.max_model_len")
+        } else {
+            at("engine")
+        };
         problems.push(ctx.source.error(
             &path,
             "kv-capacity-below-max-model-len",

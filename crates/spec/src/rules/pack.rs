@@ -76,8 +76,14 @@ pub struct MemoryDefaults {
 }
 
 const PACKS: &[(&str, &str)] = &[
-    ("vllm-0.29.0.yaml", include_str!("../../rules/vllm-0.29.0.yaml")),
-    ("vllm-0.31.0.yaml", include_str!("../../rules/vllm-0.31.0.yaml")),
+    (
+        "vllm-0.29.0.yaml",
+        include_str!("../../rules/vllm-0.29.0.yaml"),
+    ),
+    (
+        "vllm-0.31.0.yaml",
+        include_str!("../../rules/vllm-0.31.0.yaml"),
+    ),
     ("vllm-rbln.yaml", include_str!("../../rules/vllm-rbln.yaml")),
 ];
 
@@ -87,14 +93,17 @@ pub fn all() -> Vec<RulesPack> {
     PACKS
         .iter()
         .map(|(file, text)| {
-            serde_yaml::from_str(text).unwrap_or_else(|e| panic!("built-in rules pack {file} is malformed: {e}"))
+            serde_yaml::from_str(text)
+                .unwrap_or_else(|e| panic!("built-in rules pack {file} is malformed: {e}"))
         })
         .collect()
 }
 
 /// The pack for an engine version, if pdsim has one.
 pub fn for_version(engine_version: &str) -> Option<RulesPack> {
-    all().into_iter().find(|p| p.engine_versions.iter().any(|v| v == engine_version))
+    all()
+        .into_iter()
+        .find(|p| p.engine_versions.iter().any(|v| v == engine_version))
 }
 
 /// Every engine version some pack covers, for messages.

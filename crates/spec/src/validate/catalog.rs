@@ -7,44 +7,81 @@ use crate::problem::Problems;
 
 fn positive(source: &Source, problems: &mut Problems, path: &str, value: f64) {
     if !value.is_finite() || value <= 0.0 {
-        problems.push(source.error(path, "catalog-value-range", format!("{path} must be a finite number above 0, found {value}")));
+        problems.push(source.error(
+            path,
+            "catalog-value-range",
+            format!("{path} must be a finite number above 0, found {value}"),
+        ));
     }
 }
 
 fn done(problems: Problems) -> Result<(), Problems> {
-    if problems.has_errors() { Err(problems) } else { Ok(()) }
+    if problems.has_errors() {
+        Err(problems)
+    } else {
+        Ok(())
+    }
 }
 
 pub fn check_chip(source: &Source, chip: &Chip) -> Result<(), Problems> {
     let mut problems = Problems::new();
     if !matches!(chip.provenance.as_str(), "vendor_spec" | "derived") {
-        problems.push(source.error("Provenance", "catalog-provenance", "Provenance must be vendor_spec or derived"));
+        problems.push(source.error(
+            "Provenance",
+            "catalog-provenance",
+            "Provenance must be vendor_spec or derived",
+        ));
     }
     positive(source, &mut problems, "TFlopsPeak", chip.t_flops_peak);
     positive(source, &mut problems, "BwPeakTBs", chip.bw_peak_tbs);
     positive(source, &mut problems, "MemoryGiB", chip.memory_gib);
-    positive(source, &mut problems, "IntraNodeBwGBps", chip.intra_node_bw_gbps);
+    positive(
+        source,
+        &mut problems,
+        "IntraNodeBwGBps",
+        chip.intra_node_bw_gbps,
+    );
     if chip.sm_count < 1 {
-        problems.push(source.error("SMCount", "catalog-value-range", "SMCount must be at least 1"));
+        problems.push(source.error(
+            "SMCount",
+            "catalog-value-range",
+            "SMCount must be at least 1",
+        ));
     }
     if let Some(fp8) = chip.t_flops_fp8 {
         positive(source, &mut problems, "TFlopsFP8", fp8);
         if fp8 <= chip.t_flops_peak {
-            problems.push(source.error("TFlopsFP8", "catalog-value-range", "TFlopsFP8 must exceed TFlopsPeak"));
+            problems.push(source.error(
+                "TFlopsFP8",
+                "catalog-value-range",
+                "TFlopsFP8 must exceed TFlopsPeak",
+            ));
         }
     }
-    for (key, value) in [("TFlopsNVFP4", chip.t_flops_nvfp4), ("IntraRackBwGBps", chip.intra_rack_bw_gbps), ("HostLinkGBps", chip.host_link_gbps)] {
+    for (key, value) in [
+        ("TFlopsNVFP4", chip.t_flops_nvfp4),
+        ("IntraRackBwGBps", chip.intra_rack_bw_gbps),
+        ("HostLinkGBps", chip.host_link_gbps),
+    ] {
         if let Some(value) = value {
             positive(source, &mut problems, key, value);
         }
     }
-    if let (Some(rack), Some(node)) = (chip.gpus_per_rack, chip.gpus_per_node) {
-        if node < 1 || rack < 1 || rack % node != 0 {
-            problems.push(source.error("GPUsPerRack", "catalog-value-range", "GPUsPerRack must be a positive multiple of GPUsPerNode"));
-        }
+    if let (Some(rack), Some(node)) = (chip.gpus_per_rack, chip.gpus_per_node)
+        && (node < 1 || rack < 1 || rack % node != 0)
+    {
+        problems.push(source.error(
+            "GPUsPerRack",
+            "catalog-value-range",
+            "GPUsPerRack must be a positive multiple of GPUsPerNode",
+        ));
     }
     if chip.intra_rack_bw_gbps.is_some() && chip.gpus_per_rack.is_none() {
-        problems.push(source.error("IntraRackBwGBps", "catalog-value-range", "IntraRackBwGBps needs GPUsPerRack"));
+        problems.push(source.error(
+            "IntraRackBwGBps",
+            "catalog-value-range",
+            "IntraRackBwGBps needs GPUsPerRack",
+        ));
     }
     done(problems)
 }
@@ -52,17 +89,41 @@ pub fn check_chip(source: &Source, chip: &Chip) -> Result<(), Problems> {
 pub fn check_fabric(source: &Source, fabric: &Fabric) -> Result<(), Problems> {
     let mut problems = Problems::new();
     if !matches!(fabric.provenance.as_str(), "vendor_spec" | "derived") {
-        problems.push(source.error("Provenance", "catalog-provenance", "Provenance must be vendor_spec or derived"));
+        problems.push(source.error(
+            "Provenance",
+            "catalog-provenance",
+            "Provenance must be vendor_spec or derived",
+        ));
     }
-    positive(source, &mut problems, "InterNodeBwGBps", fabric.inter_node_bw_gbps);
+    positive(
+        source,
+        &mut problems,
+        "InterNodeBwGBps",
+        fabric.inter_node_bw_gbps,
+    );
     done(problems)
 }
 
 pub fn check_storage(source: &Source, name: &str, class: &StorageClass) -> Result<(), Problems> {
     let mut problems = Problems::new();
-    positive(source, &mut problems, &format!("{name}.read_bandwidth_mb_s"), class.read_bandwidth_mb_s);
-    positive(source, &mut problems, &format!("{name}.write_bandwidth_mb_s"), class.write_bandwidth_mb_s);
-    positive(source, &mut problems, &format!("{name}.base_latency_us"), class.base_latency_us);
+    positive(
+        source,
+        &mut problems,
+        &format!("{name}.read_bandwidth_mb_s"),
+        class.read_bandwidth_mb_s,
+    );
+    positive(
+        source,
+        &mut problems,
+        &format!("{name}.write_bandwidth_mb_s"),
+        class.write_bandwidth_mb_s,
+    );
+    positive(
+        source,
+        &mut problems,
+        &format!("{name}.base_latency_us"),
+        class.base_latency_us,
+    );
     done(problems)
 }
 
@@ -70,27 +131,58 @@ pub fn check_shape(source: &Source, shape: &Shape) -> Result<(), Problems> {
     let mut problems = Problems::new();
     for (key, dist) in [("prompt", &shape.prompt), ("output", &shape.output)] {
         if !dist.tokens.is_finite() || dist.tokens < 1.0 {
-            problems.push(source.error(&format!("{key}.tokens"), "catalog-value-range", "the mean must be at least 1"));
+            problems.push(source.error(
+                &format!("{key}.tokens"),
+                "catalog-value-range",
+                "the mean must be at least 1",
+            ));
         }
         if !dist.tokens_stdev.is_finite() || dist.tokens_stdev < 0.0 {
-            problems.push(source.error(&format!("{key}.tokens_stdev"), "catalog-value-range", "the deviation must be finite and not negative"));
+            problems.push(source.error(
+                &format!("{key}.tokens_stdev"),
+                "catalog-value-range",
+                "the deviation must be finite and not negative",
+            ));
         }
         let min = dist.tokens_min as f64;
-        let max = if dist.tokens_max == 0 { f64::INFINITY } else { dist.tokens_max as f64 };
+        let max = if dist.tokens_max == 0 {
+            f64::INFINITY
+        } else {
+            dist.tokens_max as f64
+        };
         if dist.tokens_min < 0 || dist.tokens_max < 0 || !(min..=max).contains(&dist.tokens) {
-            problems.push(source.error(&format!("{key}.tokens"), "catalog-value-range", "the mean must lie in [tokens_min, tokens_max]"));
+            problems.push(source.error(
+                &format!("{key}.tokens"),
+                "catalog-value-range",
+                "the mean must lie in [tokens_min, tokens_max]",
+            ));
         }
     }
     if shape.prefix_tokens < 0 || shape.prefix_tokens as f64 > shape.prompt.tokens {
-        problems.push(source.error("prefix_tokens", "catalog-value-range", "prefix_tokens must lie in [0, prompt.tokens]"));
+        problems.push(source.error(
+            "prefix_tokens",
+            "catalog-value-range",
+            "prefix_tokens must lie in [0, prompt.tokens]",
+        ));
     }
     done(problems)
 }
 
 /// Units a coefficient may carry: BLIS's list plus pdsim's `us_per_kernel`.
 pub const UNITS: &[&str] = &[
-    "dimensionless", "us_per_layer", "us_per_request", "us_per_step", "us_per_hop", "bytes_per_us",
-    "bytes_per_rank", "us_per_load", "us_per_transfer", "tokens", "sm_count", "us_per_token", "us_per_kernel",
+    "dimensionless",
+    "us_per_layer",
+    "us_per_request",
+    "us_per_step",
+    "us_per_hop",
+    "bytes_per_us",
+    "bytes_per_rank",
+    "us_per_load",
+    "us_per_transfer",
+    "tokens",
+    "sm_count",
+    "us_per_token",
+    "us_per_kernel",
 ];
 
 pub fn check_coefficient_set(source: &Source, set: &CoefficientSet) -> Result<(), Problems> {
@@ -100,40 +192,88 @@ pub fn check_coefficient_set(source: &Source, set: &CoefficientSet) -> Result<()
     }
     for (i, entry) in set.coefficients.iter().enumerate() {
         if entry.len() != 1 {
-            problems.push(source.error(&format!("coefficients[{i}]"), "coefficient-shape", "each entry is a single-key mapping"));
+            problems.push(source.error(
+                &format!("coefficients[{i}]"),
+                "coefficient-shape",
+                "each entry is a single-key mapping",
+            ));
         }
         for (name, c) in entry {
             let at = |key: &str| format!("coefficients[{i}].{name}.{key}");
             if !c.value.is_finite() {
-                problems.push(source.error(&at("value"), "coefficient-value", "value must be finite"));
+                problems.push(source.error(
+                    &at("value"),
+                    "coefficient-value",
+                    "value must be finite",
+                ));
             }
             if !UNITS.contains(&c.units.as_str()) {
-                problems.push(source.error(&at("units"), "coefficient-units", format!("unknown units `{}`; one of {}", c.units, UNITS.join(", "))));
+                problems.push(source.error(
+                    &at("units"),
+                    "coefficient-units",
+                    format!("unknown units `{}`; one of {}", c.units, UNITS.join(", ")),
+                ));
             }
-            let methods = ["measured", "literature", "vendor_spec", "copied", "assumed", "not_charged"];
+            let methods = [
+                "measured",
+                "literature",
+                "vendor_spec",
+                "copied",
+                "assumed",
+                "not_charged",
+            ];
             if !methods.contains(&c.method.as_str()) {
-                problems.push(source.error(&at("method"), "coefficient-method", format!("method must be one of {}", methods.join(", "))));
+                problems.push(source.error(
+                    &at("method"),
+                    "coefficient-method",
+                    format!("method must be one of {}", methods.join(", ")),
+                ));
             }
             if (c.method == "not_charged") != (c.value == 0.0) {
-                problems.push(source.error(&at("value"), "coefficient-value", "value is 0 exactly when method is not_charged"));
+                problems.push(source.error(
+                    &at("value"),
+                    "coefficient-value",
+                    "value is 0 exactly when method is not_charged",
+                ));
             }
             if c.fitted && c.method != "measured" {
-                problems.push(source.error(&at("fitted"), "coefficient-fitted", "fitted may be true only with method measured"));
+                problems.push(source.error(
+                    &at("fitted"),
+                    "coefficient-fitted",
+                    "fitted may be true only with method measured",
+                ));
             }
-            if c.method != "measured" && c.rationale.as_deref().is_none_or(|r| r.trim().is_empty()) {
-                problems.push(source.error(&at("rationale"), "coefficient-rationale", format!("method {} needs a rationale", c.method)));
+            if c.method != "measured" && c.rationale.as_deref().is_none_or(|r| r.trim().is_empty())
+            {
+                problems.push(source.error(
+                    &at("rationale"),
+                    "coefficient-rationale",
+                    format!("method {} needs a rationale", c.method),
+                ));
             }
             if c.method == "copied" && c.copied_from.is_none() {
-                problems.push(source.error(&at("copied_from"), "coefficient-copied-from", "method copied needs copied_from"));
+                problems.push(source.error(
+                    &at("copied_from"),
+                    "coefficient-copied-from",
+                    "method copied needs copied_from",
+                ));
             }
-            if let Some(ci) = &c.ci95 {
-                if ci.len() != 2 || !(ci[0] <= c.value && c.value <= ci[1]) {
-                    problems.push(source.error(&at("ci95"), "coefficient-ci95", "ci95 is [lo, hi] and must contain value"));
-                }
+            if let Some(ci) = &c.ci95
+                && (ci.len() != 2 || !(ci[0] <= c.value && c.value <= ci[1]))
+            {
+                problems.push(source.error(
+                    &at("ci95"),
+                    "coefficient-ci95",
+                    "ci95 is [lo, hi] and must contain value",
+                ));
             }
             for key in c.scope.keys() {
                 if !["hardware", "model", "tp", "ep", "nodes_spanned"].contains(&key.as_str()) {
-                    problems.push(source.error(&at(&format!("scope.{key}")), "coefficient-scope", "scope keys are hardware, model, tp, ep and nodes_spanned"));
+                    problems.push(source.error(
+                        &at(&format!("scope.{key}")),
+                        "coefficient-scope",
+                        "scope keys are hardware, model, tp, ep and nodes_spanned",
+                    ));
                 }
             }
         }

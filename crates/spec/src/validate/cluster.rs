@@ -8,7 +8,12 @@ use crate::problem::Problems;
 use crate::scenario::Cluster;
 
 /// Runs the cluster checks. `layouts` are the pools' derived layouts.
-pub fn check(source: &Source, deployment: &Deployment, layouts: &[PoolLayout], cluster: &Cluster) -> Problems {
+pub fn check(
+    source: &Source,
+    deployment: &Deployment,
+    layouts: &[PoolLayout],
+    cluster: &Cluster,
+) -> Problems {
     let mut problems = Problems::new();
     let total: i128 = deployment.pools.iter().map(|p| p.nodes as i128).sum();
     if total != cluster.nodes as i128 {
@@ -29,7 +34,10 @@ pub fn check(source: &Source, deployment: &Deployment, layouts: &[PoolLayout], c
             problems.push(source.error(
                 &at("parallel.dp_local"),
                 "dp-local-divides-gpus-per-node",
-                format!("dp_local {dp_local} does not divide gpus_per_node {}", cluster.gpus_per_node),
+                format!(
+                    "dp_local {dp_local} does not divide gpus_per_node {}",
+                    cluster.gpus_per_node
+                ),
             ));
         }
         let pool_gpus = (layout.nodes as u128).saturating_mul(gpus_per_node);
@@ -80,16 +88,20 @@ pub fn check(source: &Source, deployment: &Deployment, layouts: &[PoolLayout], c
             }
         }
     }
-    if let (Some(offload), Some(storage)) = (&deployment.offload, &cluster.storage) {
-        if !storage.is_empty() {
-            for (i, tier) in offload.tiers.iter().enumerate() {
-                if !tier.tier.is_empty() && !storage.contains(&tier.tier) {
-                    problems.push(source.error(
-                        &format!("offload.tiers[{i}].tier"),
-                        "offload-tier-not-in-cluster",
-                        format!("tier `{}` is not one of the cluster's storage classes: {}", tier.tier, storage.join(", ")),
-                    ));
-                }
+    if let (Some(offload), Some(storage)) = (&deployment.offload, &cluster.storage)
+        && !storage.is_empty()
+    {
+        for (i, tier) in offload.tiers.iter().enumerate() {
+            if !tier.tier.is_empty() && !storage.contains(&tier.tier) {
+                problems.push(source.error(
+                    &format!("offload.tiers[{i}].tier"),
+                    "offload-tier-not-in-cluster",
+                    format!(
+                        "tier `{}` is not one of the cluster's storage classes: {}",
+                        tier.tier,
+                        storage.join(", ")
+                    ),
+                ));
             }
         }
     }

@@ -32,7 +32,11 @@ pub fn check(source: &Source, deployment: &Deployment, files: &dyn Files) -> Pro
         problems.push(source.error("name", "deployment-name-empty", "name must not be empty"));
     }
     if deployment.pools.is_empty() {
-        problems.push(source.error("pools", "pools-empty", "a deployment needs at least one pool"));
+        problems.push(source.error(
+            "pools",
+            "pools-empty",
+            "a deployment needs at least one pool",
+        ));
     }
     for (index, pool) in deployment.pools.iter().enumerate() {
         check_pool(source, index, pool, &mut problems);
@@ -54,7 +58,10 @@ fn check_pool(source: &Source, index: usize, pool: &Pool, problems: &mut Problem
         problems.push(source.error(
             &at("role"),
             "pool-role-unknown",
-            format!("role must be colocated, prefill or decode, found `{}`", pool.role),
+            format!(
+                "role must be colocated, prefill or decode, found `{}`",
+                pool.role
+            ),
         ));
     }
     if pool.nodes < 1 {
@@ -116,36 +123,40 @@ fn check_pool(source: &Source, index: usize, pool: &Pool, problems: &mut Problem
             }
         }
     }
-    if let Some(mode) = &p.data_parallel_load_balancing {
-        if (mode == "hybrid" || mode == "external") && p.dp <= 1 {
-            problems.push(source.error(
-                &at("parallel.data_parallel_load_balancing"),
-                "load-balancing-needs-dp",
-                format!("`{mode}` load balancing needs dp > 1, found dp {}", p.dp),
-            ));
-        }
+    if let Some(mode) = &p.data_parallel_load_balancing
+        && (mode == "hybrid" || mode == "external")
+        && p.dp <= 1
+    {
+        problems.push(source.error(
+            &at("parallel.data_parallel_load_balancing"),
+            "load-balancing-needs-dp",
+            format!("`{mode}` load balancing needs dp > 1, found dp {}", p.dp),
+        ));
     }
-    if p.enable_expert_parallel && p.tp >= 1 && p.dp >= 1 && p.pcp >= 0 {
-        if expert_parallel_width(p.tp, p.pcp, p.dp, true) == 1 {
-            problems.push(source.warning(
+    if p.enable_expert_parallel
+        && p.tp >= 1
+        && p.dp >= 1
+        && p.pcp >= 0
+        && expert_parallel_width(p.tp, p.pcp, p.dp, true) == 1
+    {
+        problems.push(source.warning(
                 &at("parallel.enable_expert_parallel"),
                 "expert-parallel-width-one",
                 "expert parallelism is enabled but the derived width tp × pcp × dp is 1, so every rank holds every expert",
             ));
-        }
     }
-    if let (Some(role), Some(label)) = (role, pool.labels.get(ROLE_LABEL)) {
-        if label != role.llm_d_label() {
-            problems.push(source.error(
-                &at(&format!("labels.{ROLE_LABEL}")),
-                "pool-label-role-mismatch",
-                format!(
-                    "{ROLE_LABEL} is derived from role `{}` as `{}`; the label says `{label}`",
-                    role.as_str(),
-                    role.llm_d_label()
-                ),
-            ));
-        }
+    if let (Some(role), Some(label)) = (role, pool.labels.get(ROLE_LABEL))
+        && label != role.llm_d_label()
+    {
+        problems.push(source.error(
+            &at(&format!("labels.{ROLE_LABEL}")),
+            "pool-label-role-mismatch",
+            format!(
+                "{ROLE_LABEL} is derived from role `{}` as `{}`; the label says `{label}`",
+                role.as_str(),
+                role.llm_d_label()
+            ),
+        ));
     }
     check_engine(source, index, &pool.engine, problems);
 }
@@ -156,8 +167,14 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
         ("block_size", engine.block_size),
         ("max_num_batched_tokens", engine.max_num_batched_tokens),
         ("max_num_seqs", engine.max_num_seqs),
-        ("cp_kv_cache_interleave_size", engine.cp_kv_cache_interleave_size),
-        ("long_prefill_token_threshold", engine.long_prefill_token_threshold),
+        (
+            "cp_kv_cache_interleave_size",
+            engine.cp_kv_cache_interleave_size,
+        ),
+        (
+            "long_prefill_token_threshold",
+            engine.long_prefill_token_threshold,
+        ),
     ];
     for (key, value) in counts {
         if let Some(value) = value.filter(|v| *v < 0) {
@@ -173,10 +190,22 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
     // so they are refused rather than computed.
     let absurd = [
         ("block_size", engine.block_size, ABSURD_BLOCK_SIZE),
-        ("max_num_batched_tokens", engine.max_num_batched_tokens, ABSURD_BATCHED_TOKENS),
+        (
+            "max_num_batched_tokens",
+            engine.max_num_batched_tokens,
+            ABSURD_BATCHED_TOKENS,
+        ),
         ("max_num_seqs", engine.max_num_seqs, ABSURD_NUM_SEQS),
-        ("max_cudagraph_capture_size", engine.max_cudagraph_capture_size, ABSURD_CAPTURE_SIZE),
-        ("speculative.num_spec_tokens", engine.speculative.as_ref().map(|s| s.num_spec_tokens), ABSURD_SPEC_TOKENS),
+        (
+            "max_cudagraph_capture_size",
+            engine.max_cudagraph_capture_size,
+            ABSURD_CAPTURE_SIZE,
+        ),
+        (
+            "speculative.num_spec_tokens",
+            engine.speculative.as_ref().map(|s| s.num_spec_tokens),
+            ABSURD_SPEC_TOKENS,
+        ),
     ];
     for (key, value, bound) in absurd {
         if let Some(value) = value.filter(|v| *v > bound) {
@@ -195,7 +224,11 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
                 format!("{} capture sizes is beyond what any engine captures (at most {ABSURD_CAPTURE_LIST})", sizes.len()),
             ));
         }
-        for (j, size) in sizes.iter().enumerate().filter(|(_, s)| **s > ABSURD_BATCHED_TOKENS) {
+        for (j, size) in sizes
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s > ABSURD_BATCHED_TOKENS)
+        {
             problems.push(source.error(
                 &at(&format!("cudagraph_capture_sizes[{j}]")),
                 "engine-count-absurd",
@@ -203,23 +236,23 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
             ));
         }
     }
-    if let Some(crate::quantity::MaxModelLen::Tokens(n)) = engine.max_model_len {
-        if n < -1 {
-            problems.push(source.error(
-                &at("max_model_len"),
-                "max-model-len-below-auto",
-                format!("max_model_len must be a positive count or auto (-1), found {n}"),
-            ));
-        }
+    if let Some(crate::quantity::MaxModelLen::Tokens(n)) = engine.max_model_len
+        && n < -1
+    {
+        problems.push(source.error(
+            &at("max_model_len"),
+            "max-model-len-below-auto",
+            format!("max_model_len must be a positive count or auto (-1), found {n}"),
+        ));
     }
-    if let Some(value) = engine.gpu_memory_utilization {
-        if !value.is_finite() || !(0.0..=1.0).contains(&value) {
-            problems.push(source.error(
-                &at("gpu_memory_utilization"),
-                "gpu-memory-utilization-range",
-                format!("gpu_memory_utilization must be a finite fraction in [0, 1], found {value}"),
-            ));
-        }
+    if let Some(value) = engine.gpu_memory_utilization
+        && (!value.is_finite() || !(0.0..=1.0).contains(&value))
+    {
+        problems.push(source.error(
+            &at("gpu_memory_utilization"),
+            "gpu-memory-utilization-range",
+            format!("gpu_memory_utilization must be a finite fraction in [0, 1], found {value}"),
+        ));
     }
     if let Some(size) = engine.max_cudagraph_capture_size.filter(|s| *s < 1) {
         problems.push(source.error(
@@ -244,14 +277,18 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
             ));
         }
     }
-    if engine.disable_custom_all_reduce == Some(true) && engine.allreduce_backend.as_deref() == Some("custom") {
+    if engine.disable_custom_all_reduce == Some(true)
+        && engine.allreduce_backend.as_deref() == Some("custom")
+    {
         problems.push(source.error(
             &at("allreduce_backend"),
             "allreduce-contradiction",
             "allreduce_backend is `custom` while disable_custom_all_reduce is true",
         ));
     }
-    if engine.disable_custom_all_reduce == Some(false) && engine.allreduce_backend.as_deref() == Some("nccl") {
+    if engine.disable_custom_all_reduce == Some(false)
+        && engine.allreduce_backend.as_deref() == Some("nccl")
+    {
         problems.push(source.warning(
             &at("allreduce_backend"),
             "allreduce-nccl-with-custom-enabled",
@@ -261,7 +298,10 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
     if let Some(dbo) = &engine.dbo {
         for (key, value) in [
             ("dbo_decode_token_threshold", dbo.dbo_decode_token_threshold),
-            ("dbo_prefill_token_threshold", dbo.dbo_prefill_token_threshold),
+            (
+                "dbo_prefill_token_threshold",
+                dbo.dbo_prefill_token_threshold,
+            ),
         ] {
             if let Some(value) = value.filter(|v| *v < 0) {
                 problems.push(source.error(
@@ -273,16 +313,19 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
         }
     }
     if let Some(eplb) = &engine.eplb {
-        if eplb.enable_eplb == Some(true) {
-            if let Some(value) = eplb.num_redundant_experts.filter(|v| *v < 0) {
-                problems.push(source.error(
-                    &at("eplb.num_redundant_experts"),
-                    "eplb-redundant-negative",
-                    format!("num_redundant_experts must not be negative, found {value}"),
-                ));
-            }
+        if eplb.enable_eplb == Some(true)
+            && let Some(value) = eplb.num_redundant_experts.filter(|v| *v < 0)
+        {
+            problems.push(source.error(
+                &at("eplb.num_redundant_experts"),
+                "eplb-redundant-negative",
+                format!("num_redundant_experts must not be negative, found {value}"),
+            ));
         }
-        for (key, value) in [("window_size", eplb.window_size), ("step_interval", eplb.step_interval)] {
+        for (key, value) in [
+            ("window_size", eplb.window_size),
+            ("step_interval", eplb.step_interval),
+        ] {
             if let Some(value) = value.filter(|v| *v < 0) {
                 problems.push(source.error(
                     &at(&format!("eplb.{key}")),
@@ -304,25 +347,38 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
             problems.push(source.error(
                 &at("speculative.num_spec_tokens"),
                 "speculative-tokens-below-one",
-                format!("num_spec_tokens must be at least 1, found {}", spec.num_spec_tokens),
+                format!(
+                    "num_spec_tokens must be at least 1, found {}",
+                    spec.num_spec_tokens
+                ),
             ));
         }
     }
-    if let Some(engram) = &engine.engram_config {
-        if engram.use_thp == Some(true) && engram.dp_shared_memory == Some(true) {
-            problems.push(source.error(
-                &at("engram_config.use_thp"),
-                "engram-thp-with-shared-memory",
-                "use_thp backs a per-rank host table and is refused together with dp_shared_memory",
-            ));
-        }
+    if let Some(engram) = &engine.engram_config
+        && engram.use_thp == Some(true)
+        && engram.dp_shared_memory == Some(true)
+    {
+        problems.push(source.error(
+            &at("engram_config.use_thp"),
+            "engram-thp-with-shared-memory",
+            "use_thp backs a per-rank host table and is refused together with dp_shared_memory",
+        ));
     }
 }
 
 /// Prefill and decode come together or not at all, and never beside colocated.
 fn check_roles(source: &Source, deployment: &Deployment, problems: &mut Problems) {
-    let find = |role: Role| deployment.pools.iter().position(|p| Role::parse(&p.role) == Some(role));
-    let (colocated, prefill, decode) = (find(Role::Colocated), find(Role::Prefill), find(Role::Decode));
+    let find = |role: Role| {
+        deployment
+            .pools
+            .iter()
+            .position(|p| Role::parse(&p.role) == Some(role))
+    };
+    let (colocated, prefill, decode) = (
+        find(Role::Colocated),
+        find(Role::Prefill),
+        find(Role::Decode),
+    );
     if let (Some(i), None) = (prefill, decode) {
         problems.push(source.error(
             &format!("pools[{i}].role"),
@@ -355,7 +411,11 @@ fn check_roles(source: &Source, deployment: &Deployment, problems: &mut Problems
 
 fn check_offload(source: &Source, offload: &crate::deployment::Offload, problems: &mut Problems) {
     if offload.tiers.is_empty() {
-        problems.push(source.error("offload.tiers", "offload-tiers-empty", "offload needs at least one tier"));
+        problems.push(source.error(
+            "offload.tiers",
+            "offload-tiers-empty",
+            "offload needs at least one tier",
+        ));
     }
     let mut seen = BTreeSet::new();
     for (i, tier) in offload.tiers.iter().enumerate() {
@@ -391,11 +451,20 @@ fn check_offload(source: &Source, offload: &crate::deployment::Offload, problems
 
 /// The router block is checked for shape and existence only; the router
 /// issue runs the files.
-fn check_router(source: &Source, router: &crate::deployment::Router, files: &dyn Files, problems: &mut Problems) {
+fn check_router(
+    source: &Source,
+    router: &crate::deployment::Router,
+    files: &dyn Files,
+    problems: &mut Problems,
+) {
     let base = Path::new(&source.file).parent().unwrap_or(Path::new(""));
     let check_file = |path_key: &str, value: &str, problems: &mut Problems| {
         if value.trim().is_empty() {
-            problems.push(source.error(path_key, "router-path-blank", "the path must not be blank"));
+            problems.push(source.error(
+                path_key,
+                "router-path-blank",
+                "the path must not be blank",
+            ));
             return;
         }
         let path = base.join(value);
@@ -409,7 +478,10 @@ fn check_router(source: &Source, router: &crate::deployment::Router, files: &dyn
             FileKind::Missing => problems.push(source.error(
                 path_key,
                 "router-file-missing",
-                format!("`{}` does not exist (paths are relative to the deployment file)", path.display()),
+                format!(
+                    "`{}` does not exist (paths are relative to the deployment file)",
+                    path.display()
+                ),
             )),
         }
     };
@@ -422,12 +494,24 @@ fn check_router(source: &Source, router: &crate::deployment::Router, files: &dyn
     for (i, flag) in router.epp_flags.iter().flatten().enumerate() {
         let key = format!("router.epp_flags[{i}]");
         let Some(body) = flag.strip_prefix("--") else {
-            problems.push(source.error(&key, "router-flag-shape", format!("`{flag}` is not of the form --name=value")));
+            problems.push(source.error(
+                &key,
+                "router-flag-shape",
+                format!("`{flag}` is not of the form --name=value"),
+            ));
             continue;
         };
         let name = body.split('=').next().unwrap_or("");
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            problems.push(source.error(&key, "router-flag-shape", format!("`{flag}` is not of the form --name=value")));
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            problems.push(source.error(
+                &key,
+                "router-flag-shape",
+                format!("`{flag}` is not of the form --name=value"),
+            ));
             continue;
         }
         let names_config = matches!(name, "config-file" | "config-text");

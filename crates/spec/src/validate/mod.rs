@@ -56,7 +56,12 @@ pub struct Report {
     pub resolutions: Vec<Resolution>,
 }
 
-fn read(files: &dyn Files, path: &Path, problems: &mut Problems, io_error: &mut bool) -> Option<Source> {
+fn read(
+    files: &dyn Files,
+    path: &Path,
+    problems: &mut Problems,
+    io_error: &mut bool,
+) -> Option<Source> {
     let label = path.display().to_string();
     match files.read(path) {
         Ok(text) => Some(Source::new(label, text)),
@@ -101,7 +106,9 @@ pub fn validate(request: &Request<'_>) -> Report {
     }
     let mut deployment_sources = Vec::new();
     for path in &request.documents {
-        let Some(source) = read(files, path, &mut problems, &mut io_error) else { continue };
+        let Some(source) = read(files, path, &mut problems, &mut io_error) else {
+            continue;
+        };
         match kind_of(&source).as_deref() {
             Some("Scenario") if request.scenario.is_none() && scenario_source.is_none() => {
                 scenario_source = Some(source);
@@ -152,11 +159,22 @@ pub fn validate(request: &Request<'_>) -> Report {
             ));
         }
         let field_ok = !found.has_errors();
-        let gpus_per_node = resolved_scenario.as_ref().map(|s| s.scenario.cluster.gpus_per_node);
-        let layouts: Vec<PoolLayout> =
-            doc.pools.iter().enumerate().map(|(i, p)| PoolLayout::derive(i, p, gpus_per_node)).collect();
+        let gpus_per_node = resolved_scenario
+            .as_ref()
+            .map(|s| s.scenario.cluster.gpus_per_node);
+        let layouts: Vec<PoolLayout> = doc
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PoolLayout::derive(i, p, gpus_per_node))
+            .collect();
         if let (true, Some(resolved)) = (field_ok, &resolved_scenario) {
-            found.extend(cluster::check(source, &doc, &layouts, &resolved.scenario.cluster));
+            found.extend(cluster::check(
+                source,
+                &doc,
+                &layouts,
+                &resolved.scenario.cluster,
+            ));
         }
         let field_layer_ok = !found.has_errors() && !scenario_failed;
         if let (true, Some(resolved)) = (field_layer_ok, &resolved_scenario) {
@@ -174,16 +192,7 @@ pub fn validate(request: &Request<'_>) -> Report {
                     ),
                 }),
                 Some(pack) => {
-                    let resolution = resolve(
-                        &doc,
-                        &resolved.scenario.name,
-                        version,
-                        &pack,
-                        &layouts,
-                        &resolved.chip.origin.name,
-                        &resolved.chip.value,
-                        &resolved.model.value,
-                    );
+                    let resolution = resolve(&doc, resolved, &pack, &layouts);
                     let ctx = RuleContext {
                         source,
                         deployment: &doc,
@@ -206,7 +215,11 @@ pub fn validate(request: &Request<'_>) -> Report {
         }
         problems.extend(found);
     }
-    if scenario_source.is_some() && deployment_sources.is_empty() && request.documents.is_empty() && !io_error {
+    if scenario_source.is_some()
+        && deployment_sources.is_empty()
+        && request.documents.is_empty()
+        && !io_error
+    {
         // A scenario on its own is fine; nothing more to check.
     }
     problems.sort();

@@ -1,7 +1,8 @@
 //! Checks of a Scenario and the resolution of its catalog references.
 
 use crate::catalog::{
-    Catalog, Chip, CoefficientSet, Entry, EntryKind, Fabric, ResolveError, Shape, StorageClass, is_bare_name,
+    Catalog, Chip, CoefficientSet, Entry, EntryKind, Fabric, ResolveError, Shape, StorageClass,
+    is_bare_name,
 };
 use crate::files::{FileKind, Files};
 use crate::load::Source;
@@ -35,46 +36,81 @@ pub fn check(
 ) -> (Problems, Option<ResolvedScenario>) {
     let mut problems = Problems::new();
     if scenario.kind != "Scenario" {
-        problems.push(source.error("kind", "scenario-kind", format!("kind must be `Scenario`, found `{}`", scenario.kind)));
+        problems.push(source.error(
+            "kind",
+            "scenario-kind",
+            format!("kind must be `Scenario`, found `{}`", scenario.kind),
+        ));
     }
     if scenario.name.trim().is_empty() {
         problems.push(source.error("name", "scenario-name-empty", "name must not be empty"));
     }
     if scenario.engine_version.trim().is_empty() {
-        problems.push(source.error("engine_version", "engine-version-empty", "engine_version must name a release"));
+        problems.push(source.error(
+            "engine_version",
+            "engine-version-empty",
+            "engine_version must name a release",
+        ));
     }
     if scenario.coefficients.is_empty() {
-        problems.push(source.error("coefficients", "coefficients-empty", "a scenario names at least one coefficient set"));
+        problems.push(source.error(
+            "coefficients",
+            "coefficients-empty",
+            "a scenario names at least one coefficient set",
+        ));
     }
     let cluster = &scenario.cluster;
     if cluster.nodes < 1 {
-        problems.push(source.error("cluster.nodes", "cluster-nodes-below-one", format!("nodes must be at least 1, found {}", cluster.nodes)));
+        problems.push(source.error(
+            "cluster.nodes",
+            "cluster-nodes-below-one",
+            format!("nodes must be at least 1, found {}", cluster.nodes),
+        ));
     }
     if cluster.gpus_per_node < 1 {
         problems.push(source.error(
             "cluster.gpus_per_node",
             "cluster-gpus-per-node-below-one",
-            format!("gpus_per_node must be at least 1, found {}", cluster.gpus_per_node),
+            format!(
+                "gpus_per_node must be at least 1, found {}",
+                cluster.gpus_per_node
+            ),
         ));
     }
-    if let Some(rack) = cluster.gpus_per_rack {
-        if cluster.gpus_per_node >= 1 && (rack < 1 || rack % cluster.gpus_per_node != 0) {
-            problems.push(source.error(
-                "cluster.gpus_per_rack",
-                "cluster-rack-multiple",
-                format!("gpus_per_rack {rack} must be a positive multiple of gpus_per_node {}", cluster.gpus_per_node),
-            ));
-        }
+    if let Some(rack) = cluster.gpus_per_rack
+        && cluster.gpus_per_node >= 1
+        && (rack < 1 || rack % cluster.gpus_per_node != 0)
+    {
+        problems.push(source.error(
+            "cluster.gpus_per_rack",
+            "cluster-rack-multiple",
+            format!(
+                "gpus_per_rack {rack} must be a positive multiple of gpus_per_node {}",
+                cluster.gpus_per_node
+            ),
+        ));
     }
     if cluster.nodes > 1 && cluster.fabric.is_none() {
-        problems.push(source.error("cluster.fabric", "cluster-fabric-missing", "a cluster of more than one node needs a fabric"));
+        problems.push(source.error(
+            "cluster.fabric",
+            "cluster-fabric-missing",
+            "a cluster of more than one node needs a fabric",
+        ));
     }
     let mut seen = BTreeSet::new();
     for (i, class) in cluster.storage.iter().flatten().enumerate() {
         if class.trim().is_empty() {
-            problems.push(source.error(&format!("cluster.storage[{i}]"), "cluster-storage-empty", "a storage entry must name a class"));
+            problems.push(source.error(
+                &format!("cluster.storage[{i}]"),
+                "cluster-storage-empty",
+                "a storage entry must name a class",
+            ));
         } else if !seen.insert(class.as_str()) {
-            problems.push(source.error(&format!("cluster.storage[{i}]"), "cluster-storage-duplicate", format!("storage class `{class}` is listed twice")));
+            problems.push(source.error(
+                &format!("cluster.storage[{i}]"),
+                "cluster-storage-duplicate",
+                format!("storage class `{class}` is listed twice"),
+            ));
         }
     }
     let mut trace_path = None;
@@ -89,7 +125,11 @@ pub fn check(
                 let base = Path::new(&source.file).parent().unwrap_or(Path::new(""));
                 let path = base.join(&trace.data);
                 if trace.data.trim().is_empty() {
-                    problems.push(source.error("workload.trace.data", "trace-file-missing", "the trace path must not be blank"));
+                    problems.push(source.error(
+                        "workload.trace.data",
+                        "trace-file-missing",
+                        "the trace path must not be blank",
+                    ));
                 } else {
                     match files.kind(&path) {
                         FileKind::File => trace_path = Some(path),
@@ -101,21 +141,36 @@ pub fn check(
                         FileKind::Missing => problems.push(source.error(
                             "workload.trace.data",
                             "trace-file-missing",
-                            format!("`{}` does not exist (the path is relative to the scenario file)", path.display()),
+                            format!(
+                                "`{}` does not exist (the path is relative to the scenario file)",
+                                path.display()
+                            ),
                         )),
                     }
                 }
-                if let Some(sha) = &trace.sha256 {
-                    if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-                        problems.push(source.error("workload.trace.sha256", "trace-sha256", "sha256 must be 64 hexadecimal digits"));
-                    }
+                if let Some(sha) = &trace.sha256
+                    && (sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()))
+                {
+                    problems.push(source.error(
+                        "workload.trace.sha256",
+                        "trace-sha256",
+                        "sha256 must be 64 hexadecimal digits",
+                    ));
                 }
                 if let Some(rows) = trace.rows.filter(|r| *r < 0) {
-                    problems.push(source.error("workload.trace.rows", "trace-rows-negative", format!("rows must not be negative, found {rows}")));
+                    problems.push(source.error(
+                        "workload.trace.rows",
+                        "trace-rows-negative",
+                        format!("rows must not be negative, found {rows}"),
+                    ));
                 }
                 let header = &trace.header;
                 if header.trace_version < 1 {
-                    problems.push(source.error("workload.trace.header.trace_version", "trace-version", "trace_version must be at least 1"));
+                    problems.push(source.error(
+                        "workload.trace.header.trace_version",
+                        "trace-version",
+                        "trace_version must be at least 1",
+                    ));
                 }
                 if !TIME_UNITS.contains(&header.time_unit.as_str()) {
                     problems.push(source.error(
@@ -135,9 +190,17 @@ pub fn check(
                     let at = format!("workload.trace.header.goodput_slo_targets.{class}");
                     let values = [target.ttft_ms, target.itl_ms, target.e2e_ms];
                     if values.iter().any(|v| !v.is_finite() || *v < 0.0) {
-                        problems.push(source.error(&at, "slo-target-range", "SLO targets must be finite and not negative"));
+                        problems.push(source.error(
+                            &at,
+                            "slo-target-range",
+                            "SLO targets must be finite and not negative",
+                        ));
                     } else if values.iter().all(|v| *v == 0.0) {
-                        problems.push(source.error(&at, "slo-target-empty", "an SLO class needs at least one non-zero target"));
+                        problems.push(source.error(
+                            &at,
+                            "slo-target-empty",
+                            "an SLO class needs at least one non-zero target",
+                        ));
                     }
                 }
             }
@@ -160,13 +223,19 @@ pub fn check(
     };
     let model_ok = reference("model", &scenario.model, EntryKind::Model);
     let chip_ok = reference("cluster.hardware", &cluster.hardware, EntryKind::Chip);
-    let fabric_ok = cluster.fabric.as_deref().is_none_or(|f| reference("cluster.fabric", f, EntryKind::Fabric));
+    let fabric_ok = cluster
+        .fabric
+        .as_deref()
+        .is_none_or(|f| reference("cluster.fabric", f, EntryKind::Fabric));
     let storage_ok: Vec<bool> = cluster
         .storage
         .iter()
         .flatten()
         .enumerate()
-        .map(|(i, s)| !s.trim().is_empty() && reference(&format!("cluster.storage[{i}]"), s, EntryKind::Storage))
+        .map(|(i, s)| {
+            !s.trim().is_empty()
+                && reference(&format!("cluster.storage[{i}]"), s, EntryKind::Storage)
+        })
         .collect();
     let shape_ok = scenario
         .workload
@@ -181,15 +250,19 @@ pub fn check(
         .collect();
 
     let mut failed = false;
-    let mut take = |path: &str, name: &str, kind: EntryKind, result: Result<(), ResolveError>| {
-        match result {
+    let mut take =
+        |path: &str, name: &str, kind: EntryKind, result: Result<(), ResolveError>| match result {
             Ok(()) => {}
             Err(ResolveError::Unknown { known }) => {
                 failed = true;
                 resolve_problems.push(source.error(
                     path,
                     "unknown-reference",
-                    format!("no {} named `{name}`; known: {}", kind.noun(), known.join(", ")),
+                    format!(
+                        "no {} named `{name}`; known: {}",
+                        kind.noun(),
+                        known.join(", ")
+                    ),
                 ));
             }
             Err(ResolveError::Invalid(inner)) => {
@@ -198,21 +271,33 @@ pub fn check(
                 resolve_problems.push(source.error(
                     path,
                     "invalid-reference",
-                    format!("the {} `{name}` is malformed (see the problems in its file)", kind.noun()),
+                    format!(
+                        "the {} `{name}` is malformed (see the problems in its file)",
+                        kind.noun()
+                    ),
                 ));
             }
-        }
-    };
+        };
     let model = if model_ok {
         let r = catalog.model(&scenario.model);
-        take("model", &scenario.model, EntryKind::Model, r.as_ref().map(|_| ()).map_err(Clone::clone));
+        take(
+            "model",
+            &scenario.model,
+            EntryKind::Model,
+            r.as_ref().map(|_| ()).map_err(Clone::clone),
+        );
         r.ok()
     } else {
         None
     };
     let chip = if chip_ok {
         let r = catalog.chip(&cluster.hardware);
-        take("cluster.hardware", &cluster.hardware, EntryKind::Chip, r.as_ref().map(|_| ()).map_err(Clone::clone));
+        take(
+            "cluster.hardware",
+            &cluster.hardware,
+            EntryKind::Chip,
+            r.as_ref().map(|_| ()).map_err(Clone::clone),
+        );
         r.ok()
     } else {
         None
@@ -220,28 +305,56 @@ pub fn check(
     let mut fabric = None;
     if let (true, Some(name)) = (fabric_ok, &cluster.fabric) {
         let r = catalog.fabric(name);
-        take("cluster.fabric", name, EntryKind::Fabric, r.as_ref().map(|_| ()).map_err(Clone::clone));
+        take(
+            "cluster.fabric",
+            name,
+            EntryKind::Fabric,
+            r.as_ref().map(|_| ()).map_err(Clone::clone),
+        );
         fabric = r.ok();
     }
     let mut storage = Vec::new();
     for ((i, name), ok) in cluster.storage.iter().flatten().enumerate().zip(storage_ok) {
         if ok {
             let r = catalog.storage(name);
-            take(&format!("cluster.storage[{i}]"), name, EntryKind::Storage, r.as_ref().map(|_| ()).map_err(Clone::clone));
+            take(
+                &format!("cluster.storage[{i}]"),
+                name,
+                EntryKind::Storage,
+                r.as_ref().map(|_| ()).map_err(Clone::clone),
+            );
             storage.extend(r.ok());
         }
     }
     let mut shape = None;
-    if let (true, Some(name)) = (shape_ok, scenario.workload.as_ref().and_then(|w| w.shape.as_ref())) {
+    if let (true, Some(name)) = (
+        shape_ok,
+        scenario.workload.as_ref().and_then(|w| w.shape.as_ref()),
+    ) {
         let r = catalog.shape(name);
-        take("workload.shape", name, EntryKind::Shape, r.as_ref().map(|_| ()).map_err(Clone::clone));
+        take(
+            "workload.shape",
+            name,
+            EntryKind::Shape,
+            r.as_ref().map(|_| ()).map_err(Clone::clone),
+        );
         shape = r.ok();
     }
     let mut coefficients = Vec::new();
-    for ((i, name), ok) in scenario.coefficients.iter().enumerate().zip(coefficients_ok) {
+    for ((i, name), ok) in scenario
+        .coefficients
+        .iter()
+        .enumerate()
+        .zip(coefficients_ok)
+    {
         if ok {
             let r = catalog.coefficient_set(name);
-            take(&format!("coefficients[{i}]"), name, EntryKind::CoefficientSet, r.as_ref().map(|_| ()).map_err(Clone::clone));
+            take(
+                &format!("coefficients[{i}]"),
+                name,
+                EntryKind::CoefficientSet,
+                r.as_ref().map(|_| ()).map_err(Clone::clone),
+            );
             coefficients.extend(r.ok());
         }
     }
