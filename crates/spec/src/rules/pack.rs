@@ -87,28 +87,48 @@ const PACKS: &[(&str, &str)] = &[
     ("vllm-rbln.yaml", include_str!("../../rules/vllm-rbln.yaml")),
 ];
 
-/// Every built-in pack. The packs are compiled in and tested to load, so a
-/// pack that fails to parse is a build defect, reported as a panic in tests.
-pub fn all() -> Vec<RulesPack> {
-    PACKS
-        .iter()
-        .map(|(file, text)| {
-            serde_yaml::from_str(text)
-                .unwrap_or_else(|e| panic!("built-in rules pack {file} is malformed: {e}"))
-        })
-        .collect()
+/// Every built-in pack, parsed once. The packs are compiled in and tested to
+/// load, so a pack that fails to parse is a build defect, caught by the
+/// test `every_pack_loads`.
+pub fn all() -> &'static [RulesPack] {
+    static PARSED: std::sync::OnceLock<Vec<RulesPack>> = std::sync::OnceLock::new();
+    PARSED.get_or_init(|| {
+        PACKS
+            .iter()
+            .map(|(file, text)| {
+                serde_yaml::from_str(text)
+                    .unwrap_or_else(|e| panic!("built-in rules pack {file} is malformed: {e}"))
+            })
+            .collect()
+    })
 }
 
 /// The pack for an engine version, if pdsim has one.
-pub fn for_version(engine_version: &str) -> Option<RulesPack> {
+pub fn for_version(engine_version: &str) -> Option<&'static RulesPack> {
     all()
-        .into_iter()
+        .iter()
         .find(|p| p.engine_versions.iter().any(|v| v == engine_version))
 }
 
 /// Every engine version some pack covers, for messages.
 pub fn known_versions() -> Vec<String> {
-    let mut versions: Vec<String> = all().into_iter().flat_map(|p| p.engine_versions).collect();
+    let mut versions: Vec<String> = all()
+        .iter()
+        .flat_map(|p| p.engine_versions.iter().cloned())
+        .collect();
     versions.sort();
     versions
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_pack_loads() {
+        let packs = super::all();
+        assert_eq!(packs.len(), 3);
+        assert!(super::for_version("0.29.0").is_some());
+        assert!(super::for_version("0.31.0").is_some());
+        assert!(super::for_version("vllm-rbln-0.12.0").is_some());
+        assert!(super::for_version("0.30.0").is_none());
+    }
 }

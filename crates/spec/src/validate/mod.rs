@@ -192,11 +192,11 @@ pub fn validate(request: &Request<'_>) -> Report {
                     ),
                 }),
                 Some(pack) => {
-                    let resolution = resolve(&doc, resolved, &pack, &layouts);
+                    let resolution = resolve(&doc, resolved, pack, &layouts);
                     let ctx = RuleContext {
                         source,
                         deployment: &doc,
-                        pack: &pack,
+                        pack,
                         model: &resolved.model.value,
                         resolution: &resolution,
                     };
