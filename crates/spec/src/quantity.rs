@@ -48,7 +48,16 @@ pub fn parse_human_int(text: &str) -> Result<i64, String> {
                 'm' => (1e6, 1 << 20),
                 'g' => (1e9, 1 << 30),
                 't' => (1e12, 1 << 40),
-                _ => return Err(format!("has an unknown suffix `{suffix}`")),
+                _ if !is_unsigned_decimal(number) => {
+                    return Err(format!(
+                        "`{value}` is not a whole number, auto, or a number with a k/m/g/t or K/M/G/T suffix"
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "`{value}` has an unknown suffix `{suffix}`; use k/m/g/t or K/M/G/T"
+                    ));
+                }
             };
             if !is_unsigned_decimal(number) {
                 return Err(format!(

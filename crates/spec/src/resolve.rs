@@ -433,8 +433,13 @@ pub fn resolve_pool(
         value: allreduce.clone(),
         origin: "derived",
     });
-    let sequence_parallel_moe =
-        model.is_moe() && pack.sp_moe_backends.contains(&all2all) && layout.tp > 1 && layout.dp > 1;
+    // vLLM's ParallelConfig.use_sequence_parallel_moe: expert parallelism on,
+    // an SP-MoE all2all backend, and both tp and dp above 1.
+    let sequence_parallel_moe = model.is_moe()
+        && pool.parallel.enable_expert_parallel
+        && pack.sp_moe_backends.contains(&all2all)
+        && layout.tp > 1
+        && layout.dp > 1;
 
     // Async scheduling: the engine decides through its disqualifying conditions.
     let mut disqualifier = None;

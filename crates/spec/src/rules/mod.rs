@@ -142,7 +142,7 @@ fn enum_rule(
         return;
     }
     let message = format!(
-        "`{value}` is not a {set} that {} knows; known: {}",
+        "`{value}` is not a value of {set} that {} knows; known: {}",
         ctx.pack.name,
         list.join(", ")
     );
@@ -433,15 +433,21 @@ fn pool_rules(
             format!("`{}` with tp {} and dp {} makes the MoE input sequence-parallel: the all-reduce becomes a reduce-scatter plus an all-gather", engine.all2all_backend, layout.tp, layout.dp),
         ));
     }
-    if let (Some(threshold), Some(MaxModelLen::Tokens(len))) =
-        (e.long_prefill_token_threshold, e.max_model_len)
-        && threshold > len
+    // The engine compares the threshold with max_model_len as it resolved
+    // it: stated, fitted (`auto`) or the model's whole window.
+    let resolved_len = resolved.kv.max_model_len;
+    if let Some(threshold) = e
+        .long_prefill_token_threshold
+        .filter(|t| *t > 0 && resolved_len > 0 && *t as u64 > resolved_len)
     {
         problems.push(ctx.source.error(
-                &at("engine.long_prefill_token_threshold"),
-                "long-prefill-above-max-model-len",
-                format!("long_prefill_token_threshold {threshold} exceeds max_model_len {len}; the engine refuses it"),
-            ));
+            &at("engine.long_prefill_token_threshold"),
+            "long-prefill-above-max-model-len",
+            format!(
+                "long_prefill_token_threshold {threshold} exceeds max_model_len {resolved_len} ({}); the engine refuses it",
+                resolved.kv.max_model_len_origin
+            ),
+        ));
     }
     let is_deepseek_v41 = model.name.contains("deepseek-v4");
     if let Some(value) = e.swa_bounded_replay {
@@ -534,7 +540,10 @@ fn pool_rules(
     }
     let memory = &resolved.memory;
     let kv = &resolved.kv;
-    if memory.kv_bytes <= 0 || kv.num_gpu_blocks == 0 {
+    if kv.kv_bytes_per_token_rank <= 0.0 {
+        // An unknown cache dtype has no size; enum-values-known says so, and
+        // the memory rules would only repeat it in a misleading way.
+    } else if memory.kv_bytes <= 0 || kv.num_gpu_blocks == 0 {
         problems.push(ctx.source.error(
             &at("parallel"),
             "weights-exceed-memory",
