@@ -330,14 +330,18 @@ impl<'f> Catalog<'f> {
         }
     }
 
-    pub fn chip(&self, name: &str) -> Result<Entry<Chip>, ResolveError> {
-        let (source, _) = self
-            .find(EntryKind::Chip, name)
-            .ok_or_else(|| self.unknown(EntryKind::Chip))?;
-        let chip: Chip = load_commented(&source).map_err(ResolveError::Invalid)?;
-        crate::validate::catalog::check_chip(&source, &chip).map_err(ResolveError::Invalid)?;
+    /// Resolves a one-document entry: find, load (comments allowed), check.
+    fn resolve_document<T: DeserializeOwned>(
+        &self,
+        kind: EntryKind,
+        name: &str,
+        check: fn(&Source, &T) -> Result<(), Problems>,
+    ) -> Result<Entry<T>, ResolveError> {
+        let (source, _) = self.find(kind, name).ok_or_else(|| self.unknown(kind))?;
+        let value: T = load_commented(&source).map_err(ResolveError::Invalid)?;
+        check(&source, &value).map_err(ResolveError::Invalid)?;
         Ok(Entry {
-            value: chip,
+            value,
             origin: Origin {
                 name: name.into(),
                 file: source.file,
@@ -345,19 +349,16 @@ impl<'f> Catalog<'f> {
         })
     }
 
+    pub fn chip(&self, name: &str) -> Result<Entry<Chip>, ResolveError> {
+        self.resolve_document(EntryKind::Chip, name, crate::validate::catalog::check_chip)
+    }
+
     pub fn fabric(&self, name: &str) -> Result<Entry<Fabric>, ResolveError> {
-        let (source, _) = self
-            .find(EntryKind::Fabric, name)
-            .ok_or_else(|| self.unknown(EntryKind::Fabric))?;
-        let fabric: Fabric = load_commented(&source).map_err(ResolveError::Invalid)?;
-        crate::validate::catalog::check_fabric(&source, &fabric).map_err(ResolveError::Invalid)?;
-        Ok(Entry {
-            value: fabric,
-            origin: Origin {
-                name: name.into(),
-                file: source.file,
-            },
-        })
+        self.resolve_document(
+            EntryKind::Fabric,
+            name,
+            crate::validate::catalog::check_fabric,
+        )
     }
 
     pub fn storage(&self, name: &str) -> Result<Entry<StorageClass>, ResolveError> {
@@ -431,34 +432,19 @@ impl<'f> Catalog<'f> {
     }
 
     pub fn shape(&self, name: &str) -> Result<Entry<Shape>, ResolveError> {
-        let (source, _) = self
-            .find(EntryKind::Shape, name)
-            .ok_or_else(|| self.unknown(EntryKind::Shape))?;
-        let shape: Shape = load_commented(&source).map_err(ResolveError::Invalid)?;
-        crate::validate::catalog::check_shape(&source, &shape).map_err(ResolveError::Invalid)?;
-        Ok(Entry {
-            value: shape,
-            origin: Origin {
-                name: name.into(),
-                file: source.file,
-            },
-        })
+        self.resolve_document(
+            EntryKind::Shape,
+            name,
+            crate::validate::catalog::check_shape,
+        )
     }
 
     pub fn coefficient_set(&self, name: &str) -> Result<Entry<CoefficientSet>, ResolveError> {
-        let (source, _) = self
-            .find(EntryKind::CoefficientSet, name)
-            .ok_or_else(|| self.unknown(EntryKind::CoefficientSet))?;
-        let set: CoefficientSet = load(&source).map_err(ResolveError::Invalid)?;
-        crate::validate::catalog::check_coefficient_set(&source, &set)
-            .map_err(ResolveError::Invalid)?;
-        Ok(Entry {
-            value: set,
-            origin: Origin {
-                name: name.into(),
-                file: source.file,
-            },
-        })
+        self.resolve_document(
+            EntryKind::CoefficientSet,
+            name,
+            crate::validate::catalog::check_coefficient_set,
+        )
     }
 }
 

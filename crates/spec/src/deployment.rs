@@ -242,10 +242,58 @@ pub struct PdTransfer {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Router {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `--name=value` flags. A Helm `epp.flags` map (`name: value`) is
+    /// accepted too and rendered to this list in key order, as Helm's
+    /// `range` renders a map.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "epp_flags"
+    )]
     pub epp_flags: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_picker_config: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifests: Option<Vec<String>>,
+}
+
+/// Reads `epp_flags` as a list of strings or a Helm-style map of scalars.
+fn epp_flags<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    use serde::de::Error;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flags {
+        List(Vec<String>),
+        Map(BTreeMap<String, serde_yaml::Value>),
+    }
+    let flags = match Flags::deserialize(deserializer) {
+        Ok(flags) => flags,
+        Err(_) => {
+            return Err(D::Error::custom(
+                "epp_flags must be a list of `--name=value` strings or a Helm map of `name: value`",
+            ));
+        }
+    };
+    match flags {
+        Flags::List(list) => Ok(Some(list)),
+        Flags::Map(map) => map
+            .into_iter()
+            .map(|(name, value)| {
+                let value = match value {
+                    serde_yaml::Value::String(s) => s,
+                    serde_yaml::Value::Bool(b) => b.to_string(),
+                    serde_yaml::Value::Number(n) => n.to_string(),
+                    _ => {
+                        return Err(D::Error::custom(format!(
+                            "epp_flags.{name} must be a string, number or boolean"
+                        )));
+                    }
+                };
+                Ok(format!("--{name}={value}"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+    }
 }

@@ -832,6 +832,16 @@ mod field_checks {
         router_manifest_is_a_directory:
             base(), colocated_with(TP8, "", "router:\n  manifests: [router]\n")
             => [err("router-file-missing", "router.manifests[0]")];
+        /// A Helm `epp.flags` map renders to `--name=value` flags, so naming
+        /// the configuration there too is caught the same way.
+        router_helm_flag_map_names_the_config_twice:
+            base(),
+            colocated_with(TP8, "", "router:\n  endpoint_picker_config: epp.yaml\n  epp_flags:\n    pool-name: vllm\n    config-file: other.yaml\n")
+            => [err("router-config-twice", "router.epp_flags[0]")];
+        router_helm_flag_map_is_accepted:
+            base(),
+            colocated_with(TP8, "", "router:\n  endpoint_picker_config: epp.yaml\n  epp_flags:\n    pool-name: vllm\n    v: 2\n")
+            => [];
         router_flag_without_dashes:
             base(), colocated_with(TP8, "", "router:\n  epp_flags: [pool-name=vllm]\n")
             => [err("router-flag-shape", "router.epp_flags[0]")];
@@ -1349,4 +1359,35 @@ mod rule_checks {
             colocated("tp: 1, pp: 1, dp: 1", "gpu_memory_utilization: 0.16, max_model_len: auto")
             => [];
     }
+}
+
+/// A CoefficientSet given as a file is checked on its own, as the registry
+/// validator does: units, methods and ci95 must hold.
+#[test]
+fn a_coefficient_set_file_is_checked() {
+    let set = "kind: CoefficientSet\nname: mine\ncoefficients:\n  - gemm_eps_max_bf16:\n      value: 0.9\n      units: furlongs\n      method: measured\n      fitted: true\n      ci95: [0.1, 0.2]\n      scope: {hardware: [h200]}\n";
+    let files = MemoryFiles::new().with("c.yaml", set);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: None,
+        documents: vec!["c.yaml".into()],
+    });
+    let codes: Vec<(&str, &str)> = report
+        .problems
+        .iter()
+        .map(|p| (p.code.as_str(), p.path.as_str()))
+        .collect();
+    assert!(
+        codes.contains(&(
+            "coefficient-units",
+            "coefficients[0].gemm_eps_max_bf16.units"
+        )),
+        "{codes:?}"
+    );
+    assert!(
+        codes.contains(&("coefficient-ci95", "coefficients[0].gemm_eps_max_bf16.ci95")),
+        "{codes:?}"
+    );
+    assert!(!report.valid);
 }
