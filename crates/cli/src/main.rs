@@ -6,6 +6,7 @@
 //! - 2: a usage error, or a file that could not be read.
 
 mod disk;
+mod run_cmd;
 mod validate_cmd;
 
 use std::process::ExitCode;
@@ -28,6 +29,7 @@ fn pdsim_cli_run() -> ExitCode {
     };
     match cli.command {
         Command::Validate(args) => validate_cmd::run(&args),
+        Command::Run(args) => run_cmd::run_command(&args),
     }
 }
 
@@ -39,10 +41,12 @@ struct Cli {
     command: Command,
 }
 
-const EXIT_CODES: &str = "Exit codes: 0 success (valid), 1 invalid input, 2 usage or I/O error.";
+const EXIT_CODES: &str = "Exit codes: 0 success (valid), 1 invalid input, 2 usage or I/O error, 3 an invariant broke (run --check).";
 
 #[derive(clap::Subcommand, Debug)]
 enum Command {
     /// Check Scenario and Deployment documents and say exactly what is wrong and where.
     Validate(validate_cmd::Args),
+    /// Replay a trace against a deployment; with no arguments, the built-in default.
+    Run(run_cmd::Args),
 }

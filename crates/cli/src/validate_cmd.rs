@@ -28,7 +28,7 @@ pub struct Args {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
+pub enum Format {
     Text,
     Json,
 }

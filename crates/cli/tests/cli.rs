@@ -279,3 +279,104 @@ fn the_blis_example_deployment_validates_against_its_example_scenario() {
         );
     }
 }
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("runs")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn run_with_no_arguments_is_deterministic_to_the_byte() {
+    let (a, b) = (out_dir("default-a"), out_dir("default-b"));
+    let (code, stdout, stderr) = pdsim(&["run", "--out", &a.to_string_lossy()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("2000 completed"), "{stdout}");
+    let (code, _, _) = pdsim(&["run", "--check", "--out", &b.to_string_lossy()]);
+    assert_eq!(code, 0);
+    for file in ["summary.json", "requests.csv"] {
+        let (x, y) = (
+            std::fs::read(a.join(file)).unwrap(),
+            std::fs::read(b.join(file)).unwrap(),
+        );
+        assert!(x == y, "{file} differs between two runs with the same seed");
+    }
+    let csv = std::fs::read_to_string(a.join("requests.csv")).unwrap();
+    assert_eq!(
+        csv.lines().count(),
+        2001,
+        "one row per request plus the header"
+    );
+    assert!(csv.lines().next().unwrap().ends_with(",outcome,reason"));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["requests"]["completed"], 2000);
+    assert!(
+        summary["ttft_ms"]["p99"].as_f64().unwrap() > summary["ttft_ms"]["p50"].as_f64().unwrap()
+    );
+    // A different seed changes nothing here but must still run.
+    let (code, _, _) = pdsim(&[
+        "run",
+        "--seed",
+        "5",
+        "--out",
+        &out_dir("seed5").to_string_lossy(),
+    ]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn run_refuses_what_it_cannot_simulate_yet_and_writes_nothing() {
+    let out = out_dir("pd");
+    let (code, _, stderr) = pdsim(&[
+        "run",
+        "--scenario",
+        H200,
+        "--deployment",
+        "deployments/1p3d-ep8.yaml",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("pools[0].role") && stderr.contains("P/D"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_bad_trace_row_fails_the_run_without_results() {
+    let trace = temp_file(
+        "bad-trace.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5, \"hash_ids\": [1]}\n{\"timestamp\": 1, \"input_length\": \"x\"}\n",
+    );
+    let out = out_dir("bad-trace");
+    let (code, _, stderr) = pdsim(&[
+        "run",
+        "--trace",
+        &trace.to_string_lossy(),
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("bad-trace.jsonl:2"), "{stderr}");
+    assert!(!out.exists(), "no result that looks complete");
+    let parent = out.parent().unwrap();
+    let leftovers: Vec<_> = std::fs::read_dir(parent)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("bad-trace"))
+        .collect();
+    assert!(leftovers.is_empty(), "no partial folder left behind");
+    let (code, _, _) = pdsim(&[
+        "run",
+        "--trace",
+        "no/such/trace.jsonl",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 2);
+}

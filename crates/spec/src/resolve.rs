@@ -42,12 +42,19 @@ pub struct Override {
 /// The settings one pool's engines run with, typed for later stages.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EngineConfig {
+    /// Whether the model uses EAGLE-style drafting (its own KV, lookahead
+    /// slots, last hit block dropped).
+    pub spec_eagle_style: bool,
     pub block_size: u64,
     pub max_num_batched_tokens: u64,
     pub max_num_seqs: u64,
     /// 0 leaves prefills uncapped.
     pub long_prefill_token_threshold: u64,
     pub long_prefill_waiver_when_alone: bool,
+    /// Admission reserves blocks for the whole remaining prompt.
+    pub reserve_full_prompt: bool,
+    /// Freed blocks without a hash are reused first.
+    pub unhashed_blocks_to_front: bool,
     pub gpu_memory_utilization: f64,
     pub scheduling_policy: String,
     pub async_scheduling: bool,
@@ -568,6 +575,8 @@ pub fn resolve_pool(
         max_num_seqs,
         long_prefill_token_threshold: long_prefill,
         long_prefill_waiver_when_alone: pack.features.long_prefill_waiver_when_alone,
+        reserve_full_prompt: pack.features.reserve_full_prompt,
+        unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
         gpu_memory_utilization: gmu,
         scheduling_policy: policy,
         async_scheduling,
@@ -584,6 +593,9 @@ pub fn resolve_pool(
         dbo_enabled,
         dbo_decode_token_threshold: dbo_decode,
         dbo_prefill_token_threshold: dbo_prefill,
+        spec_eagle_style: spec_method
+            .as_ref()
+            .is_some_and(|m| pack.eagle_style_spec_methods.contains(m)),
         spec_method,
         num_spec_tokens: k,
         eplb_enabled,

@@ -35,6 +35,8 @@ pub struct Features {
     pub pp_excludes_dp: bool,
     pub has_swa_bounded_replay: bool,
     pub has_engram_config: bool,
+    pub reserve_full_prompt: bool,
+    pub unhashed_blocks_to_front: bool,
     pub cuda_graphs: bool,
     #[serde(default)]
     pub sub_block_prefix_reuse: bool,

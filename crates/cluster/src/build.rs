@@ -1,0 +1,236 @@
+//! From validated documents to the runtime cluster: one pod per engine, one
+//! engine core per data-parallel rank, each configured from the resolution,
+//! and one cost model per pool.
+//!
+//! What the simulation cannot yet run faithfully is refused here, naming the
+//! key and the reason — never silently replaced by something else.
+
+use pdsim_cost::CostModel;
+use pdsim_engine::{CudaGraphMode, Dbo, EngineConfig, Graphs, Policy, SpecConfig};
+use pdsim_spec::catalog::CoefficientSet;
+use pdsim_spec::deployment::Role;
+use pdsim_spec::resolve::PoolResolution;
+use pdsim_spec::validate::ValidDeployment;
+use pdsim_spec::validate::scenario::ResolvedScenario;
+
+/// Why a deployment cannot be simulated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuildError {
+    /// The key path in the deployment that asks for it.
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// One pool at run time.
+pub struct PoolRuntime {
+    pub role: Role,
+    /// Engines (pods) in the pool and data-parallel ranks per engine.
+    pub pods: u32,
+    pub ranks: u16,
+    /// Whether the ranks of one engine step in lockstep: vLLM runs
+    /// data-parallel ranks of a mixture-of-experts model together, idle ranks
+    /// stepping dummy batches so the expert collectives line up
+    /// (`vllm/v1/engine/coordinator.py`).
+    pub lockstep: bool,
+    pub engine: EngineConfig,
+    pub cost: Box<dyn CostModel>,
+}
+
+/// The cluster as the event loop runs it.
+pub struct Cluster {
+    pub pools: Vec<PoolRuntime>,
+    /// The name of the routing policy, for reports.
+    pub router: &'static str,
+}
+
+/// Unconditional acceptance probability per draft position, by method.
+///
+/// - eagle3: a public vLLM measurement of an EAGLE-3 head (gpt-oss-120b,
+///   vLLM 0.17, temperature 1, chain of 8): 0.58, 0.31, 0.16, 0.08, 0.04,
+///   0.02, 0.01, 0.00 (`research/vllm-engine.md` §5).
+/// - deepseek_mtp / mtp-style single-module drafters: DeepSeek-V3's report
+///   gives 85–90% acceptance of the second token; later positions reuse the
+///   module and are taken to halve [assumed].
+/// - eagle (EAGLE-1/2 heads): below EAGLE-3, taken as 0.5 and halving [assumed].
+/// - ngram and other model-free drafters: workload dependent; 0.3 and halving
+///   [assumed].
+///
+/// A scenario overrides position i of a method with a coefficient named
+/// `spec_acceptance_<method>_pos<i>` (dimensionless, 0-based position).
+pub fn default_acceptance(method: &str) -> Vec<f64> {
+    let halving = |first: f64| {
+        (0..16)
+            .map(|i| first / f64::powi(2.0, i))
+            .collect::<Vec<f64>>()
+    };
+    match method {
+        "eagle3" => vec![0.58, 0.31, 0.16, 0.08, 0.04, 0.02, 0.01, 0.0],
+        m if m.ends_with("mtp") => halving(0.87),
+        "eagle" | "dflash" | "dspark" => halving(0.5),
+        _ => halving(0.3),
+    }
+}
+
+fn acceptance_overrides(method: &str, sets: &[CoefficientSet], base: &mut [f64]) {
+    let prefix = format!("spec_acceptance_{method}_pos");
+    for set in sets {
+        for entry in &set.coefficients {
+            for (name, coefficient) in entry {
+                if let Some(pos) = name
+                    .strip_prefix(&prefix)
+                    .and_then(|p| p.parse::<usize>().ok())
+                    && pos < base.len()
+                {
+                    base[pos] = coefficient.value.clamp(0.0, 1.0);
+                }
+            }
+        }
+    }
+    // Acceptance of position i+1 implies acceptance of position i.
+    for i in 1..base.len() {
+        base[i] = base[i].min(base[i - 1]);
+    }
+}
+
+fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig {
+    let e = &pool.engine;
+    let spec = e.spec_method.as_ref().map(|method| {
+        let mut acceptance = default_acceptance(method);
+        acceptance.resize(e.num_spec_tokens as usize, 0.0);
+        acceptance_overrides(method, sets, &mut acceptance);
+        SpecConfig {
+            num_spec_tokens: e.num_spec_tokens as u32,
+            acceptance,
+            eagle_style: e.spec_eagle_style,
+        }
+    });
+    let clamp = |v: u64| v.min(u32::MAX as u64) as u32;
+    EngineConfig {
+        block_size: clamp(e.block_size),
+        num_blocks: clamp(pool.kv.num_gpu_blocks),
+        max_num_batched_tokens: clamp(e.max_num_batched_tokens),
+        max_num_seqs: clamp(e.max_num_seqs),
+        long_prefill_token_threshold: clamp(e.long_prefill_token_threshold),
+        long_prefill_waiver_when_alone: e.long_prefill_waiver_when_alone,
+        policy: if e.scheduling_policy == "priority" {
+            Policy::Priority
+        } else {
+            Policy::Fcfs
+        },
+        enable_prefix_caching: e.enable_prefix_caching,
+        max_model_len: clamp(pool.kv.max_model_len),
+        reserve_full_prompt: e.reserve_full_prompt,
+        unhashed_blocks_to_front: e.unhashed_blocks_to_front,
+        graphs: Graphs {
+            mode: CudaGraphMode::parse(&e.cudagraph_mode),
+            sizes: e
+                .cudagraph_capture_sizes
+                .iter()
+                .map(|s| clamp(*s))
+                .collect(),
+        },
+        dbo: Dbo {
+            enabled: e.dbo_enabled,
+            decode_threshold: clamp(e.dbo_decode_token_threshold),
+            prefill_threshold: clamp(e.dbo_prefill_token_threshold),
+        },
+        spec,
+    }
+}
+
+/// Builds the runtime cluster, or refuses what cannot run faithfully yet.
+pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cluster, BuildError> {
+    let deployment = &bundle.deployment;
+    for (i, pool) in deployment.pools.iter().enumerate() {
+        if Role::parse(&pool.role) != Some(Role::Colocated) {
+            return Err(BuildError {
+                path: format!("pools[{i}].role"),
+                message: "prefill/decode pools need the P/D flow (NixlConnector transfer over the fabric), which this \
+                          build does not simulate yet; `pdsim validate` checks such deployments, `pdsim run` refuses them \
+                          rather than run them colocated"
+                    .into(),
+            });
+        }
+    }
+    if deployment.offload.is_some() {
+        return Err(BuildError {
+            path: "offload".into(),
+            message: "KV offload tiers are not simulated yet; refusing rather than ignoring them"
+                .into(),
+        });
+    }
+    if deployment.router.is_some() {
+        return Err(BuildError {
+            path: "router".into(),
+            message: "the Endpoint Picker configuration is not run yet; refusing rather than routing with a different \
+                      policy than the one the file configures (omit the router block to use pdsim's built-in \
+                      least-loaded picker)"
+                .into(),
+        });
+    }
+    let sets: Vec<CoefficientSet> = scenario
+        .coefficients
+        .iter()
+        .map(|e| e.value.clone())
+        .collect();
+    let mut pools = Vec::new();
+    for (i, (pool, resolved)) in deployment
+        .pools
+        .iter()
+        .zip(&bundle.resolution.pools)
+        .enumerate()
+    {
+        if resolved.engine.prefix_reuse_tokens != resolved.engine.block_size {
+            return Err(BuildError {
+                path: format!("pools[{i}].engine.block_size"),
+                message: format!(
+                    "sub-block prefix reuse ({}-token units inside {}-token blocks, vllm-rbln) is not simulated yet",
+                    resolved.engine.prefix_reuse_tokens, resolved.engine.block_size
+                ),
+            });
+        }
+        let layout = &resolved.layout;
+        let pods = layout
+            .cluster
+            .as_ref()
+            .map_or(0, |c| c.engines)
+            .min(u32::MAX as u128) as u32;
+        if pods == 0 {
+            return Err(BuildError {
+                path: format!("pools[{i}]"),
+                message: "the pool holds no engine".into(),
+            });
+        }
+        let cost = pdsim_cost::Roofline::new(
+            &scenario.model.value,
+            &scenario.chip.value,
+            &scenario.chip.origin.name,
+            scenario.fabric.as_ref().map(|f| &f.value),
+            layout,
+            &resolved.engine,
+            &sets,
+        )
+        .map_err(|message| BuildError {
+            path: format!("pools[{i}]"),
+            message,
+        })?;
+        pools.push(PoolRuntime {
+            role: Role::parse(&pool.role).unwrap_or(Role::Colocated),
+            pods,
+            ranks: layout.dp.min(u16::MAX as u64) as u16,
+            lockstep: scenario.model.value.is_moe() && layout.dp > 1,
+            engine: engine_config(resolved, &sets),
+            cost: Box::new(cost),
+        });
+    }
+    Ok(Cluster {
+        pools,
+        router: "builtin-least-loaded",
+    })
+}

@@ -1,0 +1,18 @@
+//! The event loop: the pools, pods and engine cores of a deployment as
+//! resolved, the requests of a trace flowing through them, and a record of
+//! every request's life.
+//!
+//! **Architecture invariants:** integer-nanosecond time that never goes
+//! backwards; events ordered by (time, insertion sequence); one seeded
+//! stream per purpose; no I/O, no clock, no threads. Every request that
+//! arrives ends `completed`, `rejected` or `aborted`, with its reason, and
+//! is handed to a [`RecordSink`] as it ends, so memory holds only the
+//! requests in flight.
+
+mod build;
+mod records;
+mod sim;
+
+pub use build::{BuildError, Cluster, build};
+pub use records::{MemorySink, Outcome, RecordSink, RequestRecord};
+pub use sim::{CoreStats, RunError, RunStats, run};

@@ -1,0 +1,76 @@
+//! What the simulation says about each request when it ends.
+
+use pdsim_core::{RequestId, SimTime};
+use serde::Serialize;
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Completed,
+    Rejected,
+    Aborted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Rejected => "rejected",
+            Outcome::Aborted => "aborted",
+        }
+    }
+}
+
+/// One request's life, written when it ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RequestRecord {
+    pub id: RequestId,
+    /// 1-based line of the request in its trace (0 for synthetic requests).
+    pub source_line: u64,
+    pub slo_class: u16,
+    pub arrival: SimTime,
+    /// When the engine got it, after the frontend's admission delay.
+    pub enqueued: Option<SimTime>,
+    /// When the engine first scheduled it.
+    pub scheduled: Option<SimTime>,
+    pub first_token: Option<SimTime>,
+    pub last_token: Option<SimTime>,
+    pub finished: SimTime,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    pub cached_tokens: u32,
+    pub preemptions: u32,
+    /// Pool index, engine (pod) index within the pool, data-parallel rank.
+    pub pool: u16,
+    pub pod: u32,
+    pub rank: u16,
+    pub outcome: Outcome,
+    /// Why a request was rejected or aborted; empty when completed.
+    pub reason: &'static str,
+}
+
+/// Receives requests as they end and token emissions as they happen.
+pub trait RecordSink {
+    /// A request ended.
+    fn record(&mut self, record: &RequestRecord);
+    /// A request got `tokens` more output tokens `gap` after its previous
+    /// ones (not called for the first token).
+    fn emission(&mut self, gap_ns: u64, tokens: u32);
+}
+
+/// A sink that keeps every record in memory, for tests.
+#[derive(Clone, Debug, Default)]
+pub struct MemorySink {
+    pub records: Vec<RequestRecord>,
+    pub emissions: Vec<(u64, u32)>,
+}
+
+impl RecordSink for MemorySink {
+    fn record(&mut self, record: &RequestRecord) {
+        self.records.push(record.clone());
+    }
+    fn emission(&mut self, gap_ns: u64, tokens: u32) {
+        self.emissions.push((gap_ns, tokens));
+    }
+}

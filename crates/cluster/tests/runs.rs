@@ -1,0 +1,97 @@
+//! Whole runs through the event loop: determinism, every request terminal,
+//! and refusals of what the simulation cannot run yet.
+
+use pdsim_cluster::{MemorySink, Outcome, build, run};
+use pdsim_spec::files::MemoryFiles;
+use pdsim_spec::validate::{Request, validate};
+use pdsim_workload::{MooncakeReader, RequestSpec, TraceError};
+
+const SCENARIO: &str = include_str!("../../../scenarios/default.yaml");
+const DEPLOYMENT: &str = include_str!("../../../deployments/default.yaml");
+const TRACE: &str = include_str!("../../../traces/default.jsonl");
+
+fn bundle(deployment: &str) -> pdsim_spec::validate::Report {
+    let files = MemoryFiles::new()
+        .with("s.yaml", SCENARIO)
+        .with("d.yaml", deployment);
+    validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    })
+}
+
+/// The first `n` requests of the bundled trace.
+fn trace(n: usize) -> Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> {
+    Box::new(MooncakeReader::new(std::io::Cursor::new(TRACE.as_bytes()), "default.jsonl").take(n))
+}
+
+#[test]
+fn a_run_is_deterministic_and_every_request_ends() {
+    let report = bundle(DEPLOYMENT);
+    assert!(report.valid, "{:#?}", report.problems);
+    let scenario = report.scenario.as_ref().unwrap();
+    let cluster = build(&report.deployments[0], scenario).expect("the default deployment builds");
+    let mut first = MemorySink::default();
+    let stats = run(&cluster, &mut trace(400), 7, true, &mut first).expect("runs");
+    let mut second = MemorySink::default();
+    run(&cluster, &mut trace(400), 7, true, &mut second).expect("runs");
+    assert_eq!(
+        first.records, second.records,
+        "same inputs and seed, same records"
+    );
+    assert_eq!(first.emissions, second.emissions);
+    assert_eq!(stats.requests, 400);
+    assert_eq!(
+        first.records.len(),
+        400,
+        "every request reached exactly one terminal state"
+    );
+    assert_eq!(stats.completed + stats.rejected + stats.aborted, 400);
+    for r in &first.records {
+        assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
+        let first_token = r
+            .first_token
+            .expect("completed requests have a first token");
+        assert!(
+            r.arrival <= r.enqueued.unwrap()
+                && r.enqueued.unwrap() <= first_token
+                && first_token <= r.finished
+        );
+        assert!(r.output_tokens >= 1);
+    }
+    // Shared system prompts make later requests hit the prefix cache.
+    let hits: u64 = stats.cores.iter().map(|c| c.prefix_hits_tokens).sum();
+    assert!(hits > 0);
+}
+
+#[test]
+fn a_bad_trace_row_stops_the_run() {
+    let report = bundle(DEPLOYMENT);
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    let text = format!(
+        "{}\n{{\"timestamp\": 5, \"input_length\": -3}}\n",
+        TRACE.lines().next().unwrap()
+    );
+    let mut source = MooncakeReader::new(std::io::Cursor::new(text.into_bytes()), "bad.jsonl");
+    let err = run(&cluster, &mut source, 0, false, &mut MemorySink::default()).unwrap_err();
+    assert!(err.to_string().starts_with("bad.jsonl:2"), "{err}");
+}
+
+#[test]
+fn unsupported_features_are_refused_by_name() {
+    let with_router = format!("{DEPLOYMENT}router:\n  epp_flags: [--pool-name=x]\n");
+    let report = bundle(&with_router);
+    let err = build(&report.deployments[0], report.scenario.as_ref().unwrap())
+        .err()
+        .expect("refused");
+    assert_eq!(err.path, "router");
+    let with_offload =
+        format!("{DEPLOYMENT}offload:\n  tiers: [{{tier: cpu_dram, bytes: 1000000}}]\n");
+    let report = bundle(&with_offload);
+    let err = build(&report.deployments[0], report.scenario.as_ref().unwrap())
+        .err()
+        .expect("refused");
+    assert_eq!(err.path, "offload");
+}

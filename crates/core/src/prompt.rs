@@ -1,0 +1,182 @@
+//! Prompts as content-addressed segments (DESIGN decision 4).
+//!
+//! A prompt is a list of segments, each an id standing for some content and
+//! a length in tokens. Token `i` of segment `s` is identified by `(s.id, i)`,
+//! so two prompts that start with the same segments share exactly those
+//! tokens. A block hash at any block size chains over the pieces of segments
+//! the block covers, which is how vLLM chains its block hashes over token
+//! ids (`vllm/v1/core/kv_cache_utils.py`, `hash_block_tokens`): the engine's
+//! 16-token blocks, the router's own block size and Mooncake's 512-token
+//! `hash_ids` all agree on what is shared, without carrying tokens.
+
+use serde::Serialize;
+
+/// A run of tokens with one content identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Segment {
+    pub id: u64,
+    pub tokens: u32,
+}
+
+/// A request's prompt.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Prompt {
+    pub segments: Vec<Segment>,
+}
+
+impl Prompt {
+    pub fn new(segments: Vec<Segment>) -> Prompt {
+        Prompt {
+            segments: segments.into_iter().filter(|s| s.tokens > 0).collect(),
+        }
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.segments.iter().map(|s| s.tokens as u64).sum()
+    }
+}
+
+/// The hash every chain starts from (vLLM's `NONE_HASH`).
+pub const ROOT_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// A strong 64-bit mixer (the splitmix64 finaliser).
+pub fn mix64(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Combines a parent hash with one piece of a segment.
+fn combine(hash: u64, segment_id: u64, offset: u32, len: u32) -> u64 {
+    mix64(
+        hash.rotate_left(23)
+            ^ mix64(segment_id)
+            ^ (((offset as u64) << 32) | len as u64).wrapping_mul(0xa076_1d64_78bd_642f),
+    )
+}
+
+/// Derives a content id for generated or unique content from a seed value
+/// and a salt, so ids never collide with trace-given ids by accident.
+pub fn content_id(seed: u64, salt: u64) -> u64 {
+    mix64(mix64(seed ^ 0x5bd1_e995) ^ salt)
+}
+
+/// Walks a token sequence given as segments and yields the chained hash of
+/// every full block of `block_size` tokens.
+#[derive(Clone, Debug)]
+pub struct BlockHasher {
+    block_size: u32,
+    hash: u64,
+    /// Tokens of the current block consumed so far.
+    filled: u32,
+    /// Hashes of completed blocks.
+    pub hashes: Vec<u64>,
+}
+
+impl BlockHasher {
+    pub fn new(block_size: u32) -> BlockHasher {
+        assert!(block_size > 0, "block size must be positive");
+        BlockHasher {
+            block_size,
+            hash: ROOT_HASH,
+            filled: 0,
+            hashes: Vec::new(),
+        }
+    }
+
+    /// The hash of the block being filled if it were closed now; used only
+    /// to chain, never stored for a partial block.
+    fn running(&self) -> u64 {
+        self.hash
+    }
+
+    /// Feeds `tokens` tokens of segment `id`, starting at offset `start`
+    /// within that segment.
+    pub fn feed(&mut self, id: u64, start: u32, tokens: u32) {
+        let mut offset = start;
+        let mut left = tokens;
+        while left > 0 {
+            let take = left.min(self.block_size - self.filled);
+            self.hash = combine(self.running(), id, offset, take);
+            self.filled += take;
+            offset += take;
+            left -= take;
+            if self.filled == self.block_size {
+                self.hashes.push(self.hash);
+                self.filled = 0;
+            }
+        }
+    }
+
+    pub fn feed_segment(&mut self, segment: Segment) {
+        self.feed(segment.id, 0, segment.tokens);
+    }
+
+    pub fn full_blocks(&self) -> usize {
+        self.hashes.len()
+    }
+}
+
+/// Hashes of every full block of `prompt` at `block_size`.
+pub fn block_hashes(prompt: &Prompt, block_size: u32) -> Vec<u64> {
+    let mut hasher = BlockHasher::new(block_size);
+    for segment in &prompt.segments {
+        hasher.feed_segment(*segment);
+    }
+    hasher.hashes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Prompt, Segment, block_hashes};
+    use proptest::prelude::*;
+
+    fn seg(id: u64, tokens: u32) -> Segment {
+        Segment { id, tokens }
+    }
+
+    #[test]
+    fn shared_leading_segments_share_block_hashes() {
+        let a = Prompt::new(vec![seg(1, 512), seg(2, 100)]);
+        let b = Prompt::new(vec![seg(1, 512), seg(3, 100)]);
+        let (ha, hb) = (block_hashes(&a, 16), block_hashes(&b, 16));
+        assert_eq!(ha.len(), 38);
+        assert_eq!(ha[..32], hb[..32]);
+        assert_ne!(ha[32], hb[32]);
+    }
+
+    #[test]
+    fn a_block_hash_depends_on_everything_before_it() {
+        // Same second segment after different first ones: no shared block.
+        let a = Prompt::new(vec![seg(1, 16), seg(9, 32)]);
+        let b = Prompt::new(vec![seg(2, 16), seg(9, 32)]);
+        let (ha, hb) = (block_hashes(&a, 16), block_hashes(&b, 16));
+        assert!(ha.iter().zip(&hb).all(|(x, y)| x != y));
+    }
+
+    proptest! {
+        /// Splitting the same content at a different block size never makes
+        /// prompts that differ early agree later, and equal prefixes agree at
+        /// every block size.
+        #[test]
+        fn equal_prefixes_agree_at_every_block_size(
+            shared in prop::collection::vec((0u64..50, 1u32..300), 1..5),
+            tail_a in 1u64..1000, tail_b in 1001u64..2000, block in 1u32..700,
+        ) {
+            let shared: Vec<Segment> = shared.into_iter().map(|(i, t)| seg(i, t)).collect();
+            let shared_tokens: u64 = shared.iter().map(|s| s.tokens as u64).sum();
+            let mut a = shared.clone();
+            a.push(seg(tail_a, 64));
+            let mut b = shared;
+            b.push(seg(tail_b, 64));
+            let (ha, hb) = (block_hashes(&Prompt::new(a), block), block_hashes(&Prompt::new(b), block));
+            let common = (shared_tokens / block as u64) as usize;
+            prop_assert_eq!(&ha[..common], &hb[..common]);
+            if ha.len() > common && hb.len() > common {
+                prop_assert_ne!(ha[common], hb[common]);
+            }
+        }
+    }
+}

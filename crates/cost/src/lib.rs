@@ -1,0 +1,119 @@
+//! Step, transfer and offload times. The engine describes a step as a
+//! [`Batch`]; a [`CostModel`] prices it and says where the time went.
+//!
+//! **Architecture invariant:** pure functions of their inputs — no I/O, no
+//! clock, no randomness. Time comes back as integer nanoseconds.
+//!
+//! Two models implement [`CostModel`]:
+//!
+//! - [`Roofline`] prices a step from the model's shapes, the chip's datasheet
+//!   figures and cited coefficients (GEMM efficiency envelope, HBM derate,
+//!   measured collective curves, host overheads), with CUDA-graph padding,
+//!   dual-batch overlap, pipeline stages and per-backend expert-parallel
+//!   collectives. It needs no measurement of the deployment, so it can rank
+//!   layouts nobody has run; its coefficients say where each number came
+//!   from ([`Roofline::provenance`]).
+//! - [`Linear`] is a four-term fit for a deployment that has been measured,
+//!   where a calibrated fit beats first principles.
+//!
+//! Both resolve their coefficients once, when built, by the BLIS selection
+//! rule (`coefficients`): built-in defaults, then the scenario's sets in
+//! order, last applicable entry winning. `step` is then plain arithmetic on
+//! precomputed fields, because the engine calls it once per simulated step,
+//! millions of times per run.
+
+mod coefficients;
+mod collective;
+mod linear;
+mod roofline;
+#[cfg(test)]
+mod tests;
+
+pub use collective::{Curve, Op};
+pub use linear::{LINEAR_COEFFICIENTS, Linear};
+pub use roofline::{All2AllFamily, Roofline};
+
+use pdsim_core::SimDuration;
+use serde::Serialize;
+
+/// How a step's forward pass runs (`vllm/v1/cudagraph_dispatcher.py`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum GraphMode {
+    /// A full CUDA graph replays the whole step (uniform decode batches).
+    Full,
+    /// Piecewise graphs: attention runs eagerly between captured pieces.
+    Piecewise,
+    /// No graph: every kernel is launched from the host.
+    #[default]
+    Eager,
+}
+
+/// What one engine step computes, per data-parallel rank, as the cost model
+/// needs it. The engine fills it from the scheduler's decisions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Batch {
+    /// Requests scheduled in the step.
+    pub num_reqs: u32,
+    /// Requests whose scheduled tokens include prompt (or recomputed) tokens.
+    pub prefill_reqs: u32,
+    /// Requests in the decode phase (one token plus drafts).
+    pub decode_reqs: u32,
+    /// New tokens of prefill chunks.
+    pub prefill_tokens: u32,
+    /// Tokens of decode requests, draft tokens included.
+    pub decode_tokens: u32,
+    /// Draft tokens among `decode_tokens` (speculative decoding).
+    pub spec_tokens: u32,
+    /// Tokens the forward pass runs on after CUDA-graph padding; equals
+    /// `prefill_tokens + decode_tokens` when the step runs eager.
+    pub padded_tokens: u32,
+    pub graph: GraphMode,
+    /// Σ over requests of the context each one's attention reads (tokens
+    /// already computed plus the new ones): drives KV bytes read.
+    pub attn_context_tokens: u64,
+    /// Σ over requests of query × key pairs under the causal mask:
+    /// q·c + q·(q+1)/2 for q new tokens after c computed ones. Drives
+    /// attention FLOPs.
+    pub attn_pairs: u64,
+    /// The step is split into two microbatches (dual-batch overlap).
+    pub dbo: bool,
+}
+
+impl Batch {
+    pub fn tokens(&self) -> u32 {
+        self.prefill_tokens + self.decode_tokens
+    }
+}
+
+/// Where a step's time went, in nanoseconds. `total` is what the step takes;
+/// the parts explain it and need not add up to it when resources overlap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StepCost {
+    pub total: SimDuration,
+    pub compute_ns: u64,
+    pub memory_ns: u64,
+    pub communication_ns: u64,
+    pub host_ns: u64,
+    /// Time spent on padded (not useful) tokens.
+    pub padding_ns: u64,
+}
+
+/// Prices engine steps and per-request host work for one pool.
+pub trait CostModel {
+    /// The duration of one step and its breakdown.
+    fn step(&self, batch: &Batch) -> StepCost;
+    /// How long the frontend takes to render and tokenize a prompt before
+    /// the engine sees it.
+    fn admission_delay(&self, prompt_tokens: u32) -> SimDuration;
+}
+
+/// Rounds non-negative nanoseconds to an integer; NaN and negatives become
+/// zero and values beyond `u64` saturate.
+#[inline]
+pub(crate) fn ns(value: f64) -> u64 {
+    if value.is_nan() || value <= 0.0 {
+        0
+    } else {
+        value.round() as u64
+    }
+}

@@ -1,0 +1,1145 @@
+//! The roofline cost model: one engine step priced from the model's shapes,
+//! the chip's datasheet figures and cited coefficients.
+//!
+//! # Why a roofline, and which one
+//!
+//! A step of a vLLM engine is a sequence of kernels. Each kernel is bound
+//! either by the tensor cores or by HBM, so its time is the larger of its
+//! FLOPs over the achievable FLOP rate and its bytes over the achievable
+//! bandwidth, plus a fixed per-kernel latency that no size hides. The step
+//! is the sum of its kernels, its collectives (serial with compute unless the
+//! step is split for dual-batch overlap) and the host work that is not
+//! hidden behind the GPU. This is the BLIS latency kernel's `NoOverlap`
+//! estimate, which BLIS uses for vLLM because piecewise CUDA graphs leave
+//! little overlap (`research/blis-documents.md` §8), with its coefficient
+//! families: the GEMM efficiency envelope, the HBM derate and constant
+//! latency, measured collective curves and the host overheads (§7).
+//!
+//! The peer roofline in inference-sim prices whole phases with one MFU per
+//! phase and lands near 50% median E2E error and 279% TTFT error on its own
+//! training experiments (`research/inference-sim.md` §2.1); the
+//! changes here target where that error comes from: efficiency that depends
+//! on the GEMM's row count (so small decode batches are slow per token and
+//! large prefills are not), experts priced by the tokens each one actually
+//! receives and the experts a step actually touches, attention priced from
+//! the batch's real context and causal pairs, CUDA-graph padding, and
+//! per-backend collectives.
+//!
+//! # Per step, per rank
+//!
+//! Everything is per rank of one data-parallel replica, on the slowest
+//! pipeline stage (the one with ⌈layers/pp⌉ layers and the output head):
+//!
+//! * **Dense GEMMs** (attention projections, dense MLPs, shared experts and
+//!   routers, TP-sharded): `2 · padded_tokens · params` FLOPs at
+//!   `peak · eff(M)`, `eff(M) = eps_max · M / (M + m_half)` with `M` the
+//!   padded token count, against the weights read once plus the activations
+//!   in and out. fp8 weights run at the chip's FP8 rate with the fp8
+//!   envelope when the chip has one; every other width runs at the BF16 rate
+//!   with its bytes at the weight width (weight-only quantization).
+//! * **Routed experts**: tokens into the expert-parallel group
+//!   (`T · ep/tp` with EP, `T` without), `k` pairs per token shared over the
+//!   ranks; the experts a step touches on this rank are
+//!   `local · (1 − (1 − k/E)^tokens)` (uniform routing), each read once;
+//!   `M` is the tokens per touched expert; the compute term is multiplied by
+//!   `moe_routing_imbalance_median`.
+//! * **Attention**: `4 · heads_per_rank · d · attn_pairs` FLOPs per layer at
+//!   `peak · attention_eps_max`, against the KV bytes of `attn_context_tokens`
+//!   read plus the new tokens written (per-rank KV as in
+//!   `pdsim_spec::resolve`: GQA heads divided by tp floored at one, MLA
+//!   replicated, both divided by dcp·pcp). `d` is the mean of the score and
+//!   value widths. For MLA, decode tokens use the absorbed form vLLM's MLA
+//!   decode kernels run (scores over `kv_lora_rank + qk_rope_head_dim`,
+//!   values over `kv_lora_rank`: `d = 544` for DeepSeek-V3) and prefill
+//!   tokens the unabsorbed form vLLM runs for prefill (`d = (192 + 128)/2`)
+//!   after up-projecting the context's latents (`kv_b_proj`). The batch
+//!   carries sums, not requests, so pairs are priced at the prefill width
+//!   and each context token adds the decode path's extra width (exact for
+//!   decodes, whose pairs equal their context), and the up-projected
+//!   context is estimated from the pairs in excess of the context
+//!   (estimate; see `stage`).
+//! * **Output head**: the logits of `num_reqs + spec_tokens` rows
+//!   (`vllm/v1/worker/gpu_model_runner.py`, `logits_indices`), vocab-parallel,
+//!   16-bit.
+//! * **Kernel floors**: `hbm_constant_latency` (AISimulate's "fixed floor on
+//!   any memory access") once per kernel, added to the kernel's roofline
+//!   time, with 9 kernels in a dense decoder layer, 16 in an MoE layer and 3
+//!   in the head, counted from the forward passes in
+//!   `vllm/model_executor/models/llama.py` and `deepseek_v2.py` (estimate).
+//! * **Collectives**: 2 TP all-reduces of `T · hidden · 2` bytes per layer
+//!   (attention and MLP out; `vllm/model_executor/layers/linear.py`,
+//!   `RowParallelLinear`), the MoE one becoming a reduce-scatter plus an
+//!   all-gather under sequence-parallel MoE; the EP dispatch and combine per
+//!   MoE layer per `all2all_backend` (see [`All2AllFamily`]).
+//! * **Pipeline parallelism**: vLLM V1 keeps `pp` microbatches in flight
+//!   (the engine core's batch queue, `max_concurrent_batches = pp`,
+//!   `vllm/v1/engine/core.py`), so a request gets one token per trip
+//!   through all stages. A step here is that trip for the step's batch split
+//!   into `pp` microbatches: `pp · stage(batch / pp) + (pp − 1) · send`, with
+//!   `send` one microbatch's activations between stages at `p2p_latency`
+//!   plus bytes over the link. This gives the right inter-token latency, and
+//!   the right throughput whether stages are memory-bound (every microbatch
+//!   re-reads the stage's weights) or compute-bound. It understates one
+//!   case: a batch of a single request cannot be split (its chunks run one
+//!   after another), so a lone compute-bound prefill at low load takes up to
+//!   `pp` times longer in vLLM than here. Splitting by `min(pp, num_reqs)`
+//!   would fix that and break monotonicity (one more request would make a
+//!   step faster), so the split is always `pp`.
+//! * **Dual-batch overlap** (`vllm/v1/worker/gpu_ubatch_wrapper.py`): the
+//!   step runs as two microbatches whose communication overlaps the other's
+//!   compute, a two-stage pipeline over the layers:
+//!   `2 · max(compute_half, comm_half) + min(compute_half, comm_half)/layers`
+//!   instead of `2 · (compute_half + comm_half)`. Each half re-reads the
+//!   weights, so DBO can be slower than no DBO for a memory-bound step, as it
+//!   is in vLLM (which is why it has token thresholds).
+//! * **Host**: CUDA-graph launch cost by mode (a full graph replays once; a
+//!   piecewise step also launches attention eagerly per layer; an eager step
+//!   launches every layer), and the engine core's scheduling work
+//!   (`host_schedule_per_step + host_schedule_per_request · num_reqs`),
+//!   hidden behind the GPU under async scheduling and serial without it.
+//!   Output processing (`host_output_token`) and request completion
+//!   (`host_completion`) run in the API server process, which vLLM V1 keeps
+//!   apart from the engine core (`vllm/v1/engine/async_llm.py`,
+//!   `output_handler`), so they are not charged on the step; they are
+//!   exposed as [`Roofline::output_token_delay`] and
+//!   [`Roofline::completion_delay`] for whoever stamps token times.
+//! * **Speculative drafting**: with an EAGLE-style or MTP drafter the step
+//!   also runs the draft layer once over the step's tokens and
+//!   `num_spec_tokens − 1` more times over one token per request
+//!   (`vllm/v1/spec_decode/eagle.py`, `propose`), each pass one decoder
+//!   layer of the target's shape plus the output head (estimate; a
+//!   `draft_model` drafter is priced the same way, which understates it).
+//!
+//! Everything that does not depend on the batch is computed in
+//! [`Roofline::new`]; [`CostModel::step`] is straight-line float arithmetic
+//! (one `exp` per stage pass, for the touched experts) with no allocation
+//! and no lookup: about 60 ns per step in a release build.
+
+use crate::coefficients::{self, Deployment, Provenance, Resolver};
+use crate::collective::{Curve, Op, width_bucket};
+use crate::{Batch, CostModel, GraphMode, StepCost, ns};
+use pdsim_core::SimDuration;
+use pdsim_spec::catalog::{Chip, CoefficientSet, Fabric};
+use pdsim_spec::layout::PoolLayout;
+use pdsim_spec::model::{Attention, Model};
+use pdsim_spec::resolve::{EngineConfig, PoolResolution};
+use pdsim_spec::validate::scenario::ResolvedScenario;
+
+/// Bytes per activation element: vLLM serves in 16 bits.
+const ACTIVATION_BYTES: f64 = 2.0;
+/// Kernels of one dense decoder layer: norm, QKV, rotary + cache write,
+/// attention, output projection, norm, gate-up, activation, down.
+const KERNELS_DENSE_LAYER: f64 = 9.0;
+/// Kernels of one MoE decoder layer: the attention block's five, then norm,
+/// router, top-k, align/permute, two grouped GEMMs, activation, finalize, and
+/// the shared expert's three GEMMs and activation (`deepseek_v2.py`).
+const KERNELS_MOE_LAYER: f64 = 16.0;
+/// Final norm, output head and sampler.
+const KERNELS_HEAD: f64 = 3.0;
+/// vLLM's custom all-reduce handles inputs up to 8 MiB and falls back to
+/// NCCL above (`vllm/distributed/device_communicators/custom_all_reduce.py`,
+/// `max_size = 8192 * 1024`).
+const CUSTOM_ALLREDUCE_MAX_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
+/// DeepEP's FP8 dispatch sends one byte per element plus one fp32 scale per
+/// 128 channels (DeepEP README, low-latency and normal kernels).
+const FP8_DISPATCH_BYTES: f64 = 1.0 + 4.0 / 128.0;
+
+/// How an `all2all_backend` moves tokens between expert-parallel ranks. The
+/// names group by volume and by how the kernels synchronize.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum All2AllFamily {
+    /// `allgather_reducescatter` (vLLM's default): every rank all-gathers
+    /// every replica's tokens before the experts and reduce-scatters after,
+    /// so each token reaches every rank (`all2all.py`,
+    /// `AgRsAll2AllManager`). Priced on the registry's all-gather and
+    /// reduce-scatter curves.
+    AllGatherReduceScatter,
+    /// `naive`: broadcasts to gather, an all-reduce to combine
+    /// (`NaiveAll2AllManager`, "uses all-reduce under the hood").
+    Naive,
+    /// `deepep_high_throughput`, `deepep_v2`, `mori_high_throughput`: each
+    /// token goes once to each rank holding one of its experts, after a
+    /// CPU-synchronized layout handshake (`all2all_high_throughput_handshake`).
+    HighThroughput,
+    /// `pplx`, `flashinfer_all2allv`, `flashinfer_nvlink_one_sided`,
+    /// `flashinfer_nvlink_two_sided`: routed tokens, once per destination
+    /// rank, GPU-initiated, no host handshake.
+    Routed,
+    /// `deepep_low_latency`, `mori_low_latency`, `nixl_ep`: one message per
+    /// token and expert (no per-rank dedup), GPU-initiated and graph-safe, at
+    /// a fraction of the link rate (`all2all_low_latency_bw_efficiency`).
+    LowLatency,
+}
+
+impl All2AllFamily {
+    pub fn of(backend: &str) -> Option<All2AllFamily> {
+        Some(match backend {
+            "allgather_reducescatter" => All2AllFamily::AllGatherReduceScatter,
+            "naive" => All2AllFamily::Naive,
+            "deepep_high_throughput" | "deepep_v2" | "mori_high_throughput" => {
+                All2AllFamily::HighThroughput
+            }
+            "pplx"
+            | "flashinfer_all2allv"
+            | "flashinfer_nvlink_one_sided"
+            | "flashinfer_nvlink_two_sided" => All2AllFamily::Routed,
+            "deepep_low_latency" | "mori_low_latency" | "nixl_ep" => All2AllFamily::LowLatency,
+            _ => return None,
+        })
+    }
+}
+
+/// One GEMM group of a layer, per rank.
+#[derive(Clone, Copy, Debug, Default)]
+struct Gemm {
+    flops_per_token: f64,
+    weight_bytes: f64,
+    activation_bytes_per_token: f64,
+}
+
+/// The routed experts of one MoE layer, per rank.
+#[derive(Clone, Copy, Debug)]
+struct Experts {
+    /// Tokens into the expert-parallel group per token of this rank.
+    tokens_in_per_token: f64,
+    /// Expert pairs this rank computes per token into the group.
+    pairs_per_token_in: f64,
+    /// Physical experts on this rank.
+    local: f64,
+    /// ln(1 − k/E): the log-probability that a token misses a given expert.
+    /// −∞ when every token visits every expert.
+    ln_miss: f64,
+    flops_per_pair: f64,
+    bytes_per_expert: f64,
+    activation_bytes_per_pair: f64,
+    imbalance: f64,
+}
+
+/// The expert-parallel dispatch and combine of one MoE layer.
+#[derive(Clone, Copy, Debug)]
+struct ExpertComm {
+    dispatch: Curve,
+    combine: Curve,
+    dispatch_bytes_per_token: f64,
+    combine_bytes_per_token: f64,
+}
+
+/// The tensor-parallel collectives of one layer.
+#[derive(Clone, Copy, Debug)]
+struct TensorComm {
+    all_reduce: Curve,
+    /// vLLM's custom all-reduce, for messages it handles.
+    custom: Option<Curve>,
+    /// Reduce-scatter and all-gather replacing the MoE all-reduce under
+    /// sequence-parallel MoE.
+    sequence_parallel: Option<(Curve, Curve)>,
+    bytes_per_token: f64,
+}
+
+/// A step's work per microbatch, as floats.
+#[derive(Clone, Copy, Debug)]
+struct Work {
+    padded: f64,
+    tokens: f64,
+    context: f64,
+    pairs: f64,
+    logits_rows: f64,
+    prefill_tokens: f64,
+}
+
+impl Work {
+    fn scaled(self, f: f64) -> Work {
+        Work {
+            padded: self.padded * f,
+            tokens: self.tokens * f,
+            context: self.context * f,
+            pairs: self.pairs * f,
+            logits_rows: self.logits_rows * f,
+            prefill_tokens: self.prefill_tokens * f,
+        }
+    }
+}
+
+/// Where a stage's time went: `device_ns` is the sum over kernels of the
+/// larger of compute and memory, plus kernel floors.
+#[derive(Clone, Copy, Debug, Default)]
+struct Parts {
+    compute_ns: f64,
+    memory_ns: f64,
+    device_ns: f64,
+    comm_ns: f64,
+}
+
+impl Parts {
+    #[inline]
+    fn kernel(&mut self, compute_ns: f64, memory_ns: f64) {
+        self.compute_ns += compute_ns;
+        self.memory_ns += memory_ns;
+        self.device_ns += compute_ns.max(memory_ns);
+    }
+
+    fn scaled(self, f: f64) -> Parts {
+        Parts {
+            compute_ns: self.compute_ns * f,
+            memory_ns: self.memory_ns * f,
+            device_ns: self.device_ns * f,
+            comm_ns: self.comm_ns * f,
+        }
+    }
+
+    fn add(self, o: Parts) -> Parts {
+        Parts {
+            compute_ns: self.compute_ns + o.compute_ns,
+            memory_ns: self.memory_ns + o.memory_ns,
+            device_ns: self.device_ns + o.device_ns,
+            comm_ns: self.comm_ns + o.comm_ns,
+        }
+    }
+}
+
+/// The roofline cost model of one pool. See the module documentation for
+/// the formulas and their sources.
+#[derive(Clone, Debug)]
+pub struct Roofline {
+    // Rates, per nanosecond.
+    /// Weight-dtype peak × eps_max, FLOP/ns.
+    gemm_flops_per_ns: f64,
+    gemm_m_half_tokens: f64,
+    /// BF16 peak × eps_max for the output head, FLOP/ns.
+    head_flops_per_ns: f64,
+    head_m_half_tokens: f64,
+    /// BF16 peak × attention_eps_max, FLOP/ns.
+    attention_flops_per_ns: f64,
+    /// HBM peak × derate, bytes/ns.
+    hbm_bytes_per_ns: f64,
+    kernel_floor_ns: f64,
+
+    // The slowest pipeline stage.
+    dense_layers_stage: f64,
+    moe_layers_stage: f64,
+    pp: f64,
+
+    // Per layer, per rank.
+    attention_projections: Gemm,
+    dense_mlp: Gemm,
+    shared_experts: Gemm,
+    /// Attention FLOPs per causal pair per layer on the prefill path.
+    attention_flops_per_pair: f64,
+    /// Extra FLOPs per context token per layer where the decode path is
+    /// wider than the prefill path (MLA's absorbed form); 0 for GQA.
+    attention_decode_extra_flops_per_token: f64,
+    /// MLA prefill's up-projection of latents, FLOPs per context token per
+    /// layer; 0 for GQA.
+    up_projection_flops_per_token: f64,
+    /// The prefill chunk a long prompt is cut into, tokens: how the
+    /// up-projected context is estimated from the batch's sums.
+    chunk_tokens: f64,
+    kv_bytes_per_token: f64,
+    experts: Option<Experts>,
+    head: Gemm,
+    head_bytes_per_row: f64,
+
+    tensor_comm: Option<TensorComm>,
+    expert_comm: Option<ExpertComm>,
+    pipeline_send: Option<Curve>,
+    pipeline_bytes_per_token: f64,
+
+    // Host, nanoseconds.
+    launch_full_ns: f64,
+    launch_piecewise_ns: f64,
+    launch_eager_ns: f64,
+    schedule_step_ns: f64,
+    schedule_request_ns: f64,
+    async_scheduling: bool,
+    admission_per_token_ns: f64,
+    output_token_ns: f64,
+    completion_ns: f64,
+
+    /// Draft passes per step beyond the first (num_spec_tokens − 1), or
+    /// `None` without a GPU drafter.
+    draft_extra_passes: Option<f64>,
+
+    provenance: Vec<Provenance>,
+}
+
+/// Speculative methods whose drafter runs decoder layers on the GPU
+/// (`vllm/config/speculative.py`; ngram runs on the CPU, medusa and
+/// mlp_speculator heads are small MLPs on the target's hidden states).
+fn drafts_on_gpu(method: &str) -> bool {
+    method.ends_with("mtp")
+        || matches!(
+            method,
+            "eagle" | "eagle3" | "dflash" | "dspark" | "draft_model"
+        )
+}
+
+impl Roofline {
+    /// Builds the cost model of one pool. `chip_name` is the chip's catalog
+    /// name (coefficient scopes and collective names key on it);
+    /// `coefficient_sets` are the scenario's sets in scenario order. Fails
+    /// with a message naming the coefficient when a needed one has no value
+    /// or an invalid one.
+    pub fn new(
+        model: &Model,
+        chip: &Chip,
+        chip_name: &str,
+        fabric: Option<&Fabric>,
+        layout: &PoolLayout,
+        engine: &EngineConfig,
+        coefficient_sets: &[CoefficientSet],
+    ) -> Result<Roofline, String> {
+        check_chip(chip, chip_name)?;
+        let deployment = Deployment::of(chip_name, &model.name, layout, chip.gpus_per_node);
+        let gpus_per_node = coefficients::gpus_per_node(layout, chip.gpus_per_node);
+        let (tp, pp, ep) = (deployment.tp, layout.pp.max(1), deployment.ep);
+        let chip_key = deployment.hardware.clone();
+        let mut r = Resolver::new(deployment, coefficient_sets)?;
+        let mut get = |name: &str, units: &str, lo: f64, hi: f64| {
+            r.value(name, units, coefficients::builtin(name, &chip_key), lo, hi)
+        };
+
+        // Rates.
+        const TFLOPS: f64 = 1e12 / 1e9; // TFLOP/s → FLOP/ns
+        let fp8 = engine.weight_bits == 8 && chip.t_flops_fp8.is_some();
+        let (dtype, peak_tflops) = match chip.t_flops_fp8 {
+            Some(fp8_tflops) if fp8 => ("fp8", fp8_tflops),
+            _ => ("bf16", chip.t_flops_peak),
+        };
+        let eps = get(&format!("gemm_eps_max_{dtype}"), "dimensionless", 1e-3, 1.0)?;
+        let m_half = get(&format!("gemm_m_half_{dtype}"), "tokens", 0.0, 1e6)?;
+        let (bf16_eps, bf16_m_half) = if dtype == "bf16" {
+            (eps, m_half)
+        } else {
+            (
+                get("gemm_eps_max_bf16", "dimensionless", 1e-3, 1.0)?,
+                get("gemm_m_half_bf16", "tokens", 0.0, 1e6)?,
+            )
+        };
+        let attention_eps = get("attention_eps_max", "dimensionless", 1e-3, 1.0)?;
+        let derate = get("hbm_derate", "dimensionless", 1e-3, 1.0)?;
+        let floor_us = get("hbm_constant_latency", "us_per_transfer", 0.0, 1e6)?;
+
+        // Host.
+        let replay_us = get("host_replay_graph_per_step", "us_per_step", 0.0, 1e7)?;
+        let eager_layer_us = get("host_launch_eager_per_layer", "us_per_layer", 0.0, 1e7)?;
+        let kernel_launch_us = get("host_launch_per_kernel", "us_per_kernel", 0.0, 1e7)?;
+        let schedule_step_us = get("host_schedule_per_step", "us_per_step", 0.0, 1e7)?;
+        let schedule_request_us = get("host_schedule_per_request", "us_per_request", 0.0, 1e7)?;
+        let admission_us = get("host_admission_per_token", "us_per_token", 0.0, 1e7)?;
+        let rust_ratio = get("frontend_rust_admission_ratio", "dimensionless", 0.0, 1.0)?;
+        let output_us = get("host_output_token", "us_per_token", 0.0, 1e7)?;
+        let completion_us = get("host_completion", "us_per_request", 0.0, 1e9)?;
+
+        // Geometry.
+        let h = model.hidden_size as f64;
+        let layers = model.layers.max(1) as f64;
+        let stage_layers = model.layers.max(1).div_ceil(pp) as f64;
+        let dense_layers_total = if model.is_moe() {
+            model.dense_layers.min(model.layers) as f64
+        } else {
+            layers
+        };
+        let moe_layers_total = layers - dense_layers_total;
+        let dense_layers_stage = stage_layers * dense_layers_total / layers;
+        let moe_layers_stage = stage_layers * moe_layers_total / layers;
+        let weight_bytes = engine.weight_bits as f64 / 8.0;
+        let tp_f = tp as f64;
+        let p = &model.params;
+        let dense_mlp_params = 3.0 * h * model.intermediate_size as f64;
+        let attention_params =
+            ((p.dense as f64 - dense_layers_total * dense_mlp_params - h) / layers).max(0.0);
+        let shared_params = if moe_layers_total > 0.0 {
+            p.moe_shared as f64 / moe_layers_total
+        } else {
+            0.0
+        };
+        // Every GEMM group reads its input and writes its output once; an
+        // MLP with P = 3·h·I parameters has inner widths 3I = P/h, and the
+        // same P/h stands for an attention block's inner widths (estimate).
+        let gemm = |params_rank: f64| Gemm {
+            flops_per_token: 2.0 * params_rank,
+            weight_bytes: params_rank * weight_bytes,
+            activation_bytes_per_token: ACTIVATION_BYTES * (2.0 * h + params_rank / h),
+        };
+        let attention_projections = gemm(attention_params / tp_f);
+        let dense_mlp = gemm(dense_mlp_params / tp_f);
+        let shared_experts = gemm(shared_params / tp_f);
+
+        // Attention.
+        let heads_rank = (model.attention_heads as f64 / tp_f).max(1.0);
+        // GQA runs the same kernel for both paths. MLA decode runs the
+        // absorbed form, scores over the latent plus rope and values over the
+        // latent; MLA prefill runs ordinary attention over up-projected keys
+        // (nope + rope) and values (v = nope in DeepSeek V2/V3)
+        // (`vllm/v1/attention/backends/mla/common.py`, `_forward_decode`
+        // and `_forward_prefill`), after up-projecting the context's latents
+        // to keys and values with `kv_b_proj`, a GEMM of
+        // `2 · kv_lora_rank · heads · (nope + v)` FLOPs per context token.
+        let (decode_width, prefill_width, up_projection) = match model.attention {
+            Attention::Gqa { head_dim, .. } => (head_dim as f64, head_dim as f64, 0.0),
+            Attention::Mla {
+                kv_lora_rank,
+                qk_rope_head_dim,
+            } => {
+                let qk = model.head_dim as f64;
+                let v = (model.head_dim.saturating_sub(qk_rope_head_dim)) as f64;
+                let nope = v;
+                (
+                    (2 * kv_lora_rank + qk_rope_head_dim) as f64 / 2.0,
+                    (qk + v) / 2.0,
+                    2.0 * kv_lora_rank as f64 * heads_rank * (nope + v),
+                )
+            }
+        };
+        let context_split = (layout.dcp.max(1) * layout.pcp.max(1)) as f64;
+        let per_pair = 4.0 * heads_rank / layout.pcp.max(1) as f64;
+        let chunk_tokens = match engine.long_prefill_token_threshold {
+            0 => engine.max_num_batched_tokens,
+            cap => cap.min(engine.max_num_batched_tokens),
+        }
+        .max(1) as f64;
+        let kv_layer = model
+            .kv_bytes_per_token_layer(&engine.cache_dtype)
+            .ok_or_else(|| {
+                format!(
+                    "cache dtype `{}` has no known width, so KV bytes cannot be priced",
+                    engine.cache_dtype
+                )
+            })?;
+        let kv_bytes_per_token = match model.attention {
+            Attention::Gqa { kv_heads, .. } => {
+                kv_layer * (kv_heads as f64 / tp_f).max(1.0) / kv_heads.max(1) as f64
+            }
+            Attention::Mla { .. } => kv_layer,
+        } / context_split;
+
+        // Routed experts.
+        let experts = if model.is_moe() && moe_layers_total > 0.0 {
+            let e = model.experts as f64;
+            let k = model.experts_per_token as f64;
+            let expert_params = 3.0 * h * model.expert_intermediate_size as f64;
+            let imbalance = get("moe_routing_imbalance_median", "dimensionless", 0.1, 100.0)?;
+            let (local, params_rank, tokens_in_per_token, pairs_per_token_in) = if ep > 1 {
+                let ep_f = ep as f64;
+                (
+                    (e + engine.num_redundant_experts as f64) / ep_f,
+                    expert_params,
+                    ep_f / tp_f,
+                    k / ep_f,
+                )
+            } else {
+                (e, expert_params / tp_f, 1.0, k)
+            };
+            Some(Experts {
+                tokens_in_per_token,
+                pairs_per_token_in,
+                local,
+                ln_miss: if k < e {
+                    (1.0 - k / e).ln()
+                } else {
+                    f64::NEG_INFINITY
+                },
+                flops_per_pair: 2.0 * params_rank,
+                bytes_per_expert: params_rank * weight_bytes,
+                activation_bytes_per_pair: ACTIVATION_BYTES * (2.0 * h + params_rank / h),
+                imbalance,
+            })
+        } else {
+            None
+        };
+
+        // Output head: vocab-parallel, kept in 16 bits (as in resolve.rs).
+        let head_params = model.vocab_size as f64 * h / tp_f;
+        let head = Gemm {
+            flops_per_token: 2.0 * head_params,
+            weight_bytes: head_params * ACTIVATION_BYTES,
+            activation_bytes_per_token: 0.0,
+        };
+        let head_bytes_per_row = model.vocab_size as f64 / tp_f * 4.0 + h * ACTIVATION_BYTES;
+
+        // Collectives.
+        let intra_gbps = chip.intra_node_bw_gbps;
+        let fabric_gbps = fabric.map(|f| f.inter_node_bw_gbps).filter(|g| *g > 0.0);
+        let mut curve = |op: Op, ranks: u64| -> Result<Curve, String> {
+            collective_curve(
+                &mut r,
+                &chip_key,
+                intra_gbps,
+                fabric_gbps,
+                gpus_per_node,
+                op,
+                ranks,
+            )
+        };
+        let tensor_comm = if tp > 1 && engine.allreduce_backend != "none" {
+            let all_reduce = curve(Op::AllReduce, tp)?;
+            let sequence_parallel = if engine.sequence_parallel_moe && experts.is_some() {
+                Some((curve(Op::ReduceScatter, tp)?, curve(Op::AllGather, tp)?))
+            } else {
+                None
+            };
+            let custom = if engine.allreduce_backend == "custom" && tp <= gpus_per_node {
+                let ratio = r.value(
+                    "allreduce_custom_floor_ratio",
+                    "dimensionless",
+                    coefficients::builtin("allreduce_custom_floor_ratio", &chip_key),
+                    0.0,
+                    1.0,
+                )?;
+                Some(Curve {
+                    floor_ns: all_reduce.floor_ns * ratio,
+                    ..all_reduce
+                })
+            } else {
+                None
+            };
+            Some(TensorComm {
+                all_reduce,
+                custom,
+                sequence_parallel,
+                bytes_per_token: h * ACTIVATION_BYTES,
+            })
+        } else {
+            None
+        };
+        let expert_comm = match (&experts, ep > 1) {
+            (Some(_), true) => Some(expert_comm(
+                &mut r,
+                &chip_key,
+                intra_gbps,
+                fabric_gbps,
+                gpus_per_node,
+                model,
+                engine,
+                tp,
+                ep,
+            )?),
+            _ => None,
+        };
+        let pipeline_send = if pp > 1 {
+            let latency_us = r.value(
+                "p2p_latency",
+                "us_per_hop",
+                coefficients::builtin("p2p_latency", &chip_key),
+                0.0,
+                1e6,
+            )?;
+            let crosses_nodes = tp * pp > gpus_per_node;
+            let gbps = match (crosses_nodes, fabric_gbps) {
+                (true, Some(g)) => g,
+                _ => intra_gbps,
+            };
+            Some(Curve::linear(latency_us * 1e3, gbps))
+        } else {
+            None
+        };
+
+        let draft_extra_passes = engine
+            .spec_method
+            .as_deref()
+            .filter(|m| drafts_on_gpu(m) && engine.num_spec_tokens > 0)
+            .map(|_| (engine.num_spec_tokens - 1) as f64);
+
+        let admission_per_token_us = if engine.frontend == "rust" {
+            admission_us * rust_ratio
+        } else {
+            admission_us
+        };
+
+        Ok(Roofline {
+            gemm_flops_per_ns: peak_tflops * TFLOPS * eps,
+            gemm_m_half_tokens: m_half,
+            head_flops_per_ns: chip.t_flops_peak * TFLOPS * bf16_eps,
+            head_m_half_tokens: bf16_m_half,
+            attention_flops_per_ns: chip.t_flops_peak * TFLOPS * attention_eps,
+            hbm_bytes_per_ns: chip.bw_peak_tbs * 1e3 * derate,
+            kernel_floor_ns: floor_us * 1e3,
+            dense_layers_stage,
+            moe_layers_stage,
+            pp: pp as f64,
+            attention_projections,
+            dense_mlp,
+            shared_experts,
+            attention_flops_per_pair: per_pair * prefill_width,
+            attention_decode_extra_flops_per_token: per_pair
+                * (decode_width - prefill_width).max(0.0),
+            up_projection_flops_per_token: up_projection / context_split,
+            chunk_tokens,
+            kv_bytes_per_token,
+            experts,
+            head,
+            head_bytes_per_row,
+            tensor_comm,
+            expert_comm,
+            pipeline_send,
+            pipeline_bytes_per_token: h * ACTIVATION_BYTES,
+            launch_full_ns: replay_us * 1e3,
+            launch_piecewise_ns: (replay_us + stage_layers * kernel_launch_us) * 1e3,
+            launch_eager_ns: stage_layers * eager_layer_us * 1e3,
+            schedule_step_ns: schedule_step_us * 1e3,
+            schedule_request_ns: schedule_request_us * 1e3,
+            async_scheduling: engine.async_scheduling,
+            admission_per_token_ns: admission_per_token_us * 1e3,
+            output_token_ns: output_us * 1e3,
+            completion_ns: completion_us * 1e3,
+            draft_extra_passes,
+            provenance: r.into_provenance(),
+        })
+    }
+
+    /// Builds the cost model of one resolved pool of a resolved scenario.
+    pub fn for_pool(
+        scenario: &ResolvedScenario,
+        pool: &PoolResolution,
+    ) -> Result<Roofline, String> {
+        let sets: Vec<CoefficientSet> = scenario
+            .coefficients
+            .iter()
+            .map(|e| e.value.clone())
+            .collect();
+        Roofline::new(
+            &scenario.model.value,
+            &scenario.chip.value,
+            &scenario.chip.origin.name,
+            scenario.fabric.as_ref().map(|f| &f.value),
+            &pool.layout,
+            &pool.engine,
+            &sets,
+        )
+    }
+
+    /// Every coefficient the model read: (name, value in its units, source).
+    pub fn provenance(&self) -> Vec<(String, f64, String)> {
+        self.provenance
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.value,
+                    format!("{} [{}]", p.source, p.units),
+                )
+            })
+            .collect()
+    }
+
+    /// Host time per output token in the API server (detokenize, stream):
+    /// `host_output_token`. Not part of any step.
+    pub fn output_token_delay(&self) -> SimDuration {
+        SimDuration::from_ns(ns(self.output_token_ns))
+    }
+
+    /// Host time to finish a request in the API server: `host_completion`.
+    /// Not part of any step.
+    pub fn completion_delay(&self) -> SimDuration {
+        SimDuration::from_ns(ns(self.completion_ns))
+    }
+
+    /// A GEMM group at `m` rows: `flops · (m + m_half) / (m · peak · eps)`
+    /// is `flops / (peak · eff(m))` with the envelope
+    /// `eff(m) = eps · m / (m + m_half)` (BLIS cost-model-primitives).
+    #[inline]
+    fn gemm_ns(flops: f64, m: f64, flops_per_ns: f64, m_half: f64) -> f64 {
+        if m <= 0.0 || flops <= 0.0 {
+            return 0.0;
+        }
+        flops * (m + m_half) / (m * flops_per_ns)
+    }
+
+    #[inline]
+    fn gemm_kernel(&self, parts: &mut Parts, g: &Gemm, layers: f64, m: f64) {
+        if layers <= 0.0 || g.flops_per_token <= 0.0 {
+            return;
+        }
+        let c = Self::gemm_ns(
+            layers * g.flops_per_token * m,
+            m,
+            self.gemm_flops_per_ns,
+            self.gemm_m_half_tokens,
+        );
+        let bytes = layers * (g.weight_bytes + g.activation_bytes_per_token * m);
+        parts.kernel(c, bytes / self.hbm_bytes_per_ns);
+    }
+
+    /// One pipeline stage's pass over `w` with `dense` dense layers, `moe`
+    /// MoE layers and, when `head`, the output head.
+    fn stage(&self, w: Work, dense: f64, moe: f64, head: bool) -> Parts {
+        let mut p = Parts::default();
+        let t = w.padded;
+        let layers = dense + moe;
+        self.gemm_kernel(&mut p, &self.attention_projections, layers, t);
+        self.gemm_kernel(&mut p, &self.dense_mlp, dense, t);
+        self.gemm_kernel(&mut p, &self.shared_experts, moe, t);
+
+        // Attention: causal pairs drive FLOPs, context drives KV reads.
+        // A decode request's pairs equal its context, so pricing every pair
+        // at the prefill width and every context token at the decode
+        // path's extra width is exact for decodes, within (c + q)/pairs of
+        // exact for a prefill, and never decreases as a batch grows.
+        let attention_flops = self.attention_flops_per_pair * w.pairs
+            + self.attention_decode_extra_flops_per_token * w.context;
+        // MLA prefill up-projects its requests' context: at most the
+        // batch's context, and about the chunk plus its cached tokens, which
+        // the excess of pairs over context (Σ (q − 1)(c + q/2)) divided by
+        // the engine's chunk size recovers for a full chunk (estimate).
+        let up_tokens = w
+            .context
+            .min(w.prefill_tokens + (w.pairs - w.context).max(0.0) / self.chunk_tokens);
+        let up_ns = Self::gemm_ns(
+            layers * self.up_projection_flops_per_token * up_tokens,
+            up_tokens,
+            self.gemm_flops_per_ns,
+            self.gemm_m_half_tokens,
+        );
+        p.kernel(
+            layers * attention_flops / self.attention_flops_per_ns + up_ns,
+            layers * self.kv_bytes_per_token * (w.context + w.tokens) / self.hbm_bytes_per_ns,
+        );
+
+        if let Some(x) = &self.experts
+            && moe > 0.0
+        {
+            let tokens_in = t * x.tokens_in_per_token;
+            if tokens_in > 0.0 {
+                let pairs = tokens_in * x.pairs_per_token_in;
+                let touched = x.local * (1.0 - (tokens_in * x.ln_miss).exp());
+                // flops / (peak · eff(pairs / touched)), times the imbalance.
+                let c = moe * x.flops_per_pair * (pairs + self.gemm_m_half_tokens * touched)
+                    / self.gemm_flops_per_ns
+                    * x.imbalance;
+                let bytes =
+                    moe * (touched * x.bytes_per_expert + pairs * x.activation_bytes_per_pair);
+                p.kernel(c, bytes / self.hbm_bytes_per_ns);
+            }
+        }
+
+        let mut kernels = dense * KERNELS_DENSE_LAYER + moe * KERNELS_MOE_LAYER;
+        if head {
+            let rows = w.logits_rows;
+            let c = Self::gemm_ns(
+                self.head.flops_per_token * rows,
+                rows,
+                self.head_flops_per_ns,
+                self.head_m_half_tokens,
+            );
+            let bytes = self.head.weight_bytes + rows * self.head_bytes_per_row;
+            p.kernel(c, bytes / self.hbm_bytes_per_ns);
+            kernels += KERNELS_HEAD;
+        }
+        p.device_ns += kernels * self.kernel_floor_ns;
+
+        if let Some(tc) = &self.tensor_comm {
+            let bytes = t * tc.bytes_per_token;
+            let all_reduce = match tc.custom {
+                Some(custom) if bytes <= CUSTOM_ALLREDUCE_MAX_BYTES => custom.time_ns(bytes),
+                _ => tc.all_reduce.time_ns(bytes),
+            };
+            p.comm_ns += match tc.sequence_parallel {
+                Some((rs, ag)) => {
+                    (2.0 * dense + moe) * all_reduce + moe * (rs.time_ns(bytes) + ag.time_ns(bytes))
+                }
+                None => 2.0 * layers * all_reduce,
+            };
+        }
+        if let Some(ec) = &self.expert_comm {
+            p.comm_ns += moe
+                * (ec.dispatch.time_ns(t * ec.dispatch_bytes_per_token)
+                    + ec.combine.time_ns(t * ec.combine_bytes_per_token));
+        }
+        p
+    }
+
+    /// The drafter's passes: the draft layer (one decoder layer of the
+    /// target's shape) over the step's tokens, then over one token per
+    /// request for each further draft token, each with the output head.
+    fn draft(&self, full: Work, requests: f64, extra_passes: f64) -> Parts {
+        let (dense, moe) = if self.experts.is_some() {
+            (0.0, 1.0)
+        } else {
+            (1.0, 0.0)
+        };
+        let first = Work {
+            logits_rows: requests,
+            ..full
+        };
+        let next = Work {
+            padded: requests,
+            tokens: requests,
+            context: full.context,
+            pairs: full.context,
+            logits_rows: requests,
+            prefill_tokens: 0.0,
+        };
+        self.stage(first, dense, moe, true)
+            .add(self.stage(next, dense, moe, true).scaled(extra_passes))
+    }
+
+    fn launch_ns(&self, graph: GraphMode) -> f64 {
+        match graph {
+            GraphMode::Full => self.launch_full_ns,
+            GraphMode::Piecewise => self.launch_piecewise_ns,
+            GraphMode::Eager => self.launch_eager_ns,
+        }
+    }
+}
+
+impl CostModel for Roofline {
+    fn step(&self, batch: &Batch) -> StepCost {
+        let tokens = batch.tokens() as f64;
+        let padded = (batch.padded_tokens as f64).max(tokens);
+        if padded <= 0.0 {
+            return StepCost::default();
+        }
+        let requests = batch.num_reqs as f64;
+        let full = Work {
+            padded,
+            tokens,
+            context: batch.attn_context_tokens as f64,
+            pairs: batch.attn_pairs as f64,
+            logits_rows: ((batch.num_reqs + batch.spec_tokens) as f64).min(tokens),
+            prefill_tokens: batch.prefill_tokens as f64,
+        };
+        let micro = full.scaled(1.0 / self.pp);
+        let (dense, moe) = (self.dense_layers_stage, self.moe_layers_stage);
+        let launch = self.launch_ns(batch.graph);
+
+        // One stage pass over one microbatch, then the trip through all
+        // stages.
+        let (parts, stage_ns, launches) = if batch.dbo {
+            let half = self.stage(micro.scaled(0.5), dense, moe, true);
+            let long = half.device_ns.max(half.comm_ns);
+            let short = half.device_ns.min(half.comm_ns);
+            let overlapped = 2.0 * long + short / (dense + moe).max(1.0);
+            (half.scaled(2.0), overlapped, 2.0 * launch)
+        } else {
+            let p = self.stage(micro, dense, moe, true);
+            (p, p.device_ns + p.comm_ns, launch)
+        };
+        let mut parts = parts.scaled(self.pp);
+        let mut gpu_ns = self.pp * (stage_ns + launches);
+        if let Some(send) = &self.pipeline_send {
+            let sends =
+                (self.pp - 1.0) * send.time_ns(micro.padded * self.pipeline_bytes_per_token);
+            parts.comm_ns += sends;
+            gpu_ns += sends;
+        }
+        if let Some(extra) = self.draft_extra_passes
+            && requests > 0.0
+        {
+            let d = self.draft(full, requests, extra);
+            gpu_ns += d.device_ns + d.comm_ns;
+            parts = parts.add(d);
+        }
+
+        let schedule_ns = self.schedule_step_ns + self.schedule_request_ns * requests;
+        let exposed_ns = if self.async_scheduling {
+            (schedule_ns - gpu_ns).max(0.0)
+        } else {
+            schedule_ns
+        };
+        let total = gpu_ns + exposed_ns;
+        StepCost {
+            total: SimDuration::from_ns(ns(total)),
+            compute_ns: ns(parts.compute_ns),
+            memory_ns: ns(parts.memory_ns),
+            communication_ns: ns(parts.comm_ns),
+            host_ns: ns(self.pp * launches + schedule_ns),
+            padding_ns: ns(parts.compute_ns * (padded - tokens) / padded),
+        }
+    }
+
+    /// `host_admission_per_token · prompt_tokens` in the Python frontend;
+    /// the Rust frontend (vllm-rs) scales it by
+    /// `frontend_rust_admission_ratio` (assumed).
+    fn admission_delay(&self, prompt_tokens: u32) -> SimDuration {
+        SimDuration::from_ns(ns(self.admission_per_token_ns * prompt_tokens as f64))
+    }
+}
+
+fn check_chip(chip: &Chip, chip_name: &str) -> Result<(), String> {
+    let figures = [
+        ("TFlopsPeak", chip.t_flops_peak),
+        ("BwPeakTBs", chip.bw_peak_tbs),
+        ("IntraNodeBwGBps", chip.intra_node_bw_gbps),
+    ];
+    for (key, value) in figures {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(format!(
+                "chip `{chip_name}` has {key} {value}; the roofline needs a positive figure"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The curve of `op` over `ranks` ranks. Inside one node: the registry's
+/// measured curve for the chip at the nearest measured width (names
+/// `collective_{floor,peak_rate,transition_rate}_<op>_fp16_<n>rank_<chip>`,
+/// overridable by the scenario's sets). Across nodes: the intra-node floor
+/// plus `collective_internode_floor`, and the fabric's per-GPU rate times
+/// `collective_internode_efficiency` over the op's wire factor. With no
+/// fabric known, the group is priced as one NVLink domain.
+fn collective_curve(
+    r: &mut Resolver,
+    chip_key: &str,
+    intra_gbps: f64,
+    fabric_gbps: Option<f64>,
+    gpus_per_node: u64,
+    op: Op,
+    ranks: u64,
+) -> Result<Curve, String> {
+    let bucket = width_bucket(ranks);
+    let suffix = format!(
+        "{}_fp16_{bucket}rank_{}",
+        op.name(),
+        chip_key.replace('-', "_")
+    );
+    let [floor, peak, transition] =
+        coefficients::builtin_collective(chip_key, op.name(), bucket, intra_gbps);
+    let floor_us = r.value(
+        &format!("collective_floor_{suffix}"),
+        "us_per_transfer",
+        Some(floor),
+        0.0,
+        1e7,
+    )?;
+    let peak = r.value(
+        &format!("collective_peak_rate_{suffix}"),
+        "bytes_per_us",
+        Some(peak),
+        1e-3,
+        1e12,
+    )?;
+    let transition = r.value(
+        &format!("collective_transition_rate_{suffix}"),
+        "bytes_per_us",
+        Some(transition),
+        1e-3,
+        1e12,
+    )?;
+    let intra = Curve {
+        floor_ns: floor_us * 1e3,
+        transition_bytes_per_ns: transition / 1e3,
+        peak_bytes_per_ns: peak / 1e3,
+    };
+    let Some(fabric_gbps) = fabric_gbps.filter(|_| ranks > gpus_per_node) else {
+        return Ok(intra);
+    };
+    let extra_us = r.value(
+        "collective_internode_floor",
+        "us_per_transfer",
+        coefficients::builtin("collective_internode_floor", chip_key),
+        0.0,
+        1e7,
+    )?;
+    let efficiency = r.value(
+        "collective_internode_efficiency",
+        "dimensionless",
+        coefficients::builtin("collective_internode_efficiency", chip_key),
+        1e-3,
+        1.0,
+    )?;
+    let wire = op.wire_factor(ranks as f64, gpus_per_node as f64);
+    Ok(Curve::linear(
+        intra.floor_ns + extra_us * 1e3,
+        fabric_gbps * efficiency / wire,
+    ))
+}
+
+/// The dispatch and combine of one MoE layer under the pool's
+/// `all2all_backend` (see [`All2AllFamily`]).
+///
+/// Volumes per token of this rank: the all-gather families move the
+/// hidden state of every replica's tokens to every rank, `hidden · 2 · ep/tp`
+/// bytes of gathered output; routed families send the hidden state to the
+/// `ep · (1 − (1 − 1/ep)^k)` distinct ranks its `k` experts live on (uniform
+/// routing), and low-latency ones once per expert, `k` times. Routed
+/// dispatch is FP8 with scales when the weights are 8-bit (DeepEP's FP8
+/// dispatch, BF16 combine); the all-gather families move BF16.
+#[allow(clippy::too_many_arguments)]
+fn expert_comm(
+    r: &mut Resolver,
+    chip_key: &str,
+    intra_gbps: f64,
+    fabric_gbps: Option<f64>,
+    gpus_per_node: u64,
+    model: &Model,
+    engine: &EngineConfig,
+    tp: u64,
+    ep: u64,
+) -> Result<ExpertComm, String> {
+    let family = All2AllFamily::of(&engine.all2all_backend).ok_or_else(|| {
+        format!(
+            "all2all_backend `{}` has no pricing in pdsim's roofline",
+            engine.all2all_backend
+        )
+    })?;
+    let mut curve =
+        |op: Op| collective_curve(r, chip_key, intra_gbps, fabric_gbps, gpus_per_node, op, ep);
+    let h = model.hidden_size as f64;
+    let ep_f = ep as f64;
+    let k = model.experts_per_token as f64;
+    // Under sequence-parallel MoE each TP rank dispatches its 1/tp share.
+    let share = if engine.sequence_parallel_moe {
+        1.0 / tp as f64
+    } else {
+        1.0
+    };
+    let routed_dispatch_bytes = if engine.weight_bits == 8 {
+        FP8_DISPATCH_BYTES
+    } else {
+        ACTIVATION_BYTES
+    };
+    let ranks_per_token = ep_f * (1.0 - (1.0 - 1.0 / ep_f).powf(k));
+    let gathered = h * ACTIVATION_BYTES * ep_f / tp as f64;
+    Ok(match family {
+        All2AllFamily::AllGatherReduceScatter => ExpertComm {
+            dispatch: curve(Op::AllGather)?,
+            combine: curve(Op::ReduceScatter)?,
+            dispatch_bytes_per_token: gathered,
+            combine_bytes_per_token: gathered,
+        },
+        All2AllFamily::Naive => ExpertComm {
+            dispatch: curve(Op::AllGather)?,
+            combine: curve(Op::AllReduce)?,
+            dispatch_bytes_per_token: gathered,
+            combine_bytes_per_token: gathered,
+        },
+        All2AllFamily::HighThroughput | All2AllFamily::Routed => {
+            let mut c = curve(Op::AllToAll)?;
+            if family == All2AllFamily::HighThroughput {
+                let handshake_us = r.value(
+                    "all2all_high_throughput_handshake",
+                    "us_per_transfer",
+                    coefficients::builtin("all2all_high_throughput_handshake", chip_key),
+                    0.0,
+                    1e7,
+                )?;
+                c.floor_ns += handshake_us * 1e3;
+            }
+            ExpertComm {
+                dispatch: c,
+                combine: c,
+                dispatch_bytes_per_token: share * h * routed_dispatch_bytes * ranks_per_token,
+                combine_bytes_per_token: share * h * ACTIVATION_BYTES * ranks_per_token,
+            }
+        }
+        All2AllFamily::LowLatency => {
+            let mut c = curve(Op::AllToAll)?;
+            let efficiency = r.value(
+                "all2all_low_latency_bw_efficiency",
+                "dimensionless",
+                coefficients::builtin("all2all_low_latency_bw_efficiency", chip_key),
+                1e-3,
+                1.0,
+            )?;
+            c.transition_bytes_per_ns *= efficiency;
+            c.peak_bytes_per_ns *= efficiency;
+            ExpertComm {
+                dispatch: c,
+                combine: c,
+                dispatch_bytes_per_token: share * h * routed_dispatch_bytes * k,
+                combine_bytes_per_token: share * h * ACTIVATION_BYTES * k,
+            }
+        }
+    })
+}

@@ -1,0 +1,690 @@
+//! Behavioural tests of both cost models on built-in catalog entries: the
+//! direction of every effect the roofline claims to model, plausible
+//! magnitudes for a few well-known deployments, coefficient selection by
+//! scope, and the linear model's exactness.
+
+use crate::{Batch, CostModel, GraphMode, LINEAR_COEFFICIENTS, Linear, Roofline, StepCost};
+use pdsim_spec::catalog::{Catalog, Chip, CoefficientSet, Fabric};
+use pdsim_spec::deployment::Pool;
+use pdsim_spec::files::MemoryFiles;
+use pdsim_spec::layout::PoolLayout;
+use pdsim_spec::model::Model;
+use pdsim_spec::resolve::{EngineConfig, resolve_pool};
+use proptest::prelude::*;
+use std::sync::OnceLock;
+
+struct Setup {
+    model: Model,
+    chip: Chip,
+    chip_name: String,
+    fabric: Fabric,
+    layout: PoolLayout,
+    engine: EngineConfig,
+}
+
+impl Setup {
+    fn roofline(&self, sets: &[CoefficientSet]) -> Result<Roofline, String> {
+        Roofline::new(
+            &self.model,
+            &self.chip,
+            &self.chip_name,
+            Some(&self.fabric),
+            &self.layout,
+            &self.engine,
+            sets,
+        )
+    }
+
+    fn linear(&self, sets: &[CoefficientSet]) -> Result<Linear, String> {
+        Linear::new(
+            &self.model,
+            &self.chip_name,
+            self.chip.gpus_per_node,
+            &self.layout,
+            &self.engine,
+            sets,
+        )
+    }
+}
+
+/// A pool of `nodes` 8-GPU nodes with the given widths and engine keys
+/// (a YAML flow mapping), resolved by the vLLM 0.31.0 rules pack.
+fn setup(model: &str, chip: &str, parallel: &str, engine: &str, nodes: u32) -> Setup {
+    let files = MemoryFiles::new();
+    let catalog = Catalog::new(&files, Vec::new());
+    let model = catalog.model(model).expect("built-in model").value;
+    let chip_value = catalog.chip(chip).expect("built-in chip").value;
+    let fabric = catalog.fabric("ib-400g").expect("built-in fabric").value;
+    let yaml = format!("role: colocated\nnodes: {nodes}\nparallel: {parallel}\nengine: {engine}\n");
+    let pool: Pool = serde_yaml::from_str(&yaml).expect("pool yaml");
+    let layout = PoolLayout::derive(0, &pool, Some(8));
+    let pack = pdsim_spec::rules::pack::for_version("0.31.0").expect("rules pack");
+    let engine = resolve_pool(pack, &pool, &layout, chip, &chip_value, &model).engine;
+    Setup {
+        model,
+        chip: chip_value,
+        chip_name: chip.to_string(),
+        fabric,
+        layout,
+        engine,
+    }
+}
+
+fn llama8b_tp1() -> Setup {
+    setup("llama-3.1-8b", "h100", "{tp: 1, pp: 1, dp: 1}", "{}", 1)
+}
+
+fn deepseek_ep(dp: u32, backend: &str) -> Setup {
+    setup(
+        "deepseek-v3",
+        "h200",
+        &format!("{{tp: 1, pp: 1, dp: {dp}, enable_expert_parallel: true}}"),
+        &format!("{{all2all_backend: {backend}}}"),
+        dp.div_ceil(8),
+    )
+}
+
+/// Decode requests each at `context` tokens (the new one included), plus
+/// one prefill chunk of `chunk` tokens after `computed` cached ones.
+fn batch(decodes: u32, context: u64, chunk: u32, computed: u64, graph: GraphMode) -> Batch {
+    let prefill_reqs = u32::from(chunk > 0);
+    let q = chunk as u64;
+    Batch {
+        num_reqs: decodes + prefill_reqs,
+        prefill_reqs,
+        decode_reqs: decodes,
+        prefill_tokens: chunk,
+        decode_tokens: decodes,
+        spec_tokens: 0,
+        padded_tokens: decodes + chunk,
+        graph,
+        attn_context_tokens: decodes as u64 * context + computed + q,
+        attn_pairs: decodes as u64 * context + q * computed + q * (q + 1) / 2,
+        dbo: false,
+    }
+}
+
+fn decode(requests: u32, context: u64) -> Batch {
+    batch(requests, context, 0, 0, GraphMode::Full)
+}
+
+fn prefill(tokens: u32) -> Batch {
+    batch(0, 0, tokens, 0, GraphMode::Piecewise)
+}
+
+fn ms(cost: &StepCost) -> f64 {
+    cost.total.as_ms_f64()
+}
+
+/// A one-entry coefficient set written as YAML.
+fn set(name: &str, entries: &str) -> CoefficientSet {
+    serde_yaml::from_str(&format!(
+        "kind: CoefficientSet\nname: {name}\ncoefficients:\n{entries}"
+    ))
+    .expect("coefficient set yaml")
+}
+
+fn entry(name: &str, value: f64, units: &str, scope: &str) -> String {
+    format!(
+        "  - {name}:\n      value: {value}\n      units: {units}\n      method: assumed\n      \
+         fitted: false\n      rationale: test\n      scope: {scope}\n"
+    )
+}
+
+#[test]
+fn llama_8b_decode_is_memory_bound_at_the_weight_read_time() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let cost = model.step(&decode(1, 1024));
+    // 16 GB of weights at 3.35 TB/s × 0.8 is 6.0 ms; kernel floors add ~1.
+    assert!(
+        (5.0..9.0).contains(&ms(&cost)),
+        "decode of one token took {} ms",
+        ms(&cost)
+    );
+    assert!(cost.memory_ns > 2 * cost.compute_ns, "{cost:?}");
+    assert_eq!(cost.communication_ns, 0);
+    assert_eq!(cost.padding_ns, 0);
+}
+
+#[test]
+fn a_long_prefill_is_compute_bound() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let cost = model.step(&prefill(8192));
+    assert!(cost.compute_ns > 5 * cost.memory_ns, "{cost:?}");
+    // 2 · 8192 · 7e9 FLOP plus attention at ~0.85 of 989 TFLOP/s.
+    assert!((100.0..400.0).contains(&ms(&cost)), "{} ms", ms(&cost));
+}
+
+#[test]
+fn padding_costs_time_and_is_reported() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let real = decode(100, 2048);
+    let padded = Batch {
+        padded_tokens: 128,
+        ..real
+    };
+    let a = model.step(&real);
+    let b = model.step(&padded);
+    assert!(b.total > a.total, "{a:?} vs {b:?}");
+    assert!(b.padding_ns > 0);
+    assert_eq!(a.padding_ns, 0);
+    // A compute-bound prefill pays for its padding nearly in proportion.
+    let chunk = prefill(4000);
+    let padded_chunk = Batch {
+        padded_tokens: 4096,
+        ..chunk
+    };
+    let (c, d) = (model.step(&chunk), model.step(&padded_chunk));
+    assert!(d.total > c.total);
+    assert!(d.padding_ns as f64 > 0.02 * d.compute_ns as f64);
+}
+
+#[test]
+fn full_graphs_cost_the_host_least_and_eager_the_most() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let host = |graph| {
+        model
+            .step(&Batch {
+                graph,
+                ..decode(8, 512)
+            })
+            .host_ns
+    };
+    let (full, piecewise, eager) = (
+        host(GraphMode::Full),
+        host(GraphMode::Piecewise),
+        host(GraphMode::Eager),
+    );
+    assert!(
+        full < piecewise && piecewise < eager,
+        "{full} {piecewise} {eager}"
+    );
+}
+
+#[test]
+fn tensor_parallelism_adds_communication() {
+    let tp1 = llama8b_tp1().roofline(&[]).unwrap();
+    let tp8 = setup("llama-3.1-8b", "h100", "{tp: 8, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    let b = decode(64, 1024);
+    let (one, eight) = (tp1.step(&b), tp8.step(&b));
+    assert_eq!(one.communication_ns, 0);
+    // 64 all-reduces of 512 KiB at ~8 µs (custom) each.
+    assert!(eight.communication_ns > 300_000, "{eight:?}");
+    assert!(eight.memory_ns < one.memory_ns / 6);
+    // NCCL instead of the custom kernel costs more on small messages.
+    let nccl = setup(
+        "llama-3.1-8b",
+        "h100",
+        "{tp: 8, pp: 1, dp: 1}",
+        "{disable_custom_all_reduce: true}",
+        1,
+    )
+    .roofline(&[])
+    .unwrap();
+    assert!(nccl.step(&b).communication_ns > eight.communication_ns);
+}
+
+#[test]
+fn expert_parallel_all_to_all_grows_with_the_group() {
+    for backend in [
+        "allgather_reducescatter",
+        "deepep_high_throughput",
+        "deepep_low_latency",
+        "pplx",
+        "naive",
+    ] {
+        let mut last = 0;
+        for dp in [2u32, 4, 8, 16] {
+            let model = setup(
+                "qwen3-30b-a3b",
+                "h100",
+                &format!("{{tp: 1, pp: 1, dp: {dp}, enable_expert_parallel: true}}"),
+                &format!("{{all2all_backend: {backend}}}"),
+                dp.div_ceil(8),
+            )
+            .roofline(&[])
+            .unwrap();
+            let comm = model.step(&decode(64, 1024)).communication_ns;
+            assert!(comm > last, "{backend} at ep {dp}: {comm} after {last}");
+            last = comm;
+        }
+    }
+}
+
+#[test]
+fn low_latency_all_to_all_wins_small_batches_and_loses_large_ones() {
+    let ll = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
+    let ht = deepseek_ep(8, "deepep_high_throughput")
+        .roofline(&[])
+        .unwrap();
+    let small = decode(8, 1024);
+    assert!(ll.step(&small).communication_ns < ht.step(&small).communication_ns);
+    let large = prefill(8192);
+    assert!(ll.step(&large).communication_ns > ht.step(&large).communication_ns);
+}
+
+#[test]
+fn dual_batch_overlap_is_never_slower_than_its_microbatches_in_series() {
+    let model = deepseek_ep(16, "deepep_high_throughput")
+        .roofline(&[])
+        .unwrap();
+    for (decodes, chunk) in [(64, 0), (256, 0), (0, 4096), (32, 2048)] {
+        let whole = batch(decodes, 2048, chunk, 0, GraphMode::Piecewise);
+        let half = batch(decodes / 2, 2048, chunk / 2, 0, GraphMode::Piecewise);
+        let dbo = model.step(&Batch { dbo: true, ..whole });
+        let serial = model.step(&half).total.as_ns() * 2;
+        assert!(dbo.total.as_ns() <= serial, "{dbo:?} vs 2 × {serial}");
+    }
+    // Where communication is heavy and compute-bound work large, the
+    // overlap pays for re-reading the weights.
+    let big = prefill(8192);
+    let plain = model.step(&big);
+    let overlapped = model.step(&Batch { dbo: true, ..big });
+    assert!(
+        overlapped.total < plain.total,
+        "{overlapped:?} vs {plain:?}"
+    );
+}
+
+#[test]
+fn a_scoped_coefficient_overrides_only_where_its_scope_applies() {
+    let s = llama8b_tp1();
+    let base = ms(&s.roofline(&[]).unwrap().step(&decode(1, 1024)));
+    let slow = |scope: &str| {
+        let sets = [set(
+            "user",
+            &entry("hbm_derate", 0.4, "dimensionless", scope),
+        )];
+        ms(&s.roofline(&sets).unwrap().step(&decode(1, 1024)))
+    };
+    // Hardware names compare case-insensitively; an omitted dimension does
+    // not constrain.
+    assert!(slow("{hardware: [H100]}") > 1.5 * base);
+    assert!(slow("{}") > 1.5 * base);
+    assert!(slow("{hardware: [h100], model: [Llama-3.1-8B], tp: [1]}") > 1.5 * base);
+    assert_eq!(slow("{hardware: [h200]}"), base);
+    assert_eq!(slow("{tp: [2, 4]}"), base);
+    assert_eq!(slow("{hardware: [h100], ep: [8]}"), base);
+    // The last applicable entry wins, across sets and within one.
+    let sets = [
+        set("first", &entry("hbm_derate", 0.4, "dimensionless", "{}")),
+        set(
+            "second",
+            &(entry("hbm_derate", 0.2, "dimensionless", "{hardware: [h100]}")
+                + &entry("hbm_derate", 0.8, "dimensionless", "{hardware: [h200]}")),
+        ),
+    ];
+    let model = s.roofline(&sets).unwrap();
+    let derate = model
+        .provenance()
+        .into_iter()
+        .find(|p| p.0 == "hbm_derate")
+        .unwrap();
+    assert_eq!(derate.1, 0.2);
+    assert!(derate.2.contains("set `second`"), "{}", derate.2);
+}
+
+#[test]
+fn an_invalid_coefficient_is_named() {
+    let s = llama8b_tp1();
+    let too_efficient = [set(
+        "user",
+        &entry("gemm_eps_max_bf16", 1.5, "dimensionless", "{}"),
+    )];
+    let error = s.roofline(&too_efficient).unwrap_err();
+    assert!(error.contains("gemm_eps_max_bf16"), "{error}");
+    let wrong_units = [set(
+        "user",
+        &entry("hbm_constant_latency", 3.0, "us_per_step", "{}"),
+    )];
+    let error = s.roofline(&wrong_units).unwrap_err();
+    assert!(
+        error.contains("hbm_constant_latency") && error.contains("us_per_transfer"),
+        "{error}"
+    );
+}
+
+#[test]
+fn provenance_cites_every_coefficient_read() {
+    let model = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
+    let table = model.provenance();
+    for name in [
+        "gemm_eps_max_fp8",
+        "gemm_m_half_fp8",
+        "hbm_derate",
+        "hbm_constant_latency",
+        "moe_routing_imbalance_median",
+        "host_replay_graph_per_step",
+        "collective_floor_alltoall_fp16_8rank_h200",
+        "all2all_low_latency_bw_efficiency",
+    ] {
+        let row = table.iter().find(|p| p.0 == name);
+        assert!(row.is_some_and(|p| !p.2.is_empty()), "{name} missing");
+    }
+    let eps = table.iter().find(|p| p.0 == "gemm_eps_max_fp8").unwrap();
+    assert_eq!(eps.1, 0.788);
+    assert!(eps.2.contains("cost-model-primitives"));
+    let replay = table
+        .iter()
+        .find(|p| p.0 == "host_replay_graph_per_step")
+        .unwrap();
+    assert!(replay.2.contains("cost-model-host-overheads"));
+}
+
+#[test]
+fn pipeline_stages_add_sends_but_keep_decode_near_the_weight_read_time() {
+    let pp1 = setup("llama-3.1-70b", "h100", "{tp: 4, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    let pp2 = setup("llama-3.1-70b", "h100", "{tp: 4, pp: 2, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    let b = decode(64, 1024);
+    let (one, two) = (pp1.step(&b), pp2.step(&b));
+    // Each request still passes every layer once per token.
+    let ratio = ms(&two) / ms(&one);
+    assert!((0.8..1.3).contains(&ratio), "pp2/pp1 = {ratio}");
+    assert!(two.communication_ns > 0);
+}
+
+#[test]
+fn speculative_drafting_costs_time() {
+    let plain = llama8b_tp1().roofline(&[]).unwrap();
+    let eagle = setup(
+        "llama-3.1-8b",
+        "h100",
+        "{tp: 1, pp: 1, dp: 1}",
+        "{speculative: {method: eagle3, num_spec_tokens: 3}}",
+        1,
+    )
+    .roofline(&[])
+    .unwrap();
+    let b = decode(16, 1024);
+    assert!(eagle.step(&b).total > plain.step(&b).total);
+}
+
+#[test]
+fn an_empty_step_costs_nothing() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    assert_eq!(model.step(&Batch::default()), StepCost::default());
+}
+
+#[test]
+fn admission_is_per_prompt_token_and_cheaper_in_the_rust_frontend() {
+    let python = llama8b_tp1().roofline(&[]).unwrap();
+    assert_eq!(python.admission_delay(1000).as_ns(), 350_000);
+    assert_eq!(python.admission_delay(0).as_ns(), 0);
+    let rust = setup(
+        "llama-3.1-8b",
+        "h100",
+        "{tp: 1, pp: 1, dp: 1}",
+        "{frontend: rust}",
+        1,
+    )
+    .roofline(&[])
+    .unwrap();
+    assert!(rust.admission_delay(1000) < python.admission_delay(1000));
+    assert_eq!(python.output_token_delay().as_ns(), 45_900);
+    assert_eq!(python.completion_delay().as_ns(), 777_300);
+}
+
+fn linear_set(scope: &str) -> CoefficientSet {
+    let values = [2000.0, 50.0, 100.0, 0.5];
+    let entries: String = LINEAR_COEFFICIENTS
+        .iter()
+        .zip(values)
+        .map(|((name, units), value)| entry(name, value, units, scope))
+        .collect();
+    set("fit", &entries)
+}
+
+#[test]
+fn the_linear_model_is_its_formula_exactly() {
+    let model = llama8b_tp1().linear(&[linear_set("{}")]).unwrap();
+    let b = batch(10, 1000, 300, 200, GraphMode::Piecewise);
+    // 2000 µs + 50 µs · 300 + 100 µs · 10 + 0.5 µs · (10·1000 + 200 + 300).
+    let expected_us = 2000.0 + 50.0 * 300.0 + 100.0 * 10.0 + 0.5 * 10_500.0;
+    let cost = model.step(&b);
+    assert_eq!(cost.total.as_ns(), (expected_us * 1e3) as u64);
+    assert_eq!(
+        cost.compute_ns + cost.memory_ns + cost.host_ns,
+        cost.total.as_ns()
+    );
+    assert_eq!(model.admission_delay(100).as_ns(), 35_000);
+    let direct = Linear::from_us(2000.0, 50.0, 100.0, 0.5);
+    assert_eq!(direct.step(&b).total, cost.total);
+}
+
+#[test]
+fn the_linear_model_needs_its_coefficients() {
+    let s = llama8b_tp1();
+    let error = s.linear(&[]).unwrap_err();
+    assert!(error.contains("linear_step_us"), "{error}");
+    // A fit scoped to another chip does not apply.
+    let error = s.linear(&[linear_set("{hardware: [h200]}")]).unwrap_err();
+    assert!(error.contains("linear_step_us"), "{error}");
+}
+
+/// Models shared by the property tests, built once.
+fn fleet() -> &'static Vec<Roofline> {
+    static FLEET: OnceLock<Vec<Roofline>> = OnceLock::new();
+    FLEET.get_or_init(|| {
+        vec![
+            llama8b_tp1().roofline(&[]).unwrap(),
+            setup("llama-3.1-70b", "h100", "{tp: 8, pp: 2, dp: 1}", "{}", 2)
+                .roofline(&[])
+                .unwrap(),
+            deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap(),
+            deepseek_ep(16, "allgather_reducescatter")
+                .roofline(&[])
+                .unwrap(),
+            setup(
+                "mixtral-8x7b",
+                "h100",
+                "{tp: 2, pp: 1, dp: 2, enable_expert_parallel: true}",
+                "{all2all_backend: deepep_high_throughput, speculative: {method: eagle, num_spec_tokens: 2}}",
+                1,
+            )
+            .roofline(&[])
+            .unwrap(),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn more_tokens_or_context_is_never_faster(
+        which in 0usize..5,
+        decodes in 0u32..300,
+        context in 1u64..20_000,
+        chunk in 0u32..4096,
+        computed in 0u64..20_000,
+        more in 1u32..512,
+        more_context in 1u64..5000,
+        dbo in any::<bool>(),
+        eager in any::<bool>(),
+    ) {
+        let model = &fleet()[which];
+        let graph = if eager { GraphMode::Eager } else { GraphMode::Piecewise };
+        let with = |b: Batch| Batch { dbo, ..b };
+        let base = model.step(&with(batch(decodes, context, chunk, computed, graph))).total;
+        let more_decodes =
+            model.step(&with(batch(decodes + more, context, chunk, computed, graph))).total;
+        let longer_contexts =
+            model.step(&with(batch(decodes, context + more_context, chunk, computed, graph))).total;
+        let longer_chunk =
+            model.step(&with(batch(decodes, context, chunk + more, computed, graph))).total;
+        let deeper_chunk =
+            model.step(&with(batch(decodes, context, chunk, computed + more_context, graph))).total;
+        prop_assert!(more_decodes >= base);
+        prop_assert!(longer_contexts >= base);
+        prop_assert!(longer_chunk >= base);
+        if chunk > 0 {
+            prop_assert!(deeper_chunk >= base);
+        }
+    }
+
+    #[test]
+    fn padding_never_makes_a_step_faster(
+        which in 0usize..5,
+        decodes in 1u32..300,
+        context in 1u64..20_000,
+        pad in 0u32..64,
+    ) {
+        let model = &fleet()[which];
+        let b = decode(decodes, context);
+        let padded = Batch { padded_tokens: b.padded_tokens + pad, ..b };
+        let (plain, padded) = (model.step(&b), model.step(&padded));
+        prop_assert!(padded.total >= plain.total);
+        prop_assert!(padded.padding_ns <= padded.compute_ns);
+    }
+}
+
+/// Sample step times for sanity checks by eye:
+/// `cargo test -p pdsim-cost sample_step_times -- --nocapture`.
+#[test]
+fn sample_step_times() {
+    let llama = llama8b_tp1().roofline(&[]).unwrap();
+    let deepseek = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
+    let show = |label: &str, cost: StepCost| {
+        println!(
+            "{label:<44} {:>9.3} ms  compute {:>8.3}  memory {:>8.3}  comm {:>7.3}  host {:>6.3}",
+            cost.total.as_ms_f64(),
+            cost.compute_ns as f64 / 1e6,
+            cost.memory_ns as f64 / 1e6,
+            cost.communication_ns as f64 / 1e6,
+            cost.host_ns as f64 / 1e6,
+        );
+        cost
+    };
+    let d1 = show(
+        "llama-3.1-8b h100 tp1 decode 1 @1k",
+        llama.step(&decode(1, 1024)),
+    );
+    let d64 = show(
+        "llama-3.1-8b h100 tp1 decode 64 @1k",
+        llama.step(&decode(64, 1024)),
+    );
+    let d256 = show(
+        "llama-3.1-8b h100 tp1 decode 256 @1k",
+        llama.step(&decode(256, 1024)),
+    );
+    let p512 = show(
+        "llama-3.1-8b h100 tp1 prefill 512",
+        llama.step(&prefill(512)),
+    );
+    let p2k = show(
+        "llama-3.1-8b h100 tp1 prefill 2048",
+        llama.step(&prefill(2048)),
+    );
+    let p8k = show(
+        "llama-3.1-8b h100 tp1 prefill 8192",
+        llama.step(&prefill(8192)),
+    );
+    let ds = show(
+        "deepseek-v3 h200 ep8 (dp8) LL decode 64 @1k",
+        deepseek.step(&decode(64, 1024)),
+    );
+    let ds_dbo = show(
+        "deepseek-v3 h200 ep8 LL decode 64 @1k dbo",
+        deepseek.step(&Batch {
+            dbo: true,
+            ..decode(64, 1024)
+        }),
+    );
+    let ht = deepseek_ep(8, "deepep_high_throughput")
+        .roofline(&[])
+        .unwrap();
+    show(
+        "deepseek-v3 h200 ep8 HT prefill 8192",
+        ht.step(&prefill(8192)),
+    );
+    assert!(d1.total < d64.total && d64.total < d256.total);
+    assert!(p512.total < p2k.total && p2k.total < p8k.total);
+    assert!((15.0..60.0).contains(&ms(&ds)), "{} ms", ms(&ds));
+    assert!(ds_dbo.total.as_ns() > 0);
+}
+
+#[test]
+fn every_pool_of_a_validated_deployment_gets_a_roofline() {
+    let scenario = "kind: Scenario\nname: s\nmodel: deepseek-v3\ncoefficients:\n  \
+        - cost-model-host-overheads\n  - pd-transfer-estimates\nengine_version: \"0.31.0\"\n\
+        workload:\n  shape: summarization\ncluster:\n  hardware: h200\n  fabric: ib-400g\n  \
+        nodes: 4\n  gpus_per_node: 8\n";
+    let deployment = "kind: Deployment\nname: d\npools:\n  - role: prefill\n    nodes: 1\n    \
+        parallel: {tp: 1, pp: 1, dp: 8, dp_local: 8, enable_expert_parallel: true}\n    \
+        engine: {all2all_backend: deepep_high_throughput, max_num_batched_tokens: 16384}\n  \
+        - role: decode\n    nodes: 3\n    \
+        parallel: {tp: 1, pp: 1, dp: 8, dp_local: 8, enable_expert_parallel: true}\n    \
+        engine: {all2all_backend: deepep_low_latency, max_num_seqs: 512}\n\
+        pd_transfer:\n  connector: NixlConnector\n";
+    let files = MemoryFiles::new()
+        .with("/w/scenario.yaml", scenario)
+        .with("/w/deployment.yaml", deployment);
+    let report = pdsim_spec::validate(&pdsim_spec::Request {
+        files: &files,
+        catalog_dirs: Vec::new(),
+        scenario: Some("/w/scenario.yaml".into()),
+        documents: vec!["/w/deployment.yaml".into()],
+    });
+    assert!(report.valid, "{:?}", report.problems);
+    let scenario = report.scenario.as_ref().expect("resolved scenario");
+    let pools = &report.deployments[0].resolution.pools;
+    let prefill_pool = Roofline::for_pool(scenario, &pools[0]).unwrap();
+    let decode_pool = Roofline::for_pool(scenario, &pools[1]).unwrap();
+    assert!(prefill_pool.step(&prefill(8192)).communication_ns > 0);
+    assert!(decode_pool.step(&decode(64, 1024)).total.as_ns() > 0);
+    // The scenario's own listing of the host set is what provenance cites.
+    let replay = decode_pool
+        .provenance()
+        .into_iter()
+        .find(|p| p.0 == "host_replay_graph_per_step")
+        .unwrap();
+    assert!(
+        replay.2.starts_with("set `cost-model-host-overheads`"),
+        "{}",
+        replay.2
+    );
+}
+
+#[test]
+fn every_built_in_chip_and_model_prices_finite_steps() {
+    let models = [
+        "codellama-34b",
+        "deepseek-v3",
+        "llama-2-70b",
+        "llama-2-7b",
+        "llama-3.1-70b",
+        "llama-3.1-8b",
+        "minimax-m2.7",
+        "mixtral-8x7b",
+        "qwen3-14b",
+        "qwen3-30b-a3b",
+    ];
+    let chips = ["a100-80g", "b200", "h100", "h200", "l40s", "rebel100"];
+    let layouts = [
+        ("{tp: 1, pp: 1, dp: 1}", 1),
+        ("{tp: 4, pp: 2, dp: 1}", 1),
+        ("{tp: 2, pp: 1, dp: 8, enable_expert_parallel: true}", 2),
+    ];
+    for model in models {
+        for chip in chips {
+            for (parallel, nodes) in layouts {
+                let roofline = setup(model, chip, parallel, "{}", nodes)
+                    .roofline(&[])
+                    .unwrap_or_else(|e| panic!("{model} on {chip} {parallel}: {e}"));
+                for b in [decode(32, 4096), prefill(2048), Batch::default()] {
+                    let cost = roofline.step(&b);
+                    let total = cost.total.as_ns();
+                    assert!(
+                        total < 60_000_000_000,
+                        "{model} on {chip} {parallel}: {cost:?}"
+                    );
+                    assert_eq!(total == 0, b.tokens() == 0, "{model} on {chip}");
+                }
+            }
+        }
+    }
+}

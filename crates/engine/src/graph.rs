@@ -1,0 +1,146 @@
+//! CUDA-graph dispatch and dual-batch overlap decisions for one step.
+//!
+//! Mirrors `vllm/v1/cudagraph_dispatcher.py` (which graph a batch replays and
+//! the padding to the next captured size) and `vllm/v1/worker/ubatch_utils.py`
+//! (when a batch is split into two microbatches).
+
+use pdsim_cost::GraphMode;
+
+/// The capture strategy, `cudagraph_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CudaGraphMode {
+    None,
+    Piecewise,
+    Full,
+    FullDecodeOnly,
+    FullAndPiecewise,
+}
+
+impl CudaGraphMode {
+    pub fn parse(name: &str) -> CudaGraphMode {
+        match name {
+            "PIECEWISE" => CudaGraphMode::Piecewise,
+            "FULL" => CudaGraphMode::Full,
+            "FULL_DECODE_ONLY" => CudaGraphMode::FullDecodeOnly,
+            "FULL_AND_PIECEWISE" => CudaGraphMode::FullAndPiecewise,
+            _ => CudaGraphMode::None,
+        }
+    }
+}
+
+/// Graph settings of one engine.
+#[derive(Clone, Debug)]
+pub struct Graphs {
+    pub mode: CudaGraphMode,
+    /// Captured sizes in tokens, ascending; empty when nothing is captured.
+    pub sizes: Vec<u32>,
+}
+
+impl Graphs {
+    /// The graph a batch of `tokens` runs and the token count it is padded
+    /// to. A uniform-decode batch (every request decoding the same number of
+    /// tokens) may use a full graph; any prefill makes it mixed.
+    pub fn dispatch(&self, tokens: u32, uniform_decode: bool) -> (GraphMode, u32) {
+        let Some(&largest) = self.sizes.last() else {
+            return (GraphMode::Eager, tokens);
+        };
+        if tokens == 0 || tokens > largest {
+            return (GraphMode::Eager, tokens);
+        }
+        let padded = self.sizes[self.sizes.partition_point(|s| *s < tokens)];
+        let graph = match (self.mode, uniform_decode) {
+            (CudaGraphMode::None, _) => return (GraphMode::Eager, tokens),
+            (CudaGraphMode::Full, _) => GraphMode::Full,
+            (CudaGraphMode::Piecewise, _) => GraphMode::Piecewise,
+            (CudaGraphMode::FullDecodeOnly, true) | (CudaGraphMode::FullAndPiecewise, true) => {
+                GraphMode::Full
+            }
+            (CudaGraphMode::FullDecodeOnly, false) => return (GraphMode::Eager, tokens),
+            (CudaGraphMode::FullAndPiecewise, false) => GraphMode::Piecewise,
+        };
+        (graph, padded)
+    }
+}
+
+/// Dual-batch overlap settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Dbo {
+    pub enabled: bool,
+    pub decode_threshold: u32,
+    pub prefill_threshold: u32,
+}
+
+impl Dbo {
+    /// Whether a batch is split: a uniform-decode batch at or above the
+    /// decode threshold, any other batch at or above the prefill threshold,
+    /// and only if the second microbatch would not be empty.
+    pub fn splits(&self, padded_tokens: u32, uniform_decode: bool) -> bool {
+        if !self.enabled || padded_tokens < 2 {
+            return false;
+        }
+        let threshold = if uniform_decode {
+            self.decode_threshold
+        } else {
+            self.prefill_threshold
+        };
+        padded_tokens >= threshold
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CudaGraphMode, Dbo, Graphs};
+    use pdsim_cost::GraphMode;
+
+    fn sizes() -> Vec<u32> {
+        pdsim_spec::resolve::generated_capture_sizes(512)
+            .into_iter()
+            .map(|s| s as u32)
+            .collect()
+    }
+
+    #[test]
+    fn batches_pad_to_the_next_captured_size_or_run_eager() {
+        let graphs = Graphs {
+            mode: CudaGraphMode::FullAndPiecewise,
+            sizes: sizes(),
+        };
+        assert_eq!(graphs.sizes.len(), 51, "H100 defaults capture 51 sizes");
+        assert_eq!(graphs.dispatch(1, true), (GraphMode::Full, 1));
+        assert_eq!(graphs.dispatch(3, true), (GraphMode::Full, 4));
+        assert_eq!(graphs.dispatch(9, true), (GraphMode::Full, 16));
+        assert_eq!(graphs.dispatch(250, true), (GraphMode::Full, 256));
+        assert_eq!(graphs.dispatch(257, false), (GraphMode::Piecewise, 272));
+        assert_eq!(graphs.dispatch(512, false), (GraphMode::Piecewise, 512));
+        assert_eq!(graphs.dispatch(513, true), (GraphMode::Eager, 513));
+        let decode_only = Graphs {
+            mode: CudaGraphMode::FullDecodeOnly,
+            sizes: sizes(),
+        };
+        assert_eq!(decode_only.dispatch(100, false), (GraphMode::Eager, 100));
+        assert_eq!(decode_only.dispatch(100, true), (GraphMode::Full, 104));
+        let none = Graphs {
+            mode: CudaGraphMode::None,
+            sizes: vec![],
+        };
+        assert_eq!(none.dispatch(7, true), (GraphMode::Eager, 7));
+    }
+
+    #[test]
+    fn dbo_splits_at_its_thresholds() {
+        let dbo = Dbo {
+            enabled: true,
+            decode_threshold: 32,
+            prefill_threshold: 512,
+        };
+        assert!(!dbo.splits(31, true));
+        assert!(dbo.splits(32, true));
+        assert!(!dbo.splits(511, false));
+        assert!(dbo.splits(512, false));
+        let off = Dbo {
+            enabled: false,
+            ..dbo
+        };
+        assert!(!off.splits(4096, false));
+    }
+}

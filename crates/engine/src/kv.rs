@@ -1,0 +1,331 @@
+//! KV blocks and the prefix cache of one engine core, mirroring vLLM V1's
+//! block pool (`vllm/v1/core/block_pool.py`), its free-block queue
+//! (`vllm/v1/core/kv_cache_utils.py`, `FreeKVCacheBlockQueue`) and the
+//! single-type manager's allocation (`vllm/v1/core/kv_cache_manager.py`,
+//! `allocate_slots`).
+//!
+//! Block 0 is vLLM's null block and is never handed out, so an engine with
+//! `num_blocks` blocks has `num_blocks - 1` usable ones. Free blocks sit in a
+//! doubly linked queue threaded through two index arrays: allocation pops the
+//! head; a released block with a hash goes to the tail, so cached blocks are
+//! evicted least recently released first, and a cached block stays a prefix
+//! hit until it is physically reused ("lazy eviction").
+
+use rustc_hash::FxHashMap;
+
+const NONE: u32 = u32::MAX;
+
+/// The block pool: reference counts, hashes and the free queue.
+#[derive(Clone, Debug)]
+pub struct BlockPool {
+    ref_cnt: Vec<u32>,
+    hash: Vec<Option<u64>>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    in_free: Vec<bool>,
+    head: u32,
+    tail: u32,
+    free_count: u32,
+    /// Full-block hash to the block that holds it. Looked up, never
+    /// iterated, so its order cannot leak into results.
+    cached: FxHashMap<u64, u32>,
+    /// Whether freed blocks without a hash go to the head of the queue
+    /// (reused first, vLLM 0.31 and later) or to the tail like the rest.
+    unhashed_to_front: bool,
+    /// Cached blocks evicted so far (a hash dropped on reuse).
+    pub evictions: u64,
+    /// Σ reference counts, kept as blocks are touched, allocated and
+    /// released, so the conservation check is O(requests), not O(blocks).
+    referenced: u64,
+}
+
+impl BlockPool {
+    /// A pool of `num_blocks` blocks, block 0 reserved as the null block.
+    pub fn new(num_blocks: u32, unhashed_to_front: bool) -> BlockPool {
+        let n = num_blocks.max(1) as usize;
+        let mut pool = BlockPool {
+            ref_cnt: vec![0; n],
+            hash: vec![None; n],
+            prev: vec![NONE; n],
+            next: vec![NONE; n],
+            in_free: vec![false; n],
+            head: NONE,
+            tail: NONE,
+            free_count: 0,
+            cached: FxHashMap::default(),
+            unhashed_to_front,
+            evictions: 0,
+            referenced: 0,
+        };
+        for block in 1..n as u32 {
+            pool.push_back(block);
+        }
+        pool
+    }
+
+    /// Usable blocks (the null block excluded).
+    pub fn usable(&self) -> u32 {
+        self.ref_cnt.len() as u32 - 1
+    }
+
+    /// Free blocks, cached-but-unreferenced ones included.
+    pub fn free(&self) -> u32 {
+        self.free_count
+    }
+
+    /// `vllm:kv_cache_usage_perc`: 1 − free / usable.
+    pub fn usage(&self) -> f64 {
+        let usable = self.usable();
+        if usable == 0 {
+            0.0
+        } else {
+            1.0 - self.free_count as f64 / usable as f64
+        }
+    }
+
+    fn push_back(&mut self, block: u32) {
+        let b = block as usize;
+        self.prev[b] = self.tail;
+        self.next[b] = NONE;
+        if self.tail != NONE {
+            self.next[self.tail as usize] = block;
+        } else {
+            self.head = block;
+        }
+        self.tail = block;
+        self.in_free[b] = true;
+        self.free_count += 1;
+    }
+
+    fn push_front(&mut self, block: u32) {
+        let b = block as usize;
+        self.next[b] = self.head;
+        self.prev[b] = NONE;
+        if self.head != NONE {
+            self.prev[self.head as usize] = block;
+        } else {
+            self.tail = block;
+        }
+        self.head = block;
+        self.in_free[b] = true;
+        self.free_count += 1;
+    }
+
+    fn unlink(&mut self, block: u32) {
+        let b = block as usize;
+        let (p, n) = (self.prev[b], self.next[b]);
+        if p != NONE {
+            self.next[p as usize] = n;
+        } else {
+            self.head = n;
+        }
+        if n != NONE {
+            self.prev[n as usize] = p;
+        } else {
+            self.tail = p;
+        }
+        self.prev[b] = NONE;
+        self.next[b] = NONE;
+        self.in_free[b] = false;
+        self.free_count -= 1;
+    }
+
+    /// The cached block holding `hash`, if any.
+    pub fn lookup(&self, hash: u64) -> Option<u32> {
+        self.cached.get(&hash).copied()
+    }
+
+    /// Whether a block is in the free queue (reference count zero).
+    pub fn is_free(&self, block: u32) -> bool {
+        self.in_free[block as usize]
+    }
+
+    /// Takes a reference on a prefix-hit block, pulling it out of the free
+    /// queue if nobody held it (`BlockPool.touch`).
+    pub fn touch(&mut self, block: u32) {
+        if self.in_free[block as usize] {
+            self.unlink(block);
+        }
+        self.ref_cnt[block as usize] += 1;
+        self.referenced += 1;
+    }
+
+    /// Pops `count` blocks from the head of the free queue, dropping the hash
+    /// of any cached block it reuses. The caller checked there are enough.
+    pub fn allocate(&mut self, count: u32, out: &mut Vec<u32>) {
+        for _ in 0..count {
+            let block = self.head;
+            debug_assert!(block != NONE, "allocate beyond the free queue");
+            if block == NONE {
+                return;
+            }
+            self.unlink(block);
+            if let Some(hash) = self.hash[block as usize].take() {
+                if self.cached.get(&hash) == Some(&block) {
+                    self.cached.remove(&hash);
+                }
+                self.evictions += 1;
+            }
+            self.ref_cnt[block as usize] = 1;
+            self.referenced += 1;
+            out.push(block);
+        }
+    }
+
+    /// Marks a full block as holding `hash` so later requests can hit it.
+    /// When another block already holds the hash, the first one stays the
+    /// lookup target (vLLM keeps both; the difference only matters once the
+    /// first is evicted while the second is still cached).
+    pub fn cache(&mut self, block: u32, hash: u64) {
+        if self.hash[block as usize].is_some() {
+            return;
+        }
+        self.hash[block as usize] = Some(hash);
+        self.cached.entry(hash).or_insert(block);
+    }
+
+    /// Releases a request's blocks, tail block first, as
+    /// `KVCacheManager.free` does, so within one request the blocks least
+    /// likely to be shared are evicted first.
+    pub fn release(&mut self, blocks: &[u32]) {
+        for &block in blocks.iter().rev() {
+            let b = block as usize;
+            debug_assert!(self.ref_cnt[b] > 0, "double free of block {block}");
+            if self.ref_cnt[b] == 0 {
+                continue;
+            }
+            self.ref_cnt[b] -= 1;
+            self.referenced -= 1;
+            if self.ref_cnt[b] == 0 {
+                if self.hash[b].is_none() && self.unhashed_to_front {
+                    self.push_front(block);
+                } else {
+                    self.push_back(block);
+                }
+            }
+        }
+    }
+
+    /// Checks the pool's invariants: the free queue holds exactly the
+    /// blocks with reference count zero, and the count matches. For tests
+    /// and `--check`; returns a description of the first violation.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen = 0u32;
+        let mut block = self.head;
+        let mut prev = NONE;
+        while block != NONE {
+            let b = block as usize;
+            if self.ref_cnt[b] != 0 {
+                return Err(format!(
+                    "block {block} is in the free queue with {} references",
+                    self.ref_cnt[b]
+                ));
+            }
+            if self.prev[b] != prev {
+                return Err(format!("block {block}'s back link is broken"));
+            }
+            seen += 1;
+            if seen > self.usable() {
+                return Err("the free queue has a cycle".into());
+            }
+            prev = block;
+            block = self.next[b];
+        }
+        if seen != self.free_count {
+            return Err(format!(
+                "free count {} but {seen} blocks queued",
+                self.free_count
+            ));
+        }
+        let unreferenced = (1..self.ref_cnt.len())
+            .filter(|b| self.ref_cnt[*b] == 0)
+            .count() as u32;
+        if unreferenced != self.free_count {
+            return Err(format!(
+                "{unreferenced} blocks unreferenced but {} free",
+                self.free_count
+            ));
+        }
+        Ok(())
+    }
+
+    /// The free queue from head to tail, for tests.
+    pub fn free_order(&self) -> Vec<u32> {
+        let mut order = Vec::new();
+        let mut block = self.head;
+        while block != NONE {
+            order.push(block);
+            block = self.next[block as usize];
+        }
+        order
+    }
+
+    /// Σ reference counts over all blocks, maintained incrementally.
+    pub fn referenced(&self) -> u64 {
+        self.referenced
+    }
+
+    pub fn ref_count(&self, block: u32) -> u32 {
+        self.ref_cnt[block as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BlockPool;
+
+    #[test]
+    fn allocation_pops_the_head_and_release_goes_to_the_tail_in_reverse() {
+        let mut pool = BlockPool::new(6, false);
+        assert_eq!(pool.usable(), 5);
+        let mut a = Vec::new();
+        pool.allocate(3, &mut a);
+        assert_eq!(a, vec![1, 2, 3]);
+        for (i, block) in a.iter().enumerate() {
+            pool.cache(*block, 100 + i as u64);
+        }
+        pool.release(&a);
+        // Released tail first: 3, 2, 1 after the never-used 4, 5.
+        assert_eq!(pool.free_order(), vec![4, 5, 3, 2, 1]);
+        assert!(pool.check().is_ok());
+        // Cached blocks stay hits until reused.
+        assert_eq!(pool.lookup(100), Some(1));
+        let mut b = Vec::new();
+        pool.allocate(3, &mut b);
+        assert_eq!(b, vec![4, 5, 3]);
+        assert_eq!(pool.lookup(102), None, "reusing block 3 evicts its hash");
+        assert_eq!(pool.lookup(101), Some(2));
+        assert_eq!(pool.evictions, 1);
+    }
+
+    #[test]
+    fn touching_a_free_cached_block_takes_it_out_of_the_queue() {
+        let mut pool = BlockPool::new(4, false);
+        let mut a = Vec::new();
+        pool.allocate(1, &mut a);
+        pool.cache(a[0], 7);
+        pool.release(&a);
+        assert_eq!(pool.free(), 3);
+        pool.touch(1);
+        assert_eq!(pool.free(), 2);
+        assert_eq!(pool.ref_count(1), 1);
+        pool.touch(1);
+        assert_eq!(pool.ref_count(1), 2);
+        pool.release(&[1]);
+        assert_eq!(pool.free(), 2, "still referenced once");
+        pool.release(&[1]);
+        assert_eq!(pool.free(), 3);
+        assert!(pool.check().is_ok());
+    }
+
+    #[test]
+    fn unhashed_blocks_go_to_the_front_when_the_release_says_so() {
+        let mut pool = BlockPool::new(5, true);
+        let mut a = Vec::new();
+        pool.allocate(2, &mut a);
+        pool.cache(a[0], 1);
+        pool.release(&a);
+        // Block 2 has no hash: reused first. Block 1 is cached: tail.
+        assert_eq!(pool.free_order(), vec![2, 3, 4, 1]);
+    }
+}

@@ -1,0 +1,15 @@
+//! One simulated vLLM V1 engine core (one data-parallel rank): the
+//! scheduler, KV blocks and prefix cache, CUDA-graph padding, dual-batch
+//! overlap and speculative decoding.
+//!
+//! **Architecture invariant:** the engine does no I/O, reads no clock and
+//! starts no thread. Time is passed in; randomness comes from a stream the
+//! caller owns. It knows nothing of pools, routers or networks: the cluster
+//! crate composes engines.
+
+pub mod graph;
+pub mod kv;
+pub mod scheduler;
+
+pub use graph::{CudaGraphMode, Dbo, Graphs};
+pub use scheduler::{Engine, EngineConfig, EngineEvent, NewRequest, Policy, SpecConfig};

@@ -1,0 +1,764 @@
+//! The V1 scheduler step (`vllm/v1/core/sched/scheduler.py`, `schedule` and
+//! `update_from_output`), one engine core at a time.
+//!
+//! There is no prefill phase and no decode phase: each request has a number
+//! of computed tokens, and every step hands each request some new tokens so
+//! that the count catches up with the request's tokens (prompt, output so
+//! far, and draft tokens). Chunked prefill, prefix hits, recompute after
+//! preemption and speculative decoding all follow from that rule.
+
+use crate::graph::{Dbo, Graphs};
+use crate::kv::BlockPool;
+use pdsim_core::prompt::{BlockHasher, content_id};
+use pdsim_core::{Prompt, RequestId, SimTime, Stream};
+use pdsim_cost::Batch;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// `scheduling_policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    Fcfs,
+    Priority,
+}
+
+/// Speculative decoding settings.
+#[derive(Clone, Debug)]
+pub struct SpecConfig {
+    /// Draft tokens per step (`num_spec_tokens`).
+    pub num_spec_tokens: u32,
+    /// Probability that draft position i (0-based) is accepted, counted over
+    /// all drafts (vLLM's `num_accepted_tokens_per_pos / num_drafts`); must
+    /// not increase with i.
+    pub acceptance: Vec<f64>,
+    /// EAGLE-style drafters keep their own KV and reserve `num_spec_tokens`
+    /// lookahead slots; a prefix hit drops its last block so the draft
+    /// head's hidden states are recomputed.
+    pub eagle_style: bool,
+}
+
+/// What one engine core runs with, resolved from the documents.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub block_size: u32,
+    /// Blocks in the pool, the null block included.
+    pub num_blocks: u32,
+    pub max_num_batched_tokens: u32,
+    pub max_num_seqs: u32,
+    /// 0 leaves prefills uncapped.
+    pub long_prefill_token_threshold: u32,
+    /// The release waives the cap for a request alone in the scheduler.
+    pub long_prefill_waiver_when_alone: bool,
+    pub policy: Policy,
+    pub enable_prefix_caching: bool,
+    pub max_model_len: u32,
+    /// Admission needs free blocks for the whole remaining prompt, not just
+    /// the first chunk (`scheduler_reserve_full_isl`).
+    pub reserve_full_prompt: bool,
+    pub unhashed_blocks_to_front: bool,
+    pub graphs: Graphs,
+    pub dbo: Dbo,
+    pub spec: Option<SpecConfig>,
+}
+
+/// A request handed to the engine.
+#[derive(Clone, Debug)]
+pub struct NewRequest {
+    pub id: RequestId,
+    pub arrival: SimTime,
+    pub priority: i32,
+    pub prompt: Prompt,
+    pub max_output_tokens: u32,
+}
+
+/// What a step did to requests, for the cluster to record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineEvent {
+    /// The request was admitted for the first time; `cached_tokens` came
+    /// from the prefix cache.
+    Admitted { id: RequestId, cached_tokens: u32 },
+    /// `tokens` output tokens were emitted (1 + accepted drafts).
+    Emitted { id: RequestId, tokens: u32 },
+    /// The request finished; its blocks are freed.
+    Finished { id: RequestId, output_tokens: u32 },
+    /// The request was preempted and will recompute.
+    Preempted { id: RequestId },
+    /// The request can never run on this engine (prompt beyond max_model_len).
+    Rejected { id: RequestId },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Waiting,
+    Running,
+}
+
+#[derive(Clone, Debug)]
+struct Req {
+    id: RequestId,
+    arrival: SimTime,
+    priority: i32,
+    prompt_tokens: u32,
+    max_output: u32,
+    output: u32,
+    computed: u32,
+    /// Draft tokens proposed for the next step.
+    drafts: u32,
+    status: Status,
+    admitted_once: bool,
+    blocks: Vec<u32>,
+    /// Blocks of `blocks` whose hash is registered in the pool.
+    cached_blocks: u32,
+    /// Hashes of every full block of prompt + output generated so far.
+    hasher: BlockHasher,
+    output_segment: u64,
+}
+
+impl Req {
+    fn tokens(&self) -> u32 {
+        self.prompt_tokens + self.output
+    }
+}
+
+/// Waiting requests in policy order.
+#[derive(Clone, Debug)]
+enum WaitQueue {
+    Fcfs(VecDeque<u32>),
+    /// (priority, arrival, id) ascending: vLLM's `Request.__lt__`.
+    Priority(BinaryHeap<Reverse<(i32, SimTime, RequestId, u32)>>),
+}
+
+/// One scheduled request in the current step.
+#[derive(Clone, Copy, Debug)]
+struct Scheduled {
+    slot: u32,
+    tokens: u32,
+    drafts: u32,
+    /// Computed tokens before the step (for attention context).
+    context: u32,
+}
+
+/// One engine core.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    pool: BlockPool,
+    reqs: Vec<Option<Req>>,
+    free_slots: Vec<u32>,
+    running: Vec<u32>,
+    waiting: WaitQueue,
+    scheduled: Vec<Scheduled>,
+    events: Vec<EngineEvent>,
+    /// Scratch for allocations.
+    scratch: Vec<u32>,
+    /// Counters, as vLLM's metrics expose them.
+    pub preemptions: u64,
+    pub prefix_queries_tokens: u64,
+    pub prefix_hits_tokens: u64,
+    pub steps: u64,
+    checks: u64,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Engine {
+        let pool = BlockPool::new(config.num_blocks, config.unhashed_blocks_to_front);
+        let waiting = match config.policy {
+            Policy::Fcfs => WaitQueue::Fcfs(VecDeque::new()),
+            Policy::Priority => WaitQueue::Priority(BinaryHeap::new()),
+        };
+        Engine {
+            config,
+            pool,
+            reqs: Vec::new(),
+            free_slots: Vec::new(),
+            running: Vec::new(),
+            waiting,
+            scheduled: Vec::new(),
+            events: Vec::new(),
+            scratch: Vec::new(),
+            preemptions: 0,
+            prefix_queries_tokens: 0,
+            prefix_hits_tokens: 0,
+            steps: 0,
+            checks: 0,
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        match &self.waiting {
+            WaitQueue::Fcfs(q) => q.len(),
+            WaitQueue::Priority(h) => h.len(),
+        }
+    }
+
+    /// `vllm:kv_cache_usage_perc`.
+    pub fn kv_usage(&self) -> f64 {
+        self.pool.usage()
+    }
+
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// Whether the engine has anything to schedule.
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || self.num_waiting() > 0
+    }
+
+    /// Events produced since the last call, in order.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, EngineEvent> {
+        self.events.drain(..)
+    }
+
+    /// Adds a request to the waiting queue. A prompt that reaches
+    /// max_model_len is rejected at once, as vLLM's input processor
+    /// refuses it; the output budget is capped so prompt + output fits.
+    pub fn add_request(&mut self, request: NewRequest) {
+        let prompt_tokens = request.prompt.tokens().min(u32::MAX as u64) as u32;
+        if prompt_tokens == 0 || prompt_tokens >= self.config.max_model_len {
+            self.events.push(EngineEvent::Rejected { id: request.id });
+            return;
+        }
+        let max_output = request
+            .max_output_tokens
+            .max(1)
+            .min(self.config.max_model_len - prompt_tokens);
+        let mut hasher = BlockHasher::new(self.config.block_size);
+        for segment in &request.prompt.segments {
+            hasher.feed_segment(*segment);
+        }
+        let req = Req {
+            id: request.id,
+            arrival: request.arrival,
+            priority: request.priority,
+            prompt_tokens,
+            max_output,
+            output: 0,
+            computed: 0,
+            drafts: 0,
+            status: Status::Waiting,
+            admitted_once: false,
+            blocks: Vec::new(),
+            cached_blocks: 0,
+            hasher,
+            output_segment: content_id(request.id.0 as u64, 0x6f75_7470_7574),
+        };
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.reqs[slot as usize] = Some(req);
+                slot
+            }
+            None => {
+                self.reqs.push(Some(req));
+                (self.reqs.len() - 1) as u32
+            }
+        };
+        self.push_waiting(slot, false);
+    }
+
+    fn req(&self, slot: u32) -> &Req {
+        self.reqs[slot as usize].as_ref().expect("live slot")
+    }
+
+    fn req_mut(&mut self, slot: u32) -> &mut Req {
+        self.reqs[slot as usize].as_mut().expect("live slot")
+    }
+
+    fn push_waiting(&mut self, slot: u32, front: bool) {
+        let (priority, arrival, id) = {
+            let r = self.req(slot);
+            (r.priority, r.arrival, r.id)
+        };
+        match &mut self.waiting {
+            WaitQueue::Fcfs(q) if front => q.push_front(slot),
+            WaitQueue::Fcfs(q) => q.push_back(slot),
+            WaitQueue::Priority(h) => h.push(Reverse((priority, arrival, id, slot))),
+        }
+    }
+
+    fn peek_waiting(&self) -> Option<u32> {
+        match &self.waiting {
+            WaitQueue::Fcfs(q) => q.front().copied(),
+            WaitQueue::Priority(h) => h.peek().map(|Reverse((_, _, _, slot))| *slot),
+        }
+    }
+
+    fn pop_waiting(&mut self) {
+        match &mut self.waiting {
+            WaitQueue::Fcfs(q) => {
+                q.pop_front();
+            }
+            WaitQueue::Priority(h) => {
+                h.pop();
+            }
+        }
+    }
+
+    /// Lookahead KV slots a running request reserves beyond its tokens.
+    fn lookahead(&self) -> u32 {
+        match &self.config.spec {
+            Some(spec) if spec.eagle_style => spec.num_spec_tokens,
+            _ => 0,
+        }
+    }
+
+    /// Longest cached prefix of a request with nothing computed, in blocks:
+    /// stops at the first miss, keeps at least one token to compute, and
+    /// drops the last block for EAGLE-style drafters
+    /// (`KVCacheManager.get_computed_blocks`).
+    fn prefix_hit_blocks(&self, slot: u32) -> u32 {
+        if !self.config.enable_prefix_caching {
+            return 0;
+        }
+        let req = self.req(slot);
+        let max_blocks = (req.tokens() - 1) / self.config.block_size;
+        let mut hit = 0;
+        for hash in req.hasher.hashes.iter().take(max_blocks as usize) {
+            if self.pool.lookup(*hash).is_none() {
+                break;
+            }
+            hit += 1;
+        }
+        if hit > 0 && self.config.spec.as_ref().is_some_and(|s| s.eagle_style) {
+            hit -= 1;
+        }
+        hit
+    }
+
+    /// Allocates KV for `new_tokens` more tokens of a request (after any
+    /// prefix-hit blocks, which are touched first), or returns false without
+    /// changing anything when the free blocks do not suffice
+    /// (`KVCacheManager.allocate_slots`). `must_fit` is the number of tokens
+    /// whose blocks must be free at admission (the whole prompt when the
+    /// release reserves it).
+    fn allocate(&mut self, slot: u32, hit_blocks: u32, new_tokens: u32, must_fit: u32) -> bool {
+        let block_size = self.config.block_size;
+        let lookahead = self.lookahead();
+        let (held, computed, hashes_hit): (u32, u32, Vec<u32>) = {
+            let req = self.req(slot);
+            let hit_ids = req.hasher.hashes[..hit_blocks as usize]
+                .iter()
+                .filter_map(|h| self.pool.lookup(*h))
+                .collect();
+            (req.blocks.len() as u32, req.computed, hit_ids)
+        };
+        let hit_tokens = hit_blocks * block_size;
+        let base = computed.max(hit_tokens);
+        let want_tokens =
+            (base + new_tokens.max(must_fit) + lookahead).min(self.config.max_model_len);
+        let alloc_tokens = (base + new_tokens + lookahead).min(self.config.max_model_len);
+        let need_total = want_tokens.div_ceil(block_size);
+        let have = held + hit_blocks;
+        let need_new = need_total.saturating_sub(have);
+        // Hit blocks sitting in the free queue leave it when touched.
+        let hit_free = hashes_hit.iter().filter(|b| self.pool.is_free(**b)).count() as u32;
+        if need_new + hit_free > self.pool.free() {
+            return false;
+        }
+        for block in &hashes_hit {
+            self.pool.touch(*block);
+        }
+        let alloc_new = alloc_tokens.div_ceil(block_size).saturating_sub(have);
+        self.scratch.clear();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.pool.allocate(alloc_new, &mut scratch);
+        let req = self.reqs[slot as usize].as_mut().expect("live slot");
+        req.blocks.extend(hashes_hit.iter());
+        req.cached_blocks = req.cached_blocks.max(hit_blocks);
+        req.blocks.extend(scratch.iter());
+        self.scratch = scratch;
+        true
+    }
+
+    /// Frees a request's blocks (tail first) and forgets them.
+    fn free_blocks(&mut self, slot: u32) {
+        let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
+        self.pool.release(&blocks);
+        let req = self.req_mut(slot);
+        req.cached_blocks = 0;
+        req.blocks = blocks;
+        req.blocks.clear();
+    }
+
+    /// Recompute preemption of the request in `running[index]`.
+    fn preempt(&mut self, index: usize) {
+        let slot = self.running.remove(index);
+        self.free_blocks(slot);
+        let id = {
+            let req = self.req_mut(slot);
+            req.computed = 0;
+            req.drafts = 0;
+            req.status = Status::Waiting;
+            req.id
+        };
+        self.preemptions += 1;
+        self.events.push(EngineEvent::Preempted { id });
+        self.push_waiting(slot, true);
+    }
+
+    /// The victim vLLM picks: the last admitted (fcfs) or the lowest
+    /// priority, latest arrival (priority).
+    fn victim(&self) -> usize {
+        match self.config.policy {
+            Policy::Fcfs => self.running.len() - 1,
+            Policy::Priority => {
+                let mut best = 0;
+                for (i, slot) in self.running.iter().enumerate() {
+                    let r = self.req(*slot);
+                    let b = self.req(self.running[best]);
+                    if (r.priority, r.arrival, r.id) > (b.priority, b.arrival, b.id) {
+                        best = i;
+                    }
+                }
+                best
+            }
+        }
+    }
+
+    /// Runs one `schedule()` and returns the batch to price, or `None` when
+    /// nothing was scheduled.
+    pub fn schedule(&mut self) -> Option<Batch> {
+        self.scheduled.clear();
+        let mut budget = self.config.max_num_batched_tokens;
+        let alone = self.running.len() + self.num_waiting() == 1;
+        let long_cap = if alone && self.config.long_prefill_waiver_when_alone {
+            0
+        } else {
+            self.config.long_prefill_token_threshold
+        };
+        let mut preempted = false;
+
+        // Running requests first, in admission order.
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let slot = self.running[i];
+            let (mut n, drafts_avail, computed, tokens) = {
+                let r = self.req(slot);
+                (
+                    r.tokens() + r.drafts - r.computed,
+                    r.drafts,
+                    r.computed,
+                    r.tokens(),
+                )
+            };
+            if long_cap > 0 {
+                n = n.min(long_cap);
+            }
+            n = n.min(budget).min(
+                self.config
+                    .max_model_len
+                    .saturating_sub(computed + 1)
+                    .max(1),
+            );
+            if n == 0 {
+                i += 1;
+                continue;
+            }
+            let mut self_preempted = false;
+            while !self.allocate(slot, 0, n, 0) {
+                let victim = self.victim();
+                let victim_slot = self.running[victim];
+                preempted = true;
+                if let Some(pos) = self.scheduled.iter().position(|s| s.slot == victim_slot) {
+                    budget += self.scheduled[pos].tokens;
+                    self.scheduled.remove(pos);
+                }
+                self.preempt(victim);
+                if victim_slot == slot {
+                    self_preempted = true;
+                    break;
+                }
+                if victim < i {
+                    i -= 1;
+                }
+            }
+            if self_preempted {
+                if self.config.policy == Policy::Fcfs {
+                    break;
+                }
+                continue;
+            }
+            let drafts = drafts_avail.min(n.saturating_sub(tokens - computed));
+            self.scheduled.push(Scheduled {
+                slot,
+                tokens: n,
+                drafts,
+                context: computed,
+            });
+            budget -= n;
+            i += 1;
+        }
+
+        // Then waiting requests, only if nothing was preempted.
+        if !preempted {
+            while budget > 0 && (self.running.len() as u32) < self.config.max_num_seqs {
+                let Some(slot) = self.peek_waiting() else {
+                    break;
+                };
+                let first = !self.req(slot).admitted_once;
+                let hit_blocks = self.prefix_hit_blocks(slot);
+                let hit_tokens = hit_blocks * self.config.block_size;
+                let tokens = self.req(slot).tokens();
+                let remaining = tokens - hit_tokens;
+                let mut n = remaining;
+                if long_cap > 0 {
+                    n = n.min(long_cap);
+                }
+                n = n.min(budget);
+                let must_fit = if self.config.reserve_full_prompt {
+                    remaining
+                } else {
+                    n
+                };
+                if !self.allocate(slot, hit_blocks, n, must_fit) {
+                    break;
+                }
+                self.pop_waiting();
+                self.running.push(slot);
+                let id = {
+                    let req = self.req_mut(slot);
+                    req.status = Status::Running;
+                    req.computed = hit_tokens;
+                    req.admitted_once = true;
+                    req.id
+                };
+                if first {
+                    self.prefix_queries_tokens += tokens as u64;
+                    self.prefix_hits_tokens += hit_tokens as u64;
+                    self.events.push(EngineEvent::Admitted {
+                        id,
+                        cached_tokens: hit_tokens,
+                    });
+                }
+                self.scheduled.push(Scheduled {
+                    slot,
+                    tokens: n,
+                    drafts: 0,
+                    context: hit_tokens,
+                });
+                budget -= n;
+            }
+        }
+        if self.scheduled.is_empty() {
+            return None;
+        }
+        Some(self.describe_batch())
+    }
+
+    /// The batch the cost model prices, with CUDA-graph padding and the DBO
+    /// decision.
+    fn describe_batch(&self) -> Batch {
+        let mut batch = Batch::default();
+        let decode_len = 1 + self.config.spec.as_ref().map_or(0, |s| s.num_spec_tokens);
+        let mut uniform = true;
+        for s in &self.scheduled {
+            let req = self.req(s.slot);
+            let is_decode = s.context >= req.prompt_tokens;
+            batch.num_reqs += 1;
+            if is_decode {
+                batch.decode_reqs += 1;
+                batch.decode_tokens += s.tokens;
+                batch.spec_tokens += s.drafts;
+                if s.tokens != decode_len {
+                    uniform = false;
+                }
+            } else {
+                batch.prefill_reqs += 1;
+                batch.prefill_tokens += s.tokens;
+                uniform = false;
+            }
+            let (q, c) = (s.tokens as u64, s.context as u64);
+            batch.attn_context_tokens += c + q;
+            batch.attn_pairs += q * c + q * (q + 1) / 2;
+        }
+        let tokens = batch.tokens();
+        let (graph, padded) = self.config.graphs.dispatch(tokens, uniform);
+        batch.graph = graph;
+        batch.padded_tokens = padded;
+        batch.dbo = self.config.dbo.splits(padded, uniform);
+        batch
+    }
+
+    /// Applies the step's outcome (`update_from_output`): advances computed
+    /// tokens, samples tokens for requests whose prompt is done, draws draft
+    /// acceptance, caches full blocks, finishes requests and frees them.
+    pub fn complete_step(&mut self, acceptance: &mut Stream) {
+        if self.scheduled.is_empty() {
+            return;
+        }
+        self.steps += 1;
+        let spec = self.config.spec.clone();
+        let block_size = self.config.block_size;
+        let scheduled = std::mem::take(&mut self.scheduled);
+        for s in &scheduled {
+            let (emit, finished, id, output) = {
+                let req = self.reqs[s.slot as usize].as_mut().expect("live slot");
+                req.computed += s.tokens - s.drafts;
+                let mut emit = 0;
+                if req.computed >= req.tokens() {
+                    // The prompt (or a decode step) is complete: sample.
+                    let mut accepted = 0;
+                    if let Some(spec) = &spec {
+                        for pos in 0..s.drafts as usize {
+                            let p_here = spec.acceptance.get(pos).copied().unwrap_or(0.0);
+                            let p_before = if pos == 0 {
+                                1.0
+                            } else {
+                                spec.acceptance[pos - 1]
+                            };
+                            let conditional = if p_before > 0.0 {
+                                p_here / p_before
+                            } else {
+                                0.0
+                            };
+                            if acceptance.bernoulli(conditional) {
+                                accepted += 1;
+                            } else {
+                                break;
+                            }
+                        }
+                    }
+                    emit = (1 + accepted).min(req.max_output - req.output);
+                    // Rejected drafts are rolled back; accepted ones count.
+                    req.computed += emit - 1;
+                    let start = req.output;
+                    req.hasher.feed(req.output_segment, start, emit);
+                    req.output += emit;
+                    req.drafts = spec.as_ref().map_or(0, |sp| sp.num_spec_tokens);
+                }
+                let finished = req.output >= req.max_output;
+                (emit, finished, req.id, req.output)
+            };
+            // Cache the blocks that are now full and computed.
+            {
+                let req = self.reqs[s.slot as usize].as_ref().expect("live slot");
+                let full = (req.computed.min(req.tokens()) / block_size)
+                    .min(req.hasher.hashes.len() as u32);
+                let from = req.cached_blocks;
+                let pairs: Vec<(u32, u64)> = (from..full)
+                    .filter_map(|b| {
+                        req.blocks
+                            .get(b as usize)
+                            .map(|blk| (*blk, req.hasher.hashes[b as usize]))
+                    })
+                    .collect();
+                if self.config.enable_prefix_caching {
+                    for (block, hash) in pairs {
+                        self.pool.cache(block, hash);
+                    }
+                }
+                let req = self.reqs[s.slot as usize].as_mut().expect("live slot");
+                req.cached_blocks = req.cached_blocks.max(full.min(req.blocks.len() as u32));
+            }
+            if emit > 0 {
+                self.events.push(EngineEvent::Emitted { id, tokens: emit });
+            }
+            if finished {
+                if let Some(pos) = self.running.iter().position(|r| *r == s.slot) {
+                    self.running.remove(pos);
+                }
+                self.free_blocks(s.slot);
+                self.reqs[s.slot as usize] = None;
+                self.free_slots.push(s.slot);
+                self.events.push(EngineEvent::Finished {
+                    id,
+                    output_tokens: output,
+                });
+            }
+        }
+        self.scheduled = scheduled;
+        self.scheduled.clear();
+    }
+
+    /// Checks the engine's invariants cheaply, in O(live requests): the
+    /// block references requests hold equal the pool's count, the free and
+    /// referenced blocks add up to the pool, and running stays within
+    /// max_num_seqs. Every 256th call also walks the whole pool
+    /// ([`Engine::check_full`]). This is what `pdsim run --check` runs after
+    /// every step.
+    pub fn check(&mut self) -> Result<(), String> {
+        self.checks += 1;
+        if self.checks % 256 == 1 {
+            return self.check_full();
+        }
+        self.check_counts()
+    }
+
+    fn check_counts(&self) -> Result<(), String> {
+        if self.running.len() > self.config.max_num_seqs as usize {
+            return Err(format!(
+                "{} running > max_num_seqs {}",
+                self.running.len(),
+                self.config.max_num_seqs
+            ));
+        }
+        let held: u64 = self
+            .reqs
+            .iter()
+            .flatten()
+            .map(|r| r.blocks.len() as u64)
+            .sum();
+        if held != self.pool.referenced() {
+            return Err(format!(
+                "requests hold {held} block references but the pool counts {}",
+                self.pool.referenced()
+            ));
+        }
+        if self.pool.free() > self.pool.usable() {
+            return Err(format!(
+                "{} free blocks of {} usable",
+                self.pool.free(),
+                self.pool.usable()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every invariant, walking every block: the free queue holds exactly
+    /// the unreferenced blocks, and every reference belongs to a live
+    /// request. O(blocks); the property tests run it after every step.
+    pub fn check_full(&self) -> Result<(), String> {
+        self.pool.check()?;
+        self.check_counts()?;
+        let referenced: u64 = (1..=self.pool.usable())
+            .map(|b| self.pool.ref_count(b) as u64)
+            .sum();
+        if referenced != self.pool.referenced() {
+            return Err(format!(
+                "blocks count {referenced} references, the pool's tally {}",
+                self.pool.referenced()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ids of the requests in `running`, in order (for tests).
+    pub fn running_ids(&self) -> Vec<RequestId> {
+        self.running.iter().map(|s| self.req(*s).id).collect()
+    }
+
+    /// Computed tokens of a live request (for tests).
+    pub fn computed_tokens(&self, id: RequestId) -> Option<u32> {
+        self.reqs
+            .iter()
+            .flatten()
+            .find(|r| r.id == id)
+            .map(|r| r.computed)
+    }
+
+    /// Tokens each request got in the last scheduled step (for tests).
+    pub fn last_schedule(&self) -> Vec<(RequestId, u32)> {
+        self.scheduled
+            .iter()
+            .map(|s| (self.req(s.slot).id, s.tokens))
+            .collect()
+    }
+}

@@ -1,0 +1,430 @@
+//! The engine pinned to vLLM V1's behaviour on hand-built cases: each test
+//! states the vLLM rule it checks (`vllm/v1/core/sched/scheduler.py`,
+//! `vllm/v1/core/kv_cache_manager.py`).
+
+use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
+use pdsim_engine::{
+    CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, NewRequest, Policy, SpecConfig,
+};
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        block_size: 16,
+        num_blocks: 1001,
+        max_num_batched_tokens: 100,
+        max_num_seqs: 8,
+        long_prefill_token_threshold: 0,
+        long_prefill_waiver_when_alone: true,
+        policy: Policy::Fcfs,
+        enable_prefix_caching: true,
+        max_model_len: 4096,
+        reserve_full_prompt: true,
+        unhashed_blocks_to_front: false,
+        graphs: Graphs {
+            mode: CudaGraphMode::None,
+            sizes: vec![],
+        },
+        dbo: Dbo {
+            enabled: false,
+            decode_threshold: 32,
+            prefill_threshold: 512,
+        },
+        spec: None,
+    }
+}
+
+fn request(id: u32, segments: &[(u64, u32)], output: u32) -> NewRequest {
+    NewRequest {
+        id: RequestId(id),
+        arrival: SimTime(id as u64),
+        priority: 0,
+        prompt: Prompt::new(
+            segments
+                .iter()
+                .map(|(id, tokens)| Segment {
+                    id: *id,
+                    tokens: *tokens,
+                })
+                .collect(),
+        ),
+        max_output_tokens: output,
+    }
+}
+
+fn stream() -> Stream {
+    Stream::new(1, Purpose::Acceptance, 0)
+}
+
+/// Runs steps until nothing is left, returning the events.
+fn run_to_end(engine: &mut Engine, limit: usize) -> Vec<EngineEvent> {
+    let mut rng = stream();
+    let mut events = Vec::new();
+    for _ in 0..limit {
+        if engine.schedule().is_none() {
+            break;
+        }
+        engine.complete_step(&mut rng);
+        engine
+            .check_full()
+            .expect("invariants hold after every step");
+        events.extend(engine.drain_events());
+    }
+    events
+}
+
+#[test]
+fn decodes_are_served_first_and_a_chunked_prefill_takes_the_rest_of_the_budget() {
+    let mut engine = Engine::new(config());
+    let mut rng = stream();
+    for id in 0..3 {
+        engine.add_request(request(id, &[(id as u64, 20)], 10));
+    }
+    // Step 1: three 20-token prompts fit the 100-token budget.
+    let batch = engine.schedule().unwrap();
+    assert_eq!((batch.prefill_tokens, batch.decode_tokens), (60, 0));
+    engine.complete_step(&mut rng);
+    // A long prompt arrives; the three decode first (1 token each), the
+    // prompt gets the remaining 97 tokens as a chunk.
+    engine.add_request(request(9, &[(9, 500)], 10));
+    let batch = engine.schedule().unwrap();
+    assert_eq!(
+        engine.last_schedule(),
+        vec![
+            (RequestId(0), 1),
+            (RequestId(1), 1),
+            (RequestId(2), 1),
+            (RequestId(9), 97)
+        ]
+    );
+    assert_eq!(
+        (batch.decode_tokens, batch.prefill_tokens, batch.decode_reqs),
+        (3, 97, 3)
+    );
+    engine.complete_step(&mut rng);
+    // Partial chunk: no token for the long prompt yet.
+    let emitted: Vec<EngineEvent> = engine.drain_events().collect();
+    assert!(!emitted.iter().any(|e| matches!(
+        e,
+        EngineEvent::Emitted {
+            id: RequestId(9),
+            ..
+        }
+    )));
+    assert_eq!(engine.computed_tokens(RequestId(9)), Some(97));
+}
+
+#[test]
+fn the_long_prefill_cap_applies_except_to_a_lone_request_where_the_release_waives_it() {
+    let mut c = config();
+    c.long_prefill_token_threshold = 64;
+    // vLLM 0.31.0: a request alone in the scheduler is not capped.
+    let mut waived = Engine::new(c.clone());
+    waived.add_request(request(0, &[(1, 500)], 4));
+    waived.schedule().unwrap();
+    assert_eq!(waived.last_schedule(), vec![(RequestId(0), 100)]);
+    // vLLM 0.29.0: capped even alone.
+    c.long_prefill_waiver_when_alone = false;
+    let mut capped = Engine::new(c.clone());
+    capped.add_request(request(0, &[(1, 500)], 4));
+    capped.schedule().unwrap();
+    assert_eq!(capped.last_schedule(), vec![(RequestId(0), 64)]);
+    // With company, both releases cap every prefill.
+    c.long_prefill_waiver_when_alone = true;
+    let mut two = Engine::new(c);
+    two.add_request(request(0, &[(1, 500)], 4));
+    two.add_request(request(1, &[(2, 500)], 4));
+    two.schedule().unwrap();
+    assert_eq!(
+        two.last_schedule(),
+        vec![(RequestId(0), 64), (RequestId(1), 36)]
+    );
+}
+
+#[test]
+fn max_num_seqs_bounds_admission() {
+    let mut c = config();
+    c.max_num_seqs = 2;
+    let mut engine = Engine::new(c);
+    for id in 0..4 {
+        engine.add_request(request(id, &[(id as u64, 10)], 4));
+    }
+    engine.schedule().unwrap();
+    assert_eq!(engine.running_ids(), vec![RequestId(0), RequestId(1)]);
+    assert_eq!(engine.num_waiting(), 2);
+}
+
+/// A pool so small that growing decodes must preempt.
+fn tight(policy: Policy) -> Engine {
+    let mut c = config();
+    c.policy = policy;
+    c.num_blocks = 1 + 6; // six usable blocks of 16 tokens
+    c.enable_prefix_caching = false;
+    Engine::new(c)
+}
+
+#[test]
+fn fcfs_preempts_the_last_admitted_and_admits_nothing_in_that_step() {
+    let mut engine = tight(Policy::Fcfs);
+    let mut rng = stream();
+    // Three requests of 32 tokens take all six blocks once they decode past
+    // a block boundary.
+    for id in 0..3 {
+        engine.add_request(request(id, &[(id as u64, 32)], 40));
+    }
+    engine.schedule().unwrap();
+    engine.complete_step(&mut rng);
+    engine.drain_events().count();
+    engine.add_request(request(7, &[(7, 4)], 4));
+    // Request 0 needs a seventh block for its 33rd token: the victim is the
+    // last admitted, request 2.
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(events, vec![EngineEvent::Preempted { id: RequestId(2) }]);
+    assert_eq!(engine.running_ids(), vec![RequestId(0), RequestId(1)]);
+    // Nothing was admitted in the step that preempted, not even the tiny one.
+    assert!(engine.last_schedule().iter().all(|(id, _)| id.0 < 2));
+    assert_eq!(engine.num_waiting(), 2);
+    engine.check_full().unwrap();
+}
+
+#[test]
+fn priority_preempts_the_lowest_priority_latest_arrival() {
+    let mut engine = tight(Policy::Priority);
+    let mut rng = stream();
+    let priorities = [5, 1, 5];
+    for (id, p) in priorities.iter().enumerate() {
+        let mut r = request(id as u32, &[(id as u64, 32)], 40);
+        r.priority = *p;
+        engine.add_request(r);
+    }
+    engine.schedule().unwrap();
+    // Admission order follows priority: 1 first, then 0 and 2 by arrival.
+    assert_eq!(
+        engine.running_ids(),
+        vec![RequestId(1), RequestId(0), RequestId(2)]
+    );
+    engine.complete_step(&mut rng);
+    engine.drain_events().count();
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    // Largest (priority, arrival): request 2 (priority 5, arrived last).
+    assert_eq!(events, vec![EngineEvent::Preempted { id: RequestId(2) }]);
+    engine.check_full().unwrap();
+}
+
+#[test]
+fn a_full_prefix_hit_still_recomputes_the_last_token_and_cached_blocks_evict_lru() {
+    let mut c = config();
+    c.max_num_batched_tokens = 1000;
+    let mut engine = Engine::new(c);
+    // 64 tokens = 4 full blocks. Once cached, an identical prompt may hit at
+    // most 63 tokens, block-aligned: 3 blocks (48 tokens).
+    engine.add_request(request(0, &[(42, 64)], 1));
+    run_to_end(&mut engine, 10);
+    engine.add_request(request(1, &[(42, 64)], 1));
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![EngineEvent::Admitted {
+            id: RequestId(1),
+            cached_tokens: 48
+        }]
+    );
+    assert_eq!(engine.last_schedule(), vec![(RequestId(1), 16)]);
+    // A longer prompt with the same first 64 tokens hits all 4 blocks.
+    engine.complete_step(&mut stream());
+    engine.drain_events().count();
+    engine.add_request(request(2, &[(42, 64), (43, 10)], 1));
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![EngineEvent::Admitted {
+            id: RequestId(2),
+            cached_tokens: 64
+        }]
+    );
+    assert!(engine.pool().check().is_ok());
+}
+
+#[test]
+fn evicting_reuses_the_least_recently_released_blocks_first() {
+    let mut c = config();
+    c.num_blocks = 1 + 8;
+    c.max_num_batched_tokens = 1000;
+    let mut engine = Engine::new(c);
+    // A (4 blocks) finishes first, then B (4 blocks): A's blocks were
+    // released earlier, so a new 4-block prompt evicts A's and B stays hot.
+    engine.add_request(request(0, &[(1, 64)], 1));
+    run_to_end(&mut engine, 10);
+    engine.add_request(request(1, &[(2, 64)], 1));
+    run_to_end(&mut engine, 10);
+    engine.add_request(request(2, &[(3, 64)], 1));
+    run_to_end(&mut engine, 10);
+    engine.add_request(request(3, &[(2, 64), (9, 1)], 1));
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![EngineEvent::Admitted {
+            id: RequestId(3),
+            cached_tokens: 64
+        }],
+        "B survived"
+    );
+    engine.complete_step(&mut stream());
+    engine.drain_events().count();
+    engine.add_request(request(4, &[(1, 64), (9, 1)], 1));
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(
+        events[0],
+        EngineEvent::Admitted {
+            id: RequestId(4),
+            cached_tokens: 0
+        },
+        "A was evicted"
+    );
+}
+
+#[test]
+fn prefix_caching_off_never_hits() {
+    let mut c = config();
+    c.enable_prefix_caching = false;
+    let mut engine = Engine::new(c);
+    engine.add_request(request(0, &[(42, 64)], 1));
+    run_to_end(&mut engine, 10);
+    engine.add_request(request(1, &[(42, 64)], 1));
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![EngineEvent::Admitted {
+            id: RequestId(1),
+            cached_tokens: 0
+        }]
+    );
+}
+
+#[test]
+fn draft_tokens_take_budget_and_accepted_plus_one_tokens_are_emitted() {
+    let mut c = config();
+    c.max_num_batched_tokens = 10;
+    c.spec = Some(SpecConfig {
+        num_spec_tokens: 3,
+        acceptance: vec![1.0, 1.0, 1.0],
+        eagle_style: true,
+    });
+    let mut engine = Engine::new(c);
+    let mut rng = stream();
+    engine.add_request(request(0, &[(1, 8)], 100));
+    engine.add_request(request(1, &[(2, 8)], 100));
+    // First step: the two prompts (8 + 2 of the second, budget 10); no drafts.
+    engine.schedule().unwrap();
+    assert_eq!(
+        engine.last_schedule(),
+        vec![(RequestId(0), 8), (RequestId(1), 2)]
+    );
+    engine.complete_step(&mut rng);
+    // Request 0 decodes with 3 drafts: 4 tokens of budget; request 1
+    // finishes its prompt with 6.
+    let batch = engine.schedule().unwrap();
+    assert_eq!(
+        engine.last_schedule(),
+        vec![(RequestId(0), 4), (RequestId(1), 6)]
+    );
+    assert_eq!((batch.decode_tokens, batch.spec_tokens), (4, 3));
+    engine.drain_events().count();
+    engine.complete_step(&mut rng);
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    // Every draft accepted: 3 + 1 tokens for request 0, one for request 1.
+    assert!(events.contains(&EngineEvent::Emitted {
+        id: RequestId(0),
+        tokens: 4
+    }));
+    assert!(events.contains(&EngineEvent::Emitted {
+        id: RequestId(1),
+        tokens: 1
+    }));
+    // Both decode now: 4 + 4 of the 10-token budget... and the budget binds
+    // a third.
+    engine.schedule().unwrap();
+    assert_eq!(
+        engine.last_schedule(),
+        vec![(RequestId(0), 4), (RequestId(1), 4)]
+    );
+}
+
+#[test]
+fn rejected_drafts_roll_back() {
+    let mut c = config();
+    c.spec = Some(SpecConfig {
+        num_spec_tokens: 2,
+        acceptance: vec![0.0, 0.0],
+        eagle_style: false,
+    });
+    let mut engine = Engine::new(c);
+    let mut rng = stream();
+    engine.add_request(request(0, &[(1, 8)], 50));
+    engine.schedule().unwrap();
+    engine.complete_step(&mut rng);
+    assert_eq!(engine.computed_tokens(RequestId(0)), Some(8));
+    engine.schedule().unwrap();
+    assert_eq!(engine.last_schedule(), vec![(RequestId(0), 3)]);
+    engine.complete_step(&mut rng);
+    // Nothing accepted: one token emitted, the two drafts rolled back.
+    assert_eq!(engine.computed_tokens(RequestId(0)), Some(9));
+}
+
+#[test]
+fn a_prompt_at_max_model_len_is_rejected_and_output_is_capped() {
+    let mut c = config();
+    c.max_model_len = 100;
+    let mut engine = Engine::new(c);
+    engine.add_request(request(0, &[(1, 100)], 5));
+    assert_eq!(
+        engine.drain_events().collect::<Vec<_>>(),
+        vec![EngineEvent::Rejected { id: RequestId(0) }]
+    );
+    engine.add_request(request(1, &[(1, 90)], 50));
+    let events = run_to_end(&mut engine, 100);
+    assert!(events.contains(&EngineEvent::Finished {
+        id: RequestId(1),
+        output_tokens: 10
+    }));
+}
+
+#[test]
+fn graphs_pad_batches_and_dbo_marks_splits() {
+    let mut c = config();
+    c.graphs = Graphs {
+        mode: CudaGraphMode::FullAndPiecewise,
+        sizes: pdsim_spec::resolve::generated_capture_sizes(512)
+            .into_iter()
+            .map(|s| s as u32)
+            .collect(),
+    };
+    c.dbo = Dbo {
+        enabled: true,
+        decode_threshold: 2,
+        prefill_threshold: 512,
+    };
+    let mut engine = Engine::new(c);
+    let mut rng = stream();
+    for id in 0..3 {
+        engine.add_request(request(id, &[(id as u64, 5)], 10));
+    }
+    let batch = engine.schedule().unwrap();
+    assert_eq!(
+        (batch.graph, batch.padded_tokens, batch.dbo),
+        (pdsim_cost::GraphMode::Piecewise, 16, false)
+    );
+    engine.complete_step(&mut rng);
+    let batch = engine.schedule().unwrap();
+    // Three uniform decodes: a full graph padded from 3 to 4, split by DBO.
+    assert_eq!(
+        (batch.graph, batch.padded_tokens, batch.dbo),
+        (pdsim_cost::GraphMode::Full, 4, true)
+    );
+}

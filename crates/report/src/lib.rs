@@ -1,0 +1,459 @@
+//! Turning a run into what users read: percentiles from fixed-size
+//! histograms, throughput, cache and KV figures, `summary.json` with units
+//! in every key, `requests.csv` written row by row as requests end, and the
+//! text summary.
+//!
+//! **Architecture invariant:** the only crate that knows output formats; it
+//! writes to any `std::io::Write` it is given and opens no file itself.
+
+use hdrhistogram::Histogram;
+use pdsim_cluster::{Outcome, RecordSink, RequestRecord, RunStats};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+
+/// Percentiles of one latency, in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+/// Collects histograms and totals as requests end.
+pub struct Aggregator {
+    ttft_ns: Histogram<u64>,
+    tpot_ns: Histogram<u64>,
+    itl_ns: Histogram<u64>,
+    e2e_ns: Histogram<u64>,
+    queue_ns: Histogram<u64>,
+    input_tokens: u64,
+    output_tokens: u64,
+    cached_tokens: u64,
+    reasons: BTreeMap<String, u64>,
+    first_arrival_ns: u64,
+    last_finish_ns: u64,
+    any: bool,
+}
+
+/// The longest latency a histogram tracks exactly: about 2.8 hours in
+/// nanoseconds. Longer values are recorded as this value (saturated).
+const HISTOGRAM_MAX_NS: u64 = 10_000_000_000_000;
+
+fn histogram() -> Histogram<u64> {
+    // Three significant digits over a fixed range: fixed memory (a few
+    // hundred KiB each), whatever the trace length.
+    Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3).expect("valid histogram bounds")
+}
+
+impl Default for Aggregator {
+    fn default() -> Self {
+        Aggregator {
+            ttft_ns: histogram(),
+            tpot_ns: histogram(),
+            itl_ns: histogram(),
+            e2e_ns: histogram(),
+            queue_ns: histogram(),
+            input_tokens: 0,
+            output_tokens: 0,
+            cached_tokens: 0,
+            reasons: BTreeMap::new(),
+            first_arrival_ns: u64::MAX,
+            last_finish_ns: 0,
+            any: false,
+        }
+    }
+}
+
+fn record(h: &mut Histogram<u64>, value: u64) {
+    h.saturating_record(value.max(1));
+}
+
+impl RecordSink for Aggregator {
+    fn record(&mut self, r: &RequestRecord) {
+        self.any = true;
+        self.first_arrival_ns = self.first_arrival_ns.min(r.arrival.as_ns());
+        self.last_finish_ns = self.last_finish_ns.max(r.finished.as_ns());
+        if r.outcome != Outcome::Completed {
+            *self
+                .reasons
+                .entry(format!("{}:{}", r.outcome.as_str(), r.reason))
+                .or_default() += 1;
+            return;
+        }
+        self.input_tokens += r.prompt_tokens as u64;
+        self.output_tokens += r.output_tokens as u64;
+        self.cached_tokens += r.cached_tokens as u64;
+        if let Some(first) = r.first_token {
+            record(&mut self.ttft_ns, first.since(r.arrival).as_ns());
+            if let Some(last) = r.last_token
+                && r.output_tokens > 1
+            {
+                record(
+                    &mut self.tpot_ns,
+                    last.since(first).as_ns() / (r.output_tokens as u64 - 1),
+                );
+            }
+        }
+        record(&mut self.e2e_ns, r.finished.since(r.arrival).as_ns());
+        if let Some(scheduled) = r.scheduled {
+            record(&mut self.queue_ns, scheduled.since(r.arrival).as_ns());
+        }
+    }
+
+    fn emission(&mut self, gap_ns: u64, _tokens: u32) {
+        record(&mut self.itl_ns, gap_ns);
+    }
+}
+
+fn latency(h: &Histogram<u64>) -> Latency {
+    if h.is_empty() {
+        return Latency::default();
+    }
+    let ms = |ns: u64| ns as f64 / 1e6;
+    Latency {
+        count: h.len(),
+        mean: h.mean() / 1e6,
+        p50: ms(h.value_at_quantile(0.5)),
+        p90: ms(h.value_at_quantile(0.9)),
+        p95: ms(h.value_at_quantile(0.95)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+    }
+}
+
+/// Everything `summary.json` says. Units are in the key names.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub pdsim_version: String,
+    pub run: RunInfo,
+    pub requests: Requests,
+    pub ttft_ms: Latency,
+    pub tpot_ms: Latency,
+    pub itl_ms: Latency,
+    pub e2e_ms: Latency,
+    pub queue_ms: Latency,
+    pub duration_s: f64,
+    pub throughput: Throughput,
+    pub preemptions: u64,
+    pub prefix_cache: PrefixCache,
+    pub kv_usage: KvUsage,
+    pub step_time_s: StepBreakdown,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunInfo {
+    pub scenario: String,
+    pub deployment: String,
+    pub trace: String,
+    pub seed: u64,
+    pub router: String,
+    pub engines: u64,
+    pub gpus: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Requests {
+    pub total: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub aborted: u64,
+    /// `outcome:reason` → count, for everything not completed.
+    pub not_completed_by_reason: BTreeMap<String, u64>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Throughput {
+    pub requests_per_s: f64,
+    pub input_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub output_tokens_per_s_per_gpu: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PrefixCache {
+    pub queries_tokens: u64,
+    pub hits_tokens: u64,
+    pub hit_rate: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct KvUsage {
+    /// Busy-time-weighted mean over engine cores, 0–1.
+    pub mean: f64,
+    pub peak: f64,
+}
+
+/// Engine time summed over cores, by what bounds it.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepBreakdown {
+    pub busy: f64,
+    pub compute: f64,
+    pub memory: f64,
+    pub communication: f64,
+    pub host: f64,
+    pub padding: f64,
+    pub steps: u64,
+    pub padded_tokens_share: f64,
+}
+
+impl Aggregator {
+    /// The summary of a finished run.
+    pub fn summary(&self, stats: &RunStats, run: RunInfo) -> Summary {
+        let duration_ns = if self.any {
+            self.last_finish_ns.saturating_sub(self.first_arrival_ns)
+        } else {
+            0
+        };
+        let duration_s = duration_ns as f64 / 1e9;
+        let per_s = |x: u64| {
+            if duration_s > 0.0 {
+                x as f64 / duration_s
+            } else {
+                0.0
+            }
+        };
+        let cores = &stats.cores;
+        let sum = |f: fn(&pdsim_cluster::CoreStats) -> u64| cores.iter().map(f).sum::<u64>();
+        let busy_ns = sum(|c| c.busy_ns);
+        let queries = sum(|c| c.prefix_queries_tokens);
+        let hits = sum(|c| c.prefix_hits_tokens);
+        let scheduled = sum(|c| c.tokens_scheduled);
+        let padded = sum(|c| c.tokens_padded);
+        let kv_weighted: f64 = cores.iter().map(|c| c.kv_usage_ns).sum();
+        let gpus = run.gpus.max(1);
+        Summary {
+            pdsim_version: env!("CARGO_PKG_VERSION").to_string(),
+            requests: Requests {
+                total: stats.requests,
+                completed: stats.completed,
+                rejected: stats.rejected,
+                aborted: stats.aborted,
+                not_completed_by_reason: self.reasons.clone(),
+                input_tokens: self.input_tokens,
+                output_tokens: self.output_tokens,
+            },
+            run,
+            ttft_ms: latency(&self.ttft_ns),
+            tpot_ms: latency(&self.tpot_ns),
+            itl_ms: latency(&self.itl_ns),
+            e2e_ms: latency(&self.e2e_ns),
+            queue_ms: latency(&self.queue_ns),
+            duration_s,
+            throughput: Throughput {
+                requests_per_s: per_s(stats.completed),
+                input_tokens_per_s: per_s(self.input_tokens),
+                output_tokens_per_s: per_s(self.output_tokens),
+                output_tokens_per_s_per_gpu: per_s(self.output_tokens) / gpus as f64,
+            },
+            preemptions: sum(|c| c.preemptions),
+            prefix_cache: PrefixCache {
+                queries_tokens: queries,
+                hits_tokens: hits,
+                hit_rate: if queries > 0 {
+                    hits as f64 / queries as f64
+                } else {
+                    0.0
+                },
+            },
+            kv_usage: KvUsage {
+                mean: if busy_ns > 0 {
+                    kv_weighted / busy_ns as f64
+                } else {
+                    0.0
+                },
+                peak: cores.iter().map(|c| c.kv_usage_peak).fold(0.0, f64::max),
+            },
+            step_time_s: StepBreakdown {
+                busy: busy_ns as f64 / 1e9,
+                compute: sum(|c| c.compute_ns) as f64 / 1e9,
+                memory: sum(|c| c.memory_ns) as f64 / 1e9,
+                communication: sum(|c| c.communication_ns) as f64 / 1e9,
+                host: sum(|c| c.host_ns) as f64 / 1e9,
+                padding: sum(|c| c.padding_ns) as f64 / 1e9,
+                steps: sum(|c| c.steps),
+                padded_tokens_share: if padded > 0 {
+                    1.0 - scheduled as f64 / padded as f64
+                } else {
+                    0.0
+                },
+            },
+        }
+    }
+}
+
+/// Writes `requests.csv` row by row as requests end.
+pub struct CsvSink<W: Write> {
+    writer: csv::Writer<W>,
+    error: Option<String>,
+}
+
+const CSV_HEADER: &[&str] = &[
+    "id",
+    "source_line",
+    "slo_class",
+    "arrival_ms",
+    "enqueued_ms",
+    "scheduled_ms",
+    "first_token_ms",
+    "last_token_ms",
+    "finished_ms",
+    "ttft_ms",
+    "e2e_ms",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "preemptions",
+    "pool",
+    "pod",
+    "rank",
+    "outcome",
+    "reason",
+];
+
+impl<W: Write> CsvSink<W> {
+    pub fn new(out: W) -> CsvSink<W> {
+        let mut writer = csv::Writer::from_writer(out);
+        let error = writer.write_record(CSV_HEADER).err().map(|e| e.to_string());
+        CsvSink { writer, error }
+    }
+
+    /// Flushes and reports the first write error, if any.
+    pub fn finish(mut self) -> Result<W, String> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.writer.flush().map_err(|e| e.to_string())?;
+        self.writer.into_inner().map_err(|e| e.to_string())
+    }
+}
+
+/// Milliseconds with microsecond resolution, printed the same on every
+/// machine.
+fn ms(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1_000_000, (ns / 1_000) % 1_000)
+}
+
+fn opt_ms(t: Option<pdsim_core::SimTime>) -> String {
+    t.map(|t| ms(t.as_ns())).unwrap_or_default()
+}
+
+impl<W: Write> RecordSink for CsvSink<W> {
+    fn record(&mut self, r: &RequestRecord) {
+        if self.error.is_some() {
+            return;
+        }
+        let ttft = r
+            .first_token
+            .map(|f| ms(f.since(r.arrival).as_ns()))
+            .unwrap_or_default();
+        let row = [
+            r.id.0.to_string(),
+            r.source_line.to_string(),
+            r.slo_class.to_string(),
+            ms(r.arrival.as_ns()),
+            opt_ms(r.enqueued),
+            opt_ms(r.scheduled),
+            opt_ms(r.first_token),
+            opt_ms(r.last_token),
+            ms(r.finished.as_ns()),
+            ttft,
+            ms(r.finished.since(r.arrival).as_ns()),
+            r.prompt_tokens.to_string(),
+            r.cached_tokens.to_string(),
+            r.output_tokens.to_string(),
+            r.preemptions.to_string(),
+            r.pool.to_string(),
+            r.pod.to_string(),
+            r.rank.to_string(),
+            r.outcome.as_str().to_string(),
+            r.reason.to_string(),
+        ];
+        if let Err(e) = self.writer.write_record(&row) {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+}
+
+/// Sends every record to two sinks.
+pub struct Tee<'a> {
+    pub first: &'a mut dyn RecordSink,
+    pub second: &'a mut dyn RecordSink,
+}
+
+impl RecordSink for Tee<'_> {
+    fn record(&mut self, r: &RequestRecord) {
+        self.first.record(r);
+        self.second.record(r);
+    }
+    fn emission(&mut self, gap_ns: u64, tokens: u32) {
+        self.first.emission(gap_ns, tokens);
+        self.second.emission(gap_ns, tokens);
+    }
+}
+
+/// The text summary printed after a run.
+pub fn render_text(summary: &Summary) -> String {
+    let mut out = String::new();
+    let r = &summary.requests;
+    let line = |name: &str, l: &Latency| {
+        format!(
+            "  {name:<5} mean {:>9.2}  p50 {:>9.2}  p90 {:>9.2}  p99 {:>9.2}  p99.9 {:>9.2}  (ms, n={})\n",
+            l.mean, l.p50, l.p90, l.p99, l.p999, l.count
+        )
+    };
+    out.push_str(&format!(
+        "run: deployment {} on scenario {} (trace {}, seed {}, router {}, {} engines, {} GPUs)\n",
+        summary.run.deployment,
+        summary.run.scenario,
+        summary.run.trace,
+        summary.run.seed,
+        summary.run.router,
+        summary.run.engines,
+        summary.run.gpus
+    ));
+    out.push_str(&format!(
+        "requests: {} total, {} completed, {} rejected, {} aborted over {:.1} s simulated\n",
+        r.total, r.completed, r.rejected, r.aborted, summary.duration_s
+    ));
+    for (reason, count) in &r.not_completed_by_reason {
+        out.push_str(&format!("  {count} {reason}\n"));
+    }
+    out.push_str("latency:\n");
+    out.push_str(&line("TTFT", &summary.ttft_ms));
+    out.push_str(&line("TPOT", &summary.tpot_ms));
+    out.push_str(&line("ITL", &summary.itl_ms));
+    out.push_str(&line("E2E", &summary.e2e_ms));
+    out.push_str(&line("queue", &summary.queue_ms));
+    let t = &summary.throughput;
+    out.push_str(&format!(
+        "throughput: {:.2} req/s, {:.0} input tok/s, {:.0} output tok/s ({:.0} per GPU)\n",
+        t.requests_per_s,
+        t.input_tokens_per_s,
+        t.output_tokens_per_s,
+        t.output_tokens_per_s_per_gpu
+    ));
+    out.push_str(&format!(
+        "prefix cache: {:.1}% of prompt tokens hit; KV usage mean {:.1}%, peak {:.1}%; {} preemptions\n",
+        summary.prefix_cache.hit_rate * 100.0,
+        summary.kv_usage.mean * 100.0,
+        summary.kv_usage.peak * 100.0,
+        summary.preemptions
+    ));
+    let s = &summary.step_time_s;
+    out.push_str(&format!(
+        "engine time: {} steps, {:.1} s busy (compute-bound {:.1} s, memory-bound {:.1} s, communication {:.1} s, host {:.1} s, padding {:.1} s; {:.1}% padded tokens)\n",
+        s.steps, s.busy, s.compute, s.memory, s.communication, s.host, s.padding, s.padded_tokens_share * 100.0
+    ));
+    out
+}

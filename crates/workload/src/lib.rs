@@ -1,0 +1,223 @@
+//! Request streams for pdsim: readers for recorded traces and a synthetic
+//! generator, all yielding the same [`RequestSpec`] one request at a time.
+//!
+//! Two decisions of `DESIGN.md` shape this crate. Prompts are
+//! content-addressed segments (decision 4), so a reader never invents token
+//! ids: it says which runs of tokens are shared content and which are unique,
+//! and the engine and router derive block hashes at their own block sizes.
+//! Traces are streamed, never loaded whole, so every reader here takes an
+//! [`std::io::BufRead`], holds only the current line and a few counters, and
+//! yields requests lazily; a trace of millions of rows costs no more memory
+//! than a trace of ten.
+//!
+//! The crate does no file-system access of its own. The CLI opens files and
+//! passes readers plus a display name, which every [`TraceError`] carries so a
+//! problem is reported as `file:line: column: message`.
+//!
+//! The formats, with their sources:
+//!
+//! - [`MooncakeReader`]: Mooncake FAST'25 JSON Lines (`timestamp` in ms,
+//!   `input_length`, `output_length`, `hash_ids` one per 512-token block);
+//!   Qin et al., FAST 2025, files in `kvcache-ai/Mooncake`
+//!   `FAST25-release/traces/`.
+//! - [`TraceV2Reader`]: the BLIS / inference-sim TraceV2 CSV
+//!   (`inference-sim/inference-sim` `sim/workload/tracev2.go` and
+//!   `replay.go`; `research/blis-documents.md` §4), with its YAML header
+//!   already parsed by `pdsim-spec`.
+//! - [`AzureReader`]: the Azure LLM inference trace 2023 CSV (`TIMESTAMP`,
+//!   `ContextTokens`, `GeneratedTokens`; `Azure/AzurePublicDataset`, Patel et
+//!   al., "Splitwise", ISCA 2024).
+//! - [`Synthetic`]: a catalog workload shape (`pdsim_spec::catalog::Shape`)
+//!   with Poisson arrivals, seeded per purpose (decision 3).
+//!
+//! [`TraceFormat`] tells the three file formats apart from a name and the
+//! first bytes, and [`TraceReader`] wraps whichever reader applies.
+//!
+//! Readers do not stop at the first bad row: a row-level problem is yielded
+//! as an `Err` and reading continues with the next row, so a checking tool can
+//! list every problem in one pass. A simulation should stop at the first
+//! error. A failure to read the input at all (an I/O error) ends the stream.
+
+#![warn(missing_docs)]
+
+mod azure;
+mod lines;
+mod mooncake;
+mod sniff;
+mod synthetic;
+mod tracev2;
+
+pub use azure::AzureReader;
+pub use mooncake::{MOONCAKE_BLOCK_TOKENS, MooncakeReader};
+pub use sniff::{TraceFormat, TraceReader};
+pub use synthetic::Synthetic;
+pub use tracev2::TraceV2Reader;
+
+use pdsim_core::{Prompt, SimTime};
+use std::fmt;
+
+/// The largest prompt or output length, in tokens, any reader accepts.
+///
+/// No served model has a context this long; a larger value is a corrupt row,
+/// and refusing it keeps token sums far from overflow.
+pub const MAX_TOKENS: u64 = 10_000_000;
+
+/// Salt of segment ids derived from Mooncake `hash_ids`, so they can never
+/// collide with ids another source derives from the same small integers.
+pub const MOONCAKE_SALT: u64 = u64::from_be_bytes(*b"mooncake");
+/// Salt of the unique segment that carries a Mooncake row's tokens beyond
+/// its last listed block (keyed by line number).
+pub const MOONCAKE_UNIQUE_SALT: u64 = u64::from_be_bytes(*b"moon-tai");
+/// Salt of a TraceV2 `prefix_group`'s shared segment (keyed by a hash of
+/// the group name).
+pub const TRACEV2_PREFIX_SALT: u64 = u64::from_be_bytes(*b"tv2-pfx.");
+/// Salt of a TraceV2 row's unique tail (keyed by line number).
+pub const TRACEV2_TAIL_SALT: u64 = u64::from_be_bytes(*b"tv2-tail");
+/// Salt of an Azure row's prompt, which is always unique (keyed by line
+/// number).
+pub const AZURE_SALT: u64 = u64::from_be_bytes(*b"azure-23");
+/// Salt of a synthetic shape's shared prefix (keyed by the seed).
+pub const SYNTHETIC_PREFIX_SALT: u64 = u64::from_be_bytes(*b"syn-pfx.");
+/// Salt of a synthetic request's unique tail (keyed by request index, mixed
+/// with the seed).
+pub const SYNTHETIC_TAIL_SALT: u64 = u64::from_be_bytes(*b"syn-tail");
+
+/// One request as a source describes it, before the simulation assigns it
+/// an id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestSpec {
+    /// When the request reaches the router.
+    pub arrival: SimTime,
+    /// The prompt as content-addressed segments; content shared between
+    /// requests shares segment ids.
+    pub prompt: Prompt,
+    /// Tokens to generate; at least 1.
+    pub output_tokens: u32,
+    /// vLLM scheduling priority: lower is more urgent, 0 by default.
+    pub priority: i32,
+    /// Index into the source's [`RequestSource::slo_classes`]; 0 is the
+    /// unnamed default class.
+    pub slo_class: u16,
+    /// 1-based line of the row in its input, for messages about this
+    /// request; for synthetic requests, the 1-based request number.
+    pub source_line: u64,
+}
+
+/// A problem with one row (or the header) of an input, located by file,
+/// line and column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceError {
+    /// The display name of the input, as the caller passed it.
+    pub file: String,
+    /// 1-based line; 0 when the problem concerns no particular line (a
+    /// synthetic shape's parameters, or a header passed in separately).
+    pub line: u64,
+    /// The key or column name concerned, if one is.
+    pub column: Option<String>,
+    /// What is wrong, in a sentence.
+    pub message: String,
+}
+
+impl TraceError {
+    pub(crate) fn new(
+        file: &str,
+        line: u64,
+        column: Option<&str>,
+        message: impl Into<String>,
+    ) -> TraceError {
+        TraceError {
+            file: file.to_string(),
+            line,
+            column: column.map(str::to_string),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for TraceError {
+    /// `file:line: column: message`; the line is left out when it is 0 and
+    /// the column when there is none.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+        }
+        if let Some(column) = &self.column {
+            write!(f, ": {column}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+/// A stream of requests in arrival order.
+///
+/// Every source yields requests with non-decreasing arrival times; a row
+/// that would go back in time is reported as an error instead.
+pub trait RequestSource: Iterator<Item = Result<RequestSpec, TraceError>> {
+    /// The names of the SLO classes seen so far, indexed by
+    /// [`RequestSpec::slo_class`]. Entry 0 is always `""`, the class of
+    /// requests that name none. Classes are added in order of first
+    /// appearance, so the list is complete once the stream is exhausted.
+    fn slo_classes(&self) -> &[String];
+
+    /// How many rows asked for 0 output tokens and were given 1.
+    ///
+    /// vLLM cannot run a request with `max_tokens` 0, and a request that
+    /// ends at once still pays a full prefill, which is what its first
+    /// sampled token costs; so pdsim replays such a row as one output token
+    /// and counts it here for the run's report instead of changing it
+    /// silently.
+    fn outputs_raised(&self) -> u64 {
+        0
+    }
+}
+
+/// The list of class names every source starts with: only the unnamed
+/// default class.
+pub(crate) fn default_classes() -> Vec<String> {
+    vec![String::new()]
+}
+
+/// Output lengths of 0 become 1 (see [`RequestSource::outputs_raised`]).
+pub(crate) fn raise_output(tokens: u64, raised: &mut u64) -> u32 {
+    if tokens == 0 {
+        *raised += 1;
+        1
+    } else {
+        tokens as u32
+    }
+}
+
+/// FNV-1a over bytes: a hash that, unlike the standard library's, is fixed
+/// forever, so a name hashes to the same segment id on every machine and
+/// in every release.
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= b as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TraceError, fnv1a64};
+
+    #[test]
+    fn errors_display_file_line_column_message() {
+        let e = TraceError::new("t.jsonl", 3, Some("input_length"), "must be at least 1");
+        assert_eq!(e.to_string(), "t.jsonl:3: input_length: must be at least 1");
+        let e = TraceError::new("t.csv", 0, None, "empty");
+        assert_eq!(e.to_string(), "t.csv: empty");
+    }
+
+    #[test]
+    fn fnv_is_pinned() {
+        // The published FNV-1a 64 test vector for "a".
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+    }
+}

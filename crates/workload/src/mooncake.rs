@@ -1,0 +1,463 @@
+//! The Mooncake trace reader (JSON Lines).
+//!
+//! Mooncake's FAST'25 traces (Qin et al., "Mooncake: Trading More Storage
+//! for Less Computation", FAST 2025; files in `kvcache-ai/Mooncake`
+//! `FAST25-release/traces/`) are the only public traces that say which
+//! prompts share content. Each line is one request:
+//!
+//! ```json
+//! {"timestamp": 3052, "input_length": 7234, "output_length": 794, "hash_ids": [0, 28, 29]}
+//! ```
+//!
+//! `timestamp` is the arrival in milliseconds since the trace began, the
+//! lengths are tokens, and `hash_ids` holds one id per 512-token block of the
+//! prompt, the last block possibly partial. Ids are remapped chained prefix
+//! hashes: two requests share a prefix exactly as long as their id lists
+//! agree from the start. That is the content addressing of `DESIGN.md`
+//! decision 4 at a 512-token granularity, so each id becomes one segment and
+//! the engine's 16-token block hashes follow from the segments.
+//!
+//! Choices where the format leaves room, each made strictly enough that a
+//! broken file is reported rather than guessed at:
+//!
+//! - Arrivals are taken relative to the first row, and rows must be in
+//!   arrival order (equal timestamps are common and keep file order); a row
+//!   that goes back in time is an error naming both lines, because a
+//!   streaming reader cannot sort.
+//! - A row whose `input_length` is at most `512·(n−1)` for `n` listed ids has
+//!   a last block with no tokens in it, which Mooncake never writes: error.
+//!   A row whose `input_length` exceeds `512·n` gets the excess as one
+//!   segment unique to that row (generators that list only the shared
+//!   blocks write such rows).
+//! - `input_length` must be at least 1 (vLLM refuses an empty prompt) and no
+//!   length may exceed [`MAX_TOKENS`](crate::MAX_TOKENS).
+//! - `output_length` 0 is replayed as 1 and counted
+//!   ([`RequestSource::outputs_raised`]).
+//! - Keys other than the four are ignored: other tools write extra keys
+//!   (session ids, delays) in Mooncake-format files, and none of them
+//!   changes what the four keys mean.
+
+use crate::lines::{Line, Lines};
+use crate::{
+    MAX_TOKENS, MOONCAKE_SALT, MOONCAKE_UNIQUE_SALT, RequestSource, RequestSpec, TraceError,
+    default_classes, raise_output,
+};
+use pdsim_core::prompt::content_id;
+use pdsim_core::{Prompt, Segment, SimTime};
+use serde_json::{Map, Value};
+use std::io::BufRead;
+
+/// Tokens per `hash_ids` entry in Mooncake's traces.
+pub const MOONCAKE_BLOCK_TOKENS: u32 = 512;
+
+/// Reads a Mooncake JSON Lines trace one line at a time.
+pub struct MooncakeReader<R> {
+    lines: Lines<R>,
+    state: State,
+}
+
+/// Everything but the input, so a line borrowed from the input can be
+/// parsed while the state is updated.
+struct State {
+    name: String,
+    block_tokens: u32,
+    /// Timestamp (ms) of the first valid row: the origin of arrivals.
+    origin_ms: Option<u64>,
+    /// Timestamp (ms) and line of the latest valid row.
+    last: Option<(u64, u64)>,
+    classes: Vec<String>,
+    raised: u64,
+}
+
+impl<R: BufRead> MooncakeReader<R> {
+    /// A reader of `input`; `name` is the file name used in messages.
+    pub fn new(input: R, name: impl Into<String>) -> MooncakeReader<R> {
+        MooncakeReader {
+            lines: Lines::new(input),
+            state: State {
+                name: name.into(),
+                block_tokens: MOONCAKE_BLOCK_TOKENS,
+                origin_ms: None,
+                last: None,
+                classes: default_classes(),
+                raised: 0,
+            },
+        }
+    }
+
+    /// Reads `hash_ids` as blocks of `tokens` tokens instead of 512, for
+    /// files written in Mooncake's format by tools with another block size.
+    ///
+    /// # Panics
+    ///
+    /// If `tokens` is 0.
+    pub fn with_block_tokens(mut self, tokens: u32) -> MooncakeReader<R> {
+        assert!(tokens > 0, "a block holds at least one token");
+        self.state.block_tokens = tokens;
+        self
+    }
+}
+
+impl<R: BufRead> Iterator for MooncakeReader<R> {
+    type Item = Result<RequestSpec, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let state = &mut self.state;
+            return match self.lines.next_line()? {
+                // Blank lines (a trailing newline, a blank line between
+                // rows) carry no request.
+                Line::Text(_, text) if text.trim().is_empty() => continue,
+                Line::Text(line, text) => Some(state.parse(line, text)),
+                Line::NotUtf8(line) => Some(Err(state.error(line, None, "is not valid UTF-8"))),
+                Line::Failed(line, e) => Some(Err(state.error(
+                    line,
+                    None,
+                    format!("cannot read the trace: {e}"),
+                ))),
+            };
+        }
+    }
+}
+
+impl<R: BufRead> RequestSource for MooncakeReader<R> {
+    fn slo_classes(&self) -> &[String] {
+        &self.state.classes
+    }
+
+    fn outputs_raised(&self) -> u64 {
+        self.state.raised
+    }
+}
+
+impl State {
+    fn error(&self, line: u64, key: Option<&str>, message: impl Into<String>) -> TraceError {
+        TraceError::new(&self.name, line, key, message)
+    }
+
+    fn parse(&mut self, line: u64, text: &str) -> Result<RequestSpec, TraceError> {
+        let row = match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(row)) => row,
+            Ok(other) => {
+                return Err(self.error(
+                    line,
+                    None,
+                    format!("a row must be a JSON object, found {}", kind(&other)),
+                ));
+            }
+            Err(e) => return Err(self.error(line, None, format!("not valid JSON: {e}"))),
+        };
+        let key_error = |(key, message): (&str, String)| self.error(line, Some(key), message);
+
+        let timestamp = uint(&row, "timestamp").map_err(key_error)?;
+        if timestamp > u64::MAX / 1_000_000 {
+            return Err(key_error((
+                "timestamp",
+                format!("{timestamp} ms is too large"),
+            )));
+        }
+        let input = uint(&row, "input_length").map_err(key_error)?;
+        if input == 0 {
+            return Err(key_error((
+                "input_length",
+                "must be at least 1 (vLLM refuses an empty prompt)".into(),
+            )));
+        }
+        if input > MAX_TOKENS {
+            return Err(key_error((
+                "input_length",
+                format!("{input} tokens is more than the {MAX_TOKENS} pdsim accepts"),
+            )));
+        }
+        let output = uint(&row, "output_length").map_err(key_error)?;
+        if output > MAX_TOKENS {
+            return Err(key_error((
+                "output_length",
+                format!("{output} tokens is more than the {MAX_TOKENS} pdsim accepts"),
+            )));
+        }
+        let ids = match row.get("hash_ids") {
+            None => return Err(key_error(("hash_ids", "is missing".into()))),
+            Some(Value::Array(ids)) => ids,
+            Some(other) => {
+                return Err(key_error((
+                    "hash_ids",
+                    format!("must be a list of integers, found {}", kind(other)),
+                )));
+            }
+        };
+        let block = self.block_tokens as u64;
+        let blocks = ids.len() as u64;
+        if blocks > 0 && input <= block.saturating_mul(blocks - 1) {
+            return Err(key_error((
+                "hash_ids",
+                format!(
+                    "lists {blocks} blocks of {block} tokens, but input_length {input} fills \
+                     only {} (one id per block; the last block may be partial but not empty, \
+                     so input_length must exceed {block}·({blocks}−1) = {})",
+                    input.div_ceil(block),
+                    block * (blocks - 1)
+                ),
+            )));
+        }
+        let mut segments = Vec::with_capacity(ids.len() + 1);
+        for (i, id) in ids.iter().enumerate() {
+            let Some(id) = id.as_u64() else {
+                return Err(key_error((
+                    "hash_ids",
+                    format!("element {i} ({id}) is not a non-negative integer"),
+                )));
+            };
+            let start = i as u64 * block;
+            let tokens = block.min(input - start);
+            segments.push(Segment {
+                id: content_id(id, MOONCAKE_SALT),
+                tokens: tokens as u32,
+            });
+        }
+        let listed = block * blocks;
+        if input > listed {
+            segments.push(Segment {
+                id: content_id(line, MOONCAKE_UNIQUE_SALT),
+                tokens: (input - listed) as u32,
+            });
+        }
+
+        if let Some((previous, previous_line)) = self.last
+            && timestamp < previous
+        {
+            return Err(key_error((
+                "timestamp",
+                format!(
+                    "{timestamp} ms is earlier than {previous} ms on line {previous_line}; \
+                     rows must be in arrival order"
+                ),
+            )));
+        }
+        let origin = *self.origin_ms.get_or_insert(timestamp);
+        self.last = Some((timestamp, line));
+
+        Ok(RequestSpec {
+            arrival: SimTime::from_ms(timestamp - origin),
+            prompt: Prompt::new(segments),
+            output_tokens: raise_output(output, &mut self.raised),
+            priority: 0,
+            slo_class: 0,
+            source_line: line,
+        })
+    }
+}
+
+/// A required non-negative integer key, or the key and what is wrong.
+fn uint<'a>(row: &Map<String, Value>, key: &'a str) -> Result<u64, (&'a str, String)> {
+    match row.get(key) {
+        None => Err((key, "is missing".into())),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) => Ok(v),
+            None if n.as_i64().is_some() => Err((key, format!("{n} is negative"))),
+            None => Err((key, format!("{n} is not an integer"))),
+        },
+        Some(other) => Err((key, format!("must be an integer, found {}", kind(other)))),
+    }
+}
+
+/// The JSON type of a value, for messages.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MooncakeReader;
+    use crate::{MOONCAKE_SALT, RequestSource, RequestSpec, TraceError};
+    use pdsim_core::SimTime;
+    use pdsim_core::prompt::{block_hashes, content_id};
+
+    fn read(text: &str) -> Vec<Result<RequestSpec, TraceError>> {
+        MooncakeReader::new(text.as_bytes(), "t.jsonl").collect()
+    }
+
+    fn only_error(text: &str) -> TraceError {
+        let mut all = read(text);
+        assert_eq!(all.len(), 1, "{all:?}");
+        all.pop().unwrap().expect_err("an error")
+    }
+
+    #[test]
+    fn reads_rows_with_shared_prefixes() {
+        let text = concat!(
+            "{\"timestamp\": 100, \"input_length\": 1100, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n",
+            "{\"timestamp\": 100, \"input_length\": 700, \"output_length\": 9, \"hash_ids\": [0, 3]}\n",
+            "\n",
+            "{\"timestamp\": 2600, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [7]}\n",
+        );
+        let all: Vec<RequestSpec> = read(text).into_iter().map(Result::unwrap).collect();
+        assert_eq!(all.len(), 3);
+        let a = &all[0];
+        assert_eq!(a.arrival, SimTime::ZERO);
+        assert_eq!(a.prompt.tokens(), 1100);
+        assert_eq!(a.prompt.segments.len(), 3);
+        assert_eq!(a.prompt.segments[2].tokens, 1100 - 1024);
+        assert_eq!(a.prompt.segments[0].id, content_id(0, MOONCAKE_SALT));
+        assert_eq!(a.output_tokens, 5);
+        assert_eq!(a.source_line, 1);
+        let b = &all[1];
+        assert_eq!(b.arrival, SimTime::ZERO);
+        assert_eq!(b.prompt.segments[0], a.prompt.segments[0]);
+        assert_ne!(b.prompt.segments[1].id, a.prompt.segments[1].id);
+        // The shared 512-token block is 32 shared vLLM blocks, no more.
+        let (ha, hb) = (block_hashes(&a.prompt, 16), block_hashes(&b.prompt, 16));
+        assert_eq!(ha[..32], hb[..32]);
+        assert_ne!(ha[32], hb[32]);
+        let c = &all[2];
+        assert_eq!(c.arrival, SimTime::from_ms(2500));
+        assert_eq!(c.source_line, 4);
+    }
+
+    #[test]
+    fn excess_beyond_the_listed_blocks_is_a_unique_segment() {
+        let text = "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 3, \"hash_ids\": [4]}\n\
+                    {\"timestamp\": 0, \"input_length\": 600, \"output_length\": 3, \"hash_ids\": [4]}\n\
+                    {\"timestamp\": 0, \"input_length\": 20, \"output_length\": 3, \"hash_ids\": []}";
+        let all: Vec<RequestSpec> = read(text).into_iter().map(Result::unwrap).collect();
+        assert_eq!(all[0].prompt.segments.len(), 2);
+        assert_eq!(all[0].prompt.segments[1].tokens, 88);
+        assert_eq!(all[0].prompt.segments[0], all[1].prompt.segments[0]);
+        assert_ne!(all[0].prompt.segments[1].id, all[1].prompt.segments[1].id);
+        assert_eq!(all[2].prompt.tokens(), 20);
+    }
+
+    #[test]
+    fn block_size_can_be_changed() {
+        let text = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 3, \"hash_ids\": [1, 2, 3]}";
+        let all: Vec<_> = MooncakeReader::new(text.as_bytes(), "t")
+            .with_block_tokens(16)
+            .collect();
+        let r = all[0].as_ref().unwrap();
+        let lengths: Vec<u32> = r.prompt.segments.iter().map(|s| s.tokens).collect();
+        assert_eq!(lengths, [16, 16, 8]);
+    }
+
+    #[test]
+    fn zero_output_becomes_one_and_is_counted() {
+        let text =
+            "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 0, \"hash_ids\": [1]}";
+        let mut reader = MooncakeReader::new(text.as_bytes(), "t");
+        assert_eq!(reader.next().unwrap().unwrap().output_tokens, 1);
+        assert_eq!(reader.outputs_raised(), 1);
+        assert_eq!(reader.slo_classes(), [String::new()]);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let cases: &[(&str, Option<&str>, &str)] = &[
+            ("{\"timestamp\": 0", None, "not valid JSON"),
+            ("[1, 2]", None, "JSON object"),
+            (
+                "{\"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1]}",
+                Some("timestamp"),
+                "missing",
+            ),
+            (
+                "{\"timestamp\": -1, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1]}",
+                Some("timestamp"),
+                "negative",
+            ),
+            (
+                "{\"timestamp\": 1.5, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1]}",
+                Some("timestamp"),
+                "not an integer",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": \"4\", \"output_length\": 1, \"hash_ids\": [1]}",
+                Some("input_length"),
+                "found a string",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": []}",
+                Some("input_length"),
+                "at least 1",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 10000001, \"output_length\": 1, \"hash_ids\": []}",
+                Some("input_length"),
+                "more than",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 2.0, \"hash_ids\": [1]}",
+                Some("output_length"),
+                "not an integer",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 20000000, \"hash_ids\": [1]}",
+                Some("output_length"),
+                "more than",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1}",
+                Some("hash_ids"),
+                "missing",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": 3}",
+                Some("hash_ids"),
+                "list of integers",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [-3]}",
+                Some("hash_ids"),
+                "element 0",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 512, \"output_length\": 1, \"hash_ids\": [1, 2]}",
+                Some("hash_ids"),
+                "512·(2−1)",
+            ),
+        ];
+        for (row, key, needle) in cases {
+            let text = format!(
+                "{{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [9]}}\n{row}\n"
+            );
+            let all = read(&text);
+            assert_eq!(all.len(), 2, "{row}");
+            assert!(all[0].is_ok());
+            let e = all[1].clone().expect_err(row);
+            assert_eq!(e.file, "t.jsonl");
+            assert_eq!(e.line, 2, "{row}");
+            assert_eq!(e.column.as_deref(), *key, "{row}: {e}");
+            assert!(e.message.contains(needle), "{row}: {e}");
+        }
+    }
+
+    #[test]
+    fn out_of_order_rows_are_errors_naming_both_lines_and_reading_goes_on() {
+        let text = "{\"timestamp\": 50, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}\n\
+                    {\"timestamp\": 40, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}\n\
+                    {\"timestamp\": 60, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}\n";
+        let all = read(text);
+        let e = all[1].clone().unwrap_err();
+        assert_eq!((e.line, e.column.as_deref()), (2, Some("timestamp")));
+        assert!(e.message.contains("line 1"), "{e}");
+        assert_eq!(all[2].as_ref().unwrap().arrival, SimTime::from_ms(10));
+    }
+
+    #[test]
+    fn bad_utf8_is_an_error_of_its_line() {
+        let e = MooncakeReader::new(&b"\xff\xfe\n"[..], "t")
+            .next()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!((e.line, e.column), (1, None));
+        let e = only_error(
+            "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1, 2]}",
+        );
+        assert_eq!(e.column.as_deref(), Some("hash_ids"));
+    }
+}

@@ -1,0 +1,216 @@
+//! Telling trace formats apart, and one reader type for all of them.
+//!
+//! A user points pdsim at a trace file and should not have to say what kind
+//! it is when the file says so itself. The three formats differ from their
+//! first bytes: a Mooncake row is a JSON object, a TraceV2 CSV's header row
+//! starts with `request_id`, and an Azure CSV's header row names `TIMESTAMP`
+//! and `ContextTokens`. The file name's extension decides only when the
+//! content cannot (an empty file). Detection looks at a prefix of the input
+//! through [`BufRead::fill_buf`], so it consumes nothing and opens nothing.
+
+use crate::{AzureReader, MooncakeReader, RequestSource, RequestSpec, TraceError, TraceV2Reader};
+use pdsim_spec::scenario::TraceHeader;
+use std::io::BufRead;
+
+/// The trace file formats pdsim reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// Mooncake FAST'25 JSON Lines ([`MooncakeReader`]).
+    Mooncake,
+    /// BLIS / inference-sim TraceV2 CSV ([`TraceV2Reader`]).
+    TraceV2,
+    /// Azure LLM inference trace 2023 CSV ([`AzureReader`]).
+    Azure,
+}
+
+impl TraceFormat {
+    /// The format's name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::Mooncake => "Mooncake JSON Lines",
+            TraceFormat::TraceV2 => "TraceV2 CSV",
+            TraceFormat::Azure => "Azure LLM trace CSV",
+        }
+    }
+
+    /// The format of a file called `name` whose first bytes are `head`
+    /// (any prefix of the file holding its first line will do).
+    pub fn detect(name: &str, head: &[u8]) -> Result<TraceFormat, TraceError> {
+        let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
+        let start = head
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(head.len());
+        let head = &head[start..];
+        if head.first() == Some(&b'{') {
+            return Ok(TraceFormat::Mooncake);
+        }
+        let first_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+        let fields: Vec<&[u8]> = first_line
+            .split(|&b| b == b',')
+            .map(|f| f.trim_ascii())
+            .collect();
+        if fields.first() == Some(&&b"request_id"[..]) {
+            return Ok(TraceFormat::TraceV2);
+        }
+        if fields.contains(&&b"TIMESTAMP"[..]) && fields.contains(&&b"ContextTokens"[..]) {
+            return Ok(TraceFormat::Azure);
+        }
+        let lower = name.to_ascii_lowercase();
+        if head.is_empty() && (lower.ends_with(".jsonl") || lower.ends_with(".json")) {
+            return Ok(TraceFormat::Mooncake);
+        }
+        Err(TraceError::new(
+            name,
+            1,
+            None,
+            "cannot tell the trace format: expected a Mooncake JSON Lines row (`{`), a TraceV2 \
+             header row starting with `request_id`, or an Azure header row \
+             `TIMESTAMP,ContextTokens,GeneratedTokens`",
+        ))
+    }
+
+    /// Detects the format of `input` from the bytes it has buffered,
+    /// without consuming any.
+    pub fn sniff<R: BufRead>(name: &str, input: &mut R) -> Result<TraceFormat, TraceError> {
+        let head = input
+            .fill_buf()
+            .map_err(|e| TraceError::new(name, 1, None, format!("cannot read the trace: {e}")))?;
+        TraceFormat::detect(name, head)
+    }
+}
+
+/// Any of the trace readers, chosen by format.
+pub enum TraceReader<R> {
+    /// A Mooncake JSON Lines trace.
+    Mooncake(MooncakeReader<R>),
+    /// A TraceV2 CSV.
+    TraceV2(TraceV2Reader<R>),
+    /// An Azure LLM inference trace.
+    Azure(AzureReader<R>),
+}
+
+impl<R: BufRead> TraceReader<R> {
+    /// A reader of `input` in `format`. A TraceV2 CSV needs the `header`
+    /// its Scenario gives; the other formats ignore it.
+    pub fn new(
+        format: TraceFormat,
+        input: R,
+        name: &str,
+        header: Option<&TraceHeader>,
+    ) -> Result<TraceReader<R>, TraceError> {
+        Ok(match format {
+            TraceFormat::Mooncake => TraceReader::Mooncake(MooncakeReader::new(input, name)),
+            TraceFormat::Azure => TraceReader::Azure(AzureReader::new(input, name)?),
+            TraceFormat::TraceV2 => {
+                let Some(header) = header else {
+                    return Err(TraceError::new(
+                        name,
+                        0,
+                        None,
+                        "a TraceV2 CSV needs its header (trace_version, time_unit, mode) from \
+                         the Scenario's workload.trace.header",
+                    ));
+                };
+                TraceReader::TraceV2(TraceV2Reader::new(header, input, name)?)
+            }
+        })
+    }
+
+    /// Detects the format of `input` ([`TraceFormat::sniff`]) and opens the
+    /// matching reader.
+    pub fn sniff(
+        mut input: R,
+        name: &str,
+        header: Option<&TraceHeader>,
+    ) -> Result<TraceReader<R>, TraceError> {
+        let format = TraceFormat::sniff(name, &mut input)?;
+        TraceReader::new(format, input, name, header)
+    }
+
+    /// The format being read.
+    pub fn format(&self) -> TraceFormat {
+        match self {
+            TraceReader::Mooncake(_) => TraceFormat::Mooncake,
+            TraceReader::TraceV2(_) => TraceFormat::TraceV2,
+            TraceReader::Azure(_) => TraceFormat::Azure,
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for TraceReader<R> {
+    type Item = Result<RequestSpec, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            TraceReader::Mooncake(r) => r.next(),
+            TraceReader::TraceV2(r) => r.next(),
+            TraceReader::Azure(r) => r.next(),
+        }
+    }
+}
+
+impl<R: BufRead> RequestSource for TraceReader<R> {
+    fn slo_classes(&self) -> &[String] {
+        match self {
+            TraceReader::Mooncake(r) => r.slo_classes(),
+            TraceReader::TraceV2(r) => r.slo_classes(),
+            TraceReader::Azure(r) => r.slo_classes(),
+        }
+    }
+
+    fn outputs_raised(&self) -> u64 {
+        match self {
+            TraceReader::Mooncake(r) => r.outputs_raised(),
+            TraceReader::TraceV2(r) => r.outputs_raised(),
+            TraceReader::Azure(r) => r.outputs_raised(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TraceFormat, TraceReader};
+    use std::io::BufReader;
+
+    #[test]
+    fn formats_are_told_apart_by_content_then_extension() {
+        let cases: &[(&str, &[u8], TraceFormat)] = &[
+            ("a.jsonl", b"{\"timestamp\": 0}\n", TraceFormat::Mooncake),
+            (
+                "a.csv",
+                b"\xef\xbb\xbf  {\"timestamp\": 0}",
+                TraceFormat::Mooncake,
+            ),
+            (
+                "a.csv",
+                b"request_id,client_id,tenant_id\n0,a,b",
+                TraceFormat::TraceV2,
+            ),
+            (
+                "a.txt",
+                b"TIMESTAMP,ContextTokens,GeneratedTokens\r\n",
+                TraceFormat::Azure,
+            ),
+            ("a.jsonl", b"", TraceFormat::Mooncake),
+        ];
+        for (name, head, format) in cases {
+            assert_eq!(TraceFormat::detect(name, head).unwrap(), *format, "{name}");
+        }
+        let e = TraceFormat::detect("a.csv", b"a,b,c\n").unwrap_err();
+        assert_eq!((e.file.as_str(), e.line), ("a.csv", 1));
+        assert!(TraceFormat::detect("a.csv", b"").is_err());
+    }
+
+    #[test]
+    fn sniffing_consumes_nothing() {
+        let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n";
+        let reader = TraceReader::sniff(BufReader::new(text.as_bytes()), "az.csv", None).unwrap();
+        assert_eq!(reader.format(), TraceFormat::Azure);
+        assert_eq!(reader.count(), 1);
+        let e = TraceReader::new(TraceFormat::TraceV2, text.as_bytes(), "t.csv", None)
+            .err()
+            .unwrap();
+        assert!(e.message.contains("header"), "{e}");
+    }
+}

@@ -1,0 +1,693 @@
+//! The TraceV2 reader (BLIS / inference-sim CSV).
+//!
+//! TraceV2 is what BLIS writes when it runs, observes or replays a workload
+//! (`inference-sim/inference-sim` `sim/workload/tracev2.go`;
+//! `research/blis-documents.md` §4), so reading it lets pdsim replay exactly
+//! the traffic a BLIS study used. A trace is a YAML header, which a Scenario
+//! embeds and `pdsim-spec` parses into a [`TraceHeader`], plus a CSV data file
+//! with a header row and one row per request.
+//!
+//! The CSV's 27 core columns are positional, in this order: `request_id,
+//! client_id, tenant_id, slo_class, session_id, round_index, prefix_group,
+//! prefix_length, streaming, input_tokens, output_tokens, text_tokens,
+//! image_tokens, audio_tokens, video_tokens, reason_ratio, model,
+//! deadline_us, server_input_tokens, arrival_time_us, send_time_us,
+//! first_chunk_time_us, last_chunk_time_us, num_chunks, status,
+//! error_message, finish_reason`. Two optional columns are inserted when the
+//! header row names them: `vllm_priority` straight after `slo_class` and
+//! `slo_target_us` straight after `deadline_us`. Trailing columns
+//! (`x_request_id`, `adapter`, `think_time_us`, or anything newer) are
+//! allowed and ignored. Because the layout is positional, this reader checks
+//! that the header row names every core column where the layout puts it; a
+//! shifted file is refused at line 1 instead of being misread row by row.
+//!
+//! Each row is checked the way inference-sim's `parseTraceRecord` checks it
+//! (integers where integers belong, counts and `deadline_us` not negative,
+//! `reason_ratio` in [0, 1], a deadline not before the arrival), so a file
+//! BLIS refuses, pdsim refuses too, with the row and the column named.
+//!
+//! How a row becomes a request, following inference-sim's
+//! `LoadTraceV2Requests` (`sim/workload/replay.go`):
+//!
+//! - Arrival is `arrival_time_us`, integer microseconds from the trace's own
+//!   origin, kept as is (not shifted to the first row) so a replay keeps the
+//!   trace's warm-up offset. The header's `time_unit` must say microseconds:
+//!   the columns are named `_us` and BLIS writes them in µs, so a header
+//!   naming another unit contradicts its own data and is refused rather than
+//!   guessed at. inference-sim injects a request at `send_time_us` when that
+//!   is set; pdsim models when the client wanted to send (the arrival), not
+//!   when a client-side concurrency limit let it go. Rows must be in
+//!   arrival order.
+//! - In a row with a `prefix_group`, `input_tokens` counts only the tokens
+//!   after the shared prefix: the prompt is `prefix_length` tokens of the
+//!   group's shared content, then `input_tokens` unique tokens. The shared
+//!   segment's id is a fixed hash of the group name, so every row of the
+//!   group shares it; rows of one group with different `prefix_length`s
+//!   share their common leading part. `prefix_length` without a group names
+//!   no content to share and is an error.
+//! - In a row without a group, the prompt is one unique segment of
+//!   `server_input_tokens` tokens when that is positive (the server's count,
+//!   which includes the chat template), else of `input_tokens`.
+//! - `slo_class` names are interned in order of first appearance (the empty
+//!   name is class 0); `vllm_priority` (0 = most urgent) becomes the
+//!   request's priority; `output_tokens` 0 is replayed as 1 and counted.
+//! - Session columns describe closed-loop replay, which pdsim does not model:
+//!   every row is one open-loop request, as in `LoadTraceV2Requests`.
+
+use crate::lines::{CsvRecords, Fields, Record};
+use crate::{
+    MAX_TOKENS, RequestSource, RequestSpec, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT, TraceError,
+    default_classes, fnv1a64, raise_output,
+};
+use pdsim_core::prompt::content_id;
+use pdsim_core::{Prompt, Segment, SimTime};
+use pdsim_spec::scenario::TraceHeader;
+use std::collections::BTreeMap;
+use std::io::BufRead;
+
+/// The 27 core columns, in file order, without the optional ones.
+const CORE_COLUMNS: [&str; 27] = [
+    "request_id",
+    "client_id",
+    "tenant_id",
+    "slo_class",
+    "session_id",
+    "round_index",
+    "prefix_group",
+    "prefix_length",
+    "streaming",
+    "input_tokens",
+    "output_tokens",
+    "text_tokens",
+    "image_tokens",
+    "audio_tokens",
+    "video_tokens",
+    "reason_ratio",
+    "model",
+    "deadline_us",
+    "server_input_tokens",
+    "arrival_time_us",
+    "send_time_us",
+    "first_chunk_time_us",
+    "last_chunk_time_us",
+    "num_chunks",
+    "status",
+    "error_message",
+    "finish_reason",
+];
+
+/// The newest TraceV2 version whose layout this reader knows.
+const NEWEST_VERSION: i64 = 3;
+
+/// Reads a TraceV2 CSV one row at a time.
+pub struct TraceV2Reader<R> {
+    records: CsvRecords<R>,
+    state: State,
+}
+
+/// Everything but the input.
+struct State {
+    name: String,
+    /// The column names the layout expects, in order (core plus the
+    /// optional columns the header row has).
+    layout: Vec<&'static str>,
+    priority: Option<usize>,
+    slo_target: Option<usize>,
+    classes: Vec<String>,
+    class_index: BTreeMap<String, u16>,
+    /// Arrival (µs) and line of the latest valid row.
+    last: Option<(u64, u64)>,
+    raised: u64,
+}
+
+impl<R: BufRead> TraceV2Reader<R> {
+    /// A reader of the CSV `input` described by `header`; `name` is the
+    /// file name used in messages. Reads and checks the CSV's header row.
+    pub fn new(
+        header: &TraceHeader,
+        input: R,
+        name: impl Into<String>,
+    ) -> Result<TraceV2Reader<R>, TraceError> {
+        let name = name.into();
+        if !(1..=NEWEST_VERSION).contains(&header.trace_version) {
+            return Err(TraceError::new(
+                &name,
+                0,
+                Some("trace_version"),
+                format!(
+                    "version {} is not one pdsim reads (1 to {NEWEST_VERSION})",
+                    header.trace_version
+                ),
+            ));
+        }
+        if !matches!(header.time_unit.as_str(), "us" | "microseconds") {
+            return Err(TraceError::new(
+                &name,
+                0,
+                Some("time_unit"),
+                format!(
+                    "is `{}`, but TraceV2 timestamp columns are integer microseconds \
+                     (`arrival_time_us`); pdsim reads only `us` or `microseconds` rather than \
+                     guess which of the two is wrong",
+                    header.time_unit
+                ),
+            ));
+        }
+        let mut records = CsvRecords::new(input);
+        let names: Vec<String> = match records.next_record() {
+            None => {
+                return Err(TraceError::new(
+                    &name,
+                    1,
+                    None,
+                    "the file is empty; a TraceV2 CSV starts with a header row",
+                ));
+            }
+            Some(Record::Bad(line, why)) => return Err(TraceError::new(&name, line, None, why)),
+            Some(Record::Failed(line, e)) => {
+                return Err(TraceError::new(
+                    &name,
+                    line,
+                    None,
+                    format!("cannot read the trace: {e}"),
+                ));
+            }
+            Some(Record::Fields(_, fields)) => fields
+                .iter()
+                .enumerate()
+                .map(|(i, field)| {
+                    let field = if i == 0 {
+                        field.trim_start_matches('\u{feff}')
+                    } else {
+                        field
+                    };
+                    field.trim().to_string()
+                })
+                .collect(),
+        };
+        let has = |column: &str| names.iter().any(|n| n == column);
+        let mut layout = Vec::with_capacity(CORE_COLUMNS.len() + 2);
+        for column in CORE_COLUMNS {
+            layout.push(column);
+            if column == "slo_class" && has("vllm_priority") {
+                layout.push("vllm_priority");
+            }
+            if column == "deadline_us" && has("slo_target_us") {
+                layout.push("slo_target_us");
+            }
+        }
+        for (i, expected) in layout.iter().enumerate() {
+            match names.get(i) {
+                Some(found) if found == expected => {}
+                Some(found) => {
+                    return Err(TraceError::new(
+                        &name,
+                        1,
+                        Some(expected),
+                        format!(
+                            "column {} of the header row is `{found}`, but TraceV2 puts \
+                             `{expected}` there (core columns are positional)",
+                            i + 1
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(TraceError::new(
+                        &name,
+                        1,
+                        Some(expected),
+                        format!(
+                            "is missing: the header row has {} columns and TraceV2 puts \
+                             `{expected}` in column {}",
+                            names.len(),
+                            i + 1
+                        ),
+                    ));
+                }
+            }
+        }
+        let position = |column: &str| layout.iter().position(|c| *c == column);
+        let state = State {
+            priority: position("vllm_priority"),
+            slo_target: position("slo_target_us"),
+            layout,
+            name,
+            classes: default_classes(),
+            class_index: BTreeMap::new(),
+            last: None,
+            raised: 0,
+        };
+        Ok(TraceV2Reader { records, state })
+    }
+}
+
+impl<R: BufRead> Iterator for TraceV2Reader<R> {
+    type Item = Result<RequestSpec, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let state = &mut self.state;
+        Some(match self.records.next_record()? {
+            Record::Fields(line, fields) => state.parse(line, fields),
+            Record::Bad(line, why) => Err(TraceError::new(&state.name, line, None, why)),
+            Record::Failed(line, e) => Err(TraceError::new(
+                &state.name,
+                line,
+                None,
+                format!("cannot read the trace: {e}"),
+            )),
+        })
+    }
+}
+
+impl<R: BufRead> RequestSource for TraceV2Reader<R> {
+    fn slo_classes(&self) -> &[String] {
+        &self.state.classes
+    }
+
+    fn outputs_raised(&self) -> u64 {
+        self.state.raised
+    }
+}
+
+/// Go's `strconv.ParseBool`, which wrote and reads the `streaming` column.
+fn go_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// One row being parsed: its fields and where it is, for messages.
+struct Row<'s, 'r> {
+    state: &'s State,
+    line: u64,
+    record: &'r Fields,
+}
+
+impl<'r> Row<'_, 'r> {
+    fn error(&self, column: usize, message: impl Into<String>) -> TraceError {
+        TraceError::new(
+            &self.state.name,
+            self.line,
+            Some(self.state.layout[column]),
+            message,
+        )
+    }
+
+    /// A field; the row's length was checked against the layout first.
+    fn text(&self, column: usize) -> Result<&'r str, TraceError> {
+        self.record
+            .get(column)
+            .ok_or_else(|| self.error(column, "is missing"))
+    }
+
+    fn int(&self, column: usize) -> Result<i64, TraceError> {
+        let text = self.text(column)?;
+        text.parse::<i64>()
+            .map_err(|_| self.error(column, format!("`{text}` is not an integer")))
+    }
+
+    fn count(&self, column: usize) -> Result<u64, TraceError> {
+        let value = self.int(column)?;
+        u64::try_from(value).map_err(|_| self.error(column, format!("{value} is negative")))
+    }
+
+    fn tokens(&self, column: usize) -> Result<u64, TraceError> {
+        let value = self.count(column)?;
+        if value > MAX_TOKENS {
+            return Err(self.error(
+                column,
+                format!("{value} tokens is more than the {MAX_TOKENS} pdsim accepts"),
+            ));
+        }
+        Ok(value)
+    }
+}
+
+impl State {
+    fn column(&self, name: &str) -> usize {
+        self.layout
+            .iter()
+            .position(|c| *c == name)
+            .expect("a core column")
+    }
+
+    fn parse(&mut self, line: u64, record: &Fields) -> Result<RequestSpec, TraceError> {
+        let row = Row {
+            state: self,
+            line,
+            record,
+        };
+        let c = |name: &str| self.column(name);
+        if record.len() < self.layout.len() {
+            return Err(row.error(
+                record.len(),
+                format!(
+                    "is missing: the row has {} columns, the layout needs {}",
+                    record.len(),
+                    self.layout.len()
+                ),
+            ));
+        }
+        row.int(c("request_id"))?;
+        let slo_class = row.text(c("slo_class"))?;
+        let priority = match self.priority {
+            None => 0,
+            Some(column) => {
+                let value = row.count(column)?;
+                i32::try_from(value)
+                    .map_err(|_| row.error(column, format!("{value} is too large")))?
+            }
+        };
+        row.int(c("round_index"))?;
+        let group = row.text(c("prefix_group"))?;
+        let prefix = row.tokens(c("prefix_length"))?;
+        let streaming = c("streaming");
+        let text = row.text(streaming)?;
+        if go_bool(text).is_none() {
+            return Err(row.error(streaming, format!("`{text}` is not a boolean")));
+        }
+        let input = row.tokens(c("input_tokens"))?;
+        let output = row.tokens(c("output_tokens"))?;
+        for name in [
+            "text_tokens",
+            "image_tokens",
+            "audio_tokens",
+            "video_tokens",
+        ] {
+            row.count(c(name))?;
+        }
+        let ratio_column = c("reason_ratio");
+        let text = row.text(ratio_column)?;
+        match text.parse::<f64>() {
+            Ok(ratio) if (0.0..=1.0).contains(&ratio) => {}
+            _ => return Err(row.error(ratio_column, format!("`{text}` is not a number in [0, 1]"))),
+        }
+        let deadline = row.count(c("deadline_us"))?;
+        if let Some(column) = self.slo_target {
+            row.count(column)?;
+        }
+        let server_input = row.tokens(c("server_input_tokens"))?;
+        let arrival_column = c("arrival_time_us");
+        let arrival = row.count(arrival_column)?;
+        if arrival > u64::MAX / 1_000 {
+            return Err(row.error(arrival_column, format!("{arrival} µs is too large")));
+        }
+        for name in ["send_time_us", "first_chunk_time_us", "last_chunk_time_us"] {
+            row.int(c(name))?;
+        }
+        row.count(c("num_chunks"))?;
+        if deadline > 0 && arrival > 0 && deadline < arrival {
+            return Err(row.error(
+                c("deadline_us"),
+                format!("{deadline} µs is before the arrival, {arrival} µs"),
+            ));
+        }
+
+        let (prefix, tail) = if group.is_empty() {
+            if prefix > 0 {
+                return Err(row.error(
+                    c("prefix_length"),
+                    format!("is {prefix} but prefix_group is empty; a shared prefix needs a group"),
+                ));
+            }
+            (
+                0,
+                if server_input > 0 {
+                    server_input
+                } else {
+                    input
+                },
+            )
+        } else {
+            (prefix, input)
+        };
+        if prefix + tail == 0 {
+            return Err(row.error(
+                c("input_tokens"),
+                "the prompt is empty (no prefix and no input tokens); vLLM refuses an empty prompt",
+            ));
+        }
+        if prefix + tail > MAX_TOKENS {
+            return Err(row.error(
+                c("input_tokens"),
+                format!(
+                    "the prompt, {prefix} prefix + {tail} tokens, is more than the {MAX_TOKENS} \
+                     pdsim accepts"
+                ),
+            ));
+        }
+        if let Some((previous, previous_line)) = self.last
+            && arrival < previous
+        {
+            return Err(row.error(
+                arrival_column,
+                format!(
+                    "{arrival} µs is earlier than {previous} µs on line {previous_line}; rows \
+                     must be in arrival order"
+                ),
+            ));
+        }
+        let known = if slo_class.is_empty() {
+            Some(0)
+        } else {
+            self.class_index.get(slo_class).copied()
+        };
+        if known.is_none() && self.classes.len() > u16::MAX as usize {
+            return Err(row.error(c("slo_class"), "more than 65535 distinct SLO classes"));
+        }
+        let class = known.unwrap_or_else(|| {
+            let index = self.classes.len() as u16;
+            self.class_index.insert(slo_class.to_string(), index);
+            self.classes.push(slo_class.to_string());
+            index
+        });
+        let segments = vec![
+            Segment {
+                id: content_id(fnv1a64(group.as_bytes()), TRACEV2_PREFIX_SALT),
+                tokens: prefix as u32,
+            },
+            Segment {
+                id: content_id(line, TRACEV2_TAIL_SALT),
+                tokens: tail as u32,
+            },
+        ];
+        self.last = Some((arrival, line));
+        Ok(RequestSpec {
+            arrival: SimTime::from_us(arrival),
+            prompt: Prompt::new(segments),
+            output_tokens: raise_output(output, &mut self.raised),
+            priority,
+            slo_class: class,
+            source_line: line,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TraceV2Reader;
+    use crate::{RequestSource, RequestSpec, TraceError};
+    use pdsim_core::SimTime;
+    use pdsim_spec::scenario::TraceHeader;
+    use std::collections::BTreeMap;
+
+    fn header() -> TraceHeader {
+        TraceHeader {
+            trace_version: 3,
+            time_unit: "microseconds".into(),
+            mode: "generated".into(),
+            workload_seed: Some(42),
+            server: None,
+            goodput_slo_targets: BTreeMap::new(),
+        }
+    }
+
+    const HEAD: &str = "request_id,client_id,tenant_id,slo_class,vllm_priority,session_id,round_index,prefix_group,prefix_length,streaming,input_tokens,output_tokens,text_tokens,image_tokens,audio_tokens,video_tokens,reason_ratio,model,deadline_us,server_input_tokens,arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,status,error_message,finish_reason,adapter\n";
+
+    /// A data row with the given slo_class, priority, group, prefix, input,
+    /// output and arrival; everything else plausible.
+    fn row(
+        class: &str,
+        prio: u32,
+        group: &str,
+        prefix: u32,
+        input: u32,
+        output: u32,
+        at: u64,
+    ) -> String {
+        format!(
+            "7,c1,,{class},{prio},,0,{group},{prefix},true,{input},{output},{input},0,0,0,0,,0,0,{at},{at},0,0,0,ok,,,\n"
+        )
+    }
+
+    fn read(body: &str) -> Vec<Result<RequestSpec, TraceError>> {
+        let text = format!("{HEAD}{body}");
+        TraceV2Reader::new(&header(), text.as_bytes(), "t.csv")
+            .unwrap()
+            .collect()
+    }
+
+    #[test]
+    fn reads_rows_with_groups_classes_and_priorities() {
+        let body = [
+            row("", 0, "sys", 300, 50, 10, 1_000),
+            row("critical", 0, "sys", 300, 70, 0, 1_000),
+            row("batch", 4, "", 0, 90, 12, 2_500),
+            row("critical", 1, "other", 300, 5, 1, 3_000),
+        ]
+        .concat();
+        let text = format!("{HEAD}{body}");
+        let mut reader = TraceV2Reader::new(&header(), text.as_bytes(), "t.csv").unwrap();
+        let all: Vec<RequestSpec> = reader.by_ref().map(Result::unwrap).collect();
+        assert_eq!(all.len(), 4);
+        assert_eq!(all[0].arrival, SimTime::from_us(1_000));
+        assert_eq!(all[0].source_line, 2);
+        assert_eq!(all[0].prompt.tokens(), 350);
+        assert_eq!(all[0].prompt.segments[0].tokens, 300);
+        assert_eq!(all[0].prompt.segments[0], all[1].prompt.segments[0]);
+        assert_ne!(all[0].prompt.segments[1].id, all[1].prompt.segments[1].id);
+        assert_ne!(all[3].prompt.segments[0].id, all[0].prompt.segments[0].id);
+        assert_eq!(all[1].output_tokens, 1);
+        assert_eq!(all[2].prompt.segments.len(), 1);
+        assert_eq!(all[2].prompt.tokens(), 90);
+        assert_eq!(
+            all.iter()
+                .map(|r| (r.slo_class, r.priority))
+                .collect::<Vec<_>>(),
+            [(0, 0), (1, 0), (2, 4), (1, 1)]
+        );
+        assert_eq!(reader.slo_classes(), ["", "critical", "batch"]);
+        assert_eq!(reader.outputs_raised(), 1);
+    }
+
+    #[test]
+    fn reads_the_layout_blis_writes_without_optional_columns() {
+        // The first rows of shared/reference/inference-sim/blis-runs-here/roundtrip_trace.csv.
+        let text = "request_id,client_id,tenant_id,slo_class,session_id,round_index,prefix_group,prefix_length,streaming,input_tokens,output_tokens,text_tokens,image_tokens,audio_tokens,video_tokens,reason_ratio,model,deadline_us,server_input_tokens,arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,status,error_message,finish_reason\n\
+            0,distribution,,,,0,,0,false,185,1208,0,0,0,0,0,,300049999,0,49999,49999,78526,21674164,0,ok,,\n\
+            1,distribution,,,,0,,0,false,478,689,0,0,0,0,0,,300099998,0,99998,99998,129752,11009381,0,ok,,\n";
+        let all: Vec<RequestSpec> = TraceV2Reader::new(&header(), text.as_bytes(), "rt.csv")
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].arrival, SimTime::from_us(49_999));
+        assert_eq!((all[0].prompt.tokens(), all[0].output_tokens), (185, 1208));
+        assert_eq!(all[1].source_line, 3);
+    }
+
+    #[test]
+    fn quoted_fields_may_hold_commas_and_line_breaks() {
+        let failed =
+            row("", 0, "", 0, 10, 10, 100).replace(",ok,,,", ",error,\"boom, at\r\nline 2\",,");
+        let text = format!("{HEAD}{failed}\r\n{}", row("", 0, "", 0, 5, 5, 200));
+        let all: Vec<RequestSpec> = TraceV2Reader::new(&header(), text.as_bytes(), "t.csv")
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            all.iter().map(|r| r.source_line).collect::<Vec<_>>(),
+            [2, 5]
+        );
+    }
+
+    #[test]
+    fn server_input_tokens_win_without_a_group() {
+        let text = format!("{HEAD}7,c,,,0,,0,,0,false,100,5,0,0,0,0,0,,0,130,9,9,0,0,0,ok,,,\n");
+        let r = TraceV2Reader::new(&header(), text.as_bytes(), "t")
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.prompt.tokens(), 130);
+    }
+
+    #[test]
+    fn header_problems_are_refused_at_line_one_or_the_header_key() {
+        let e = TraceV2Reader::new(&header(), "".as_bytes(), "t.csv")
+            .err()
+            .unwrap();
+        assert_eq!((e.line, e.column), (1, None));
+        let shifted = HEAD.replacen("tenant_id,", "", 1);
+        let e = TraceV2Reader::new(&header(), shifted.as_bytes(), "t.csv")
+            .err()
+            .unwrap();
+        assert_eq!((e.line, e.column.as_deref()), (1, Some("tenant_id")), "{e}");
+        let short = "request_id,client_id\n";
+        let e = TraceV2Reader::new(&header(), short.as_bytes(), "t.csv")
+            .err()
+            .unwrap();
+        assert_eq!(e.column.as_deref(), Some("tenant_id"));
+        assert!(e.message.contains("missing"), "{e}");
+        let mut ms = header();
+        ms.time_unit = "ms".into();
+        let e = TraceV2Reader::new(&ms, HEAD.as_bytes(), "t.csv")
+            .err()
+            .unwrap();
+        assert_eq!((e.line, e.column.as_deref()), (0, Some("time_unit")));
+        let mut v9 = header();
+        v9.trace_version = 9;
+        let e = TraceV2Reader::new(&v9, HEAD.as_bytes(), "t.csv")
+            .err()
+            .unwrap();
+        assert_eq!(e.column.as_deref(), Some("trace_version"));
+    }
+
+    #[test]
+    fn row_errors_name_line_and_column() {
+        let good = row("", 0, "", 0, 10, 10, 100);
+        let cases: Vec<(String, &str, &str)> = vec![
+            (good.replacen("7,", "x,", 1), "request_id", "not an integer"),
+            (
+                good.replacen("c1,,,0,,", "c1,,,-1,,", 1),
+                "vllm_priority",
+                "negative",
+            ),
+            (good.replace("true", "yes"), "streaming", "not a boolean"),
+            (
+                row("", 0, "g", 0, 10, 10, 100).replace(",g,0,", ",g,-5,"),
+                "prefix_length",
+                "negative",
+            ),
+            (
+                row("", 0, "", 7, 10, 10, 100),
+                "prefix_length",
+                "prefix_group is empty",
+            ),
+            (row("", 0, "", 0, 0, 10, 100), "input_tokens", "empty"),
+            (
+                row("", 0, "", 0, 10_000_001, 10, 100),
+                "input_tokens",
+                "more than",
+            ),
+            (
+                row("", 0, "", 0, 10, 10, 100).replace(",10,10,10,", ",10,-10,10,"),
+                "output_tokens",
+                "negative",
+            ),
+            (
+                good.replace(",0,0,0,0,,", ",0,0,0,1.5,,"),
+                "reason_ratio",
+                "[0, 1]",
+            ),
+            (
+                good.replace(",,0,0,100,", ",,50,0,100,"),
+                "deadline_us",
+                "before the arrival",
+            ),
+            (row("", 0, "", 0, 10, 10, 50), "arrival_time_us", "line 2"),
+            ("7,c,,\n".to_string(), "vllm_priority", "is missing"),
+        ];
+        for (bad, column, needle) in &cases {
+            let all = read(&format!("{good}{bad}"));
+            assert!(all[0].is_ok(), "{:?}", all[0]);
+            let e = all[1].clone().expect_err(bad);
+            assert_eq!(e.file, "t.csv");
+            assert_eq!(e.line, 3, "{bad}: {e}");
+            assert_eq!(e.column.as_deref(), Some(*column), "{bad}: {e}");
+            assert!(e.message.contains(needle), "{bad}: {e}");
+        }
+    }
+}

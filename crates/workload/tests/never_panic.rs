@@ -1,0 +1,118 @@
+//! Readers meet arbitrary files: whatever the bytes, they yield requests or
+//! located errors and end, and never panic.
+
+use pdsim_spec::scenario::TraceHeader;
+use pdsim_workload::{AzureReader, MooncakeReader, RequestSource, TraceFormat, TraceV2Reader};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+const TRACEV2_HEAD: &str = "request_id,client_id,tenant_id,slo_class,vllm_priority,session_id,round_index,prefix_group,prefix_length,streaming,input_tokens,output_tokens,text_tokens,image_tokens,audio_tokens,video_tokens,reason_ratio,model,deadline_us,slo_target_us,server_input_tokens,arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,status,error_message,finish_reason\n";
+
+fn header() -> TraceHeader {
+    TraceHeader {
+        trace_version: 3,
+        time_unit: "us".into(),
+        mode: "real".into(),
+        workload_seed: None,
+        server: None,
+        goodput_slo_targets: BTreeMap::new(),
+    }
+}
+
+/// Consumes a source, checking that every error is located and every
+/// request is sane; returns the number of items.
+fn drain(source: &mut impl RequestSource, file: &str) -> usize {
+    let mut items = 0;
+    let mut last = None;
+    let mut top_class = 0;
+    for item in source.by_ref() {
+        items += 1;
+        match item {
+            Ok(r) => {
+                assert!(r.output_tokens >= 1);
+                assert!(r.prompt.tokens() >= 1);
+                assert!(r.source_line >= 1);
+                assert!(last.is_none_or(|t| t <= r.arrival));
+                top_class = top_class.max(r.slo_class as usize);
+                last = Some(r.arrival);
+            }
+            Err(e) => {
+                assert_eq!(e.file, file);
+                assert!(!e.message.is_empty());
+            }
+        }
+    }
+    assert_eq!(source.slo_classes()[0], "");
+    assert!(top_class < source.slo_classes().len());
+    items
+}
+
+/// Pieces a Mooncake row is built from, so random rows are often nearly
+/// valid and reach the deeper checks.
+fn mooncake_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        ".*",
+        (any::<i64>(), 0u64..3000, any::<i32>(), prop::collection::vec(-2i64..20, 0..8)).prop_map(
+            |(ts, input, output, ids)| format!(
+                "{{\"timestamp\": {ts}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": {ids:?}}}"
+            )
+        ),
+        (0u64..100, prop::sample::select(vec!["1.5", "null", "\"7\"", "[]", "1e30", "-0"]))
+            .prop_map(|(ts, v)| format!("{{\"timestamp\": {ts}, \"input_length\": {v}, \"output_length\": {v}, \"hash_ids\": [{v}]}}")),
+    ]
+}
+
+/// A CSV row of `width` fields drawn from values that are valid somewhere.
+fn csv_line(width: usize) -> impl Strategy<Value = String> {
+    let field = prop_oneof![
+        Just(String::new()),
+        (-5i64..5_000).prop_map(|v| v.to_string()),
+        Just("true".to_string()),
+        Just("0.5".to_string()),
+        Just("2023-11-16 18:15:46.6805900".to_string()),
+        Just("\"quoted, field\"".to_string()),
+        "[a-z0-9.:-]{0,12}",
+    ];
+    prop::collection::vec(field, 0..width + 3).prop_map(|fields| fields.join(","))
+}
+
+proptest! {
+    #[test]
+    fn mooncake_never_panics(lines in prop::collection::vec(mooncake_line(), 0..20)) {
+        let text = lines.join("\n");
+        let mut reader = MooncakeReader::new(text.as_bytes(), "m.jsonl");
+        prop_assert!(drain(&mut reader, "m.jsonl") <= lines.len());
+    }
+
+    #[test]
+    fn mooncake_never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
+        let mut reader = MooncakeReader::new(&bytes[..], "m.jsonl");
+        drain(&mut reader, "m.jsonl");
+        let _ = TraceFormat::detect("m.jsonl", &bytes);
+    }
+
+    #[test]
+    fn tracev2_never_panics(rows in prop::collection::vec(csv_line(29), 0..12)) {
+        let text = format!("{TRACEV2_HEAD}{}", rows.join("\n"));
+        let mut reader = TraceV2Reader::new(&header(), text.as_bytes(), "t.csv").unwrap();
+        drain(&mut reader, "t.csv");
+    }
+
+    #[test]
+    fn tracev2_headers_never_panic(head in csv_line(30), bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let mut text = head.into_bytes();
+        text.push(b'\n');
+        text.extend(bytes);
+        if let Ok(mut reader) = TraceV2Reader::new(&header(), &text[..], "t.csv") {
+            drain(&mut reader, "t.csv");
+        }
+    }
+
+    #[test]
+    fn azure_never_panics(rows in prop::collection::vec(csv_line(3), 0..12), bytes in prop::collection::vec(any::<u8>(), 0..100)) {
+        let mut text = format!("TIMESTAMP,ContextTokens,GeneratedTokens\n{}\n", rows.join("\n")).into_bytes();
+        text.extend(bytes);
+        let mut reader = AzureReader::new(&text[..], "a.csv").unwrap();
+        drain(&mut reader, "a.csv");
+    }
+}
