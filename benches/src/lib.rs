@@ -14,3 +14,19 @@ pub fn h200_bundle() -> MemoryFiles {
             include_str!("../../deployments/colocated-tp8.yaml"),
         )
 }
+
+/// Four HGX H200 nodes running Llama-3.1-8B as 32 colocated single-GPU
+/// engines: the end-to-end speed case of issue 3 ("100,000 requests on 32
+/// engines").
+pub fn e2e_bundle() -> MemoryFiles {
+    MemoryFiles::new()
+        .with(
+            "s.yaml",
+            "kind: Scenario\nname: bench-4x8-h200-llama-8b\nmodel: llama-3.1-8b\ncoefficients: [cost-model-host-overheads]\n\
+             engine_version: \"0.31.0\"\nworkload:\n  shape: chatbot\ncluster:\n  hardware: h200\n  fabric: ib-400g\n  nodes: 4\n  gpus_per_node: 8\n",
+        )
+        .with(
+            "d.yaml",
+            "kind: Deployment\nname: bench-32x-tp1\npools:\n  - role: colocated\n    nodes: 4\n    parallel: {tp: 1, pp: 1, dp: 1}\n",
+        )
+}

@@ -13,7 +13,6 @@ use pdsim_core::{Purpose, RequestId, SimDuration, SimTime, Stream};
 use pdsim_cost::StepCost;
 use pdsim_engine::{Engine, EngineEvent, NewRequest};
 use pdsim_workload::{RequestSpec, TraceError};
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -103,6 +102,54 @@ struct InFlight {
     max_output: u32,
 }
 
+/// Requests in flight, indexed by id. Ids are handed out in arrival order,
+/// so the live ones form a window: the table keeps only the span from the
+/// oldest live id to the newest, and drops ended requests from its front.
+/// Memory follows the requests in flight, not the trace.
+#[derive(Default)]
+struct InFlightTable {
+    base: u32,
+    slots: std::collections::VecDeque<Option<InFlight>>,
+}
+
+impl InFlightTable {
+    fn insert(&mut self, id: RequestId, flight: InFlight) {
+        if self.slots.is_empty() {
+            self.base = id.0;
+        }
+        debug_assert_eq!(
+            id.0,
+            self.base + self.slots.len() as u32,
+            "ids arrive in order"
+        );
+        self.slots.push_back(Some(flight));
+    }
+
+    fn get_mut(&mut self, id: &RequestId) -> Option<&mut InFlight> {
+        let index = id.0.checked_sub(self.base)? as usize;
+        self.slots.get_mut(index)?.as_mut()
+    }
+
+    fn remove(&mut self, id: &RequestId) -> Option<InFlight> {
+        let index = id.0.checked_sub(self.base)? as usize;
+        let flight = self.slots.get_mut(index)?.take();
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        flight
+    }
+
+    fn ids(&self) -> Vec<RequestId> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.is_some())
+            .map(|(i, _)| RequestId(self.base + i as u32))
+            .collect()
+    }
+}
+
 struct Sim<'a> {
     cluster: &'a Cluster,
     cores: Vec<Core>,
@@ -114,7 +161,7 @@ struct Sim<'a> {
     queue: BinaryHeap<Reverse<(SimTime, u64, Event)>>,
     seq: u64,
     now: SimTime,
-    in_flight: FxHashMap<RequestId, InFlight>,
+    in_flight: InFlightTable,
     next_arrival: Option<RequestSpec>,
     next_id: u32,
     stats: RunStats,
@@ -152,7 +199,7 @@ pub fn run(
         }
     }
     // Anything still in flight could not make progress: abort it, counted.
-    let mut stuck: Vec<RequestId> = sim.in_flight.keys().copied().collect();
+    let mut stuck: Vec<RequestId> = sim.in_flight.ids();
     stuck.sort();
     for id in stuck {
         sim.finish(id, Outcome::Aborted, "engine-stalled", sink);
@@ -229,7 +276,7 @@ impl<'a> Sim<'a> {
             queue: BinaryHeap::new(),
             seq: 0,
             now: SimTime::ZERO,
-            in_flight: FxHashMap::default(),
+            in_flight: InFlightTable::default(),
             next_arrival: None,
             next_id: 0,
             stats: RunStats {

@@ -342,13 +342,9 @@ impl Engine {
     fn allocate(&mut self, slot: u32, hit_blocks: u32, new_tokens: u32, must_fit: u32) -> bool {
         let block_size = self.config.block_size;
         let lookahead = self.lookahead();
-        let (held, computed, hashes_hit): (u32, u32, Vec<u32>) = {
+        let (held, computed) = {
             let req = self.req(slot);
-            let hit_ids = req.hasher.hashes[..hit_blocks as usize]
-                .iter()
-                .filter_map(|h| self.pool.lookup(*h))
-                .collect();
-            (req.blocks.len() as u32, req.computed, hit_ids)
+            (req.blocks.len() as u32, req.computed)
         };
         let hit_tokens = hit_blocks * block_size;
         let base = computed.max(hit_tokens);
@@ -358,22 +354,38 @@ impl Engine {
         let need_total = want_tokens.div_ceil(block_size);
         let have = held + hit_blocks;
         let need_new = need_total.saturating_sub(have);
-        // Hit blocks sitting in the free queue leave it when touched.
-        let hit_free = hashes_hit.iter().filter(|b| self.pool.is_free(**b)).count() as u32;
+        // Hit blocks sitting in the free queue leave it when touched. Only
+        // admissions have hits, so running requests skip this walk.
+        let mut hit_free = 0;
+        if hit_blocks > 0 {
+            let req = self.reqs[slot as usize].as_ref().expect("live slot");
+            for hash in &req.hasher.hashes[..hit_blocks as usize] {
+                if let Some(block) = self.pool.lookup(*hash) {
+                    hit_free += u32::from(self.pool.is_free(block));
+                }
+            }
+        }
         if need_new + hit_free > self.pool.free() {
             return false;
         }
-        for block in &hashes_hit {
-            self.pool.touch(*block);
-        }
         let alloc_new = alloc_tokens.div_ceil(block_size).saturating_sub(have);
-        self.scratch.clear();
         let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        if hit_blocks > 0 {
+            let req = self.reqs[slot as usize].as_ref().expect("live slot");
+            for hash in &req.hasher.hashes[..hit_blocks as usize] {
+                if let Some(block) = self.pool.lookup(*hash) {
+                    scratch.push(block);
+                }
+            }
+            for block in &scratch {
+                self.pool.touch(*block);
+            }
+        }
         self.pool.allocate(alloc_new, &mut scratch);
         let req = self.reqs[slot as usize].as_mut().expect("live slot");
-        req.blocks.extend(hashes_hit.iter());
-        req.cached_blocks = req.cached_blocks.max(hit_blocks);
         req.blocks.extend(scratch.iter());
+        req.cached_blocks = req.cached_blocks.max(hit_blocks);
         self.scratch = scratch;
         true
     }
@@ -595,7 +607,8 @@ impl Engine {
             return;
         }
         self.steps += 1;
-        let spec = self.config.spec.clone();
+        // Borrowed out and put back, so a step allocates nothing.
+        let spec = self.config.spec.take();
         let block_size = self.config.block_size;
         let scheduled = std::mem::take(&mut self.scheduled);
         for s in &scheduled {
@@ -639,24 +652,19 @@ impl Engine {
             };
             // Cache the blocks that are now full and computed.
             {
-                let req = self.reqs[s.slot as usize].as_ref().expect("live slot");
-                let full = (req.computed.min(req.tokens()) / block_size)
-                    .min(req.hasher.hashes.len() as u32);
-                let from = req.cached_blocks;
-                let pairs: Vec<(u32, u64)> = (from..full)
-                    .filter_map(|b| {
-                        req.blocks
-                            .get(b as usize)
-                            .map(|blk| (*blk, req.hasher.hashes[b as usize]))
-                    })
-                    .collect();
-                if self.config.enable_prefix_caching {
-                    for (block, hash) in pairs {
-                        self.pool.cache(block, hash);
-                    }
-                }
                 let req = self.reqs[s.slot as usize].as_mut().expect("live slot");
-                req.cached_blocks = req.cached_blocks.max(full.min(req.blocks.len() as u32));
+                let full = (req.computed.min(req.tokens()) / block_size)
+                    .min(req.hasher.hashes.len() as u32)
+                    .min(req.blocks.len() as u32);
+                if full > req.cached_blocks {
+                    if self.config.enable_prefix_caching {
+                        for b in req.cached_blocks..full {
+                            self.pool
+                                .cache(req.blocks[b as usize], req.hasher.hashes[b as usize]);
+                        }
+                    }
+                    req.cached_blocks = full;
+                }
             }
             if emit > 0 {
                 self.events.push(EngineEvent::Emitted { id, tokens: emit });
@@ -676,6 +684,7 @@ impl Engine {
         }
         self.scheduled = scheduled;
         self.scheduled.clear();
+        self.config.spec = spec;
     }
 
     /// Checks the engine's invariants cheaply, in O(live requests): the

@@ -1,0 +1,80 @@
+//! End-to-end speed: 100,000 synthetic chat requests (the catalog's
+//! `chatbot` shape, 256 tokens in and out on average) at 400 requests per
+//! second through 32 colocated Llama-3.1-8B engines on four H200 nodes.
+//! Prints simulated requests per wall-second and the process's peak
+//! resident memory. Run with `cargo bench -p pdsim-benches --bench e2e`.
+
+use pdsim_cluster::{build, run};
+use pdsim_report::{Aggregator, RunInfo};
+use pdsim_spec::validate::{Request, validate};
+use pdsim_workload::Synthetic;
+use std::time::Instant;
+
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn main() {
+    let requests: u64 = std::env::var("PDSIM_BENCH_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let rate: f64 = std::env::var("PDSIM_BENCH_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400.0);
+    let files = pdsim_benches::e2e_bundle();
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let scenario = report.scenario.as_ref().expect("scenario");
+    let bundle = &report.deployments[0];
+    let cluster = build(bundle, scenario).expect("builds");
+    let shape = scenario.shape.as_ref().expect("shape");
+    let mut source =
+        Synthetic::new(&shape.origin.name, &shape.value, requests, rate, 1).expect("shape");
+    let mut aggregator = Aggregator::default();
+    let start = Instant::now();
+    let stats = run(&cluster, &mut source, 1, false, &mut aggregator).expect("runs");
+    let wall = start.elapsed().as_secs_f64();
+    let summary = aggregator.summary(
+        &stats,
+        RunInfo {
+            scenario: scenario.scenario.name.clone(),
+            deployment: bundle.deployment.name.clone(),
+            trace: format!("chatbot at {rate} req/s"),
+            seed: 1,
+            router: stats.router.to_string(),
+            engines: 32,
+            gpus: 32,
+        },
+    );
+    let steps: u64 = stats.cores.iter().map(|c| c.steps).sum();
+    println!(
+        "e2e: {requests} requests, {} completed, {:.1} s simulated, {steps} engine steps, {} events in {wall:.3} s wall",
+        stats.completed, summary.duration_s, stats.events
+    );
+    println!(
+        "e2e: {:.0} simulated requests per wall-second, {:.0} steps per wall-second, {:.0} output tokens per wall-second",
+        requests as f64 / wall,
+        steps as f64 / wall,
+        summary.requests.output_tokens as f64 / wall
+    );
+    println!(
+        "e2e: TTFT p50 {:.1} ms p99 {:.1} ms, TPOT p50 {:.2} ms, KV usage mean {:.1}%",
+        summary.ttft_ms.p50,
+        summary.ttft_ms.p99,
+        summary.tpot_ms.p50,
+        summary.kv_usage.mean * 100.0
+    );
+    match peak_rss_kib() {
+        Some(kib) => println!("e2e: peak resident memory {:.1} MiB", kib as f64 / 1024.0),
+        None => println!("e2e: peak resident memory unavailable (no /proc)"),
+    }
+}
