@@ -13,6 +13,6 @@ mod build;
 mod records;
 mod sim;
 
-pub use build::{BuildError, Cluster, build};
+pub use build::{BuildError, Cluster, PoolRuntime, build, default_acceptance};
 pub use records::{MemorySink, Outcome, RecordSink, RequestRecord};
 pub use sim::{CoreStats, RunError, RunStats, run};

@@ -95,3 +95,41 @@ fn unsupported_features_are_refused_by_name() {
         .expect("refused");
     assert_eq!(err.path, "offload");
 }
+
+#[test]
+fn speculative_acceptance_defaults_per_method_and_scenario_overrides() {
+    assert_eq!(
+        pdsim_cluster::default_acceptance("eagle3")[..3],
+        [0.58, 0.31, 0.16]
+    );
+    let set = "kind: CoefficientSet\nname: accept\ncoefficients:\n  - spec_acceptance_eagle3_pos0:\n      value: 0.9\n      units: dimensionless\n      method: measured\n      fitted: true\n      scope: {}\n  - spec_acceptance_eagle3_pos1:\n      value: 0.95\n      units: dimensionless\n      method: measured\n      fitted: true\n      scope: {}\n";
+    let scenario = SCENARIO.replace(
+        "  - pd-transfer-estimates\n",
+        "  - pd-transfer-estimates\n  - accept\n",
+    );
+    let deployment = format!(
+        "{DEPLOYMENT}    engine:\n      speculative: {{method: eagle3, num_spec_tokens: 3}}\n"
+    );
+    let files = MemoryFiles::new()
+        .with("s.yaml", &scenario)
+        .with("d.yaml", &deployment)
+        .with("cat/coefficients/accept.yaml", set);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec!["cat".into()],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    let spec = cluster.pools[0]
+        .engine
+        .spec
+        .as_ref()
+        .expect("speculative decoding configured");
+    assert_eq!(spec.num_spec_tokens, 3);
+    assert!(spec.eagle_style);
+    // Position 1 is capped by position 0: a later draft cannot be accepted
+    // more often than an earlier one.
+    assert_eq!(spec.acceptance, vec![0.9, 0.9, 0.16]);
+}

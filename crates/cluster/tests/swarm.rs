@@ -1,0 +1,136 @@
+//! A seeded swarm test in the manner of TigerBeetle's VOPR and madsim: each
+//! seed draws a random colocated deployment (pool sizes, parallel layout,
+//! engine knobs) and a random synthetic workload, runs it with every
+//! invariant checked after every step, runs it again, and requires both runs
+//! to agree to the last record.
+//!
+//! `PDSIM_SWARM_SEED=N` replays one seed; `PDSIM_SWARM_RUNS=K` runs K seeds
+//! from it (default: 12 seeds from 1). A failure prints the seed and the
+//! documents it drew.
+
+use pdsim_cluster::{MemorySink, Outcome, build, run};
+use pdsim_core::{Purpose, Stream};
+use pdsim_spec::files::MemoryFiles;
+use pdsim_spec::validate::{Request, validate};
+use pdsim_workload::Synthetic;
+
+/// Draws a scenario and deployment from a seed.
+fn draw(seed: u64) -> (String, String, u64, f64) {
+    let mut rng = Stream::new(seed, Purpose::Lengths, 99);
+    let pick = |rng: &mut Stream, options: &[&'static str]| {
+        options[rng.below(options.len() as u64) as usize]
+    };
+    let model = pick(
+        &mut rng,
+        &["llama-3.1-8b", "qwen3-14b", "qwen3-30b-a3b", "mixtral-8x7b"],
+    );
+    let chip = pick(&mut rng, &["h100", "h200", "b200"]);
+    let nodes = 1 + rng.below(2);
+    let tp = [1, 2, 4][rng.below(3) as usize];
+    let policy = pick(&mut rng, &["fcfs", "priority"]);
+    let batched = [256, 2048, 8192][rng.below(3) as usize];
+    let seqs = [8, 64, 256][rng.below(3) as usize].min(batched);
+    let util = [0.3, 0.6, 0.9][rng.below(3) as usize];
+    let caching = rng.below(2) == 0;
+    let long_cap = [0, 512][rng.below(2) as usize];
+    let spec = match rng.below(3) {
+        0 => "\n      speculative: {method: eagle3, num_spec_tokens: 3}",
+        1 => "\n      speculative: {method: ngram, num_spec_tokens: 2}",
+        _ => "",
+    };
+    let shape = pick(&mut rng, &["chatbot", "summarization"]);
+    let scenario = format!(
+        "kind: Scenario\nname: swarm\nmodel: {model}\ncoefficients: [cost-model-host-overheads]\nengine_version: \"0.31.0\"\n\
+         workload: {{shape: {shape}}}\ncluster: {{hardware: {chip}, fabric: ib-400g, nodes: {nodes}, gpus_per_node: 8}}\n"
+    );
+    let deployment = format!(
+        "kind: Deployment\nname: swarm-{seed}\npools:\n  - role: colocated\n    nodes: {nodes}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n    engine:\n      \
+         scheduling_policy: {policy}\n      max_num_batched_tokens: {batched}\n      max_num_seqs: {seqs}\n      \
+         gpu_memory_utilization: {util}\n      enable_prefix_caching: {caching}\n      long_prefill_token_threshold: {long_cap}\n      \
+         max_model_len: 16384{spec}\n"
+    );
+    let requests = 50 + rng.below(250);
+    let rate = [5.0, 50.0, 500.0][rng.below(3) as usize];
+    (scenario, deployment, requests, rate)
+}
+
+fn run_seed(seed: u64) -> bool {
+    let (scenario, deployment, requests, rate) = draw(seed);
+    let context = format!(
+        "replay with PDSIM_SWARM_SEED={seed}\n--- scenario\n{scenario}--- deployment\n{deployment}"
+    );
+    let files = MemoryFiles::new()
+        .with("s.yaml", &scenario)
+        .with("d.yaml", &deployment);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    if !report.valid {
+        // Some draws do not fit (weights beyond memory at low utilization):
+        // the validator must say why, with an error, and that is all.
+        assert!(report.problems.has_errors(), "{context}");
+        return false;
+    }
+    let resolved = report.scenario.as_ref().expect("scenario");
+    let cluster =
+        build(&report.deployments[0], resolved).unwrap_or_else(|e| panic!("{e}\n{context}"));
+    let shape = resolved.shape.as_ref().expect("shape");
+    let mut results = Vec::new();
+    for _ in 0..2 {
+        let mut source =
+            Synthetic::new("shape", &shape.value, requests, rate, seed).expect("valid shape");
+        let mut sink = MemorySink::default();
+        let stats = run(&cluster, &mut source, seed, true, &mut sink)
+            .unwrap_or_else(|e| panic!("{e}\n{context}"));
+        assert_eq!(
+            sink.records.len() as u64,
+            requests,
+            "every request ends exactly once\n{context}"
+        );
+        assert_eq!(
+            stats.completed + stats.rejected + stats.aborted,
+            requests,
+            "{context}"
+        );
+        assert_eq!(stats.aborted, 0, "no request stalls\n{context}");
+        for r in &sink.records {
+            if r.outcome == Outcome::Completed {
+                assert!(
+                    r.first_token.is_some() && r.output_tokens >= 1,
+                    "{r:?}\n{context}"
+                );
+            }
+        }
+        results.push(sink.records);
+    }
+    assert!(
+        results[0] == results[1],
+        "two runs of one seed differ\n{context}"
+    );
+    true
+}
+
+#[test]
+fn swarm() {
+    let first: u64 = std::env::var("PDSIM_SWARM_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let runs: u64 = std::env::var("PDSIM_SWARM_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let mut ran = 0;
+    for seed in first..first + runs {
+        eprintln!("swarm seed {seed}");
+        ran += u64::from(run_seed(seed));
+    }
+    // Most draws must be runnable, or the swarm tests nothing.
+    assert!(
+        ran * 2 >= runs,
+        "only {ran} of {runs} seeds drew a runnable bundle"
+    );
+}
