@@ -9,6 +9,7 @@ use pdsim_engine::{CudaGraphMode, Dbo, Engine, EngineConfig, Graphs, NewRequest,
 fn engine() -> Engine {
     Engine::new(EngineConfig {
         block_size: 16,
+        prefix_unit: 16,
         num_blocks: 60_000,
         max_num_batched_tokens: 8192,
         max_num_seqs: 1024,

@@ -113,6 +113,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
     let clamp = |v: u64| v.min(u32::MAX as u64) as u32;
     EngineConfig {
         block_size: clamp(e.block_size),
+        prefix_unit: clamp(e.prefix_reuse_tokens),
         num_blocks: clamp(pool.kv.num_gpu_blocks),
         max_num_batched_tokens: clamp(e.max_num_batched_tokens),
         max_num_seqs: clamp(e.max_num_seqs),
@@ -186,12 +187,16 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
         .zip(&bundle.resolution.pools)
         .enumerate()
     {
-        if resolved.engine.prefix_reuse_tokens != resolved.engine.block_size {
+        let (unit, block) = (
+            resolved.engine.prefix_reuse_tokens,
+            resolved.engine.block_size,
+        );
+        if unit == 0 || block % unit != 0 {
             return Err(BuildError {
-                path: format!("pools[{i}].engine.block_size"),
+                path: format!("pools[{i}].engine.max_num_batched_tokens"),
                 message: format!(
-                    "sub-block prefix reuse ({}-token units inside {}-token blocks, vllm-rbln) is not simulated yet",
-                    resolved.engine.prefix_reuse_tokens, resolved.engine.block_size
+                    "sub-block prefix reuse needs the reuse unit ({unit} tokens, max_num_batched_tokens) to divide \
+                     block_size ({block}); pdsim cannot say how vllm-rbln reuses a unit that straddles blocks"
                 ),
             });
         }

@@ -19,16 +19,20 @@ const NONE: u32 = u32::MAX;
 #[derive(Clone, Debug)]
 pub struct BlockPool {
     ref_cnt: Vec<u32>,
-    hash: Vec<Option<u64>>,
+    /// Hashes of the prefix-reuse units each block holds, `units_per_block`
+    /// per block, 0 for none. Units fill in order, so a block is cached iff
+    /// its first unit has a hash.
+    unit_hash: Vec<u64>,
+    units_per_block: u32,
     prev: Vec<u32>,
     next: Vec<u32>,
     in_free: Vec<bool>,
     head: u32,
     tail: u32,
     free_count: u32,
-    /// Full-block hash to the block that holds it. Looked up, never
+    /// Unit hash to the block and unit slot that hold it. Looked up, never
     /// iterated, so its order cannot leak into results.
-    cached: FxHashMap<u64, u32>,
+    cached: FxHashMap<u64, (u32, u32)>,
     /// Whether freed blocks without a hash go to the head of the queue
     /// (reused first, vLLM 0.31 and later) or to the tail like the rest.
     unhashed_to_front: bool,
@@ -40,12 +44,23 @@ pub struct BlockPool {
 }
 
 impl BlockPool {
-    /// A pool of `num_blocks` blocks, block 0 reserved as the null block.
+    /// A pool of `num_blocks` blocks, block 0 reserved as the null block,
+    /// whose prefix cache works in whole blocks.
     pub fn new(num_blocks: u32, unhashed_to_front: bool) -> BlockPool {
+        BlockPool::with_units(num_blocks, 1, unhashed_to_front)
+    }
+
+    /// A pool whose prefix cache works in `units_per_block` units per block:
+    /// vllm-rbln's sub-block prefix caching (`VLLM_RBLN_SUB_BLOCK_CACHE`),
+    /// where a prefix is reused in `max_num_batched_tokens` units inside
+    /// much larger blocks (seeds/001).
+    pub fn with_units(num_blocks: u32, units_per_block: u32, unhashed_to_front: bool) -> BlockPool {
         let n = num_blocks.max(1) as usize;
+        let units_per_block = units_per_block.max(1);
         let mut pool = BlockPool {
             ref_cnt: vec![0; n],
-            hash: vec![None; n],
+            unit_hash: vec![0; n * units_per_block as usize],
+            units_per_block,
             prev: vec![NONE; n],
             next: vec![NONE; n],
             in_free: vec![false; n],
@@ -130,9 +145,22 @@ impl BlockPool {
         self.free_count -= 1;
     }
 
-    /// The cached block holding `hash`, if any.
+    /// The cached block holding unit `hash`, if any.
     pub fn lookup(&self, hash: u64) -> Option<u32> {
-        self.cached.get(&hash).copied()
+        self.cached.get(&hash.max(1)).map(|(block, _)| *block)
+    }
+
+    /// The cached block and unit slot holding unit `hash`, if any.
+    pub fn lookup_unit(&self, hash: u64) -> Option<(u32, u32)> {
+        self.cached.get(&hash.max(1)).copied()
+    }
+
+    pub fn units_per_block(&self) -> u32 {
+        self.units_per_block
+    }
+
+    fn is_hashed(&self, block: u32) -> bool {
+        self.unit_hash[(block * self.units_per_block) as usize] != 0
     }
 
     /// Whether a block is in the free queue (reference count zero).
@@ -160,9 +188,13 @@ impl BlockPool {
                 return;
             }
             self.unlink(block);
-            if let Some(hash) = self.hash[block as usize].take() {
-                if self.cached.get(&hash) == Some(&block) {
-                    self.cached.remove(&hash);
+            if self.is_hashed(block) {
+                let first = (block * self.units_per_block) as usize;
+                for unit in 0..self.units_per_block as usize {
+                    let hash = std::mem::take(&mut self.unit_hash[first + unit]);
+                    if hash != 0 && self.cached.get(&hash).is_some_and(|(b, _)| *b == block) {
+                        self.cached.remove(&hash);
+                    }
                 }
                 self.evictions += 1;
             }
@@ -177,11 +209,18 @@ impl BlockPool {
     /// lookup target (vLLM keeps both; the difference only matters once the
     /// first is evicted while the second is still cached).
     pub fn cache(&mut self, block: u32, hash: u64) {
-        if self.hash[block as usize].is_some() {
+        self.cache_unit(block, 0, hash);
+    }
+
+    /// Marks unit `unit` of `block` as holding `hash`.
+    pub fn cache_unit(&mut self, block: u32, unit: u32, hash: u64) {
+        let hash = hash.max(1); // 0 marks "no hash"
+        let slot = (block * self.units_per_block + unit) as usize;
+        if self.unit_hash[slot] != 0 {
             return;
         }
-        self.hash[block as usize] = Some(hash);
-        self.cached.entry(hash).or_insert(block);
+        self.unit_hash[slot] = hash;
+        self.cached.entry(hash).or_insert((block, unit));
     }
 
     /// Releases a request's blocks, tail block first, as
@@ -197,7 +236,7 @@ impl BlockPool {
             self.ref_cnt[b] -= 1;
             self.referenced -= 1;
             if self.ref_cnt[b] == 0 {
-                if self.hash[b].is_none() && self.unhashed_to_front {
+                if !self.is_hashed(block) && self.unhashed_to_front {
                     self.push_front(block);
                 } else {
                     self.push_back(block);

@@ -41,6 +41,9 @@ pub struct SpecConfig {
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     pub block_size: u32,
+    /// Tokens per prefix-reuse unit: `block_size` in vLLM; a divisor of it
+    /// under vllm-rbln's sub-block prefix caching (`max_num_batched_tokens`).
+    pub prefix_unit: u32,
     /// Blocks in the pool, the null block included.
     pub num_blocks: u32,
     pub max_num_batched_tokens: u32,
@@ -107,9 +110,10 @@ struct Req {
     status: Status,
     admitted_once: bool,
     blocks: Vec<u32>,
-    /// Blocks of `blocks` whose hash is registered in the pool.
-    cached_blocks: u32,
-    /// Hashes of every full block of prompt + output generated so far.
+    /// Prefix-reuse units of the request whose hash is registered in the pool.
+    cached_units: u32,
+    /// Hashes of every full prefix-reuse unit (a block, in vLLM) of prompt +
+    /// output generated so far.
     hasher: BlockHasher,
     output_segment: u64,
 }
@@ -161,7 +165,8 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
-        let pool = BlockPool::new(config.num_blocks, config.unhashed_blocks_to_front);
+        let units = (config.block_size / config.prefix_unit.max(1)).max(1);
+        let pool = BlockPool::with_units(config.num_blocks, units, config.unhashed_blocks_to_front);
         let waiting = match config.policy {
             Policy::Fcfs => WaitQueue::Fcfs(VecDeque::new()),
             Policy::Priority => WaitQueue::Priority(BinaryHeap::new()),
@@ -231,7 +236,7 @@ impl Engine {
             .max_output_tokens
             .max(1)
             .min(self.config.max_model_len - prompt_tokens);
-        let mut hasher = BlockHasher::new(self.config.block_size);
+        let mut hasher = BlockHasher::new(self.config.prefix_unit.max(1));
         for segment in &request.prompt.segments {
             hasher.feed_segment(*segment);
         }
@@ -247,7 +252,7 @@ impl Engine {
             status: Status::Waiting,
             admitted_once: false,
             blocks: Vec::new(),
-            cached_blocks: 0,
+            cached_units: 0,
             hasher,
             output_segment: content_id(request.id.0 as u64, 0x6f75_7470_7574),
         };
@@ -310,27 +315,52 @@ impl Engine {
         }
     }
 
-    /// Longest cached prefix of a request with nothing computed, in blocks:
-    /// stops at the first miss, keeps at least one token to compute, and
-    /// drops the last block for EAGLE-style drafters
-    /// (`KVCacheManager.get_computed_blocks`).
-    fn prefix_hit_blocks(&self, slot: u32) -> u32 {
+    /// Longest cached prefix of a request with nothing computed
+    /// (`KVCacheManager.get_computed_blocks`): stops at the first miss,
+    /// keeps at least one token to compute, and drops the last block (unit)
+    /// for EAGLE-style drafters. Returns the hit in units and how many
+    /// leading blocks can be shared as they are. With one unit per block the
+    /// two agree; with sub-block units a block is shared only when all its
+    /// units hit in one physical block, and a partially hit block is filled
+    /// by copying into a fresh one (a device-local copy, not priced).
+    fn prefix_hit(&self, slot: u32) -> (u32, u32) {
         if !self.config.enable_prefix_caching {
-            return 0;
+            return (0, 0);
         }
         let req = self.req(slot);
-        let max_blocks = (req.tokens() - 1) / self.config.block_size;
+        let unit = self.config.prefix_unit.max(1);
+        let per_block = self.pool.units_per_block();
+        let max_units = (req.tokens() - 1) / unit;
         let mut hit = 0;
-        for hash in req.hasher.hashes.iter().take(max_blocks as usize) {
-            if self.pool.lookup(*hash).is_none() {
+        let mut shared = 0;
+        let mut block_ok = true;
+        let mut current_block = 0;
+        for (i, hash) in req
+            .hasher
+            .hashes
+            .iter()
+            .take(max_units as usize)
+            .enumerate()
+        {
+            let Some((block, slot_in_block)) = self.pool.lookup_unit(*hash) else {
                 break;
+            };
+            let position = i as u32 % per_block;
+            if position == 0 {
+                current_block = block;
+                block_ok = slot_in_block == 0;
+            } else {
+                block_ok &= block == current_block && slot_in_block == position;
             }
             hit += 1;
+            if position == per_block - 1 && block_ok && shared * per_block + per_block == hit {
+                shared += 1;
+            }
         }
         if hit > 0 && self.config.spec.as_ref().is_some_and(|s| s.eagle_style) {
             hit -= 1;
         }
-        hit
+        (hit, shared.min(hit / per_block))
     }
 
     /// Allocates KV for `new_tokens` more tokens of a request (after any
@@ -339,14 +369,21 @@ impl Engine {
     /// (`KVCacheManager.allocate_slots`). `must_fit` is the number of tokens
     /// whose blocks must be free at admission (the whole prompt when the
     /// release reserves it).
-    fn allocate(&mut self, slot: u32, hit_blocks: u32, new_tokens: u32, must_fit: u32) -> bool {
+    fn allocate(
+        &mut self,
+        slot: u32,
+        hit_blocks: u32,
+        hit_tokens: u32,
+        new_tokens: u32,
+        must_fit: u32,
+    ) -> bool {
         let block_size = self.config.block_size;
+        let per_block = self.pool.units_per_block() as usize;
         let lookahead = self.lookahead();
         let (held, computed) = {
             let req = self.req(slot);
             (req.blocks.len() as u32, req.computed)
         };
-        let hit_tokens = hit_blocks * block_size;
         let base = computed.max(hit_tokens);
         let want_tokens =
             (base + new_tokens.max(must_fit) + lookahead).min(self.config.max_model_len);
@@ -359,8 +396,8 @@ impl Engine {
         let mut hit_free = 0;
         if hit_blocks > 0 {
             let req = self.reqs[slot as usize].as_ref().expect("live slot");
-            for hash in &req.hasher.hashes[..hit_blocks as usize] {
-                if let Some(block) = self.pool.lookup(*hash) {
+            for b in 0..hit_blocks as usize {
+                if let Some(block) = self.pool.lookup(req.hasher.hashes[b * per_block]) {
                     hit_free += u32::from(self.pool.is_free(block));
                 }
             }
@@ -373,8 +410,8 @@ impl Engine {
         scratch.clear();
         if hit_blocks > 0 {
             let req = self.reqs[slot as usize].as_ref().expect("live slot");
-            for hash in &req.hasher.hashes[..hit_blocks as usize] {
-                if let Some(block) = self.pool.lookup(*hash) {
+            for b in 0..hit_blocks as usize {
+                if let Some(block) = self.pool.lookup(req.hasher.hashes[b * per_block]) {
                     scratch.push(block);
                 }
             }
@@ -385,7 +422,7 @@ impl Engine {
         self.pool.allocate(alloc_new, &mut scratch);
         let req = self.reqs[slot as usize].as_mut().expect("live slot");
         req.blocks.extend(scratch.iter());
-        req.cached_blocks = req.cached_blocks.max(hit_blocks);
+        req.cached_units = req.cached_units.max(hit_blocks * per_block as u32);
         self.scratch = scratch;
         true
     }
@@ -395,7 +432,7 @@ impl Engine {
         let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
         self.pool.release(&blocks);
         let req = self.req_mut(slot);
-        req.cached_blocks = 0;
+        req.cached_units = 0;
         req.blocks = blocks;
         req.blocks.clear();
     }
@@ -475,7 +512,7 @@ impl Engine {
                 continue;
             }
             let mut self_preempted = false;
-            while !self.allocate(slot, 0, n, 0) {
+            while !self.allocate(slot, 0, 0, n, 0) {
                 let victim = self.victim();
                 let victim_slot = self.running[victim];
                 preempted = true;
@@ -516,8 +553,8 @@ impl Engine {
                     break;
                 };
                 let first = !self.req(slot).admitted_once;
-                let hit_blocks = self.prefix_hit_blocks(slot);
-                let hit_tokens = hit_blocks * self.config.block_size;
+                let (hit_units, hit_blocks) = self.prefix_hit(slot);
+                let hit_tokens = hit_units * self.config.prefix_unit.max(1);
                 let tokens = self.req(slot).tokens();
                 let remaining = tokens - hit_tokens;
                 let mut n = remaining;
@@ -530,7 +567,7 @@ impl Engine {
                 } else {
                     n
                 };
-                if !self.allocate(slot, hit_blocks, n, must_fit) {
+                if !self.allocate(slot, hit_blocks, hit_tokens, n, must_fit) {
                     break;
                 }
                 self.pop_waiting();
@@ -609,7 +646,6 @@ impl Engine {
         self.steps += 1;
         // Borrowed out and put back, so a step allocates nothing.
         let spec = self.config.spec.take();
-        let block_size = self.config.block_size;
         let scheduled = std::mem::take(&mut self.scheduled);
         for s in &scheduled {
             let (emit, finished, id, output) = {
@@ -650,20 +686,26 @@ impl Engine {
                 let finished = req.output >= req.max_output;
                 (emit, finished, req.id, req.output)
             };
-            // Cache the blocks that are now full and computed.
+            // Cache the units (blocks, in vLLM) that are now full and computed.
             {
+                let unit = self.config.prefix_unit.max(1);
+                let per_block = self.pool.units_per_block();
                 let req = self.reqs[s.slot as usize].as_mut().expect("live slot");
-                let full = (req.computed.min(req.tokens()) / block_size)
+                let full = (req.computed.min(req.tokens()) / unit)
                     .min(req.hasher.hashes.len() as u32)
-                    .min(req.blocks.len() as u32);
-                if full > req.cached_blocks {
+                    .min(req.blocks.len() as u32 * per_block);
+                if full > req.cached_units {
                     if self.config.enable_prefix_caching {
-                        for b in req.cached_blocks..full {
-                            self.pool
-                                .cache(req.blocks[b as usize], req.hasher.hashes[b as usize]);
+                        for u in req.cached_units..full {
+                            let block = req.blocks[(u / per_block) as usize];
+                            self.pool.cache_unit(
+                                block,
+                                u % per_block,
+                                req.hasher.hashes[u as usize],
+                            );
                         }
                     }
-                    req.cached_blocks = full;
+                    req.cached_units = full;
                 }
             }
             if emit > 0 {

@@ -16,6 +16,9 @@ use std::collections::BTreeSet;
 #[derive(Clone, Debug)]
 struct Case {
     block_size: u32,
+    /// Tokens per prefix-reuse unit, a divisor of block_size (sub-block
+    /// reuse when smaller).
+    prefix_unit: u32,
     usable_blocks: u32,
     budget: u32,
     max_num_seqs: u32,
@@ -30,7 +33,13 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     (
-        prop_oneof![Just(1u32), Just(4), Just(16)],
+        prop_oneof![
+            Just((1u32, 1u32)),
+            Just((4, 4)),
+            Just((16, 16)),
+            Just((16, 4)),
+            Just((8, 2))
+        ],
         4u32..64,
         prop_oneof![Just(1u32), Just(7), Just(32), Just(256)],
         1u32..12,
@@ -46,7 +55,7 @@ fn case() -> impl Strategy<Value = Case> {
     )
         .prop_map(
             |(
-                block_size,
+                (block_size, prefix_unit),
                 usable_blocks,
                 budget,
                 max_num_seqs,
@@ -58,6 +67,7 @@ fn case() -> impl Strategy<Value = Case> {
                 requests,
             )| Case {
                 block_size,
+                prefix_unit,
                 usable_blocks,
                 budget,
                 max_num_seqs,
@@ -79,6 +89,7 @@ fn engine_for(case: &Case) -> Engine {
     let max_model_len = capacity.saturating_sub(lookahead + case.block_size).max(2);
     Engine::new(EngineConfig {
         block_size: case.block_size,
+        prefix_unit: case.prefix_unit,
         num_blocks: case.usable_blocks + 1,
         max_num_batched_tokens: case.budget,
         max_num_seqs: case.max_num_seqs,

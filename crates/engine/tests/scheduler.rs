@@ -10,6 +10,7 @@ use pdsim_engine::{
 fn config() -> EngineConfig {
     EngineConfig {
         block_size: 16,
+        prefix_unit: 16,
         num_blocks: 1001,
         max_num_batched_tokens: 100,
         max_num_seqs: 8,
@@ -427,4 +428,77 @@ fn graphs_pad_batches_and_dbo_marks_splits() {
         (batch.graph, batch.padded_tokens, batch.dbo),
         (pdsim_cost::GraphMode::Full, 4, true)
     );
+}
+
+#[test]
+fn sub_block_prefix_reuse_hits_in_units_smaller_than_a_block() {
+    // vllm-rbln: 4096-token blocks reused in 512-token units; here 64-token
+    // blocks and 16-token units, the same ratio of one block to four units.
+    let mut c = config();
+    c.block_size = 64;
+    c.prefix_unit = 16;
+    c.max_num_batched_tokens = 1000;
+    let mut engine = Engine::new(c.clone());
+    engine.add_request(request(0, &[(1, 40), (2, 60)], 1));
+    run_to_end(&mut engine, 10);
+    // 40 shared tokens: two whole 16-token units hit, although not one whole
+    // 64-token block does.
+    engine.add_request(request(1, &[(1, 40), (3, 60)], 1));
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![EngineEvent::Admitted {
+            id: RequestId(1),
+            cached_tokens: 32
+        }]
+    );
+    assert_eq!(engine.last_schedule(), vec![(RequestId(1), 68)]);
+    engine.complete_step(&mut stream());
+    engine.check_full().unwrap();
+    // With whole-block reuse the same prompts share nothing.
+    c.prefix_unit = 64;
+    let mut whole = Engine::new(c);
+    whole.add_request(request(0, &[(1, 40), (2, 60)], 1));
+    run_to_end(&mut whole, 10);
+    whole.add_request(request(1, &[(1, 40), (3, 60)], 1));
+    whole.schedule().unwrap();
+    let events: Vec<EngineEvent> = whole.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![EngineEvent::Admitted {
+            id: RequestId(1),
+            cached_tokens: 0
+        }]
+    );
+}
+
+#[test]
+fn whole_blocks_hit_under_sub_block_reuse_are_shared_not_copied() {
+    let mut c = config();
+    c.block_size = 64;
+    c.prefix_unit = 16;
+    c.max_num_batched_tokens = 1000;
+    c.num_blocks = 1 + 4;
+    let mut engine = Engine::new(c);
+    let mut rng = stream();
+    // A long-running request holds two full blocks of the shared prefix.
+    engine.add_request(request(0, &[(1, 130)], 1000));
+    engine.schedule().unwrap();
+    engine.complete_step(&mut rng);
+    engine.drain_events().count();
+    let free_before = engine.pool().free();
+    engine.add_request(request(1, &[(1, 130), (5, 10)], 5));
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(
+        events,
+        vec![EngineEvent::Admitted {
+            id: RequestId(1),
+            cached_tokens: 128
+        }]
+    );
+    // 140 tokens need three blocks: two shared, one new.
+    assert_eq!(free_before - engine.pool().free(), 1);
+    engine.check_full().unwrap();
 }
