@@ -55,6 +55,7 @@ fn bench_steps(c: &mut Criterion) {
                 },
             ]),
             max_output_tokens: u32::MAX / 2,
+            kv: pdsim_engine::KvTransfer::Local,
         });
     }
     // Prefill everything first.

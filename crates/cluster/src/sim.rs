@@ -404,6 +404,7 @@ impl<'a> Sim<'a> {
             priority: flight.priority,
             prompt: std::mem::take(&mut flight.prompt),
             max_output_tokens: flight.max_output,
+            kv: pdsim_engine::KvTransfer::Local,
         };
         self.cores[core].engine.add_request(request);
         self.handle_events(core, sink);

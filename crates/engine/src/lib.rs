@@ -12,4 +12,4 @@ pub mod kv;
 pub mod scheduler;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};
-pub use scheduler::{Engine, EngineConfig, EngineEvent, NewRequest, Policy, SpecConfig};
+pub use scheduler::{Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, Policy, SpecConfig};

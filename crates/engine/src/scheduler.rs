@@ -72,6 +72,25 @@ pub struct NewRequest {
     pub priority: i32,
     pub prompt: Prompt,
     pub max_output_tokens: u32,
+    pub kv: KvTransfer,
+}
+
+/// A request's part in a P/D KV transfer (NixlConnector,
+/// `vllm/distributed/kv_transfer/kv_connector/v1/nixl/`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvTransfer {
+    /// An ordinary request.
+    #[default]
+    Local,
+    /// Prefill side (`do_remote_decode`): computes the prompt and one token,
+    /// then holds its blocks until the decode side has read them
+    /// ([`Engine::release`]).
+    Produce,
+    /// Decode side (`do_remote_prefill`): allocates blocks for the whole
+    /// prompt, keeps its own prefix hit, waits without compute for the
+    /// missing blocks ([`Engine::kv_arrived`]), then continues from
+    /// prompt − 1.
+    Consume,
 }
 
 /// What a step did to requests, for the cluster to record.
@@ -88,6 +107,13 @@ pub enum EngineEvent {
     Preempted { id: RequestId },
     /// The request can never run on this engine (prompt beyond max_model_len).
     Rejected { id: RequestId },
+    /// A producing request finished its prompt and holds `blocks` blocks for
+    /// the decode side to read.
+    Held { id: RequestId, blocks: u32 },
+    /// A consuming request was admitted: it holds blocks for its whole
+    /// prompt, `cached_tokens` of it from the local prefix cache, and waits
+    /// for the other `missing_tokens` to arrive.
+    NeedsKv { id: RequestId, cached_tokens: u32, missing_tokens: u32 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +142,13 @@ struct Req {
     /// output generated so far.
     hasher: BlockHasher,
     output_segment: u64,
+    kv: KvTransfer,
+    /// Tokens of the prompt the local prefix cache had at admission.
+    local_hit: u32,
+    /// A consuming request whose transfer is over (or failed).
+    remote_done: bool,
+    /// A producing request holding its blocks for the decode side.
+    holding: bool,
 }
 
 impl Req {
@@ -155,6 +188,15 @@ pub struct Engine {
     events: Vec<EngineEvent>,
     /// Scratch for allocations.
     scratch: Vec<u32>,
+    /// Slot of each live request, for the transfer callbacks.
+    slot_of: rustc_hash::FxHashMap<RequestId, u32>,
+    /// Consuming requests waiting for their KV.
+    remote_waiting: u32,
+    /// Waiting requests that already hold KV blocks (their transfer
+    /// arrived or failed); admitted before the waiting queue, as vLLM's
+    /// `kv_holding_waiting` queue is, so blocks held outside `running`
+    /// always drain.
+    holding: VecDeque<u32>,
     /// Counters, as vLLM's metrics expose them.
     pub preemptions: u64,
     pub prefix_queries_tokens: u64,
@@ -181,6 +223,9 @@ impl Engine {
             scheduled: Vec::new(),
             events: Vec::new(),
             scratch: Vec::new(),
+            slot_of: rustc_hash::FxHashMap::default(),
+            remote_waiting: 0,
+            holding: VecDeque::new(),
             preemptions: 0,
             prefix_queries_tokens: 0,
             prefix_hits_tokens: 0,
@@ -197,11 +242,14 @@ impl Engine {
         self.running.len()
     }
 
+    /// `vllm:num_requests_waiting`: the waiting queue and the requests
+    /// holding KV while they wait.
     pub fn num_waiting(&self) -> usize {
-        match &self.waiting {
-            WaitQueue::Fcfs(q) => q.len(),
-            WaitQueue::Priority(h) => h.len(),
-        }
+        self.holding.len()
+            + match &self.waiting {
+                WaitQueue::Fcfs(q) => q.len(),
+                WaitQueue::Priority(h) => h.len(),
+            }
     }
 
     /// `vllm:kv_cache_usage_perc`.
@@ -255,6 +303,10 @@ impl Engine {
             cached_units: 0,
             hasher,
             output_segment: content_id(request.id.0 as u64, 0x6f75_7470_7574),
+            kv: request.kv,
+            local_hit: 0,
+            remote_done: false,
+            holding: false,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -266,6 +318,7 @@ impl Engine {
                 (self.reqs.len() - 1) as u32
             }
         };
+        self.slot_of.insert(request.id, slot);
         self.push_waiting(slot, false);
     }
 
@@ -290,6 +343,9 @@ impl Engine {
     }
 
     fn peek_waiting(&self) -> Option<u32> {
+        if let Some(slot) = self.holding.front() {
+            return Some(*slot);
+        }
         match &self.waiting {
             WaitQueue::Fcfs(q) => q.front().copied(),
             WaitQueue::Priority(h) => h.peek().map(|Reverse((_, _, _, slot))| *slot),
@@ -297,6 +353,9 @@ impl Engine {
     }
 
     fn pop_waiting(&mut self) {
+        if self.holding.pop_front().is_some() {
+            return;
+        }
         match &mut self.waiting {
             WaitQueue::Fcfs(q) => {
                 q.pop_front();
@@ -553,9 +612,56 @@ impl Engine {
                     break;
                 };
                 let first = !self.req(slot).admitted_once;
+                let (kv, remote_done, holds_blocks, computed) = {
+                    let r = self.req(slot);
+                    (r.kv, r.remote_done, !r.blocks.is_empty(), r.computed)
+                };
+                let tokens = self.req(slot).tokens();
+                if kv == KvTransfer::Consume && !remote_done {
+                    // Decode side of P/D: allocate for the whole prompt, keep
+                    // the local hit, and wait for the rest without compute
+                    // (WAITING_FOR_REMOTE_KVS; no token budget).
+                    let (hit_units, hit_blocks) = self.prefix_hit(slot);
+                    let hit_tokens = hit_units * self.config.prefix_unit.max(1);
+                    let missing = tokens - hit_tokens;
+                    if !self.allocate(slot, hit_blocks, hit_tokens, missing, missing) {
+                        break;
+                    }
+                    self.pop_waiting();
+                    self.remote_waiting += 1;
+                    let id = {
+                        let req = self.req_mut(slot);
+                        req.computed = hit_tokens;
+                        req.local_hit = hit_tokens;
+                        req.admitted_once = true;
+                        req.id
+                    };
+                    self.prefix_queries_tokens += tokens as u64;
+                    self.prefix_hits_tokens += hit_tokens as u64;
+                    self.events.push(EngineEvent::NeedsKv { id, cached_tokens: hit_tokens, missing_tokens: missing });
+                    continue;
+                }
+                if holds_blocks {
+                    // A consuming request whose KV arrived (or failed): it
+                    // holds its prompt's blocks and continues from what it
+                    // has, one token after a transfer.
+                    let mut n = tokens - computed;
+                    if long_cap > 0 {
+                        n = n.min(long_cap);
+                    }
+                    n = n.min(budget);
+                    if !self.allocate(slot, 0, 0, n, 0) {
+                        break;
+                    }
+                    self.pop_waiting();
+                    self.running.push(slot);
+                    self.req_mut(slot).status = Status::Running;
+                    self.scheduled.push(Scheduled { slot, tokens: n, drafts: 0, context: computed });
+                    budget -= n;
+                    continue;
+                }
                 let (hit_units, hit_blocks) = self.prefix_hit(slot);
                 let hit_tokens = hit_units * self.config.prefix_unit.max(1);
-                let tokens = self.req(slot).tokens();
                 let remaining = tokens - hit_tokens;
                 let mut n = remaining;
                 if long_cap > 0 {
@@ -715,18 +821,95 @@ impl Engine {
                 if let Some(pos) = self.running.iter().position(|r| *r == s.slot) {
                     self.running.remove(pos);
                 }
-                self.free_blocks(s.slot);
-                self.reqs[s.slot as usize] = None;
-                self.free_slots.push(s.slot);
-                self.events.push(EngineEvent::Finished {
-                    id,
-                    output_tokens: output,
-                });
+                let produce = self.req(s.slot).kv == KvTransfer::Produce;
+                if produce {
+                    // NixlConnector's request_finished: free later, when the
+                    // decode side has read the blocks.
+                    let req = self.req_mut(s.slot);
+                    req.holding = true;
+                    req.status = Status::Waiting;
+                    let blocks = req.blocks.len() as u32;
+                    self.events.push(EngineEvent::Held { id, blocks });
+                } else {
+                    self.free_blocks(s.slot);
+                    self.reqs[s.slot as usize] = None;
+                    self.slot_of.remove(&id);
+                    self.free_slots.push(s.slot);
+                    self.events.push(EngineEvent::Finished { id, output_tokens: output });
+                }
             }
         }
         self.scheduled = scheduled;
         self.scheduled.clear();
         self.config.spec = spec;
+    }
+
+    /// Prefill side: the decode side has read the blocks (or the lease ran
+    /// out), so the held blocks go back to the free queue, hashes kept, and
+    /// the request ends here. Returns false if `id` holds nothing, so a
+    /// second release is a no-op: blocks are freed exactly once.
+    pub fn release(&mut self, id: RequestId) -> bool {
+        let Some(&slot) = self.slot_of.get(&id) else { return false };
+        if !self.req(slot).holding {
+            return false;
+        }
+        let output = self.req(slot).output;
+        self.free_blocks(slot);
+        self.reqs[slot as usize] = None;
+        self.slot_of.remove(&id);
+        self.free_slots.push(slot);
+        self.events.push(EngineEvent::Finished { id, output_tokens: output });
+        true
+    }
+
+    /// Decode side: the missing blocks arrived. The request is promoted
+    /// (`finished_recving`): its blocks enter the prefix cache, it continues
+    /// from prompt − 1 and goes back to the head of the waiting queue.
+    pub fn kv_arrived(&mut self, id: RequestId) {
+        let Some(&slot) = self.slot_of.get(&id) else { return };
+        let unit = self.config.prefix_unit.max(1);
+        let per_block = self.pool.units_per_block();
+        {
+            let req = self.req_mut(slot);
+            if req.kv != KvTransfer::Consume || req.remote_done {
+                return;
+            }
+            req.remote_done = true;
+            req.computed = req.tokens() - 1;
+        }
+        self.remote_waiting -= 1;
+        if self.config.enable_prefix_caching {
+            let req = self.reqs[slot as usize].as_mut().expect("live slot");
+            let full = (req.computed / unit).min(req.hasher.hashes.len() as u32).min(req.blocks.len() as u32 * per_block);
+            for u in req.cached_units..full {
+                let block = req.blocks[(u / per_block) as usize];
+                self.pool.cache_unit(block, u % per_block, req.hasher.hashes[u as usize]);
+            }
+            req.cached_units = req.cached_units.max(full);
+        }
+        self.holding.push_back(slot);
+    }
+
+    /// Decode side: the transfer failed (the prefill side freed its blocks
+    /// first). The request keeps its blocks, cuts back to its local prefix
+    /// hit and recomputes the rest here.
+    pub fn kv_failed(&mut self, id: RequestId) {
+        let Some(&slot) = self.slot_of.get(&id) else { return };
+        {
+            let req = self.req_mut(slot);
+            if req.kv != KvTransfer::Consume || req.remote_done {
+                return;
+            }
+            req.remote_done = true;
+            req.computed = req.local_hit;
+        }
+        self.remote_waiting -= 1;
+        self.holding.push_back(slot);
+    }
+
+    /// Consuming requests waiting for their KV.
+    pub fn num_waiting_for_kv(&self) -> u32 {
+        self.remote_waiting
     }
 
     /// Checks the engine's invariants cheaply, in O(live requests): the

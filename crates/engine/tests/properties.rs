@@ -29,6 +29,10 @@ struct Case {
     spec: Option<u32>,
     /// (arrival step, shared prefix id, prefix tokens, unique tokens, output, priority)
     requests: Vec<(u32, u64, u32, u32, u32, i32)>,
+    /// Per request: 0 local, 1 prefill side (produce), 2 decode side
+    /// (consume); and after how many steps its transfer resolves (a
+    /// multiple of 7 fails, as when the prefill side's lease ran out).
+    roles: Vec<(u8, u32)>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -52,6 +56,7 @@ fn case() -> impl Strategy<Value = Case> {
             (0u32..40, 0u64..4, 0u32..80, 1u32..80, 1u32..60, -2i32..3),
             1..40,
         ),
+        prop::collection::vec((0u8..3, 0u32..30), 40),
     )
         .prop_map(
             |(
@@ -65,6 +70,7 @@ fn case() -> impl Strategy<Value = Case> {
                 reserve_full,
                 spec,
                 requests,
+                roles,
             )| Case {
                 block_size,
                 prefix_unit,
@@ -77,6 +83,7 @@ fn case() -> impl Strategy<Value = Case> {
                 reserve_full,
                 spec,
                 requests,
+                roles,
             },
         )
 }
@@ -138,6 +145,11 @@ proptest! {
                 priority: r.5,
                 prompt: Prompt::new(segments),
                 max_output_tokens: r.4,
+                kv: match case.roles[i].0 {
+                    1 => pdsim_engine::KvTransfer::Produce,
+                    2 => pdsim_engine::KvTransfer::Consume,
+                    _ => pdsim_engine::KvTransfer::Local,
+                },
             })
         }).collect();
         pending.sort_by_key(|(step, r)| (*step, r.id));
@@ -146,10 +158,22 @@ proptest! {
         // unless it recomputes after a preemption.
         let step_limit = 200 + 50 * total_tokens;
         let mut ended = BTreeSet::new();
+        let mut transfers: Vec<(u64, RequestId, bool)> = Vec::new();
         let mut step = 0u64;
         let mut next = 0;
         while ended.len() < pending.len() {
-            prop_assert!(step < step_limit, "no progress after {step} steps: {} of {} ended", ended.len(), pending.len());
+            prop_assert!(
+                step < step_limit,
+                "no progress after {step} steps: {} of {} ended; running {:?}, waiting {}, waiting for KV {}, free blocks {}, transfers {:?}, ended {:?}",
+                ended.len(),
+                pending.len(),
+                engine.running_ids(),
+                engine.num_waiting(),
+                engine.num_waiting_for_kv(),
+                engine.pool().free(),
+                transfers,
+                ended
+            );
             while next < pending.len() && pending[next].0 as u64 <= step {
                 engine.add_request(pending[next].1.clone());
                 next += 1;
@@ -167,12 +191,30 @@ proptest! {
                     EngineEvent::Finished { id, .. } | EngineEvent::Rejected { id } => {
                         prop_assert!(ended.insert(id), "{id:?} ended twice");
                     }
+                    EngineEvent::Held { id, .. } | EngineEvent::NeedsKv { id, .. } => {
+                        let delay = case.roles[id.0 as usize].1 as u64;
+                        transfers.push((step + delay, id, matches!(event, EngineEvent::Held { .. })));
+                    }
                     _ => {}
+                }
+            }
+            // Resolve transfers whose time has come, in a fixed order.
+            transfers.sort();
+            while transfers.first().is_some_and(|t| t.0 <= step) {
+                let (_, id, held) = transfers.remove(0);
+                if held {
+                    prop_assert!(engine.release(id), "{id:?} was not held");
+                    prop_assert!(!engine.release(id), "{id:?} released twice");
+                } else if case.roles[id.0 as usize].1 % 7 == 0 {
+                    engine.kv_failed(id);
+                } else {
+                    engine.kv_arrived(id);
                 }
             }
             step += 1;
         }
         prop_assert!(!engine.has_work());
+        prop_assert!(transfers.is_empty());
         prop_assert_eq!(engine.pool().free(), engine.pool().usable(), "every block returned");
     }
 }

@@ -49,6 +49,7 @@ fn request(id: u32, segments: &[(u64, u32)], output: u32) -> NewRequest {
                 .collect(),
         ),
         max_output_tokens: output,
+        kv: pdsim_engine::KvTransfer::Local,
     }
 }
 

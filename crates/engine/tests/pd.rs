@@ -1,0 +1,148 @@
+//! The engine's side of prefill/decode disaggregation, as NixlConnector
+//! runs it (`research/vllm-engine.md` §6): the prefill side holds its
+//! blocks until read, the decode side allocates for the whole prompt, keeps
+//! its own prefix hit and pulls only the rest.
+
+use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
+use pdsim_engine::{CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, KvTransfer, NewRequest, Policy};
+
+fn config(usable_blocks: u32) -> EngineConfig {
+    EngineConfig {
+        block_size: 16,
+        prefix_unit: 16,
+        num_blocks: usable_blocks + 1,
+        max_num_batched_tokens: 1000,
+        max_num_seqs: 8,
+        long_prefill_token_threshold: 0,
+        long_prefill_waiver_when_alone: true,
+        policy: Policy::Fcfs,
+        enable_prefix_caching: true,
+        max_model_len: 4096,
+        reserve_full_prompt: true,
+        unhashed_blocks_to_front: true,
+        graphs: Graphs { mode: CudaGraphMode::None, sizes: vec![] },
+        dbo: Dbo { enabled: false, decode_threshold: 32, prefill_threshold: 512 },
+        spec: None,
+    }
+}
+
+fn request(id: u32, segments: &[(u64, u32)], output: u32, kv: KvTransfer) -> NewRequest {
+    NewRequest {
+        id: RequestId(id),
+        arrival: SimTime(id as u64),
+        priority: 0,
+        prompt: Prompt::new(segments.iter().map(|(id, tokens)| Segment { id: *id, tokens: *tokens }).collect()),
+        max_output_tokens: output,
+        kv,
+    }
+}
+
+fn step(engine: &mut Engine) -> Vec<EngineEvent> {
+    let mut rng = Stream::new(3, Purpose::Acceptance, 0);
+    if engine.schedule().is_some() {
+        engine.complete_step(&mut rng);
+    }
+    engine.check_full().expect("invariants");
+    engine.drain_events().collect()
+}
+
+#[test]
+fn a_decode_side_prefix_hit_shrinks_the_transfer_by_exactly_the_cached_blocks() {
+    let mut decode = Engine::new(config(100));
+    // An earlier request leaves the first 64 tokens (4 blocks) cached.
+    decode.add_request(request(0, &[(7, 64), (1, 10)], 1, KvTransfer::Local));
+    while decode.has_work() {
+        step(&mut decode);
+    }
+    // A disaggregated request sharing them: only the other 36 tokens move.
+    decode.add_request(request(1, &[(7, 64), (2, 36)], 5, KvTransfer::Consume));
+    let events = step(&mut decode);
+    assert_eq!(events, vec![EngineEvent::NeedsKv { id: RequestId(1), cached_tokens: 64, missing_tokens: 36 }]);
+    // Without the shared prefix, everything moves.
+    decode.add_request(request(2, &[(9, 100)], 5, KvTransfer::Consume));
+    let events = step(&mut decode);
+    assert_eq!(events, vec![EngineEvent::NeedsKv { id: RequestId(2), cached_tokens: 0, missing_tokens: 100 }]);
+    // Waiting for KV costs no compute: nothing was scheduled.
+    assert!(decode.schedule().is_none());
+    assert_eq!(decode.num_waiting_for_kv(), 2);
+    // Arrival: the request continues from prompt − 1 with one token.
+    decode.kv_arrived(RequestId(1));
+    decode.schedule().expect("one token");
+    assert_eq!(decode.last_schedule(), vec![(RequestId(1), 1)]);
+}
+
+#[test]
+fn the_prefill_side_holds_its_blocks_until_released_exactly_once() {
+    let mut prefill = Engine::new(config(100));
+    prefill.add_request(request(0, &[(1, 64)], 1, KvTransfer::Produce));
+    let events = step(&mut prefill);
+    assert!(events.contains(&EngineEvent::Held { id: RequestId(0), blocks: 4 }), "{events:?}");
+    assert!(!events.iter().any(|e| matches!(e, EngineEvent::Finished { .. })));
+    assert_eq!(prefill.pool().free(), 96, "blocks stay allocated while held");
+    assert!(prefill.release(RequestId(0)));
+    assert_eq!(prefill.pool().free(), 100);
+    assert_eq!(prefill.drain_events().collect::<Vec<_>>(), vec![EngineEvent::Finished { id: RequestId(0), output_tokens: 1 }]);
+    // A second release (a lease expiring after the read) frees nothing.
+    assert!(!prefill.release(RequestId(0)));
+    assert_eq!(prefill.pool().free(), 100);
+    prefill.check_full().unwrap();
+    // The prompt's blocks stay in the prefix cache after release.
+    prefill.add_request(request(1, &[(1, 64), (2, 8)], 1, KvTransfer::Local));
+    let events = step(&mut prefill);
+    assert!(events.contains(&EngineEvent::Admitted { id: RequestId(1), cached_tokens: 64 }));
+}
+
+#[test]
+fn a_full_decode_pool_makes_requests_wait_and_then_completes_them_all() {
+    // Ten blocks: each 64-token prompt needs four for its KV, so only two
+    // fit at once; decoding then grows each to five.
+    let mut decode = Engine::new(config(10));
+    for id in 0..5 {
+        decode.add_request(request(id, &[(100 + id as u64, 64)], 8, KvTransfer::Consume));
+    }
+    let events = step(&mut decode);
+    let waiting_for_kv: Vec<RequestId> = events
+        .iter()
+        .filter_map(|e| if let EngineEvent::NeedsKv { id, .. } = e { Some(*id) } else { None })
+        .collect();
+    assert_eq!(waiting_for_kv, vec![RequestId(0), RequestId(1)]);
+    assert_eq!(decode.num_waiting(), 3, "the rest wait for blocks, none dropped");
+    let mut finished = Vec::new();
+    let mut pending = waiting_for_kv;
+    for _ in 0..200 {
+        for id in pending.drain(..) {
+            decode.kv_arrived(id);
+        }
+        for event in step(&mut decode) {
+            match event {
+                EngineEvent::NeedsKv { id, .. } => pending.push(id),
+                EngineEvent::Finished { id, output_tokens } => {
+                    assert_eq!(output_tokens, 8);
+                    finished.push(id);
+                }
+                _ => {}
+            }
+        }
+        if finished.len() == 5 {
+            break;
+        }
+    }
+    finished.sort();
+    assert_eq!(finished, (0..5).map(RequestId).collect::<Vec<_>>());
+    assert_eq!(decode.pool().free(), 10);
+}
+
+#[test]
+fn a_failed_transfer_recomputes_from_the_local_hit() {
+    let mut decode = Engine::new(config(100));
+    decode.add_request(request(0, &[(7, 32), (1, 1)], 1, KvTransfer::Local));
+    while decode.has_work() {
+        step(&mut decode);
+    }
+    decode.add_request(request(1, &[(7, 32), (2, 40)], 3, KvTransfer::Consume));
+    step(&mut decode);
+    decode.kv_failed(RequestId(1));
+    decode.schedule().unwrap();
+    // 72 tokens, 32 of them local: the other 40 are computed here.
+    assert_eq!(decode.last_schedule(), vec![(RequestId(1), 40)]);
+}
