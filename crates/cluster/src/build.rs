@@ -40,6 +40,16 @@ pub struct PoolRuntime {
     pub lockstep: bool,
     pub engine: EngineConfig,
     pub cost: Box<dyn CostModel>,
+    /// Global index of the pool's first GPU: pools take the cluster's nodes
+    /// in document order, engines take a pool's GPUs in order, and rank r of
+    /// an engine holds the `world` GPUs after r × world.
+    pub first_gpu: u64,
+    pub gpus_per_engine: u64,
+    /// GPUs of one data-parallel rank (pp × tp × pcp).
+    pub world: u64,
+    /// KV bytes one token takes on each GPU of a rank (its share of heads
+    /// and layers, the draft head's layer included).
+    pub kv_bytes_per_token_gpu: f64,
 }
 
 /// The cluster as the event loop runs it.
@@ -47,6 +57,15 @@ pub struct Cluster {
     pub pools: Vec<PoolRuntime>,
     /// The name of the routing policy, for reports.
     pub router: &'static str,
+    pub gpus_per_node: u64,
+    /// Per-GPU NIC bandwidth for KV transfers: the fabric's figure times the
+    /// PD-transfer coefficient.
+    pub nic_bytes_per_s: f64,
+    /// Per-GPU intra-node (NVLink or PCIe peer) bandwidth.
+    pub intra_node_bytes_per_s: f64,
+    pub transfer: pdsim_cost::TransferModel,
+    /// How long a prefill engine holds blocks nobody has read.
+    pub kv_hold_timeout: pdsim_core::SimDuration,
 }
 
 /// Unconditional acceptance probability per draft position, by method.
@@ -148,17 +167,6 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
 /// Builds the runtime cluster, or refuses what cannot run faithfully yet.
 pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cluster, BuildError> {
     let deployment = &bundle.deployment;
-    for (i, pool) in deployment.pools.iter().enumerate() {
-        if Role::parse(&pool.role) != Some(Role::Colocated) {
-            return Err(BuildError {
-                path: format!("pools[{i}].role"),
-                message: "prefill/decode pools need the P/D flow (NixlConnector transfer over the fabric), which this \
-                          build does not simulate yet; `pdsim validate` checks such deployments, `pdsim run` refuses them \
-                          rather than run them colocated"
-                    .into(),
-            });
-        }
-    }
     if deployment.offload.is_some() {
         return Err(BuildError {
             path: "offload".into(),
@@ -180,6 +188,8 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
         .iter()
         .map(|e| e.value.clone())
         .collect();
+    let gpus_per_node = scenario.scenario.cluster.gpus_per_node.max(1) as u64;
+    let mut next_node = 0u64;
     let mut pools = Vec::new();
     for (i, (pool, resolved)) in deployment
         .pools
@@ -225,6 +235,8 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
             path: format!("pools[{i}]"),
             message,
         })?;
+        let first_gpu = next_node * gpus_per_node;
+        next_node += layout.nodes;
         pools.push(PoolRuntime {
             role: Role::parse(&pool.role).unwrap_or(Role::Colocated),
             pods,
@@ -232,10 +244,48 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
             lockstep: scenario.model.value.is_moe() && layout.dp > 1,
             engine: engine_config(resolved, &sets),
             cost: Box::new(cost),
+            first_gpu,
+            gpus_per_engine: layout.gpus_per_engine.min(u64::MAX as u128) as u64,
+            world: layout.world_size.min(u64::MAX as u128) as u64,
+            kv_bytes_per_token_gpu: resolved.kv.kv_bytes_per_token_rank,
         });
     }
+    let disaggregated = pools.iter().any(|p| p.role != Role::Colocated);
+    let decode_layout = deployment
+        .pools
+        .iter()
+        .zip(&bundle.resolution.pools)
+        .find(|(p, _)| Role::parse(&p.role) == Some(Role::Decode))
+        .or_else(|| deployment.pools.iter().zip(&bundle.resolution.pools).next())
+        .map(|(_, r)| &r.layout)
+        .ok_or_else(|| BuildError { path: "pools".into(), message: "no pool".into() })?;
+    let transfer = pdsim_cost::TransferModel::new(
+        &scenario.chip.origin.name,
+        &scenario.model.value.name,
+        decode_layout,
+        &scenario.chip.value,
+        &sets,
+    )
+    .map_err(|message| BuildError { path: "pd_transfer".into(), message })?;
+    if disaggregated {
+        let connector = deployment.pd_transfer.as_ref().and_then(|t| t.connector.as_deref()).unwrap_or("NixlConnector");
+        if connector != "NixlConnector" {
+            return Err(BuildError {
+                path: "pd_transfer.connector".into(),
+                message: format!("only NixlConnector's pull flow is simulated; `{connector}` moves KV differently"),
+            });
+        }
+    }
+    let fabric_gbps = scenario.fabric.as_ref().map_or(0.0, |f| f.value.inter_node_bw_gbps);
+    let pack = pdsim_spec::rules::pack::for_version(&scenario.scenario.engine_version)
+        .ok_or_else(|| BuildError { path: "engine_version".into(), message: "no rules pack".into() })?;
     Ok(Cluster {
         pools,
-        router: "builtin-least-loaded",
+        router: if disaggregated { "builtin-least-loaded/always-disaggregate" } else { "builtin-least-loaded" },
+        gpus_per_node,
+        nic_bytes_per_s: fabric_gbps * 1e9 * transfer.overhead,
+        intra_node_bytes_per_s: scenario.chip.value.intra_node_bw_gbps * 1e9,
+        transfer,
+        kv_hold_timeout: pdsim_core::SimDuration::from_secs_f64(pack.defaults.kv_hold_timeout_s),
     })
 }

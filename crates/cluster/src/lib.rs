@@ -10,6 +10,7 @@
 //! requests in flight.
 
 mod build;
+mod fabric;
 mod records;
 mod sim;
 

@@ -41,10 +41,25 @@ pub struct RequestRecord {
     pub output_tokens: u32,
     pub cached_tokens: u32,
     pub preemptions: u32,
-    /// Pool index, engine (pod) index within the pool, data-parallel rank.
+    /// Pool index, engine (pod) index within the pool, data-parallel rank of
+    /// the engine that served the request (the decode engine under P/D).
     pub pool: u16,
     pub pod: u32,
     pub rank: u16,
+    /// Under P/D: the prefill engine (pool, pod, rank) and its phases.
+    pub prefill: Option<(u16, u32, u16)>,
+    pub prefill_scheduled: Option<SimTime>,
+    pub prefill_done: Option<SimTime>,
+    /// Tokens the prefill engine's own prefix cache had.
+    pub prefill_cached_tokens: u32,
+    /// The KV read from prefill to decode: when it started and ended, and
+    /// how many bytes moved (all GPUs together).
+    pub transfer_start: Option<SimTime>,
+    pub transfer_end: Option<SimTime>,
+    pub transfer_bytes: u64,
+    /// The prefill engine freed the blocks before they were read (its hold
+    /// timeout ran out); the decode engine recomputed the prompt.
+    pub kv_hold_expired: bool,
     pub outcome: Outcome,
     /// Why a request was rejected or aborted; empty when completed.
     pub reason: &'static str,

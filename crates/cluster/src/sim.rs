@@ -1,17 +1,28 @@
 //! The discrete-event loop.
 //!
-//! Three kinds of event move a request: its arrival at the router, its
-//! admission into an engine core once the frontend has rendered and
-//! tokenized the prompt, and the end of an engine step. Events are ordered
-//! by (time, sequence), so simultaneous events keep the order in which they
+//! Events move a request: its arrival at the router, its admission into an
+//! engine core once the frontend has rendered and tokenized the prompt, the
+//! end of an engine step, and — under P/D — the start and progress of its KV
+//! transfer and the prefill engine's hold timeout. Events are ordered by
+//! (time, sequence), so simultaneous events keep the order in which they
 //! were scheduled (DESIGN decision 2). Arrivals are read from the source one
 //! ahead, so a trace is streamed rather than loaded.
+//!
+//! Under P/D every request is disaggregated (a named built-in policy until
+//! the router decides per request), as the llm-d sidecar runs it: the
+//! prefill engine gets the request with one output token and holds its
+//! blocks; the sidecar then sends the request to the decode engine, which
+//! allocates, keeps its own prefix hit, pulls only the missing blocks over
+//! the fabric, and decodes. The client's first token comes from the decode
+//! engine.
 
 use crate::build::Cluster;
+use crate::fabric::Network;
 use crate::records::{Outcome, RecordSink, RequestRecord};
-use pdsim_core::{Purpose, RequestId, SimDuration, SimTime, Stream};
+use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
 use pdsim_cost::StepCost;
-use pdsim_engine::{Engine, EngineEvent, NewRequest};
+use pdsim_engine::{Engine, EngineEvent, KvTransfer, NewRequest};
+use pdsim_spec::deployment::Role;
 use pdsim_workload::{RequestSpec, TraceError};
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -71,6 +82,10 @@ pub struct RunStats {
     pub end: SimTime,
     pub events: u64,
     pub cores: Vec<CoreStats>,
+    /// Per link used by KV transfers: (bytes carried, bytes per second).
+    pub links: Vec<(f64, f64)>,
+    /// Prefill holds that timed out before the decode side read them.
+    pub kv_hold_expiries: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -78,6 +93,9 @@ enum Event {
     Arrival,
     Admit { id: RequestId, core: u32 },
     StepDone { group: u32 },
+    TransferStart { id: RequestId },
+    NetworkTick { generation: u64 },
+    HoldExpiry { id: RequestId },
 }
 
 struct Core {
@@ -87,6 +105,8 @@ struct Core {
     /// Requests routed here whose admission delay has not elapsed.
     pending: u32,
     stats: CoreStats,
+    /// Global index of this rank's first GPU.
+    first_gpu: u64,
 }
 
 struct Group {
@@ -97,9 +117,17 @@ struct Group {
 
 struct InFlight {
     record: RequestRecord,
-    prompt: pdsim_core::Prompt,
+    /// The prompt until the last engine that needs it takes it.
+    prompt: Option<Prompt>,
     priority: i32,
     max_output: u32,
+    /// Under P/D: the prefill and decode cores.
+    prefill_core: Option<u32>,
+    decode_core: u32,
+    /// The prefill engine still holds the request's blocks.
+    held: bool,
+    missing_tokens: u32,
+    flows_left: u32,
 }
 
 /// Requests in flight, indexed by id. Ids are handed out in arrival order,
@@ -117,11 +145,7 @@ impl InFlightTable {
         if self.slots.is_empty() {
             self.base = id.0;
         }
-        debug_assert_eq!(
-            id.0,
-            self.base + self.slots.len() as u32,
-            "ids arrive in order"
-        );
+        debug_assert_eq!(id.0, self.base + self.slots.len() as u32, "ids arrive in order");
         self.slots.push_back(Some(flight));
     }
 
@@ -156,7 +180,7 @@ struct Sim<'a> {
     groups: Vec<Group>,
     /// Group of each core.
     group_of: Vec<u32>,
-    /// First core of each pod, per pool.
+    /// (first core, ranks) of each pod, per pool.
     pod_cores: Vec<Vec<(usize, usize)>>,
     queue: BinaryHeap<Reverse<(SimTime, u64, Event)>>,
     seq: u64,
@@ -167,6 +191,12 @@ struct Sim<'a> {
     stats: RunStats,
     check: bool,
     events_buf: Vec<EngineEvent>,
+    network: Network,
+    /// Link indices per GPU: NIC egress, NIC ingress, intra-node egress,
+    /// intra-node ingress.
+    gpu_links: Vec<[u32; 4]>,
+    done_buf: Vec<u32>,
+    disaggregated: bool,
 }
 
 /// Runs `source` through `cluster` to the end, handing every request's
@@ -182,10 +212,7 @@ pub fn run(
     sim.pull_arrival(source)?;
     while let Some(Reverse((time, _, event))) = sim.queue.pop() {
         if time < sim.now {
-            return Err(RunError::Invariant(format!(
-                "time went back from {:?} to {:?}",
-                sim.now, time
-            )));
+            return Err(RunError::Invariant(format!("time went back from {:?} to {:?}", sim.now, time)));
         }
         sim.now = time;
         sim.stats.events += 1;
@@ -196,15 +223,17 @@ pub fn run(
             }
             Event::Admit { id, core } => sim.admit(id, core as usize, sink),
             Event::StepDone { group } => sim.step_done(group as usize, sink)?,
+            Event::TransferStart { id } => sim.transfer_start(id, sink),
+            Event::NetworkTick { generation } => sim.network_tick(generation, sink),
+            Event::HoldExpiry { id } => sim.hold_expiry(id, sink),
         }
     }
     // Anything still in flight could not make progress: abort it, counted.
-    let mut stuck: Vec<RequestId> = sim.in_flight.ids();
-    stuck.sort();
-    for id in stuck {
+    for id in sim.in_flight.ids() {
         sim.finish(id, Outcome::Aborted, "engine-stalled", sink);
     }
     sim.stats.end = sim.now;
+    sim.stats.links = sim.network.carried().into_iter().filter(|(carried, _)| *carried > 0.0).collect();
     sim.stats.cores = sim
         .cores
         .iter()
@@ -226,46 +255,50 @@ impl<'a> Sim<'a> {
         let mut groups = Vec::new();
         let mut group_of = Vec::new();
         let mut pod_cores = Vec::new();
+        let mut total_gpus = 0u64;
         for (pool_index, pool) in cluster.pools.iter().enumerate() {
             let mut pods = Vec::new();
             for pod in 0..pool.pods {
                 let first = cores.len();
                 for rank in 0..pool.ranks {
                     let lane = cores.len() as u32;
+                    let first_gpu = pool.first_gpu + pod as u64 * pool.gpus_per_engine + rank as u64 * pool.world;
+                    total_gpus = total_gpus.max(first_gpu + pool.world);
                     cores.push(Core {
                         engine: Engine::new(pool.engine.clone()),
                         pool: pool_index,
                         rng: Stream::new(seed, Purpose::Acceptance, lane),
                         pending: 0,
-                        stats: CoreStats {
-                            pool: pool_index as u16,
-                            pod,
-                            rank,
-                            ..CoreStats::default()
-                        },
+                        stats: CoreStats { pool: pool_index as u16, pod, rank, ..CoreStats::default() },
+                        first_gpu,
                     });
                 }
                 let len = pool.ranks as usize;
                 if pool.lockstep {
                     group_of.extend(std::iter::repeat_n(groups.len() as u32, len));
-                    groups.push(Group {
-                        first,
-                        len,
-                        busy: false,
-                    });
+                    groups.push(Group { first, len, busy: false });
                 } else {
                     for core in first..first + len {
                         group_of.push(groups.len() as u32);
-                        groups.push(Group {
-                            first: core,
-                            len: 1,
-                            busy: false,
-                        });
+                        groups.push(Group { first: core, len: 1, busy: false });
                     }
                 }
                 pods.push((first, len));
             }
             pod_cores.push(pods);
+        }
+        let disaggregated = cluster.pools.iter().any(|p| p.role != Role::Colocated);
+        let mut network = Network::default();
+        let mut gpu_links = Vec::new();
+        if disaggregated {
+            for _ in 0..total_gpus {
+                gpu_links.push([
+                    network.add_link(cluster.nic_bytes_per_s),
+                    network.add_link(cluster.nic_bytes_per_s),
+                    network.add_link(cluster.intra_node_bytes_per_s),
+                    network.add_link(cluster.intra_node_bytes_per_s),
+                ]);
+            }
         }
         Sim {
             cluster,
@@ -279,12 +312,13 @@ impl<'a> Sim<'a> {
             in_flight: InFlightTable::default(),
             next_arrival: None,
             next_id: 0,
-            stats: RunStats {
-                router: cluster.router,
-                ..RunStats::default()
-            },
+            stats: RunStats { router: cluster.router, ..RunStats::default() },
             check,
             events_buf: Vec::new(),
+            network,
+            gpu_links,
+            done_buf: Vec::new(),
+            disaggregated,
         }
     }
 
@@ -293,16 +327,13 @@ impl<'a> Sim<'a> {
         self.queue.push(Reverse((time, self.seq, event)));
     }
 
-    fn pull_arrival(
-        &mut self,
-        source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
-    ) -> Result<(), RunError> {
+    fn pull_arrival(&mut self, source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>) -> Result<(), RunError> {
         match source.next() {
             None => {}
             Some(Err(e)) => return Err(RunError::Trace(e)),
             Some(Ok(spec)) => {
                 let at = spec.arrival.max(self.now);
-                if self.stats.requests == 0 && self.next_id == 0 {
+                if self.next_id == 0 {
                     self.stats.first_arrival = spec.arrival;
                 }
                 self.next_arrival = Some(spec);
@@ -312,17 +343,23 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
-    /// The built-in least-loaded picker: the pod with the fewest waiting,
-    /// running and in-transit requests, then within it the rank vLLM's
-    /// internal load balancer would pick (4 × waiting + running, lowest;
-    /// `vllm/v1/engine/core_client.py` in the releases before 0.33).
-    fn route(&self) -> usize {
-        let load = |core: &Core| {
-            (core.engine.num_waiting() + core.engine.num_running()) as u64 + core.pending as u64
-        };
+    fn role(&self, core: usize) -> Role {
+        self.cluster.pools[self.cores[core].pool].role
+    }
+
+    /// The built-in least-loaded picker over the pools of `role`: the pod
+    /// with the fewest waiting, running and in-transit requests, then within
+    /// it the rank vLLM's internal load balancer would pick
+    /// (4 × waiting + running, lowest; `vllm/v1/engine/core_client.py` in
+    /// the releases before 0.33).
+    fn route(&self, role: Role) -> usize {
+        let load = |core: &Core| (core.engine.num_waiting() + core.engine.num_running()) as u64 + core.pending as u64;
         let mut best = (0, 0);
         let mut best_load = u64::MAX;
         for (pool, pods) in self.pod_cores.iter().enumerate() {
+            if self.cluster.pools[pool].role != role {
+                continue;
+            }
             for (pod, (first, len)) in pods.iter().enumerate() {
                 let total: u64 = self.cores[*first..first + len].iter().map(load).sum();
                 if total < best_load {
@@ -333,27 +370,33 @@ impl<'a> Sim<'a> {
         }
         let (first, len) = self.pod_cores[best.0][best.1];
         let score = |core: &Core| {
-            4 * (core.engine.num_waiting() as u64 + core.pending as u64)
-                + core.engine.num_running() as u64
+            4 * (core.engine.num_waiting() as u64 + core.pending as u64) + core.engine.num_running() as u64
         };
-        (first..first + len)
-            .min_by_key(|c| (score(&self.cores[*c]), *c))
-            .unwrap_or(first)
+        (first..first + len).min_by_key(|c| (score(&self.cores[*c]), *c)).unwrap_or(first)
+    }
+
+    fn location(&self, core: usize) -> (u16, u32, u16) {
+        let s = &self.cores[core].stats;
+        (s.pool, s.pod, s.rank)
     }
 
     fn arrive(&mut self) {
-        let Some(spec) = self.next_arrival.take() else {
-            return;
-        };
+        let Some(spec) = self.next_arrival.take() else { return };
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.stats.requests += 1;
-        let core = self.route();
-        self.cores[core].pending += 1;
+        let (first_core, prefill_core, decode_core) = if self.disaggregated {
+            let p = self.route(Role::Prefill);
+            let d = self.route(Role::Decode);
+            (p, Some(p as u32), d)
+        } else {
+            let c = self.route(Role::Colocated);
+            (c, None, c)
+        };
+        self.cores[first_core].pending += 1;
         let prompt_tokens = spec.prompt.tokens().min(u32::MAX as u64) as u32;
-        let pool = self.cores[core].pool;
-        let delay = self.cluster.pools[pool].cost.admission_delay(prompt_tokens);
-        let c = &self.cores[core];
+        let delay = self.cluster.pools[self.cores[first_core].pool].cost.admission_delay(prompt_tokens);
+        let (pool, pod, rank) = self.location(decode_core);
         let record = RequestRecord {
             id,
             source_line: spec.source_line,
@@ -368,9 +411,17 @@ impl<'a> Sim<'a> {
             output_tokens: 0,
             cached_tokens: 0,
             preemptions: 0,
-            pool: c.stats.pool,
-            pod: c.stats.pod,
-            rank: c.stats.rank,
+            pool,
+            pod,
+            rank,
+            prefill: prefill_core.map(|p| self.location(p as usize)),
+            prefill_scheduled: None,
+            prefill_done: None,
+            prefill_cached_tokens: 0,
+            transfer_start: None,
+            transfer_end: None,
+            transfer_bytes: 0,
+            kv_hold_expired: false,
             outcome: Outcome::Completed,
             reason: "",
         };
@@ -378,36 +429,51 @@ impl<'a> Sim<'a> {
             id,
             InFlight {
                 record,
-                prompt: spec.prompt,
+                prompt: Some(spec.prompt),
                 priority: spec.priority,
                 max_output: spec.output_tokens,
+                prefill_core,
+                decode_core: decode_core as u32,
+                held: false,
+                missing_tokens: 0,
+                flows_left: 0,
             },
         );
-        self.push(
-            self.now + delay,
-            Event::Admit {
-                id,
-                core: core as u32,
-            },
-        );
+        self.push(self.now + delay, Event::Admit { id, core: first_core as u32 });
     }
 
     fn admit(&mut self, id: RequestId, core: usize, sink: &mut dyn RecordSink) {
         self.cores[core].pending -= 1;
-        let Some(flight) = self.in_flight.get_mut(&id) else {
-            return;
+        let role = self.role(core);
+        let Some(flight) = self.in_flight.get_mut(&id) else { return };
+        let (kv, prompt, max_output) = match role {
+            // The sidecar's prefill request: one output token, and the prompt
+            // is needed again at decode.
+            Role::Prefill => (KvTransfer::Produce, flight.prompt.clone().unwrap_or_default(), 1),
+            Role::Decode => {
+                flight.record.enqueued = Some(self.now);
+                (KvTransfer::Consume, flight.prompt.take().unwrap_or_default(), flight.max_output)
+            }
+            Role::Colocated => {
+                flight.record.enqueued = Some(self.now);
+                (KvTransfer::Local, flight.prompt.take().unwrap_or_default(), flight.max_output)
+            }
         };
-        flight.record.enqueued = Some(self.now);
         let request = NewRequest {
             id,
             arrival: flight.record.arrival,
             priority: flight.priority,
-            prompt: std::mem::take(&mut flight.prompt),
-            max_output_tokens: flight.max_output,
-            kv: pdsim_engine::KvTransfer::Local,
+            prompt,
+            max_output_tokens: max_output,
+            kv,
         };
         self.cores[core].engine.add_request(request);
         self.handle_events(core, sink);
+        self.wake(core, sink);
+    }
+
+    /// Starts a step on a core's group if the group is idle.
+    fn wake(&mut self, core: usize, sink: &mut dyn RecordSink) {
         let group = self.group_of[core] as usize;
         if !self.groups[group].busy {
             self.start_step(group, sink);
@@ -450,12 +516,7 @@ impl<'a> Sim<'a> {
                 c.stats.busy_ns += duration.as_ns();
                 c.stats.steps += 1;
             }
-            self.push(
-                self.now + duration,
-                Event::StepDone {
-                    group: group as u32,
-                },
-            );
+            self.push(self.now + duration, Event::StepDone { group: group as u32 });
         }
     }
 
@@ -466,10 +527,7 @@ impl<'a> Sim<'a> {
             c.engine.complete_step(&mut c.rng);
             self.handle_events(core, sink);
             if self.check {
-                self.cores[core]
-                    .engine
-                    .check()
-                    .map_err(|e| RunError::Invariant(format!("core {core}: {e}")))?;
+                self.cores[core].engine.check().map_err(|e| RunError::Invariant(format!("core {core}: {e}")))?;
             }
         }
         self.groups[group].busy = false;
@@ -478,17 +536,27 @@ impl<'a> Sim<'a> {
     }
 
     fn handle_events(&mut self, core: usize, sink: &mut dyn RecordSink) {
+        let role = self.role(core);
         let mut events = std::mem::take(&mut self.events_buf);
         events.extend(self.cores[core].engine.drain_events());
         for event in events.drain(..) {
-            match event {
-                EngineEvent::Admitted { id, cached_tokens } => {
+            match (event, role) {
+                (EngineEvent::Admitted { id, cached_tokens }, Role::Prefill) => {
+                    if let Some(f) = self.in_flight.get_mut(&id) {
+                        f.record.prefill_scheduled = Some(self.now);
+                        f.record.prefill_cached_tokens = cached_tokens;
+                    }
+                }
+                (EngineEvent::Admitted { id, cached_tokens }, _) => {
                     if let Some(f) = self.in_flight.get_mut(&id) {
                         f.record.scheduled = Some(self.now);
                         f.record.cached_tokens = cached_tokens;
                     }
                 }
-                EngineEvent::Emitted { id, tokens } => {
+                // The prefill engine's one token is discarded by the sidecar;
+                // the client's tokens come from the decode engine.
+                (EngineEvent::Emitted { .. }, Role::Prefill) => {}
+                (EngineEvent::Emitted { id, tokens }, _) => {
                     if let Some(f) = self.in_flight.get_mut(&id) {
                         match f.record.last_token {
                             None => f.record.first_token = Some(self.now),
@@ -498,13 +566,20 @@ impl<'a> Sim<'a> {
                         f.record.output_tokens += tokens;
                     }
                 }
-                EngineEvent::Preempted { id } => {
+                (EngineEvent::Preempted { id }, _) => {
                     if let Some(f) = self.in_flight.get_mut(&id) {
                         f.record.preemptions += 1;
                     }
                 }
-                EngineEvent::Finished { id, .. } => self.finish(id, Outcome::Completed, "", sink),
-                EngineEvent::Rejected { id } => {
+                (EngineEvent::Held { id, .. }, _) => self.prefill_done(id),
+                (EngineEvent::NeedsKv { id, cached_tokens, missing_tokens }, _) => {
+                    self.needs_kv(id, core, cached_tokens, missing_tokens)
+                }
+                // A prefill engine ends its part when it frees the blocks.
+                (EngineEvent::Finished { .. }, Role::Prefill) => {}
+                (EngineEvent::Finished { id, .. }, _) => self.finish(id, Outcome::Completed, "", sink),
+                (EngineEvent::Rejected { id }, _) => {
+                    self.release_prefill(id, sink);
                     self.finish(id, Outcome::Rejected, "prompt-exceeds-max-model-len", sink)
                 }
             }
@@ -512,16 +587,125 @@ impl<'a> Sim<'a> {
         self.events_buf = events;
     }
 
-    fn finish(
-        &mut self,
-        id: RequestId,
-        outcome: Outcome,
-        reason: &'static str,
-        sink: &mut dyn RecordSink,
-    ) {
-        let Some(mut flight) = self.in_flight.remove(&id) else {
+    /// The prefill engine finished the prompt and holds the blocks; the
+    /// sidecar sends the request to the decode engine.
+    fn prefill_done(&mut self, id: RequestId) {
+        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        f.record.prefill_done = Some(self.now);
+        f.held = true;
+        let decode = f.decode_core as usize;
+        let prompt_tokens = f.record.prompt_tokens;
+        self.cores[decode].pending += 1;
+        let delay = self.cluster.pools[self.cores[decode].pool].cost.admission_delay(prompt_tokens);
+        self.push(self.now + delay, Event::Admit { id, core: decode as u32 });
+        self.push(self.now + self.cluster.kv_hold_timeout, Event::HoldExpiry { id });
+    }
+
+    /// The decode engine admitted the request and waits for its KV.
+    fn needs_kv(&mut self, id: RequestId, core: usize, cached_tokens: u32, missing_tokens: u32) {
+        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        f.record.scheduled = Some(self.now);
+        f.record.cached_tokens = cached_tokens;
+        f.missing_tokens = missing_tokens;
+        if f.held {
+            let at = self.now + self.cluster.transfer.base_latency;
+            self.push(at, Event::TransferStart { id });
+        } else {
+            // Nothing left to read: recompute locally.
+            self.cores[core].engine.kv_failed(id);
+        }
+    }
+
+    fn transfer_start(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
+        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        let decode = f.decode_core as usize;
+        let Some(prefill) = f.prefill_core.map(|p| p as usize) else { return };
+        if !f.held {
+            self.cores[decode].engine.kv_failed(id);
+            self.wake(decode, sink);
             return;
-        };
+        }
+        let decode_pool = &self.cluster.pools[self.cores[decode].pool];
+        let prefill_pool = &self.cluster.pools[self.cores[prefill].pool];
+        // Each decode GPU needs its share of every missing token's KV.
+        let per_gpu = f.missing_tokens as f64 * decode_pool.kv_bytes_per_token_gpu;
+        let (d_first, d_count) = (self.cores[decode].first_gpu, decode_pool.world);
+        let (p_first, p_count) = (self.cores[prefill].first_gpu, prefill_pool.world);
+        let total = per_gpu * d_count as f64;
+        let flows = d_count.max(p_count);
+        f.record.transfer_start = Some(self.now);
+        f.record.transfer_bytes = total.round() as u64;
+        f.flows_left = flows as u32;
+        let gpn = self.cluster.gpus_per_node;
+        for j in 0..flows {
+            let src = p_first + j % p_count;
+            let dst = d_first + j % d_count;
+            let same_node = src / gpn == dst / gpn;
+            let (s, d) = (self.gpu_links[src as usize], self.gpu_links[dst as usize]);
+            let links = if same_node { [s[2], d[3]] } else { [s[0], d[1]] };
+            self.network.start(self.now, links, total / flows as f64, id.0);
+        }
+        self.schedule_tick();
+    }
+
+    fn schedule_tick(&mut self) {
+        if let Some(at) = self.network.next_completion() {
+            let generation = self.network.generation;
+            self.push(at.max(self.now), Event::NetworkTick { generation });
+        }
+    }
+
+    fn network_tick(&mut self, generation: u64, sink: &mut dyn RecordSink) {
+        if generation != self.network.generation {
+            return;
+        }
+        let mut done = std::mem::take(&mut self.done_buf);
+        self.network.finish_due(self.now, &mut done);
+        for transfer in done.drain(..) {
+            let id = RequestId(transfer);
+            let Some(f) = self.in_flight.get_mut(&id) else { continue };
+            f.flows_left -= 1;
+            if f.flows_left == 0 {
+                f.record.transfer_end = Some(self.now);
+                let decode = f.decode_core as usize;
+                self.cores[decode].engine.kv_arrived(id);
+                self.wake(decode, sink);
+                self.release_prefill(id, sink);
+            }
+        }
+        self.done_buf = done;
+        self.schedule_tick();
+    }
+
+    /// The decode side read the blocks (or gave up): the prefill engine
+    /// frees them, exactly once.
+    fn release_prefill(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
+        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        let Some(prefill) = f.prefill_core.map(|p| p as usize) else { return };
+        if !f.held {
+            return;
+        }
+        f.held = false;
+        if self.cores[prefill].engine.release(id) {
+            self.handle_events(prefill, sink);
+            self.wake(prefill, sink);
+        }
+    }
+
+    /// The prefill engine's hold timed out: if the read has not started, the
+    /// blocks are freed and the decode side will recompute.
+    fn hold_expiry(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
+        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        if !f.held || f.record.transfer_start.is_some() {
+            return;
+        }
+        f.record.kv_hold_expired = true;
+        self.stats.kv_hold_expiries += 1;
+        self.release_prefill(id, sink);
+    }
+
+    fn finish(&mut self, id: RequestId, outcome: Outcome, reason: &'static str, sink: &mut dyn RecordSink) {
+        let Some(mut flight) = self.in_flight.remove(&id) else { return };
         flight.record.finished = self.now;
         flight.record.outcome = outcome;
         flight.record.reason = reason;

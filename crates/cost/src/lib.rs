@@ -26,12 +26,14 @@ mod coefficients;
 mod collective;
 mod linear;
 mod roofline;
+mod transfer;
 #[cfg(test)]
 mod tests;
 
 pub use collective::{Curve, Op};
 pub use linear::{LINEAR_COEFFICIENTS, Linear};
 pub use roofline::{All2AllFamily, Roofline};
+pub use transfer::TransferModel;
 
 use pdsim_core::SimDuration;
 use serde::Serialize;

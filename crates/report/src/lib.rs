@@ -32,6 +32,11 @@ pub struct Aggregator {
     itl_ns: Histogram<u64>,
     e2e_ns: Histogram<u64>,
     queue_ns: Histogram<u64>,
+    transfer_ns: Histogram<u64>,
+    /// Σ of each TTFT phase over completed requests, for the shares.
+    phase_ns: [u64; 5],
+    transfer_bytes: u64,
+    kv_hold_expired: u64,
     input_tokens: u64,
     output_tokens: u64,
     cached_tokens: u64,
@@ -59,6 +64,10 @@ impl Default for Aggregator {
             itl_ns: histogram(),
             e2e_ns: histogram(),
             queue_ns: histogram(),
+            transfer_ns: histogram(),
+            phase_ns: [0; 5],
+            transfer_bytes: 0,
+            kv_hold_expired: 0,
             input_tokens: 0,
             output_tokens: 0,
             cached_tokens: 0,
@@ -101,8 +110,33 @@ impl RecordSink for Aggregator {
             }
         }
         record(&mut self.e2e_ns, r.finished.since(r.arrival).as_ns());
-        if let Some(scheduled) = r.scheduled {
+        let first_scheduled = r.prefill_scheduled.or(r.scheduled);
+        if let Some(scheduled) = first_scheduled {
             record(&mut self.queue_ns, scheduled.since(r.arrival).as_ns());
+        }
+        if let (Some(start), Some(end)) = (r.transfer_start, r.transfer_end) {
+            record(&mut self.transfer_ns, end.since(start).as_ns());
+        }
+        self.transfer_bytes += r.transfer_bytes;
+        self.kv_hold_expired += u64::from(r.kv_hold_expired);
+        // Where the time to first token went: queueing before the first
+        // engine scheduled the request, prefilling, waiting (for the decode
+        // engine's admission and KV), transferring, and the first decode step.
+        if let (Some(first), Some(scheduled)) = (r.first_token, first_scheduled) {
+            let queue = scheduled.since(r.arrival).as_ns();
+            let (prefill, wait, transfer, decode) = match (r.prefill_done, r.transfer_start, r.transfer_end) {
+                (Some(done), Some(start), Some(end)) => (
+                    done.since(scheduled).as_ns(),
+                    start.since(done).as_ns(),
+                    end.since(start).as_ns(),
+                    first.since(end).as_ns(),
+                ),
+                (Some(done), _, _) => (done.since(scheduled).as_ns(), first.since(done).as_ns(), 0, 0),
+                _ => (first.since(scheduled).as_ns(), 0, 0, 0),
+            };
+            for (slot, value) in self.phase_ns.iter_mut().zip([queue, prefill, wait, transfer, decode]) {
+                *slot += value;
+            }
         }
     }
 
@@ -139,12 +173,33 @@ pub struct Summary {
     pub itl_ms: Latency,
     pub e2e_ms: Latency,
     pub queue_ms: Latency,
+    /// KV transfer from prefill to decode (P/D only).
+    pub transfer_ms: Latency,
+    /// Shares of the summed time to first token, 0–1.
+    pub ttft_share: TtftShare,
+    pub transfer_bytes: u64,
+    /// Requests whose prefill engine freed its blocks before the read.
+    pub kv_hold_expired: u64,
+    /// Mean utilisation of the links KV transfers used, 0–1, and the
+    /// busiest link's.
+    pub link_utilization_mean: f64,
+    pub link_utilization_max: f64,
     pub duration_s: f64,
     pub throughput: Throughput,
     pub preemptions: u64,
     pub prefix_cache: PrefixCache,
     pub kv_usage: KvUsage,
     pub step_time_s: StepBreakdown,
+}
+
+/// Where the time to first token went, as shares of its sum.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TtftShare {
+    pub queueing: f64,
+    pub prefilling: f64,
+    pub waiting: f64,
+    pub transferring: f64,
+    pub first_decode: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -247,6 +302,19 @@ impl Aggregator {
             itl_ms: latency(&self.itl_ns),
             e2e_ms: latency(&self.e2e_ns),
             queue_ms: latency(&self.queue_ns),
+            transfer_ms: latency(&self.transfer_ns),
+            ttft_share: {
+                let total: u64 = self.phase_ns.iter().sum();
+                let share = |i: usize| if total > 0 { self.phase_ns[i] as f64 / total as f64 } else { 0.0 };
+                TtftShare { queueing: share(0), prefilling: share(1), waiting: share(2), transferring: share(3), first_decode: share(4) }
+            },
+            transfer_bytes: self.transfer_bytes,
+            kv_hold_expired: self.kv_hold_expired,
+            link_utilization_mean: {
+                let used: Vec<f64> = stats.links.iter().map(|(bytes, bw)| bytes / (bw * duration_s.max(1e-9))).collect();
+                if used.is_empty() { 0.0 } else { used.iter().sum::<f64>() / used.len() as f64 }
+            },
+            link_utilization_max: stats.links.iter().map(|(bytes, bw)| bytes / (bw * duration_s.max(1e-9))).fold(0.0, f64::max),
             duration_s,
             throughput: Throughput {
                 requests_per_s: per_s(stats.completed),
@@ -315,6 +383,15 @@ const CSV_HEADER: &[&str] = &[
     "pool",
     "pod",
     "rank",
+    "prefill_pod",
+    "prefill_scheduled_ms",
+    "prefill_done_ms",
+    "prefill_cached_tokens",
+    "transfer_start_ms",
+    "transfer_end_ms",
+    "transfer_ms",
+    "transfer_bytes",
+    "kv_hold_expired",
     "outcome",
     "reason",
 ];
@@ -374,6 +451,18 @@ impl<W: Write> RecordSink for CsvSink<W> {
             r.pool.to_string(),
             r.pod.to_string(),
             r.rank.to_string(),
+            r.prefill.map(|(pool, pod, rank)| format!("{pool}/{pod}/{rank}")).unwrap_or_default(),
+            opt_ms(r.prefill_scheduled),
+            opt_ms(r.prefill_done),
+            r.prefill_cached_tokens.to_string(),
+            opt_ms(r.transfer_start),
+            opt_ms(r.transfer_end),
+            match (r.transfer_start, r.transfer_end) {
+                (Some(s), Some(e)) => ms(e.since(s).as_ns()),
+                _ => String::new(),
+            },
+            r.transfer_bytes.to_string(),
+            u8::from(r.kv_hold_expired).to_string(),
             r.outcome.as_str().to_string(),
             r.reason.to_string(),
         ];
@@ -435,6 +524,21 @@ pub fn render_text(summary: &Summary) -> String {
     out.push_str(&line("ITL", &summary.itl_ms));
     out.push_str(&line("E2E", &summary.e2e_ms));
     out.push_str(&line("queue", &summary.queue_ms));
+    if summary.transfer_ms.count > 0 {
+        out.push_str(&line("KV tx", &summary.transfer_ms));
+        let t = &summary.ttft_share;
+        out.push_str(&format!(
+            "TTFT spent: {:.0}% queueing, {:.0}% prefilling, {:.0}% waiting for decode, {:.0}% transferring KV, {:.0}% first decode step\n",
+            t.queueing * 100.0, t.prefilling * 100.0, t.waiting * 100.0, t.transferring * 100.0, t.first_decode * 100.0
+        ));
+        out.push_str(&format!(
+            "KV transfer: {:.1} GiB moved; links {:.1}% utilised on average, busiest {:.1}%; {} prefill holds expired\n",
+            summary.transfer_bytes as f64 / (1u64 << 30) as f64,
+            summary.link_utilization_mean * 100.0,
+            summary.link_utilization_max * 100.0,
+            summary.kv_hold_expired
+        ));
+    }
     let t = &summary.throughput;
     out.push_str(&format!(
         "throughput: {:.2} req/s, {:.0} input tok/s, {:.0} output tok/s ({:.0} per GPU)\n",

@@ -58,6 +58,7 @@ pub struct Defaults {
     pub data_parallel_load_balancing: String,
     pub all2all_backend: String,
     pub cache_dtype: String,
+    pub kv_hold_timeout_s: f64,
     pub batch_defaults: Vec<BatchDefault>,
 }
 

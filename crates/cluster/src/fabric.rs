@@ -1,0 +1,228 @@
+//! Links and the transfers that share them (DESIGN decision 7).
+//!
+//! Every GPU has four directed links: NIC egress and ingress at the
+//! fabric's per-GPU bandwidth times the PD-transfer coefficient, and
+//! NVLink egress and ingress at the chip's intra-node bandwidth, used when
+//! both ends sit on one node. A transfer is one or more flows, each
+//! crossing its source's egress and its destination's ingress. Concurrent
+//! flows share links max-min fairly (progressive filling), recomputed
+//! whenever a flow starts or ends; between those moments every rate is
+//! constant, so a flow's completion time is exact.
+//!
+//! Rack tiers are not modelled: no catalog figure says how a rack's uplinks
+//! are oversubscribed, and pdsim does not invent one.
+
+use pdsim_core::SimTime;
+
+/// A directed link.
+#[derive(Clone, Debug)]
+struct Link {
+    bytes_per_s: f64,
+    /// Bytes carried so far, for utilisation.
+    carried: f64,
+}
+
+#[derive(Clone, Debug)]
+struct Flow {
+    links: [u32; 2],
+    remaining: f64,
+    rate: f64,
+    transfer: u32,
+}
+
+/// The network of one run.
+#[derive(Clone, Debug, Default)]
+pub struct Network {
+    links: Vec<Link>,
+    flows: Vec<Option<Flow>>,
+    free: Vec<u32>,
+    active: u32,
+    updated: SimTime,
+    /// Bumped at every change; a completion event carries it, and a stale
+    /// one is ignored.
+    pub generation: u64,
+}
+
+/// Bytes within which a flow counts as done (rounding of rates × time).
+const DONE_BYTES: f64 = 1.0;
+
+impl Network {
+    /// Adds a link of `bytes_per_s`; returns its index.
+    pub fn add_link(&mut self, bytes_per_s: f64) -> u32 {
+        self.links.push(Link { bytes_per_s: bytes_per_s.max(1.0), carried: 0.0 });
+        (self.links.len() - 1) as u32
+    }
+
+    /// Moves every flow forward to `now` at its current rate.
+    fn advance(&mut self, now: SimTime) {
+        let dt = now.since(self.updated).as_ns() as f64 * 1e-9;
+        self.updated = now;
+        if dt <= 0.0 {
+            return;
+        }
+        for flow in self.flows.iter_mut().flatten() {
+            let moved = (flow.rate * dt).min(flow.remaining);
+            flow.remaining -= moved;
+            for link in flow.links {
+                self.links[link as usize].carried += moved;
+            }
+        }
+    }
+
+    /// Max-min fair rates by progressive filling: repeatedly find the link
+    /// whose remaining capacity per unfrozen flow is smallest, give its
+    /// flows that share, freeze them, and take it from their other links.
+    fn reallocate(&mut self) {
+        let mut left: Vec<f64> = self.links.iter().map(|l| l.bytes_per_s).collect();
+        let mut unfrozen_on: Vec<u32> = vec![0; self.links.len()];
+        let mut frozen: Vec<bool> = vec![false; self.flows.len()];
+        for flow in self.flows.iter().flatten() {
+            for link in flow.links {
+                unfrozen_on[link as usize] += 1;
+            }
+        }
+        let mut remaining = self.active;
+        while remaining > 0 {
+            // The bottleneck: smallest fair share among loaded links; ties
+            // go to the lower index, so the result is deterministic.
+            let mut best: Option<(f64, usize)> = None;
+            for (i, count) in unfrozen_on.iter().enumerate() {
+                if *count > 0 {
+                    let share = left[i] / *count as f64;
+                    if best.is_none_or(|(b, _)| share < b) {
+                        best = Some((share, i));
+                    }
+                }
+            }
+            let Some((share, bottleneck)) = best else { break };
+            for (index, slot) in self.flows.iter_mut().enumerate() {
+                let Some(flow) = slot else { continue };
+                if frozen[index] || !flow.links.contains(&(bottleneck as u32)) {
+                    continue;
+                }
+                flow.rate = share;
+                frozen[index] = true;
+                remaining -= 1;
+                for link in flow.links {
+                    left[link as usize] = (left[link as usize] - share).max(0.0);
+                    unfrozen_on[link as usize] -= 1;
+                }
+            }
+        }
+    }
+
+    /// Starts a flow of `bytes` over two links for `transfer`.
+    pub fn start(&mut self, now: SimTime, links: [u32; 2], bytes: f64, transfer: u32) {
+        self.advance(now);
+        let flow = Flow { links, remaining: bytes.max(0.0), rate: 0.0, transfer };
+        match self.free.pop() {
+            Some(slot) => self.flows[slot as usize] = Some(flow),
+            None => self.flows.push(Some(flow)),
+        }
+        self.active += 1;
+        self.generation += 1;
+        self.reallocate();
+    }
+
+    /// Finishes every flow that is done at `now`, returning their
+    /// transfers (a transfer appears once per finished flow), in flow order.
+    pub fn finish_due(&mut self, now: SimTime, done: &mut Vec<u32>) {
+        self.advance(now);
+        let mut changed = false;
+        for (index, slot) in self.flows.iter_mut().enumerate() {
+            if slot.as_ref().is_some_and(|f| f.remaining <= DONE_BYTES) {
+                let flow = slot.take().expect("checked");
+                done.push(flow.transfer);
+                self.free.push(index as u32);
+                self.active -= 1;
+                changed = true;
+            }
+        }
+        if changed {
+            self.generation += 1;
+            self.reallocate();
+        }
+    }
+
+    /// When the next flow will be done at current rates.
+    pub fn next_completion(&self) -> Option<SimTime> {
+        self.flows
+            .iter()
+            .flatten()
+            .filter(|f| f.rate > 0.0)
+            .map(|f| {
+                let seconds = (f.remaining - DONE_BYTES).max(0.0) / f.rate;
+                self.updated + pdsim_core::SimDuration((seconds * 1e9).ceil() as u64)
+            })
+            .min()
+    }
+
+    /// Bytes each link has carried so far.
+    pub fn carried(&self) -> Vec<(f64, f64)> {
+        self.links.iter().map(|l| (l.carried, l.bytes_per_s)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Network;
+    use pdsim_core::SimTime;
+
+    /// Runs the network to the end, returning (transfer, finish time).
+    fn drain(net: &mut Network) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        let mut done = Vec::new();
+        while let Some(t) = net.next_completion() {
+            net.finish_due(t, &mut done);
+            for d in done.drain(..) {
+                out.push((d, t.as_ns()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn one_flow_alone_takes_bytes_over_bandwidth() {
+        let mut net = Network::default();
+        let a = net.add_link(1e9);
+        let b = net.add_link(1e9);
+        net.start(SimTime::ZERO, [a, b], 1e9, 0);
+        assert_eq!(drain(&mut net), vec![(0, 999_999_999)]);
+    }
+
+    #[test]
+    fn two_equal_flows_on_one_link_each_take_twice_as_long_and_the_first_to_end_frees_its_share() {
+        let mut net = Network::default();
+        let (src, dst1, dst2) = (net.add_link(1e9), net.add_link(1e9), net.add_link(1e9));
+        // Both leave through `src`: each gets half.
+        net.start(SimTime::ZERO, [src, dst1], 1e9, 1);
+        net.start(SimTime::ZERO, [src, dst2], 1e9, 2);
+        let finished = drain(&mut net);
+        assert_eq!(finished.len(), 2);
+        assert!(finished.iter().all(|(_, t)| (*t as i64 - 2_000_000_000).abs() <= 2), "{finished:?}");
+        // A short and a long flow: the short one ends at 2× its solo time,
+        // then the long one speeds up to the full link.
+        let mut net = Network::default();
+        let (src, d1, d2) = (net.add_link(1e9), net.add_link(1e9), net.add_link(1e9));
+        net.start(SimTime::ZERO, [src, d1], 0.5e9, 1);
+        net.start(SimTime::ZERO, [src, d2], 1.5e9, 2);
+        let finished = drain(&mut net);
+        assert_eq!(finished[0].0, 1);
+        assert!((finished[0].1 as i64 - 1_000_000_000).abs() <= 2, "{finished:?}");
+        // 1 s at half rate moved 0.5e9 of the long flow; 1e9 remains at full rate.
+        assert_eq!(finished[1].0, 2);
+        assert!((finished[1].1 as i64 - 2_000_000_000).abs() <= 2, "{finished:?}");
+    }
+
+    #[test]
+    fn max_min_fairness_gives_spare_capacity_to_unconstrained_flows() {
+        // Flow A crosses a slow link (0.25 GB/s); B shares A's fast source.
+        // A is held to 0.25 by its bottleneck, so B gets the remaining 0.75.
+        let mut net = Network::default();
+        let (fast, slow, other) = (net.add_link(1e9), net.add_link(0.25e9), net.add_link(1e9));
+        net.start(SimTime::ZERO, [fast, slow], 0.25e9, 1);
+        net.start(SimTime::ZERO, [fast, other], 0.75e9, 2);
+        let finished = drain(&mut net);
+        assert!(finished.iter().all(|(_, t)| (*t as i64 - 1_000_000_000).abs() <= 2), "{finished:?}");
+    }
+}
