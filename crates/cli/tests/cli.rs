@@ -329,21 +329,24 @@ fn run_with_no_arguments_is_deterministic_to_the_byte() {
 
 #[test]
 fn run_refuses_what_it_cannot_simulate_yet_and_writes_nothing() {
-    let out = out_dir("pd");
+    // The Rebel100 example names an EndpointPickerConfig file, which the
+    // simulated router does not run yet: refused by key, nothing written.
+    let out = out_dir("epp");
     let (code, _, stderr) = pdsim(&[
         "run",
         "--scenario",
-        H200,
+        "scenarios/rebel100-minimax.yaml",
         "--deployment",
-        "deployments/1p3d-ep8.yaml",
+        "deployments/rebel100-4p4d.yaml",
+        "--rate",
+        "1",
+        "--requests",
+        "10",
         "--out",
         &out.to_string_lossy(),
     ]);
     assert_eq!(code, 1, "{stderr}");
-    assert!(
-        stderr.contains("pools[0].role") && stderr.contains("P/D"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("offload") || stderr.contains("router"), "{stderr}");
     assert!(!out.exists());
 }
 
