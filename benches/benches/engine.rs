@@ -33,6 +33,7 @@ fn engine() -> Engine {
             prefill_threshold: 512,
         },
         spec: None,
+        offload_blocks: None,
     })
 }
 

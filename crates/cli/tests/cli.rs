@@ -346,7 +346,10 @@ fn run_refuses_what_it_cannot_simulate_yet_and_writes_nothing() {
         &out.to_string_lossy(),
     ]);
     assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("offload") || stderr.contains("router"), "{stderr}");
+    assert!(
+        stderr.contains("offload") || stderr.contains("router"),
+        "{stderr}"
+    );
     assert!(!out.exists());
 }
 

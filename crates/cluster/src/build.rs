@@ -52,6 +52,16 @@ pub struct PoolRuntime {
     pub kv_bytes_per_token_gpu: f64,
 }
 
+/// The offload tier as the event loop prices loads from it.
+#[derive(Clone, Copy, Debug)]
+pub struct OffloadRuntime {
+    /// Per-GPU read bandwidth of the storage class.
+    pub read_bytes_per_s: f64,
+    /// The chip's host link, per GPU.
+    pub host_link_bytes_per_s: f64,
+    pub base_latency: pdsim_core::SimDuration,
+}
+
 /// The cluster as the event loop runs it.
 pub struct Cluster {
     pub pools: Vec<PoolRuntime>,
@@ -66,6 +76,7 @@ pub struct Cluster {
     pub transfer: pdsim_cost::TransferModel,
     /// How long a prefill engine holds blocks nobody has read.
     pub kv_hold_timeout: pdsim_core::SimDuration,
+    pub offload: Option<OffloadRuntime>,
 }
 
 /// Unconditional acceptance probability per draft position, by method.
@@ -161,19 +172,102 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
             prefill_threshold: clamp(e.dbo_prefill_token_threshold),
         },
         spec,
+        offload_blocks: None,
     }
+}
+
+/// The host-memory offload tier a deployment asks for, or the reason
+/// pdsim refuses it: vLLM's OffloadingConnector with CPUOffloadingSpec
+/// stores blocks in host memory with LRU eviction; anything else (ARC,
+/// prefetching, LMCache chunks and its per-rank RDS cap, tiers below host
+/// memory) is not simulated yet and is refused by key.
+fn offload_tier(
+    deployment: &pdsim_spec::deployment::Deployment,
+    scenario: &ResolvedScenario,
+) -> Result<Option<(u64, pdsim_spec::catalog::StorageClass)>, BuildError> {
+    let Some(offload) = &deployment.offload else {
+        return Ok(None);
+    };
+    let refuse = |path: &str, message: String| {
+        Err(BuildError {
+            path: path.into(),
+            message,
+        })
+    };
+    if let Some(policy) = offload.eviction_policy.as_deref().filter(|p| *p != "lru") {
+        return refuse(
+            "offload.eviction_policy",
+            format!("`{policy}` eviction is not simulated yet; only lru is"),
+        );
+    }
+    if offload.prefetch_depth.is_some_and(|d| d > 0) {
+        return refuse(
+            "offload.prefetch_depth",
+            "prefetching ahead of admission is not simulated yet".into(),
+        );
+    }
+    if let Some(connector) = offload
+        .connector
+        .as_deref()
+        .filter(|c| *c != "OffloadingConnector")
+    {
+        return refuse(
+            "offload.connector",
+            format!(
+                "`{connector}` is not simulated yet: pdsim runs vLLM's OffloadingConnector (CPUOffloadingSpec) only"
+            ),
+        );
+    }
+    if let Some(spec) = offload
+        .spec
+        .as_deref()
+        .filter(|s| *s != "CPUOffloadingSpec")
+    {
+        return refuse(
+            "offload.spec",
+            format!("`{spec}` is not simulated yet: only CPUOffloadingSpec is"),
+        );
+    }
+    if offload.tiers.len() != 1 {
+        return refuse(
+            "offload.tiers",
+            "CPUOffloadingSpec has one host-memory tier; several tiers are not simulated yet"
+                .into(),
+        );
+    }
+    let tier = &offload.tiers[0];
+    if tier.tier != "cpu_dram" {
+        return refuse(
+            "offload.tiers[0].tier",
+            format!(
+                "CPUOffloadingSpec offloads to host memory (cpu_dram), not `{}`",
+                tier.tier
+            ),
+        );
+    }
+    let class = scenario
+        .storage
+        .iter()
+        .find(|s| s.origin.name == tier.tier)
+        .map(|s| s.value.clone())
+        .or_else(|| {
+            let files = pdsim_spec::files::MemoryFiles::new();
+            pdsim_spec::catalog::Catalog::new(&files, vec![])
+                .storage(&tier.tier)
+                .ok()
+                .map(|e| e.value)
+        })
+        .ok_or_else(|| BuildError {
+            path: "offload.tiers[0].tier".into(),
+            message: "unknown storage class".into(),
+        })?;
+    Ok(Some((tier.bytes.max(0) as u64, class)))
 }
 
 /// Builds the runtime cluster, or refuses what cannot run faithfully yet.
 pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cluster, BuildError> {
     let deployment = &bundle.deployment;
-    if deployment.offload.is_some() {
-        return Err(BuildError {
-            path: "offload".into(),
-            message: "KV offload tiers are not simulated yet; refusing rather than ignoring them"
-                .into(),
-        });
-    }
+    let offload = offload_tier(deployment, scenario)?;
     if deployment.router.is_some() {
         return Err(BuildError {
             path: "router".into(),
@@ -242,7 +336,20 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
             pods,
             ranks: layout.dp.min(u16::MAX as u64) as u16,
             lockstep: scenario.model.value.is_moe() && layout.dp > 1,
-            engine: engine_config(resolved, &sets),
+            engine: {
+                let mut engine = engine_config(resolved, &sets);
+                // The tier's bytes are per engine (vLLM's kv_offloading_size
+                // is the total over an instance's ranks), split across its
+                // data-parallel ranks; a block holds block_size tokens on
+                // every GPU of a rank.
+                engine.offload_blocks = offload.as_ref().map(|(bytes, _)| {
+                    let block_bytes = resolved.engine.block_size as f64
+                        * resolved.kv.kv_bytes_per_token_rank
+                        * layout.world_size as f64;
+                    (*bytes as f64 / layout.dp.max(1) as f64 / block_bytes.max(1.0)).floor() as u64
+                });
+                engine
+            },
             cost: Box::new(cost),
             first_gpu,
             gpus_per_engine: layout.gpus_per_engine.min(u64::MAX as u128) as u64,
@@ -258,7 +365,10 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
         .find(|(p, _)| Role::parse(&p.role) == Some(Role::Decode))
         .or_else(|| deployment.pools.iter().zip(&bundle.resolution.pools).next())
         .map(|(_, r)| &r.layout)
-        .ok_or_else(|| BuildError { path: "pools".into(), message: "no pool".into() })?;
+        .ok_or_else(|| BuildError {
+            path: "pools".into(),
+            message: "no pool".into(),
+        })?;
     let transfer = pdsim_cost::TransferModel::new(
         &scenario.chip.origin.name,
         &scenario.model.value.name,
@@ -266,26 +376,52 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
         &scenario.chip.value,
         &sets,
     )
-    .map_err(|message| BuildError { path: "pd_transfer".into(), message })?;
+    .map_err(|message| BuildError {
+        path: "pd_transfer".into(),
+        message,
+    })?;
     if disaggregated {
-        let connector = deployment.pd_transfer.as_ref().and_then(|t| t.connector.as_deref()).unwrap_or("NixlConnector");
+        let connector = deployment
+            .pd_transfer
+            .as_ref()
+            .and_then(|t| t.connector.as_deref())
+            .unwrap_or("NixlConnector");
         if connector != "NixlConnector" {
             return Err(BuildError {
                 path: "pd_transfer.connector".into(),
-                message: format!("only NixlConnector's pull flow is simulated; `{connector}` moves KV differently"),
+                message: format!(
+                    "only NixlConnector's pull flow is simulated; `{connector}` moves KV differently"
+                ),
             });
         }
     }
-    let fabric_gbps = scenario.fabric.as_ref().map_or(0.0, |f| f.value.inter_node_bw_gbps);
-    let pack = pdsim_spec::rules::pack::for_version(&scenario.scenario.engine_version)
-        .ok_or_else(|| BuildError { path: "engine_version".into(), message: "no rules pack".into() })?;
+    let fabric_gbps = scenario
+        .fabric
+        .as_ref()
+        .map_or(0.0, |f| f.value.inter_node_bw_gbps);
+    let pack = pdsim_spec::rules::pack::for_version(&scenario.scenario.engine_version).ok_or_else(
+        || BuildError {
+            path: "engine_version".into(),
+            message: "no rules pack".into(),
+        },
+    )?;
     Ok(Cluster {
         pools,
-        router: if disaggregated { "builtin-least-loaded/always-disaggregate" } else { "builtin-least-loaded" },
+        router: if disaggregated {
+            "builtin-least-loaded/always-disaggregate"
+        } else {
+            "builtin-least-loaded"
+        },
         gpus_per_node,
         nic_bytes_per_s: fabric_gbps * 1e9 * transfer.overhead,
         intra_node_bytes_per_s: scenario.chip.value.intra_node_bw_gbps * 1e9,
         transfer,
         kv_hold_timeout: pdsim_core::SimDuration::from_secs_f64(pack.defaults.kv_hold_timeout_s),
+        offload: offload.map(|(_, class)| OffloadRuntime {
+            read_bytes_per_s: class.read_bandwidth_mb_s * 1e6,
+            // Chips without a stated host link get PCIe Gen4 x16 [assumed].
+            host_link_bytes_per_s: scenario.chip.value.host_link_gbps.unwrap_or(32.0) * 1e9,
+            base_latency: pdsim_core::SimDuration::from_secs_f64(class.base_latency_us * 1e-6),
+        }),
     })
 }

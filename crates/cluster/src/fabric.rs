@@ -49,7 +49,10 @@ const DONE_BYTES: f64 = 1.0;
 impl Network {
     /// Adds a link of `bytes_per_s`; returns its index.
     pub fn add_link(&mut self, bytes_per_s: f64) -> u32 {
-        self.links.push(Link { bytes_per_s: bytes_per_s.max(1.0), carried: 0.0 });
+        self.links.push(Link {
+            bytes_per_s: bytes_per_s.max(1.0),
+            carried: 0.0,
+        });
         (self.links.len() - 1) as u32
     }
 
@@ -94,7 +97,9 @@ impl Network {
                     }
                 }
             }
-            let Some((share, bottleneck)) = best else { break };
+            let Some((share, bottleneck)) = best else {
+                break;
+            };
             for (index, slot) in self.flows.iter_mut().enumerate() {
                 let Some(flow) = slot else { continue };
                 if frozen[index] || !flow.links.contains(&(bottleneck as u32)) {
@@ -114,7 +119,12 @@ impl Network {
     /// Starts a flow of `bytes` over two links for `transfer`.
     pub fn start(&mut self, now: SimTime, links: [u32; 2], bytes: f64, transfer: u32) {
         self.advance(now);
-        let flow = Flow { links, remaining: bytes.max(0.0), rate: 0.0, transfer };
+        let flow = Flow {
+            links,
+            remaining: bytes.max(0.0),
+            rate: 0.0,
+            transfer,
+        };
         match self.free.pop() {
             Some(slot) => self.flows[slot as usize] = Some(flow),
             None => self.flows.push(Some(flow)),
@@ -159,7 +169,10 @@ impl Network {
 
     /// Bytes each link has carried so far.
     pub fn carried(&self) -> Vec<(f64, f64)> {
-        self.links.iter().map(|l| (l.carried, l.bytes_per_s)).collect()
+        self.links
+            .iter()
+            .map(|l| (l.carried, l.bytes_per_s))
+            .collect()
     }
 }
 
@@ -199,7 +212,12 @@ mod tests {
         net.start(SimTime::ZERO, [src, dst2], 1e9, 2);
         let finished = drain(&mut net);
         assert_eq!(finished.len(), 2);
-        assert!(finished.iter().all(|(_, t)| (*t as i64 - 2_000_000_000).abs() <= 2), "{finished:?}");
+        assert!(
+            finished
+                .iter()
+                .all(|(_, t)| (*t as i64 - 2_000_000_000).abs() <= 2),
+            "{finished:?}"
+        );
         // A short and a long flow: the short one ends at 2× its solo time,
         // then the long one speeds up to the full link.
         let mut net = Network::default();
@@ -208,10 +226,16 @@ mod tests {
         net.start(SimTime::ZERO, [src, d2], 1.5e9, 2);
         let finished = drain(&mut net);
         assert_eq!(finished[0].0, 1);
-        assert!((finished[0].1 as i64 - 1_000_000_000).abs() <= 2, "{finished:?}");
+        assert!(
+            (finished[0].1 as i64 - 1_000_000_000).abs() <= 2,
+            "{finished:?}"
+        );
         // 1 s at half rate moved 0.5e9 of the long flow; 1e9 remains at full rate.
         assert_eq!(finished[1].0, 2);
-        assert!((finished[1].1 as i64 - 2_000_000_000).abs() <= 2, "{finished:?}");
+        assert!(
+            (finished[1].1 as i64 - 2_000_000_000).abs() <= 2,
+            "{finished:?}"
+        );
     }
 
     #[test]
@@ -223,6 +247,11 @@ mod tests {
         net.start(SimTime::ZERO, [fast, slow], 0.25e9, 1);
         net.start(SimTime::ZERO, [fast, other], 0.75e9, 2);
         let finished = drain(&mut net);
-        assert!(finished.iter().all(|(_, t)| (*t as i64 - 1_000_000_000).abs() <= 2), "{finished:?}");
+        assert!(
+            finished
+                .iter()
+                .all(|(_, t)| (*t as i64 - 1_000_000_000).abs() <= 2),
+            "{finished:?}"
+        );
     }
 }

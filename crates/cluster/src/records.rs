@@ -60,6 +60,10 @@ pub struct RequestRecord {
     /// The prefill engine freed the blocks before they were read (its hold
     /// timeout ran out); the decode engine recomputed the prompt.
     pub kv_hold_expired: bool,
+    /// Tokens loaded from the offload tier and when the load ran.
+    pub offload_tokens: u32,
+    pub offload_load_start: Option<SimTime>,
+    pub offload_load_end: Option<SimTime>,
     pub outcome: Outcome,
     /// Why a request was rejected or aborted; empty when completed.
     pub reason: &'static str,

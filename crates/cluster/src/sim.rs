@@ -59,6 +59,10 @@ pub struct CoreStats {
     pub preemptions: u64,
     pub prefix_queries_tokens: u64,
     pub prefix_hits_tokens: u64,
+    /// Prompt tokens found in the offload tier (`vllm:external_prefix_cache_hits`).
+    pub external_hits_tokens: u64,
+    pub offload_stores: u64,
+    pub offload_evictions: u64,
     /// Σ KV usage × step duration, for a time-weighted mean.
     pub kv_usage_ns: f64,
     pub kv_usage_peak: f64,
@@ -94,6 +98,7 @@ enum Event {
     Admit { id: RequestId, core: u32 },
     StepDone { group: u32 },
     TransferStart { id: RequestId },
+    LoadStart { id: RequestId, core: u32 },
     NetworkTick { generation: u64 },
     HoldExpiry { id: RequestId },
 }
@@ -128,6 +133,10 @@ struct InFlight {
     held: bool,
     missing_tokens: u32,
     flows_left: u32,
+    /// An offload-tier load: the core loading and its flows still running.
+    load_core: u32,
+    load_tokens: u32,
+    load_flows_left: u32,
 }
 
 /// Requests in flight, indexed by id. Ids are handed out in arrival order,
@@ -145,7 +154,11 @@ impl InFlightTable {
         if self.slots.is_empty() {
             self.base = id.0;
         }
-        debug_assert_eq!(id.0, self.base + self.slots.len() as u32, "ids arrive in order");
+        debug_assert_eq!(
+            id.0,
+            self.base + self.slots.len() as u32,
+            "ids arrive in order"
+        );
         self.slots.push_back(Some(flight));
     }
 
@@ -193,8 +206,8 @@ struct Sim<'a> {
     events_buf: Vec<EngineEvent>,
     network: Network,
     /// Link indices per GPU: NIC egress, NIC ingress, intra-node egress,
-    /// intra-node ingress.
-    gpu_links: Vec<[u32; 4]>,
+    /// intra-node ingress, offload-tier read, host-link ingress.
+    gpu_links: Vec<[u32; 6]>,
     done_buf: Vec<u32>,
     disaggregated: bool,
 }
@@ -212,7 +225,10 @@ pub fn run(
     sim.pull_arrival(source)?;
     while let Some(Reverse((time, _, event))) = sim.queue.pop() {
         if time < sim.now {
-            return Err(RunError::Invariant(format!("time went back from {:?} to {:?}", sim.now, time)));
+            return Err(RunError::Invariant(format!(
+                "time went back from {:?} to {:?}",
+                sim.now, time
+            )));
         }
         sim.now = time;
         sim.stats.events += 1;
@@ -224,6 +240,7 @@ pub fn run(
             Event::Admit { id, core } => sim.admit(id, core as usize, sink),
             Event::StepDone { group } => sim.step_done(group as usize, sink)?,
             Event::TransferStart { id } => sim.transfer_start(id, sink),
+            Event::LoadStart { id, core } => sim.load_start(id, core as usize),
             Event::NetworkTick { generation } => sim.network_tick(generation, sink),
             Event::HoldExpiry { id } => sim.hold_expiry(id, sink),
         }
@@ -233,7 +250,12 @@ pub fn run(
         sim.finish(id, Outcome::Aborted, "engine-stalled", sink);
     }
     sim.stats.end = sim.now;
-    sim.stats.links = sim.network.carried().into_iter().filter(|(carried, _)| *carried > 0.0).collect();
+    sim.stats.links = sim
+        .network
+        .carried()
+        .into_iter()
+        .filter(|(carried, _)| *carried > 0.0)
+        .collect();
     sim.stats.cores = sim
         .cores
         .iter()
@@ -243,6 +265,8 @@ pub fn run(
             s.prefix_queries_tokens = c.engine.prefix_queries_tokens;
             s.prefix_hits_tokens = c.engine.prefix_hits_tokens;
             s.evictions = c.engine.pool().evictions;
+            s.external_hits_tokens = c.engine.external_hits_tokens;
+            (s.offload_stores, s.offload_evictions) = c.engine.offload_counts();
             s
         })
         .collect();
@@ -262,25 +286,40 @@ impl<'a> Sim<'a> {
                 let first = cores.len();
                 for rank in 0..pool.ranks {
                     let lane = cores.len() as u32;
-                    let first_gpu = pool.first_gpu + pod as u64 * pool.gpus_per_engine + rank as u64 * pool.world;
+                    let first_gpu = pool.first_gpu
+                        + pod as u64 * pool.gpus_per_engine
+                        + rank as u64 * pool.world;
                     total_gpus = total_gpus.max(first_gpu + pool.world);
                     cores.push(Core {
                         engine: Engine::new(pool.engine.clone()),
                         pool: pool_index,
                         rng: Stream::new(seed, Purpose::Acceptance, lane),
                         pending: 0,
-                        stats: CoreStats { pool: pool_index as u16, pod, rank, ..CoreStats::default() },
+                        stats: CoreStats {
+                            pool: pool_index as u16,
+                            pod,
+                            rank,
+                            ..CoreStats::default()
+                        },
                         first_gpu,
                     });
                 }
                 let len = pool.ranks as usize;
                 if pool.lockstep {
                     group_of.extend(std::iter::repeat_n(groups.len() as u32, len));
-                    groups.push(Group { first, len, busy: false });
+                    groups.push(Group {
+                        first,
+                        len,
+                        busy: false,
+                    });
                 } else {
                     for core in first..first + len {
                         group_of.push(groups.len() as u32);
-                        groups.push(Group { first: core, len: 1, busy: false });
+                        groups.push(Group {
+                            first: core,
+                            len: 1,
+                            busy: false,
+                        });
                     }
                 }
                 pods.push((first, len));
@@ -290,13 +329,18 @@ impl<'a> Sim<'a> {
         let disaggregated = cluster.pools.iter().any(|p| p.role != Role::Colocated);
         let mut network = Network::default();
         let mut gpu_links = Vec::new();
-        if disaggregated {
+        if disaggregated || cluster.offload.is_some() {
+            let (tier, host) = cluster.offload.map_or((1.0, 1.0), |o| {
+                (o.read_bytes_per_s, o.host_link_bytes_per_s)
+            });
             for _ in 0..total_gpus {
                 gpu_links.push([
                     network.add_link(cluster.nic_bytes_per_s),
                     network.add_link(cluster.nic_bytes_per_s),
                     network.add_link(cluster.intra_node_bytes_per_s),
                     network.add_link(cluster.intra_node_bytes_per_s),
+                    network.add_link(tier),
+                    network.add_link(host),
                 ]);
             }
         }
@@ -312,7 +356,10 @@ impl<'a> Sim<'a> {
             in_flight: InFlightTable::default(),
             next_arrival: None,
             next_id: 0,
-            stats: RunStats { router: cluster.router, ..RunStats::default() },
+            stats: RunStats {
+                router: cluster.router,
+                ..RunStats::default()
+            },
             check,
             events_buf: Vec::new(),
             network,
@@ -327,7 +374,10 @@ impl<'a> Sim<'a> {
         self.queue.push(Reverse((time, self.seq, event)));
     }
 
-    fn pull_arrival(&mut self, source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>) -> Result<(), RunError> {
+    fn pull_arrival(
+        &mut self,
+        source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
+    ) -> Result<(), RunError> {
         match source.next() {
             None => {}
             Some(Err(e)) => return Err(RunError::Trace(e)),
@@ -353,7 +403,9 @@ impl<'a> Sim<'a> {
     /// (4 × waiting + running, lowest; `vllm/v1/engine/core_client.py` in
     /// the releases before 0.33).
     fn route(&self, role: Role) -> usize {
-        let load = |core: &Core| (core.engine.num_waiting() + core.engine.num_running()) as u64 + core.pending as u64;
+        let load = |core: &Core| {
+            (core.engine.num_waiting() + core.engine.num_running()) as u64 + core.pending as u64
+        };
         let mut best = (0, 0);
         let mut best_load = u64::MAX;
         for (pool, pods) in self.pod_cores.iter().enumerate() {
@@ -370,9 +422,12 @@ impl<'a> Sim<'a> {
         }
         let (first, len) = self.pod_cores[best.0][best.1];
         let score = |core: &Core| {
-            4 * (core.engine.num_waiting() as u64 + core.pending as u64) + core.engine.num_running() as u64
+            4 * (core.engine.num_waiting() as u64 + core.pending as u64)
+                + core.engine.num_running() as u64
         };
-        (first..first + len).min_by_key(|c| (score(&self.cores[*c]), *c)).unwrap_or(first)
+        (first..first + len)
+            .min_by_key(|c| (score(&self.cores[*c]), *c))
+            .unwrap_or(first)
     }
 
     fn location(&self, core: usize) -> (u16, u32, u16) {
@@ -381,7 +436,9 @@ impl<'a> Sim<'a> {
     }
 
     fn arrive(&mut self) {
-        let Some(spec) = self.next_arrival.take() else { return };
+        let Some(spec) = self.next_arrival.take() else {
+            return;
+        };
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.stats.requests += 1;
@@ -395,7 +452,9 @@ impl<'a> Sim<'a> {
         };
         self.cores[first_core].pending += 1;
         let prompt_tokens = spec.prompt.tokens().min(u32::MAX as u64) as u32;
-        let delay = self.cluster.pools[self.cores[first_core].pool].cost.admission_delay(prompt_tokens);
+        let delay = self.cluster.pools[self.cores[first_core].pool]
+            .cost
+            .admission_delay(prompt_tokens);
         let (pool, pod, rank) = self.location(decode_core);
         let record = RequestRecord {
             id,
@@ -422,6 +481,9 @@ impl<'a> Sim<'a> {
             transfer_end: None,
             transfer_bytes: 0,
             kv_hold_expired: false,
+            offload_tokens: 0,
+            offload_load_start: None,
+            offload_load_end: None,
             outcome: Outcome::Completed,
             reason: "",
         };
@@ -437,26 +499,49 @@ impl<'a> Sim<'a> {
                 held: false,
                 missing_tokens: 0,
                 flows_left: 0,
+                load_core: 0,
+                load_tokens: 0,
+                load_flows_left: 0,
             },
         );
-        self.push(self.now + delay, Event::Admit { id, core: first_core as u32 });
+        self.push(
+            self.now + delay,
+            Event::Admit {
+                id,
+                core: first_core as u32,
+            },
+        );
     }
 
     fn admit(&mut self, id: RequestId, core: usize, sink: &mut dyn RecordSink) {
         self.cores[core].pending -= 1;
         let role = self.role(core);
-        let Some(flight) = self.in_flight.get_mut(&id) else { return };
+        let Some(flight) = self.in_flight.get_mut(&id) else {
+            return;
+        };
         let (kv, prompt, max_output) = match role {
             // The sidecar's prefill request: one output token, and the prompt
             // is needed again at decode.
-            Role::Prefill => (KvTransfer::Produce, flight.prompt.clone().unwrap_or_default(), 1),
+            Role::Prefill => (
+                KvTransfer::Produce,
+                flight.prompt.clone().unwrap_or_default(),
+                1,
+            ),
             Role::Decode => {
                 flight.record.enqueued = Some(self.now);
-                (KvTransfer::Consume, flight.prompt.take().unwrap_or_default(), flight.max_output)
+                (
+                    KvTransfer::Consume,
+                    flight.prompt.take().unwrap_or_default(),
+                    flight.max_output,
+                )
             }
             Role::Colocated => {
                 flight.record.enqueued = Some(self.now);
-                (KvTransfer::Local, flight.prompt.take().unwrap_or_default(), flight.max_output)
+                (
+                    KvTransfer::Local,
+                    flight.prompt.take().unwrap_or_default(),
+                    flight.max_output,
+                )
             }
         };
         let request = NewRequest {
@@ -516,7 +601,12 @@ impl<'a> Sim<'a> {
                 c.stats.busy_ns += duration.as_ns();
                 c.stats.steps += 1;
             }
-            self.push(self.now + duration, Event::StepDone { group: group as u32 });
+            self.push(
+                self.now + duration,
+                Event::StepDone {
+                    group: group as u32,
+                },
+            );
         }
     }
 
@@ -527,7 +617,10 @@ impl<'a> Sim<'a> {
             c.engine.complete_step(&mut c.rng);
             self.handle_events(core, sink);
             if self.check {
-                self.cores[core].engine.check().map_err(|e| RunError::Invariant(format!("core {core}: {e}")))?;
+                self.cores[core]
+                    .engine
+                    .check()
+                    .map_err(|e| RunError::Invariant(format!("core {core}: {e}")))?;
             }
         }
         self.groups[group].busy = false;
@@ -572,12 +665,38 @@ impl<'a> Sim<'a> {
                     }
                 }
                 (EngineEvent::Held { id, .. }, _) => self.prefill_done(id),
-                (EngineEvent::NeedsKv { id, cached_tokens, missing_tokens }, _) => {
-                    self.needs_kv(id, core, cached_tokens, missing_tokens)
+                (EngineEvent::LoadsKv { id, tokens, .. }, _) => {
+                    if let Some(f) = self.in_flight.get_mut(&id) {
+                        f.record.offload_tokens += tokens;
+                        f.load_core = core as u32;
+                        f.load_tokens = tokens;
+                    }
+                    let at = self.now
+                        + self
+                            .cluster
+                            .offload
+                            .map_or(SimDuration::ZERO, |o| o.base_latency);
+                    self.push(
+                        at,
+                        Event::LoadStart {
+                            id,
+                            core: core as u32,
+                        },
+                    );
                 }
+                (
+                    EngineEvent::NeedsKv {
+                        id,
+                        cached_tokens,
+                        missing_tokens,
+                    },
+                    _,
+                ) => self.needs_kv(id, core, cached_tokens, missing_tokens),
                 // A prefill engine ends its part when it frees the blocks.
                 (EngineEvent::Finished { .. }, Role::Prefill) => {}
-                (EngineEvent::Finished { id, .. }, _) => self.finish(id, Outcome::Completed, "", sink),
+                (EngineEvent::Finished { id, .. }, _) => {
+                    self.finish(id, Outcome::Completed, "", sink)
+                }
                 (EngineEvent::Rejected { id }, _) => {
                     self.release_prefill(id, sink);
                     self.finish(id, Outcome::Rejected, "prompt-exceeds-max-model-len", sink)
@@ -590,20 +709,35 @@ impl<'a> Sim<'a> {
     /// The prefill engine finished the prompt and holds the blocks; the
     /// sidecar sends the request to the decode engine.
     fn prefill_done(&mut self, id: RequestId) {
-        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
         f.record.prefill_done = Some(self.now);
         f.held = true;
         let decode = f.decode_core as usize;
         let prompt_tokens = f.record.prompt_tokens;
         self.cores[decode].pending += 1;
-        let delay = self.cluster.pools[self.cores[decode].pool].cost.admission_delay(prompt_tokens);
-        self.push(self.now + delay, Event::Admit { id, core: decode as u32 });
-        self.push(self.now + self.cluster.kv_hold_timeout, Event::HoldExpiry { id });
+        let delay = self.cluster.pools[self.cores[decode].pool]
+            .cost
+            .admission_delay(prompt_tokens);
+        self.push(
+            self.now + delay,
+            Event::Admit {
+                id,
+                core: decode as u32,
+            },
+        );
+        self.push(
+            self.now + self.cluster.kv_hold_timeout,
+            Event::HoldExpiry { id },
+        );
     }
 
     /// The decode engine admitted the request and waits for its KV.
     fn needs_kv(&mut self, id: RequestId, core: usize, cached_tokens: u32, missing_tokens: u32) {
-        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
         f.record.scheduled = Some(self.now);
         f.record.cached_tokens = cached_tokens;
         f.missing_tokens = missing_tokens;
@@ -617,9 +751,13 @@ impl<'a> Sim<'a> {
     }
 
     fn transfer_start(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
-        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
         let decode = f.decode_core as usize;
-        let Some(prefill) = f.prefill_core.map(|p| p as usize) else { return };
+        let Some(prefill) = f.prefill_core.map(|p| p as usize) else {
+            return;
+        };
         if !f.held {
             self.cores[decode].engine.kv_failed(id);
             self.wake(decode, sink);
@@ -642,8 +780,33 @@ impl<'a> Sim<'a> {
             let dst = d_first + j % d_count;
             let same_node = src / gpn == dst / gpn;
             let (s, d) = (self.gpu_links[src as usize], self.gpu_links[dst as usize]);
-            let links = if same_node { [s[2], d[3]] } else { [s[0], d[1]] };
-            self.network.start(self.now, links, total / flows as f64, id.0);
+            let links = if same_node {
+                [s[2], d[3]]
+            } else {
+                [s[0], d[1]]
+            };
+            self.network
+                .start(self.now, links, total / flows as f64, id.0 << 1);
+        }
+        self.schedule_tick();
+    }
+
+    /// Loads a request's offloaded blocks into its core's GPUs: each GPU
+    /// reads its share over the tier's read bandwidth and its host link,
+    /// shared with every other load on that GPU.
+    fn load_start(&mut self, id: RequestId, core: usize) {
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        let pool = &self.cluster.pools[self.cores[core].pool];
+        let per_gpu = f.load_tokens as f64 * pool.kv_bytes_per_token_gpu;
+        f.record.offload_load_start = Some(self.now);
+        f.load_flows_left = pool.world as u32;
+        let first = self.cores[core].first_gpu;
+        for g in first..first + pool.world {
+            let links = self.gpu_links[g as usize];
+            self.network
+                .start(self.now, [links[4], links[5]], per_gpu, (id.0 << 1) | 1);
         }
         self.schedule_tick();
     }
@@ -662,8 +825,21 @@ impl<'a> Sim<'a> {
         let mut done = std::mem::take(&mut self.done_buf);
         self.network.finish_due(self.now, &mut done);
         for transfer in done.drain(..) {
-            let id = RequestId(transfer);
-            let Some(f) = self.in_flight.get_mut(&id) else { continue };
+            let id = RequestId(transfer >> 1);
+            let Some(f) = self.in_flight.get_mut(&id) else {
+                continue;
+            };
+            if transfer & 1 == 1 {
+                // An offload-tier load.
+                f.load_flows_left -= 1;
+                if f.load_flows_left == 0 {
+                    f.record.offload_load_end = Some(self.now);
+                    let core = f.load_core as usize;
+                    self.cores[core].engine.kv_loaded(id);
+                    self.wake(core, sink);
+                }
+                continue;
+            }
             f.flows_left -= 1;
             if f.flows_left == 0 {
                 f.record.transfer_end = Some(self.now);
@@ -680,8 +856,12 @@ impl<'a> Sim<'a> {
     /// The decode side read the blocks (or gave up): the prefill engine
     /// frees them, exactly once.
     fn release_prefill(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
-        let Some(f) = self.in_flight.get_mut(&id) else { return };
-        let Some(prefill) = f.prefill_core.map(|p| p as usize) else { return };
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        let Some(prefill) = f.prefill_core.map(|p| p as usize) else {
+            return;
+        };
         if !f.held {
             return;
         }
@@ -695,7 +875,9 @@ impl<'a> Sim<'a> {
     /// The prefill engine's hold timed out: if the read has not started, the
     /// blocks are freed and the decode side will recompute.
     fn hold_expiry(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
-        let Some(f) = self.in_flight.get_mut(&id) else { return };
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
         if !f.held || f.record.transfer_start.is_some() {
             return;
         }
@@ -704,8 +886,16 @@ impl<'a> Sim<'a> {
         self.release_prefill(id, sink);
     }
 
-    fn finish(&mut self, id: RequestId, outcome: Outcome, reason: &'static str, sink: &mut dyn RecordSink) {
-        let Some(mut flight) = self.in_flight.remove(&id) else { return };
+    fn finish(
+        &mut self,
+        id: RequestId,
+        outcome: Outcome,
+        reason: &'static str,
+        sink: &mut dyn RecordSink,
+    ) {
+        let Some(mut flight) = self.in_flight.remove(&id) else {
+            return;
+        };
         flight.record.finished = self.now;
         flight.record.outcome = outcome;
         flight.record.reason = reason;

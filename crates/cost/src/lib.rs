@@ -26,9 +26,9 @@ mod coefficients;
 mod collective;
 mod linear;
 mod roofline;
-mod transfer;
 #[cfg(test)]
 mod tests;
+mod transfer;
 
 pub use collective::{Curve, Op};
 pub use linear::{LINEAR_COEFFICIENTS, Linear};

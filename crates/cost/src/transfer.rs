@@ -33,10 +33,23 @@ impl TransferModel {
         let deployment = Deployment::of(chip_name, model_name, layout, chip.gpus_per_node);
         let mut resolver = Resolver::new(deployment, sets)?;
         let source = "BLIS registry pd-transfer-estimates (assumed placeholder)";
-        let base_us =
-            resolver.value("pd_transfer_base_latency", "us_per_transfer", Some(Builtin::new(50.0, source)), 0.0, 1e7)?;
-        let overhead =
-            resolver.value("pd_transfer_overhead", "dimensionless", Some(Builtin::new(1.0, source)), 1e-6, 1.0)?;
-        Ok(TransferModel { base_latency: SimDuration::from_secs_f64(base_us * 1e-6), overhead })
+        let base_us = resolver.value(
+            "pd_transfer_base_latency",
+            "us_per_transfer",
+            Some(Builtin::new(50.0, source)),
+            0.0,
+            1e7,
+        )?;
+        let overhead = resolver.value(
+            "pd_transfer_overhead",
+            "dimensionless",
+            Some(Builtin::new(1.0, source)),
+            1e-6,
+            1.0,
+        )?;
+        Ok(TransferModel {
+            base_latency: SimDuration::from_secs_f64(base_us * 1e-6),
+            overhead,
+        })
     }
 }

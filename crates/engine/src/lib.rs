@@ -12,4 +12,6 @@ pub mod kv;
 pub mod scheduler;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};
-pub use scheduler::{Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, Policy, SpecConfig};
+pub use scheduler::{
+    Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, Policy, SpecConfig,
+};

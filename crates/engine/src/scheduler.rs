@@ -62,6 +62,9 @@ pub struct EngineConfig {
     pub graphs: Graphs,
     pub dbo: Dbo,
     pub spec: Option<SpecConfig>,
+    /// A host-memory offload tier (vLLM's OffloadingConnector with
+    /// CPUOffloadingSpec), in blocks; `None` without offload.
+    pub offload_blocks: Option<u64>,
 }
 
 /// A request handed to the engine.
@@ -113,7 +116,19 @@ pub enum EngineEvent {
     /// A consuming request was admitted: it holds blocks for its whole
     /// prompt, `cached_tokens` of it from the local prefix cache, and waits
     /// for the other `missing_tokens` to arrive.
-    NeedsKv { id: RequestId, cached_tokens: u32, missing_tokens: u32 },
+    NeedsKv {
+        id: RequestId,
+        cached_tokens: u32,
+        missing_tokens: u32,
+    },
+    /// An admitted request found `tokens` more of its prefix in the offload
+    /// tier; it waits without compute while they load
+    /// ([`Engine::kv_loaded`]).
+    LoadsKv {
+        id: RequestId,
+        cached_tokens: u32,
+        tokens: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,11 +164,70 @@ struct Req {
     remote_done: bool,
     /// A producing request holding its blocks for the decode side.
     holding: bool,
+    /// Tokens being loaded from the offload tier.
+    loading: u32,
 }
 
 impl Req {
     fn tokens(&self) -> u32 {
         self.prompt_tokens + self.output
+    }
+}
+
+/// The host-memory tier of vLLM's OffloadingConnector
+/// (`vllm/v1/kv_offload/cpu/`, `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`):
+/// full blocks are stored as they fill, keyed by their hash, and evicted
+/// least recently used when the tier is full (`cache_policy: lru`).
+#[derive(Clone, Debug)]
+struct OffloadTier {
+    capacity: u64,
+    /// hash → last-use tick; `by_tick` orders them for eviction.
+    entries: rustc_hash::FxHashMap<u64, u64>,
+    by_tick: std::collections::BTreeMap<u64, u64>,
+    tick: u64,
+    pub stores: u64,
+    pub evictions: u64,
+}
+
+impl OffloadTier {
+    fn new(capacity: u64) -> OffloadTier {
+        OffloadTier {
+            capacity,
+            entries: rustc_hash::FxHashMap::default(),
+            by_tick: std::collections::BTreeMap::new(),
+            tick: 0,
+            stores: 0,
+            evictions: 0,
+        }
+    }
+
+    fn touch(&mut self, hash: u64) {
+        self.tick += 1;
+        if let Some(old) = self.entries.insert(hash, self.tick) {
+            self.by_tick.remove(&old);
+        }
+        self.by_tick.insert(self.tick, hash);
+    }
+
+    fn store(&mut self, hash: u64) {
+        if self.capacity == 0 {
+            return;
+        }
+        if !self.entries.contains_key(&hash) {
+            self.stores += 1;
+            while self.entries.len() as u64 >= self.capacity {
+                let Some((_, victim)) = self.by_tick.pop_first() else {
+                    break;
+                };
+                self.entries.remove(&victim);
+                self.evictions += 1;
+            }
+        }
+        self.touch(hash);
+    }
+
+    fn contains(&self, hash: u64) -> bool {
+        self.entries.contains_key(&hash)
     }
 }
 
@@ -197,6 +271,9 @@ pub struct Engine {
     /// `kv_holding_waiting` queue is, so blocks held outside `running`
     /// always drain.
     holding: VecDeque<u32>,
+    offload: Option<OffloadTier>,
+    /// Tokens found in the offload tier (`vllm:external_prefix_cache_hits`).
+    pub external_hits_tokens: u64,
     /// Counters, as vLLM's metrics expose them.
     pub preemptions: u64,
     pub prefix_queries_tokens: u64,
@@ -207,6 +284,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
+        let offload = config.offload_blocks.map(OffloadTier::new);
         let units = (config.block_size / config.prefix_unit.max(1)).max(1);
         let pool = BlockPool::with_units(config.num_blocks, units, config.unhashed_blocks_to_front);
         let waiting = match config.policy {
@@ -226,6 +304,8 @@ impl Engine {
             slot_of: rustc_hash::FxHashMap::default(),
             remote_waiting: 0,
             holding: VecDeque::new(),
+            offload,
+            external_hits_tokens: 0,
             preemptions: 0,
             prefix_queries_tokens: 0,
             prefix_hits_tokens: 0,
@@ -307,6 +387,7 @@ impl Engine {
             local_hit: 0,
             remote_done: false,
             holding: false,
+            loading: 0,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -420,6 +501,30 @@ impl Engine {
             hit -= 1;
         }
         (hit, shared.min(hit / per_block))
+    }
+
+    /// Tokens of the prefix found in the offload tier right after the local
+    /// hit of `hit_units` units, in whole blocks, leaving at least one token
+    /// to compute (`OffloadingConnectorScheduler.get_num_new_matched_tokens`).
+    fn offload_hit(&self, slot: u32, hit_units: u32) -> u32 {
+        let Some(tier) = &self.offload else { return 0 };
+        let per_block = self.pool.units_per_block();
+        if !hit_units.is_multiple_of(per_block) {
+            return 0;
+        }
+        let req = self.req(slot);
+        let unit = self.config.prefix_unit.max(1);
+        let max_units = (req.tokens() - 1) / unit;
+        let mut units = hit_units;
+        while units < max_units
+            && units < req.hasher.hashes.len() as u32
+            && tier.contains(req.hasher.hashes[units as usize])
+        {
+            units += 1;
+        }
+        // Whole blocks only: the tier stores blocks.
+        let units = units - (units - hit_units) % per_block;
+        (units - hit_units) * unit
     }
 
     /// Allocates KV for `new_tokens` more tokens of a request (after any
@@ -638,7 +743,11 @@ impl Engine {
                     };
                     self.prefix_queries_tokens += tokens as u64;
                     self.prefix_hits_tokens += hit_tokens as u64;
-                    self.events.push(EngineEvent::NeedsKv { id, cached_tokens: hit_tokens, missing_tokens: missing });
+                    self.events.push(EngineEvent::NeedsKv {
+                        id,
+                        cached_tokens: hit_tokens,
+                        missing_tokens: missing,
+                    });
                     continue;
                 }
                 if holds_blocks {
@@ -656,12 +765,52 @@ impl Engine {
                     self.pop_waiting();
                     self.running.push(slot);
                     self.req_mut(slot).status = Status::Running;
-                    self.scheduled.push(Scheduled { slot, tokens: n, drafts: 0, context: computed });
+                    self.scheduled.push(Scheduled {
+                        slot,
+                        tokens: n,
+                        drafts: 0,
+                        context: computed,
+                    });
                     budget -= n;
                     continue;
                 }
                 let (hit_units, hit_blocks) = self.prefix_hit(slot);
                 let hit_tokens = hit_units * self.config.prefix_unit.max(1);
+                let external = self.offload_hit(slot, hit_units);
+                if external > 0 {
+                    // The connector's hit beyond the local one loads
+                    // asynchronously: blocks for the whole prompt now, no
+                    // budget, and the request waits (WAITING_FOR_REMOTE_KVS).
+                    let remaining = tokens - hit_tokens;
+                    if !self.allocate(slot, hit_blocks, hit_tokens, remaining, remaining) {
+                        break;
+                    }
+                    self.pop_waiting();
+                    self.remote_waiting += 1;
+                    let id = {
+                        let req = self.req_mut(slot);
+                        req.computed = hit_tokens;
+                        req.local_hit = hit_tokens;
+                        req.loading = external;
+                        req.admitted_once = true;
+                        req.id
+                    };
+                    if first {
+                        self.prefix_queries_tokens += tokens as u64;
+                        self.prefix_hits_tokens += hit_tokens as u64;
+                        self.external_hits_tokens += external as u64;
+                        self.events.push(EngineEvent::Admitted {
+                            id,
+                            cached_tokens: hit_tokens,
+                        });
+                    }
+                    self.events.push(EngineEvent::LoadsKv {
+                        id,
+                        cached_tokens: hit_tokens,
+                        tokens: external,
+                    });
+                    continue;
+                }
                 let remaining = tokens - hit_tokens;
                 let mut n = remaining;
                 if long_cap > 0 {
@@ -793,27 +942,7 @@ impl Engine {
                 (emit, finished, req.id, req.output)
             };
             // Cache the units (blocks, in vLLM) that are now full and computed.
-            {
-                let unit = self.config.prefix_unit.max(1);
-                let per_block = self.pool.units_per_block();
-                let req = self.reqs[s.slot as usize].as_mut().expect("live slot");
-                let full = (req.computed.min(req.tokens()) / unit)
-                    .min(req.hasher.hashes.len() as u32)
-                    .min(req.blocks.len() as u32 * per_block);
-                if full > req.cached_units {
-                    if self.config.enable_prefix_caching {
-                        for u in req.cached_units..full {
-                            let block = req.blocks[(u / per_block) as usize];
-                            self.pool.cache_unit(
-                                block,
-                                u % per_block,
-                                req.hasher.hashes[u as usize],
-                            );
-                        }
-                    }
-                    req.cached_units = full;
-                }
-            }
+            self.cache_computed(s.slot);
             if emit > 0 {
                 self.events.push(EngineEvent::Emitted { id, tokens: emit });
             }
@@ -835,7 +964,10 @@ impl Engine {
                     self.reqs[s.slot as usize] = None;
                     self.slot_of.remove(&id);
                     self.free_slots.push(s.slot);
-                    self.events.push(EngineEvent::Finished { id, output_tokens: output });
+                    self.events.push(EngineEvent::Finished {
+                        id,
+                        output_tokens: output,
+                    });
                 }
             }
         }
@@ -849,7 +981,9 @@ impl Engine {
     /// the request ends here. Returns false if `id` holds nothing, so a
     /// second release is a no-op: blocks are freed exactly once.
     pub fn release(&mut self, id: RequestId) -> bool {
-        let Some(&slot) = self.slot_of.get(&id) else { return false };
+        let Some(&slot) = self.slot_of.get(&id) else {
+            return false;
+        };
         if !self.req(slot).holding {
             return false;
         }
@@ -858,7 +992,10 @@ impl Engine {
         self.reqs[slot as usize] = None;
         self.slot_of.remove(&id);
         self.free_slots.push(slot);
-        self.events.push(EngineEvent::Finished { id, output_tokens: output });
+        self.events.push(EngineEvent::Finished {
+            id,
+            output_tokens: output,
+        });
         true
     }
 
@@ -866,9 +1003,9 @@ impl Engine {
     /// (`finished_recving`): its blocks enter the prefix cache, it continues
     /// from prompt − 1 and goes back to the head of the waiting queue.
     pub fn kv_arrived(&mut self, id: RequestId) {
-        let Some(&slot) = self.slot_of.get(&id) else { return };
-        let unit = self.config.prefix_unit.max(1);
-        let per_block = self.pool.units_per_block();
+        let Some(&slot) = self.slot_of.get(&id) else {
+            return;
+        };
         {
             let req = self.req_mut(slot);
             if req.kv != KvTransfer::Consume || req.remote_done {
@@ -878,23 +1015,69 @@ impl Engine {
             req.computed = req.tokens() - 1;
         }
         self.remote_waiting -= 1;
-        if self.config.enable_prefix_caching {
-            let req = self.reqs[slot as usize].as_mut().expect("live slot");
-            let full = (req.computed / unit).min(req.hasher.hashes.len() as u32).min(req.blocks.len() as u32 * per_block);
-            for u in req.cached_units..full {
-                let block = req.blocks[(u / per_block) as usize];
-                self.pool.cache_unit(block, u % per_block, req.hasher.hashes[u as usize]);
-            }
-            req.cached_units = req.cached_units.max(full);
-        }
+        self.cache_computed(slot);
         self.holding.push_back(slot);
+    }
+
+    /// The offload tier's blocks arrived: the request continues after them
+    /// and goes to the holding queue.
+    pub fn kv_loaded(&mut self, id: RequestId) {
+        let Some(&slot) = self.slot_of.get(&id) else {
+            return;
+        };
+        {
+            let req = self.req_mut(slot);
+            if req.loading == 0 {
+                return;
+            }
+            req.computed = req.local_hit + req.loading;
+            req.loading = 0;
+        }
+        self.remote_waiting -= 1;
+        self.cache_computed(slot);
+        self.holding.push_back(slot);
+    }
+
+    /// Registers a request's full, computed units in the prefix cache (and
+    /// stores them in the offload tier).
+    fn cache_computed(&mut self, slot: u32) {
+        let unit = self.config.prefix_unit.max(1);
+        let per_block = self.pool.units_per_block();
+        let req = self.reqs[slot as usize].as_mut().expect("live slot");
+        let full = (req.computed.min(req.tokens()) / unit)
+            .min(req.hasher.hashes.len() as u32)
+            .min(req.blocks.len() as u32 * per_block);
+        if full > req.cached_units {
+            if self.config.enable_prefix_caching {
+                for u in req.cached_units..full {
+                    let block = req.blocks[(u / per_block) as usize];
+                    self.pool
+                        .cache_unit(block, u % per_block, req.hasher.hashes[u as usize]);
+                    if let Some(tier) = &mut self.offload
+                        && (u + 1) % per_block == 0
+                    {
+                        tier.store(req.hasher.hashes[u as usize]);
+                    }
+                }
+            }
+            req.cached_units = full;
+        }
+    }
+
+    /// Blocks stored in and evicted from the offload tier so far.
+    pub fn offload_counts(&self) -> (u64, u64) {
+        self.offload
+            .as_ref()
+            .map_or((0, 0), |t| (t.stores, t.evictions))
     }
 
     /// Decode side: the transfer failed (the prefill side freed its blocks
     /// first). The request keeps its blocks, cuts back to its local prefix
     /// hit and recomputes the rest here.
     pub fn kv_failed(&mut self, id: RequestId) {
-        let Some(&slot) = self.slot_of.get(&id) else { return };
+        let Some(&slot) = self.slot_of.get(&id) else {
+            return;
+        };
         {
             let req = self.req_mut(slot);
             if req.kv != KvTransfer::Consume || req.remote_done {

@@ -4,7 +4,9 @@
 //! its own prefix hit and pulls only the rest.
 
 use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
-use pdsim_engine::{CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, KvTransfer, NewRequest, Policy};
+use pdsim_engine::{
+    CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, KvTransfer, NewRequest, Policy,
+};
 
 fn config(usable_blocks: u32) -> EngineConfig {
     EngineConfig {
@@ -20,9 +22,17 @@ fn config(usable_blocks: u32) -> EngineConfig {
         max_model_len: 4096,
         reserve_full_prompt: true,
         unhashed_blocks_to_front: true,
-        graphs: Graphs { mode: CudaGraphMode::None, sizes: vec![] },
-        dbo: Dbo { enabled: false, decode_threshold: 32, prefill_threshold: 512 },
+        graphs: Graphs {
+            mode: CudaGraphMode::None,
+            sizes: vec![],
+        },
+        dbo: Dbo {
+            enabled: false,
+            decode_threshold: 32,
+            prefill_threshold: 512,
+        },
         spec: None,
+        offload_blocks: None,
     }
 }
 
@@ -31,7 +41,15 @@ fn request(id: u32, segments: &[(u64, u32)], output: u32, kv: KvTransfer) -> New
         id: RequestId(id),
         arrival: SimTime(id as u64),
         priority: 0,
-        prompt: Prompt::new(segments.iter().map(|(id, tokens)| Segment { id: *id, tokens: *tokens }).collect()),
+        prompt: Prompt::new(
+            segments
+                .iter()
+                .map(|(id, tokens)| Segment {
+                    id: *id,
+                    tokens: *tokens,
+                })
+                .collect(),
+        ),
         max_output_tokens: output,
         kv,
     }
@@ -57,11 +75,25 @@ fn a_decode_side_prefix_hit_shrinks_the_transfer_by_exactly_the_cached_blocks() 
     // A disaggregated request sharing them: only the other 36 tokens move.
     decode.add_request(request(1, &[(7, 64), (2, 36)], 5, KvTransfer::Consume));
     let events = step(&mut decode);
-    assert_eq!(events, vec![EngineEvent::NeedsKv { id: RequestId(1), cached_tokens: 64, missing_tokens: 36 }]);
+    assert_eq!(
+        events,
+        vec![EngineEvent::NeedsKv {
+            id: RequestId(1),
+            cached_tokens: 64,
+            missing_tokens: 36
+        }]
+    );
     // Without the shared prefix, everything moves.
     decode.add_request(request(2, &[(9, 100)], 5, KvTransfer::Consume));
     let events = step(&mut decode);
-    assert_eq!(events, vec![EngineEvent::NeedsKv { id: RequestId(2), cached_tokens: 0, missing_tokens: 100 }]);
+    assert_eq!(
+        events,
+        vec![EngineEvent::NeedsKv {
+            id: RequestId(2),
+            cached_tokens: 0,
+            missing_tokens: 100
+        }]
+    );
     // Waiting for KV costs no compute: nothing was scheduled.
     assert!(decode.schedule().is_none());
     assert_eq!(decode.num_waiting_for_kv(), 2);
@@ -76,12 +108,32 @@ fn the_prefill_side_holds_its_blocks_until_released_exactly_once() {
     let mut prefill = Engine::new(config(100));
     prefill.add_request(request(0, &[(1, 64)], 1, KvTransfer::Produce));
     let events = step(&mut prefill);
-    assert!(events.contains(&EngineEvent::Held { id: RequestId(0), blocks: 4 }), "{events:?}");
-    assert!(!events.iter().any(|e| matches!(e, EngineEvent::Finished { .. })));
-    assert_eq!(prefill.pool().free(), 96, "blocks stay allocated while held");
+    assert!(
+        events.contains(&EngineEvent::Held {
+            id: RequestId(0),
+            blocks: 4
+        }),
+        "{events:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, EngineEvent::Finished { .. }))
+    );
+    assert_eq!(
+        prefill.pool().free(),
+        96,
+        "blocks stay allocated while held"
+    );
     assert!(prefill.release(RequestId(0)));
     assert_eq!(prefill.pool().free(), 100);
-    assert_eq!(prefill.drain_events().collect::<Vec<_>>(), vec![EngineEvent::Finished { id: RequestId(0), output_tokens: 1 }]);
+    assert_eq!(
+        prefill.drain_events().collect::<Vec<_>>(),
+        vec![EngineEvent::Finished {
+            id: RequestId(0),
+            output_tokens: 1
+        }]
+    );
     // A second release (a lease expiring after the read) frees nothing.
     assert!(!prefill.release(RequestId(0)));
     assert_eq!(prefill.pool().free(), 100);
@@ -89,7 +141,10 @@ fn the_prefill_side_holds_its_blocks_until_released_exactly_once() {
     // The prompt's blocks stay in the prefix cache after release.
     prefill.add_request(request(1, &[(1, 64), (2, 8)], 1, KvTransfer::Local));
     let events = step(&mut prefill);
-    assert!(events.contains(&EngineEvent::Admitted { id: RequestId(1), cached_tokens: 64 }));
+    assert!(events.contains(&EngineEvent::Admitted {
+        id: RequestId(1),
+        cached_tokens: 64
+    }));
 }
 
 #[test]
@@ -98,15 +153,30 @@ fn a_full_decode_pool_makes_requests_wait_and_then_completes_them_all() {
     // fit at once; decoding then grows each to five.
     let mut decode = Engine::new(config(10));
     for id in 0..5 {
-        decode.add_request(request(id, &[(100 + id as u64, 64)], 8, KvTransfer::Consume));
+        decode.add_request(request(
+            id,
+            &[(100 + id as u64, 64)],
+            8,
+            KvTransfer::Consume,
+        ));
     }
     let events = step(&mut decode);
     let waiting_for_kv: Vec<RequestId> = events
         .iter()
-        .filter_map(|e| if let EngineEvent::NeedsKv { id, .. } = e { Some(*id) } else { None })
+        .filter_map(|e| {
+            if let EngineEvent::NeedsKv { id, .. } = e {
+                Some(*id)
+            } else {
+                None
+            }
+        })
         .collect();
     assert_eq!(waiting_for_kv, vec![RequestId(0), RequestId(1)]);
-    assert_eq!(decode.num_waiting(), 3, "the rest wait for blocks, none dropped");
+    assert_eq!(
+        decode.num_waiting(),
+        3,
+        "the rest wait for blocks, none dropped"
+    );
     let mut finished = Vec::new();
     let mut pending = waiting_for_kv;
     for _ in 0..200 {
@@ -145,4 +215,42 @@ fn a_failed_transfer_recomputes_from_the_local_hit() {
     decode.schedule().unwrap();
     // 72 tokens, 32 of them local: the other 40 are computed here.
     assert_eq!(decode.last_schedule(), vec![(RequestId(1), 40)]);
+}
+
+#[test]
+fn offloaded_blocks_survive_hbm_eviction_and_load_on_a_later_hit() {
+    let mut c = config(8);
+    c.offload_blocks = Some(100);
+    let mut engine = Engine::new(c);
+    // A's 64-token prefix: four full blocks, cached in HBM and stored in
+    // the host tier as they fill.
+    engine.add_request(request(0, &[(7, 64), (1, 1)], 1, KvTransfer::Local));
+    while engine.has_work() {
+        step(&mut engine);
+    }
+    // B takes all eight blocks, evicting A's from HBM.
+    engine.add_request(request(1, &[(8, 120)], 1, KvTransfer::Local));
+    while engine.has_work() {
+        step(&mut engine);
+    }
+    assert!(engine.pool().evictions >= 4);
+    // C shares A's prefix: no HBM hit, 64 tokens from the tier, loaded
+    // without compute, then only the last 10 tokens are computed.
+    engine.add_request(request(2, &[(7, 64), (2, 10)], 1, KvTransfer::Local));
+    let events = step(&mut engine);
+    assert!(
+        events.contains(&EngineEvent::LoadsKv {
+            id: RequestId(2),
+            cached_tokens: 0,
+            tokens: 64
+        }),
+        "{events:?}"
+    );
+    assert!(engine.schedule().is_none(), "loading costs no compute");
+    assert_eq!(engine.external_hits_tokens, 64);
+    engine.kv_loaded(RequestId(2));
+    engine.schedule().unwrap();
+    assert_eq!(engine.last_schedule(), vec![(RequestId(2), 10)]);
+    let (stores, _) = engine.offload_counts();
+    assert!(stores >= 4 + 7);
 }

@@ -125,6 +125,12 @@ fn engine_for(case: &Case) -> Engine {
             acceptance: vec![0.7, 0.4, 0.2],
             eagle_style: k > 1,
         }),
+        // A small offload tier on a third of the cases (keyed off the
+        // first request's arrival step so the case tuple stays as it is).
+        offload_blocks: match case.requests[0].0 % 3 {
+            0 => Some(case.usable_blocks as u64 / 2),
+            _ => None,
+        },
     })
 }
 
@@ -159,6 +165,7 @@ proptest! {
         let step_limit = 200 + 50 * total_tokens;
         let mut ended = BTreeSet::new();
         let mut transfers: Vec<(u64, RequestId, bool)> = Vec::new();
+        let mut loads: Vec<(u64, RequestId)> = Vec::new();
         let mut step = 0u64;
         let mut next = 0;
         while ended.len() < pending.len() {
@@ -195,8 +202,14 @@ proptest! {
                         let delay = case.roles[id.0 as usize].1 as u64;
                         transfers.push((step + delay, id, matches!(event, EngineEvent::Held { .. })));
                     }
+                    EngineEvent::LoadsKv { id, .. } => loads.push((step + 2, id)),
                     _ => {}
                 }
+            }
+            loads.sort();
+            while loads.first().is_some_and(|l| l.0 <= step) {
+                let (_, id) = loads.remove(0);
+                engine.kv_loaded(id);
             }
             // Resolve transfers whose time has come, in a fixed order.
             transfers.sort();
@@ -215,6 +228,7 @@ proptest! {
         }
         prop_assert!(!engine.has_work());
         prop_assert!(transfers.is_empty());
+        prop_assert!(loads.is_empty());
         prop_assert_eq!(engine.pool().free(), engine.pool().usable(), "every block returned");
     }
 }

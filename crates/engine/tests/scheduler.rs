@@ -31,6 +31,7 @@ fn config() -> EngineConfig {
             prefill_threshold: 512,
         },
         spec: None,
+        offload_blocks: None,
     }
 }
 

@@ -124,17 +124,27 @@ impl RecordSink for Aggregator {
         // engine's admission and KV), transferring, and the first decode step.
         if let (Some(first), Some(scheduled)) = (r.first_token, first_scheduled) {
             let queue = scheduled.since(r.arrival).as_ns();
-            let (prefill, wait, transfer, decode) = match (r.prefill_done, r.transfer_start, r.transfer_end) {
-                (Some(done), Some(start), Some(end)) => (
-                    done.since(scheduled).as_ns(),
-                    start.since(done).as_ns(),
-                    end.since(start).as_ns(),
-                    first.since(end).as_ns(),
-                ),
-                (Some(done), _, _) => (done.since(scheduled).as_ns(), first.since(done).as_ns(), 0, 0),
-                _ => (first.since(scheduled).as_ns(), 0, 0, 0),
-            };
-            for (slot, value) in self.phase_ns.iter_mut().zip([queue, prefill, wait, transfer, decode]) {
+            let (prefill, wait, transfer, decode) =
+                match (r.prefill_done, r.transfer_start, r.transfer_end) {
+                    (Some(done), Some(start), Some(end)) => (
+                        done.since(scheduled).as_ns(),
+                        start.since(done).as_ns(),
+                        end.since(start).as_ns(),
+                        first.since(end).as_ns(),
+                    ),
+                    (Some(done), _, _) => (
+                        done.since(scheduled).as_ns(),
+                        first.since(done).as_ns(),
+                        0,
+                        0,
+                    ),
+                    _ => (first.since(scheduled).as_ns(), 0, 0, 0),
+                };
+            for (slot, value) in self
+                .phase_ns
+                .iter_mut()
+                .zip([queue, prefill, wait, transfer, decode])
+            {
                 *slot += value;
             }
         }
@@ -238,6 +248,11 @@ pub struct PrefixCache {
     pub queries_tokens: u64,
     pub hits_tokens: u64,
     pub hit_rate: f64,
+    /// Hits in the offload tier, beyond the HBM prefix cache.
+    pub external_hits_tokens: u64,
+    pub external_hit_rate: f64,
+    pub offload_stores_blocks: u64,
+    pub offload_evictions_blocks: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -305,16 +320,40 @@ impl Aggregator {
             transfer_ms: latency(&self.transfer_ns),
             ttft_share: {
                 let total: u64 = self.phase_ns.iter().sum();
-                let share = |i: usize| if total > 0 { self.phase_ns[i] as f64 / total as f64 } else { 0.0 };
-                TtftShare { queueing: share(0), prefilling: share(1), waiting: share(2), transferring: share(3), first_decode: share(4) }
+                let share = |i: usize| {
+                    if total > 0 {
+                        self.phase_ns[i] as f64 / total as f64
+                    } else {
+                        0.0
+                    }
+                };
+                TtftShare {
+                    queueing: share(0),
+                    prefilling: share(1),
+                    waiting: share(2),
+                    transferring: share(3),
+                    first_decode: share(4),
+                }
             },
             transfer_bytes: self.transfer_bytes,
             kv_hold_expired: self.kv_hold_expired,
             link_utilization_mean: {
-                let used: Vec<f64> = stats.links.iter().map(|(bytes, bw)| bytes / (bw * duration_s.max(1e-9))).collect();
-                if used.is_empty() { 0.0 } else { used.iter().sum::<f64>() / used.len() as f64 }
+                let used: Vec<f64> = stats
+                    .links
+                    .iter()
+                    .map(|(bytes, bw)| bytes / (bw * duration_s.max(1e-9)))
+                    .collect();
+                if used.is_empty() {
+                    0.0
+                } else {
+                    used.iter().sum::<f64>() / used.len() as f64
+                }
             },
-            link_utilization_max: stats.links.iter().map(|(bytes, bw)| bytes / (bw * duration_s.max(1e-9))).fold(0.0, f64::max),
+            link_utilization_max: stats
+                .links
+                .iter()
+                .map(|(bytes, bw)| bytes / (bw * duration_s.max(1e-9)))
+                .fold(0.0, f64::max),
             duration_s,
             throughput: Throughput {
                 requests_per_s: per_s(stats.completed),
@@ -331,6 +370,14 @@ impl Aggregator {
                 } else {
                     0.0
                 },
+                external_hits_tokens: sum(|c| c.external_hits_tokens),
+                external_hit_rate: if queries > 0 {
+                    sum(|c| c.external_hits_tokens) as f64 / queries as f64
+                } else {
+                    0.0
+                },
+                offload_stores_blocks: sum(|c| c.offload_stores),
+                offload_evictions_blocks: sum(|c| c.offload_evictions),
             },
             kv_usage: KvUsage {
                 mean: if busy_ns > 0 {
@@ -392,6 +439,8 @@ const CSV_HEADER: &[&str] = &[
     "transfer_ms",
     "transfer_bytes",
     "kv_hold_expired",
+    "offload_tokens",
+    "offload_load_ms",
     "outcome",
     "reason",
 ];
@@ -451,7 +500,9 @@ impl<W: Write> RecordSink for CsvSink<W> {
             r.pool.to_string(),
             r.pod.to_string(),
             r.rank.to_string(),
-            r.prefill.map(|(pool, pod, rank)| format!("{pool}/{pod}/{rank}")).unwrap_or_default(),
+            r.prefill
+                .map(|(pool, pod, rank)| format!("{pool}/{pod}/{rank}"))
+                .unwrap_or_default(),
             opt_ms(r.prefill_scheduled),
             opt_ms(r.prefill_done),
             r.prefill_cached_tokens.to_string(),
@@ -463,6 +514,11 @@ impl<W: Write> RecordSink for CsvSink<W> {
             },
             r.transfer_bytes.to_string(),
             u8::from(r.kv_hold_expired).to_string(),
+            r.offload_tokens.to_string(),
+            match (r.offload_load_start, r.offload_load_end) {
+                (Some(s), Some(e)) => ms(e.since(s).as_ns()),
+                _ => String::new(),
+            },
             r.outcome.as_str().to_string(),
             r.reason.to_string(),
         ];
@@ -548,8 +604,9 @@ pub fn render_text(summary: &Summary) -> String {
         t.output_tokens_per_s_per_gpu
     ));
     out.push_str(&format!(
-        "prefix cache: {:.1}% of prompt tokens hit; KV usage mean {:.1}%, peak {:.1}%; {} preemptions\n",
+        "prefix cache: {:.1}% of prompt tokens hit in HBM, {:.1}% in the offload tier; KV usage mean {:.1}%, peak {:.1}%; {} preemptions\n",
         summary.prefix_cache.hit_rate * 100.0,
+        summary.prefix_cache.external_hit_rate * 100.0,
         summary.kv_usage.mean * 100.0,
         summary.kv_usage.peak * 100.0,
         summary.preemptions
