@@ -87,13 +87,22 @@ fn unsupported_features_are_refused_by_name() {
         .err()
         .expect("refused");
     assert_eq!(err.path, "router");
-    let with_offload =
-        format!("{DEPLOYMENT}offload:\n  tiers: [{{tier: cpu_dram, bytes: 1000000}}]\n");
-    let report = bundle(&with_offload);
-    let err = build(&report.deployments[0], report.scenario.as_ref().unwrap())
-        .err()
-        .expect("refused");
-    assert_eq!(err.path, "offload");
+    // Host-memory offload with LRU runs; ARC eviction and LMCache are
+    // refused by key.
+    let offload = "offload:\n  tiers: [{tier: cpu_dram, bytes: 1000000000}]\n";
+    let report = bundle(&format!("{DEPLOYMENT}{offload}"));
+    assert!(build(&report.deployments[0], report.scenario.as_ref().unwrap()).is_ok());
+    for (extra, path) in [
+        ("  eviction_policy: arc\n", "offload.eviction_policy"),
+        ("  connector: LMCacheConnectorV1\n", "offload.connector"),
+        ("  prefetch_depth: 2\n", "offload.prefetch_depth"),
+    ] {
+        let report = bundle(&format!("{DEPLOYMENT}{offload}{extra}"));
+        let err = build(&report.deployments[0], report.scenario.as_ref().unwrap())
+            .err()
+            .expect("refused");
+        assert_eq!(err.path, path);
+    }
 }
 
 #[test]
