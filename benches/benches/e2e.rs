@@ -1,8 +1,18 @@
-//! End-to-end speed: 100,000 synthetic chat requests (the catalog's
-//! `chatbot` shape, 256 tokens in and out on average) at 400 requests per
-//! second through 32 colocated Llama-3.1-8B engines on four H200 nodes.
-//! Prints simulated requests per wall-second and the process's peak
-//! resident memory. Run with `cargo bench -p pdsim-benches --bench e2e`.
+//! End-to-end speed, two cases on four H200 nodes of eight GPUs, each run in
+//! its own process so peak memory is its own:
+//!
+//! - `colocated`: 100,000 synthetic chat requests (the catalog's `chatbot`
+//!   shape, 256 tokens in and out on average) at 400 requests per second
+//!   through 32 colocated Llama-3.1-8B engines;
+//! - `1p3d`: 100,000 of the same requests at 40 requests per second through
+//!   the bundled 1P3D DeepSeek-V3 layout (one prefill node, three decode
+//!   nodes, expert parallelism, KV moving over the fabric, a host-memory
+//!   offload tier).
+//!
+//! Prints simulated requests per wall-second and peak resident memory.
+//! Run with `cargo bench -p pdsim-benches --bench e2e`; `PDSIM_BENCH_CASE`
+//! picks one case, `PDSIM_BENCH_REQUESTS` and `PDSIM_BENCH_RATE` change the
+//! size and load.
 
 use pdsim_cluster::{build, run};
 use pdsim_report::{Aggregator, RunInfo};
@@ -17,15 +27,32 @@ fn peak_rss_kib() -> Option<u64> {
 }
 
 fn main() {
+    let Ok(case) = std::env::var("PDSIM_BENCH_CASE") else {
+        // Run each case in a child process so each reports its own peak.
+        let exe = std::env::current_exe().expect("the bench binary");
+        for case in ["colocated", "1p3d"] {
+            let status = std::process::Command::new(&exe)
+                .env("PDSIM_BENCH_CASE", case)
+                .status()
+                .expect("the bench runs");
+            assert!(status.success(), "case {case} failed");
+        }
+        return;
+    };
     let requests: u64 = std::env::var("PDSIM_BENCH_REQUESTS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
+    let default_rate = if case == "1p3d" { 40.0 } else { 400.0 };
     let rate: f64 = std::env::var("PDSIM_BENCH_RATE")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(400.0);
-    let files = pdsim_benches::e2e_bundle();
+        .unwrap_or(default_rate);
+    let files = if case == "1p3d" {
+        pdsim_benches::pd_bundle()
+    } else {
+        pdsim_benches::e2e_bundle()
+    };
     let report = validate(&Request {
         files: &files,
         catalog_dirs: vec![],
@@ -51,30 +78,33 @@ fn main() {
             trace: format!("chatbot at {rate} req/s"),
             seed: 1,
             router: stats.router.to_string(),
-            engines: 32,
+            engines: cluster.pools.iter().map(|p| p.pods as u64).sum(),
             gpus: 32,
         },
     );
     let steps: u64 = stats.cores.iter().map(|c| c.steps).sum();
     println!(
-        "e2e: {requests} requests, {} completed, {:.1} s simulated, {steps} engine steps, {} events in {wall:.3} s wall",
+        "e2e [{case}]: {requests} requests, {} completed, {:.1} s simulated, {steps} engine steps, {} events in {wall:.3} s wall",
         stats.completed, summary.duration_s, stats.events
     );
     println!(
-        "e2e: {:.0} simulated requests per wall-second, {:.0} steps per wall-second, {:.0} output tokens per wall-second",
+        "e2e [{case}]: {:.0} simulated requests per wall-second, {:.0} steps per wall-second, {:.0} output tokens per wall-second",
         requests as f64 / wall,
         steps as f64 / wall,
         summary.requests.output_tokens as f64 / wall
     );
     println!(
-        "e2e: TTFT p50 {:.1} ms p99 {:.1} ms, TPOT p50 {:.2} ms, KV usage mean {:.1}%",
+        "e2e [{case}]: TTFT p50 {:.1} ms p99 {:.1} ms, TPOT p50 {:.2} ms, KV usage mean {:.1}%",
         summary.ttft_ms.p50,
         summary.ttft_ms.p99,
         summary.tpot_ms.p50,
         summary.kv_usage.mean * 100.0
     );
     match peak_rss_kib() {
-        Some(kib) => println!("e2e: peak resident memory {:.1} MiB", kib as f64 / 1024.0),
+        Some(kib) => println!(
+            "e2e [{case}]: peak resident memory {:.1} MiB",
+            kib as f64 / 1024.0
+        ),
         None => println!("e2e: peak resident memory unavailable (no /proc)"),
     }
 }

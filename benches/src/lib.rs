@@ -30,3 +30,15 @@ pub fn e2e_bundle() -> MemoryFiles {
             "kind: Deployment\nname: bench-32x-tp1\npools:\n  - role: colocated\n    nodes: 4\n    parallel: {tp: 1, pp: 1, dp: 1}\n",
         )
 }
+
+/// The bundled 1P3D layout (`deployments/1p3d-ep8.yaml`, DeepSeek-V3 on four
+/// H200 nodes) with the catalog's chatbot shape: the P/D speed case.
+pub fn pd_bundle() -> MemoryFiles {
+    MemoryFiles::new()
+        .with(
+            "s.yaml",
+            &include_str!("../../scenarios/4x8-h200.yaml")
+                .replace("shape: summarization", "shape: chatbot"),
+        )
+        .with("d.yaml", include_str!("../../deployments/1p3d-ep8.yaml"))
+}

@@ -142,3 +142,66 @@ fn speculative_acceptance_defaults_per_method_and_scenario_overrides() {
     // more often than an earlier one.
     assert_eq!(spec.acceptance, vec![0.9, 0.9, 0.16]);
 }
+
+const H200: &str = include_str!("../../../scenarios/4x8-h200.yaml");
+const P1D3: &str = include_str!("../../../deployments/1p3d-ep8.yaml");
+
+fn pd_bundle() -> pdsim_spec::validate::Report {
+    let files = MemoryFiles::new().with("s.yaml", H200).with("d.yaml", P1D3);
+    validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    })
+}
+
+#[test]
+fn pd_transfers_exactly_the_blocks_the_decode_side_lacks() {
+    let report = pd_bundle();
+    assert!(report.valid, "{:#?}", report.problems);
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    let decode = &cluster.pools[1];
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut trace(300), 3, true, &mut sink).unwrap();
+    assert_eq!(stats.completed, 300);
+    let mut saw_hit = false;
+    for r in &sink.records {
+        assert!(
+            r.prefill.is_some() && r.prefill_done.is_some() && r.transfer_end.is_some(),
+            "{r:?}"
+        );
+        // Every missing token moves, on every GPU of the decode rank; a
+        // decode-side prefix hit takes exactly its tokens off the bill.
+        let missing = (r.prompt_tokens - r.cached_tokens) as f64;
+        let expected =
+            (missing * decode.kv_bytes_per_token_gpu * decode.world as f64).round() as u64;
+        assert_eq!(r.transfer_bytes, expected, "{r:?}");
+        saw_hit |= r.cached_tokens > 0;
+        // The client's first token comes from decode, after the transfer.
+        assert!(r.first_token.unwrap() >= r.transfer_end.unwrap());
+    }
+    assert!(
+        saw_hit,
+        "the bundled trace's shared prompts hit on the decode side"
+    );
+}
+
+#[test]
+fn an_expired_prefill_hold_frees_once_and_the_decode_side_recomputes() {
+    let report = pd_bundle();
+    let mut cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    // Holds expire long before the decode side can start reading.
+    cluster.kv_hold_timeout = pdsim_core::SimDuration(1);
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut trace(100), 3, true, &mut sink).unwrap();
+    assert_eq!(stats.completed, 100, "nothing lost");
+    assert_eq!(stats.kv_hold_expiries, 100);
+    for r in &sink.records {
+        assert!(
+            r.kv_hold_expired && r.transfer_start.is_none() && r.transfer_bytes == 0,
+            "{r:?}"
+        );
+        assert!(r.first_token.is_some());
+    }
+}

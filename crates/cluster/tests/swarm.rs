@@ -25,7 +25,7 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
         &["llama-3.1-8b", "qwen3-14b", "qwen3-30b-a3b", "mixtral-8x7b"],
     );
     let chip = pick(&mut rng, &["h100", "h200", "b200"]);
-    let nodes = 1 + rng.below(2);
+    let nodes = 1 + rng.below(3);
     let tp = [1, 2, 4][rng.below(3) as usize];
     let policy = pick(&mut rng, &["fcfs", "priority"]);
     let batched = [256, 2048, 8192][rng.below(3) as usize];
@@ -41,20 +41,40 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     let shape = pick(&mut rng, &["chatbot", "summarization"]);
     let scenario = format!(
         "kind: Scenario\nname: swarm\nmodel: {model}\ncoefficients: [cost-model-host-overheads]\nengine_version: \"0.31.0\"\n\
-         workload: {{shape: {shape}}}\ncluster: {{hardware: {chip}, fabric: ib-400g, nodes: {nodes}, gpus_per_node: 8}}\n"
+         workload: {{shape: {shape}}}\ncluster: {{hardware: {chip}, fabric: ib-400g, nodes: {nodes}, gpus_per_node: 8, storage: [cpu_dram]}}\n"
     );
-    let deployment = format!(
-        "kind: Deployment\nname: swarm-{seed}\npools:\n  - role: colocated\n    nodes: {nodes}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n    engine:\n      \
-         scheduling_policy: {policy}\n      max_num_batched_tokens: {batched}\n      max_num_seqs: {seqs}\n      \
+    let engine = format!(
+        "    engine:\n      scheduling_policy: {policy}\n      max_num_batched_tokens: {batched}\n      max_num_seqs: {seqs}\n      \
          gpu_memory_utilization: {util}\n      enable_prefix_caching: {caching}\n      long_prefill_token_threshold: {long_cap}\n      \
          max_model_len: 16384{spec}\n"
     );
+    // A small host-memory tier on a third of the draws, so HBM evictions
+    // reload from it.
+    let offload = if rng.below(3) == 0 {
+        "offload:\n  tiers: [{tier: cpu_dram, bytes: 4000000000}]\n"
+    } else {
+        ""
+    };
+    let pools = if nodes >= 2 && rng.below(2) == 0 {
+        let prefill = 1 + rng.below(nodes - 1);
+        let decode_tp = [1, 2][rng.below(2) as usize];
+        format!(
+            "  - role: prefill\n    nodes: {prefill}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n{engine}\
+             \x20 - role: decode\n    nodes: {}\n    parallel: {{tp: {decode_tp}, pp: 1, dp: 1}}\n{engine}pd_transfer: {{connector: NixlConnector}}\n",
+            nodes - prefill
+        )
+    } else {
+        format!(
+            "  - role: colocated\n    nodes: {nodes}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n{engine}"
+        )
+    };
+    let deployment = format!("kind: Deployment\nname: swarm-{seed}\npools:\n{pools}{offload}");
     let requests = 50 + rng.below(250);
     let rate = [5.0, 50.0, 500.0][rng.below(3) as usize];
     (scenario, deployment, requests, rate)
 }
 
-fn run_seed(seed: u64) -> bool {
+fn run_seed(seed: u64) -> Option<bool> {
     let (scenario, deployment, requests, rate) = draw(seed);
     let context = format!(
         "replay with PDSIM_SWARM_SEED={seed}\n--- scenario\n{scenario}--- deployment\n{deployment}"
@@ -72,7 +92,7 @@ fn run_seed(seed: u64) -> bool {
         // Some draws do not fit (weights beyond memory at low utilization):
         // the validator must say why, with an error, and that is all.
         assert!(report.problems.has_errors(), "{context}");
-        return false;
+        return None;
     }
     let resolved = report.scenario.as_ref().expect("scenario");
     let cluster =
@@ -110,7 +130,7 @@ fn run_seed(seed: u64) -> bool {
         results[0] == results[1],
         "two runs of one seed differ\n{context}"
     );
-    true
+    Some(deployment.contains("role: prefill"))
 }
 
 #[test]
@@ -123,14 +143,22 @@ fn swarm() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(12);
-    let mut ran = 0;
+    let (mut ran, mut disaggregated) = (0, 0);
     for seed in first..first + runs {
         eprintln!("swarm seed {seed}");
-        ran += u64::from(run_seed(seed));
+        if let Some(pd) = run_seed(seed) {
+            ran += 1;
+            disaggregated += u64::from(pd);
+        }
     }
-    // Most draws must be runnable, or the swarm tests nothing.
+    // Most draws must be runnable, and P/D must be among them, or the swarm
+    // tests less than it claims.
     assert!(
         ran * 2 >= runs,
         "only {ran} of {runs} seeds drew a runnable bundle"
+    );
+    assert!(
+        runs < 12 || disaggregated > 0,
+        "no P/D deployment among {ran} runnable draws"
     );
 }
