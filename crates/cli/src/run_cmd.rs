@@ -6,7 +6,7 @@
 
 use crate::disk::DiskFiles;
 use pdsim_cluster::{build, run};
-use pdsim_report::{Aggregator, CsvSink, RunInfo, Tee, render_text};
+use pdsim_report::{Aggregator, CsvSink, LinkCsvSink, RunInfo, Tee, render_text};
 use pdsim_spec::files::{FileKind, Files, ReadError};
 use pdsim_spec::validate::{Request, validate};
 use pdsim_workload::{RequestSpec, Synthetic, TraceError, TraceReader};
@@ -202,12 +202,26 @@ pub fn run_command(args: &Args) -> ExitCode {
             );
         }
     };
+    let links_file = match std::fs::File::create(staging.join("links.csv")) {
+        Ok(f) => f,
+        Err(e) => {
+            return fail(
+                2,
+                format!("cannot write {}: {e}", staging.join("links.csv").display()),
+            );
+        }
+    };
     let mut csv = CsvSink::new(std::io::BufWriter::new(csv_file));
+    let mut links = LinkCsvSink::new(std::io::BufWriter::new(links_file));
     let mut aggregator = Aggregator::default();
     let result = {
+        let mut files = Tee {
+            first: &mut csv,
+            second: &mut links,
+        };
         let mut tee = Tee {
             first: &mut aggregator,
-            second: &mut csv,
+            second: &mut files,
         };
         run(&cluster, &mut source, args.seed, args.check, &mut tee)
     };
@@ -226,6 +240,10 @@ pub fn run_command(args: &Args) -> ExitCode {
     if let Err(e) = csv.finish() {
         let _ = std::fs::remove_dir_all(&staging);
         return fail(2, format!("writing requests.csv failed: {e}"));
+    }
+    if let Err(e) = links.finish() {
+        let _ = std::fs::remove_dir_all(&staging);
+        return fail(2, format!("writing links.csv failed: {e}"));
     }
     let engines: u64 = cluster.pools.iter().map(|p| p.pods as u64).sum();
     let gpus: u64 = bundle

@@ -38,6 +38,11 @@ pub struct Network {
     free: Vec<u32>,
     active: u32,
     updated: SimTime,
+    /// Bytes each link carried in the current window, and finished windows
+    /// waiting to be handed out as (window, link, bytes).
+    window: u64,
+    window_bytes: Vec<f64>,
+    pub finished_windows: Vec<(u64, u32, f64)>,
     /// Bumped at every change; a completion event carries it, and a stale
     /// one is ignored.
     pub generation: u64,
@@ -46,6 +51,9 @@ pub struct Network {
 /// Bytes within which a flow counts as done (rounding of rates × time).
 const DONE_BYTES: f64 = 1.0;
 
+/// The width of one utilisation window.
+pub const WINDOW_NS: u64 = 1_000_000_000;
+
 impl Network {
     /// Adds a link of `bytes_per_s`; returns its index.
     pub fn add_link(&mut self, bytes_per_s: f64) -> u32 {
@@ -53,13 +61,27 @@ impl Network {
             bytes_per_s: bytes_per_s.max(1.0),
             carried: 0.0,
         });
+        self.window_bytes.push(0.0);
         (self.links.len() - 1) as u32
     }
 
     /// Moves every flow forward to `now` at its current rate.
     fn advance(&mut self, now: SimTime) {
+        // Split the interval at window boundaries so each window's bytes are
+        // exact; rates are constant in between.
+        while now.as_ns() >= (self.window + 1) * WINDOW_NS {
+            let boundary = SimTime((self.window + 1) * WINDOW_NS);
+            if boundary > self.updated {
+                self.advance_within(boundary);
+            }
+            self.close_window();
+        }
+        self.advance_within(now);
+    }
+
+    fn advance_within(&mut self, now: SimTime) {
         let dt = now.since(self.updated).as_ns() as f64 * 1e-9;
-        self.updated = now;
+        self.updated = now.max(self.updated);
         if dt <= 0.0 {
             return;
         }
@@ -68,8 +90,31 @@ impl Network {
             flow.remaining -= moved;
             for link in flow.links {
                 self.links[link as usize].carried += moved;
+                self.window_bytes[link as usize] += moved;
             }
         }
+    }
+
+    fn close_window(&mut self) {
+        for (link, bytes) in self.window_bytes.iter_mut().enumerate() {
+            if *bytes > 0.0 {
+                self.finished_windows
+                    .push((self.window, link as u32, *bytes));
+                *bytes = 0.0;
+            }
+        }
+        self.window += 1;
+    }
+
+    /// Closes the current window at the end of a run.
+    pub fn flush(&mut self, now: SimTime) {
+        self.advance(now);
+        self.close_window();
+    }
+
+    /// The capacity of a link in bytes per second.
+    pub fn capacity(&self, link: u32) -> f64 {
+        self.links[link as usize].bytes_per_s
     }
 
     /// Max-min fair rates by progressive filling: repeatedly find the link
@@ -254,5 +299,30 @@ mod tests {
                 .all(|(_, t)| (*t as i64 - 1_000_000_000).abs() <= 10),
             "{finished:?}"
         );
+    }
+
+    #[test]
+    fn utilisation_windows_split_bytes_at_second_boundaries() {
+        let mut net = Network::default();
+        let (a, b) = (net.add_link(1e9), net.add_link(2e9));
+        // 2.5 GB at 1 GB/s: full first and second seconds, half the third.
+        net.start(SimTime::ZERO, [a, b], 2.5e9, 0);
+        let end = net.next_completion().unwrap();
+        net.finish_due(end, &mut Vec::new());
+        net.flush(end);
+        let on_a: Vec<(u64, f64)> = net
+            .finished_windows
+            .iter()
+            .filter(|w| w.1 == a)
+            .map(|w| (w.0, w.2))
+            .collect();
+        assert_eq!(on_a.len(), 3);
+        assert!(
+            (on_a[0].1 - 1e9).abs() < 2.0 && (on_a[1].1 - 1e9).abs() < 2.0,
+            "{on_a:?}"
+        );
+        assert!((on_a[2].1 - 0.5e9).abs() < 2.0, "{on_a:?}");
+        // The same bytes on the 2 GB/s link are half its capacity.
+        assert_eq!(net.capacity(b), 2e9);
     }
 }

@@ -15,5 +15,5 @@ mod records;
 mod sim;
 
 pub use build::{BuildError, Cluster, PoolRuntime, build, default_acceptance};
-pub use records::{MemorySink, Outcome, RecordSink, RequestRecord};
+pub use records::{LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord};
 pub use sim::{CoreStats, RunError, RunStats, run};

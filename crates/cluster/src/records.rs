@@ -76,6 +76,24 @@ pub trait RecordSink {
     /// A request got `tokens` more output tokens `gap` after its previous
     /// ones (not called for the first token).
     fn emission(&mut self, gap_ns: u64, tokens: u32);
+    /// A link's utilisation over one window of [`LINK_WINDOW_NS`]: which
+    /// GPU it belongs to, what kind it is, and the share of its capacity
+    /// used. Windows come in time order; idle links are left out.
+    fn link_window(&mut self, _window: LinkWindow) {}
+}
+
+/// The width of one link-utilisation window.
+pub const LINK_WINDOW_NS: u64 = crate::fabric::WINDOW_NS;
+
+/// One link's use over one window.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LinkWindow {
+    pub window_start: SimTime,
+    pub gpu: u32,
+    /// `nic-out`, `nic-in`, `intra-out`, `intra-in`, `offload-read`, `host-in`.
+    pub kind: &'static str,
+    pub bytes: f64,
+    pub utilization: f64,
 }
 
 /// A sink that keeps every record in memory, for tests.

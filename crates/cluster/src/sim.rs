@@ -18,7 +18,7 @@
 
 use crate::build::Cluster;
 use crate::fabric::Network;
-use crate::records::{Outcome, RecordSink, RequestRecord};
+use crate::records::{LinkWindow, Outcome, RecordSink, RequestRecord};
 use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
 use pdsim_cost::StepCost;
 use pdsim_engine::{Engine, EngineEvent, KvTransfer, NewRequest};
@@ -244,11 +244,16 @@ pub fn run(
             Event::NetworkTick { generation } => sim.network_tick(generation, sink),
             Event::HoldExpiry { id } => sim.hold_expiry(id, sink),
         }
+        if !sim.network.finished_windows.is_empty() {
+            sim.drain_windows(sink);
+        }
     }
     // Anything still in flight could not make progress: abort it, counted.
     for id in sim.in_flight.ids() {
         sim.finish(id, Outcome::Aborted, "engine-stalled", sink);
     }
+    sim.network.flush(sim.now);
+    sim.drain_windows(sink);
     sim.stats.end = sim.now;
     sim.stats.links = sim
         .network
@@ -809,6 +814,28 @@ impl<'a> Sim<'a> {
                 .start(self.now, [links[4], links[5]], per_gpu, (id.0 << 1) | 1);
         }
         self.schedule_tick();
+    }
+
+    /// Hands finished link windows to the sink.
+    fn drain_windows(&mut self, sink: &mut dyn RecordSink) {
+        const KINDS: [&str; 6] = [
+            "nic-out",
+            "nic-in",
+            "intra-out",
+            "intra-in",
+            "offload-read",
+            "host-in",
+        ];
+        for (window, link, bytes) in std::mem::take(&mut self.network.finished_windows) {
+            let seconds = crate::fabric::WINDOW_NS as f64 * 1e-9;
+            sink.link_window(LinkWindow {
+                window_start: SimTime(window * crate::fabric::WINDOW_NS),
+                gpu: link / 6,
+                kind: KINDS[(link % 6) as usize],
+                bytes,
+                utilization: bytes / (self.network.capacity(link) * seconds),
+            });
+        }
     }
 
     fn schedule_tick(&mut self) {

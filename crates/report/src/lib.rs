@@ -545,6 +545,56 @@ impl RecordSink for Tee<'_> {
         self.first.emission(gap_ns, tokens);
         self.second.emission(gap_ns, tokens);
     }
+    fn link_window(&mut self, window: pdsim_cluster::LinkWindow) {
+        self.first.link_window(window);
+        self.second.link_window(window);
+    }
+}
+
+/// Writes `links.csv`: each link's utilisation per one-second window, as
+/// windows close, for the links KV transfers and offload loads used.
+pub struct LinkCsvSink<W: Write> {
+    writer: csv::Writer<W>,
+    error: Option<String>,
+}
+
+impl<W: Write> LinkCsvSink<W> {
+    pub fn new(out: W) -> LinkCsvSink<W> {
+        let mut writer = csv::Writer::from_writer(out);
+        let error = writer
+            .write_record(["window_start_s", "gpu", "link", "bytes", "utilization"])
+            .err()
+            .map(|e| e.to_string());
+        LinkCsvSink { writer, error }
+    }
+
+    pub fn finish(mut self) -> Result<W, String> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.writer.flush().map_err(|e| e.to_string())?;
+        self.writer.into_inner().map_err(|e| e.to_string())
+    }
+}
+
+impl<W: Write> RecordSink for LinkCsvSink<W> {
+    fn record(&mut self, _r: &RequestRecord) {}
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+    fn link_window(&mut self, w: pdsim_cluster::LinkWindow) {
+        if self.error.is_some() {
+            return;
+        }
+        let row = [
+            format!("{}", w.window_start.as_ns() / 1_000_000_000),
+            w.gpu.to_string(),
+            w.kind.to_string(),
+            format!("{:.0}", w.bytes),
+            format!("{:.6}", w.utilization),
+        ];
+        if let Err(e) = self.writer.write_record(&row) {
+            self.error = Some(e.to_string());
+        }
+    }
 }
 
 /// The text summary printed after a run.
