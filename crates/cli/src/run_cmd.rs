@@ -112,12 +112,13 @@ pub fn run_command(args: &Args) -> ExitCode {
         .deployment
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DEPLOYMENT));
-    let report = validate(&Request {
+    let mut report = validate(&Request {
         files: &files,
         catalog_dirs: args.catalog.clone(),
         scenario: Some(scenario_path.clone()),
         documents: vec![deployment_path.clone()],
     });
+    crate::validate_cmd::add_router_problems(&files, &mut report);
     for problem in &report.problems {
         eprintln!("{problem}");
     }

@@ -41,7 +41,8 @@ pub fn run(args: &Args) -> ExitCode {
         scenario: args.scenario.clone(),
         documents: args.files.clone(),
     };
-    let report = validate(&request);
+    let mut report = validate(&request);
+    add_router_problems(&files, &mut report);
     let output = match args.format {
         Format::Json => {
             let resolution = args
@@ -204,4 +205,32 @@ fn render_pool(text: &mut String, pool: &PoolResolution) {
         grouped(kv.max_model_len),
         kv.max_model_len_origin,
     );
+}
+
+/// Runs the router's checks (the `pdsim-router` crate) on every deployment
+/// that names router inputs, adding their problems to the report.
+pub fn add_router_problems(
+    files: &dyn pdsim_spec::files::Files,
+    report: &mut pdsim_spec::validate::Report,
+) {
+    let mut found = Vec::new();
+    for (file, deployment) in &report.loaded {
+        if let Some(router) = &deployment.router
+            && let Err(problems) = pdsim_router::check_router_inputs(files, file, Some(router))
+        {
+            found.extend(problems);
+        }
+    }
+    if found.is_empty() {
+        return;
+    }
+    let failed: Vec<String> = found.iter().map(|p| p.file.clone()).collect();
+    for problem in found {
+        report.problems.push(problem);
+    }
+    report.problems.sort();
+    report.valid = !report.problems.has_errors();
+    report
+        .deployments
+        .retain(|d| !failed.iter().any(|f| f == &d.source.file));
 }

@@ -386,3 +386,51 @@ fn a_bad_trace_row_fails_the_run_without_results() {
     ]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn validate_loads_the_router_files_and_names_what_it_refuses() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("router-case");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("epp.yaml"),
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: warp-drive-scorer\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 1, speed: 9}\n",
+    )
+    .unwrap();
+    let deployment = std::fs::read_to_string(root().join("deployments/colocated-tp8.yaml"))
+        .unwrap()
+        + "router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [--pool-name=p, --kv-cache-usage-percentage-metric=x]\n";
+    std::fs::write(dir.join("d.yaml"), deployment).unwrap();
+    let (code, stdout, _) = pdsim(&[
+        "validate",
+        "--format",
+        "json",
+        "--scenario",
+        H200,
+        &dir.join("d.yaml").to_string_lossy(),
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    let value: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let found: Vec<(String, String)> = value["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["code"].as_str().unwrap().to_string(),
+                p["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for expected in [
+        ("epp-plugin-unknown", "plugins[1].type"),
+        ("epp-plugin-parameter", "plugins[2].parameters.speed"),
+        ("epp-flag-rejected", "router.epp_flags[1]"),
+    ] {
+        assert!(
+            found
+                .iter()
+                .any(|(c, p)| c == expected.0 && p == expected.1),
+            "{expected:?} not in {found:?}"
+        );
+    }
+}

@@ -54,6 +54,10 @@ pub struct Report {
     /// Resolutions of the deployments whose rules ran.
     #[serde(skip)]
     pub resolutions: Vec<Resolution>,
+    /// Every deployment that loaded, valid or not, with its file: the
+    /// router's checks (another crate) run on these.
+    #[serde(skip)]
+    pub loaded: Vec<(String, Deployment)>,
 }
 
 fn read(
@@ -152,6 +156,7 @@ pub fn validate(request: &Request<'_>) -> Report {
 
     let mut deployments = Vec::new();
     let mut resolutions = Vec::new();
+    let mut loaded = Vec::new();
     for source in &deployment_sources {
         let doc = match load::<Deployment>(source) {
             Ok(doc) => doc,
@@ -160,6 +165,7 @@ pub fn validate(request: &Request<'_>) -> Report {
                 continue;
             }
         };
+        loaded.push((source.file.clone(), doc.clone()));
         let mut found = deployment::check(source, &doc, files);
         if scenario_source.is_none() {
             found.push(source.warning(
@@ -240,5 +246,6 @@ pub fn validate(request: &Request<'_>) -> Report {
         scenario: resolved_scenario,
         deployments,
         resolutions,
+        loaded,
     }
 }

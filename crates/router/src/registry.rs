@@ -1,0 +1,175 @@
+//! The plugin types the EPP registers (llm-d-router `cmd/epp/runner/runner.go`,
+//! `registerInTreePlugins`; `research/epp.md` §3), with their parameters as
+//! the strict decoder accepts them, their stability, and whether pdsim
+//! simulates them yet.
+
+/// What a plugin does in the scheduling cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    ProfileHandler,
+    Decider,
+    Filter,
+    Scorer,
+    Picker,
+    Producer,
+    DataLayer,
+    Parser,
+    Admission,
+    Saturation,
+    FlowControl,
+    Other,
+}
+
+/// A registered plugin type.
+#[derive(Clone, Copy, Debug)]
+pub struct PluginType {
+    pub name: &'static str,
+    pub role: Role,
+    /// Parameter keys the strict decoder accepts; `None` when the schema was
+    /// not read (the type is then refused before its parameters matter).
+    pub params: Option<&'static [&'static str]>,
+    /// Alpha types load only with `--allow-experimental-plugins`.
+    pub alpha: bool,
+    /// A deprecated alias and what replaces it.
+    pub deprecated: Option<&'static str>,
+    /// Why pdsim does not run this type yet; `None` when it does.
+    pub not_simulated: Option<&'static str>,
+}
+
+const NOT_YET: &str = "its scheduling behaviour is not simulated yet";
+const EXTERNAL: &str = "it needs a service outside the cluster model (tokenizer, latency predictor, KV-event stream or metrics endpoint)";
+
+macro_rules! plugins {
+    ($( $name:literal => $role:ident, $params:expr, $alpha:literal, $dep:expr, $sim:expr; )*) => {
+        &[$( PluginType { name: $name, role: Role::$role, params: $params, alpha: $alpha, deprecated: $dep, not_simulated: $sim } ),*]
+    };
+}
+
+pub const PLUGINS: &[PluginType] = plugins! {
+    // Profile handlers (§3.1).
+    "single-profile-handler" => ProfileHandler, Some(&[]), false, None, None;
+    "disagg-profile-handler" => ProfileHandler, Some(&["profiles", "deciders", "decodeProfile", "prefillProfile", "encodeProfile", "prefillDeciderPluginName", "encodeDeciderPluginName", "deciderPluginName"]), false, None, None;
+    "pd-profile-handler" => ProfileHandler, Some(&["decodeProfile", "prefillProfile", "prefixPluginType", "prefixPluginName", "primaryPort", "deciderPluginName"]), false, Some("disagg-profile-handler"), Some(NOT_YET);
+    "data-parallel-profile-handler" => ProfileHandler, Some(&["primaryPort"]), false, None, Some(NOT_YET);
+    "header-profile-handler" => ProfileHandler, None, true, None, Some(NOT_YET);
+    // Deciders (§3.2).
+    "prefix-based-pd-decider" => Decider, Some(&["nonCachedTokens", "promptTokens"]), false, None, None;
+    "always-disagg-pd-decider" => Decider, Some(&[]), false, None, None;
+    "always-disagg-multimodal-decider" => Decider, Some(&[]), false, None, Some("pdsim's workloads carry no multimodal content to decide on");
+    // Filters (§3.3).
+    "decode-filter" => Filter, Some(&[]), false, None, None;
+    "prefill-filter" => Filter, Some(&[]), false, None, None;
+    "encode-filter" => Filter, Some(&[]), false, None, Some("pdsim has no encode pools");
+    "label-selector-filter" => Filter, Some(&["matchLabels", "matchExpressions"]), false, None, Some(NOT_YET);
+    "by-label-selector" => Filter, Some(&["matchLabels", "matchExpressions"]), false, Some("label-selector-filter"), Some(NOT_YET);
+    "by-label" => Filter, Some(&["label", "validValues", "allowsNoLabel"]), false, Some("label-selector-filter"), Some(NOT_YET);
+    "prefix-cache-affinity-filter" => Filter, Some(&["affinityThreshold", "explorationProbability", "maxTTFTPenaltyMs", "ttftSource", "peakPrefillThroughput", "prefixMatchInfoProducerName", "inFlightLoadProducerName"]), false, None, Some(NOT_YET);
+    "context-length-aware" => Filter, Some(&["label", "enableFiltering"]), false, None, Some(NOT_YET);
+    "slo-headroom-tier-filter" => Filter, None, false, None, Some(EXTERNAL);
+    "session-affinity-filter" => Filter, None, true, None, Some(NOT_YET);
+    "endpoint-attribute-filter" => Filter, None, true, None, Some(NOT_YET);
+    "topology-affinity-filter" => Filter, None, true, None, Some(NOT_YET);
+    "utilization-filter" => Filter, None, true, None, Some(NOT_YET);
+    // Scorers (§3.4).
+    "queue-scorer" => Scorer, Some(&[]), false, None, None;
+    "running-requests-size-scorer" => Scorer, Some(&[]), false, None, None;
+    "kv-cache-utilization-scorer" => Scorer, Some(&[]), false, None, None;
+    "load-aware-scorer" => Scorer, Some(&["threshold"]), false, None, None;
+    "prefix-cache-scorer" => Scorer, Some(&["matchLengthWeight", "matchLengthScaleTokens", "prefixMatchInfoProducerName"]), false, None, None;
+    "token-load-scorer" => Scorer, Some(&["queueThresholdTokens", "inFlightLoadProducerName"]), false, None, Some(NOT_YET);
+    "active-request-scorer" => Scorer, Some(&["idleThreshold", "maxBusyScore", "requestTimeout"]), false, None, Some(NOT_YET);
+    "no-hit-lru-scorer" => Scorer, Some(&["lruSize", "prefixPluginType", "prefixPluginName"]), false, None, Some(NOT_YET);
+    "session-affinity-scorer" => Scorer, Some(&[]), true, None, Some(NOT_YET);
+    "lora-affinity-scorer" => Scorer, None, false, None, Some("pdsim serves no LoRA adapters");
+    "precise-prefix-cache-scorer" => Scorer, None, false, None, Some(EXTERNAL);
+    "latency-scorer" => Scorer, None, false, None, Some(EXTERNAL);
+    "mm-embeddings-cache-scorer" => Scorer, None, false, None, Some("pdsim's workloads carry no multimodal content");
+    "endpoint-attribute-scorer" => Scorer, None, true, None, Some(NOT_YET);
+    "topology-affinity-scorer" => Scorer, None, true, None, Some(NOT_YET);
+    "header-label-affinity-scorer" => Scorer, None, true, None, Some(NOT_YET);
+    // Pickers (§3.5).
+    "max-score-picker" => Picker, Some(&["maxNumOfEndpoints"]), false, None, None;
+    "random-picker" => Picker, Some(&["maxNumOfEndpoints"]), false, None, None;
+    "weighted-random-picker" => Picker, Some(&["maxNumOfEndpoints"]), false, None, None;
+    // Data producers and request plugins (§3.6).
+    "approx-prefix-cache-producer" => Producer, Some(&["autoTune", "blockSizeTokens", "blockSize", "maxPrefixBlocksToMatch", "maxPrefixTokensToMatch", "lruCapacityPerServer"]), false, None, None;
+    "inflight-load-producer" => Producer, Some(&["addEstimatedOutputTokens", "outputRatio", "maxEstimatedOutputTokens", "prefixMatchInfoProducerName", "syncCrossReplicaState"]), false, None, Some(NOT_YET);
+    "precise-prefix-cache-producer" => Producer, None, false, None, Some(EXTERNAL);
+    "token-producer" => Producer, None, false, None, Some(EXTERNAL);
+    "tokenizer" => Producer, None, false, Some("token-producer"), Some(EXTERNAL);
+    "predicted-latency-producer" => Producer, None, false, None, Some(EXTERNAL);
+    "session-id-producer" => Producer, None, false, None, Some(NOT_YET);
+    "mm-embeddings-cache-producer" => Producer, None, false, None, Some("pdsim's workloads carry no multimodal content");
+    "prefill-header-handler" => Other, Some(&["prefillProfile"]), false, Some("disagg-profile-handler"), Some(NOT_YET);
+    "disagg-headers-handler" => Other, Some(&["prefillProfile", "encodeProfile"]), false, Some("disagg-profile-handler"), Some(NOT_YET);
+    "request-attribute-reporter" => Other, None, false, None, Some(NOT_YET);
+    // Admission and saturation (§6).
+    "probabilistic-admitter" => Admission, Some(&["queueDepthThreshold", "kvCacheUtilThreshold", "power", "k"]), false, None, Some(NOT_YET);
+    "latency-slo-admitter" => Admission, None, false, None, Some(EXTERNAL);
+    "utilization-detector" => Saturation, Some(&["queueDepthThreshold", "kvCacheUtilThreshold", "metricsStalenessThreshold", "headroom"]), false, None, None;
+    "concurrency-detector" => Saturation, Some(&["maxConcurrency", "headroom", "concurrencyMode", "maxTokenConcurrency"]), false, None, Some(NOT_YET);
+    // Data layer (§3.7): the simulated scrape stands in for them.
+    "metrics-data-source" => DataLayer, Some(&["scheme", "path", "insecureSkipVerify"]), false, None, None;
+    "core-metrics-extractor" => DataLayer, Some(&["engineLabelKey", "defaultEngine", "engineConfigs"]), false, None, None;
+    "endpoint-notification-source" => DataLayer, None, false, None, Some(NOT_YET);
+    "k8s-notification-source" => DataLayer, None, false, None, Some(NOT_YET);
+    "models-data-source" => DataLayer, None, false, None, Some(NOT_YET);
+    "models-data-extractor" => DataLayer, None, false, None, Some(NOT_YET);
+    "dcgm-data-source" => DataLayer, None, true, None, Some(EXTERNAL);
+    "dcgm-extractor" => DataLayer, None, true, None, Some(EXTERNAL);
+    "file-discovery" => DataLayer, None, false, None, Some(NOT_YET);
+    // Parsers: pdsim's requests arrive as tokens already, so parsing is moot.
+    "openai-parser" => Parser, Some(&[]), false, None, None;
+    "passthrough-parser" => Parser, Some(&[]), false, None, None;
+    "vllmgrpc-parser" => Parser, None, false, None, Some(NOT_YET);
+    "vertexai-parser" => Parser, None, false, None, Some(NOT_YET);
+    "anthropic-parser" => Parser, None, false, None, Some(NOT_YET);
+    // Flow control (§3.8).
+    "global-strict-fairness-policy" => FlowControl, Some(&[]), false, None, Some(NOT_YET);
+    "round-robin-fairness-policy" => FlowControl, Some(&[]), false, None, Some(NOT_YET);
+    "program-aware-fairness" => FlowControl, None, false, None, Some(NOT_YET);
+    "fcfs-ordering-policy" => FlowControl, Some(&[]), false, None, Some(NOT_YET);
+    "edf-ordering-policy" => FlowControl, Some(&[]), false, None, Some(NOT_YET);
+    "slo-deadline-ordering-policy" => FlowControl, None, false, None, Some(NOT_YET);
+    "static-usage-limit-policy" => FlowControl, Some(&["threshold"]), false, None, Some(NOT_YET);
+};
+
+/// Types that older EPP releases had and the newest does not (§3.9).
+pub const REMOVED: &[(&str, &str)] = &[
+    (
+        "decision-tree-filter",
+        "removed in gateway-api-inference-extension v1.0.0 (filters became scorers)",
+    ),
+    (
+        "low-queue-filter",
+        "removed in gateway-api-inference-extension v1.0.0; use queue-scorer",
+    ),
+    (
+        "least-queue-filter",
+        "removed in gateway-api-inference-extension v1.0.0; use queue-scorer",
+    ),
+    (
+        "least-kv-cache-filter",
+        "removed in gateway-api-inference-extension v1.0.0; use kv-cache-utilization-scorer",
+    ),
+    (
+        "lora-affinity-filter",
+        "removed in gateway-api-inference-extension v1.0.0; use lora-affinity-scorer",
+    ),
+    (
+        "kv-cache-scorer",
+        "not registered in the EPP; the scorer is kv-cache-utilization-scorer",
+    ),
+    (
+        "kvcache-aware-scorer",
+        "removed from llm-d-inference-scheduler after v0.3; use precise-prefix-cache-scorer",
+    ),
+    (
+        "prefix-aware-scorer",
+        "removed from llm-d-inference-scheduler after v0.3; use prefix-cache-scorer",
+    ),
+];
+
+pub fn lookup(name: &str) -> Option<&'static PluginType> {
+    PLUGINS.iter().find(|p| p.name == name)
+}
