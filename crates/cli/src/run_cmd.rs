@@ -5,7 +5,7 @@
 //! `deployments/default.yaml` and the bundled `traces/default.jsonl`.
 
 use crate::disk::DiskFiles;
-use pdsim_cluster::{build, run};
+use pdsim_cluster::run;
 use pdsim_report::{Aggregator, CsvSink, LinkCsvSink, RunInfo, Tee, render_text};
 use pdsim_spec::files::{FileKind, Files, ReadError};
 use pdsim_spec::validate::{Request, validate};
@@ -129,7 +129,21 @@ pub fn run_command(args: &Args) -> ExitCode {
     else {
         return fail(1, "the documents are invalid (see above)");
     };
-    let cluster = match build(bundle, scenario) {
+    let router = match &bundle.deployment.router {
+        None => None,
+        Some(block) => {
+            match pdsim_router::check_router_inputs(&files, &bundle.source.file, Some(block)) {
+                Ok(inputs) => Some(inputs),
+                Err(problems) => {
+                    for problem in problems {
+                        eprintln!("{problem}");
+                    }
+                    return fail(1, "the router inputs are invalid (see above)");
+                }
+            }
+        }
+    };
+    let cluster = match pdsim_cluster::build_with_router(bundle, scenario, router) {
         Ok(cluster) => cluster,
         Err(e) => return fail(1, format!("{}: {e}", deployment_path.display())),
     };

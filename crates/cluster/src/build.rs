@@ -77,6 +77,10 @@ pub struct Cluster {
     /// How long a prefill engine holds blocks nobody has read.
     pub kv_hold_timeout: pdsim_core::SimDuration,
     pub offload: Option<OffloadRuntime>,
+    /// The Endpoint Picker's inputs when the deployment names them.
+    pub epp: Option<pdsim_router::RouterInputs>,
+    /// The labels of each pool's pods, `llm-d.ai/role` derived from the role.
+    pub pool_labels: Vec<std::collections::BTreeMap<String, String>>,
 }
 
 /// Unconditional acceptance probability per draft position, by method.
@@ -266,15 +270,24 @@ fn offload_tier(
 
 /// Builds the runtime cluster, or refuses what cannot run faithfully yet.
 pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cluster, BuildError> {
+    build_with_router(bundle, scenario, None)
+}
+
+/// Builds the runtime cluster with the router's loaded inputs (see
+/// `pdsim_router::check_router_inputs`). A deployment with a router block
+/// must come with its inputs; without a block, the named built-in policies
+/// route.
+pub fn build_with_router(
+    bundle: &ValidDeployment,
+    scenario: &ResolvedScenario,
+    router: Option<pdsim_router::RouterInputs>,
+) -> Result<Cluster, BuildError> {
     let deployment = &bundle.deployment;
     let offload = offload_tier(deployment, scenario)?;
-    if deployment.router.is_some() {
+    if deployment.router.is_some() && router.is_none() {
         return Err(BuildError {
             path: "router".into(),
-            message: "the Endpoint Picker configuration is not run yet; refusing rather than routing with a different \
-                      policy than the one the file configures (omit the router block to use pdsim's built-in \
-                      least-loaded picker)"
-                .into(),
+            message: "the router block's inputs were not loaded; refusing rather than routing with a different policy".into(),
         });
     }
     let sets: Vec<CoefficientSet> = scenario
@@ -407,10 +420,10 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
     )?;
     Ok(Cluster {
         pools,
-        router: if disaggregated {
-            "builtin-least-loaded/always-disaggregate"
-        } else {
-            "builtin-least-loaded"
+        router: match (&router, disaggregated) {
+            (Some(_), _) => "epp",
+            (None, true) => "builtin-least-loaded/always-disaggregate",
+            (None, false) => "builtin-least-loaded",
         },
         gpus_per_node,
         nic_bytes_per_s: fabric_gbps * 1e9 * transfer.overhead,
@@ -423,5 +436,12 @@ pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cl
             host_link_bytes_per_s: scenario.chip.value.host_link_gbps.unwrap_or(32.0) * 1e9,
             base_latency: pdsim_core::SimDuration::from_secs_f64(class.base_latency_us * 1e-6),
         }),
+        epp: router,
+        pool_labels: bundle
+            .resolution
+            .pools
+            .iter()
+            .map(|p| p.labels.clone())
+            .collect(),
     })
 }

@@ -14,6 +14,6 @@ mod fabric;
 mod records;
 mod sim;
 
-pub use build::{BuildError, Cluster, PoolRuntime, build, default_acceptance};
+pub use build::{BuildError, Cluster, PoolRuntime, build, build_with_router, default_acceptance};
 pub use records::{LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord};
 pub use sim::{CoreStats, RunError, RunStats, run};

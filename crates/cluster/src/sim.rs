@@ -101,6 +101,7 @@ enum Event {
     LoadStart { id: RequestId, core: u32 },
     NetworkTick { generation: u64 },
     HoldExpiry { id: RequestId },
+    Scrape { pod: u32 },
 }
 
 struct Core {
@@ -210,6 +211,20 @@ struct Sim<'a> {
     gpu_links: Vec<[u32; 6]>,
     done_buf: Vec<u32>,
     disaggregated: bool,
+    /// The simulated Endpoint Picker, when the deployment configures one.
+    epp: Option<pdsim_router::Router>,
+    /// (first core, ranks) of every pod, all pools in order: the EPP's
+    /// endpoints.
+    pods: Vec<(usize, usize)>,
+    /// What the EPP saw at each pod's last scrape.
+    views: Vec<pdsim_router::EndpointView>,
+    /// Requests the EPP could not route, handed to the sink next event.
+    rejected_records: Vec<RequestRecord>,
+    /// Each pod's scrape phase within the refresh interval.
+    scrape_phase: Vec<u64>,
+    scrape_interval: u64,
+    /// Pods whose scrape loop is running.
+    scraping: usize,
 }
 
 /// Runs `source` through `cluster` to the end, handing every request's
@@ -243,9 +258,13 @@ pub fn run(
             Event::LoadStart { id, core } => sim.load_start(id, core as usize),
             Event::NetworkTick { generation } => sim.network_tick(generation, sink),
             Event::HoldExpiry { id } => sim.hold_expiry(id, sink),
+            Event::Scrape { pod } => sim.scrape(pod as usize),
         }
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
+        }
+        for record in sim.rejected_records.drain(..) {
+            sink.record(&record);
         }
     }
     // Anything still in flight could not make progress: abort it, counted.
@@ -332,6 +351,31 @@ impl<'a> Sim<'a> {
             pod_cores.push(pods);
         }
         let disaggregated = cluster.pools.iter().any(|p| p.role != Role::Colocated);
+        let mut pods = Vec::new();
+        let mut pod_labels = Vec::new();
+        for (pool, list) in pod_cores.iter().enumerate() {
+            for pod in list {
+                pods.push(*pod);
+                pod_labels.push(cluster.pool_labels.get(pool).cloned().unwrap_or_default());
+            }
+        }
+        let epp = cluster
+            .epp
+            .as_ref()
+            .map(|inputs| pdsim_router::Router::new(inputs, pod_labels.clone(), seed));
+        let scrape_interval = cluster
+            .epp
+            .as_ref()
+            .map_or(50_000_000, |i| i.flags.refresh_interval_ns.max(1));
+        let mut phases = Stream::new(seed, Purpose::ScrapePhases, 0);
+        let scrape_phase: Vec<u64> = pods.iter().map(|_| phases.below(scrape_interval)).collect();
+        let views = pod_labels
+            .into_iter()
+            .map(|labels| pdsim_router::EndpointView {
+                labels,
+                ..Default::default()
+            })
+            .collect();
         let mut network = Network::default();
         let mut gpu_links = Vec::new();
         if disaggregated || cluster.offload.is_some() {
@@ -371,6 +415,13 @@ impl<'a> Sim<'a> {
             gpu_links,
             done_buf: Vec::new(),
             disaggregated,
+            epp,
+            pods,
+            views,
+            scrape_phase,
+            scrape_interval,
+            scraping: 0,
+            rejected_records: Vec::new(),
         }
     }
 
@@ -396,10 +447,6 @@ impl<'a> Sim<'a> {
             }
         }
         Ok(())
-    }
-
-    fn role(&self, core: usize) -> Role {
-        self.cluster.pools[self.cores[core].pool].role
     }
 
     /// The built-in least-loaded picker over the pools of `role`: the pod
@@ -435,6 +482,92 @@ impl<'a> Sim<'a> {
             .unwrap_or(first)
     }
 
+    /// vLLM's internal load balancer inside a pod: the rank with the lowest
+    /// 4 × waiting + running (`vllm/v1/engine/core_client.py` before 0.33).
+    fn pick_rank(cores: &[Core], (first, len): (usize, usize)) -> usize {
+        let score = |core: &Core| {
+            4 * (core.engine.num_waiting() as u64 + core.pending as u64)
+                + core.engine.num_running() as u64
+        };
+        (first..first + len)
+            .min_by_key(|c| (score(&cores[*c]), *c))
+            .unwrap_or(first)
+    }
+
+    /// Starts every pod's scrape loop at its phase.
+    fn start_scraping(&mut self) {
+        let interval = self.scrape_interval;
+        for pod in 0..self.pods.len() {
+            let phase = self.scrape_phase[pod];
+            let now = self.now.as_ns();
+            let next = if now <= phase {
+                phase
+            } else {
+                phase + (now - phase).div_ceil(interval) * interval
+            };
+            self.push(SimTime(next), Event::Scrape { pod: pod as u32 });
+        }
+        self.scraping = self.pods.len();
+    }
+
+    /// The EPP scrapes a pod's metrics (rank 0's series: with equal sample
+    /// times the extractor keeps the first series it reads). The loop stops
+    /// when nothing is left to route or serve, so a run ends.
+    fn scrape(&mut self, pod: usize) {
+        let core = &self.cores[self.pods[pod].0];
+        let view = &mut self.views[pod];
+        view.waiting = core.engine.num_waiting() as u32;
+        view.running = core.engine.num_running() as u32;
+        view.kv_usage = core.engine.kv_usage();
+        view.block_size = Some(core.engine.config().block_size);
+        view.num_blocks = Some(core.engine.config().num_blocks as u64);
+        let busy = self.next_arrival.is_some() || !self.in_flight.ids().is_empty();
+        if busy {
+            self.push(
+                self.now + SimDuration(self.scrape_interval),
+                Event::Scrape { pod: pod as u32 },
+            );
+        } else {
+            self.scraping -= 1;
+        }
+    }
+
+    fn reject_unrouted(&mut self, id: RequestId, spec: &RequestSpec) {
+        self.stats.rejected += 1;
+        let record = RequestRecord {
+            id,
+            source_line: spec.source_line,
+            slo_class: spec.slo_class,
+            arrival: self.now,
+            enqueued: None,
+            scheduled: None,
+            first_token: None,
+            last_token: None,
+            finished: self.now,
+            prompt_tokens: spec.prompt.tokens().min(u32::MAX as u64) as u32,
+            output_tokens: 0,
+            cached_tokens: 0,
+            preemptions: 0,
+            pool: 0,
+            pod: 0,
+            rank: 0,
+            prefill: None,
+            prefill_scheduled: None,
+            prefill_done: None,
+            prefill_cached_tokens: 0,
+            transfer_start: None,
+            transfer_end: None,
+            transfer_bytes: 0,
+            kv_hold_expired: false,
+            offload_tokens: 0,
+            offload_load_start: None,
+            offload_load_end: None,
+            outcome: Outcome::Rejected,
+            reason: "no-endpoints",
+        };
+        self.rejected_records.push(record);
+    }
+
     fn location(&self, core: usize) -> (u16, u32, u16) {
         let s = &self.cores[core].stats;
         (s.pool, s.pod, s.rank)
@@ -447,13 +580,29 @@ impl<'a> Sim<'a> {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.stats.requests += 1;
-        let (first_core, prefill_core, decode_core) = if self.disaggregated {
+        if self.epp.is_some() && self.scraping == 0 {
+            self.start_scraping();
+        }
+        let routed = if let Some(epp) = self.epp.as_mut() {
+            epp.pick(&spec.prompt, &self.views).map(|d| {
+                let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
+                let prefill = d
+                    .prefill
+                    .map(|p| Self::pick_rank(&self.cores, self.pods[p]));
+                (prefill.unwrap_or(decode), prefill.map(|p| p as u32), decode)
+            })
+        } else if self.disaggregated {
             let p = self.route(Role::Prefill);
             let d = self.route(Role::Decode);
-            (p, Some(p as u32), d)
+            Some((p, Some(p as u32), d))
         } else {
             let c = self.route(Role::Colocated);
-            (c, None, c)
+            Some((c, None, c))
+        };
+        let Some((first_core, prefill_core, decode_core)) = routed else {
+            // No endpoint survived the filters: the EPP answers 503.
+            self.reject_unrouted(id, &spec);
+            return;
         };
         self.cores[first_core].pending += 1;
         let prompt_tokens = spec.prompt.tokens().min(u32::MAX as u64) as u32;
@@ -520,34 +669,34 @@ impl<'a> Sim<'a> {
 
     fn admit(&mut self, id: RequestId, core: usize, sink: &mut dyn RecordSink) {
         self.cores[core].pending -= 1;
-        let role = self.role(core);
         let Some(flight) = self.in_flight.get_mut(&id) else {
             return;
         };
-        let (kv, prompt, max_output) = match role {
-            // The sidecar's prefill request: one output token, and the prompt
-            // is needed again at decode.
-            Role::Prefill => (
+        // The request's part at this core: the prefill side of a
+        // disaggregated request, its decode side, or an ordinary request.
+        let is_prefill = flight.prefill_core == Some(core as u32)
+            && !flight.held
+            && flight.record.prefill_done.is_none();
+        let (kv, prompt, max_output) = if is_prefill {
+            (
                 KvTransfer::Produce,
                 flight.prompt.clone().unwrap_or_default(),
                 1,
-            ),
-            Role::Decode => {
-                flight.record.enqueued = Some(self.now);
-                (
-                    KvTransfer::Consume,
-                    flight.prompt.take().unwrap_or_default(),
-                    flight.max_output,
-                )
-            }
-            Role::Colocated => {
-                flight.record.enqueued = Some(self.now);
-                (
-                    KvTransfer::Local,
-                    flight.prompt.take().unwrap_or_default(),
-                    flight.max_output,
-                )
-            }
+            )
+        } else if flight.prefill_core.is_some() {
+            flight.record.enqueued = Some(self.now);
+            (
+                KvTransfer::Consume,
+                flight.prompt.take().unwrap_or_default(),
+                flight.max_output,
+            )
+        } else {
+            flight.record.enqueued = Some(self.now);
+            (
+                KvTransfer::Local,
+                flight.prompt.take().unwrap_or_default(),
+                flight.max_output,
+            )
         };
         let request = NewRequest {
             id,
@@ -634,10 +783,29 @@ impl<'a> Sim<'a> {
     }
 
     fn handle_events(&mut self, core: usize, sink: &mut dyn RecordSink) {
-        let role = self.role(core);
         let mut events = std::mem::take(&mut self.events_buf);
         events.extend(self.cores[core].engine.drain_events());
         for event in events.drain(..) {
+            // Events of a disaggregated request's prefill side, on its
+            // prefill core, mean the prefill phase, whatever the pool.
+            let id = match event {
+                EngineEvent::Admitted { id, .. }
+                | EngineEvent::Emitted { id, .. }
+                | EngineEvent::Finished { id, .. }
+                | EngineEvent::Preempted { id }
+                | EngineEvent::Rejected { id }
+                | EngineEvent::Held { id, .. }
+                | EngineEvent::NeedsKv { id, .. }
+                | EngineEvent::LoadsKv { id, .. } => id,
+            };
+            let prefill_side = self.in_flight.get_mut(&id).is_some_and(|f| {
+                f.prefill_core == Some(core as u32) && f.decode_core != core as u32
+            });
+            let role = if prefill_side {
+                Role::Prefill
+            } else {
+                Role::Decode
+            };
             match (event, role) {
                 (EngineEvent::Admitted { id, cached_tokens }, Role::Prefill) => {
                     if let Some(f) = self.in_flight.get_mut(&id) {

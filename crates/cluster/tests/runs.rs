@@ -205,3 +205,69 @@ fn an_expired_prefill_hold_frees_once_and_the_decode_side_recomputes() {
         assert!(r.first_token.is_some());
     }
 }
+
+#[test]
+fn the_epp_disaggregates_only_what_the_decode_side_lacks() {
+    let epp_text = include_str!("../../../deployments/pd/epp-prefix-pd.yaml");
+    let deployment = format!("{P1D3}router:\n  endpoint_picker_config: pd/epp-prefix-pd.yaml\n");
+    let files = MemoryFiles::new()
+        .with("s.yaml", H200)
+        .with("d.yaml", &deployment)
+        .with("pd/epp-prefix-pd.yaml", epp_text);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let inputs =
+        pdsim_router::check_router_inputs(&files, "d.yaml", report.loaded[0].1.router.as_ref())
+            .expect("router loads");
+    let cluster = pdsim_cluster::build_with_router(
+        &report.deployments[0],
+        report.scenario.as_ref().unwrap(),
+        Some(inputs),
+    )
+    .unwrap();
+    assert_eq!(cluster.router, "epp");
+    // The same 2048-token prompt every two seconds. The first is uncached
+    // and goes through prefill, indexed in the producer's 16-token fallback
+    // blocks because no pod has been scraped yet; by the second, autoTune
+    // has read the pods' 64-token block size, the fallback-sized hashes no
+    // longer match, and it too is disaggregated. From then on the decode
+    // pod's index holds the prompt and the rest stay decode-only.
+    let line = "{\"timestamp\": T, \"input_length\": 2048, \"output_length\": 8, \"hash_ids\": [1, 2, 3, 4]}";
+    let text: String = (0..20)
+        .map(|i| line.replace('T', &(i * 2000).to_string()) + "\n")
+        .collect();
+    let run_once = || {
+        let mut source = MooncakeReader::new(
+            std::io::Cursor::new(text.clone().into_bytes()),
+            "same.jsonl",
+        );
+        let mut sink = MemorySink::default();
+        let stats = run(&cluster, &mut source, 11, true, &mut sink).unwrap();
+        (stats, sink)
+    };
+    let (stats, sink) = run_once();
+    assert_eq!(stats.completed, 20);
+    let disaggregated: Vec<u32> = sink
+        .records
+        .iter()
+        .filter(|r| r.prefill.is_some())
+        .map(|r| r.id.0)
+        .collect();
+    assert_eq!(
+        disaggregated,
+        vec![0, 1],
+        "only the first two need the prefill pod"
+    );
+    assert!(
+        sink.records[5].cached_tokens >= 1984,
+        "{:?}",
+        sink.records[5]
+    );
+    // Same seed, same decisions.
+    assert_eq!(run_once().1.records, sink.records);
+}

@@ -37,6 +37,7 @@ pub struct Aggregator {
     phase_ns: [u64; 5],
     transfer_bytes: u64,
     kv_hold_expired: u64,
+    disaggregated: u64,
     input_tokens: u64,
     output_tokens: u64,
     cached_tokens: u64,
@@ -68,6 +69,7 @@ impl Default for Aggregator {
             phase_ns: [0; 5],
             transfer_bytes: 0,
             kv_hold_expired: 0,
+            disaggregated: 0,
             input_tokens: 0,
             output_tokens: 0,
             cached_tokens: 0,
@@ -119,6 +121,7 @@ impl RecordSink for Aggregator {
         }
         self.transfer_bytes += r.transfer_bytes;
         self.kv_hold_expired += u64::from(r.kv_hold_expired);
+        self.disaggregated += u64::from(r.prefill.is_some());
         // Where the time to first token went: queueing before the first
         // engine scheduled the request, prefilling, waiting (for the decode
         // engine's admission and KV), transferring, and the first decode step.
@@ -233,6 +236,8 @@ pub struct Requests {
     pub not_completed_by_reason: BTreeMap<String, u64>,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Completed requests that went through a prefill engine first.
+    pub disaggregated: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -310,6 +315,7 @@ impl Aggregator {
                 not_completed_by_reason: self.reasons.clone(),
                 input_tokens: self.input_tokens,
                 output_tokens: self.output_tokens,
+                disaggregated: self.disaggregated,
             },
             run,
             ttft_ms: latency(&self.ttft_ns),
@@ -621,6 +627,14 @@ pub fn render_text(summary: &Summary) -> String {
         "requests: {} total, {} completed, {} rejected, {} aborted over {:.1} s simulated\n",
         r.total, r.completed, r.rejected, r.aborted, summary.duration_s
     ));
+    if r.disaggregated > 0 {
+        out.push_str(&format!(
+            "  {} of {} completed requests disaggregated ({:.0}%)\n",
+            r.disaggregated,
+            r.completed,
+            100.0 * r.disaggregated as f64 / r.completed.max(1) as f64
+        ));
+    }
     for (reason, count) in &r.not_completed_by_reason {
         out.push_str(&format!("  {count} {reason}\n"));
     }

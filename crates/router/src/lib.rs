@@ -10,6 +10,7 @@
 //! name to report them under.
 
 pub mod config;
+pub mod cycle;
 pub mod flags;
 pub mod manifests;
 pub mod registry;
@@ -18,6 +19,7 @@ mod inputs;
 pub use inputs::{RouterInputs, check_router_inputs};
 
 pub use config::{EndpointPickerConfig, load_config};
+pub use cycle::{Decision, EndpointView, Router};
 pub use flags::{EppFlags, parse_flags};
 pub use manifests::{Manifests, load_manifests};
 

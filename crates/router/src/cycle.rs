@@ -1,0 +1,525 @@
+//! The EPP's scheduling cycle for the plugins pdsim simulates
+//! (`research/epp.md` §2–§3): data producers, the profile handler loop,
+//! filters (the chain stops when one empties the set), scorers (a weighted
+//! sum of scores clamped to [0, 1]), the picker, and the pre-request index
+//! update. Randomness (picker ties, random pickers) comes from one seeded
+//! stream; the Go shuffle before a stable sort that breaks ties in the real
+//! picker is reproduced as a seeded shuffle.
+
+use crate::RouterInputs;
+use crate::config::{EndpointPickerConfig, Plugin, Profile, disagg_profiles};
+use pdsim_core::prompt::BlockHasher;
+use pdsim_core::{Prompt, Purpose, Stream};
+use rustc_hash::FxHashMap;
+use serde_yaml::Value;
+use std::collections::{BTreeMap, VecDeque};
+
+/// What the EPP knows of one endpoint: its labels and its last scraped
+/// metrics (`vllm:num_requests_waiting`, `vllm:num_requests_running`,
+/// `vllm:kv_cache_usage_perc`, `vllm:cache_config_info`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EndpointView {
+    pub labels: BTreeMap<String, String>,
+    pub waiting: u32,
+    pub running: u32,
+    pub kv_usage: f64,
+    /// From `vllm:cache_config_info`, once scraped.
+    pub block_size: Option<u32>,
+    pub num_blocks: Option<u64>,
+}
+
+/// The endpoints a request goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub decode: usize,
+    /// The prefill endpoint when the request is disaggregated.
+    pub prefill: Option<usize>,
+}
+
+/// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
+/// hashes, capacity fixed at the first insert (`approximateprefix`).
+#[derive(Clone, Debug, Default)]
+struct PrefixIndex {
+    capacity: Vec<Option<u64>>,
+    /// Per endpoint: hash → last-use tick, and tick → hash for eviction.
+    entries: Vec<FxHashMap<u64, u64>>,
+    order: Vec<BTreeMap<u64, u64>>,
+    tick: u64,
+}
+
+impl PrefixIndex {
+    fn new(endpoints: usize) -> PrefixIndex {
+        PrefixIndex {
+            capacity: vec![None; endpoints],
+            entries: vec![FxHashMap::default(); endpoints],
+            order: vec![BTreeMap::new(); endpoints],
+            tick: 0,
+        }
+    }
+
+    fn holds(&self, endpoint: usize, hash: u64) -> bool {
+        self.entries[endpoint].contains_key(&hash)
+    }
+
+    fn add(&mut self, endpoint: usize, hash: u64, capacity: u64) {
+        let cap = *self.capacity[endpoint].get_or_insert(capacity.max(1));
+        self.tick += 1;
+        if let Some(old) = self.entries[endpoint].insert(hash, self.tick) {
+            self.order[endpoint].remove(&old);
+        } else {
+            while self.entries[endpoint].len() as u64 > cap {
+                let Some((_, victim)) = self.order[endpoint].pop_first() else {
+                    break;
+                };
+                self.entries[endpoint].remove(&victim);
+            }
+        }
+        self.order[endpoint].insert(self.tick, hash);
+    }
+}
+
+/// The approx producer's settings.
+#[derive(Clone, Debug)]
+struct Approx {
+    auto_tune: bool,
+    block_size_tokens: u32,
+    max_blocks: usize,
+    lru_capacity: u64,
+}
+
+/// The simulated EPP.
+pub struct Router {
+    config: EndpointPickerConfig,
+    labels: Vec<BTreeMap<String, String>>,
+    approx: Option<Approx>,
+    index: PrefixIndex,
+    rng: Stream,
+    order: Vec<usize>,
+    /// Requests routed and how many were disaggregated.
+    pub routed: u64,
+    pub disaggregated: u64,
+    /// Scratch: per endpoint, matched blocks for the current request.
+    matches: Vec<u32>,
+    total_blocks: u32,
+    block_size: u32,
+    hashes: VecDeque<u64>,
+}
+
+fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
+    p.parameters.get(key).and_then(Value::as_f64)
+}
+
+/// Role labels `decode-filter` keeps (`bylabel/roles.go`).
+const DECODE_ROLES: &[&str] = &["decode", "prefill-decode", "both", "encode-prefill-decode"];
+const PREFILL_ROLES: &[&str] = &[
+    "prefill",
+    "encode-prefill",
+    "prefill-decode",
+    "both",
+    "encode-prefill-decode",
+];
+const ROLE: &str = "llm-d.ai/role";
+
+impl Router {
+    /// A router over endpoints with these labels.
+    pub fn new(inputs: &RouterInputs, labels: Vec<BTreeMap<String, String>>, seed: u64) -> Router {
+        let config = inputs.config.clone();
+        let consumes_prefix = config.plugins.iter().any(|p| {
+            p.plugin_type == "prefix-cache-scorer" || p.plugin_type == "prefix-based-pd-decider"
+        });
+        let producer = config
+            .plugins
+            .iter()
+            .find(|p| p.plugin_type == "approx-prefix-cache-producer");
+        // The producer is created with its defaults when a consumer needs
+        // it and none is configured (`CreateMissingDataProducers`).
+        let approx = (consumes_prefix || producer.is_some()).then(|| {
+            let get = |k: &str| producer.and_then(|p| param_f64(p, k));
+            let block_size_tokens =
+                get("blockSizeTokens").filter(|v| *v > 0.0).unwrap_or(16.0) as u32;
+            let max_tokens = get("maxPrefixTokensToMatch").unwrap_or(131_072.0);
+            let max_blocks = if max_tokens > 0.0 {
+                (max_tokens / block_size_tokens as f64) as usize
+            } else {
+                get("maxPrefixBlocksToMatch").unwrap_or(2048.0) as usize
+            };
+            Approx {
+                auto_tune: producer
+                    .and_then(|p| p.parameters.get("autoTune"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+                block_size_tokens,
+                max_blocks: max_blocks.max(1),
+                lru_capacity: get("lruCapacityPerServer")
+                    .filter(|v| *v > 0.0)
+                    .unwrap_or(31_250.0) as u64,
+            }
+        });
+        let n = labels.len();
+        Router {
+            config,
+            labels,
+            approx,
+            index: PrefixIndex::new(n),
+            rng: Stream::new(seed, Purpose::RouterTies, 0),
+            order: Vec::with_capacity(n),
+            routed: 0,
+            disaggregated: 0,
+            matches: vec![0; n],
+            total_blocks: 0,
+            block_size: 16,
+            hashes: VecDeque::new(),
+        }
+    }
+
+    fn profile(&self, name: &str) -> Option<&Profile> {
+        self.config.profiles.iter().find(|p| p.name == name)
+    }
+
+    /// The approx producer: hash the prompt at the block size it tunes to
+    /// (the first candidate's `cache_config_info` block size under autoTune,
+    /// else `blockSizeTokens`), then count, per endpoint, the leading blocks
+    /// it holds, stopping at the first block no endpoint holds.
+    fn produce(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) {
+        self.matches.iter_mut().for_each(|m| *m = 0);
+        self.hashes.clear();
+        self.total_blocks = 0;
+        let Some(approx) = &self.approx else { return };
+        let block = if approx.auto_tune {
+            endpoints
+                .iter()
+                .find_map(|e| e.block_size)
+                .filter(|b| *b > 0)
+                .unwrap_or(approx.block_size_tokens)
+        } else {
+            approx.block_size_tokens
+        };
+        self.block_size = block;
+        let mut hasher = BlockHasher::new(block);
+        for segment in &prompt.segments {
+            hasher.feed_segment(*segment);
+            if hasher.full_blocks() >= approx.max_blocks {
+                break;
+            }
+        }
+        hasher.hashes.truncate(approx.max_blocks);
+        self.total_blocks = hasher.hashes.len() as u32;
+        for hash in &hasher.hashes {
+            let mut any = false;
+            for (e, m) in self.matches.iter_mut().enumerate() {
+                if self.index.holds(e, *hash) {
+                    *m += 1;
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        self.hashes.extend(hasher.hashes);
+    }
+
+    fn passes(&self, filter: &str, endpoint: usize) -> bool {
+        let plugin_type = self
+            .config
+            .plugin(filter)
+            .map_or("", |p| p.plugin_type.as_str());
+        let role = self.labels[endpoint].get(ROLE).map(String::as_str);
+        match plugin_type {
+            "decode-filter" => role.is_none_or(|r| DECODE_ROLES.contains(&r)),
+            "prefill-filter" => role.is_some_and(|r| PREFILL_ROLES.contains(&r)),
+            _ => true,
+        }
+    }
+
+    fn score(
+        &self,
+        scorer: &str,
+        candidates: &[usize],
+        endpoints: &[EndpointView],
+        out: &mut Vec<f64>,
+    ) {
+        out.clear();
+        let Some(plugin) = self.config.plugin(scorer) else {
+            out.resize(candidates.len(), 0.0);
+            return;
+        };
+        let minmax = |values: &mut dyn Iterator<Item = f64>, out: &mut Vec<f64>| {
+            let values: Vec<f64> = values.collect();
+            let (lo, hi) = values
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            out.extend(
+                values
+                    .iter()
+                    .map(|v| if hi > lo { (hi - v) / (hi - lo) } else { 1.0 }),
+            );
+        };
+        match plugin.plugin_type.as_str() {
+            "queue-scorer" => minmax(
+                &mut candidates.iter().map(|c| endpoints[*c].waiting as f64),
+                out,
+            ),
+            "running-requests-size-scorer" => minmax(
+                &mut candidates.iter().map(|c| endpoints[*c].running as f64),
+                out,
+            ),
+            "kv-cache-utilization-scorer" => {
+                out.extend(candidates.iter().map(|c| 1.0 - endpoints[*c].kv_usage))
+            }
+            "load-aware-scorer" => {
+                let threshold = param_f64(plugin, "threshold")
+                    .filter(|t| *t > 0.0)
+                    .unwrap_or(128.0);
+                out.extend(candidates.iter().map(|c| {
+                    let w = endpoints[*c].waiting as f64;
+                    if w == 0.0 {
+                        0.5
+                    } else {
+                        0.5 * (1.0 - w.min(threshold) / threshold)
+                    }
+                }));
+            }
+            "prefix-cache-scorer" => {
+                let weight = param_f64(plugin, "matchLengthWeight")
+                    .unwrap_or(0.0)
+                    .clamp(0.0, 1.0);
+                let scale = param_f64(plugin, "matchLengthScaleTokens")
+                    .filter(|s| *s > 0.0)
+                    .unwrap_or(8192.0);
+                out.extend(candidates.iter().map(|c| {
+                    if self.total_blocks == 0 {
+                        return 0.0;
+                    }
+                    let matched = self.matches[*c] as f64;
+                    let ratio = matched / self.total_blocks as f64;
+                    let length = (matched * self.block_size as f64 / scale).min(1.0);
+                    weight * length * length + (1.0 - weight) * ratio
+                }));
+            }
+            _ => out.resize(candidates.len(), 0.0),
+        }
+    }
+
+    /// Runs one profile: filters, scorers, picker. `None` when the filters
+    /// leave nothing.
+    fn run_profile(&mut self, name: &str, endpoints: &[EndpointView]) -> Option<usize> {
+        let profile = self.profile(name)?.clone();
+        let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
+        for filter in &profile.filters {
+            candidates.retain(|e| self.passes(filter, *e));
+            if candidates.is_empty() {
+                return None;
+            }
+        }
+        let mut totals = vec![0.0; candidates.len()];
+        let mut scores = Vec::new();
+        for (scorer, weight) in &profile.scorers {
+            self.score(scorer, &candidates, endpoints, &mut scores);
+            for (t, s) in totals.iter_mut().zip(&scores) {
+                *t += weight * s.clamp(0.0, 1.0);
+            }
+        }
+        let picker_type = self
+            .config
+            .plugin(&profile.picker)
+            .map_or("max-score-picker", |p| p.plugin_type.as_str())
+            .to_string();
+        // Shuffle (the EPP's PCG shuffle), then pick.
+        self.order.clear();
+        self.order.extend(0..candidates.len());
+        for i in (1..self.order.len()).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            self.order.swap(i, j);
+        }
+        let chosen = match picker_type.as_str() {
+            "random-picker" => self.order[0],
+            "weighted-random-picker" if totals.iter().any(|t| *t > 0.0) => {
+                // A-Res: key = U^(1/score), largest key wins.
+                let mut best = (f64::MIN, self.order[0]);
+                for &i in &self.order {
+                    let u = self.rng.unit().max(1e-10);
+                    let key = if totals[i] > 0.0 {
+                        u.powf(1.0 / totals[i])
+                    } else {
+                        0.0
+                    };
+                    if key > best.0 {
+                        best = (key, i);
+                    }
+                }
+                best.1
+            }
+            "weighted-random-picker" => self.order[0],
+            // max-score-picker: stable sort by score descending after the
+            // shuffle, so ties fall uniformly at random.
+            _ => {
+                let mut best = self.order[0];
+                for &i in &self.order {
+                    if totals[i] > totals[best] {
+                        best = i;
+                    }
+                }
+                best
+            }
+        };
+        Some(candidates[chosen])
+    }
+
+    /// One scheduling cycle for a request of `prompt_tokens` tokens. `None`
+    /// when no endpoint survives (the EPP answers 503).
+    pub fn pick(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) -> Option<Decision> {
+        self.produce(prompt, endpoints);
+        let handler = self.config.plugin(&self.config.handler).cloned();
+        let decision = match handler.as_ref().map(|h| h.plugin_type.as_str()) {
+            Some("disagg-profile-handler") => {
+                let (decode_name, prefill_name, decider) =
+                    disagg_profiles(&handler.as_ref().expect("handler").parameters);
+                let decode = self.run_profile(&decode_name, endpoints)?;
+                let disaggregate = match decider.as_deref().and_then(|d| self.config.plugin(d)) {
+                    None => false,
+                    Some(d) if d.plugin_type == "always-disagg-pd-decider" => true,
+                    Some(d) => {
+                        // prefix-based-pd-decider: disaggregate when the
+                        // uncached part is at least nonCachedTokens.
+                        let non_cached = param_f64(d, "nonCachedTokens").unwrap_or(0.0);
+                        let prompt_min = param_f64(d, "promptTokens").unwrap_or(0.0);
+                        let input = prompt.tokens() as f64;
+                        let cached = self.matches[decode] as f64 * self.block_size as f64;
+                        non_cached > 0.0
+                            && !(prompt_min > 0.0 && input < prompt_min)
+                            && input - cached >= non_cached
+                    }
+                };
+                let prefill = if disaggregate {
+                    self.run_profile(&prefill_name, endpoints)
+                } else {
+                    None
+                };
+                Decision { decode, prefill }
+            }
+            _ => {
+                let name = self
+                    .config
+                    .profiles
+                    .first()
+                    .map(|p| p.name.clone())
+                    .unwrap_or_default();
+                Decision {
+                    decode: self.run_profile(&name, endpoints)?,
+                    prefill: None,
+                }
+            }
+        };
+        // PreRequest: the approx producer indexes the prompt on the primary
+        // target and on the `prefill` profile's target.
+        if let Some(approx) = self.approx.clone() {
+            for target in [Some(decision.decode), decision.prefill]
+                .into_iter()
+                .flatten()
+            {
+                let capacity = if approx.auto_tune {
+                    endpoints[target]
+                        .num_blocks
+                        .filter(|n| *n > 0)
+                        .unwrap_or(approx.lru_capacity)
+                } else {
+                    approx.lru_capacity
+                };
+                for hash in &self.hashes {
+                    self.index.add(target, *hash, capacity);
+                }
+            }
+        }
+        self.routed += 1;
+        self.disaggregated += u64::from(decision.prefill.is_some());
+        Some(decision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EndpointView, Router};
+    use crate::RouterInputs;
+    use crate::config::load_config;
+    use pdsim_core::{Prompt, Segment};
+    use std::collections::BTreeMap;
+
+    fn inputs(text: &str) -> RouterInputs {
+        RouterInputs {
+            flags: Default::default(),
+            config: load_config("t", text, false).unwrap(),
+            config_origin: "t".into(),
+            manifests: Default::default(),
+        }
+    }
+
+    fn labels(roles: &[&str]) -> Vec<BTreeMap<String, String>> {
+        roles
+            .iter()
+            .map(|r| BTreeMap::from([("llm-d.ai/role".to_string(), r.to_string())]))
+            .collect()
+    }
+
+    fn prompt(id: u64, tokens: u32) -> Prompt {
+        Prompt::new(vec![Segment { id, tokens }])
+    }
+
+    const QUEUE: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n";
+
+    #[test]
+    fn queue_scorer_picks_the_shortest_queue() {
+        let mut router = Router::new(&inputs(QUEUE), labels(&["prefill-decode"; 3]), 1);
+        let views: Vec<EndpointView> = [5, 0, 9]
+            .iter()
+            .map(|w| EndpointView {
+                waiting: *w,
+                ..Default::default()
+            })
+            .collect();
+        assert_eq!(router.pick(&prompt(1, 64), &views).unwrap().decode, 1);
+    }
+
+    #[test]
+    fn ties_break_at_random_but_deterministically() {
+        let views = vec![EndpointView::default(); 4];
+        let picks = |seed| {
+            let mut router = Router::new(&inputs(QUEUE), labels(&["prefill-decode"; 4]), seed);
+            (0..32)
+                .map(|i| router.pick(&prompt(i, 16), &views).unwrap().decode)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(picks(7), picks(7), "same seed, same decisions");
+        let spread: std::collections::BTreeSet<usize> = picks(7).into_iter().collect();
+        assert!(spread.len() > 1, "ties are not always broken the same way");
+    }
+
+    #[test]
+    fn the_prefix_index_steers_repeat_prompts_to_the_same_endpoint() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-scorer\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 16}\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 4]), 3);
+        let views = vec![EndpointView::default(); 4];
+        let first = router.pick(&prompt(42, 256), &views).unwrap().decode;
+        for _ in 0..10 {
+            assert_eq!(router.pick(&prompt(42, 256), &views).unwrap().decode, first);
+        }
+    }
+
+    #[test]
+    fn the_prefix_based_decider_disaggregates_only_uncached_prompts() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: prefix-cache-scorer\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 16}\n- type: prefix-based-pd-decider\n  parameters: {nonCachedTokens: 64}\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: prefix-based-pd-decider}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}, {pluginRef: prefix-cache-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: prefix-cache-scorer}]\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill", "decode"]), 5);
+        let views = vec![EndpointView::default(); 2];
+        // New 256-token prompt: all uncached, so prefill runs on endpoint 0.
+        let d = router.pick(&prompt(9, 256), &views).unwrap();
+        assert_eq!((d.decode, d.prefill), (1, Some(0)));
+        // The same prompt again: the decode endpoint is indexed for it, so
+        // fewer than 64 tokens are uncached and it stays decode-only.
+        let d = router.pick(&prompt(9, 256), &views).unwrap();
+        assert_eq!((d.decode, d.prefill), (1, None));
+        // A short prompt below the threshold never disaggregates.
+        let d = router.pick(&prompt(10, 32), &views).unwrap();
+        assert_eq!(d.prefill, None);
+        assert_eq!((router.routed, router.disaggregated), (3, 1));
+    }
+}
