@@ -138,6 +138,8 @@ struct InFlight {
     load_core: u32,
     load_tokens: u32,
     load_flows_left: u32,
+    /// The EPP's in-flight load this request added.
+    ticket: pdsim_router::Ticket,
 }
 
 /// Requests in flight, indexed by id. Ids are handed out in arrival order,
@@ -583,8 +585,10 @@ impl<'a> Sim<'a> {
         if self.epp.is_some() && self.scraping == 0 {
             self.start_scraping();
         }
+        let mut ticket = pdsim_router::Ticket::default();
         let routed = if let Some(epp) = self.epp.as_mut() {
             epp.pick(&spec.prompt, &self.views).map(|d| {
+                ticket = d.ticket;
                 let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
                 let prefill = d
                     .prefill
@@ -656,6 +660,7 @@ impl<'a> Sim<'a> {
                 load_core: 0,
                 load_tokens: 0,
                 load_flows_left: 0,
+                ticket,
             },
         );
         self.push(
@@ -825,7 +830,12 @@ impl<'a> Sim<'a> {
                 (EngineEvent::Emitted { id, tokens }, _) => {
                     if let Some(f) = self.in_flight.get_mut(&id) {
                         match f.record.last_token {
-                            None => f.record.first_token = Some(self.now),
+                            None => {
+                                f.record.first_token = Some(self.now);
+                                if let Some(epp) = self.epp.as_mut() {
+                                    epp.first_chunk(&mut f.ticket);
+                                }
+                            }
                             Some(last) => sink.emission(self.now.since(last).as_ns(), tokens),
                         }
                         f.record.last_token = Some(self.now);
@@ -1091,6 +1101,9 @@ impl<'a> Sim<'a> {
         let Some(mut flight) = self.in_flight.remove(&id) else {
             return;
         };
+        if let Some(epp) = self.epp.as_mut() {
+            epp.end_of_stream(&mut flight.ticket);
+        }
         flight.record.finished = self.now;
         flight.record.outcome = outcome;
         flight.record.reason = reason;

@@ -34,6 +34,16 @@ pub struct Decision {
     pub decode: usize,
     /// The prefill endpoint when the request is disaggregated.
     pub prefill: Option<usize>,
+    /// What the in-flight load counters added, to be taken off again at the
+    /// first chunk (prefill) and the end of the stream (decode).
+    pub ticket: Ticket,
+}
+
+/// The in-flight load a request added to its endpoints (`inflightload`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ticket {
+    decode: Option<(usize, u64)>,
+    prefill: Option<(usize, u64)>,
 }
 
 /// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
@@ -95,6 +105,9 @@ pub struct Router {
     index: PrefixIndex,
     rng: Stream,
     order: Vec<usize>,
+    /// The inflight-load-producer's counters per endpoint, when a plugin
+    /// consumes them.
+    inflight: Option<(Vec<u64>, Vec<u64>)>,
     /// Requests routed and how many were disaggregated.
     pub routed: u64,
     pub disaggregated: u64,
@@ -103,6 +116,7 @@ pub struct Router {
     total_blocks: u32,
     block_size: u32,
     hashes: VecDeque<u64>,
+    prompt_tokens: u64,
 }
 
 fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
@@ -156,7 +170,17 @@ impl Router {
             }
         });
         let n = labels.len();
+        let consumes_load = config.plugins.iter().any(|p| {
+            matches!(
+                p.plugin_type.as_str(),
+                "inflight-load-producer"
+                    | "token-load-scorer"
+                    | "active-request-scorer"
+                    | "prefix-cache-affinity-filter"
+            )
+        });
         Router {
+            inflight: consumes_load.then(|| (vec![0; n], vec![0; n])),
             config,
             labels,
             approx,
@@ -169,6 +193,7 @@ impl Router {
             total_blocks: 0,
             block_size: 16,
             hashes: VecDeque::new(),
+            prompt_tokens: 0,
         }
     }
 
@@ -232,6 +257,62 @@ impl Router {
         }
     }
 
+    /// Tokens of the prompt an endpoint's index lacks: the unmatched blocks
+    /// plus the tail past the last full block (`inflightload`, R).
+    fn uncached_tokens(&self, endpoint: usize, prompt_tokens: u64) -> u64 {
+        let indexed = self.total_blocks as u64 * self.block_size as u64;
+        let tail = prompt_tokens.saturating_sub(indexed);
+        (self.total_blocks - self.matches[endpoint].min(self.total_blocks)) as u64
+            * self.block_size as u64
+            + tail
+    }
+
+    /// prefix-cache-affinity-filter (`prefixcacheaffinity`): keep the
+    /// endpoints whose prefix match reaches the threshold, unless exploring,
+    /// none qualifies, or their in-flight prefill backlog would cost more
+    /// TTFT than `maxTTFTPenaltyMs` over the best other endpoint.
+    fn affinity_filter(&mut self, filter: &str, candidates: &mut Vec<usize>) {
+        let Some(plugin) = self.config.plugin(filter).cloned() else {
+            return;
+        };
+        let threshold = param_f64(&plugin, "affinityThreshold").unwrap_or(0.80);
+        if candidates.len() <= 1 || threshold <= 0.0 {
+            return;
+        }
+        let explore = param_f64(&plugin, "explorationProbability").unwrap_or(0.0);
+        if explore > 0.0 && self.rng.bernoulli(explore) {
+            return;
+        }
+        let score = |e: usize| {
+            if self.total_blocks == 0 {
+                0.0
+            } else {
+                self.matches[e] as f64 / self.total_blocks as f64
+            }
+        };
+        let (sticky, other): (Vec<usize>, Vec<usize>) =
+            candidates.iter().partition(|e| score(**e) >= threshold);
+        if sticky.is_empty() {
+            return;
+        }
+        let penalty_ms = param_f64(&plugin, "maxTTFTPenaltyMs").unwrap_or(18_000.0);
+        if penalty_ms > 0.0 && !other.is_empty() {
+            let peak = param_f64(&plugin, "peakPrefillThroughput")
+                .filter(|p| *p > 0.0)
+                .unwrap_or(15_928.0);
+            let tokens = |e: usize| self.inflight.as_ref().map_or(0, |(_, t)| t[e]) as f64;
+            let ttft = |set: &[usize]| {
+                set.iter()
+                    .map(|e| tokens(*e) / peak * 1000.0)
+                    .fold(f64::MAX, f64::min)
+            };
+            if ttft(&sticky) - ttft(&other) > penalty_ms {
+                return;
+            }
+        }
+        *candidates = sticky;
+    }
+
     fn score(
         &self,
         scorer: &str,
@@ -280,6 +361,34 @@ impl Router {
                     }
                 }));
             }
+            "token-load-scorer" => {
+                let threshold = param_f64(plugin, "queueThresholdTokens")
+                    .filter(|t| *t > 0.0)
+                    .unwrap_or(4_194_304.0);
+                out.extend(candidates.iter().map(|c| {
+                    let load = self.inflight.as_ref().map_or(0, |(_, t)| t[*c])
+                        + self.uncached_tokens(*c, self.prompt_tokens);
+                    if load == 0 {
+                        1.0
+                    } else {
+                        1.0 - (load as f64).min(threshold) / threshold
+                    }
+                }));
+            }
+            "active-request-scorer" => {
+                let idle = param_f64(plugin, "idleThreshold").unwrap_or(0.0);
+                let max_busy = param_f64(plugin, "maxBusyScore").unwrap_or(1.0);
+                let requests = |c: usize| self.inflight.as_ref().map_or(0, |(r, _)| r[c]) as f64;
+                let max_n = candidates.iter().map(|c| requests(*c)).fold(0.0, f64::max);
+                out.extend(candidates.iter().map(|c| {
+                    let n = requests(*c);
+                    if n <= idle || max_n == 0.0 {
+                        1.0
+                    } else {
+                        (max_n - n) / max_n * max_busy
+                    }
+                }));
+            }
             "prefix-cache-scorer" => {
                 let weight = param_f64(plugin, "matchLengthWeight")
                     .unwrap_or(0.0)
@@ -307,7 +416,15 @@ impl Router {
         let profile = self.profile(name)?.clone();
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
         for filter in &profile.filters {
-            candidates.retain(|e| self.passes(filter, *e));
+            if self
+                .config
+                .plugin(filter)
+                .is_some_and(|p| p.plugin_type == "prefix-cache-affinity-filter")
+            {
+                self.affinity_filter(filter, &mut candidates);
+            } else {
+                candidates.retain(|e| self.passes(filter, *e));
+            }
             if candidates.is_empty() {
                 return None;
             }
@@ -369,6 +486,7 @@ impl Router {
     /// One scheduling cycle for a request of `prompt_tokens` tokens. `None`
     /// when no endpoint survives (the EPP answers 503).
     pub fn pick(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) -> Option<Decision> {
+        self.prompt_tokens = prompt.tokens();
         self.produce(prompt, endpoints);
         let handler = self.config.plugin(&self.config.handler).cloned();
         let decision = match handler.as_ref().map(|h| h.plugin_type.as_str()) {
@@ -396,7 +514,11 @@ impl Router {
                 } else {
                     None
                 };
-                Decision { decode, prefill }
+                Decision {
+                    decode,
+                    prefill,
+                    ticket: Ticket::default(),
+                }
             }
             _ => {
                 let name = self
@@ -408,9 +530,26 @@ impl Router {
                 Decision {
                     decode: self.run_profile(&name, endpoints)?,
                     prefill: None,
+                    ticket: Ticket::default(),
                 }
             }
         };
+        let mut decision = decision;
+        // PreRequest: the in-flight load of each profile's target grows by
+        // one request and by the prompt tokens its index lacks.
+        if self.inflight.is_some() {
+            let prompt_tokens = self.prompt_tokens;
+            let add = |router: &mut Router, e: usize| {
+                let tokens = router.uncached_tokens(e, prompt_tokens);
+                if let Some((requests, load)) = router.inflight.as_mut() {
+                    requests[e] += 1;
+                    load[e] += tokens;
+                }
+                (e, tokens)
+            };
+            decision.ticket.decode = Some(add(self, decision.decode));
+            decision.ticket.prefill = decision.prefill.map(|p| add(self, p));
+        }
         // PreRequest: the approx producer indexes the prompt on the primary
         // target and on the `prefill` profile's target.
         if let Some(approx) = self.approx.clone() {
@@ -434,6 +573,33 @@ impl Router {
         self.routed += 1;
         self.disaggregated += u64::from(decision.prefill.is_some());
         Some(decision)
+    }
+
+    fn release(&mut self, slot: Option<(usize, u64)>) {
+        if let (Some((e, tokens)), Some((requests, load))) = (slot, self.inflight.as_mut()) {
+            requests[e] = requests[e].saturating_sub(1);
+            load[e] = load[e].saturating_sub(tokens);
+        }
+    }
+
+    /// ResponseBody at the first chunk: the prefill target's load is done.
+    pub fn first_chunk(&mut self, ticket: &mut Ticket) {
+        let slot = ticket.prefill.take();
+        self.release(slot);
+    }
+
+    /// ResponseBody at the end of the stream: release what is left.
+    pub fn end_of_stream(&mut self, ticket: &mut Ticket) {
+        let (decode, prefill) = (ticket.decode.take(), ticket.prefill.take());
+        self.release(decode);
+        self.release(prefill);
+    }
+
+    /// The in-flight (requests, tokens) counters of an endpoint.
+    pub fn inflight(&self, endpoint: usize) -> (u64, u64) {
+        self.inflight
+            .as_ref()
+            .map_or((0, 0), |(r, t)| (r[endpoint], t[endpoint]))
     }
 }
 
@@ -521,5 +687,70 @@ mod tests {
         let d = router.pick(&prompt(10, 32), &views).unwrap();
         assert_eq!(d.prefill, None);
         assert_eq!((router.routed, router.disaggregated), (3, 1));
+    }
+
+    const AGG: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 16}\n- type: inflight-load-producer\n- type: prefix-cache-affinity-filter\n  parameters: {peakPrefillThroughput: 2256}\n- type: token-load-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: prefix-cache-affinity-filter}, {pluginRef: token-load-scorer}]\n";
+
+    #[test]
+    fn in_flight_load_grows_at_pick_and_shrinks_at_first_chunk_and_end_of_stream() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: token-load-scorer\n- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}, {pluginRef: token-load-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: token-load-scorer}]\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill", "decode"]), 1);
+        let views = vec![EndpointView::default(); 2];
+        let mut d = router.pick(&prompt(1, 100), &views).unwrap();
+        assert_eq!((d.decode, d.prefill), (1, Some(0)));
+        // Nothing indexed: every prompt token is uncached on both.
+        assert_eq!(router.inflight(0), (1, 100));
+        assert_eq!(router.inflight(1), (1, 100));
+        router.first_chunk(&mut d.ticket);
+        assert_eq!(
+            router.inflight(0),
+            (0, 0),
+            "the prefill target is released at the first chunk"
+        );
+        assert_eq!(router.inflight(1), (1, 100));
+        router.end_of_stream(&mut d.ticket);
+        assert_eq!(router.inflight(1), (0, 0));
+        router.end_of_stream(&mut d.ticket);
+        assert_eq!(router.inflight(1), (0, 0), "released once");
+    }
+
+    #[test]
+    fn token_load_scorer_prefers_the_endpoint_with_less_work_in_flight() {
+        let mut router = Router::new(&inputs(AGG), labels(&["prefill-decode"; 2]), 2);
+        let views = vec![EndpointView::default(); 2];
+        // Two different prompts: the second avoids the first's endpoint.
+        let first = router.pick(&prompt(1, 4096), &views).unwrap().decode;
+        let second = router.pick(&prompt(2, 4096), &views).unwrap().decode;
+        assert_ne!(first, second);
+    }
+
+    #[test]
+    fn the_affinity_filter_sticks_to_the_cached_endpoint_until_its_backlog_costs_too_much() {
+        let mut router = Router::new(&inputs(AGG), labels(&["prefill-decode"; 2]), 3);
+        let views = vec![EndpointView::default(); 2];
+        let home = router.pick(&prompt(7, 1024), &views).unwrap().decode;
+        // Same prompt: sticky to `home` although it carries more load.
+        for _ in 0..5 {
+            assert_eq!(router.pick(&prompt(7, 1024), &views).unwrap().decode, home);
+        }
+        // Pile 18 s worth of prefill (at 2256 tokens/s) onto `home`: the
+        // TTFT penalty exceeds maxTTFTPenaltyMs and the filter lets the other
+        // endpoint compete.
+        for i in 0..40 {
+            let _ = router.pick(
+                &prompt(100 + i, 4096),
+                &[EndpointView::default(), EndpointView::default()],
+            );
+        }
+        let (_, home_tokens) = router.inflight(home);
+        let (_, away_tokens) = router.inflight(1 - home);
+        assert!(home_tokens > 0 && away_tokens > 0);
+        let penalty_s = (home_tokens as f64 - away_tokens as f64) / 2256.0;
+        let d = router.pick(&prompt(7, 1024), &views).unwrap().decode;
+        if penalty_s > 18.0 {
+            assert_ne!(d, home, "penalty {penalty_s:.1} s > 18 s");
+        } else {
+            assert_eq!(d, home, "penalty {penalty_s:.1} s <= 18 s");
+        }
     }
 }

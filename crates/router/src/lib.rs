@@ -19,7 +19,7 @@ mod inputs;
 pub use inputs::{RouterInputs, check_router_inputs};
 
 pub use config::{EndpointPickerConfig, load_config};
-pub use cycle::{Decision, EndpointView, Router};
+pub use cycle::{Decision, EndpointView, Router, Ticket};
 pub use flags::{EppFlags, parse_flags};
 pub use manifests::{Manifests, load_manifests};
 
