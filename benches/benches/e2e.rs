@@ -7,14 +7,17 @@
 //! - `1p3d`: 100,000 of the same requests at 40 requests per second through
 //!   the bundled 1P3D DeepSeek-V3 layout (one prefill node, three decode
 //!   nodes, expert parallelism, KV moving over the fabric, a host-memory
-//!   offload tier).
+//!   offload tier);
+//! - `1p3d-epp`: the same through the Endpoint Picker's prefix-cache-aware
+//!   P/D routing (`deployments/1p3d-ep8-epp.yaml`) instead of the built-in
+//!   always-disaggregate policy.
 //!
 //! Prints simulated requests per wall-second and peak resident memory.
 //! Run with `cargo bench -p pdsim-benches --bench e2e`; `PDSIM_BENCH_CASE`
 //! picks one case, `PDSIM_BENCH_REQUESTS` and `PDSIM_BENCH_RATE` change the
 //! size and load.
 
-use pdsim_cluster::{build, run};
+use pdsim_cluster::run;
 use pdsim_report::{Aggregator, RunInfo};
 use pdsim_spec::validate::{Request, validate};
 use pdsim_workload::Synthetic;
@@ -30,7 +33,7 @@ fn main() {
     let Ok(case) = std::env::var("PDSIM_BENCH_CASE") else {
         // Run each case in a child process so each reports its own peak.
         let exe = std::env::current_exe().expect("the bench binary");
-        for case in ["colocated", "1p3d"] {
+        for case in ["colocated", "1p3d", "1p3d-epp"] {
             let status = std::process::Command::new(&exe)
                 .env("PDSIM_BENCH_CASE", case)
                 .status()
@@ -43,15 +46,19 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
-    let default_rate = if case == "1p3d" { 40.0 } else { 400.0 };
+    let default_rate = if case.starts_with("1p3d") {
+        40.0
+    } else {
+        400.0
+    };
     let rate: f64 = std::env::var("PDSIM_BENCH_RATE")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default_rate);
-    let files = if case == "1p3d" {
-        pdsim_benches::pd_bundle()
-    } else {
-        pdsim_benches::e2e_bundle()
+    let files = match case.as_str() {
+        "1p3d" => pdsim_benches::pd_bundle(),
+        "1p3d-epp" => pdsim_benches::pd_epp_bundle(),
+        _ => pdsim_benches::e2e_bundle(),
     };
     let report = validate(&Request {
         files: &files,
@@ -62,7 +69,11 @@ fn main() {
     assert!(report.valid, "{:#?}", report.problems);
     let scenario = report.scenario.as_ref().expect("scenario");
     let bundle = &report.deployments[0];
-    let cluster = build(bundle, scenario).expect("builds");
+    let router = bundle.deployment.router.as_ref().map(|block| {
+        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block))
+            .expect("router inputs load")
+    });
+    let cluster = pdsim_cluster::build_with_router(bundle, scenario, router).expect("builds");
     let shape = scenario.shape.as_ref().expect("shape");
     let mut source =
         Synthetic::new(&shape.origin.name, &shape.value, requests, rate, 1).expect("shape");

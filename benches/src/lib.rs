@@ -42,3 +42,17 @@ pub fn pd_bundle() -> MemoryFiles {
         )
         .with("d.yaml", include_str!("../../deployments/1p3d-ep8.yaml"))
 }
+
+/// The 1P3D layout routed by the Endpoint Picker with prefix-cache-aware P/D
+/// routing (`deployments/1p3d-ep8-epp.yaml`): the router-on speed case.
+pub fn pd_epp_bundle() -> MemoryFiles {
+    pd_bundle()
+        .with(
+            "d.yaml",
+            include_str!("../../deployments/1p3d-ep8-epp.yaml"),
+        )
+        .with(
+            "pd/epp-prefix-pd.yaml",
+            include_str!("../../deployments/pd/epp-prefix-pd.yaml"),
+        )
+}
