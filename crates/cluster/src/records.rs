@@ -111,3 +111,48 @@ impl RecordSink for MemorySink {
         self.emissions.push((gap_ns, tokens));
     }
 }
+
+impl RequestRecord {
+    /// A record for a request that arrived at `arrival`, not yet served,
+    /// located at the engine that will serve it.
+    pub fn arrived(
+        id: RequestId,
+        source_line: u64,
+        slo_class: u16,
+        arrival: SimTime,
+        prompt_tokens: u32,
+        (pool, pod, rank): (u16, u32, u16),
+    ) -> RequestRecord {
+        RequestRecord {
+            id,
+            source_line,
+            slo_class,
+            arrival,
+            enqueued: None,
+            scheduled: None,
+            first_token: None,
+            last_token: None,
+            finished: arrival,
+            prompt_tokens,
+            output_tokens: 0,
+            cached_tokens: 0,
+            preemptions: 0,
+            pool,
+            pod,
+            rank,
+            prefill: None,
+            prefill_scheduled: None,
+            prefill_done: None,
+            prefill_cached_tokens: 0,
+            transfer_start: None,
+            transfer_end: None,
+            transfer_bytes: 0,
+            kv_hold_expired: false,
+            offload_tokens: 0,
+            offload_load_start: None,
+            offload_load_end: None,
+            outcome: Outcome::Completed,
+            reason: "",
+        }
+    }
+}

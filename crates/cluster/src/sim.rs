@@ -536,37 +536,17 @@ impl<'a> Sim<'a> {
 
     fn reject_unrouted(&mut self, id: RequestId, spec: &RequestSpec) {
         self.stats.rejected += 1;
-        let record = RequestRecord {
+        let prompt_tokens = spec.prompt.tokens().min(u32::MAX as u64) as u32;
+        let mut record = RequestRecord::arrived(
             id,
-            source_line: spec.source_line,
-            slo_class: spec.slo_class,
-            arrival: self.now,
-            enqueued: None,
-            scheduled: None,
-            first_token: None,
-            last_token: None,
-            finished: self.now,
-            prompt_tokens: spec.prompt.tokens().min(u32::MAX as u64) as u32,
-            output_tokens: 0,
-            cached_tokens: 0,
-            preemptions: 0,
-            pool: 0,
-            pod: 0,
-            rank: 0,
-            prefill: None,
-            prefill_scheduled: None,
-            prefill_done: None,
-            prefill_cached_tokens: 0,
-            transfer_start: None,
-            transfer_end: None,
-            transfer_bytes: 0,
-            kv_hold_expired: false,
-            offload_tokens: 0,
-            offload_load_start: None,
-            offload_load_end: None,
-            outcome: Outcome::Rejected,
-            reason: "no-endpoints",
-        };
+            spec.source_line,
+            spec.slo_class,
+            self.now,
+            prompt_tokens,
+            (0, 0, 0),
+        );
+        record.outcome = Outcome::Rejected;
+        record.reason = "no-endpoints";
         self.rejected_records.push(record);
     }
 
@@ -614,37 +594,15 @@ impl<'a> Sim<'a> {
             .cost
             .admission_delay(prompt_tokens);
         let (pool, pod, rank) = self.location(decode_core);
-        let record = RequestRecord {
+        let mut record = RequestRecord::arrived(
             id,
-            source_line: spec.source_line,
-            slo_class: spec.slo_class,
-            arrival: self.now,
-            enqueued: None,
-            scheduled: None,
-            first_token: None,
-            last_token: None,
-            finished: self.now,
+            spec.source_line,
+            spec.slo_class,
+            self.now,
             prompt_tokens,
-            output_tokens: 0,
-            cached_tokens: 0,
-            preemptions: 0,
-            pool,
-            pod,
-            rank,
-            prefill: prefill_core.map(|p| self.location(p as usize)),
-            prefill_scheduled: None,
-            prefill_done: None,
-            prefill_cached_tokens: 0,
-            transfer_start: None,
-            transfer_end: None,
-            transfer_bytes: 0,
-            kv_hold_expired: false,
-            offload_tokens: 0,
-            offload_load_start: None,
-            offload_load_end: None,
-            outcome: Outcome::Completed,
-            reason: "",
-        };
+            (pool, pod, rank),
+        );
+        record.prefill = prefill_core.map(|p| self.location(p as usize));
         self.in_flight.insert(
             id,
             InFlight {
