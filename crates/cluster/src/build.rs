@@ -38,6 +38,11 @@ pub struct PoolRuntime {
     /// stepping dummy batches so the expert collectives line up
     /// (`vllm/v1/engine/coordinator.py`).
     pub lockstep: bool,
+    /// How many of an engine's data-parallel ranks one endpoint exposes to
+    /// a router: all of them (`internal`), those of one node (`hybrid`,
+    /// dp_local), or one (`external`) (`vllm/config/parallel.py`,
+    /// `research/vllm-engine.md` §9).
+    pub ranks_per_endpoint: u16,
     pub engine: EngineConfig,
     pub cost: Box<dyn CostModel>,
     /// Global index of the pool's first GPU: pools take the cluster's nodes
@@ -349,6 +354,11 @@ pub fn build_with_router(
             pods,
             ranks: layout.dp.min(u16::MAX as u64) as u16,
             lockstep: scenario.model.value.is_moe() && layout.dp > 1,
+            ranks_per_endpoint: match pool.parallel.data_parallel_load_balancing.as_deref() {
+                Some("external") => 1,
+                Some("hybrid") if layout.dp_local > 0 => layout.dp_local.min(layout.dp) as u16,
+                _ => layout.dp.min(u16::MAX as u64) as u16,
+            },
             engine: {
                 let mut engine = engine_config(resolved, &sets);
                 // The tier's bytes are per engine (vLLM's kv_offloading_size

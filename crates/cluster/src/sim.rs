@@ -353,12 +353,20 @@ impl<'a> Sim<'a> {
             pod_cores.push(pods);
         }
         let disaggregated = cluster.pools.iter().any(|p| p.role != Role::Colocated);
+        // The router's endpoints: each pod, or each group of its ranks the
+        // load-balancing mode exposes separately.
         let mut pods = Vec::new();
         let mut pod_labels = Vec::new();
         for (pool, list) in pod_cores.iter().enumerate() {
-            for pod in list {
-                pods.push(*pod);
-                pod_labels.push(cluster.pool_labels.get(pool).cloned().unwrap_or_default());
+            let per = cluster.pools[pool].ranks_per_endpoint.max(1) as usize;
+            for (first, len) in list {
+                let mut start = *first;
+                while start < first + len {
+                    let n = per.min(first + len - start);
+                    pods.push((start, n));
+                    pod_labels.push(cluster.pool_labels.get(pool).cloned().unwrap_or_default());
+                    start += n;
+                }
             }
         }
         let epp = cluster

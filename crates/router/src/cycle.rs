@@ -117,6 +117,9 @@ pub struct Router {
     block_size: u32,
     hashes: VecDeque<u64>,
     prompt_tokens: u64,
+    /// no-hit-lru-scorer's endpoints, least recently used first.
+    lru: VecDeque<usize>,
+    lru_size: usize,
 }
 
 fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
@@ -170,6 +173,13 @@ impl Router {
             }
         });
         let n = labels.len();
+        let config_lru_size = config
+            .plugins
+            .iter()
+            .find(|p| p.plugin_type == "no-hit-lru-scorer")
+            .and_then(|p| param_f64(p, "lruSize"))
+            .filter(|v| *v > 0.0)
+            .unwrap_or(1024.0) as usize;
         let consumes_load = config.plugins.iter().any(|p| {
             matches!(
                 p.plugin_type.as_str(),
@@ -194,6 +204,8 @@ impl Router {
             block_size: 16,
             hashes: VecDeque::new(),
             prompt_tokens: 0,
+            lru: VecDeque::new(),
+            lru_size: config_lru_size,
         }
     }
 
@@ -245,12 +257,66 @@ impl Router {
     }
 
     fn passes(&self, filter: &str, endpoint: usize) -> bool {
-        let plugin_type = self
-            .config
-            .plugin(filter)
-            .map_or("", |p| p.plugin_type.as_str());
-        let role = self.labels[endpoint].get(ROLE).map(String::as_str);
+        let Some(plugin) = self.config.plugin(filter) else {
+            return true;
+        };
+        let plugin_type = plugin.plugin_type.as_str();
+        let labels = &self.labels[endpoint];
+        let role = labels.get(ROLE).map(String::as_str);
         match plugin_type {
+            // A Kubernetes LabelSelector: every matchLabels pair and every
+            // matchExpressions requirement must hold.
+            "label-selector-filter" | "by-label-selector" => {
+                let p = &plugin.parameters;
+                let labels_ok = p
+                    .get("matchLabels")
+                    .and_then(Value::as_mapping)
+                    .is_none_or(|m| {
+                        m.iter().all(|(k, v)| {
+                            labels.get(k.as_str().unwrap_or("")).map(String::as_str) == v.as_str()
+                        })
+                    });
+                let expressions_ok = p
+                    .get("matchExpressions")
+                    .and_then(Value::as_sequence)
+                    .is_none_or(|list| {
+                        list.iter().all(|e| {
+                            let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+                            let values: Vec<&str> = e
+                                .get("values")
+                                .and_then(Value::as_sequence)
+                                .into_iter()
+                                .flatten()
+                                .filter_map(Value::as_str)
+                                .collect();
+                            let value = labels.get(key).map(String::as_str);
+                            match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+                                "In" => value.is_some_and(|v| values.contains(&v)),
+                                "NotIn" => value.is_none_or(|v| !values.contains(&v)),
+                                "Exists" => value.is_some(),
+                                "DoesNotExist" => value.is_none(),
+                                _ => false,
+                            }
+                        })
+                    });
+                labels_ok && expressions_ok
+            }
+            // by-label: keep a listed value, or an absent label when allowed.
+            "by-label" => {
+                let p = &plugin.parameters;
+                let key = p.get("label").and_then(Value::as_str).unwrap_or("");
+                let allow_none = p
+                    .get("allowsNoLabel")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                match labels.get(key) {
+                    None => allow_none,
+                    Some(v) => p
+                        .get("validValues")
+                        .and_then(Value::as_sequence)
+                        .is_some_and(|vals| vals.iter().any(|x| x.as_str() == Some(v.as_str()))),
+                }
+            }
             "decode-filter" => role.is_none_or(|r| DECODE_ROLES.contains(&r)),
             "prefill-filter" => role.is_some_and(|r| PREFILL_ROLES.contains(&r)),
             _ => true,
@@ -388,6 +454,37 @@ impl Router {
                         (max_n - n) / max_n * max_busy
                     }
                 }));
+            }
+            "no-hit-lru-scorer" => {
+                // Warm (some endpoint has the prefix): 0.5 everywhere. Cold:
+                // never-used endpoints first in input order, then the least
+                // recently used (`nohitlru`).
+                let cold = candidates.iter().all(|c| self.matches[*c] == 0);
+                let n = candidates.len();
+                if !cold {
+                    out.resize(n, 0.5);
+                } else if n == 1 {
+                    out.push(1.0);
+                } else {
+                    let used: Vec<usize> = self
+                        .lru
+                        .iter()
+                        .copied()
+                        .filter(|e| candidates.contains(e))
+                        .collect();
+                    let never = candidates.iter().filter(|c| !used.contains(c)).count();
+                    let mut never_index = 0;
+                    for c in candidates {
+                        let rank = match used.iter().position(|u| u == c) {
+                            Some(position) => never + position,
+                            None => {
+                                never_index += 1;
+                                never_index - 1
+                            }
+                        };
+                        out.push((1.0 - rank as f64 / (n - 1) as f64).max(0.0));
+                    }
+                }
             }
             "prefix-cache-scorer" => {
                 let weight = param_f64(plugin, "matchLengthWeight")
@@ -567,6 +664,26 @@ impl Router {
                 };
                 for hash in &self.hashes {
                     self.index.add(target, *hash, capacity);
+                }
+            }
+        }
+        // no-hit-lru-scorer's PreRequest: a cold request touches its
+        // primary and prefill targets.
+        if self
+            .config
+            .plugins
+            .iter()
+            .any(|p| p.plugin_type == "no-hit-lru-scorer")
+            && self.matches.iter().all(|m| *m == 0)
+        {
+            for target in [Some(decision.decode), decision.prefill]
+                .into_iter()
+                .flatten()
+            {
+                self.lru.retain(|e| *e != target);
+                self.lru.push_back(target);
+                while self.lru.len() > self.lru_size {
+                    self.lru.pop_front();
                 }
             }
         }
@@ -752,5 +869,33 @@ mod tests {
         } else {
             assert_eq!(d, home, "penalty {penalty_s:.1} s <= 18 s");
         }
+    }
+
+    #[test]
+    fn label_selectors_keep_matching_endpoints() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: label-selector-filter\n  parameters:\n    matchLabels: {tier: gold}\n    matchExpressions: [{key: zone, operator: In, values: [a, b]}]\n- type: queue-scorer\n";
+        let mut labels = labels(&["prefill-decode"; 3]);
+        labels[0].insert("tier".into(), "gold".into());
+        labels[0].insert("zone".into(), "c".into());
+        labels[1].insert("tier".into(), "gold".into());
+        labels[1].insert("zone".into(), "b".into());
+        let mut router = Router::new(&inputs(text), labels, 1);
+        let views = vec![EndpointView::default(); 3];
+        for i in 0..8 {
+            assert_eq!(router.pick(&prompt(i, 16), &views).unwrap().decode, 1);
+        }
+    }
+
+    #[test]
+    fn no_hit_lru_spreads_cold_requests_over_the_least_recently_used() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: no-hit-lru-scorer\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 3]), 4);
+        let views = vec![EndpointView::default(); 3];
+        // Cold requests visit never-used endpoints in order, then the least
+        // recently used one.
+        let picks: Vec<usize> = (0..6)
+            .map(|i| router.pick(&prompt(100 + i, 8), &views).unwrap().decode)
+            .collect();
+        assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
     }
 }

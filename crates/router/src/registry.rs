@@ -60,9 +60,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "decode-filter" => Filter, Some(&[]), false, None, None;
     "prefill-filter" => Filter, Some(&[]), false, None, None;
     "encode-filter" => Filter, Some(&[]), false, None, Some("pdsim has no encode pools");
-    "label-selector-filter" => Filter, Some(&["matchLabels", "matchExpressions"]), false, None, Some(NOT_YET);
-    "by-label-selector" => Filter, Some(&["matchLabels", "matchExpressions"]), false, Some("label-selector-filter"), Some(NOT_YET);
-    "by-label" => Filter, Some(&["label", "validValues", "allowsNoLabel"]), false, Some("label-selector-filter"), Some(NOT_YET);
+    "label-selector-filter" => Filter, Some(&["matchLabels", "matchExpressions"]), false, None, None;
+    "by-label-selector" => Filter, Some(&["matchLabels", "matchExpressions"]), false, Some("label-selector-filter"), None;
+    "by-label" => Filter, Some(&["label", "validValues", "allowsNoLabel"]), false, Some("label-selector-filter"), None;
     "prefix-cache-affinity-filter" => Filter, Some(&["affinityThreshold", "explorationProbability", "maxTTFTPenaltyMs", "ttftSource", "peakPrefillThroughput", "prefixMatchInfoProducerName", "inFlightLoadProducerName"]), false, None, None;
     "context-length-aware" => Filter, Some(&["label", "enableFiltering"]), false, None, Some(NOT_YET);
     "slo-headroom-tier-filter" => Filter, None, false, None, Some(EXTERNAL);
@@ -78,7 +78,7 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "prefix-cache-scorer" => Scorer, Some(&["matchLengthWeight", "matchLengthScaleTokens", "prefixMatchInfoProducerName"]), false, None, None;
     "token-load-scorer" => Scorer, Some(&["queueThresholdTokens", "inFlightLoadProducerName"]), false, None, None;
     "active-request-scorer" => Scorer, Some(&["idleThreshold", "maxBusyScore", "requestTimeout"]), false, None, None;
-    "no-hit-lru-scorer" => Scorer, Some(&["lruSize", "prefixPluginType", "prefixPluginName"]), false, None, Some(NOT_YET);
+    "no-hit-lru-scorer" => Scorer, Some(&["lruSize", "prefixPluginType", "prefixPluginName"]), false, None, None;
     "session-affinity-scorer" => Scorer, Some(&[]), true, None, Some(NOT_YET);
     "lora-affinity-scorer" => Scorer, None, false, None, Some("pdsim serves no LoRA adapters");
     "precise-prefix-cache-scorer" => Scorer, None, false, None, Some(EXTERNAL);
@@ -103,11 +103,14 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "prefill-header-handler" => Other, Some(&["prefillProfile"]), false, Some("disagg-profile-handler"), Some(NOT_YET);
     "disagg-headers-handler" => Other, Some(&["prefillProfile", "encodeProfile"]), false, Some("disagg-profile-handler"), Some(NOT_YET);
     "request-attribute-reporter" => Other, None, false, None, Some(NOT_YET);
-    // Admission and saturation (§6).
-    "probabilistic-admitter" => Admission, Some(&["queueDepthThreshold", "kvCacheUtilThreshold", "power", "k"]), false, None, Some(NOT_YET);
+    // Admission and saturation (§6). They act only on sheddable requests
+    // (negative InferenceObjective priority, chosen by a request header);
+    // pdsim's requests carry no objective header, so every request has
+    // priority 0 and is admitted, exactly as the EPP admits it.
+    "probabilistic-admitter" => Admission, Some(&["queueDepthThreshold", "kvCacheUtilThreshold", "power", "k"]), false, None, None;
     "latency-slo-admitter" => Admission, None, false, None, Some(EXTERNAL);
     "utilization-detector" => Saturation, Some(&["queueDepthThreshold", "kvCacheUtilThreshold", "metricsStalenessThreshold", "headroom"]), false, None, None;
-    "concurrency-detector" => Saturation, Some(&["maxConcurrency", "headroom", "concurrencyMode", "maxTokenConcurrency"]), false, None, Some(NOT_YET);
+    "concurrency-detector" => Saturation, Some(&["maxConcurrency", "headroom", "concurrencyMode", "maxTokenConcurrency"]), false, None, None;
     // Data layer (§3.7): the simulated scrape stands in for them.
     "metrics-data-source" => DataLayer, Some(&["scheme", "path", "insecureSkipVerify"]), false, None, None;
     "core-metrics-extractor" => DataLayer, Some(&["engineLabelKey", "defaultEngine", "engineConfigs"]), false, None, None;
