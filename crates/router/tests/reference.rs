@@ -60,7 +60,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("llm-d-router__deploy__config__pd-epp-config.yaml", "load"),
     (
         "llm-d-router__deploy__config__probabilistic-admitter-epp-config.yaml",
-        "probabilistic-admitter",
+        "load",
     ),
     (
         "llm-d-router__deploy__config__sim-e-p-d-epp-config.yaml",
