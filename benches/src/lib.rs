@@ -13,7 +13,11 @@ pub fn h200_bundle() -> MemoryFiles {
             "colocated.yaml",
             include_str!("../../deployments/colocated-tp8.yaml"),
         )
+        .with("pd/epp-always-pd.yaml", ALWAYS_PD)
 }
+
+/// The router configuration the bundled P/D layouts name.
+const ALWAYS_PD: &str = include_str!("../../deployments/pd/epp-always-pd.yaml");
 
 /// Four HGX H200 nodes running Llama-3.1-8B as 32 colocated single-GPU
 /// engines: the end-to-end speed case of issue 3 ("100,000 requests on 32
@@ -32,7 +36,8 @@ pub fn e2e_bundle() -> MemoryFiles {
 }
 
 /// The bundled 1P3D layout (`deployments/1p3d-ep8.yaml`, DeepSeek-V3 on four
-/// H200 nodes) with the catalog's chatbot shape: the P/D speed case.
+/// H200 nodes, its router disaggregating every request) with the catalog's
+/// chatbot shape: the P/D speed case.
 pub fn pd_bundle() -> MemoryFiles {
     MemoryFiles::new()
         .with(
@@ -41,6 +46,7 @@ pub fn pd_bundle() -> MemoryFiles {
                 .replace("shape: summarization", "shape: chatbot"),
         )
         .with("d.yaml", include_str!("../../deployments/1p3d-ep8.yaml"))
+        .with("pd/epp-always-pd.yaml", ALWAYS_PD)
 }
 
 /// The 1P3D layout routed by the Endpoint Picker with prefix-cache-aware P/D

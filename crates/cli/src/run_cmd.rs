@@ -143,6 +143,15 @@ pub fn run_command(args: &Args) -> ExitCode {
             }
         }
     };
+    // The specification routes a deployment without a router block with the
+    // EPP's built-in configuration, which has no P/D profile: say so, since
+    // a user who wrote prefill pools most likely meant them to be used.
+    if router.is_none() && bundle.deployment.pools.iter().any(|p| p.role == "prefill") {
+        eprintln!(
+            "{}: note: no router block, so the EPP's built-in configuration routes every request whole to any pod and none is disaggregated; name an EndpointPickerConfig with a disagg-profile-handler under `router` to run P/D",
+            deployment_path.display()
+        );
+    }
     let cluster = match pdsim_cluster::build_with_router(bundle, scenario, router) {
         Ok(cluster) => cluster,
         Err(e) => return fail(1, format!("{}: {e}", deployment_path.display())),

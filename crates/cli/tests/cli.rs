@@ -106,7 +106,13 @@ fn json_problems_carry_file_line_path_and_code() {
     assert_eq!(problem["severity"], "error");
     assert_eq!(problem["code"], "dp-local-exceeds-dp");
     assert_eq!(problem["path"], "pools[1].parallel.dp_local");
-    assert_eq!(problem["line"], 23);
+    let line = std::fs::read_to_string(&bad)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("dp_local: 9"))
+        .unwrap()
+        + 1;
+    assert_eq!(problem["line"], line);
     assert_eq!(problem["file"], bad.as_str());
     assert_eq!(value["resolution"], serde_json::Value::Null);
 }

@@ -82,8 +82,9 @@ pub struct Cluster {
     /// How long a prefill engine holds blocks nobody has read.
     pub kv_hold_timeout: pdsim_core::SimDuration,
     pub offload: Option<OffloadRuntime>,
-    /// The Endpoint Picker's inputs when the deployment names them.
-    pub epp: Option<pdsim_router::RouterInputs>,
+    /// The Endpoint Picker's inputs: the deployment's, or the EPP's
+    /// built-in configuration over every pod when it has no router block.
+    pub epp: pdsim_router::RouterInputs,
     /// The labels of each pool's pods, `llm-d.ai/role` derived from the role.
     pub pool_labels: Vec<std::collections::BTreeMap<String, String>>,
 }
@@ -273,15 +274,19 @@ fn offload_tier(
     Ok(Some((tier.bytes.max(0) as u64, class)))
 }
 
-/// Builds the runtime cluster, or refuses what cannot run faithfully yet.
+/// Builds the runtime cluster of a deployment without router inputs (see
+/// `build_with_router`), or refuses what cannot run faithfully yet.
 pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cluster, BuildError> {
     build_with_router(bundle, scenario, None)
 }
 
 /// Builds the runtime cluster with the router's loaded inputs (see
 /// `pdsim_router::check_router_inputs`). A deployment with a router block
-/// must come with its inputs; without a block, the named built-in policies
-/// route.
+/// must come with its inputs; without a block the EPP's built-in default
+/// configuration routes over every pod, as the Deployment specification
+/// says. Under P/D that configuration has no disaggregation profile, so
+/// every request is served whole by the pod it lands on, prefill pods
+/// included: exactly what an llm-d cluster without a P/D router does.
 pub fn build_with_router(
     bundle: &ValidDeployment,
     scenario: &ResolvedScenario,
@@ -430,10 +435,9 @@ pub fn build_with_router(
     )?;
     Ok(Cluster {
         pools,
-        router: match (&router, disaggregated) {
-            (Some(_), _) => "epp",
-            (None, true) => "builtin-least-loaded/always-disaggregate",
-            (None, false) => "builtin-least-loaded",
+        router: match &router {
+            Some(inputs) if !inputs.is_builtin() => "epp",
+            _ => "epp-builtin-default",
         },
         gpus_per_node,
         nic_bytes_per_s: fabric_gbps * 1e9 * transfer.overhead,
@@ -446,7 +450,7 @@ pub fn build_with_router(
             host_link_bytes_per_s: scenario.chip.value.host_link_gbps.unwrap_or(32.0) * 1e9,
             base_latency: pdsim_core::SimDuration::from_secs_f64(class.base_latency_us * 1e-6),
         }),
-        epp: router,
+        epp: router.unwrap_or_else(pdsim_router::RouterInputs::builtin),
         pool_labels: bundle
             .resolution
             .pools

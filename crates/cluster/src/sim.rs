@@ -8,8 +8,9 @@
 //! were scheduled (DESIGN decision 2). Arrivals are read from the source one
 //! ahead, so a trace is streamed rather than loaded.
 //!
-//! Under P/D every request is disaggregated (a named built-in policy until
-//! the router decides per request), as the llm-d sidecar runs it: the
+//! The simulated Endpoint Picker routes every request (the deployment's
+//! configuration, or the EPP's built-in one). A request its P/D profile
+//! handler disaggregates runs as the llm-d sidecar runs it: the
 //! prefill engine gets the request with one output token and holds its
 //! blocks; the sidecar then sends the request to the decode engine, which
 //! allocates, keeps its own prefix hit, pulls only the missing blocks over
@@ -196,8 +197,6 @@ struct Sim<'a> {
     groups: Vec<Group>,
     /// Group of each core.
     group_of: Vec<u32>,
-    /// (first core, ranks) of each pod, per pool.
-    pod_cores: Vec<Vec<(usize, usize)>>,
     queue: BinaryHeap<Reverse<(SimTime, u64, Event)>>,
     seq: u64,
     now: SimTime,
@@ -212,9 +211,8 @@ struct Sim<'a> {
     /// intra-node ingress, offload-tier read, host-link ingress.
     gpu_links: Vec<[u32; 6]>,
     done_buf: Vec<u32>,
-    disaggregated: bool,
-    /// The simulated Endpoint Picker, when the deployment configures one.
-    epp: Option<pdsim_router::Router>,
+    /// The simulated Endpoint Picker.
+    epp: pdsim_router::Router,
     /// (first core, ranks) of every pod, all pools in order: the EPP's
     /// endpoints.
     pods: Vec<(usize, usize)>,
@@ -369,14 +367,8 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        let epp = cluster
-            .epp
-            .as_ref()
-            .map(|inputs| pdsim_router::Router::new(inputs, pod_labels.clone(), seed));
-        let scrape_interval = cluster
-            .epp
-            .as_ref()
-            .map_or(50_000_000, |i| i.flags.refresh_interval_ns.max(1));
+        let epp = pdsim_router::Router::new(&cluster.epp, pod_labels.clone(), seed);
+        let scrape_interval = cluster.epp.flags.refresh_interval_ns.max(1);
         let mut phases = Stream::new(seed, Purpose::ScrapePhases, 0);
         let scrape_phase: Vec<u64> = pods.iter().map(|_| phases.below(scrape_interval)).collect();
         let views = pod_labels
@@ -408,7 +400,6 @@ impl<'a> Sim<'a> {
             cores,
             groups,
             group_of,
-            pod_cores,
             queue: BinaryHeap::new(),
             seq: 0,
             now: SimTime::ZERO,
@@ -424,7 +415,6 @@ impl<'a> Sim<'a> {
             network,
             gpu_links,
             done_buf: Vec::new(),
-            disaggregated,
             epp,
             pods,
             views,
@@ -457,39 +447,6 @@ impl<'a> Sim<'a> {
             }
         }
         Ok(())
-    }
-
-    /// The built-in least-loaded picker over the pools of `role`: the pod
-    /// with the fewest waiting, running and in-transit requests, then within
-    /// it the rank vLLM's internal load balancer would pick
-    /// (4 × waiting + running, lowest; `vllm/v1/engine/core_client.py` in
-    /// the releases before 0.33).
-    fn route(&self, role: Role) -> usize {
-        let load = |core: &Core| {
-            (core.engine.num_waiting() + core.engine.num_running()) as u64 + core.pending as u64
-        };
-        let mut best = (0, 0);
-        let mut best_load = u64::MAX;
-        for (pool, pods) in self.pod_cores.iter().enumerate() {
-            if self.cluster.pools[pool].role != role {
-                continue;
-            }
-            for (pod, (first, len)) in pods.iter().enumerate() {
-                let total: u64 = self.cores[*first..first + len].iter().map(load).sum();
-                if total < best_load {
-                    best_load = total;
-                    best = (pool, pod);
-                }
-            }
-        }
-        let (first, len) = self.pod_cores[best.0][best.1];
-        let score = |core: &Core| {
-            4 * (core.engine.num_waiting() as u64 + core.pending as u64)
-                + core.engine.num_running() as u64
-        };
-        (first..first + len)
-            .min_by_key(|c| (score(&self.cores[*c]), *c))
-            .unwrap_or(first)
     }
 
     /// vLLM's internal load balancer inside a pod: the rank with the lowest
@@ -570,27 +527,18 @@ impl<'a> Sim<'a> {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.stats.requests += 1;
-        if self.epp.is_some() && self.scraping == 0 {
+        if self.scraping == 0 {
             self.start_scraping();
         }
         let mut ticket = pdsim_router::Ticket::default();
-        let routed = if let Some(epp) = self.epp.as_mut() {
-            epp.pick(&spec.prompt, &self.views).map(|d| {
-                ticket = d.ticket;
-                let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
-                let prefill = d
-                    .prefill
-                    .map(|p| Self::pick_rank(&self.cores, self.pods[p]));
-                (prefill.unwrap_or(decode), prefill.map(|p| p as u32), decode)
-            })
-        } else if self.disaggregated {
-            let p = self.route(Role::Prefill);
-            let d = self.route(Role::Decode);
-            Some((p, Some(p as u32), d))
-        } else {
-            let c = self.route(Role::Colocated);
-            Some((c, None, c))
-        };
+        let routed = self.epp.pick(&spec.prompt, &self.views).map(|d| {
+            ticket = d.ticket;
+            let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
+            let prefill = d
+                .prefill
+                .map(|p| Self::pick_rank(&self.cores, self.pods[p]));
+            (prefill.unwrap_or(decode), prefill.map(|p| p as u32), decode)
+        });
         let Some((first_core, prefill_core, decode_core)) = routed else {
             // No endpoint survived the filters: the EPP answers 503.
             self.reject_unrouted(id, &spec);
@@ -798,9 +746,7 @@ impl<'a> Sim<'a> {
                         match f.record.last_token {
                             None => {
                                 f.record.first_token = Some(self.now);
-                                if let Some(epp) = self.epp.as_mut() {
-                                    epp.first_chunk(&mut f.ticket);
-                                }
+                                self.epp.first_chunk(&mut f.ticket);
                             }
                             Some(last) => sink.emission(self.now.since(last).as_ns(), tokens),
                         }
@@ -1067,9 +1013,7 @@ impl<'a> Sim<'a> {
         let Some(mut flight) = self.in_flight.remove(&id) else {
             return;
         };
-        if let Some(epp) = self.epp.as_mut() {
-            epp.end_of_stream(&mut flight.ticket);
-        }
+        self.epp.end_of_stream(&mut flight.ticket);
         flight.record.finished = self.now;
         flight.record.outcome = outcome;
         flight.record.reason = reason;

@@ -145,22 +145,35 @@ fn speculative_acceptance_defaults_per_method_and_scenario_overrides() {
 
 const H200: &str = include_str!("../../../scenarios/4x8-h200.yaml");
 const P1D3: &str = include_str!("../../../deployments/1p3d-ep8.yaml");
+const ALWAYS: &str = include_str!("../../../deployments/pd/epp-always-pd.yaml");
 
-fn pd_bundle() -> pdsim_spec::validate::Report {
-    let files = MemoryFiles::new().with("s.yaml", H200).with("d.yaml", P1D3);
-    validate(&Request {
+/// The bundled 1P3D deployment, its router disaggregating every request.
+fn pd_cluster() -> pdsim_cluster::Cluster {
+    let files = MemoryFiles::new()
+        .with("s.yaml", H200)
+        .with("d.yaml", P1D3)
+        .with("pd/epp-always-pd.yaml", ALWAYS);
+    let report = validate(&Request {
         files: &files,
         catalog_dirs: vec![],
         scenario: Some("s.yaml".into()),
         documents: vec!["d.yaml".into()],
-    })
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let inputs =
+        pdsim_router::check_router_inputs(&files, "d.yaml", report.loaded[0].1.router.as_ref())
+            .expect("router loads");
+    pdsim_cluster::build_with_router(
+        &report.deployments[0],
+        report.scenario.as_ref().unwrap(),
+        Some(inputs),
+    )
+    .unwrap()
 }
 
 #[test]
 fn pd_transfers_exactly_the_blocks_the_decode_side_lacks() {
-    let report = pd_bundle();
-    assert!(report.valid, "{:#?}", report.problems);
-    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    let cluster = pd_cluster();
     let decode = &cluster.pools[1];
     let mut sink = MemorySink::default();
     let stats = run(&cluster, &mut trace(300), 3, true, &mut sink).unwrap();
@@ -189,8 +202,7 @@ fn pd_transfers_exactly_the_blocks_the_decode_side_lacks() {
 
 #[test]
 fn an_expired_prefill_hold_frees_once_and_the_decode_side_recomputes() {
-    let report = pd_bundle();
-    let mut cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    let mut cluster = pd_cluster();
     // Holds expire long before the decode side can start reading.
     cluster.kv_hold_timeout = pdsim_core::SimDuration(1);
     let mut sink = MemorySink::default();
@@ -207,9 +219,44 @@ fn an_expired_prefill_hold_frees_once_and_the_decode_side_recomputes() {
 }
 
 #[test]
+fn without_a_router_block_the_builtin_epp_serves_every_request_whole() {
+    // The specification's own 1P3D example, which has no router block.
+    let spec_example = P1D3.split("router:").next().unwrap();
+    let files = MemoryFiles::new()
+        .with("s.yaml", H200)
+        .with("d.yaml", spec_example);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    assert_eq!(cluster.router, "epp-builtin-default");
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut trace(300), 3, true, &mut sink).unwrap();
+    assert_eq!(stats.completed, 300);
+    // No P/D profile: nothing is disaggregated, nothing moves over the
+    // fabric, and the prefill pod (pool 0) serves requests like any other.
+    assert!(
+        sink.records
+            .iter()
+            .all(|r| r.prefill.is_none() && r.transfer_bytes == 0)
+    );
+    let per_pool = |pool: u16| sink.records.iter().filter(|r| r.pool == pool).count();
+    assert!(
+        per_pool(0) > 0 && per_pool(1) > 0,
+        "{} {}",
+        per_pool(0),
+        per_pool(1)
+    );
+}
+
+#[test]
 fn the_epp_disaggregates_only_what_the_decode_side_lacks() {
     let epp_text = include_str!("../../../deployments/pd/epp-prefix-pd.yaml");
-    let deployment = format!("{P1D3}router:\n  endpoint_picker_config: pd/epp-prefix-pd.yaml\n");
+    let deployment = P1D3.replace("pd/epp-always-pd.yaml", "pd/epp-prefix-pd.yaml");
     let files = MemoryFiles::new()
         .with("s.yaml", H200)
         .with("d.yaml", &deployment)

@@ -1,6 +1,7 @@
 //! A seeded swarm test in the manner of TigerBeetle's VOPR and madsim: each
-//! seed draws a random colocated deployment (pool sizes, parallel layout,
-//! engine knobs) and a random synthetic workload, runs it with every
+//! seed draws a random deployment (colocated or P/D, pool sizes, parallel
+//! layout, engine knobs, router configuration) and a random synthetic
+//! workload, runs it with every
 //! invariant checked after every step, runs it again, and requires both runs
 //! to agree to the last record.
 //!
@@ -8,7 +9,7 @@
 //! from it (default: 12 seeds from 1). A failure prints the seed and the
 //! documents it drew.
 
-use pdsim_cluster::{MemorySink, Outcome, build, run};
+use pdsim_cluster::{MemorySink, Outcome, build_with_router, run};
 use pdsim_core::{Purpose, Stream};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
@@ -58,9 +59,19 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     let pools = if nodes >= 2 && rng.below(2) == 0 {
         let prefill = 1 + rng.below(nodes - 1);
         let decode_tp = [1, 2][rng.below(2) as usize];
+        // Every request disaggregated, only those the decode side lacks,
+        // or none (the EPP's built-in configuration has no P/D profile).
+        let router = pick(
+            &mut rng,
+            &[
+                "router: {endpoint_picker_config: pd/epp-always-pd.yaml}\n",
+                "router: {endpoint_picker_config: pd/epp-prefix-pd.yaml}\n",
+                "",
+            ],
+        );
         format!(
             "  - role: prefill\n    nodes: {prefill}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n{engine}\
-             \x20 - role: decode\n    nodes: {}\n    parallel: {{tp: {decode_tp}, pp: 1, dp: 1}}\n{engine}pd_transfer: {{connector: NixlConnector}}\n",
+             \x20 - role: decode\n    nodes: {}\n    parallel: {{tp: {decode_tp}, pp: 1, dp: 1}}\n{engine}pd_transfer: {{connector: NixlConnector}}\n{router}",
             nodes - prefill
         )
     } else {
@@ -81,7 +92,15 @@ fn run_seed(seed: u64) -> Option<bool> {
     );
     let files = MemoryFiles::new()
         .with("s.yaml", &scenario)
-        .with("d.yaml", &deployment);
+        .with("d.yaml", &deployment)
+        .with(
+            "pd/epp-always-pd.yaml",
+            include_str!("../../../deployments/pd/epp-always-pd.yaml"),
+        )
+        .with(
+            "pd/epp-prefix-pd.yaml",
+            include_str!("../../../deployments/pd/epp-prefix-pd.yaml"),
+        );
     let report = validate(&Request {
         files: &files,
         catalog_dirs: vec![],
@@ -95,8 +114,12 @@ fn run_seed(seed: u64) -> Option<bool> {
         return None;
     }
     let resolved = report.scenario.as_ref().expect("scenario");
-    let cluster =
-        build(&report.deployments[0], resolved).unwrap_or_else(|e| panic!("{e}\n{context}"));
+    let router = report.loaded[0].1.router.as_ref().map(|block| {
+        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block))
+            .unwrap_or_else(|e| panic!("{e:?}\n{context}"))
+    });
+    let cluster = build_with_router(&report.deployments[0], resolved, router)
+        .unwrap_or_else(|e| panic!("{e}\n{context}"));
     let shape = resolved.shape.as_ref().expect("shape");
     let mut results = Vec::new();
     for _ in 0..2 {

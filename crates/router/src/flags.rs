@@ -63,7 +63,7 @@ const REJECTED: &[&str] = &[
 ];
 
 /// What the flags decide for a simulation.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EppFlags {
     pub pool_name: Option<String>,
     pub endpoint_selector: Option<BTreeMap<String, String>>,
@@ -72,6 +72,21 @@ pub struct EppFlags {
     pub allow_experimental: bool,
     pub config_file: Option<String>,
     pub config_text: Option<String>,
+}
+
+/// No flags given: the EPP's defaults. Written out rather than derived so
+/// the scrape interval can never be zero.
+impl Default for EppFlags {
+    fn default() -> EppFlags {
+        EppFlags {
+            pool_name: None,
+            endpoint_selector: None,
+            refresh_interval_ns: MIN_REFRESH_NS,
+            allow_experimental: false,
+            config_file: None,
+            config_text: None,
+        }
+    }
 }
 
 /// Parses a Go duration such as `50ms`, `1s` or `1m30s` into nanoseconds.
@@ -111,10 +126,7 @@ pub const MIN_REFRESH_NS: u64 = 50_000_000;
 /// Parses `--name=value` flags, reporting every problem under `file`.
 pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterProblem>> {
     let mut problems = Vec::new();
-    let mut out = EppFlags {
-        refresh_interval_ns: MIN_REFRESH_NS,
-        ..EppFlags::default()
-    };
+    let mut out = EppFlags::default();
     let mut problem = |path: String, code: &'static str, message: String| {
         problems.push(RouterProblem {
             file: file.to_string(),

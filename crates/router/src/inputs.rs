@@ -21,6 +21,31 @@ pub struct RouterInputs {
     pub manifests: Manifests,
 }
 
+/// Where the built-in configuration comes from, as reports name it.
+pub const BUILTIN_ORIGIN: &str = "built-in default EndpointPickerConfig";
+
+impl RouterInputs {
+    /// The router of a deployment without a `router` block: the EPP's
+    /// built-in default configuration over every pod, with default flags
+    /// and no manifests (the Deployment specification, `router`: "Absent:
+    /// the router's built-in configuration over every pod").
+    pub fn builtin() -> RouterInputs {
+        let config = load_config(BUILTIN_ORIGIN, DEFAULT_CONFIG, false)
+            .unwrap_or_else(|p| unreachable!("the built-in configuration loads: {p:?}"));
+        RouterInputs {
+            flags: EppFlags::default(),
+            config,
+            config_origin: BUILTIN_ORIGIN.to_string(),
+            manifests: Manifests::default(),
+        }
+    }
+
+    /// Whether this is the EPP's built-in configuration.
+    pub fn is_builtin(&self) -> bool {
+        self.config_origin == BUILTIN_ORIGIN
+    }
+}
+
 fn to_problem(p: RouterProblem) -> Problem {
     Problem {
         severity: Severity::Error,
@@ -73,10 +98,7 @@ pub fn check_router_inputs(
         });
         return Err(problems);
     } else {
-        (
-            "built-in default EndpointPickerConfig".to_string(),
-            DEFAULT_CONFIG.to_string(),
-        )
+        (BUILTIN_ORIGIN.to_string(), DEFAULT_CONFIG.to_string())
     };
     let config = match load_config(&label, &text, flags.allow_experimental) {
         Ok(config) => Some(config),
@@ -118,5 +140,31 @@ pub fn check_router_inputs(
             manifests,
         }),
         _ => Err(problems),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RouterInputs;
+
+    #[test]
+    fn the_builtin_router_is_the_epp_default_with_default_flags() {
+        let inputs = RouterInputs::builtin();
+        assert!(inputs.is_builtin());
+        // The EPP scrapes every 50 ms unless told otherwise; a zero here
+        // once made the event loop spin on scrapes.
+        assert_eq!(inputs.flags.refresh_interval_ns, 50_000_000);
+        let profile = &inputs.config.profiles[0];
+        assert_eq!(inputs.config.profiles.len(), 1);
+        assert_eq!(inputs.config.handler, "single-profile-handler");
+        assert_eq!(
+            profile.scorers,
+            vec![
+                ("queue-scorer".to_string(), 2.0),
+                ("kv-cache-utilization-scorer".to_string(), 2.0),
+                ("prefix-cache-scorer".to_string(), 3.0),
+            ]
+        );
+        assert_eq!(profile.picker, "max-score-picker");
     }
 }

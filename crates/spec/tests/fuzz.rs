@@ -18,11 +18,20 @@ const DEPLOYMENTS: &[&str] = &[
     include_str!("../../../deployments/rebel100-4p4d.yaml"),
 ];
 
+/// The documents with the router file the bundled P/D layouts name.
+fn files(scenario: &str, deployment: &str) -> MemoryFiles {
+    MemoryFiles::new()
+        .with("s.yaml", scenario)
+        .with("d.yaml", deployment)
+        .with(
+            "pd/epp-always-pd.yaml",
+            include_str!("../../../deployments/pd/epp-always-pd.yaml"),
+        )
+}
+
 /// Validates a scenario and deployment text pair; panics propagate.
 fn run(scenario: &str, deployment: &str) {
-    let files = MemoryFiles::new()
-        .with("s.yaml", scenario)
-        .with("d.yaml", deployment);
+    let files = files(scenario, deployment);
     let report = validate(&Request {
         files: &files,
         catalog_dirs: vec![],
@@ -165,9 +174,7 @@ fn the_unmutated_documents_are_valid() {
     // The mutations start from valid documents, so a failure above is the
     // mutation's doing, not the baseline's.
     for deployment in &DEPLOYMENTS[..3] {
-        let files = MemoryFiles::new()
-            .with("s.yaml", SCENARIO)
-            .with("d.yaml", deployment);
+        let files = files(SCENARIO, deployment);
         let report = validate(&Request {
             files: &files,
             catalog_dirs: vec![],
