@@ -149,10 +149,21 @@ const ALWAYS: &str = include_str!("../../../deployments/pd/epp-always-pd.yaml");
 
 /// The bundled 1P3D deployment, its router disaggregating every request.
 fn pd_cluster() -> pdsim_cluster::Cluster {
+    pd_cluster_from(P1D3, "pd/epp-always-pd.yaml", ALWAYS)
+}
+
+/// A P/D deployment on the 4×8 H200 scenario, validated and built with
+/// the router inputs it names; `router_path` holds `router_text`. Without a
+/// router block the EPP's built-in configuration routes.
+fn pd_cluster_from(
+    deployment: &str,
+    router_path: &str,
+    router_text: &str,
+) -> pdsim_cluster::Cluster {
     let files = MemoryFiles::new()
         .with("s.yaml", H200)
-        .with("d.yaml", P1D3)
-        .with("pd/epp-always-pd.yaml", ALWAYS);
+        .with("d.yaml", deployment)
+        .with(router_path, router_text);
     let report = validate(&Request {
         files: &files,
         catalog_dirs: vec![],
@@ -160,13 +171,13 @@ fn pd_cluster() -> pdsim_cluster::Cluster {
         documents: vec!["d.yaml".into()],
     });
     assert!(report.valid, "{:#?}", report.problems);
-    let inputs =
-        pdsim_router::check_router_inputs(&files, "d.yaml", report.loaded[0].1.router.as_ref())
-            .expect("router loads");
+    let inputs = report.loaded[0].1.router.as_ref().map(|block| {
+        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block)).expect("router loads")
+    });
     pdsim_cluster::build_with_router(
         &report.deployments[0],
         report.scenario.as_ref().unwrap(),
-        Some(inputs),
+        inputs,
     )
     .unwrap()
 }
@@ -222,17 +233,7 @@ fn an_expired_prefill_hold_frees_once_and_the_decode_side_recomputes() {
 fn without_a_router_block_the_builtin_epp_serves_every_request_whole() {
     // The specification's own 1P3D example, which has no router block.
     let spec_example = P1D3.split("router:").next().unwrap();
-    let files = MemoryFiles::new()
-        .with("s.yaml", H200)
-        .with("d.yaml", spec_example);
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec![],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
-    assert!(report.valid, "{:#?}", report.problems);
-    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    let cluster = pd_cluster_from(spec_example, "unused.yaml", "");
     assert_eq!(cluster.router, "epp-builtin-default");
     let mut sink = MemorySink::default();
     let stats = run(&cluster, &mut trace(300), 3, true, &mut sink).unwrap();
@@ -257,26 +258,7 @@ fn without_a_router_block_the_builtin_epp_serves_every_request_whole() {
 fn the_epp_disaggregates_only_what_the_decode_side_lacks() {
     let epp_text = include_str!("../../../deployments/pd/epp-prefix-pd.yaml");
     let deployment = P1D3.replace("pd/epp-always-pd.yaml", "pd/epp-prefix-pd.yaml");
-    let files = MemoryFiles::new()
-        .with("s.yaml", H200)
-        .with("d.yaml", &deployment)
-        .with("pd/epp-prefix-pd.yaml", epp_text);
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec![],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
-    assert!(report.valid, "{:#?}", report.problems);
-    let inputs =
-        pdsim_router::check_router_inputs(&files, "d.yaml", report.loaded[0].1.router.as_ref())
-            .expect("router loads");
-    let cluster = pdsim_cluster::build_with_router(
-        &report.deployments[0],
-        report.scenario.as_ref().unwrap(),
-        Some(inputs),
-    )
-    .unwrap();
+    let cluster = pd_cluster_from(&deployment, "pd/epp-prefix-pd.yaml", epp_text);
     assert_eq!(cluster.router, "epp");
     // The same 2048-token prompt every two seconds. The first is uncached
     // and goes through prefill, indexed in the producer's 16-token fallback

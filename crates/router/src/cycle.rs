@@ -47,44 +47,112 @@ pub struct Ticket {
 }
 
 /// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
-/// hashes, capacity fixed at the first insert (`approximateprefix`).
+/// hashes, capacity fixed at the first insert (`approximateprefix`, which
+/// keeps one fixed-size LRU cache per server).
 #[derive(Clone, Debug, Default)]
 struct PrefixIndex {
-    capacity: Vec<Option<u64>>,
-    /// Per endpoint: hash → last-use tick, and tick → hash for eviction.
-    entries: Vec<FxHashMap<u64, u64>>,
-    order: Vec<BTreeMap<u64, u64>>,
-    tick: u64,
+    lrus: Vec<Lru>,
 }
 
 impl PrefixIndex {
     fn new(endpoints: usize) -> PrefixIndex {
         PrefixIndex {
-            capacity: vec![None; endpoints],
-            entries: vec![FxHashMap::default(); endpoints],
-            order: vec![BTreeMap::new(); endpoints],
-            tick: 0,
+            lrus: vec![Lru::default(); endpoints],
         }
     }
 
     fn holds(&self, endpoint: usize, hash: u64) -> bool {
-        self.entries[endpoint].contains_key(&hash)
+        self.lrus[endpoint].map.contains_key(&hash)
     }
 
     fn add(&mut self, endpoint: usize, hash: u64, capacity: u64) {
-        let cap = *self.capacity[endpoint].get_or_insert(capacity.max(1));
-        self.tick += 1;
-        if let Some(old) = self.entries[endpoint].insert(hash, self.tick) {
-            self.order[endpoint].remove(&old);
-        } else {
-            while self.entries[endpoint].len() as u64 > cap {
-                let Some((_, victim)) = self.order[endpoint].pop_first() else {
-                    break;
-                };
-                self.entries[endpoint].remove(&victim);
-            }
+        self.lrus[endpoint].touch(hash, capacity);
+    }
+}
+
+const NIL: u32 = u32::MAX;
+
+/// One endpoint's LRU: a hash map into a slab of nodes linked from most to
+/// least recently used, so a touch and an eviction are O(1) and an entry
+/// costs a map slot and 16 bytes.
+#[derive(Clone, Debug)]
+struct Lru {
+    capacity: Option<u64>,
+    map: FxHashMap<u64, u32>,
+    nodes: Vec<LruNode>,
+    head: u32,
+    tail: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LruNode {
+    hash: u64,
+    prev: u32,
+    next: u32,
+}
+
+impl Default for Lru {
+    fn default() -> Lru {
+        Lru {
+            capacity: None,
+            map: FxHashMap::default(),
+            nodes: Vec::new(),
+            head: NIL,
+            tail: NIL,
         }
-        self.order[endpoint].insert(self.tick, hash);
+    }
+}
+
+impl Lru {
+    fn unlink(&mut self, slot: u32) {
+        let LruNode { prev, next, .. } = self.nodes[slot as usize];
+        match prev {
+            NIL => self.head = next,
+            p => self.nodes[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.nodes[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, slot: u32) {
+        self.nodes[slot as usize].prev = NIL;
+        self.nodes[slot as usize].next = self.head;
+        if self.head != NIL {
+            self.nodes[self.head as usize].prev = slot;
+        }
+        self.head = slot;
+        if self.tail == NIL {
+            self.tail = slot;
+        }
+    }
+
+    /// Adds `hash` as the most recently used entry, evicting the least
+    /// recently used one when the cache is full.
+    fn touch(&mut self, hash: u64, capacity: u64) {
+        let cap = *self.capacity.get_or_insert(capacity.max(1));
+        if let Some(&slot) = self.map.get(&hash) {
+            self.unlink(slot);
+            self.push_front(slot);
+            return;
+        }
+        let slot = if self.map.len() as u64 >= cap && self.tail != NIL {
+            let victim = self.tail;
+            self.unlink(victim);
+            self.map.remove(&self.nodes[victim as usize].hash);
+            self.nodes[victim as usize].hash = hash;
+            victim
+        } else {
+            self.nodes.push(LruNode {
+                hash,
+                prev: NIL,
+                next: NIL,
+            });
+            (self.nodes.len() - 1) as u32
+        };
+        self.map.insert(hash, slot);
+        self.push_front(slot);
     }
 }
 
@@ -722,7 +790,7 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
-    use super::{EndpointView, Router};
+    use super::{EndpointView, Lru, Router};
     use crate::RouterInputs;
     use crate::config::load_config;
     use pdsim_core::{Prompt, Segment};
@@ -749,6 +817,22 @@ mod tests {
     }
 
     const QUEUE: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n";
+
+    #[test]
+    fn the_prefix_lru_evicts_the_least_recently_used_hash_at_capacity() {
+        let mut lru = Lru::default();
+        // The capacity is fixed by the first insert, as in the producer.
+        lru.touch(1, 2);
+        lru.touch(2, 99);
+        lru.touch(1, 99); // 1 is now the most recent
+        lru.touch(3, 99); // evicts 2
+        assert!(lru.map.contains_key(&1) && lru.map.contains_key(&3));
+        assert!(!lru.map.contains_key(&2));
+        assert_eq!(lru.map.len(), 2);
+        lru.touch(4, 99); // evicts 1
+        assert!(!lru.map.contains_key(&1));
+        assert_eq!(lru.nodes.len(), 2, "evicted slots are reused");
+    }
 
     #[test]
     fn queue_scorer_picks_the_shortest_queue() {
