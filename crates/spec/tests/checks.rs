@@ -460,6 +460,39 @@ fn run(name: &str, cases: Vec<Case>) {
 // Baseline and coverage tests
 // ---------------------------------------------------------------------------
 
+/// The bundled `deployments/1p3d-ep8.yaml` is the specification's example
+/// with a `router` block added (without one the specification routes with
+/// the EPP's built-in configuration, which disaggregates nothing): every
+/// other line, comments aside, is the example's. With `PDSIM_SHARED` set,
+/// the baseline here is checked against the specification text itself.
+#[test]
+fn the_bundled_1p3d_is_the_specification_example_plus_a_router_block() {
+    let bundled = include_str!("../../../deployments/1p3d-ep8.yaml");
+    let without_router: String = bundled
+        .split("\nrouter:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(without_router, BASE_DEPLOYMENT);
+    assert!(bundled.contains("\nrouter:\n  endpoint_picker_config: pd/epp-always-pd.yaml\n"));
+    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
+        eprintln!("skipped the comparison with the specification: PDSIM_SHARED is not set");
+        return;
+    };
+    let spec = std::fs::read_to_string(format!("{shared}/seeds/000_430e696147164a50.txt"))
+        .expect("the specification is readable");
+    let start = spec
+        .find("kind: Deployment\nname: 1p3d-ep8\n")
+        .expect("the example");
+    assert!(
+        spec[start..].starts_with(BASE_DEPLOYMENT),
+        "BASE_DEPLOYMENT differs from the specification's example"
+    );
+}
+
 #[test]
 fn base_bundle_is_clean() {
     assert_clean(base().as_deref(), BASE_DEPLOYMENT);
