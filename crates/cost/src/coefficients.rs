@@ -83,6 +83,17 @@ pub struct Provenance {
     pub source: String,
 }
 
+impl Provenance {
+    /// A report row: (name, value in its units, "source [units]").
+    pub fn row(&self) -> (String, f64, String) {
+        (
+            self.name.clone(),
+            self.value,
+            format!("{} [{}]", self.source, self.units),
+        )
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Chosen {
     value: f64,

@@ -120,16 +120,7 @@ impl Linear {
 
     /// Every coefficient the model read: (name, value in its units, source).
     pub fn provenance(&self) -> Vec<(String, f64, String)> {
-        self.provenance
-            .iter()
-            .map(|p| {
-                (
-                    p.name.clone(),
-                    p.value,
-                    format!("{} [{}]", p.source, p.units),
-                )
-            })
-            .collect()
+        self.provenance.iter().map(Provenance::row).collect()
     }
 }
 

@@ -527,6 +527,33 @@ impl Engine {
         (units - hit_units) * unit
     }
 
+    /// Admits a waiting request whose KV comes from outside the engine (the
+    /// P/D pull, or the offload connector's load of `loading` tokens): it
+    /// gets blocks for its whole prompt now, keeps its local hit, and waits
+    /// without compute or budget (`WAITING_FOR_REMOTE_KVS` in
+    /// `vllm/v1/core/sched/scheduler.py`). Returns `None`, changing nothing,
+    /// when the blocks do not fit.
+    fn park_for_remote(
+        &mut self,
+        slot: u32,
+        hit_blocks: u32,
+        hit_tokens: u32,
+        loading: u32,
+    ) -> Option<RequestId> {
+        let remaining = self.req(slot).tokens() - hit_tokens;
+        if !self.allocate(slot, hit_blocks, hit_tokens, remaining, remaining) {
+            return None;
+        }
+        self.pop_waiting();
+        self.remote_waiting += 1;
+        let req = self.req_mut(slot);
+        req.computed = hit_tokens;
+        req.local_hit = hit_tokens;
+        req.loading = loading;
+        req.admitted_once = true;
+        Some(req.id)
+    }
+
     /// Allocates KV for `new_tokens` more tokens of a request (after any
     /// prefix-hit blocks, which are touched first), or returns false without
     /// changing anything when the free blocks do not suffice
@@ -729,17 +756,8 @@ impl Engine {
                     let (hit_units, hit_blocks) = self.prefix_hit(slot);
                     let hit_tokens = hit_units * self.config.prefix_unit.max(1);
                     let missing = tokens - hit_tokens;
-                    if !self.allocate(slot, hit_blocks, hit_tokens, missing, missing) {
+                    let Some(id) = self.park_for_remote(slot, hit_blocks, hit_tokens, 0) else {
                         break;
-                    }
-                    self.pop_waiting();
-                    self.remote_waiting += 1;
-                    let id = {
-                        let req = self.req_mut(slot);
-                        req.computed = hit_tokens;
-                        req.local_hit = hit_tokens;
-                        req.admitted_once = true;
-                        req.id
                     };
                     self.prefix_queries_tokens += tokens as u64;
                     self.prefix_hits_tokens += hit_tokens as u64;
@@ -781,19 +799,9 @@ impl Engine {
                     // The connector's hit beyond the local one loads
                     // asynchronously: blocks for the whole prompt now, no
                     // budget, and the request waits (WAITING_FOR_REMOTE_KVS).
-                    let remaining = tokens - hit_tokens;
-                    if !self.allocate(slot, hit_blocks, hit_tokens, remaining, remaining) {
+                    let Some(id) = self.park_for_remote(slot, hit_blocks, hit_tokens, external)
+                    else {
                         break;
-                    }
-                    self.pop_waiting();
-                    self.remote_waiting += 1;
-                    let id = {
-                        let req = self.req_mut(slot);
-                        req.computed = hit_tokens;
-                        req.local_hit = hit_tokens;
-                        req.loading = external;
-                        req.admitted_once = true;
-                        req.id
                     };
                     if first {
                         self.prefix_queries_tokens += tokens as u64;

@@ -21,7 +21,7 @@
 //! arrival order. `ContextTokens` must be at least 1; `GeneratedTokens` 0 is
 //! replayed as 1 and counted.
 
-use crate::lines::{CsvRecords, Fields, Record};
+use crate::lines::{CsvRecords, Fields};
 use crate::{
     AZURE_SALT, MAX_TOKENS, RequestSource, RequestSpec, TraceError, default_classes, raise_output,
 };
@@ -57,38 +57,11 @@ impl<R: BufRead> AzureReader<R> {
     pub fn new(input: R, name: impl Into<String>) -> Result<AzureReader<R>, TraceError> {
         let name = name.into();
         let mut records = CsvRecords::new(input);
-        let names: Vec<String> = match records.next_record() {
-            None => {
-                return Err(TraceError::new(
-                    &name,
-                    1,
-                    None,
-                    "the file is empty; an Azure trace starts with the header row \
+        let names = records.header(
+            &name,
+            "the file is empty; an Azure trace starts with the header row \
                      TIMESTAMP,ContextTokens,GeneratedTokens",
-                ));
-            }
-            Some(Record::Bad(line, why)) => return Err(TraceError::new(&name, line, None, why)),
-            Some(Record::Failed(line, e)) => {
-                return Err(TraceError::new(
-                    &name,
-                    line,
-                    None,
-                    format!("cannot read the trace: {e}"),
-                ));
-            }
-            Some(Record::Fields(_, fields)) => fields
-                .iter()
-                .enumerate()
-                .map(|(i, field)| {
-                    let field = if i == 0 {
-                        field.trim_start_matches('\u{feff}')
-                    } else {
-                        field
-                    };
-                    field.trim().to_string()
-                })
-                .collect(),
-        };
+        )?;
         let mut columns = [0; 3];
         for (slot, wanted) in columns.iter_mut().zip(COLUMNS) {
             *slot = names.iter().position(|n| n == wanted).ok_or_else(|| {
@@ -112,16 +85,12 @@ impl<R: BufRead> Iterator for AzureReader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let state = &mut self.state;
-        Some(match self.records.next_record()? {
-            Record::Fields(line, fields) => state.parse(line, fields),
-            Record::Bad(line, why) => Err(TraceError::new(&state.name, line, None, why)),
-            Record::Failed(line, e) => Err(TraceError::new(
-                &state.name,
-                line,
-                None,
-                format!("cannot read the trace: {e}"),
-            )),
-        })
+        let record = self.records.next_record()?;
+        Some(
+            record
+                .fields(&state.name)
+                .and_then(|(line, fields)| state.parse(line, fields)),
+        )
     }
 }
 

@@ -11,6 +11,7 @@
 //! lines are skipped. Like Go's reader with `LazyQuotes`, a stray quote is
 //! kept as text rather than refused.
 
+use crate::TraceError;
 use std::io::BufRead;
 
 /// What reading one line produced.
@@ -110,6 +111,23 @@ pub(crate) enum Record<'a> {
     Failed(u64, std::io::Error),
 }
 
+impl<'a> Record<'a> {
+    /// The record's fields and line, or the trace error a bad record or a
+    /// failed read is, named against `file`.
+    pub(crate) fn fields(self, file: &str) -> Result<(u64, &'a Fields), TraceError> {
+        match self {
+            Record::Fields(line, fields) => Ok((line, fields)),
+            Record::Bad(line, why) => Err(TraceError::new(file, line, None, why)),
+            Record::Failed(line, e) => Err(TraceError::new(
+                file,
+                line,
+                None,
+                format!("cannot read the trace: {e}"),
+            )),
+        }
+    }
+}
+
 /// Reads CSV records one at a time into one reusable [`Fields`].
 pub(crate) struct CsvRecords<R> {
     lines: Lines<R>,
@@ -117,6 +135,28 @@ pub(crate) struct CsvRecords<R> {
 }
 
 impl<R: BufRead> CsvRecords<R> {
+    /// Reads the header row: the column names trimmed, a UTF-8 byte-order
+    /// mark dropped from the first. `empty` says what the file should start
+    /// with when it has no row at all.
+    pub(crate) fn header(&mut self, file: &str, empty: &str) -> Result<Vec<String>, TraceError> {
+        let Some(record) = self.next_record() else {
+            return Err(TraceError::new(file, 1, None, empty));
+        };
+        let (_, fields) = record.fields(file)?;
+        Ok(fields
+            .iter()
+            .enumerate()
+            .map(|(i, field)| {
+                let field = if i == 0 {
+                    field.trim_start_matches('\u{feff}')
+                } else {
+                    field
+                };
+                field.trim().to_string()
+            })
+            .collect())
+    }
+
     pub(crate) fn new(input: R) -> CsvRecords<R> {
         CsvRecords {
             lines: Lines::new(input),

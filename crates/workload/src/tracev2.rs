@@ -54,7 +54,7 @@
 //! - Session columns describe closed-loop replay, which pdsim does not model:
 //!   every row is one open-loop request, as in `LoadTraceV2Requests`.
 
-use crate::lines::{CsvRecords, Fields, Record};
+use crate::lines::{CsvRecords, Fields};
 use crate::{
     MAX_TOKENS, RequestSource, RequestSpec, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT, TraceError,
     default_classes, fnv1a64, raise_output,
@@ -154,37 +154,10 @@ impl<R: BufRead> TraceV2Reader<R> {
             ));
         }
         let mut records = CsvRecords::new(input);
-        let names: Vec<String> = match records.next_record() {
-            None => {
-                return Err(TraceError::new(
-                    &name,
-                    1,
-                    None,
-                    "the file is empty; a TraceV2 CSV starts with a header row",
-                ));
-            }
-            Some(Record::Bad(line, why)) => return Err(TraceError::new(&name, line, None, why)),
-            Some(Record::Failed(line, e)) => {
-                return Err(TraceError::new(
-                    &name,
-                    line,
-                    None,
-                    format!("cannot read the trace: {e}"),
-                ));
-            }
-            Some(Record::Fields(_, fields)) => fields
-                .iter()
-                .enumerate()
-                .map(|(i, field)| {
-                    let field = if i == 0 {
-                        field.trim_start_matches('\u{feff}')
-                    } else {
-                        field
-                    };
-                    field.trim().to_string()
-                })
-                .collect(),
-        };
+        let names = records.header(
+            &name,
+            "the file is empty; a TraceV2 CSV starts with a header row",
+        )?;
         let has = |column: &str| names.iter().any(|n| n == column);
         let mut layout = Vec::with_capacity(CORE_COLUMNS.len() + 2);
         for column in CORE_COLUMNS {
@@ -246,16 +219,12 @@ impl<R: BufRead> Iterator for TraceV2Reader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let state = &mut self.state;
-        Some(match self.records.next_record()? {
-            Record::Fields(line, fields) => state.parse(line, fields),
-            Record::Bad(line, why) => Err(TraceError::new(&state.name, line, None, why)),
-            Record::Failed(line, e) => Err(TraceError::new(
-                &state.name,
-                line,
-                None,
-                format!("cannot read the trace: {e}"),
-            )),
-        })
+        let record = self.records.next_record()?;
+        Some(
+            record
+                .fields(&state.name)
+                .and_then(|(line, fields)| state.parse(line, fields)),
+        )
     }
 }
 
