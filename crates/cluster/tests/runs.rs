@@ -261,11 +261,11 @@ fn the_epp_disaggregates_only_what_the_decode_side_lacks() {
     let cluster = pd_cluster_from(&deployment, "pd/epp-prefix-pd.yaml", epp_text);
     assert_eq!(cluster.router, "epp");
     // The same 2048-token prompt every two seconds. The first is uncached
-    // and goes through prefill, indexed in the producer's 16-token fallback
-    // blocks because no pod has been scraped yet; by the second, autoTune
-    // has read the pods' 64-token block size, the fallback-sized hashes no
-    // longer match, and it too is disaggregated. From then on the decode
-    // pod's index holds the prompt and the rest stay decode-only.
+    // and goes through prefill. It is indexed before any pod is scraped, at
+    // the producer's fallback block size raised to its 64-token floor;
+    // autoTune then reads the pods' block size, also 64, so the hashes still
+    // match and every later request finds the prompt on its decode pod and
+    // stays decode-only.
     let line = "{\"timestamp\": T, \"input_length\": 2048, \"output_length\": 8, \"hash_ids\": [1, 2, 3, 4]}";
     let text: String = (0..20)
         .map(|i| line.replace('T', &(i * 2000).to_string()) + "\n")
@@ -289,8 +289,8 @@ fn the_epp_disaggregates_only_what_the_decode_side_lacks() {
         .collect();
     assert_eq!(
         disaggregated,
-        vec![0, 1],
-        "only the first two need the prefill pod"
+        vec![0],
+        "only the first needs the prefill pod"
     );
     assert!(
         sink.records[5].cached_tokens >= 1984,

@@ -666,6 +666,38 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
                 );
             }
         }
+        // Parameters the loader knows but the simulation does not honour
+        // are refused, never ignored: estimated output tokens need an
+        // output-length estimator pdsim does not model, and the latency
+        // predictor is a separate service.
+        "inflight-load-producer" => {
+            let adds = parameters
+                .get("addEstimatedOutputTokens")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            for key in [
+                "addEstimatedOutputTokens",
+                "outputRatio",
+                "maxEstimatedOutputTokens",
+            ] {
+                if parameters.contains_key(key) && (adds || key != "addEstimatedOutputTokens") {
+                    loader.problem(
+                        &format!("{at}.parameters.{key}"),
+                        "epp-not-simulated",
+                        format!("`{plugin_type}`: estimated output tokens (`{key}`) are not simulated; the in-flight load counts prompt tokens only"),
+                    );
+                }
+            }
+        }
+        "prefix-cache-affinity-filter"
+            if parameters.get("ttftSource").and_then(Value::as_str) == Some("latencyPredictor") =>
+        {
+            loader.problem(
+                &format!("{at}.parameters.ttftSource"),
+                "epp-not-simulated",
+                format!("`{plugin_type}`: ttftSource latencyPredictor needs the latency predictor, which is not simulated"),
+            );
+        }
         "utilization-detector"
             if number(parameters, "kvCacheUtilThreshold")
                 .is_some_and(|v| !(v > 0.0 && v <= 1.0)) =>
@@ -819,5 +851,21 @@ mod tests {
             problems.iter().all(|p| p.code == "epp-not-simulated"),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn parameters_the_simulation_would_ignore_are_refused_by_name() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: inflight-load-producer\n  parameters: {addEstimatedOutputTokens: true}\n- type: token-load-scorer\n";
+        let problems = load_config("f", text, false).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].code, "epp-not-simulated");
+        assert!(
+            problems[0]
+                .path
+                .ends_with("parameters.addEstimatedOutputTokens")
+        );
+        // Off, as the default is, it loads.
+        let off = text.replace("true", "false");
+        assert!(load_config("f", &off, false).is_ok());
     }
 }

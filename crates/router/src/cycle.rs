@@ -161,8 +161,48 @@ impl Lru {
 struct Approx {
     auto_tune: bool,
     block_size_tokens: u32,
-    max_blocks: usize,
+    /// `maxPrefixTokensToMatch`, converted to blocks at the block size in
+    /// use; when zero, `maxPrefixBlocksToMatch`; both zero: no cap.
+    max_prefix_tokens: u64,
+    max_prefix_blocks: u64,
     lru_capacity: u64,
+}
+
+/// The floor `GetBlockSize` applies to the producer's block size, whatever
+/// the configuration or autoTune says (`minBlockSizeTokens` in
+/// `requestcontrol/dataproducer/approximateprefix/plugin.go`): smaller
+/// blocks would make the routing-side index grow without bound.
+const MIN_BLOCK_SIZE_TOKENS: u32 = 64;
+
+impl Approx {
+    /// The block size the producer hashes at (`GetBlockSize`): under
+    /// autoTune the first endpoint's `cache_config_info` block size when it
+    /// has been read, else `blockSizeTokens`; never below the floor.
+    fn block_size(&self, endpoints: &[EndpointView]) -> u32 {
+        let tuned = if self.auto_tune {
+            endpoints
+                .first()
+                .and_then(|e| e.block_size)
+                .filter(|b| *b > 0)
+        } else {
+            None
+        };
+        tuned
+            .unwrap_or(self.block_size_tokens)
+            .max(MIN_BLOCK_SIZE_TOKENS)
+    }
+
+    /// The prefix cap in blocks of `block` tokens (`resolveMaxBlocks`).
+    fn max_blocks(&self, block: u32) -> usize {
+        let blocks = if self.max_prefix_tokens > 0 {
+            (self.max_prefix_tokens / u64::from(block.max(1))).max(1)
+        } else if self.max_prefix_blocks > 0 {
+            self.max_prefix_blocks
+        } else {
+            u64::MAX
+        };
+        usize::try_from(blocks).unwrap_or(usize::MAX)
+    }
 }
 
 /// The simulated EPP.
@@ -222,19 +262,17 @@ impl Router {
             let get = |k: &str| producer.and_then(|p| param_f64(p, k));
             let block_size_tokens =
                 get("blockSizeTokens").filter(|v| *v > 0.0).unwrap_or(16.0) as u32;
-            let max_tokens = get("maxPrefixTokensToMatch").unwrap_or(131_072.0);
-            let max_blocks = if max_tokens > 0.0 {
-                (max_tokens / block_size_tokens as f64) as usize
-            } else {
-                get("maxPrefixBlocksToMatch").unwrap_or(2048.0) as usize
-            };
+            let max_prefix_tokens =
+                get("maxPrefixTokensToMatch").unwrap_or(131_072.0).max(0.0) as u64;
+            let max_prefix_blocks = get("maxPrefixBlocksToMatch").unwrap_or(2048.0).max(0.0) as u64;
             Approx {
                 auto_tune: producer
                     .and_then(|p| p.parameters.get("autoTune"))
                     .and_then(Value::as_bool)
                     .unwrap_or(true),
                 block_size_tokens,
-                max_blocks: max_blocks.max(1),
+                max_prefix_tokens,
+                max_prefix_blocks,
                 lru_capacity: get("lruCapacityPerServer")
                     .filter(|v| *v > 0.0)
                     .unwrap_or(31_250.0) as u64,
@@ -281,33 +319,27 @@ impl Router {
         self.config.profiles.iter().find(|p| p.name == name)
     }
 
-    /// The approx producer: hash the prompt at the block size it tunes to
-    /// (the first candidate's `cache_config_info` block size under autoTune,
-    /// else `blockSizeTokens`), then count, per endpoint, the leading blocks
-    /// it holds, stopping at the first block no endpoint holds.
+    /// The approx producer (`requestcontrol/dataproducer/approximateprefix/
+    /// plugin.go`, `Produce`): hash the prompt at the block size
+    /// `GetBlockSize` gives, up to the prefix cap, then count, per endpoint,
+    /// the leading blocks it holds, stopping at the first block no endpoint
+    /// holds.
     fn produce(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) {
         self.matches.iter_mut().for_each(|m| *m = 0);
         self.hashes.clear();
         self.total_blocks = 0;
         let Some(approx) = &self.approx else { return };
-        let block = if approx.auto_tune {
-            endpoints
-                .iter()
-                .find_map(|e| e.block_size)
-                .filter(|b| *b > 0)
-                .unwrap_or(approx.block_size_tokens)
-        } else {
-            approx.block_size_tokens
-        };
+        let block = approx.block_size(endpoints);
+        let max_blocks = approx.max_blocks(block);
         self.block_size = block;
         let mut hasher = BlockHasher::new(block);
         for segment in &prompt.segments {
             hasher.feed_segment(*segment);
-            if hasher.full_blocks() >= approx.max_blocks {
+            if hasher.full_blocks() >= max_blocks {
                 break;
             }
         }
-        hasher.hashes.truncate(approx.max_blocks);
+        hasher.hashes.truncate(max_blocks);
         self.total_blocks = hasher.hashes.len() as u32;
         for hash in &hasher.hashes {
             let mut any = false;
@@ -767,13 +799,25 @@ impl Router {
         }
     }
 
-    /// ResponseBody at the first chunk: the prefill target's load is done.
+    /// ResponseBody at the first chunk (`requestcontrol/dataproducer/
+    /// inflightload/producer.go`, `releaseTokensEarly`): with
+    /// `addEstimatedOutputTokens` off (the only setting pdsim accepts) the
+    /// tokens stood for the prompt, which every target has now computed, so
+    /// each target's tokens are released; its request stays counted.
     pub fn first_chunk(&mut self, ticket: &mut Ticket) {
-        let slot = ticket.prefill.take();
-        self.release(slot);
+        for (e, tokens) in [ticket.decode.as_mut(), ticket.prefill.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some((_, load)) = self.inflight.as_mut() {
+                load[*e] = load[*e].saturating_sub(*tokens);
+            }
+            *tokens = 0;
+        }
     }
 
-    /// ResponseBody at the end of the stream: release what is left.
+    /// ResponseBody at the end of the stream (same file, the
+    /// `PluginState.Delete` eviction): release what is left, once.
     pub fn end_of_stream(&mut self, ticket: &mut Ticket) {
         let (decode, prefill) = (ticket.decode.take(), ticket.prefill.take());
         self.release(decode);
@@ -790,7 +834,7 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
-    use super::{EndpointView, Lru, Router};
+    use super::{Approx, EndpointView, Lru, Router};
     use crate::RouterInputs;
     use crate::config::load_config;
     use pdsim_core::{Prompt, Segment};
@@ -817,6 +861,35 @@ mod tests {
     }
 
     const QUEUE: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n";
+
+    #[test]
+    fn the_producer_block_size_has_a_floor_and_tunes_to_the_first_endpoint() {
+        let approx = Approx {
+            auto_tune: true,
+            block_size_tokens: 16,
+            max_prefix_tokens: 131_072,
+            max_prefix_blocks: 2048,
+            lru_capacity: 31_250,
+        };
+        let unread = EndpointView::default();
+        let read = |b| EndpointView {
+            block_size: Some(b),
+            ..Default::default()
+        };
+        // Nothing scraped yet: blockSizeTokens, raised to 64.
+        assert_eq!(approx.block_size(&[unread.clone(), read(4096)]), 64);
+        assert_eq!(approx.block_size(&[read(4096), unread]), 4096);
+        assert_eq!(approx.block_size(&[read(16)]), 64);
+        // The token cap is converted at the block size in use.
+        assert_eq!(approx.max_blocks(64), 2048);
+        assert_eq!(approx.max_blocks(4096), 32);
+        let uncapped = Approx {
+            max_prefix_tokens: 0,
+            max_prefix_blocks: 0,
+            ..approx
+        };
+        assert_eq!(uncapped.max_blocks(64), usize::MAX);
+    }
 
     #[test]
     fn the_prefix_lru_evicts_the_least_recently_used_hash_at_capacity() {
@@ -903,13 +976,14 @@ mod tests {
         assert_eq!(router.inflight(0), (1, 100));
         assert_eq!(router.inflight(1), (1, 100));
         router.first_chunk(&mut d.ticket);
-        assert_eq!(
-            router.inflight(0),
-            (0, 0),
-            "the prefill target is released at the first chunk"
-        );
-        assert_eq!(router.inflight(1), (1, 100));
+        // The prompt is computed: tokens go at the first chunk, on both
+        // targets; the requests stay in flight until the end of the stream.
+        assert_eq!(router.inflight(0), (1, 0));
+        assert_eq!(router.inflight(1), (1, 0));
+        router.first_chunk(&mut d.ticket);
+        assert_eq!(router.inflight(1), (1, 0), "tokens released once");
         router.end_of_stream(&mut d.ticket);
+        assert_eq!(router.inflight(0), (0, 0));
         assert_eq!(router.inflight(1), (0, 0));
         router.end_of_stream(&mut d.ticket);
         assert_eq!(router.inflight(1), (0, 0), "released once");
