@@ -875,17 +875,18 @@ impl Engine {
             let req = self.req(s.slot);
             let is_decode = s.context >= req.prompt_tokens;
             batch.num_reqs += 1;
+            // Uniform decode is a matter of shape alone: every request
+            // schedules 1 + num_spec_tokens tokens (`_is_uniform_decode` in
+            // `vllm/v1/worker/gpu_model_runner.py`), so a P/D request's one
+            // remaining prompt token counts as a decode for graph dispatch.
+            uniform &= s.tokens == decode_len;
             if is_decode {
                 batch.decode_reqs += 1;
                 batch.decode_tokens += s.tokens;
                 batch.spec_tokens += s.drafts;
-                if s.tokens != decode_len {
-                    uniform = false;
-                }
             } else {
                 batch.prefill_reqs += 1;
                 batch.prefill_tokens += s.tokens;
-                uniform = false;
             }
             let (q, c) = (s.tokens as u64, s.context as u64);
             batch.attn_context_tokens += c + q;
