@@ -262,6 +262,8 @@ pub struct Engine {
     events: Vec<EngineEvent>,
     /// Scratch for allocations.
     scratch: Vec<u32>,
+    /// Slots that finished in the step being completed.
+    finished_buf: Vec<u32>,
     /// Slot of each live request, for the transfer callbacks.
     slot_of: rustc_hash::FxHashMap<RequestId, u32>,
     /// Consuming requests waiting for their KV.
@@ -301,6 +303,7 @@ impl Engine {
             scheduled: Vec::new(),
             events: Vec::new(),
             scratch: Vec::new(),
+            finished_buf: Vec::new(),
             slot_of: rustc_hash::FxHashMap::default(),
             remote_waiting: 0,
             holding: VecDeque::new(),
@@ -956,9 +959,7 @@ impl Engine {
                 self.events.push(EngineEvent::Emitted { id, tokens: emit });
             }
             if finished {
-                if let Some(pos) = self.running.iter().position(|r| *r == s.slot) {
-                    self.running.remove(pos);
-                }
+                self.finished_buf.push(s.slot);
                 let produce = self.req(s.slot).kv == KvTransfer::Produce;
                 if produce {
                     // NixlConnector's request_finished: free later, when the
@@ -979,6 +980,15 @@ impl Engine {
                     });
                 }
             }
+        }
+        // One pass over the running list for all of the step's finished
+        // requests, order kept (vLLM filters `self.running` once per step
+        // in `update_from_output`, `vllm/v1/core/sched/scheduler.py`).
+        if !self.finished_buf.is_empty() {
+            self.finished_buf.sort_unstable();
+            let done = &self.finished_buf;
+            self.running.retain(|r| done.binary_search(r).is_err());
+            self.finished_buf.clear();
         }
         self.scheduled = scheduled;
         self.scheduled.clear();
