@@ -499,17 +499,27 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn reject_unrouted(&mut self, id: RequestId, spec: &RequestSpec) {
-        self.stats.rejected += 1;
+    /// The record of a request arriving now, served at `location`.
+    fn arrival_record(
+        &self,
+        id: RequestId,
+        spec: &RequestSpec,
+        location: (u16, u32, u16),
+    ) -> RequestRecord {
         let prompt_tokens = spec.prompt.tokens().min(u32::MAX as u64) as u32;
-        let mut record = RequestRecord::arrived(
+        RequestRecord::arrived(
             id,
             spec.source_line,
             spec.slo_class,
             self.now,
             prompt_tokens,
-            (0, 0, 0),
-        );
+            location,
+        )
+    }
+
+    fn reject_unrouted(&mut self, id: RequestId, spec: &RequestSpec) {
+        self.stats.rejected += 1;
+        let mut record = self.arrival_record(id, spec, (0, 0, 0));
         record.outcome = Outcome::Rejected;
         record.reason = "no-endpoints";
         self.rejected_records.push(record);
@@ -545,19 +555,10 @@ impl<'a> Sim<'a> {
             return;
         };
         self.cores[first_core].pending += 1;
-        let prompt_tokens = spec.prompt.tokens().min(u32::MAX as u64) as u32;
+        let mut record = self.arrival_record(id, &spec, self.location(decode_core));
         let delay = self.cluster.pools[self.cores[first_core].pool]
             .cost
-            .admission_delay(prompt_tokens);
-        let (pool, pod, rank) = self.location(decode_core);
-        let mut record = RequestRecord::arrived(
-            id,
-            spec.source_line,
-            spec.slo_class,
-            self.now,
-            prompt_tokens,
-            (pool, pod, rank),
-        );
+            .admission_delay(record.prompt_tokens);
         record.prefill = prefill_core.map(|p| self.location(p as usize));
         self.in_flight.insert(
             id,
