@@ -181,6 +181,12 @@ impl InFlightTable {
         flight
     }
 
+    /// Exact: `remove` trims leading empty slots, so an empty table has no
+    /// slots at all.
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
     fn ids(&self) -> Vec<RequestId> {
         self.slots
             .iter()
@@ -199,6 +205,10 @@ struct Sim<'a> {
     group_of: Vec<u32>,
     queue: BinaryHeap<Reverse<(SimTime, u64, Event)>>,
     seq: u64,
+    /// Queued events other than scrapes: when none is left, nothing can
+    /// move a request any more and the scrape loop must not keep the run
+    /// alive (the run then aborts what is stuck as `engine-stalled`).
+    live_events: u64,
     now: SimTime,
     in_flight: InFlightTable,
     next_arrival: Option<RequestSpec>,
@@ -247,6 +257,9 @@ pub fn run(
         }
         sim.now = time;
         sim.stats.events += 1;
+        if !matches!(event, Event::Scrape { .. }) {
+            sim.live_events -= 1;
+        }
         match event {
             Event::Arrival => {
                 sim.arrive();
@@ -402,6 +415,7 @@ impl<'a> Sim<'a> {
             group_of,
             queue: BinaryHeap::new(),
             seq: 0,
+            live_events: 0,
             now: SimTime::ZERO,
             in_flight: InFlightTable::default(),
             next_arrival: None,
@@ -427,6 +441,9 @@ impl<'a> Sim<'a> {
 
     fn push(&mut self, time: SimTime, event: Event) {
         self.seq += 1;
+        if !matches!(event, Event::Scrape { .. }) {
+            self.live_events += 1;
+        }
         self.queue.push(Reverse((time, self.seq, event)));
     }
 
@@ -479,7 +496,8 @@ impl<'a> Sim<'a> {
 
     /// The EPP scrapes a pod's metrics (rank 0's series: with equal sample
     /// times the extractor keeps the first series it reads). The loop stops
-    /// when nothing is left to route or serve, so a run ends.
+    /// when nothing is left to route or serve, or when nothing but scrapes
+    /// is queued (a stall), so a run always ends.
     fn scrape(&mut self, pod: usize) {
         let core = &self.cores[self.pods[pod].0];
         let view = &mut self.views[pod];
@@ -488,7 +506,8 @@ impl<'a> Sim<'a> {
         view.kv_usage = core.engine.kv_usage();
         view.block_size = Some(core.engine.config().block_size);
         view.num_blocks = Some(core.engine.config().num_blocks as u64);
-        let busy = self.next_arrival.is_some() || !self.in_flight.ids().is_empty();
+        let busy =
+            self.next_arrival.is_some() || (self.live_events > 0 && !self.in_flight.is_empty());
         if busy {
             self.push(
                 self.now + SimDuration(self.scrape_interval),
@@ -544,9 +563,13 @@ impl<'a> Sim<'a> {
         let routed = self.epp.pick(&spec.prompt, &self.views).map(|d| {
             ticket = d.ticket;
             let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
+            // A colocated pod passes both the prefill and the decode filter;
+            // when both profiles land on the same engine core there is
+            // nothing to move, and the request is served there whole.
             let prefill = d
                 .prefill
-                .map(|p| Self::pick_rank(&self.cores, self.pods[p]));
+                .map(|p| Self::pick_rank(&self.cores, self.pods[p]))
+                .filter(|p| *p != decode);
             (prefill.unwrap_or(decode), prefill.map(|p| p as u32), decode)
         });
         let Some((first_core, prefill_core, decode_core)) = routed else {
@@ -787,7 +810,7 @@ impl<'a> Sim<'a> {
                         missing_tokens,
                     },
                     _,
-                ) => self.needs_kv(id, core, cached_tokens, missing_tokens),
+                ) => self.needs_kv(id, cached_tokens, missing_tokens),
                 // A prefill engine ends its part when it frees the blocks.
                 (EngineEvent::Finished { .. }, Role::Prefill) => {}
                 (EngineEvent::Finished { id, .. }, _) => {
@@ -830,20 +853,24 @@ impl<'a> Sim<'a> {
     }
 
     /// The decode engine admitted the request and waits for its KV.
-    fn needs_kv(&mut self, id: RequestId, core: usize, cached_tokens: u32, missing_tokens: u32) {
+    fn needs_kv(&mut self, id: RequestId, cached_tokens: u32, missing_tokens: u32) {
         let Some(f) = self.in_flight.get_mut(&id) else {
             return;
         };
         f.record.scheduled = Some(self.now);
         f.record.cached_tokens = cached_tokens;
         f.missing_tokens = missing_tokens;
-        if f.held {
-            let at = self.now + self.cluster.transfer.base_latency;
-            self.push(at, Event::TransferStart { id });
+        // The read starts after the base latency; when the hold has already
+        // expired there is nothing to read and `transfer_start` hands the
+        // request back to its engine to recompute, and wakes the engine,
+        // at once. (Failing it here, inside the engine's own step, left an
+        // engine with nothing else to do asleep.)
+        let at = if f.held {
+            self.now + self.cluster.transfer.base_latency
         } else {
-            // Nothing left to read: recompute locally.
-            self.cores[core].engine.kv_failed(id);
-        }
+            self.now
+        };
+        self.push(at, Event::TransferStart { id });
     }
 
     fn transfer_start(&mut self, id: RequestId, sink: &mut dyn RecordSink) {

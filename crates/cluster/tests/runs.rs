@@ -230,6 +230,36 @@ fn an_expired_prefill_hold_frees_once_and_the_decode_side_recomputes() {
 }
 
 #[test]
+fn a_lone_request_whose_hold_expired_is_recomputed_and_the_run_ends() {
+    // The only request: its decode engine must be woken to recompute it
+    // (it once slept forever while the scrape loop kept the run alive).
+    let mut cluster = pd_cluster();
+    cluster.kv_hold_timeout = pdsim_core::SimDuration(1);
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut trace(1), 3, true, &mut sink).unwrap();
+    assert_eq!(stats.completed, 1);
+    assert!(sink.records[0].kv_hold_expired);
+}
+
+#[test]
+fn a_colocated_pool_under_a_pd_router_never_moves_kv_to_the_same_core() {
+    // Colocated pods pass both the prefill and the decode filter.
+    let colocated = P1D3
+        .replace("role: prefill", "role: colocated")
+        .replace("role: decode", "role: colocated");
+    let cluster = pd_cluster_from(&colocated, "pd/epp-always-pd.yaml", ALWAYS);
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut trace(200), 3, true, &mut sink).unwrap();
+    assert_eq!(stats.completed, 200);
+    for r in &sink.records {
+        if let Some(prefill) = r.prefill {
+            assert_ne!(prefill, (r.pool, r.pod, r.rank), "{r:?}");
+            assert!(r.first_token > r.prefill_done, "{r:?}");
+        }
+    }
+}
+
+#[test]
 fn without_a_router_block_the_builtin_epp_serves_every_request_whole() {
     // The specification's own 1P3D example, which has no router block.
     let spec_example = P1D3.split("router:").next().unwrap();
