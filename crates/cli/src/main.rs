@@ -5,8 +5,11 @@
 //! - 1: the inputs are invalid;
 //! - 2: a usage error, or a file that could not be read.
 
+mod compare_cmd;
 mod disk;
+mod plan_cmd;
 mod run_cmd;
+mod session;
 mod validate_cmd;
 
 use std::process::ExitCode;
@@ -30,6 +33,8 @@ fn pdsim_cli_run() -> ExitCode {
     match cli.command {
         Command::Validate(args) => validate_cmd::run(&args),
         Command::Run(args) => run_cmd::run_command(&args),
+        Command::Compare(args) => compare_cmd::run(&args),
+        Command::Plan(args) => plan_cmd::run(&args),
     }
 }
 
@@ -49,4 +54,8 @@ enum Command {
     Validate(validate_cmd::Args),
     /// Replay a trace against a deployment; with no arguments, the built-in default.
     Run(run_cmd::Args),
+    /// Run the same requests through several deployments and explain the difference.
+    Compare(compare_cmd::Args),
+    /// Find each layout's highest request rate within an SLO; rank layouts; shard and merge.
+    Plan(plan_cmd::Args),
 }

@@ -4,61 +4,16 @@
 //! so it works from any directory): `scenarios/default.yaml`,
 //! `deployments/default.yaml` and the bundled `traces/default.jsonl`.
 
-use crate::disk::DiskFiles;
-use pdsim_cluster::run;
-use pdsim_report::{Aggregator, CsvSink, LinkCsvSink, RunInfo, Tee, render_text};
-use pdsim_spec::files::{FileKind, Files, ReadError};
-use pdsim_spec::validate::{Request, validate};
-use pdsim_workload::{RequestSpec, Synthetic, TraceError, TraceReader};
-use std::io::{BufReader, Write};
-use std::path::{Path, PathBuf};
+use crate::session::{
+    DEFAULT_DEPLOYMENT, DEFAULT_SCENARIO, Failure, SloArgs, Staging, WorkloadChoice, failure,
+    open_source, prepare, results_readme, simulate,
+};
+use pdsim_report::page::run_report;
+use pdsim_report::series::SeriesSink;
+use pdsim_report::{CsvSink, LinkCsvSink, Tee, render_text};
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
-
-const DEFAULT_SCENARIO: &str = "builtin:scenarios/default.yaml";
-const DEFAULT_DEPLOYMENT: &str = "builtin:deployments/default.yaml";
-const DEFAULT_TRACE: &str = "builtin:traces/default.jsonl";
-
-const EMBEDDED: &[(&str, &str)] = &[
-    (
-        DEFAULT_SCENARIO,
-        include_str!("../../../scenarios/default.yaml"),
-    ),
-    (
-        DEFAULT_DEPLOYMENT,
-        include_str!("../../../deployments/default.yaml"),
-    ),
-    (DEFAULT_TRACE, include_str!("../../../traces/default.jsonl")),
-];
-
-/// The disk, plus the built-in default documents under `builtin:` names.
-struct WithDefaults;
-
-fn embedded(path: &Path) -> Option<&'static str> {
-    let name = path.to_str()?;
-    EMBEDDED
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, text)| *text)
-}
-
-impl Files for WithDefaults {
-    fn kind(&self, path: &Path) -> FileKind {
-        if embedded(path).is_some() {
-            FileKind::File
-        } else {
-            DiskFiles.kind(path)
-        }
-    }
-    fn read(&self, path: &Path) -> Result<String, ReadError> {
-        match embedded(path) {
-            Some(text) => Ok(text.to_string()),
-            None => DiskFiles.read(path),
-        }
-    }
-    fn list(&self, path: &Path) -> Vec<String> {
-        DiskFiles.list(path)
-    }
-}
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -93,17 +48,25 @@ pub struct Args {
     /// Output format of the summary on stdout.
     #[arg(long, value_enum, default_value_t = crate::validate_cmd::Format::Text)]
     format: crate::validate_cmd::Format,
+    #[command(flatten)]
+    slo: SloArgs,
 }
 
 /// Exit codes of `run`: 0 done, 1 invalid input (documents, trace rows, a
 /// deployment pdsim refuses), 2 usage or I/O error, 3 an invariant broke.
 fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("pdsim run: {message}");
+    crate::session::print_failure("run", &message.to_string());
     ExitCode::from(code)
 }
 
 pub fn run_command(args: &Args) -> ExitCode {
-    let files = WithDefaults;
+    match run_inner(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => fail(f.code, f.message),
+    }
+}
+
+fn run_inner(args: &Args) -> Result<(), Failure> {
     let scenario_path = args
         .scenario
         .clone()
@@ -112,243 +75,104 @@ pub fn run_command(args: &Args) -> ExitCode {
         .deployment
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DEPLOYMENT));
-    let mut report = validate(&Request {
-        files: &files,
-        catalog_dirs: args.catalog.clone(),
-        scenario: Some(scenario_path.clone()),
-        documents: vec![deployment_path.clone()],
-    });
-    crate::validate_cmd::add_router_problems(&files, &mut report);
-    for problem in &report.problems {
-        eprintln!("{problem}");
+    let prepared = prepare(&args.catalog, &scenario_path, &deployment_path)?;
+    for note in &prepared.notes {
+        eprintln!("{note}");
     }
-    if report.io_error {
-        return ExitCode::from(2);
-    }
-    let (Some(scenario), Some(bundle)) = (report.scenario.as_ref(), report.deployments.first())
-    else {
-        return fail(1, "the documents are invalid (see above)");
-    };
-    let router = match &bundle.deployment.router {
-        None => None,
-        Some(block) => {
-            match pdsim_router::check_router_inputs(&files, &bundle.source.file, Some(block)) {
-                Ok(inputs) => Some(inputs),
-                Err(problems) => {
-                    for problem in problems {
-                        eprintln!("{problem}");
-                    }
-                    return fail(1, "the router inputs are invalid (see above)");
-                }
-            }
-        }
-    };
-    // The specification routes a deployment without a router block with the
-    // EPP's built-in configuration, which has no P/D profile: say so, since
-    // a user who wrote prefill pools most likely meant them to be used.
-    if router.is_none() && bundle.deployment.pools.iter().any(|p| p.role == "prefill") {
-        eprintln!(
-            "{}: note: no router block, so the EPP's built-in configuration routes every request whole to any pod and none is disaggregated; name an EndpointPickerConfig with a disagg-profile-handler under `router` to run P/D",
-            deployment_path.display()
-        );
-    }
-    let cluster = match pdsim_cluster::build_with_router(bundle, scenario, router) {
-        Ok(cluster) => cluster,
-        Err(e) => return fail(1, format!("{}: {e}", deployment_path.display())),
-    };
+    let (mut source, trace_file) = open_source(
+        &prepared,
+        &WorkloadChoice {
+            trace: args.trace.as_deref(),
+            rate: args.rate,
+            requests: args.requests,
+            seed: args.seed,
+        },
+    )?;
+    let slo = args.slo.plan(&prepared, source.names.clone())?;
 
-    // The request source.
-    let workload = scenario.scenario.workload.as_ref();
-    let header = workload
-        .and_then(|w| w.trace.as_ref())
-        .map(|t| t.header.clone());
-    let (trace_label, mut source): (
-        String,
-        Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>>,
-    ) = if let Some(path) = &args.trace {
-        match open_trace(path, header.as_ref()) {
-            Ok(reader) => (path.display().to_string(), reader),
-            Err(code) => return code,
-        }
-    } else if let Some(path) = &scenario.trace_path {
-        match open_trace(path, header.as_ref()) {
-            Ok(reader) => (path.display().to_string(), reader),
-            Err(code) => return code,
-        }
-    } else if let Some(shape) = &scenario.shape {
-        let (Some(rate), Some(count)) = (args.rate, args.requests) else {
-            return fail(
-                2,
-                format!(
-                    "the scenario's workload is the shape `{}`; give --rate R (requests per second) and --requests N",
-                    shape.origin.name
-                ),
-            );
-        };
-        match Synthetic::new(&shape.origin.name, &shape.value, count, rate, args.seed) {
-            Ok(s) => (
-                format!("shape {} at {rate} req/s", shape.origin.name),
-                Box::new(s),
-            ),
-            Err(e) => return fail(1, e),
-        }
-    } else {
-        let text = embedded(Path::new(DEFAULT_TRACE)).unwrap_or_default();
-        match TraceReader::sniff(std::io::Cursor::new(text.as_bytes()), DEFAULT_TRACE, None) {
-            Ok(reader) => (DEFAULT_TRACE.to_string(), Box::new(reader)),
-            Err(e) => return fail(1, e),
-        }
-    };
-
-    // Output folder, written under a temporary name and renamed at the end so
-    // a failed run never leaves a complete-looking result.
     let name = format!(
         "{}--{}--seed{}",
-        bundle.deployment.name, scenario.scenario.name, args.seed
+        prepared.deployment, prepared.scenario, args.seed
     );
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(&name));
-    let staging = staging_dir(&out);
-    if let Err(e) = std::fs::create_dir_all(&staging) {
-        return fail(2, format!("cannot create {}: {e}", staging.display()));
-    }
-    let csv_file = match std::fs::File::create(staging.join("requests.csv")) {
-        Ok(f) => f,
-        Err(e) => {
-            return fail(
-                2,
-                format!(
-                    "cannot write {}: {e}",
-                    staging.join("requests.csv").display()
-                ),
-            );
-        }
-    };
-    let links_file = match std::fs::File::create(staging.join("links.csv")) {
-        Ok(f) => f,
-        Err(e) => {
-            return fail(
-                2,
-                format!("cannot write {}: {e}", staging.join("links.csv").display()),
-            );
-        }
-    };
-    let mut csv = CsvSink::new(std::io::BufWriter::new(csv_file));
-    let mut links = LinkCsvSink::new(std::io::BufWriter::new(links_file));
-    let mut aggregator = Aggregator::default();
-    let result = {
+    let staging = Staging::new(&out)?;
+    let mut csv = CsvSink::new(staging.file("requests.csv")?);
+    let mut links = LinkCsvSink::new(staging.file("links.csv")?);
+    let mut series = SeriesSink::new(
+        prepared.pools.iter().map(|p| p.name.clone()).collect(),
+        Some(staging.file("timeseries.csv")?),
+    );
+    let outcome = {
         let mut files = Tee {
             first: &mut csv,
             second: &mut links,
         };
-        let mut tee = Tee {
-            first: &mut aggregator,
+        let mut all = Tee {
+            first: &mut series,
             second: &mut files,
         };
-        run(&cluster, &mut source, args.seed, args.check, &mut tee)
+        simulate(
+            &prepared,
+            &mut source.requests,
+            &source.label,
+            args.seed,
+            args.check,
+            slo,
+            args.slo.gpu_hour_usd,
+            &mut all,
+        )?
     };
-    let stats = match result {
-        Ok(stats) => stats,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&staging);
-            let code = if matches!(e, pdsim_cluster::RunError::Invariant(_)) {
-                3
-            } else {
-                1
-            };
-            return fail(code, format!("{e}; no results were written"));
-        }
-    };
-    if let Err(e) = csv.finish() {
-        let _ = std::fs::remove_dir_all(&staging);
-        return fail(2, format!("writing requests.csv failed: {e}"));
+    csv.finish()
+        .map_err(|e| failure(2, format!("writing requests.csv failed: {e}")))?;
+    links
+        .finish()
+        .map_err(|e| failure(2, format!("writing links.csv failed: {e}")))?;
+    series
+        .finish()
+        .map_err(|e| failure(2, format!("writing timeseries.csv failed: {e}")))?;
+    let summary = &outcome.summary;
+    let json = serde_json::to_string_pretty(summary)
+        .map_err(|e| failure(2, format!("cannot encode the summary: {e}")))?
+        + "\n";
+    staging.write("summary.json", &json)?;
+    let text = render_text(summary);
+    let doc = run_report(summary, &text, &outcome.cdfs, &outcome.series);
+    staging.write("report.md", doc.markdown())?;
+    staging.write("report.html", doc.html())?;
+    for (name, svg) in doc.plots() {
+        staging.write(&format!("plots/{name}.svg"), svg)?;
     }
-    if let Err(e) = links.finish() {
-        let _ = std::fs::remove_dir_all(&staging);
-        return fail(2, format!("writing links.csv failed: {e}"));
-    }
-    let engines: u64 = cluster.pools.iter().map(|p| p.pods as u64).sum();
-    let gpus: u64 = bundle
-        .layouts
-        .iter()
-        .filter_map(|l| {
-            l.cluster
-                .as_ref()
-                .map(|c| c.engines.saturating_mul(l.gpus_per_engine))
-        })
-        .map(|g| g.min(u64::MAX as u128) as u64)
-        .sum();
-    let summary = aggregator.summary(
-        &stats,
-        RunInfo {
-            scenario: scenario.scenario.name.clone(),
-            deployment: bundle.deployment.name.clone(),
-            trace: trace_label,
-            seed: args.seed,
-            router: stats.router.to_string(),
-            engines,
-            gpus,
-        },
-    );
-    let json = match serde_json::to_string_pretty(&summary) {
-        Ok(json) => json + "\n",
-        Err(e) => return fail(2, format!("cannot encode the summary: {e}")),
-    };
-    if let Err(e) = std::fs::write(staging.join("summary.json"), &json) {
-        let _ = std::fs::remove_dir_all(&staging);
-        return fail(2, format!("cannot write summary.json: {e}"));
-    }
-    if out.exists()
-        && let Err(e) = std::fs::remove_dir_all(&out)
-    {
-        return fail(2, format!("cannot replace {}: {e}", out.display()));
-    }
-    if let Err(e) = std::fs::rename(&staging, &out) {
-        return fail(
-            2,
-            format!("cannot move results into {}: {e}", out.display()),
-        );
-    }
-    let text = match args.format {
+    let mut inputs = prepared.inputs.clone();
+    inputs.extend(trace_file);
+    staging.write(
+        "README.md",
+        results_readme(
+            &format!("pdsim run: {} on {}", prepared.deployment, prepared.scenario),
+            &args.seed.to_string(),
+            &inputs,
+            &RUN_FILES,
+        ),
+    )?;
+    let out = staging.commit()?;
+    let printed = match args.format {
         crate::validate_cmd::Format::Json => json,
-        crate::validate_cmd::Format::Text => {
-            format!("{}results: {}\n", render_text(&summary), out.display())
-        }
+        crate::validate_cmd::Format::Text => format!("{text}results: {}\n", out.display()),
     };
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(text.as_bytes());
-    ExitCode::SUCCESS
+    let _ = std::io::stdout().lock().write_all(printed.as_bytes());
+    Ok(())
 }
 
-fn staging_dir(out: &Path) -> PathBuf {
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "run".into());
-    out.with_file_name(format!(".{name}.partial-{}", std::process::id()))
-}
-
-type Source = Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>>;
-
-fn open_trace(
-    path: &Path,
-    header: Option<&pdsim_spec::scenario::TraceHeader>,
-) -> Result<Source, ExitCode> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) if f.metadata().map(|m| m.is_dir()).unwrap_or(false) => {
-            return Err(fail(
-                2,
-                format!("{}: is a directory, not a trace file", path.display()),
-            ));
-        }
-        Ok(f) => f,
-        Err(e) => return Err(fail(2, format!("{}: {e}", path.display()))),
-    };
-    let name = path.display().to_string();
-    match TraceReader::sniff(BufReader::new(file), &name, header) {
-        Ok(reader) => Ok(Box::new(reader)),
-        Err(e) => Err(fail(1, e)),
-    }
-}
+/// What a run's results folder holds.
+pub const RUN_FILES: [(&str, &str); 8] = [
+    ("summary.json", "every figure, units in the key names"),
+    ("requests.csv", "one row per request: times, phases, pods, outcome"),
+    ("timeseries.csv", "every engine core once per simulated second: queue, running, KV usage, prefix hits, busy share"),
+    ("links.csv", "each link KV transfers used, utilisation per second"),
+    ("report.md", "the report, plots linked"),
+    ("report.html", "the same report, self-contained, plots inline"),
+    ("plots/", "the plots as SVG"),
+    ("README.md", "this file"),
+];

@@ -15,5 +15,8 @@ mod records;
 mod sim;
 
 pub use build::{BuildError, Cluster, PoolRuntime, build, build_with_router, default_acceptance};
-pub use records::{LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord};
+pub use records::{
+    CoreSample, LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord,
+    SAMPLE_NS,
+};
 pub use sim::{CoreStats, RunError, RunStats, run};

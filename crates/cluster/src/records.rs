@@ -80,6 +80,31 @@ pub trait RecordSink {
     /// GPU it belongs to, what kind it is, and the share of its capacity
     /// used. Windows come in time order; idle links are left out.
     fn link_window(&mut self, _window: LinkWindow) {}
+    /// One engine core's state at a sample time, every [`SAMPLE_NS`] while
+    /// the run is busy, cores in order.
+    fn core_sample(&mut self, _sample: &CoreSample) {}
+}
+
+/// The period of the per-core time series.
+pub const SAMPLE_NS: u64 = 1_000_000_000;
+
+/// One engine core's state at one instant. Counters are cumulative since
+/// the start of the run, so a reader takes differences between samples.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CoreSample {
+    pub time: SimTime,
+    pub pool: u16,
+    pub pod: u32,
+    pub rank: u16,
+    /// `vllm:num_requests_waiting` and `vllm:num_requests_running`.
+    pub waiting: u32,
+    pub running: u32,
+    /// `vllm:kv_cache_usage_perc`, 0–1.
+    pub kv_usage: f64,
+    pub prefix_queries_tokens: u64,
+    pub prefix_hits_tokens: u64,
+    /// Time the core spent stepping.
+    pub busy_ns: u64,
 }
 
 /// The width of one link-utilisation window.

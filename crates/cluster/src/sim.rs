@@ -19,7 +19,7 @@
 
 use crate::build::Cluster;
 use crate::fabric::Network;
-use crate::records::{LinkWindow, Outcome, RecordSink, RequestRecord};
+use crate::records::{CoreSample, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS};
 use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
 use pdsim_cost::StepCost;
 use pdsim_engine::{Engine, EngineEvent, KvTransfer, NewRequest};
@@ -103,6 +103,16 @@ enum Event {
     NetworkTick { generation: u64 },
     HoldExpiry { id: RequestId },
     Scrape { pod: u32 },
+    /// Every core's state is handed to the sink for the time series.
+    Sample,
+}
+
+impl Event {
+    /// Scrapes and samples observe; they never move a request, so they do
+    /// not keep a stalled run alive.
+    fn is_live(&self) -> bool {
+        !matches!(self, Event::Scrape { .. } | Event::Sample)
+    }
 }
 
 struct Core {
@@ -235,6 +245,8 @@ struct Sim<'a> {
     scrape_interval: u64,
     /// Pods whose scrape loop is running.
     scraping: usize,
+    /// Whether the sample loop is running.
+    sampling: bool,
 }
 
 /// Runs `source` through `cluster` to the end, handing every request's
@@ -257,7 +269,7 @@ pub fn run(
         }
         sim.now = time;
         sim.stats.events += 1;
-        if !matches!(event, Event::Scrape { .. }) {
+        if event.is_live() {
             sim.live_events -= 1;
         }
         match event {
@@ -272,6 +284,7 @@ pub fn run(
             Event::NetworkTick { generation } => sim.network_tick(generation, sink),
             Event::HoldExpiry { id } => sim.hold_expiry(id, sink),
             Event::Scrape { pod } => sim.scrape(pod as usize),
+            Event::Sample => sim.sample(sink),
         }
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
@@ -435,13 +448,14 @@ impl<'a> Sim<'a> {
             scrape_phase,
             scrape_interval,
             scraping: 0,
+            sampling: false,
             rejected_records: Vec::new(),
         }
     }
 
     fn push(&mut self, time: SimTime, event: Event) {
         self.seq += 1;
-        if !matches!(event, Event::Scrape { .. }) {
+        if event.is_live() {
             self.live_events += 1;
         }
         self.queue.push(Reverse((time, self.seq, event)));
@@ -492,6 +506,41 @@ impl<'a> Sim<'a> {
             self.push(SimTime(next), Event::Scrape { pod: pod as u32 });
         }
         self.scraping = self.pods.len();
+        if !self.sampling {
+            self.sampling = true;
+            let next = self.now.as_ns().div_ceil(SAMPLE_NS) * SAMPLE_NS;
+            self.push(SimTime(next), Event::Sample);
+        }
+    }
+
+    /// Whether anything is left to route or serve: the observation loops
+    /// (scrapes, samples) run only while it is.
+    fn busy(&self) -> bool {
+        self.next_arrival.is_some() || (self.live_events > 0 && !self.in_flight.is_empty())
+    }
+
+    /// Hands every engine core's state to the sink, once per
+    /// [`SAMPLE_NS`] while the run is busy.
+    fn sample(&mut self, sink: &mut dyn RecordSink) {
+        for core in &self.cores {
+            sink.core_sample(&CoreSample {
+                time: self.now,
+                pool: core.stats.pool,
+                pod: core.stats.pod,
+                rank: core.stats.rank,
+                waiting: core.engine.num_waiting() as u32,
+                running: core.engine.num_running() as u32,
+                kv_usage: core.engine.kv_usage(),
+                prefix_queries_tokens: core.engine.prefix_queries_tokens,
+                prefix_hits_tokens: core.engine.prefix_hits_tokens,
+                busy_ns: core.stats.busy_ns,
+            });
+        }
+        if self.busy() {
+            self.push(self.now + SimDuration(SAMPLE_NS), Event::Sample);
+        } else {
+            self.sampling = false;
+        }
     }
 
     /// The EPP scrapes a pod's metrics (rank 0's series: with equal sample
@@ -506,9 +555,7 @@ impl<'a> Sim<'a> {
         view.kv_usage = core.engine.kv_usage();
         view.block_size = Some(core.engine.config().block_size);
         view.num_blocks = Some(core.engine.config().num_blocks as u64);
-        let busy =
-            self.next_arrival.is_some() || (self.live_events > 0 && !self.in_flight.is_empty());
-        if busy {
+        if self.busy() {
             self.push(
                 self.now + SimDuration(self.scrape_interval),
                 Event::Scrape { pod: pod as u32 },

@@ -101,7 +101,9 @@ pub struct StepCost {
 }
 
 /// Prices engine steps and per-request host work for one pool.
-pub trait CostModel {
+/// `Send + Sync` so that a built cluster can be shared by the parallel runs
+/// of `compare` and `plan` (each run still runs on one thread).
+pub trait CostModel: Send + Sync {
     /// The duration of one step and its breakdown.
     fn step(&self, batch: &Batch) -> StepCost;
     /// How long the frontend takes to render and tokenize a prompt before

@@ -6,7 +6,15 @@
 //! **Architecture invariant:** the only crate that knows output formats; it
 //! writes to any `std::io::Write` it is given and opens no file itself.
 
+pub mod page;
+pub mod plan;
+pub mod plot;
+pub mod series;
+pub mod slo;
+pub mod table;
+
 use hdrhistogram::Histogram;
+pub use slo::{ClassNames, Goodput, Slo, SloPlan};
 use pdsim_cluster::{Outcome, RecordSink, RequestRecord, RunStats};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -45,6 +53,8 @@ pub struct Aggregator {
     first_arrival_ns: u64,
     last_finish_ns: u64,
     any: bool,
+    slo: SloPlan,
+    goodput: slo::GoodputCounter,
 }
 
 /// The longest latency a histogram tracks exactly: about 2.8 hours in
@@ -77,7 +87,58 @@ impl Default for Aggregator {
             first_arrival_ns: u64::MAX,
             last_finish_ns: 0,
             any: false,
+            slo: SloPlan::default(),
+            goodput: slo::GoodputCounter::default(),
         }
+    }
+}
+
+/// The latencies a CDF can be drawn of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    Ttft,
+    Tpot,
+    Itl,
+    E2e,
+    Queue,
+    Transfer,
+}
+
+impl Aggregator {
+    /// An aggregator that also counts goodput against `slo`.
+    pub fn with_slo(slo: SloPlan) -> Aggregator {
+        Aggregator {
+            slo,
+            ..Aggregator::default()
+        }
+    }
+
+    fn histogram(&self, metric: Metric) -> &Histogram<u64> {
+        match metric {
+            Metric::Ttft => &self.ttft_ns,
+            Metric::Tpot => &self.tpot_ns,
+            Metric::Itl => &self.itl_ns,
+            Metric::E2e => &self.e2e_ns,
+            Metric::Queue => &self.queue_ns,
+            Metric::Transfer => &self.transfer_ns,
+        }
+    }
+
+    /// The distribution of a latency as (milliseconds, cumulative share)
+    /// points: every percent, then finer steps into the tail, where SLOs
+    /// are decided.
+    pub fn cdf(&self, metric: Metric) -> Vec<(f64, f64)> {
+        let h = self.histogram(metric);
+        if h.is_empty() {
+            return Vec::new();
+        }
+        let mut quantiles: Vec<f64> = (0..=99).map(|i| i as f64 / 100.0).collect();
+        quantiles.extend((1..=9).map(|i| 0.99 + i as f64 / 1000.0));
+        quantiles.extend([0.9995, 0.9999, 1.0]);
+        quantiles
+            .into_iter()
+            .map(|q| (h.value_at_quantile(q) as f64 / 1e6, q))
+            .collect()
     }
 }
 
@@ -90,6 +151,22 @@ impl RecordSink for Aggregator {
         self.any = true;
         self.first_arrival_ns = self.first_arrival_ns.min(r.arrival.as_ns());
         self.last_finish_ns = self.last_finish_ns.max(r.finished.as_ns());
+        if let Some(slo) = self.goodput.slo(&self.slo, r.slo_class) {
+            let met = r.outcome == Outcome::Completed
+                && r.first_token.is_some_and(|first| {
+                    let ms = |ns: u64| ns as f64 / 1e6;
+                    let tpot = r
+                        .last_token
+                        .filter(|_| r.output_tokens > 1)
+                        .map(|last| ms(last.since(first).as_ns()) / (r.output_tokens - 1) as f64);
+                    slo.met(
+                        ms(first.since(r.arrival).as_ns()),
+                        tpot,
+                        ms(r.finished.since(r.arrival).as_ns()),
+                    )
+                });
+            self.goodput.add(r.slo_class, met);
+        }
         if r.outcome != Outcome::Completed {
             *self
                 .reasons
@@ -203,6 +280,48 @@ pub struct Summary {
     pub prefix_cache: PrefixCache,
     pub kv_usage: KvUsage,
     pub step_time_s: StepBreakdown,
+    /// Per pool: how busy its engines were and what their caches did.
+    pub pools: Vec<PoolSummary>,
+    /// Requests that met their SLO; absent when no SLO was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<Goodput>,
+    /// What the run cost at the GPU-hour price given; absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
+}
+
+/// One pool's engines over the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolSummary {
+    pub name: String,
+    pub role: String,
+    pub engine_cores: u64,
+    pub gpus: u64,
+    /// Share of the run its engine cores spent stepping, 0–1.
+    pub busy_share: f64,
+    /// Busy-time-weighted KV usage, 0–1, and the peak.
+    pub kv_usage_mean: f64,
+    pub kv_usage_peak: f64,
+    pub prefix_hit_rate: f64,
+    pub preemptions: u64,
+    pub steps: u64,
+}
+
+/// The run's cost at a GPU-hour price.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cost {
+    pub gpu_hour_usd: f64,
+    pub gpu_hours: f64,
+    pub total_usd: f64,
+    pub usd_per_million_output_tokens: f64,
+}
+
+/// A pool as the report names it.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolInfo {
+    pub name: String,
+    pub role: String,
+    pub gpus: u64,
 }
 
 /// Where the time to first token went, as shares of its sum.
@@ -224,6 +343,9 @@ pub struct RunInfo {
     pub router: String,
     pub engines: u64,
     pub gpus: u64,
+    pub pools: Vec<PoolInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_hour_usd: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -245,6 +367,8 @@ pub struct Throughput {
     pub requests_per_s: f64,
     pub input_tokens_per_s: f64,
     pub output_tokens_per_s: f64,
+    pub requests_per_s_per_gpu: f64,
+    pub input_tokens_per_s_per_gpu: f64,
     pub output_tokens_per_s_per_gpu: f64,
 }
 
@@ -305,7 +429,62 @@ impl Aggregator {
         let padded = sum(|c| c.tokens_padded);
         let kv_weighted: f64 = cores.iter().map(|c| c.kv_usage_ns).sum();
         let gpus = run.gpus.max(1);
+        let pools = run
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                let mine: Vec<&pdsim_cluster::CoreStats> =
+                    cores.iter().filter(|c| c.pool as usize == i).collect();
+                let busy: u64 = mine.iter().map(|c| c.busy_ns).sum();
+                let queries: u64 = mine.iter().map(|c| c.prefix_queries_tokens).sum();
+                let hits: u64 = mine.iter().map(|c| c.prefix_hits_tokens).sum();
+                let span = duration_ns as f64 * mine.len() as f64;
+                PoolSummary {
+                    name: info.name.clone(),
+                    role: info.role.clone(),
+                    engine_cores: mine.len() as u64,
+                    gpus: info.gpus,
+                    busy_share: if span > 0.0 {
+                        (busy as f64 / span).min(1.0)
+                    } else {
+                        0.0
+                    },
+                    kv_usage_mean: if busy > 0 {
+                        mine.iter().map(|c| c.kv_usage_ns).sum::<f64>() / busy as f64
+                    } else {
+                        0.0
+                    },
+                    kv_usage_peak: mine.iter().map(|c| c.kv_usage_peak).fold(0.0, f64::max),
+                    prefix_hit_rate: if queries > 0 {
+                        hits as f64 / queries as f64
+                    } else {
+                        0.0
+                    },
+                    preemptions: mine.iter().map(|c| c.preemptions).sum(),
+                    steps: mine.iter().map(|c| c.steps).sum(),
+                }
+            })
+            .collect();
+        let goodput = self.goodput.goodput(&self.slo, duration_s);
+        let cost = run.gpu_hour_usd.map(|price| {
+            let gpu_hours = run.gpus as f64 * duration_s / 3600.0;
+            let total_usd = gpu_hours * price;
+            Cost {
+                gpu_hour_usd: price,
+                gpu_hours,
+                total_usd,
+                usd_per_million_output_tokens: if self.output_tokens > 0 {
+                    total_usd / (self.output_tokens as f64 / 1e6)
+                } else {
+                    0.0
+                },
+            }
+        });
         Summary {
+            pools,
+            goodput,
+            cost,
             pdsim_version: env!("CARGO_PKG_VERSION").to_string(),
             requests: Requests {
                 total: stats.requests,
@@ -365,6 +544,8 @@ impl Aggregator {
                 requests_per_s: per_s(stats.completed),
                 input_tokens_per_s: per_s(self.input_tokens),
                 output_tokens_per_s: per_s(self.output_tokens),
+                requests_per_s_per_gpu: per_s(stats.completed) / gpus as f64,
+                input_tokens_per_s_per_gpu: per_s(self.input_tokens) / gpus as f64,
                 output_tokens_per_s_per_gpu: per_s(self.output_tokens) / gpus as f64,
             },
             preemptions: sum(|c| c.preemptions),
@@ -555,6 +736,10 @@ impl RecordSink for Tee<'_> {
         self.first.link_window(window);
         self.second.link_window(window);
     }
+    fn core_sample(&mut self, sample: &pdsim_cluster::CoreSample) {
+        self.first.core_sample(sample);
+        self.second.core_sample(sample);
+    }
 }
 
 /// Writes `links.csv`: each link's utilisation per one-second window, as
@@ -675,6 +860,30 @@ pub fn render_text(summary: &Summary) -> String {
         summary.kv_usage.peak * 100.0,
         summary.preemptions
     ));
+    if let Some(g) = &summary.goodput {
+        out.push_str(&format!(
+            "goodput: {} of {} requests met their SLO ({:.1}%), {:.2} req/s\n",
+            g.requests_met,
+            g.requests,
+            100.0 * g.met_share,
+            g.requests_per_s
+        ));
+        for (class, c) in &g.by_class {
+            out.push_str(&format!(
+                "  {class}: {} — {} of {} ({:.1}%)\n",
+                c.slo.describe(),
+                c.requests_met,
+                c.requests,
+                100.0 * c.met_share
+            ));
+        }
+    }
+    if let Some(c) = &summary.cost {
+        out.push_str(&format!(
+            "cost: {:.2} GPU-hours at {} USD = {:.2} USD, {:.3} USD per million output tokens\n",
+            c.gpu_hours, c.gpu_hour_usd, c.total_usd, c.usd_per_million_output_tokens
+        ));
+    }
     let s = &summary.step_time_s;
     out.push_str(&format!(
         "engine time: {} steps, {:.1} s busy (compute-bound {:.1} s, memory-bound {:.1} s, communication {:.1} s, host {:.1} s, padding {:.1} s; {:.1}% padded tokens)\n",

@@ -1,0 +1,540 @@
+//! `pdsim plan`: for each candidate layout, the highest request rate it
+//! sustains within an SLO, the ranking, the Pareto front, and the fewest
+//! nodes for a target rate. `--shard I/N` runs one deterministic slice of
+//! the layouts; `pdsim plan merge` joins the slices into the whole plan.
+
+use crate::compare_cmd::{pool, progress};
+use crate::session::{
+    Failure, Prepared, SloArgs, Staging, WithDefaults, WorkloadChoice, failure, load_all,
+    prepare_in, print_failure, results_readme, scaled, simulate,
+};
+use pdsim_report::plan::{LayoutResult, Plan, PlanQuestion, Probe, plan_report, ranking_table};
+use pdsim_report::{ClassNames, Slo};
+use pdsim_spec::files::{FileKind, Files, ReadError};
+use pdsim_workload::RequestSpec;
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    merge: Option<Sub>,
+    #[command(flatten)]
+    plan: PlanArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// Join the `plan.json` of every shard into the whole plan and its report.
+    Merge {
+        /// The shards' result folders (or their plan.json files).
+        #[arg(required = true, value_name = "SHARD")]
+        parts: Vec<PathBuf>,
+        /// The output folder (default: results/plan--<scenario>).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    /// The Scenario (its cluster bounds the layouts).
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+    /// Candidate deployments.
+    #[arg(value_name = "DEPLOYMENT")]
+    deployments: Vec<PathBuf>,
+    /// Also try every split of each candidate's pools over whole nodes that
+    /// fits the scenario's cluster (each pool at least one node).
+    #[arg(long)]
+    vary_nodes: bool,
+    /// A trace (default: the scenario's workload, else the bundled trace).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Use only the first N requests of the trace.
+    #[arg(long, value_name = "N")]
+    max_requests: Option<usize>,
+    #[command(flatten)]
+    slo: SloArgs,
+    /// Share of requests that must meet the SLO for a rate to be sustained.
+    #[arg(long, default_value_t = 0.9, value_name = "SHARE")]
+    attainment: f64,
+    /// Most simulations per layout in the search.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    max_runs: u32,
+    /// A rate to carry: report the fewest nodes per layout that carry it.
+    #[arg(long, value_name = "REQ_PER_S")]
+    target_rate: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Run one slice of the layouts: `I/N` (0-based I).
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Parallel simulations (default: the cores). Results do not depend on it.
+    #[arg(long, short = 'j', value_name = "N")]
+    jobs: Option<usize>,
+    /// The output folder (default: results/plan--<scenario>[--shard-I-of-N]).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// A user catalog folder. Repeatable.
+    #[arg(long, value_name = "DIR")]
+    catalog: Vec<PathBuf>,
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    let result = match &args.merge {
+        Some(Sub::Merge { parts, out }) => merge(parts, out.as_deref()),
+        None => plan(&args.plan),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            print_failure("plan", &f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// The disk plus the generated layouts, in memory beside their base file
+/// (so relative references, such as the router's config, still resolve).
+struct Overlay {
+    docs: BTreeMap<PathBuf, String>,
+}
+
+impl Files for Overlay {
+    fn kind(&self, path: &Path) -> FileKind {
+        if self.docs.contains_key(path) {
+            FileKind::File
+        } else {
+            WithDefaults.kind(path)
+        }
+    }
+    fn read(&self, path: &Path) -> Result<String, ReadError> {
+        match self.docs.get(path) {
+            Some(text) => Ok(text.clone()),
+            None => WithDefaults.read(path),
+        }
+    }
+    fn list(&self, path: &Path) -> Vec<String> {
+        WithDefaults.list(path)
+    }
+}
+
+/// Every vector of `k` positive node counts summing to at most `total`,
+/// in lexicographic order.
+pub fn splits(k: usize, total: u64) -> Vec<Vec<u64>> {
+    fn go(k: usize, left: u64, prefix: &mut Vec<u64>, out: &mut Vec<Vec<u64>>) {
+        if k == 0 {
+            out.push(prefix.clone());
+            return;
+        }
+        for n in 1..=left.saturating_sub(k as u64 - 1) {
+            prefix.push(n);
+            go(k - 1, left - n, prefix, out);
+            prefix.pop();
+        }
+    }
+    let mut out = Vec::new();
+    if k > 0 && total >= k as u64 {
+        go(k, total, &mut Vec::new(), &mut out);
+    }
+    out
+}
+
+/// A candidate: where its document is and how to name it.
+struct Candidate {
+    path: PathBuf,
+    /// The scenario it runs on: the given one, or for a generated layout
+    /// on fewer nodes, the same scenario with a cluster of that many nodes
+    /// (a deployment lays out its whole cluster).
+    scenario: PathBuf,
+    source: String,
+}
+
+fn candidates(args: &PlanArgs, scenario: &Path, overlay: &mut Overlay) -> Result<Vec<Candidate>, Failure> {
+    let mut out = Vec::new();
+    for d in &args.deployments {
+        if !args.vary_nodes {
+            out.push(Candidate {
+                path: d.clone(),
+                scenario: scenario.to_path_buf(),
+                source: d.display().to_string(),
+            });
+            continue;
+        }
+        let text = WithDefaults
+            .read(d)
+            .map_err(|e| failure(2, format!("{}: {e:?}", d.display())))?;
+        let doc: serde_yaml::Value = serde_yaml::from_str(&text)
+            .map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
+        let pools = doc
+            .get("pools")
+            .and_then(|p| p.as_sequence())
+            .map(|p| p.len())
+            .unwrap_or(0);
+        let nodes = cluster_nodes(scenario)?;
+        let name = doc.get("name").and_then(|n| n.as_str()).unwrap_or("layout").to_string();
+        for split in splits(pools, nodes) {
+            let mut doc = doc.clone();
+            let mut tag = Vec::new();
+            if let Some(list) = doc.get_mut("pools").and_then(|p| p.as_sequence_mut()) {
+                for (pool, n) in list.iter_mut().zip(&split) {
+                    let role = pool.get("role").and_then(|r| r.as_str()).unwrap_or("pool");
+                    tag.push(format!("{}{n}", role.chars().next().unwrap_or('x')));
+                    if let Some(map) = pool.as_mapping_mut() {
+                        map.insert("nodes".into(), serde_yaml::Value::from(*n));
+                    }
+                }
+            }
+            let tag = tag.join("");
+            if let Some(map) = doc.as_mapping_mut() {
+                map.insert("name".into(), format!("{name}@{tag}").into());
+            }
+            let stem = d.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let path = d.with_file_name(format!("{stem}@{tag}.yaml"));
+            let yaml = serde_yaml::to_string(&doc).map_err(|e| failure(2, e))?;
+            overlay.docs.insert(path.clone(), yaml);
+            let used: u64 = split.iter().sum();
+            let scenario = if used == nodes {
+                scenario.to_path_buf()
+            } else {
+                smaller_cluster(scenario, used, overlay)?
+            };
+            out.push(Candidate {
+                path,
+                scenario,
+                source: format!("{} with pool nodes {split:?}", d.display()),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The scenario with a cluster of `nodes` nodes, in memory beside it.
+fn smaller_cluster(scenario: &Path, nodes: u64, overlay: &mut Overlay) -> Result<PathBuf, Failure> {
+    let stem = scenario
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let path = scenario.with_file_name(format!("{stem}@{nodes}-nodes.yaml"));
+    if overlay.docs.contains_key(&path) {
+        return Ok(path);
+    }
+    let text = WithDefaults
+        .read(scenario)
+        .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
+    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text)
+        .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
+    if let Some(cluster) = doc.get_mut("cluster").and_then(|c| c.as_mapping_mut()) {
+        cluster.insert("nodes".into(), serde_yaml::Value::from(nodes));
+    }
+    let yaml = serde_yaml::to_string(&doc).map_err(|e| failure(2, e))?;
+    overlay.docs.insert(path.clone(), yaml);
+    Ok(path)
+}
+
+fn cluster_nodes(scenario: &Path) -> Result<u64, Failure> {
+    let text = WithDefaults
+        .read(scenario)
+        .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text)
+        .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
+    doc.get("cluster")
+        .and_then(|c| c.get("nodes"))
+        .and_then(|n| n.as_u64())
+        .ok_or_else(|| failure(1, format!("{}: cluster.nodes is missing", scenario.display())))
+}
+
+fn parse_shard(text: &str) -> Result<[usize; 2], Failure> {
+    let bad = || failure(2, format!("--shard {text}: expected I/N with 0 ≤ I < N"));
+    let (i, n) = text.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok([i, n])
+}
+
+/// The bounded search of one layout: start at the trace's own rate, double
+/// or halve until the answer flips, then bisect (geometrically) between the
+/// highest sustained and the lowest unsustained rate.
+fn search(
+    p: &Prepared,
+    specs: &[RequestSpec],
+    label: &str,
+    names: &[String],
+    args: &PlanArgs,
+    base_rate: f64,
+    bar: &indicatif::ProgressBar,
+) -> Result<Vec<Probe>, Failure> {
+    let mut probes: Vec<Probe> = Vec::new();
+    let mut probe = |speedup: f64| -> Result<bool, Failure> {
+        let slo = args.slo.plan(p, ClassNames::new(names))?;
+        let outcome = simulate(
+            p,
+            &mut scaled(specs, speedup),
+            label,
+            args.seed,
+            false,
+            slo,
+            args.slo.gpu_hour_usd,
+            &mut crate::session::Discard,
+        )?;
+        let s = &outcome.summary;
+        let met = s.goodput.as_ref().map_or(0.0, |g| g.met_share);
+        let sustained = met >= args.attainment;
+        probes.push(Probe {
+            speedup,
+            rate_req_s: base_rate * speedup,
+            met_share: met,
+            completed_share: s.requests.completed as f64 / s.requests.total.max(1) as f64,
+            ttft_ms_p99: s.ttft_ms.p99,
+            itl_ms_p99: s.itl_ms.p99,
+            output_tokens_per_s: s.throughput.output_tokens_per_s,
+            sustained,
+        });
+        bar.inc(1);
+        Ok(sustained)
+    };
+    let max = args.max_runs.max(1);
+    let mut runs = 0;
+    let (mut lo, mut hi): (Option<f64>, Option<f64>) = (None, None);
+    let mut s = 1.0;
+    while runs < max && (lo.is_none() || hi.is_none()) {
+        runs += 1;
+        if probe(s)? {
+            lo = Some(s);
+            s *= 2.0;
+        } else {
+            hi = Some(s);
+            s /= 2.0;
+        }
+        if s < 1.0 / 4096.0 || s > 4096.0 {
+            break;
+        }
+    }
+    while runs < max
+        && let (Some(l), Some(h)) = (lo, hi)
+    {
+        runs += 1;
+        let mid = (l * h).sqrt();
+        if probe(mid)? {
+            lo = Some(mid);
+        } else {
+            hi = Some(mid);
+        }
+    }
+    bar.inc(u64::from(max - runs));
+    Ok(probes)
+}
+
+fn plan(args: &PlanArgs) -> Result<(), Failure> {
+    let Some(scenario) = &args.scenario else {
+        return Err(failure(2, "give --scenario FILE (or `plan merge SHARD…`)"));
+    };
+    if args.deployments.is_empty() {
+        return Err(failure(2, "give at least one candidate deployment"));
+    }
+    let (all, named) = args.slo.parse()?;
+    if all.is_none() && named.is_empty() {
+        return Err(failure(2, "a plan needs an SLO: --slo ttft_ms=…,itl_ms=…"));
+    }
+    if !(args.attainment > 0.0 && args.attainment <= 1.0) {
+        return Err(failure(2, format!("--attainment {}: must be in (0, 1]", args.attainment)));
+    }
+    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+    let mut overlay = Overlay {
+        docs: BTreeMap::new(),
+    };
+    let cands = candidates(args, scenario, &mut overlay)?;
+    // Every layout is validated (cheap); only this shard's are simulated.
+    let mut layouts: Vec<(Candidate, Result<Prepared, String>)> = Vec::new();
+    for c in cands {
+        let p = prepare_in(&overlay, &args.catalog, &c.scenario, &c.path)
+            .map_err(|f| f.message.lines().collect::<Vec<_>>().join("; "));
+        layouts.push((c, p));
+    }
+    let Some(first) = layouts.iter().find_map(|(_, p)| p.as_ref().ok()) else {
+        let reasons: Vec<String> = layouts
+            .iter()
+            .filter_map(|(c, p)| p.as_ref().err().map(|e| format!("{}: {e}", c.source)))
+            .collect();
+        return Err(failure(1, format!("no candidate layout is valid:\n{}", reasons.join("\n"))));
+    };
+    let mut loaded = load_all(
+        first,
+        &WorkloadChoice {
+            trace: args.trace.as_deref(),
+            rate: None,
+            requests: None,
+            seed: args.seed,
+        },
+    )?;
+    if let Some(n) = args.max_requests {
+        loaded.specs.truncate(n);
+    }
+    if loaded.specs.len() < 2 {
+        return Err(failure(1, "the trace needs at least two requests to have a rate"));
+    }
+    let span_s = loaded
+        .specs
+        .last()
+        .map(|l| l.arrival.as_ns().saturating_sub(loaded.specs[0].arrival.as_ns()))
+        .unwrap_or(0) as f64
+        / 1e9;
+    if span_s <= 0.0 {
+        return Err(failure(1, "every request of the trace arrives at once: it has no rate to scale"));
+    }
+    let base_rate = loaded.specs.len() as f64 / span_s;
+    let slo_text = {
+        let mut parts: Vec<String> = all.iter().map(Slo::describe).collect();
+        parts.extend(named.iter().map(|(k, v)| format!("{k}: {}", v.describe())));
+        parts.join("; ")
+    };
+    let question = PlanQuestion {
+        scenario: first.scenario.clone(),
+        trace: loaded.label.clone(),
+        requests: loaded.specs.len() as u64,
+        trace_rate_req_s: base_rate,
+        slo: slo_text,
+        slo_all: all,
+        attainment: args.attainment,
+        seed: args.seed,
+        max_runs_per_layout: args.max_runs,
+        target_rate_req_s: args.target_rate,
+    };
+    let names: Vec<String> = layouts
+        .iter()
+        .map(|(c, p)| match p {
+            Ok(p) => p.deployment.clone(),
+            Err(_) => c.source.clone(),
+        })
+        .collect();
+    let mine: Vec<usize> = (0..layouts.len())
+        .filter(|i| shard.is_none_or(|[k, n]| i % n == k))
+        .collect();
+    let bar = progress(mine.len() as u64 * u64::from(args.max_runs.max(1)), "plan");
+    let pool = pool(args.jobs)?;
+    let results: Vec<Result<LayoutResult, Failure>> = pool.install(|| {
+        mine.par_iter()
+            .map(|&i| {
+                let (c, p) = &layouts[i];
+                let mut result = LayoutResult {
+                    index: i,
+                    name: names[i].clone(),
+                    source: c.source.clone(),
+                    nodes: 0,
+                    gpus: 0,
+                    refused: None,
+                    max_rate_req_s: None,
+                    probes: Vec::new(),
+                };
+                match p {
+                    Err(reason) => {
+                        result.refused = Some(reason.clone());
+                        bar.inc(u64::from(args.max_runs.max(1)));
+                    }
+                    Ok(p) => {
+                        result.nodes = p.nodes;
+                        result.gpus = p.gpus;
+                        result.probes = search(
+                            p,
+                            &loaded.specs,
+                            &loaded.label,
+                            &loaded.names,
+                            args,
+                            base_rate,
+                            &bar,
+                        )
+                        .map_err(|f| failure(f.code, format!("{}: {}", c.source, f.message)))?;
+                        result.max_rate_req_s = result.best().map(|b| b.rate_req_s);
+                    }
+                }
+                Ok(result)
+            })
+            .collect()
+    });
+    bar.finish_and_clear();
+    let mut done = Vec::new();
+    for r in results {
+        done.push(r?);
+    }
+    let plan = Plan {
+        pdsim_version: env!("CARGO_PKG_VERSION").to_string(),
+        question,
+        layout_names: names,
+        shard,
+        layouts: done,
+    };
+    let out = args.out.clone().unwrap_or_else(|| {
+        let mut name = format!("plan--{}", plan.question.scenario);
+        if let Some([i, n]) = shard {
+            name.push_str(&format!("--shard-{i}-of-{n}"));
+        }
+        PathBuf::from("results").join(name)
+    });
+    let mut inputs = vec![scenario.clone()];
+    inputs.extend(args.deployments.iter().cloned());
+    inputs.extend(loaded.file.clone());
+    write_plan(&plan, &out, &inputs)
+}
+
+fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure> {
+    let staging = Staging::new(out)?;
+    let json = serde_json::to_string_pretty(plan).map_err(|e| failure(2, e))? + "\n";
+    staging.write("plan.json", &json)?;
+    let table = ranking_table(plan);
+    let mut files = vec![("plan.json", "every layout's search: each probe's rate, SLO attainment and latencies")];
+    if plan.shard.is_none() {
+        let doc = plan_report(plan);
+        staging.write("report.md", doc.markdown())?;
+        staging.write("report.html", doc.html())?;
+        for (name, svg) in doc.plots() {
+            staging.write(&format!("plots/{name}.svg"), svg)?;
+        }
+        files.extend([
+            ("report.md", "the ranking, the Pareto front and latency against rate"),
+            ("report.html", "the same report, self-contained, plots inline"),
+            ("plots/", "the plots as SVG"),
+        ]);
+    }
+    files.push(("README.md", "this file"));
+    staging.write(
+        "README.md",
+        results_readme(
+            &format!("pdsim plan on {}", plan.question.scenario),
+            &plan.question.seed.to_string(),
+            inputs,
+            &files,
+        ),
+    )?;
+    let out = staging.commit()?;
+    let mut stdout = std::io::stdout().lock();
+    let what = match plan.shard {
+        Some([i, n]) => format!("shard {i}/{n}: {} of {} layouts; join the shards with `pdsim plan merge`\n", plan.layouts.len(), plan.layout_names.len()),
+        None => String::new(),
+    };
+    let _ = write!(stdout, "{table}\n{what}results: {}\n", out.display());
+    Ok(())
+}
+
+fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
+    let mut plans = Vec::new();
+    for part in parts {
+        let file = if part.is_dir() { part.join("plan.json") } else { part.clone() };
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| failure(2, format!("{}: {e}", file.display())))?;
+        let plan: Plan = serde_json::from_str(&text)
+            .map_err(|e| failure(1, format!("{}: not a pdsim plan: {e}", file.display())))?;
+        plans.push(plan);
+    }
+    let plan = Plan::merge(plans).map_err(|e| failure(1, e))?;
+    let out = out
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("results").join(format!("plan--{}", plan.question.scenario)));
+    write_plan(&plan, &out, parts)
+}

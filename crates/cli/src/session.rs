@@ -1,0 +1,647 @@
+//! What every command does before and around a simulation: validate a
+//! scenario and a deployment, build the cluster, open the request source,
+//! run it through sinks, and write results atomically.
+
+use pdsim_cluster::{Cluster, RecordSink};
+use pdsim_report::series::{PoolSeries, SeriesSink};
+use pdsim_report::{Aggregator, ClassNames, Metric, PoolInfo, RunInfo, Slo, SloPlan, Summary};
+use pdsim_spec::files::{FileKind, Files, ReadError};
+use pdsim_spec::validate::{Request, validate};
+use pdsim_workload::{RequestSource, RequestSpec, Synthetic, TraceError, TraceReader};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use crate::disk::DiskFiles;
+
+pub const DEFAULT_SCENARIO: &str = "builtin:scenarios/default.yaml";
+pub const DEFAULT_DEPLOYMENT: &str = "builtin:deployments/default.yaml";
+pub const DEFAULT_TRACE: &str = "builtin:traces/default.jsonl";
+
+const EMBEDDED: &[(&str, &str)] = &[
+    (
+        DEFAULT_SCENARIO,
+        include_str!("../../../scenarios/default.yaml"),
+    ),
+    (
+        DEFAULT_DEPLOYMENT,
+        include_str!("../../../deployments/default.yaml"),
+    ),
+    (DEFAULT_TRACE, include_str!("../../../traces/default.jsonl")),
+];
+
+/// The disk, plus the built-in default documents under `builtin:` names.
+pub struct WithDefaults;
+
+pub fn embedded(path: &Path) -> Option<&'static str> {
+    let name = path.to_str()?;
+    EMBEDDED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, text)| *text)
+}
+
+impl Files for WithDefaults {
+    fn kind(&self, path: &Path) -> FileKind {
+        if embedded(path).is_some() {
+            FileKind::File
+        } else {
+            DiskFiles.kind(path)
+        }
+    }
+    fn read(&self, path: &Path) -> Result<String, ReadError> {
+        match embedded(path) {
+            Some(text) => Ok(text.to_string()),
+            None => DiskFiles.read(path),
+        }
+    }
+    fn list(&self, path: &Path) -> Vec<String> {
+        DiskFiles.list(path)
+    }
+}
+
+/// Why a command stops: the exit code and what to print.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+/// Prints a failure to stderr: the problems as they are, the last line
+/// after the command's name.
+pub fn print_failure(command: &str, message: &str) {
+    let mut lines: Vec<&str> = message.lines().collect();
+    let last = lines.pop().unwrap_or("");
+    for line in lines {
+        eprintln!("{line}");
+    }
+    eprintln!("pdsim {command}: {last}");
+}
+
+pub fn failure(code: u8, message: impl std::fmt::Display) -> Failure {
+    Failure {
+        code,
+        message: message.to_string(),
+    }
+}
+
+/// Where requests come from when no trace is given.
+#[derive(Clone, Debug)]
+pub enum DefaultWorkload {
+    Trace(PathBuf),
+    Shape(String, pdsim_spec::catalog::Shape),
+    Bundled,
+}
+
+/// A validated deployment on a scenario, built and ready to run.
+pub struct Prepared {
+    pub cluster: Cluster,
+    pub deployment_file: PathBuf,
+    pub deployment: String,
+    pub scenario: String,
+    pub pools: Vec<PoolInfo>,
+    pub engines: u64,
+    pub gpus: u64,
+    /// Whole nodes the deployment's GPUs occupy.
+    pub nodes: u64,
+    /// Problems that did not stop the run (warnings, notes), to print.
+    pub notes: Vec<String>,
+    pub workload: DefaultWorkload,
+    pub trace_header: Option<pdsim_spec::scenario::TraceHeader>,
+    /// Files the run read (for the digests in the results' README).
+    pub inputs: Vec<PathBuf>,
+}
+
+/// Validates and builds; refusals come back as a failure listing every
+/// problem.
+pub fn prepare(
+    catalog_dirs: &[PathBuf],
+    scenario_path: &Path,
+    deployment_path: &Path,
+) -> Result<Prepared, Failure> {
+    prepare_in(&WithDefaults, catalog_dirs, scenario_path, deployment_path)
+}
+
+/// [`prepare`] reading documents through `files` (the plan's generated
+/// layouts live in memory).
+pub fn prepare_in(
+    files: &dyn Files,
+    catalog_dirs: &[PathBuf],
+    scenario_path: &Path,
+    deployment_path: &Path,
+) -> Result<Prepared, Failure> {
+    let mut report = validate(&Request {
+        files,
+        catalog_dirs: catalog_dirs.to_vec(),
+        scenario: Some(scenario_path.to_path_buf()),
+        documents: vec![deployment_path.to_path_buf()],
+    });
+    crate::validate_cmd::add_router_problems(files, &mut report);
+    let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    if report.io_error {
+        return Err(failure(2, problems.join("\n")));
+    }
+    let (Some(scenario), Some(bundle)) = (report.scenario.as_ref(), report.deployments.first())
+    else {
+        return Err(failure(
+            1,
+            format!("{}\nthe documents are invalid (see above)", problems.join("\n")),
+        ));
+    };
+    let mut notes = problems;
+    let mut inputs = vec![scenario_path.to_path_buf(), deployment_path.to_path_buf()];
+    let router = match &bundle.deployment.router {
+        None => None,
+        Some(block) => {
+            match pdsim_router::check_router_inputs(files, &bundle.source.file, Some(block)) {
+                Ok(inputs) => Some(inputs),
+                Err(problems) => {
+                    let mut lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+                    lines.push("the router inputs are invalid (see above)".into());
+                    return Err(failure(1, lines.join("\n")));
+                }
+            }
+        }
+    };
+    if let Some(block) = &bundle.deployment.router
+        && let Some(config) = &block.endpoint_picker_config
+    {
+        let base = deployment_path.parent().unwrap_or(Path::new(""));
+        inputs.push(base.join(config));
+    }
+    // The specification routes a deployment without a router block with the
+    // EPP's built-in configuration, which has no P/D profile: say so, since
+    // a user who wrote prefill pools most likely meant them to be used.
+    if router.is_none() && bundle.deployment.pools.iter().any(|p| p.role == "prefill") {
+        notes.push(format!(
+            "{}: note: no router block, so the EPP's built-in configuration routes every request whole to any pod and none is disaggregated; name an EndpointPickerConfig with a disagg-profile-handler under `router` to run P/D",
+            deployment_path.display()
+        ));
+    }
+    let cluster = pdsim_cluster::build_with_router(bundle, scenario, router)
+        .map_err(|e| failure(1, format!("{}: {e}", deployment_path.display())))?;
+    let engines: u64 = cluster.pools.iter().map(|p| p.pods as u64).sum();
+    let pools: Vec<PoolInfo> = bundle
+        .deployment
+        .pools
+        .iter()
+        .zip(&bundle.layouts)
+        .enumerate()
+        .map(|(i, (pool, layout))| PoolInfo {
+            // Pools have no names: a pool is its role, numbered when a
+            // role repeats (`pools[i]` in the document).
+            name: if bundle
+                .deployment
+                .pools
+                .iter()
+                .filter(|q| q.role == pool.role)
+                .count()
+                > 1
+            {
+                format!("{}{i}", pool.role)
+            } else {
+                pool.role.clone()
+            },
+            role: pool.role.clone(),
+            gpus: layout
+                .cluster
+                .as_ref()
+                .map(|c| c.engines.saturating_mul(layout.gpus_per_engine))
+                .unwrap_or(0)
+                .min(u64::MAX as u128) as u64,
+        })
+        .collect();
+    let gpus: u64 = pools.iter().map(|p| p.gpus).sum();
+    let nodes = gpus.div_ceil(cluster.gpus_per_node.max(1));
+    let workload = if let Some(path) = &scenario.trace_path {
+        inputs.push(path.clone());
+        DefaultWorkload::Trace(path.clone())
+    } else if let Some(shape) = &scenario.shape {
+        DefaultWorkload::Shape(shape.origin.name.clone(), shape.value.clone())
+    } else {
+        inputs.push(PathBuf::from(DEFAULT_TRACE));
+        DefaultWorkload::Bundled
+    };
+    Ok(Prepared {
+        cluster,
+        deployment_file: deployment_path.to_path_buf(),
+        deployment: bundle.deployment.name.clone(),
+        scenario: scenario.scenario.name.clone(),
+        pools,
+        engines,
+        gpus,
+        nodes,
+        notes,
+        workload,
+        trace_header: scenario
+            .scenario
+            .workload
+            .as_ref()
+            .and_then(|w| w.trace.as_ref())
+            .map(|t| t.header.clone()),
+        inputs,
+    })
+}
+
+/// A request source that also tells its SLO class names as it learns them.
+pub struct Source {
+    pub label: String,
+    pub requests: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>> + Send>,
+    pub names: ClassNames,
+}
+
+/// Tells the SLO class names a streamed source has learnt after each row.
+struct Tap<S> {
+    inner: S,
+    names: ClassNames,
+}
+
+impl<S: Iterator<Item = Result<RequestSpec, TraceError>> + RequestSource> Iterator for Tap<S> {
+    type Item = Result<RequestSpec, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = self.inner.next();
+        self.names.update(self.inner.slo_classes());
+        item
+    }
+}
+
+fn tapped<S>(label: String, inner: S) -> Source
+where
+    S: Iterator<Item = Result<RequestSpec, TraceError>> + RequestSource + Send + 'static,
+{
+    let names = ClassNames::new(inner.slo_classes());
+    Source {
+        label,
+        requests: Box::new(Tap {
+            inner,
+            names: names.clone(),
+        }),
+        names,
+    }
+}
+
+/// What to replay: a trace file given on the command line, else the
+/// scenario's workload (trace or shape), else the bundled trace.
+pub struct WorkloadChoice<'a> {
+    pub trace: Option<&'a Path>,
+    pub rate: Option<f64>,
+    pub requests: Option<u64>,
+    pub seed: u64,
+}
+
+pub fn open_source(p: &Prepared, choice: &WorkloadChoice) -> Result<(Source, Option<PathBuf>), Failure> {
+    let header = p.trace_header.as_ref();
+    let trace = choice.trace.map(Path::to_path_buf).or(match &p.workload {
+        DefaultWorkload::Trace(path) => Some(path.clone()),
+        _ => None,
+    });
+    if let Some(path) = trace {
+        let file = match std::fs::File::open(&path) {
+            Ok(f) if f.metadata().map(|m| m.is_dir()).unwrap_or(false) => {
+                return Err(failure(
+                    2,
+                    format!("{}: is a directory, not a trace file", path.display()),
+                ));
+            }
+            Ok(f) => f,
+            Err(e) => return Err(failure(2, format!("{}: {e}", path.display()))),
+        };
+        let name = path.display().to_string();
+        let reader = TraceReader::sniff(BufReader::new(file), &name, header)
+            .map_err(|e| failure(1, e))?;
+        return Ok((tapped(name, reader), Some(path)));
+    }
+    match &p.workload {
+        DefaultWorkload::Shape(name, shape) => {
+            let (Some(rate), Some(count)) = (choice.rate, choice.requests) else {
+                return Err(failure(
+                    2,
+                    format!(
+                        "the scenario's workload is the shape `{name}`; give --rate R (requests per second) and --requests N"
+                    ),
+                ));
+            };
+            let s = Synthetic::new(name, shape, count, rate, choice.seed).map_err(|e| failure(1, e))?;
+            Ok((tapped(format!("shape {name} at {rate} req/s"), s), None))
+        }
+        _ => {
+            let text = embedded(Path::new(DEFAULT_TRACE)).unwrap_or_default();
+            let reader =
+                TraceReader::sniff(std::io::Cursor::new(text.as_bytes()), DEFAULT_TRACE, None)
+                    .map_err(|e| failure(1, e))?;
+            Ok((tapped(DEFAULT_TRACE.to_string(), reader), None))
+        }
+    }
+}
+
+/// A whole source in memory, for commands that replay it several times.
+pub struct Loaded {
+    pub label: String,
+    pub specs: Vec<RequestSpec>,
+    pub names: Vec<String>,
+    pub file: Option<PathBuf>,
+}
+
+pub fn load_all(p: &Prepared, choice: &WorkloadChoice) -> Result<Loaded, Failure> {
+    let (source, file) = open_source(p, choice)?;
+    let specs = source
+        .requests
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| failure(1, e))?;
+    let names = source.names.snapshot();
+    Ok(Loaded {
+        label: source.label,
+        specs,
+        names,
+        file,
+    })
+}
+
+/// The SLO options of `run`, `compare` and `plan`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SloArgs {
+    /// An SLO: `ttft_ms=500,itl_ms=50,e2e_ms=20000` (any subset) for every
+    /// request, or `CLASS:ttft_ms=…` for one SLO class. Repeatable. A TraceV2
+    /// header's `goodput_slo_targets` apply to their classes unless
+    /// overridden here.
+    #[arg(long, value_name = "SLO")]
+    pub slo: Vec<String>,
+    /// The price of one GPU-hour in USD, for cost per million output tokens.
+    #[arg(long, value_name = "USD")]
+    pub gpu_hour_usd: Option<f64>,
+}
+
+impl SloArgs {
+    /// The SLO for every request and the SLOs by class name.
+    pub fn parse(&self) -> Result<(Option<Slo>, BTreeMap<String, Slo>), Failure> {
+        let mut all = None;
+        let mut named = BTreeMap::new();
+        for text in &self.slo {
+            let (class, body) = match text.split_once(':') {
+                Some((class, body)) => (Some(class.trim().to_string()), body),
+                None => (None, text.as_str()),
+            };
+            let slo = Slo::parse(body).map_err(|e| failure(2, format!("--slo {text}: {e}")))?;
+            match class {
+                None if all.is_some() => {
+                    return Err(failure(2, format!("--slo {text}: an SLO for every request is already given")));
+                }
+                None => all = Some(slo),
+                Some(c) => {
+                    if named.insert(c.clone(), slo).is_some() {
+                        return Err(failure(2, format!("--slo {text}: class `{c}` already has an SLO")));
+                    }
+                }
+            }
+        }
+        if let Some(price) = self.gpu_hour_usd
+            && (!price.is_finite() || price <= 0.0)
+        {
+            return Err(failure(2, format!("--gpu-hour-usd {price}: must be a positive number of USD")));
+        }
+        Ok((all, named))
+    }
+
+    /// The plan for a run whose source learns `names`.
+    pub fn plan(&self, p: &Prepared, names: ClassNames) -> Result<SloPlan, Failure> {
+        let (all, named) = self.parse()?;
+        let header: BTreeMap<String, Slo> = p
+            .trace_header
+            .as_ref()
+            .map(|h| {
+                h.goodput_slo_targets
+                    .iter()
+                    .filter_map(|(k, t)| {
+                        let positive = |v: f64| (v > 0.0).then_some(v);
+                        let slo = Slo {
+                            ttft_ms: positive(t.ttft_ms),
+                            itl_ms: positive(t.itl_ms),
+                            e2e_ms: positive(t.e2e_ms),
+                        };
+                        (!slo.is_empty()).then(|| (k.clone(), slo))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(SloPlan::new(all, &named, &header, names))
+    }
+}
+
+/// What one simulation gives back besides its files.
+pub struct Outcome {
+    pub summary: Summary,
+    pub cdfs: Vec<(Metric, Vec<(f64, f64)>)>,
+    pub series: Vec<PoolSeries>,
+}
+
+/// Runs `requests` through the prepared cluster; `extra` also sees every
+/// record (the CSV writers of `run`).
+pub fn simulate(
+    p: &Prepared,
+    requests: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
+    trace_label: &str,
+    seed: u64,
+    check: bool,
+    slo: SloPlan,
+    gpu_hour_usd: Option<f64>,
+    extra: &mut dyn RecordSink,
+) -> Result<Outcome, Failure> {
+    let mut aggregator = Aggregator::with_slo(slo);
+    let mut series: SeriesSink<std::io::Sink> =
+        SeriesSink::new(p.pools.iter().map(|x| x.name.clone()).collect(), None);
+    let result = {
+        let mut both = pdsim_report::Tee {
+            first: &mut series,
+            second: extra,
+        };
+        let mut tee = pdsim_report::Tee {
+            first: &mut aggregator,
+            second: &mut both,
+        };
+        pdsim_cluster::run(&p.cluster, requests, seed, check, &mut tee)
+    };
+    let stats = result.map_err(|e| {
+        let code = if matches!(e, pdsim_cluster::RunError::Invariant(_)) {
+            3
+        } else {
+            1
+        };
+        failure(code, format!("{e}; no results were written"))
+    })?;
+    let (series, _) = series.finish().map_err(|e| failure(2, e))?;
+    let summary = aggregator.summary(
+        &stats,
+        RunInfo {
+            scenario: p.scenario.clone(),
+            deployment: p.deployment.clone(),
+            trace: trace_label.to_string(),
+            seed,
+            router: stats.router.to_string(),
+            engines: p.engines,
+            gpus: p.gpus,
+            pools: p.pools.clone(),
+            gpu_hour_usd,
+        },
+    );
+    let cdfs = [Metric::Ttft, Metric::Itl, Metric::E2e]
+        .into_iter()
+        .map(|m| (m, aggregator.cdf(m)))
+        .collect();
+    Ok(Outcome {
+        summary,
+        cdfs,
+        series,
+    })
+}
+
+/// Replays in-memory requests with their arrival times divided by
+/// `speedup` (2.0 doubles the request rate).
+pub fn scaled(specs: &[RequestSpec], speedup: f64) -> impl Iterator<Item = Result<RequestSpec, TraceError>> + '_ {
+    specs.iter().map(move |s| {
+        let mut s = s.clone();
+        if speedup != 1.0 {
+            s.arrival = pdsim_core::SimTime((s.arrival.as_ns() as f64 / speedup).round() as u64);
+        }
+        Ok(s)
+    })
+}
+
+/// A results folder written under a temporary name and renamed into place
+/// at the end, so a failed run never leaves a complete-looking result.
+pub struct Staging {
+    pub dir: PathBuf,
+    out: PathBuf,
+    committed: bool,
+}
+
+impl Staging {
+    pub fn new(out: &Path) -> Result<Staging, Failure> {
+        let name = out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "run".into());
+        let dir = out.with_file_name(format!(".{name}.partial-{}", std::process::id()));
+        if dir.exists() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| failure(2, format!("cannot create {}: {e}", dir.display())))?;
+        Ok(Staging {
+            dir,
+            out: out.to_path_buf(),
+            committed: false,
+        })
+    }
+
+    pub fn write(&self, name: &str, bytes: impl AsRef<[u8]>) -> Result<(), Failure> {
+        let path = self.dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| failure(2, format!("cannot create {}: {e}", parent.display())))?;
+        }
+        std::fs::write(&path, bytes)
+            .map_err(|e| failure(2, format!("cannot write {}: {e}", path.display())))
+    }
+
+    pub fn file(&self, name: &str) -> Result<std::io::BufWriter<std::fs::File>, Failure> {
+        let path = self.dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| failure(2, format!("cannot create {}: {e}", parent.display())))?;
+        }
+        std::fs::File::create(&path)
+            .map(std::io::BufWriter::new)
+            .map_err(|e| failure(2, format!("cannot write {}: {e}", path.display())))
+    }
+
+    /// Moves the folder into place, replacing an older result.
+    pub fn commit(mut self) -> Result<PathBuf, Failure> {
+        if self.out.exists() {
+            std::fs::remove_dir_all(&self.out)
+                .map_err(|e| failure(2, format!("cannot replace {}: {e}", self.out.display())))?;
+        }
+        std::fs::rename(&self.dir, &self.out).map_err(|e| {
+            failure(2, format!("cannot move results into {}: {e}", self.out.display()))
+        })?;
+        self.committed = true;
+        Ok(self.out.clone())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// SHA-256 of an input, as hex; built-in inputs hash their embedded text.
+pub fn digest(path: &Path) -> String {
+    let bytes = match embedded(path) {
+        Some(text) => text.as_bytes().to_vec(),
+        None => match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => return format!("(unreadable: {e})"),
+        },
+    };
+    let hash = Sha256::digest(&bytes);
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The README of a results folder: how to replay it byte for byte.
+pub fn results_readme(title: &str, seeds: &str, inputs: &[PathBuf], files: &[(&str, &str)]) -> String {
+    // `--out` and `--jobs` do not change the results, so they are left out
+    // and the README is the same wherever and however the run was made.
+    let mut args: Vec<String> = Vec::new();
+    let mut skip_next = false;
+    for a in std::env::args().skip(1) {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        if a == "--out" || a == "--jobs" || a == "-j" {
+            skip_next = true;
+            continue;
+        }
+        if a.starts_with("--out=") || a.starts_with("--jobs=") {
+            continue;
+        }
+        args.push(a);
+    }
+    let args: Vec<String> = args
+        .into_iter()
+        .map(|a| {
+            if a.contains(' ') || a.is_empty() {
+                format!("'{a}'")
+            } else {
+                a
+            }
+        })
+        .collect();
+    let mut out = format!(
+        "# {title}\n\nWritten by pdsim {}. The same command with the same inputs gives the same bytes.\n\n```\npdsim {}\n```\n\nSeed(s): {seeds}\n\n## Inputs (SHA-256)\n\n",
+        env!("CARGO_PKG_VERSION"),
+        args.join(" ")
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for path in inputs {
+        if seen.insert(path.clone()) {
+            out.push_str(&format!("- `{}`: `{}`\n", path.display(), digest(path)));
+        }
+    }
+    out.push_str("\n## Files\n\n");
+    for (name, what) in files {
+        out.push_str(&format!("- `{name}`: {what}\n"));
+    }
+    out
+}
+
+/// A sink that keeps nothing (the plan's probes need only the summary).
+pub struct Discard;
+
+impl RecordSink for Discard {
+    fn record(&mut self, _r: &pdsim_cluster::RequestRecord) {}
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+}
