@@ -47,6 +47,9 @@ pub struct Decision {
 pub struct Ticket {
     decode: Option<(usize, u64)>,
     prefill: Option<(usize, u64)>,
+    /// The other profile is the one literally named `prefill`, whose entry
+    /// the first chunk releases whole.
+    prefill_named: bool,
 }
 
 /// What a request carries besides its prompt that plugins read: its
@@ -1242,6 +1245,7 @@ impl Router {
             };
             decision.ticket.decode = Some(add(self, decode));
             decision.ticket.prefill = prefill_target.map(|p| add(self, p));
+            decision.ticket.prefill_named = named_prefill.is_some();
         }
         // PreRequest: the approx producer indexes the prompt on the primary
         // target and on the `prefill` profile's target.
@@ -1306,8 +1310,14 @@ impl Router {
     /// inflightload/producer.go`, `releaseTokensEarly`): with
     /// `addEstimatedOutputTokens` off (the only setting pdsim accepts) the
     /// tokens stood for the prompt, which every target has now computed, so
-    /// each target's tokens are released; its request stays counted.
+    /// each target's tokens are released; its request stays counted, except
+    /// that the entry of the profile named `prefill` goes whole (`release`),
+    /// its request included: the prefill worker has handed off.
     pub fn first_chunk(&mut self, ticket: &mut Ticket) {
+        if ticket.prefill_named {
+            let prefill = ticket.prefill.take();
+            self.release(prefill);
+        }
         for (e, tokens) in [ticket.decode.as_mut(), ticket.prefill.as_mut()]
             .into_iter()
             .flatten()
@@ -1481,9 +1491,10 @@ mod tests {
         assert_eq!(router.inflight(0), (1, 100));
         assert_eq!(router.inflight(1), (1, 100));
         router.first_chunk(&mut d.ticket);
-        // The prompt is computed: tokens go at the first chunk, on both
-        // targets; the requests stay in flight until the end of the stream.
-        assert_eq!(router.inflight(0), (1, 0));
+        // The prompt is computed: tokens go at the first chunk; the
+        // `prefill` profile's entry goes whole, the decode request stays in
+        // flight until the end of the stream.
+        assert_eq!(router.inflight(0), (0, 0));
         assert_eq!(router.inflight(1), (1, 0));
         router.first_chunk(&mut d.ticket);
         assert_eq!(router.inflight(1), (1, 0), "tokens released once");
