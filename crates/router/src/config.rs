@@ -491,12 +491,14 @@ pub fn load_config(
             String::new()
         }
     };
-    if let Some(h) = plugins
-        .iter()
-        .find(|p| p.name == handler && p.plugin_type == "disagg-profile-handler")
-    {
-        check_disagg(&mut loader, h, &plugins, &profiles);
+    if let Some(h) = plugins.iter().find(|p| p.name == handler) {
+        match h.plugin_type.as_str() {
+            "disagg-profile-handler" => check_disagg(&mut loader, h, &plugins, &profiles),
+            "pd-profile-handler" => check_pd(&mut loader, h, &plugins, &profiles),
+            _ => {}
+        }
     }
+    check_prefill_header_writers(&mut loader, &plugins, &handler);
 
     // Saturation detector, data layer and parsers: references must resolve.
     if let Some(reference) = top
@@ -698,6 +700,21 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
                 format!("`{plugin_type}`: ttftSource latencyPredictor needs the latency predictor, which is not simulated"),
             );
         }
+        // primaryPort: 0 (no rewrite) or a port (`pd_profile_handler.go`,
+        // `dp_profile_handler.go`).
+        "pd-profile-handler" | "data-parallel-profile-handler" => {
+            if let Some(port) = parameters.get("primaryPort") {
+                match port.as_i64() {
+                    Some(n) if n == 0 || (1..=65_535).contains(&n) => {}
+                    Some(n) => bad(
+                        "primaryPort",
+                        &format!("invalid primaryPort: must be between 1 and 65535, got {n}"),
+                    ),
+                    None => bad("primaryPort", "primaryPort must be an integer"),
+                }
+            }
+        }
+        "session-affinity-scorer" => check_session_affinity(loader, at, parameters),
         "utilization-detector"
             if number(parameters, "kvCacheUtilThreshold")
                 .is_some_and(|v| !(v > 0.0 && v <= 1.0)) =>
@@ -711,8 +728,129 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
     }
 }
 
+/// session-affinity-scorer's parameters, decoded strictly (nested
+/// structures too) and validated as its factory does
+/// (`scorer/sessionaffinity/session_affinity.go`, `Factory`;
+/// `util/sessionaffinity/{header,session_id}.go`): `strategy` is
+/// `encoded_endpoint_header` (default) or `session_id`; only the selected
+/// strategy's block is defaulted and validated.
+fn check_session_affinity(loader: &mut Loader<'_>, at: &str, parameters: &Mapping) {
+    let mut bad = |key: &str, message: String| {
+        loader.problem(
+            &format!("{at}.parameters.{key}"),
+            "epp-plugin-parameter",
+            format!("`session-affinity-scorer`: {message}"),
+        );
+    };
+    let strategy = match parameters.get("strategy") {
+        None => "encoded_endpoint_header",
+        Some(Value::String(s)) if s.is_empty() => "",
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => {
+            bad("strategy", "strategy must be a string".into());
+            return;
+        }
+    };
+    if !["encoded_endpoint_header", "session_id"].contains(&strategy) {
+        bad(
+            "strategy",
+            format!(
+                "strategy must be \"encoded_endpoint_header\" or \"session_id\", got \"{strategy}\""
+            ),
+        );
+    }
+    if let Some(v) = parameters.get("profileName")
+        && !v.is_string()
+    {
+        bad("profileName", "profileName must be a string".into());
+    }
+    let strict = |value: &Value, keys: &[&str]| -> Result<(), String> {
+        let Some(map) = value.as_mapping() else {
+            return Err("must be a mapping".into());
+        };
+        for key in map.keys() {
+            let key = key.as_str().unwrap_or("?");
+            if !keys.contains(&key) {
+                return Err(format!(
+                    "`{key}` is not a field (it takes {})",
+                    keys.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    };
+    if let Some(block) = parameters.get("encodedEndpointHeaderConfig") {
+        if let Err(e) = strict(block, &["header"]) {
+            bad("encodedEndpointHeaderConfig", e);
+        } else if block.get("header").is_some_and(|h| !h.is_string()) {
+            bad(
+                "encodedEndpointHeaderConfig.header",
+                "header must be a string".into(),
+            );
+        }
+    }
+    let Some(block) = parameters.get("sessionIdConfig") else {
+        return;
+    };
+    if let Err(e) = strict(
+        block,
+        &["sources", "evictionTtlSeconds", "evictionSweepSeconds"],
+    ) {
+        bad("sessionIdConfig", e);
+        return;
+    }
+    for (i, source) in block
+        .get("sources")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let key = format!("sessionIdConfig.sources[{i}]");
+        if let Err(e) = strict(source, &["header", "attribute", "producer"]) {
+            bad(&key, e);
+            continue;
+        }
+        let set = |k: &str| {
+            source
+                .get(k)
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.is_empty())
+        };
+        if strategy == "session_id" && set("header") == set("attribute") {
+            bad(
+                &key,
+                "exactly one of header or attribute must be set".into(),
+            );
+        }
+    }
+    if strategy == "session_id" {
+        for key in ["evictionTtlSeconds", "evictionSweepSeconds"] {
+            // Zero is replaced by the default before validation.
+            if let Some(v) = block.get(key)
+                && !v.as_f64().is_some_and(|v| v >= 0.0)
+            {
+                bad(
+                    &format!("sessionIdConfig.{key}"),
+                    format!("{key} must be > 0"),
+                );
+            }
+        }
+    }
+}
+
+/// Whether `name` is a decider plugin defined in `plugins`.
+fn is_decider(plugins: &[Plugin], name: &str) -> bool {
+    plugins.iter().any(|pl| {
+        pl.name == name && registry::lookup(&pl.plugin_type).map(|t| t.role) == Some(Role::Decider)
+    })
+}
+
 /// The disagg handler's profiles and deciders must resolve
-/// (`disagg_profile_handler.go`): nested or flat form, not both.
+/// (`disagg_profile_handler.go`, `DisaggProfileHandlerConfigParser` and
+/// `HandlerFactory`): nested or flat form, not both; `stageOrder` one of
+/// the names `ParseStageOrder` accepts; no prefill decider under
+/// `prefill-first`.
 fn check_disagg(
     loader: &mut Loader<'_>,
     handler: &Plugin,
@@ -720,6 +858,7 @@ fn check_disagg(
     profiles: &[Profile],
 ) {
     let p = &handler.parameters;
+    let at = format!("plugins.{}.parameters", handler.name);
     let nested = p.contains_key("profiles") || p.contains_key("deciders");
     let flat = [
         "decodeProfile",
@@ -733,54 +872,222 @@ fn check_disagg(
     .any(|k| p.contains_key(*k));
     if nested && flat {
         loader.problem(
-            &format!("plugins.{}.parameters", handler.name),
+            &at,
             "epp-plugin-parameter",
             "disagg-profile-handler takes the nested or the flat form, not both",
         );
     }
-    let profile_names = disagg_profiles(p);
-    for (role, name) in [("decode", &profile_names.0), ("prefill", &profile_names.1)] {
-        if !profiles.iter().any(|prof| &prof.name == name) && role == "decode" {
-            loader.problem(
-                "schedulingProfiles",
-                "epp-profile-handler",
-                format!("disagg-profile-handler needs a `{name}` profile"),
-            );
-        }
+    let stage = match p.get("stageOrder") {
+        None => Some(false),
+        Some(Value::String(s)) => parse_stage_order(s),
+        Some(_) => None,
+    };
+    let params = disagg_params(p);
+    match stage {
+        None => loader.problem(
+            &format!("{at}.stageOrder"),
+            "epp-plugin-parameter",
+            "disagg-profile-handler: stageOrder must be `decode-first` or `prefill-first`",
+        ),
+        Some(true) if params.decider.is_some() => loader.problem(
+            &format!("{at}.stageOrder"),
+            "epp-plugin-parameter",
+            "disagg-profile-handler: a prefill decider is not supported in prefill-first stage order",
+        ),
+        Some(_) => {}
     }
-    if let Some(decider) = &profile_names.2 {
-        let ok = plugins.iter().any(|pl| {
-            &pl.name == decider
-                && registry::lookup(&pl.plugin_type).map(|t| t.role) == Some(Role::Decider)
-        });
-        if !ok {
+    if !profiles.iter().any(|prof| prof.name == params.decode) {
+        loader.problem(
+            "schedulingProfiles",
+            "epp-profile-handler",
+            format!("disagg-profile-handler needs a `{}` profile", params.decode),
+        );
+    }
+    if let Some(decider) = &params.decider
+        && !is_decider(plugins, decider)
+    {
+        loader.problem(
+            &at,
+            "epp-plugin-ref",
+            format!("decider `{decider}` names no decider plugin defined in plugins"),
+        );
+    }
+}
+
+/// The deprecated pd-profile-handler's factory checks
+/// (`pd_profile_handler.go`, `PdProfileHandlerFactory`): `primaryPort` 0
+/// or in 1..=65535, a decider name that is not empty and names a decider
+/// plugin (the default is a plugin *named* `prefix-based-pd-decider`, so a
+/// configuration relying on it must define one). Its `Pick` hands the
+/// scheduler whatever it finds under the decode and prefill names, and the
+/// scheduler runs a missing profile as a nil one, which fails the request
+/// in the EPP; pdsim refuses such a configuration at load instead.
+fn check_pd(loader: &mut Loader<'_>, handler: &Plugin, plugins: &[Plugin], profiles: &[Profile]) {
+    let at = format!("plugins.{}.parameters", handler.name);
+    let params = pd_params(&handler.parameters);
+    if params.decider.is_empty() {
+        loader.problem(
+            &format!("{at}.deciderPluginName"),
+            "epp-plugin-parameter",
+            "pd-profile-handler: decider plugin name is not defined",
+        );
+    } else if !is_decider(plugins, &params.decider) {
+        loader.problem(
+            &format!("{at}.deciderPluginName"),
+            "epp-plugin-ref",
+            format!(
+                "pd-profile-handler: decider `{}` names no decider plugin defined in plugins{}",
+                params.decider,
+                if handler.parameters.contains_key("deciderPluginName") {
+                    ""
+                } else {
+                    " (the default deciderPluginName)"
+                }
+            ),
+        );
+    }
+    for (key, name) in [
+        ("decodeProfile", &params.decode),
+        ("prefillProfile", &params.prefill),
+    ] {
+        if !profiles.iter().any(|prof| &prof.name == name) {
             loader.problem(
-                &format!("plugins.{}.parameters", handler.name),
-                "epp-plugin-ref",
-                format!("decider `{decider}` names no decider plugin defined in plugins"),
+                &format!("{at}.{key}"),
+                "epp-profile-handler",
+                format!("pd-profile-handler needs a `{name}` profile: the EPP would run a missing profile as nil and fail the request"),
             );
         }
     }
 }
 
-/// (decode profile, prefill profile, prefill decider) of a disagg handler.
-pub fn disagg_profiles(p: &Mapping) -> (String, String, Option<String>) {
+/// Plugins whose PreRequest writes `x-prefiller-host-port`, the header on
+/// which the decode sidecar disaggregates: the disagg-profile-handler
+/// (when it is the handler) and every prefill-header-handler or
+/// disagg-headers-handler (`disagg_headers_handler.go`). Each deletes the
+/// header, then sets it from the first target of the profile it names.
+/// The EPP runs PreRequest plugins in Go map order, so writers naming
+/// different profiles would leave the header to chance; pdsim refuses that.
+fn check_prefill_header_writers(loader: &mut Loader<'_>, plugins: &[Plugin], handler: &str) {
+    let writers = prefill_header_writers(plugins, handler);
+    if let Some((first, _)) = writers.first()
+        && writers.iter().any(|(_, profile)| profile != &writers[0].1)
+    {
+        let list: Vec<String> = writers
+            .iter()
+            .map(|(name, profile)| format!("`{name}` reads `{profile}`"))
+            .collect();
+        loader.problem(
+            &format!("plugins.{first}"),
+            "epp-prefill-header",
+            format!(
+                "plugins that set x-prefiller-host-port read different profiles ({}); the EPP runs them in map order, so which one wins is not determined",
+                list.join(", ")
+            ),
+        );
+    }
+}
+
+/// (plugin name, prefill profile it reads) for every writer of
+/// `x-prefiller-host-port`, in plugin order.
+pub fn prefill_header_writers(plugins: &[Plugin], handler: &str) -> Vec<(String, String)> {
+    plugins
+        .iter()
+        .filter_map(|p| match p.plugin_type.as_str() {
+            "disagg-profile-handler" if p.name == handler => {
+                Some((p.name.clone(), disagg_params(&p.parameters).prefill))
+            }
+            // HeadersHandlerFactory: prefillProfile, default "prefill"
+            // (an explicit empty string stays empty, as Go decodes it).
+            "prefill-header-handler" | "disagg-headers-handler" => Some((
+                p.name.clone(),
+                str_of(&p.parameters, "prefillProfile")
+                    .unwrap_or("prefill")
+                    .to_string(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `ParseStageOrder` (`disagg_profile_handler.go`): case, `-` and `_`
+/// ignored; empty, `decodefirst` or `decode` is decode-first (`false`),
+/// `prefillfirst` or `prefill` is prefill-first (`true`).
+pub fn parse_stage_order(text: &str) -> Option<bool> {
+    let key: String = text
+        .chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect();
+    match key.as_str() {
+        "" | "decodefirst" | "decode" => Some(false),
+        "prefillfirst" | "prefill" => Some(true),
+        _ => None,
+    }
+}
+
+/// The disagg-profile-handler's resolved parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DisaggParams {
+    pub decode: String,
+    pub prefill: String,
+    /// The prefill decider's plugin name; `None`: P/D never runs.
+    pub decider: Option<String>,
+    /// `stageOrder: prefill-first`.
+    pub prefill_first: bool,
+}
+
+/// The disagg handler's parameters in either form, with its defaults
+/// (`DisaggProfileHandlerConfigParser`, `toDisaggParams`): empty names
+/// fall back to `decode` / `prefill`; the flat `deciderPluginName` counts
+/// only when `prefillDeciderPluginName` is empty.
+pub fn disagg_params(p: &Mapping) -> DisaggParams {
+    let given = |v: Option<&str>| v.filter(|s| !s.is_empty()).map(str::to_string);
     let nested = |section: &str, key: &str| {
-        p.get(section)
-            .and_then(Value::as_mapping)
-            .and_then(|m| str_of(m, key))
-            .map(str::to_string)
+        given(
+            p.get(section)
+                .and_then(Value::as_mapping)
+                .and_then(|m| str_of(m, key)),
+        )
     };
     let decode = nested("profiles", "decode")
-        .or_else(|| str_of(p, "decodeProfile").map(str::to_string))
+        .or_else(|| given(str_of(p, "decodeProfile")))
         .unwrap_or_else(|| "decode".into());
     let prefill = nested("profiles", "prefill")
-        .or_else(|| str_of(p, "prefillProfile").map(str::to_string))
+        .or_else(|| given(str_of(p, "prefillProfile")))
         .unwrap_or_else(|| "prefill".into());
     let decider = nested("deciders", "prefill")
-        .or_else(|| str_of(p, "prefillDeciderPluginName").map(str::to_string))
-        .or_else(|| str_of(p, "deciderPluginName").map(str::to_string));
-    (decode, prefill, decider)
+        .or_else(|| given(str_of(p, "prefillDeciderPluginName")))
+        .or_else(|| given(str_of(p, "deciderPluginName")));
+    let prefill_first = str_of(p, "stageOrder")
+        .and_then(parse_stage_order)
+        .unwrap_or(false);
+    DisaggParams {
+        decode,
+        prefill,
+        decider,
+        prefill_first,
+    }
+}
+
+/// The deprecated pd-profile-handler's resolved parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PdParams {
+    pub decode: String,
+    pub prefill: String,
+    pub decider: String,
+}
+
+/// `PdProfileHandlerConfigParser` (`pd_profile_handler.go`): defaults
+/// `decode`, `prefill` and the decider named `prefix-based-pd-decider`,
+/// replaced by whatever the parameters give, an empty string included (Go
+/// decodes over the defaults).
+pub fn pd_params(p: &Mapping) -> PdParams {
+    let get = |key: &str, default: &str| str_of(p, key).unwrap_or(default).to_string();
+    PdParams {
+        decode: get("decodeProfile", "decode"),
+        prefill: get("prefillProfile", "prefill"),
+        decider: get("deciderPluginName", "prefix-based-pd-decider"),
+    }
 }
 
 #[cfg(test)]
@@ -842,15 +1149,195 @@ mod tests {
 
     #[test]
     fn alpha_plugins_need_the_experimental_flag() {
+        // session-affinity-scorer is registered StabilityAlpha
+        // (`runner.go`, `registerInTreePlugins`).
         let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: session-affinity-scorer\n";
         let problems = load_config("f", text, false).unwrap_err();
-        assert!(problems.iter().any(|p| p.code == "epp-plugin-alpha"));
-        // With the flag it is no longer Alpha-refused, but still not simulated.
-        let problems = load_config("f", text, true).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].code, "epp-plugin-alpha");
+        assert!(load_config("f", text, true).is_ok());
+    }
+
+    fn codes(text: &str, experimental: bool) -> Vec<(&'static str, String)> {
+        match load_config("f", text, experimental) {
+            Ok(_) => Vec::new(),
+            Err(problems) => problems.into_iter().map(|p| (p.code, p.path)).collect(),
+        }
+    }
+
+    const HEAD: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n";
+    const PD_PROFILES: &str = "schedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}]\n";
+
+    #[test]
+    fn session_affinity_parameters_are_decoded_strictly_and_validated() {
+        let with = |params: &str| {
+            codes(
+                &format!("{HEAD}- type: session-affinity-scorer\n  parameters: {params}\n"),
+                true,
+            )
+        };
+        assert!(with("{}").is_empty());
+        assert!(with("{strategy: session_id, sessionIdConfig: {sources: [{header: X-Id}, {attribute: agent-identity, producer: p}], evictionTtlSeconds: 60}}").is_empty());
         assert!(
-            problems.iter().all(|p| p.code == "epp-not-simulated"),
-            "{problems:?}"
+            with("{encodedEndpointHeaderConfig: {header: x-t}, profileName: prefill}").is_empty()
         );
+        for (params, path) in [
+            ("{strategy: sticky}", "plugins[0].parameters.strategy"),
+            (
+                "{encodedEndpointHeaderConfig: {name: x}}",
+                "plugins[0].parameters.encodedEndpointHeaderConfig",
+            ),
+            (
+                "{strategy: session_id, sessionIdConfig: {sources: [{header: a, attribute: b}]}}",
+                "plugins[0].parameters.sessionIdConfig.sources[0]",
+            ),
+            (
+                "{strategy: session_id, sessionIdConfig: {sources: [{}]}}",
+                "plugins[0].parameters.sessionIdConfig.sources[0]",
+            ),
+            (
+                "{strategy: session_id, sessionIdConfig: {evictionTtlSeconds: -1}}",
+                "plugins[0].parameters.sessionIdConfig.evictionTtlSeconds",
+            ),
+            (
+                "{sessionIdConfig: {ttl: 3}}",
+                "plugins[0].parameters.sessionIdConfig",
+            ),
+            ("{cookie: x}", "plugins[0].parameters.cookie"),
+        ] {
+            let found = with(params);
+            assert_eq!(found.len(), 1, "{params}: {found:?}");
+            assert_eq!(
+                found[0],
+                ("epp-plugin-parameter", path.to_string()),
+                "{params}"
+            );
+        }
+        // The session_id block is validated only under that strategy.
+        assert!(with("{sessionIdConfig: {sources: [{}]}}").is_empty());
+    }
+
+    #[test]
+    fn disagg_stage_order_is_parsed_as_the_epp_parses_it() {
+        use super::parse_stage_order;
+        for (text, prefill_first) in [
+            ("", Some(false)),
+            ("decode-first", Some(false)),
+            ("Decode", Some(false)),
+            ("prefill-first", Some(true)),
+            ("PREFILL_FIRST", Some(true)),
+            ("prefill", Some(true)),
+            ("sideways", None),
+        ] {
+            assert_eq!(parse_stage_order(text), prefill_first, "{text}");
+        }
+        let config = |params: &str| {
+            format!(
+                "{HEAD}- type: prefill-filter\n- type: decode-filter\n- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {params}\n{PD_PROFILES}"
+            )
+        };
+        assert!(codes(&config("{stageOrder: prefill-first}"), false).is_empty());
+        assert!(
+            codes(
+                &config(
+                    "{stageOrder: decode-first, deciders: {prefill: always-disagg-pd-decider}}"
+                ),
+                false
+            )
+            .is_empty()
+        );
+        assert!(
+            codes(
+                &config("{stageOrder: decode-first, deciderPluginName: always-disagg-pd-decider}"),
+                false
+            )
+            .is_empty(),
+            "flat form too"
+        );
+        let refused = codes(
+            &config("{stageOrder: prefill-first, deciders: {prefill: always-disagg-pd-decider}}"),
+            false,
+        );
+        assert_eq!(
+            refused,
+            vec![(
+                "epp-plugin-parameter",
+                "plugins.disagg-profile-handler.parameters.stageOrder".to_string()
+            )]
+        );
+        let refused = codes(&config("{stageOrder: sideways}"), false);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+    }
+
+    #[test]
+    fn the_deprecated_pd_handler_loads_with_its_own_parameters() {
+        let plugins = "- type: prefill-filter\n- type: decode-filter\n- type: prefix-based-pd-decider\n  parameters: {nonCachedTokens: 8}\n- type: prefill-header-handler\n";
+        let config = |handler: &str| format!("{HEAD}{plugins}{handler}{PD_PROFILES}");
+        // All six of its own keys, plus prefixMatchInfoProducerName.
+        let full = "- type: pd-profile-handler\n  parameters: {decodeProfile: decode, prefillProfile: prefill, prefixPluginType: prefix-cache-scorer, prefixPluginName: prefix-cache-scorer, primaryPort: 8000, deciderPluginName: prefix-based-pd-decider, prefixMatchInfoProducerName: approx-prefix-cache-producer}\n";
+        assert!(
+            codes(&config(full), false).is_empty(),
+            "{:?}",
+            codes(&config(full), false)
+        );
+        // The default decider is the plugin *named* prefix-based-pd-decider.
+        assert!(codes(&config("- type: pd-profile-handler\n"), false).is_empty());
+        let renamed = config("- type: pd-profile-handler\n").replace(
+            "- type: prefix-based-pd-decider\n",
+            "- type: prefix-based-pd-decider\n  name: d\n",
+        );
+        let refused = codes(&renamed, false);
+        assert_eq!(
+            refused,
+            vec![(
+                "epp-plugin-ref",
+                "plugins.pd-profile-handler.parameters.deciderPluginName".to_string()
+            )]
+        );
+        for (params, code) in [
+            ("{deciderPluginName: \"\"}", "epp-plugin-parameter"),
+            ("{primaryPort: 70000}", "epp-plugin-parameter"),
+            ("{decodeProfile: nowhere}", "epp-profile-handler"),
+            ("{stageOrder: prefill-first}", "epp-plugin-parameter"),
+        ] {
+            let found = codes(
+                &config(&format!(
+                    "- type: pd-profile-handler\n  parameters: {params}\n"
+                )),
+                false,
+            );
+            assert_eq!(found.len(), 1, "{params}: {found:?}");
+            assert_eq!(found[0].0, code, "{params}");
+        }
+        // The header handler takes encodeProfile too (one factory).
+        let with_encode = config("- type: pd-profile-handler\n").replace("- type: prefill-header-handler\n", "- type: prefill-header-handler\n  parameters: {prefillProfile: prefill, encodeProfile: encode}\n");
+        assert!(codes(&with_encode, false).is_empty());
+    }
+
+    #[test]
+    fn header_writers_that_read_different_profiles_are_refused() {
+        let text = format!(
+            "{HEAD}- type: prefill-filter\n- type: decode-filter\n- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {{deciders: {{prefill: always-disagg-pd-decider}}}}\n- type: prefill-header-handler\n  parameters: {{prefillProfile: other}}\n{PD_PROFILES}"
+        );
+        let found = codes(&text, false);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "epp-prefill-header");
+        // Agreeing writers load.
+        let agreeing = text.replace("  parameters: {prefillProfile: other}\n", "");
+        assert!(codes(&agreeing, false).is_empty());
+    }
+
+    #[test]
+    fn the_data_parallel_handler_checks_its_port() {
+        let config = |params: &str| {
+            format!(
+                "{HEAD}- type: queue-scorer\n- type: data-parallel-profile-handler\n  parameters: {params}\nschedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: queue-scorer}}]\n"
+            )
+        };
+        assert!(codes(&config("{}"), false).is_empty());
+        assert!(codes(&config("{primaryPort: 0}"), false).is_empty());
+        assert_eq!(codes(&config("{primaryPort: 65536}"), false).len(), 1);
+        assert_eq!(codes(&config("{primaryPort: -1}"), false).len(), 1);
     }
 
     #[test]

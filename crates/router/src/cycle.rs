@@ -7,7 +7,10 @@
 //! picker is reproduced as a seeded shuffle.
 
 use crate::RouterInputs;
-use crate::config::{EndpointPickerConfig, Plugin, Profile, disagg_profiles};
+use crate::config::{
+    DisaggParams, EndpointPickerConfig, PdParams, Plugin, Profile, disagg_params, pd_params,
+    prefill_header_writers,
+};
 use pdsim_core::prompt::BlockHasher;
 use pdsim_core::{Prompt, Purpose, Stream};
 use rustc_hash::FxHashMap;
@@ -44,6 +47,87 @@ pub struct Decision {
 pub struct Ticket {
     decode: Option<(usize, u64)>,
     prefill: Option<(usize, u64)>,
+    /// The other profile is the one literally named `prefill`, whose entry
+    /// the first chunk releases whole.
+    prefill_named: bool,
+}
+
+/// What a request carries besides its prompt that plugins read: its
+/// headers (names lower-case, as the EPP stores them) and when it reaches
+/// the EPP. pdsim's workloads carry no headers: `RequestSpec` has no
+/// session or conversation id (TraceV2's `session_id` column describes
+/// closed-loop replay, which the reader does not model, and no trace says
+/// what a client would echo back), so the simulation routes every request
+/// through [`Router::pick`], with none.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestContext<'a> {
+    pub headers: &'a BTreeMap<String, String>,
+    /// Simulated time in nanoseconds (session bindings expire by it).
+    pub now_ns: u64,
+}
+
+static NO_HEADERS: BTreeMap<String, String> = BTreeMap::new();
+
+impl Default for RequestContext<'_> {
+    fn default() -> Self {
+        RequestContext {
+            headers: &NO_HEADERS,
+            now_ns: 0,
+        }
+    }
+}
+
+/// How the configured profile handler runs the profiles.
+#[derive(Clone, Debug)]
+enum Handler {
+    /// single-profile-handler: the one profile.
+    Single,
+    /// disagg-profile-handler (`disagg/disagg_profile_handler.go`).
+    Disagg(DisaggParams),
+    /// The deprecated pd-profile-handler (`disagg/pd_profile_handler.go`).
+    Pd(PdParams),
+    /// data-parallel-profile-handler (`dataparallel/dp_profile_handler.go`).
+    DataParallel,
+}
+
+/// One no-hit-lru-scorer instance (`scorer/nohitlru/no_hit_lru.go`): its
+/// LRU of endpoints, least recently used first, and whether the current
+/// request was cold when it last scored it (its per-request plugin state).
+#[derive(Clone, Debug)]
+struct NoHit {
+    lru: VecDeque<usize>,
+    size: usize,
+    cold: Option<bool>,
+}
+
+/// A session-affinity-scorer strategy (`scorer/sessionaffinity`).
+#[derive(Clone, Debug)]
+enum Strategy {
+    /// `encoded_endpoint_header`: the header carries base64 of the
+    /// endpoint's id, as the scorer wrote it on an earlier response.
+    Encoded { header: String },
+    /// `session_id`: an opaque id from the first non-empty source, bound
+    /// server-side to the endpoint that served it. Attribute sources read
+    /// a request attribute from an upstream producer; none that pdsim runs
+    /// publishes one, so they never yield an id (`None` here).
+    SessionId {
+        sources: Vec<Option<String>>,
+        ttl_ns: u64,
+        sweep_ns: u64,
+    },
+}
+
+/// One session-affinity-scorer instance.
+#[derive(Clone, Debug)]
+struct Session {
+    strategy: Strategy,
+    /// `profileName`: whose target a binding records; empty: the primary.
+    profile: String,
+    /// session id → (endpoint, last seen), for `session_id`.
+    bindings: BTreeMap<String, (usize, u64)>,
+    /// Whether the bound endpoint was among the candidates when the
+    /// current request was scored (`boundPodPresence`).
+    present: Option<bool>,
 }
 
 /// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
@@ -225,9 +309,222 @@ pub struct Router {
     block_size: u32,
     hashes: VecDeque<u64>,
     prompt_tokens: u64,
-    /// no-hit-lru-scorer's endpoints, least recently used first.
-    lru: VecDeque<usize>,
-    lru_size: usize,
+    /// no-hit-lru-scorer instances by plugin name.
+    no_hit: BTreeMap<String, NoHit>,
+    /// session-affinity-scorer instances by plugin name.
+    sessions: BTreeMap<String, Session>,
+    handler: Handler,
+    /// The profile whose first target `x-prefiller-host-port` names, when
+    /// some plugin writes that header (the loader refuses writers that
+    /// disagree).
+    header_profile: Option<String>,
+    /// Endpoint ids as the EPP names endpoints (`namespace/name`).
+    ids: Vec<String>,
+}
+
+impl Session {
+    /// The scorer's parameters with its defaults (`session_affinity.go`,
+    /// `applyDefaults`; `util/sessionaffinity/{header,session_id}.go`):
+    /// header `x-session-token`, or sources `[header: x-session-id]`, TTL
+    /// 300 s swept every 10 s; header names lower-cased and trimmed
+    /// (`NormalizeHeader`), since the EPP stores request headers so.
+    fn new(plugin: &Plugin) -> Session {
+        let p = &plugin.parameters;
+        let normalize = |name: Option<&str>, default: &str| {
+            let name = name.unwrap_or("").trim().to_lowercase();
+            if name.is_empty() {
+                default.to_string()
+            } else {
+                name
+            }
+        };
+        let strategy = if p.get("strategy").and_then(Value::as_str) == Some("session_id") {
+            let block = p.get("sessionIdConfig");
+            let mut sources: Vec<Option<String>> = block
+                .and_then(|b| b.get("sources"))
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .map(|source| {
+                    source
+                        .get("header")
+                        .and_then(Value::as_str)
+                        .filter(|h| !h.is_empty())
+                        .map(|h| normalize(Some(h), "x-session-id"))
+                })
+                .collect();
+            if sources.is_empty() {
+                sources.push(Some("x-session-id".into()));
+            }
+            let seconds = |key: &str, default: f64| {
+                let v = block
+                    .and_then(|b| b.get(key))
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0);
+                let v = if v == 0.0 { default } else { v };
+                (v * 1e9).clamp(1.0, 1e18) as u64
+            };
+            Strategy::SessionId {
+                sources,
+                ttl_ns: seconds("evictionTtlSeconds", 300.0),
+                sweep_ns: seconds("evictionSweepSeconds", 10.0),
+            }
+        } else {
+            Strategy::Encoded {
+                header: normalize(
+                    p.get("encodedEndpointHeaderConfig")
+                        .and_then(|b| b.get("header"))
+                        .and_then(Value::as_str),
+                    "x-session-token",
+                ),
+            }
+        };
+        Session {
+            strategy,
+            profile: p
+                .get("profileName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            bindings: BTreeMap::new(),
+            present: None,
+        }
+    }
+
+    /// The request's session id: the first source giving a non-empty
+    /// value, trimmed (`resolveSessionID`).
+    fn session_id<'r>(&self, request: &RequestContext<'r>) -> Option<&'r str> {
+        let Strategy::SessionId { sources, .. } = &self.strategy else {
+            return None;
+        };
+        sources.iter().flatten().find_map(|header| {
+            request
+                .headers
+                .get(header)
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+        })
+    }
+
+    /// Whether a binding last seen at `last` is gone by `now`: the
+    /// eviction loop sweeps every `sweep` from the plugin's start and drops
+    /// a binding idle for longer than the TTL (`runEviction`, `expired`).
+    fn expired(&self, last: u64, now: u64) -> bool {
+        let Strategy::SessionId {
+            ttl_ns, sweep_ns, ..
+        } = &self.strategy
+        else {
+            return false;
+        };
+        let first_sweep = (last.saturating_add(*ttl_ns) / sweep_ns)
+            .saturating_add(1)
+            .saturating_mul(*sweep_ns);
+        first_sweep <= now
+    }
+
+    /// The endpoint bound to this request's session, if any.
+    fn bound(&self, request: &RequestContext<'_>) -> Option<usize> {
+        let id = self.session_id(request)?;
+        let (endpoint, last) = self.bindings.get(id)?;
+        (!self.expired(*last, request.now_ns)).then_some(*endpoint)
+    }
+
+    /// The endpoint the session names: the decoded `x-session-token`
+    /// (`DecodePodName`; an undecodable token names none), or the bound
+    /// endpoint (`Choose`).
+    fn target(&self, request: &RequestContext<'_>, ids: &[String]) -> Option<usize> {
+        match &self.strategy {
+            Strategy::Encoded { header } => {
+                let token = request.headers.get(header).filter(|t| !t.is_empty())?;
+                let name = base64_decode(token)?;
+                ids.iter().position(|id| id.as_bytes() == name.as_slice())
+            }
+            Strategy::SessionId { .. } => self.bound(request),
+        }
+    }
+
+    fn note_presence(&mut self, request: &RequestContext<'_>, candidates: &[usize]) {
+        if let Some(endpoint) = self.bound(request) {
+            self.present = Some(candidates.contains(&endpoint));
+        }
+    }
+
+    /// PreRequest under `session_id` (`SessionIDHeader.PreRequest`): a new
+    /// session binds to the target; the same target refreshes the binding;
+    /// another target rebinds only when the bound endpoint was not a
+    /// candidate when the request was scored.
+    fn bind(&mut self, request: &RequestContext<'_>, target: usize) {
+        let Some(id) = self.session_id(request) else {
+            return;
+        };
+        let now = request.now_ns;
+        let live = self
+            .bindings
+            .get(id)
+            .filter(|(_, last)| !self.expired(*last, now))
+            .copied();
+        match live {
+            Some((endpoint, _)) if endpoint != target && self.present != Some(false) => {}
+            _ => {
+                self.bindings.insert(id.to_string(), (target, now));
+            }
+        }
+    }
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 with padding (Go's `base64.StdEncoding`).
+fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(BASE64[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Go's `base64.StdEncoding.DecodeString`: padding required, line breaks
+/// ignored, any other stray character an error (`None`).
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let symbols: Vec<u8> = text
+        .bytes()
+        .filter(|b| *b != b'\r' && *b != b'\n')
+        .collect();
+    if !symbols.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(symbols.len() / 4 * 3);
+    let quads = symbols.len() / 4;
+    for (q, quad) in symbols.chunks(4).enumerate() {
+        let pad = quad.iter().rev().take_while(|b| **b == b'=').count();
+        if pad > 2 || (pad > 0 && q + 1 != quads) {
+            return None;
+        }
+        let mut n = 0u32;
+        for (i, b) in quad.iter().enumerate() {
+            let v = if i >= 4 - pad {
+                0
+            } else {
+                BASE64.iter().position(|c| c == b)? as u32
+            };
+            n = (n << 6) | v;
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    Some(out)
 }
 
 fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
@@ -249,8 +546,18 @@ impl Router {
     /// A router over endpoints with these labels.
     pub fn new(inputs: &RouterInputs, labels: Vec<BTreeMap<String, String>>, seed: u64) -> Router {
         let config = inputs.config.clone();
+        // Plugins whose `Consumes()` requires PrefixCacheMatchInfo: the
+        // scorers, the affinity filter, the decider and both P/D handlers.
         let consumes_prefix = config.plugins.iter().any(|p| {
-            p.plugin_type == "prefix-cache-scorer" || p.plugin_type == "prefix-based-pd-decider"
+            matches!(
+                p.plugin_type.as_str(),
+                "prefix-cache-scorer"
+                    | "prefix-based-pd-decider"
+                    | "no-hit-lru-scorer"
+                    | "prefix-cache-affinity-filter"
+                    | "disagg-profile-handler"
+                    | "pd-profile-handler"
+            )
         });
         let producer = config
             .plugins
@@ -279,13 +586,48 @@ impl Router {
             }
         });
         let n = labels.len();
-        let config_lru_size = config
+        // `lruSize` above 0, else 1024 (`NewNoHitLRU`).
+        let no_hit = config
             .plugins
             .iter()
-            .find(|p| p.plugin_type == "no-hit-lru-scorer")
-            .and_then(|p| param_f64(p, "lruSize"))
-            .filter(|v| *v > 0.0)
-            .unwrap_or(1024.0) as usize;
+            .filter(|p| p.plugin_type == "no-hit-lru-scorer")
+            .map(|p| {
+                let size = param_f64(p, "lruSize")
+                    .filter(|v| *v >= 1.0)
+                    .unwrap_or(1024.0) as usize;
+                (
+                    p.name.clone(),
+                    NoHit {
+                        lru: VecDeque::new(),
+                        size,
+                        cold: None,
+                    },
+                )
+            })
+            .collect();
+        let sessions = config
+            .plugins
+            .iter()
+            .filter(|p| p.plugin_type == "session-affinity-scorer")
+            .map(|p| (p.name.clone(), Session::new(p)))
+            .collect();
+        let handler = match config
+            .plugin(&config.handler)
+            .map(|h| h.plugin_type.as_str())
+        {
+            Some("disagg-profile-handler") => Handler::Disagg(disagg_params(
+                &config.plugin(&config.handler).expect("found").parameters,
+            )),
+            Some("pd-profile-handler") => Handler::Pd(pd_params(
+                &config.plugin(&config.handler).expect("found").parameters,
+            )),
+            Some("data-parallel-profile-handler") => Handler::DataParallel,
+            _ => Handler::Single,
+        };
+        let header_profile = prefill_header_writers(&config.plugins, &config.handler)
+            .into_iter()
+            .map(|(_, profile)| profile)
+            .next();
         let consumes_load = config.plugins.iter().any(|p| {
             matches!(
                 p.plugin_type.as_str(),
@@ -310,9 +652,25 @@ impl Router {
             block_size: 16,
             hashes: VecDeque::new(),
             prompt_tokens: 0,
-            lru: VecDeque::new(),
-            lru_size: config_lru_size,
+            no_hit,
+            sessions,
+            handler,
+            header_profile,
+            ids: (0..n).map(|i| format!("pdsim/endpoint-{i}")).collect(),
         }
+    }
+
+    /// The id the EPP knows endpoint `e` by.
+    pub fn endpoint_id(&self, e: usize) -> &str {
+        &self.ids[e]
+    }
+
+    /// The `x-session-token` value the session-affinity-scorer's
+    /// `encoded_endpoint_header` strategy writes on a response served by
+    /// `e` (`util/sessionaffinity/header.go`, `WriteResponseHeader`):
+    /// base64 of the endpoint id. A client that echoes it is routed back.
+    pub fn session_token(&self, e: usize) -> String {
+        base64_encode(self.ids[e].as_bytes())
     }
 
     fn profile(&self, name: &str) -> Option<&Profile> {
@@ -484,6 +842,7 @@ impl Router {
         scorer: &str,
         candidates: &[usize],
         endpoints: &[EndpointView],
+        request: &RequestContext<'_>,
         out: &mut Vec<f64>,
     ) {
         out.clear();
@@ -556,17 +915,23 @@ impl Router {
                 }));
             }
             "no-hit-lru-scorer" => {
-                // Warm (some endpoint has the prefix): 0.5 everywhere. Cold:
-                // never-used endpoints first in input order, then the least
-                // recently used (`nohitlru`).
+                // Warm (some candidate has the prefix; `isColdRequest`
+                // looks only at the endpoints it is asked to score): 0.5
+                // everywhere. Cold: never-used endpoints first in input
+                // order, then the least recently used
+                // (`scoreColdRequestByLRU`).
                 let cold = candidates.iter().all(|c| self.matches[*c] == 0);
                 let n = candidates.len();
+                let Some(state) = self.no_hit.get(scorer) else {
+                    out.resize(n, 0.0);
+                    return;
+                };
                 if !cold {
                     out.resize(n, 0.5);
                 } else if n == 1 {
                     out.push(1.0);
                 } else {
-                    let used: Vec<usize> = self
+                    let used: Vec<usize> = state
                         .lru
                         .iter()
                         .copied()
@@ -603,13 +968,35 @@ impl Router {
                     weight * length * length + (1.0 - weight) * ratio
                 }));
             }
+            "session-affinity-scorer" => {
+                // The session's endpoint 1, every other candidate 0; no
+                // session, or its endpoint not a candidate: 0 everywhere
+                // (`encoded_endpoint_header.go`, `session_id_header.go`).
+                // pdsim's requests carry no session header, so in a run
+                // every request is a new session and scores 0 everywhere,
+                // as the EPP scores a client that sends none.
+                let target = self
+                    .sessions
+                    .get(scorer)
+                    .and_then(|s| s.target(request, &self.ids));
+                out.extend(
+                    candidates
+                        .iter()
+                        .map(|c| if Some(*c) == target { 1.0 } else { 0.0 }),
+                );
+            }
             _ => out.resize(candidates.len(), 0.0),
         }
     }
 
     /// Runs one profile: filters, scorers, picker. `None` when the filters
     /// leave nothing.
-    fn run_profile(&mut self, name: &str, endpoints: &[EndpointView]) -> Option<usize> {
+    fn run_profile(
+        &mut self,
+        name: &str,
+        endpoints: &[EndpointView],
+        request: &RequestContext<'_>,
+    ) -> Option<usize> {
         let profile = self.profile(name)?.clone();
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
         for filter in &profile.filters {
@@ -629,10 +1016,11 @@ impl Router {
         let mut totals = vec![0.0; candidates.len()];
         let mut scores = Vec::new();
         for (scorer, weight) in &profile.scorers {
-            self.score(scorer, &candidates, endpoints, &mut scores);
+            self.score(scorer, &candidates, endpoints, request, &mut scores);
             for (t, s) in totals.iter_mut().zip(&scores) {
                 *t += weight * s.clamp(0.0, 1.0);
             }
+            self.note_scored(scorer, &candidates, request);
         }
         let picker_type = self
             .config
@@ -680,58 +1068,169 @@ impl Router {
         Some(candidates[chosen])
     }
 
-    /// One scheduling cycle for a request of `prompt_tokens` tokens. `None`
-    /// when no endpoint survives (the EPP answers 503).
+    /// What a scorer leaves in its per-request plugin state when it scores:
+    /// no-hit-lru-scorer whether the request is cold over these candidates
+    /// (`Score` writes `coldRequestState`; a later profile's call
+    /// overwrites it), session-affinity-scorer under `session_id` whether
+    /// the bound endpoint is among them (`Choose` writes
+    /// `boundPodPresence`).
+    fn note_scored(&mut self, scorer: &str, candidates: &[usize], request: &RequestContext<'_>) {
+        if let Some(state) = self.no_hit.get_mut(scorer) {
+            state.cold = Some(candidates.iter().all(|c| self.matches[*c] == 0));
+        }
+        if let Some(session) = self.sessions.get_mut(scorer) {
+            session.note_presence(request, candidates);
+        }
+    }
+
+    /// A prefill decider's verdict on the decode profile's target
+    /// (`disagg/prefix_based_pd_decider.go`, `always_disagg_pd_decider.go`).
+    fn decide(&self, decider: Option<&str>, decode: usize) -> bool {
+        match decider.and_then(|d| self.config.plugin(d)) {
+            None => false,
+            Some(d) if d.plugin_type == "always-disagg-pd-decider" => true,
+            Some(d) => {
+                // prefix-based-pd-decider: nonCachedTokens 0 never
+                // disaggregates; a prompt under promptTokens or under
+                // nonCachedTokens stays decode-only; else disaggregate when
+                // the part the decode endpoint has not cached is at least
+                // nonCachedTokens.
+                let non_cached = param_f64(d, "nonCachedTokens").unwrap_or(0.0);
+                let prompt_min = param_f64(d, "promptTokens").unwrap_or(0.0);
+                let input = self.prompt_tokens as f64;
+                let cached = self.matches[decode] as f64 * self.block_size as f64;
+                non_cached > 0.0
+                    && !(prompt_min > 0.0 && input < prompt_min)
+                    && input >= non_cached
+                    && input - cached >= non_cached
+            }
+        }
+    }
+
+    /// One scheduling cycle for a request with no headers. `None` when no
+    /// endpoint survives (the EPP answers 503).
     pub fn pick(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) -> Option<Decision> {
+        self.pick_request(prompt, &RequestContext::default(), endpoints)
+    }
+
+    /// One scheduling cycle: producers, the profile handler's loop over
+    /// the profiles, then the PreRequest plugins. `None` when the handler
+    /// yields no primary result (the EPP answers 503).
+    pub fn pick_request(
+        &mut self,
+        prompt: &Prompt,
+        request: &RequestContext<'_>,
+        endpoints: &[EndpointView],
+    ) -> Option<Decision> {
         self.prompt_tokens = prompt.tokens();
         self.produce(prompt, endpoints);
-        let handler = self.config.plugin(&self.config.handler).cloned();
-        let decision = match handler.as_ref().map(|h| h.plugin_type.as_str()) {
-            Some("disagg-profile-handler") => {
-                let (decode_name, prefill_name, decider) =
-                    disagg_profiles(&handler.as_ref().expect("handler").parameters);
-                let decode = self.run_profile(&decode_name, endpoints)?;
-                let disaggregate = match decider.as_deref().and_then(|d| self.config.plugin(d)) {
-                    None => false,
-                    Some(d) if d.plugin_type == "always-disagg-pd-decider" => true,
-                    Some(d) => {
-                        // prefix-based-pd-decider: disaggregate when the
-                        // uncached part is at least nonCachedTokens.
-                        let non_cached = param_f64(d, "nonCachedTokens").unwrap_or(0.0);
-                        let prompt_min = param_f64(d, "promptTokens").unwrap_or(0.0);
-                        let input = prompt.tokens() as f64;
-                        let cached = self.matches[decode] as f64 * self.block_size as f64;
-                        non_cached > 0.0
-                            && !(prompt_min > 0.0 && input < prompt_min)
-                            && input - cached >= non_cached
-                    }
-                };
-                let prefill = if disaggregate {
-                    self.run_profile(&prefill_name, endpoints)
-                } else {
-                    None
-                };
-                Decision {
-                    decode,
-                    prefill,
-                    ticket: Ticket::default(),
-                }
-            }
-            _ => {
+        for state in self.no_hit.values_mut() {
+            state.cold = None;
+        }
+        for session in self.sessions.values_mut() {
+            session.present = None;
+        }
+        // (primary profile name, its target, the other profile that ran
+        // and its target).
+        let (decode_name, decode, prefill) = match self.handler.clone() {
+            Handler::Single => {
                 let name = self
                     .config
                     .profiles
                     .first()
                     .map(|p| p.name.clone())
                     .unwrap_or_default();
-                Decision {
-                    decode: self.run_profile(&name, endpoints)?,
-                    prefill: None,
-                    ticket: Ticket::default(),
+                let decode = self.run_profile(&name, endpoints, request)?;
+                (name, decode, None)
+            }
+            // data-parallel-profile-handler: exactly one profile, else its
+            // Pick returns nothing and the request fails; the picked
+            // endpoint is the data-parallel rank, named to the sidecar by
+            // `x-data-parallel-host-port` while the destination port is
+            // rewritten to primaryPort. The sidecar forwards to that rank
+            // (`pkg/sidecar/proxy/data_parallel.go`), so the request runs
+            // on the endpoint picked, as pdsim's endpoints already are
+            // ranks (or the pod's internally balanced group of them).
+            Handler::DataParallel => {
+                if self.config.profiles.len() != 1 {
+                    return None;
                 }
+                let name = self.config.profiles[0].name.clone();
+                let decode = self.run_profile(&name, endpoints, request)?;
+                (name, decode, None)
+            }
+            // stageOrder prefill-first (`pickPrefillFirst`): the prefill
+            // profile runs first for every request (no decider is allowed),
+            // then decode; a failed prefill leaves the request decode-only.
+            Handler::Disagg(p) if p.prefill_first => {
+                let prefill = if self.profile(&p.prefill).is_some() {
+                    self.run_profile(&p.prefill, endpoints, request)
+                        .map(|t| (p.prefill.clone(), t))
+                } else {
+                    None
+                };
+                let decode = self.run_profile(&p.decode, endpoints, request)?;
+                (p.decode, decode, prefill)
+            }
+            // decode-first (`pickDecodeFirst`): decode, then the prefill
+            // profile if it exists and the decider, given the decode
+            // target, says so.
+            Handler::Disagg(p) => {
+                let decode = self.run_profile(&p.decode, endpoints, request)?;
+                let prefill = if self.profile(&p.prefill).is_some()
+                    && self.decide(p.decider.as_deref(), decode)
+                {
+                    self.run_profile(&p.prefill, endpoints, request)
+                        .map(|t| (p.prefill.clone(), t))
+                } else {
+                    None
+                };
+                (p.decode, decode, prefill)
+            }
+            // pd-profile-handler (`PdProfileHandler.Pick`): decode first;
+            // its Pick stops once as many profiles ran as are configured, so
+            // with the decode profile alone the decider is never asked;
+            // otherwise the prefill profile runs when the decider says so.
+            // (Were the decider to say yes with three or more profiles, the
+            // EPP would pick the prefill profile again on every round; pdsim
+            // runs it once.)
+            Handler::Pd(p) => {
+                let decode = self.run_profile(&p.decode, endpoints, request)?;
+                let prefill = if self.config.profiles.len() > 1
+                    && p.prefill != p.decode
+                    && self.decide(Some(&p.decider), decode)
+                {
+                    self.run_profile(&p.prefill, endpoints, request)
+                        .map(|t| (p.prefill.clone(), t))
+                } else {
+                    None
+                };
+                (p.decode, decode, prefill)
             }
         };
-        let mut decision = decision;
+        // PreRequest: `x-prefiller-host-port` is the first target of the
+        // profile its writer reads (the disagg handler's own prefill
+        // profile, or a prefill-header-handler's `prefillProfile`). The
+        // deprecated pd-profile-handler writes no header: without a header
+        // handler its prefill profile runs and is counted, but the sidecar
+        // serves the request whole on the decode endpoint.
+        let header = self.header_profile.as_deref().and_then(|h| match &prefill {
+            Some((name, target)) if name == h => Some(*target),
+            _ if h == decode_name => Some(decode),
+            _ => None,
+        });
+        let prefill_target = prefill.as_ref().map(|(_, t)| *t);
+        // The approx producer and no-hit-lru-scorer index the primary
+        // target and the target of the profile literally named `prefill`.
+        let named_prefill = prefill
+            .as_ref()
+            .filter(|(name, _)| name == "prefill")
+            .map(|(_, t)| *t);
+        let mut decision = Decision {
+            decode,
+            prefill: header,
+            ticket: Ticket::default(),
+        };
         // PreRequest: the in-flight load of each profile's target grows by
         // one request and by the prompt tokens its index lacks.
         if self.inflight.is_some() {
@@ -744,16 +1243,14 @@ impl Router {
                 }
                 (e, tokens)
             };
-            decision.ticket.decode = Some(add(self, decision.decode));
-            decision.ticket.prefill = decision.prefill.map(|p| add(self, p));
+            decision.ticket.decode = Some(add(self, decode));
+            decision.ticket.prefill = prefill_target.map(|p| add(self, p));
+            decision.ticket.prefill_named = named_prefill.is_some();
         }
         // PreRequest: the approx producer indexes the prompt on the primary
         // target and on the `prefill` profile's target.
         if let Some(approx) = self.approx.clone() {
-            for target in [Some(decision.decode), decision.prefill]
-                .into_iter()
-                .flatten()
-            {
+            for target in [Some(decode), named_prefill].into_iter().flatten() {
                 let capacity = if approx.auto_tune {
                     endpoints[target]
                         .num_blocks
@@ -767,24 +1264,34 @@ impl Router {
                 }
             }
         }
-        // no-hit-lru-scorer's PreRequest: a cold request touches its
-        // primary and prefill targets.
-        if self
-            .config
-            .plugins
-            .iter()
-            .any(|p| p.plugin_type == "no-hit-lru-scorer")
-            && self.matches.iter().all(|m| *m == 0)
-        {
-            for target in [Some(decision.decode), decision.prefill]
-                .into_iter()
-                .flatten()
-            {
-                self.lru.retain(|e| *e != target);
-                self.lru.push_back(target);
-                while self.lru.len() > self.lru_size {
-                    self.lru.pop_front();
+        // no-hit-lru-scorer's PreRequest: a request its last Score found
+        // cold touches the primary target, then the `prefill` profile's.
+        for state in self.no_hit.values_mut() {
+            if state.cold != Some(true) {
+                continue;
+            }
+            for target in [Some(decode), named_prefill].into_iter().flatten() {
+                state.lru.retain(|e| *e != target);
+                state.lru.push_back(target);
+                while state.lru.len() > state.size {
+                    state.lru.pop_front();
                 }
+            }
+        }
+        // session-affinity-scorer's PreRequest (`session_id` strategy):
+        // bind the session to the target of `profileName` (default the
+        // primary).
+        for session in self.sessions.values_mut() {
+            let target = if session.profile.is_empty() || session.profile == decode_name {
+                Some(decode)
+            } else {
+                prefill
+                    .as_ref()
+                    .filter(|(name, _)| *name == session.profile)
+                    .map(|(_, t)| *t)
+            };
+            if let Some(target) = target {
+                session.bind(request, target);
             }
         }
         self.routed += 1;
@@ -803,8 +1310,14 @@ impl Router {
     /// inflightload/producer.go`, `releaseTokensEarly`): with
     /// `addEstimatedOutputTokens` off (the only setting pdsim accepts) the
     /// tokens stood for the prompt, which every target has now computed, so
-    /// each target's tokens are released; its request stays counted.
+    /// each target's tokens are released; its request stays counted, except
+    /// that the entry of the profile named `prefill` goes whole (`release`),
+    /// its request included: the prefill worker has handed off.
     pub fn first_chunk(&mut self, ticket: &mut Ticket) {
+        if ticket.prefill_named {
+            let prefill = ticket.prefill.take();
+            self.release(prefill);
+        }
         for (e, tokens) in [ticket.decode.as_mut(), ticket.prefill.as_mut()]
             .into_iter()
             .flatten()
@@ -834,7 +1347,9 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
-    use super::{Approx, EndpointView, Lru, Router};
+    use super::{
+        Approx, EndpointView, Lru, RequestContext, Router, Session, base64_decode, base64_encode,
+    };
     use crate::RouterInputs;
     use crate::config::load_config;
     use pdsim_core::{Prompt, Segment};
@@ -976,9 +1491,10 @@ mod tests {
         assert_eq!(router.inflight(0), (1, 100));
         assert_eq!(router.inflight(1), (1, 100));
         router.first_chunk(&mut d.ticket);
-        // The prompt is computed: tokens go at the first chunk, on both
-        // targets; the requests stay in flight until the end of the stream.
-        assert_eq!(router.inflight(0), (1, 0));
+        // The prompt is computed: tokens go at the first chunk; the
+        // `prefill` profile's entry goes whole, the decode request stays in
+        // flight until the end of the stream.
+        assert_eq!(router.inflight(0), (0, 0));
         assert_eq!(router.inflight(1), (1, 0));
         router.first_chunk(&mut d.ticket);
         assert_eq!(router.inflight(1), (1, 0), "tokens released once");
@@ -1055,5 +1571,370 @@ mod tests {
             .map(|i| router.pick(&prompt(100 + i, 8), &views).unwrap().decode)
             .collect();
         assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    fn inputs_experimental(text: &str) -> RouterInputs {
+        RouterInputs {
+            flags: Default::default(),
+            config: load_config("t", text, true).unwrap(),
+            config_origin: "t".into(),
+            manifests: Default::default(),
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn no_hit_lru_is_cold_over_the_candidates_only() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: no-hit-lru-scorer\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 3]), 1);
+        let views = vec![EndpointView::default(); 3];
+        let request = RequestContext::default();
+        let mut out = Vec::new();
+        // Endpoint 0 holds the prefix, but it is not a candidate: the
+        // request is cold over 1 and 2, both never used: 1 − i/(n−1).
+        router.matches = vec![4, 0, 0];
+        router.total_blocks = 4;
+        router.score("no-hit-lru-scorer", &[1, 2], &views, &request, &mut out);
+        assert_eq!(out, vec![1.0, 0.0]);
+        // With 0 among the candidates it is warm: 0.5 everywhere.
+        router.score("no-hit-lru-scorer", &[0, 1, 2], &views, &request, &mut out);
+        assert_eq!(out, vec![0.5, 0.5, 0.5]);
+        // Cold with history: LRU (oldest first) [2, 0]; 1 never used ranks
+        // 0, then 2 ranks 1 and 0 ranks 2, over n − 1 = 2.
+        router.matches = vec![0, 0, 0];
+        router.no_hit.get_mut("no-hit-lru-scorer").unwrap().lru = [2, 0].into();
+        router.score("no-hit-lru-scorer", &[0, 1, 2], &views, &request, &mut out);
+        assert_eq!(out, vec![0.0, 1.0, 0.5]);
+        // A lone candidate scores 1.
+        router.score("no-hit-lru-scorer", &[0], &views, &request, &mut out);
+        assert_eq!(out, vec![1.0]);
+    }
+
+    #[test]
+    fn no_hit_lru_records_only_requests_its_last_score_found_cold() {
+        // Defined but in no profile: it never scores, so PreRequest finds
+        // no cold state and leaves the LRU alone.
+        let idle = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: no-hit-lru-scorer\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n";
+        let mut router = Router::new(&inputs(idle), labels(&["prefill-decode"; 2]), 1);
+        let views = vec![EndpointView::default(); 2];
+        router.pick(&prompt(1, 64), &views).unwrap();
+        assert!(router.no_hit["no-hit-lru-scorer"].lru.is_empty());
+        // In the profile, with the producer it needs auto-created: a new
+        // prompt is cold and touches its endpoint; the same prompt again is
+        // warm (its endpoint holds it) and touches nothing.
+        let used = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: no-hit-lru-scorer\n";
+        let mut router = Router::new(&inputs(used), labels(&["prefill-decode"; 2]), 1);
+        let first = router.pick(&prompt(7, 256), &views).unwrap().decode;
+        assert_eq!(
+            Vec::from(router.no_hit["no-hit-lru-scorer"].lru.clone()),
+            vec![first]
+        );
+        router.pick(&prompt(7, 256), &views).unwrap();
+        assert_eq!(router.no_hit["no-hit-lru-scorer"].cold, Some(false));
+        assert_eq!(router.no_hit["no-hit-lru-scorer"].lru.len(), 1);
+    }
+
+    #[test]
+    fn base64_matches_go_std_encoding() {
+        assert_eq!(base64_encode(b"default/pod-a"), "ZGVmYXVsdC9wb2QtYQ==");
+        assert_eq!(base64_encode(b"ab"), "YWI=");
+        assert_eq!(
+            base64_decode("cGRzaW0vZW5kcG9pbnQtMg==").unwrap(),
+            b"pdsim/endpoint-2"
+        );
+        assert_eq!(base64_decode("YWI=").unwrap(), b"ab");
+        assert_eq!(
+            base64_decode("YW\nI=").unwrap(),
+            b"ab",
+            "line breaks ignored"
+        );
+        assert_eq!(base64_decode("YWI"), None, "padding required");
+        assert_eq!(base64_decode("Y=I="), None);
+        assert_eq!(base64_decode("!!!!"), None);
+    }
+
+    const SESSION: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: session-affinity-scorer\n";
+
+    #[test]
+    fn session_affinity_scores_the_endpoint_the_token_names() {
+        let mut router = Router::new(
+            &inputs_experimental(SESSION),
+            labels(&["prefill-decode"; 3]),
+            1,
+        );
+        let views = vec![EndpointView::default(); 3];
+        let mut out = Vec::new();
+        let token = router.session_token(2);
+        assert_eq!(token, "cGRzaW0vZW5kcG9pbnQtMg==");
+        let with = headers(&[("x-session-token", &token)]);
+        let request = RequestContext {
+            headers: &with,
+            now_ns: 0,
+        };
+        router.score(
+            "session-affinity-scorer",
+            &[0, 1, 2],
+            &views,
+            &request,
+            &mut out,
+        );
+        assert_eq!(out, vec![0.0, 0.0, 1.0]);
+        for _ in 0..8 {
+            assert_eq!(
+                router
+                    .pick_request(&prompt(1, 16), &request, &views)
+                    .unwrap()
+                    .decode,
+                2
+            );
+        }
+        // No header (every pdsim request), an undecodable token, or a token
+        // naming no candidate: 0 everywhere.
+        for h in [
+            headers(&[]),
+            headers(&[("x-session-token", "%%%")]),
+            headers(&[("x-session-token", &base64_encode(b"elsewhere/pod"))]),
+        ] {
+            let request = RequestContext {
+                headers: &h,
+                now_ns: 0,
+            };
+            router.score(
+                "session-affinity-scorer",
+                &[0, 1, 2],
+                &views,
+                &request,
+                &mut out,
+            );
+            assert_eq!(out, vec![0.0; 3], "{h:?}");
+        }
+        // The header name is configurable and normalised.
+        let custom = SESSION.to_string()
+            + "  parameters: {encodedEndpointHeaderConfig: {header: ' X-Sticky '}}\n";
+        let router = Router::new(
+            &inputs_experimental(&custom),
+            labels(&["prefill-decode"; 3]),
+            1,
+        );
+        let with = headers(&[("x-sticky", &token)]);
+        let request = RequestContext {
+            headers: &with,
+            now_ns: 0,
+        };
+        router.score(
+            "session-affinity-scorer",
+            &[0, 1, 2],
+            &views,
+            &request,
+            &mut out,
+        );
+        assert_eq!(out, vec![0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn session_ids_bind_to_the_endpoint_that_served_them_until_swept() {
+        let text = SESSION.to_string()
+            + "  parameters: {strategy: session_id, sessionIdConfig: {evictionTtlSeconds: 300, evictionSweepSeconds: 10}}\n";
+        let mut router = Router::new(
+            &inputs_experimental(&text),
+            labels(&["prefill-decode"; 4]),
+            5,
+        );
+        let views = vec![EndpointView::default(); 4];
+        let mut out = Vec::new();
+        let with = headers(&[("x-session-id", " abc ")]);
+        let at = |now_ns| RequestContext {
+            headers: &with,
+            now_ns,
+        };
+        // Unbound: no preference; the pick binds the session.
+        router.score(
+            "session-affinity-scorer",
+            &[0, 1, 2, 3],
+            &views,
+            &at(0),
+            &mut out,
+        );
+        assert_eq!(out, vec![0.0; 4]);
+        let home = router
+            .pick_request(&prompt(1, 16), &at(0), &views)
+            .unwrap()
+            .decode;
+        router.score(
+            "session-affinity-scorer",
+            &[0, 1, 2, 3],
+            &views,
+            &at(1),
+            &mut out,
+        );
+        let mut expected = vec![0.0; 4];
+        expected[home] = 1.0;
+        assert_eq!(out, expected);
+        for i in 0..8 {
+            assert_eq!(
+                router
+                    .pick_request(&prompt(i, 16), &at(1), &views)
+                    .unwrap()
+                    .decode,
+                home
+            );
+        }
+        // Last seen at 1 ns; the first sweep more than 300 s later is at
+        // 310 s: bound at 309.9 s, gone at 310 s.
+        router.score(
+            "session-affinity-scorer",
+            &[0, 1, 2, 3],
+            &views,
+            &at(309_900_000_000),
+            &mut out,
+        );
+        assert_eq!(out, expected);
+        router.score(
+            "session-affinity-scorer",
+            &[0, 1, 2, 3],
+            &views,
+            &at(310_000_000_000),
+            &mut out,
+        );
+        assert_eq!(out, vec![0.0; 4]);
+    }
+
+    #[test]
+    fn a_session_rebinds_only_when_its_endpoint_was_not_a_candidate() {
+        let text = SESSION.to_string() + "  parameters: {strategy: session_id}\n";
+        let config = load_config("t", &text, true).unwrap();
+        let mut session = Session::new(config.plugin("session-affinity-scorer").unwrap());
+        let with = headers(&[("x-session-id", "s")]);
+        let request = RequestContext {
+            headers: &with,
+            now_ns: 0,
+        };
+        session.bind(&request, 1);
+        assert_eq!(session.bound(&request), Some(1));
+        // Bound endpoint among the candidates, request sent elsewhere (the
+        // scorer was outweighed): the binding stays.
+        session.note_presence(&request, &[0, 1]);
+        session.bind(&request, 0);
+        assert_eq!(session.bound(&request), Some(1));
+        // Bound endpoint filtered out: the session moves.
+        session.note_presence(&request, &[0, 2]);
+        session.bind(&request, 2);
+        assert_eq!(session.bound(&request), Some(2));
+    }
+
+    const PD_HEAD: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: token-load-scorer\n";
+    const PD_PROFILES: &str = "schedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}, {pluginRef: token-load-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: token-load-scorer}]\n";
+
+    #[test]
+    fn the_deprecated_pd_handler_disaggregates_through_the_header_handler() {
+        let handler = "- type: always-disagg-pd-decider\n- type: pd-profile-handler\n  parameters: {deciderPluginName: always-disagg-pd-decider}\n";
+        let views = vec![EndpointView::default(); 2];
+        // With prefill-header-handler: the same decision as
+        // disagg-profile-handler.
+        let text = format!("{PD_HEAD}{handler}- type: prefill-header-handler\n{PD_PROFILES}");
+        let mut router = Router::new(&inputs(&text), labels(&["prefill", "decode"]), 1);
+        let d = router.pick(&prompt(1, 100), &views).unwrap();
+        assert_eq!((d.decode, d.prefill), (1, Some(0)));
+        assert_eq!(router.disaggregated, 1);
+        let disagg = format!(
+            "{PD_HEAD}- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {{deciders: {{prefill: always-disagg-pd-decider}}}}\n{PD_PROFILES}"
+        );
+        let mut reference = Router::new(&inputs(&disagg), labels(&["prefill", "decode"]), 1);
+        let r = reference.pick(&prompt(1, 100), &views).unwrap();
+        assert_eq!(d, r, "pd + header handler decides as disagg does");
+        // Without a header handler the prefill profile still runs and its
+        // target carries the in-flight load, but no header reaches the
+        // sidecar: the request is served whole on the decode endpoint.
+        let text = format!("{PD_HEAD}{handler}{PD_PROFILES}");
+        let mut router = Router::new(&inputs(&text), labels(&["prefill", "decode"]), 1);
+        let d = router.pick(&prompt(1, 100), &views).unwrap();
+        assert_eq!((d.decode, d.prefill), (1, None));
+        assert_eq!(router.inflight(0), (1, 100));
+        assert_eq!(router.disaggregated, 0);
+        // A header handler reading another profile sets no header either.
+        let text = format!(
+            "{PD_HEAD}{handler}- type: prefill-header-handler\n  parameters: {{prefillProfile: elsewhere}}\n{PD_PROFILES}"
+        );
+        let mut router = Router::new(&inputs(&text), labels(&["prefill", "decode"]), 1);
+        assert_eq!(router.pick(&prompt(1, 100), &views).unwrap().prefill, None);
+    }
+
+    #[test]
+    fn the_pd_handler_default_decider_uses_the_non_cached_threshold() {
+        // deciderPluginName defaults to the plugin named
+        // prefix-based-pd-decider; nonCachedTokens 64 as in disagg.
+        let text = format!(
+            "{PD_HEAD}- type: approx-prefix-cache-producer\n  parameters: {{autoTune: false, blockSizeTokens: 16}}\n- type: prefix-based-pd-decider\n  parameters: {{nonCachedTokens: 64}}\n- type: pd-profile-handler\n- type: disagg-headers-handler\n{PD_PROFILES}"
+        );
+        let mut router = Router::new(&inputs(&text), labels(&["prefill", "decode"]), 5);
+        let views = vec![EndpointView::default(); 2];
+        assert_eq!(
+            router.pick(&prompt(9, 256), &views).unwrap().prefill,
+            Some(0)
+        );
+        // Indexed on the decode endpoint now: the uncached part is below 64.
+        assert_eq!(router.pick(&prompt(9, 256), &views).unwrap().prefill, None);
+        // Shorter than nonCachedTokens: decode-only.
+        assert_eq!(router.pick(&prompt(10, 63), &views).unwrap().prefill, None);
+        assert_eq!(
+            router.pick(&prompt(11, 64), &views).unwrap().prefill,
+            Some(0)
+        );
+        // A decode profile alone: Pick stops after it, the decider unasked.
+        let alone = text.replace("- name: prefill\n  plugins: [{pluginRef: prefill-filter}, {pluginRef: token-load-scorer}]\n", "");
+        let alone = alone.replace(
+            "- type: pd-profile-handler\n",
+            "- type: pd-profile-handler\n  parameters: {prefillProfile: decode}\n",
+        );
+        let mut router = Router::new(&inputs(&alone), labels(&["prefill", "decode"]), 5);
+        let d = router.pick(&prompt(12, 256), &views).unwrap();
+        assert_eq!((d.decode, d.prefill), (1, None));
+    }
+
+    #[test]
+    fn prefill_first_runs_the_prefill_profile_for_every_request() {
+        let text = format!(
+            "{PD_HEAD}- type: disagg-profile-handler\n  parameters: {{stageOrder: prefill-first}}\n{PD_PROFILES}"
+        );
+        let mut router = Router::new(&inputs(&text), labels(&["prefill", "decode", "decode"]), 2);
+        let views = vec![EndpointView::default(); 3];
+        for i in 0..6 {
+            let d = router.pick(&prompt(i, 32), &views).unwrap();
+            assert_eq!(d.prefill, Some(0));
+            assert_ne!(d.decode, 0);
+        }
+        // Decode-first without a decider never disaggregates.
+        let text = text.replace("stageOrder: prefill-first", "stageOrder: decode-first");
+        let mut router = Router::new(&inputs(&text), labels(&["prefill", "decode", "decode"]), 2);
+        assert_eq!(router.pick(&prompt(1, 32), &views).unwrap().prefill, None);
+    }
+
+    #[test]
+    fn the_data_parallel_handler_routes_to_the_picked_rank_and_needs_one_profile() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: data-parallel-profile-handler\n  parameters: {primaryPort: 8000}\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n";
+        let mut router = Router::new(&inputs(text), labels(&["decode"; 4]), 1);
+        let views: Vec<EndpointView> = [3, 1, 0, 2]
+            .iter()
+            .map(|w| EndpointView {
+                waiting: *w,
+                ..Default::default()
+            })
+            .collect();
+        let d = router.pick(&prompt(1, 16), &views).unwrap();
+        assert_eq!((d.decode, d.prefill), (2, None));
+        // Two profiles: its Pick returns none, and every request fails.
+        let two = text.replace(
+            "schedulingProfiles:\n",
+            "schedulingProfiles:\n- name: other\n  plugins: [{pluginRef: queue-scorer}]\n",
+        );
+        let mut router = Router::new(&inputs(&two), labels(&["decode"; 4]), 1);
+        assert!(router.pick(&prompt(1, 16), &views).is_none());
+        assert_eq!(router.routed, 0);
     }
 }

@@ -89,41 +89,107 @@ impl Default for EppFlags {
     }
 }
 
-/// Parses a Go duration such as `50ms`, `1s` or `1m30s` into nanoseconds.
-pub fn parse_go_duration(text: &str) -> Option<u64> {
-    let mut total = 0f64;
-    let mut rest = text.trim();
+/// Parses a Go duration (`time.ParseDuration`, Go's `time/format.go`):
+/// an optional sign, then one or more decimal numbers each with a unit
+/// (`ns`, `us`, `µs`, `μs`, `ms`, `s`, `m`, `h`), such as `50ms` or
+/// `1m30s`; the bare `0` needs no unit. Nanoseconds, in integer arithmetic;
+/// `None` for what Go refuses, overflow included.
+pub fn parse_go_duration(text: &str) -> Option<i64> {
+    let (negative, mut rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
     if rest.is_empty() {
         return None;
     }
+    let mut total: u64 = 0;
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        let int_len = rest
+            .find(|c: char| !c.is_ascii_digit())
             .unwrap_or(rest.len());
-        let value: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
+        let int_part = &rest[..int_len];
+        rest = &rest[int_len..];
+        let mut frac_part = "";
+        if let Some(after) = rest.strip_prefix('.') {
+            let len = after
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(after.len());
+            frac_part = &after[..len];
+            rest = &after[len..];
+        }
+        if int_part.is_empty() && frac_part.is_empty() {
+            return None;
+        }
         let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
+            .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
+        let unit: u64 = match &rest[..unit_len] {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
             _ => return None,
         };
-        total += value * scale;
         rest = &rest[unit_len..];
+        let whole: u64 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().ok()?
+        };
+        let mut value = whole.checked_mul(unit)?;
+        // The fraction, digit by digit, as Go scales it.
+        let mut scale = unit;
+        for digit in frac_part.bytes() {
+            scale /= 10;
+            if scale == 0 {
+                break;
+            }
+            value = value.checked_add(u64::from(digit - b'0') * scale)?;
+        }
+        total = total.checked_add(value)?;
     }
-    (total.is_finite() && total < 1e18).then_some(total as u64)
+    if negative {
+        if total > 1u64 << 63 {
+            return None;
+        }
+        Some((total as i64).wrapping_neg())
+    } else {
+        i64::try_from(total).ok()
+    }
 }
 
 /// The minimum scrape interval (`pkg/epp/datalayer/runtime.go`).
 pub const MIN_REFRESH_NS: u64 = 50_000_000;
 
-/// Parses `--name=value` flags, reporting every problem under `file`.
+/// Boolean flags (`fs.BoolVar` in `options.go`, and controller-runtime's
+/// `zap-devel`): pflag lets them stand alone, meaning true.
+const BOOLEAN: &[&str] = &[
+    "ha-enable-leader-election",
+    "disable-endpoint-subset-filter",
+    "emit-endpoint-scores",
+    "tracing",
+    "health-checking",
+    "enable-pprof",
+    "enable-cert-reload",
+    "enable-grpc-stream-metrics",
+    "secure-serving",
+    "metrics-endpoint-auth",
+    "allow-experimental-plugins",
+    "model-server-metrics-https-insecure-skip-verify",
+    "zap-devel",
+];
+
+/// Parses `--name=value` flags, reporting every problem under `file`. As
+/// pflag parses a long flag (`spf13/pflag` `parseLongArg`): a boolean flag
+/// alone means true; any other flag without `=value` takes the next list
+/// element as its value, and is an error ("flag needs an argument") when
+/// it is the last.
 pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterProblem>> {
     let mut problems = Vec::new();
     let mut out = EppFlags::default();
@@ -135,7 +201,11 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
             message,
         });
     };
-    for (i, flag) in flags.iter().enumerate() {
+    let mut next = 0;
+    while next < flags.len() {
+        let i = next;
+        let flag = &flags[i];
+        next += 1;
         let path = format!("epp_flags[{i}]");
         let Some(body) = flag.strip_prefix("--") else {
             problem(
@@ -167,7 +237,26 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
             );
             continue;
         }
-        let value = value.unwrap_or("true");
+        let value = match value {
+            Some(v) => v,
+            None if BOOLEAN.contains(&name) => "true",
+            None => match flags.get(next) {
+                Some(v) => {
+                    next += 1;
+                    v.as_str()
+                }
+                None => {
+                    problem(
+                        path,
+                        "epp-flag-value",
+                        format!(
+                            "--{name} needs a value (--{name}=value); only boolean flags may stand alone"
+                        ),
+                    );
+                    continue;
+                }
+            },
+        };
         match name {
             "pool-name" => out.pool_name = Some(value.to_string()),
             "endpoint-selector" => {
@@ -186,17 +275,22 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
                 }
                 out.endpoint_selector = Some(selector);
             }
+            // Values below the minimum, zero and negative ones included,
+            // are clamped to it (`options.go`, `Validate`).
             "refresh-metrics-interval" => match parse_go_duration(value) {
-                Some(ns) => out.refresh_interval_ns = ns.max(MIN_REFRESH_NS),
+                Some(ns) => {
+                    out.refresh_interval_ns = u64::try_from(ns).unwrap_or(0).max(MIN_REFRESH_NS)
+                }
                 None => problem(
                     path,
                     "epp-flag-value",
                     format!("--refresh-metrics-interval `{value}` is not a duration"),
                 ),
             },
+            // pflag reads booleans with Go's `strconv.ParseBool`.
             "allow-experimental-plugins" => match value {
-                "true" => out.allow_experimental = true,
-                "false" => out.allow_experimental = false,
+                "1" | "t" | "T" | "TRUE" | "true" | "True" => out.allow_experimental = true,
+                "0" | "f" | "F" | "FALSE" | "false" | "False" => out.allow_experimental = false,
                 _ => problem(
                     path,
                     "epp-flag-value",
@@ -263,6 +357,24 @@ mod tests {
         assert_eq!(parse_go_duration("50ms"), Some(50_000_000));
         assert_eq!(parse_go_duration("1m30s"), Some(90_000_000_000));
         assert_eq!(parse_go_duration("fast"), None);
+        // Go's special case: a bare zero needs no unit; other numbers do.
+        assert_eq!(parse_go_duration("0"), Some(0));
+        assert_eq!(parse_go_duration("-0"), Some(0));
+        assert_eq!(parse_go_duration("5"), None);
+        assert_eq!(parse_go_duration(""), None);
+        assert_eq!(parse_go_duration("."), None);
+        assert_eq!(parse_go_duration("1.5s"), Some(1_500_000_000));
+        assert_eq!(parse_go_duration(".5ms"), Some(500_000));
+        assert_eq!(parse_go_duration("-2us"), Some(-2_000));
+        assert_eq!(parse_go_duration("3\u{b5}s"), Some(3_000));
+        assert_eq!(parse_go_duration("1h1ns"), Some(3_600_000_000_001));
+        assert_eq!(parse_go_duration("9999999999h"), None, "overflow");
+        // Zero and negative intervals are clamped to the minimum.
+        for text in ["0", "-1s"] {
+            let flags =
+                parse_flags("d.yaml", &[format!("--refresh-metrics-interval={text}")]).unwrap();
+            assert_eq!(flags.refresh_interval_ns, 50_000_000, "{text}");
+        }
         let flags = parse_flags(
             "d.yaml",
             &[
@@ -275,6 +387,26 @@ mod tests {
             flags.refresh_interval_ns, 50_000_000,
             "raised to the 50 ms minimum"
         );
+    }
+
+    #[test]
+    fn only_boolean_flags_may_stand_alone() {
+        let flags = parse_flags("d.yaml", &["--allow-experimental-plugins".into()]).unwrap();
+        assert!(flags.allow_experimental);
+        for alone in ["--pool-name", "--refresh-metrics-interval", "--grpc-port"] {
+            let problems = parse_flags("d.yaml", &[alone.into()]).unwrap_err();
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert_eq!(problems[0].code, "epp-flag-value");
+            assert!(problems[0].message.contains(alone), "{problems:?}");
+        }
+        // As pflag does, a value-taking flag without `=` takes the next
+        // element as its value.
+        let flags = parse_flags(
+            "d.yaml",
+            &["--pool-name".into(), "p".into(), "--tracing".into()],
+        )
+        .unwrap();
+        assert_eq!(flags.pool_name.as_deref(), Some("p"));
     }
 
     #[test]

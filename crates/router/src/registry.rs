@@ -48,9 +48,12 @@ macro_rules! plugins {
 pub const PLUGINS: &[PluginType] = plugins! {
     // Profile handlers (§3.1).
     "single-profile-handler" => ProfileHandler, Some(&[]), false, None, None;
-    "disagg-profile-handler" => ProfileHandler, Some(&["profiles", "deciders", "decodeProfile", "prefillProfile", "encodeProfile", "prefillDeciderPluginName", "encodeDeciderPluginName", "deciderPluginName"]), false, None, None;
-    "pd-profile-handler" => ProfileHandler, Some(&["decodeProfile", "prefillProfile", "prefixPluginType", "prefixPluginName", "primaryPort", "deciderPluginName"]), false, Some("disagg-profile-handler"), Some(NOT_YET);
-    "data-parallel-profile-handler" => ProfileHandler, Some(&["primaryPort"]), false, None, Some(NOT_YET);
+    "disagg-profile-handler" => ProfileHandler, Some(&["stageOrder", "profiles", "deciders", "decodeProfile", "prefillProfile", "encodeProfile", "prefillDeciderPluginName", "encodeDeciderPluginName", "deciderPluginName"]), false, None, None;
+    // Deprecated in v0.7.0, removal v0.9.0 (`RegisterDeprecatedWithPluginDependencies`).
+    "pd-profile-handler" => ProfileHandler, Some(&["decodeProfile", "prefillProfile", "prefixPluginType", "prefixPluginName", "primaryPort", "deciderPluginName", "prefixMatchInfoProducerName"]), false, Some("disagg-profile-handler"), None;
+    // Registered Beta; its factory only logs "Deprecated: Use
+    // simple-profile-handler with Istio >= 1.28.1".
+    "data-parallel-profile-handler" => ProfileHandler, Some(&["primaryPort"]), false, None, None;
     "header-profile-handler" => ProfileHandler, None, true, None, Some(NOT_YET);
     // Deciders (§3.2).
     "prefix-based-pd-decider" => Decider, Some(&["nonCachedTokens", "promptTokens"]), false, None, None;
@@ -78,8 +81,8 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "prefix-cache-scorer" => Scorer, Some(&["matchLengthWeight", "matchLengthScaleTokens", "prefixMatchInfoProducerName"]), false, None, None;
     "token-load-scorer" => Scorer, Some(&["queueThresholdTokens", "inFlightLoadProducerName"]), false, None, None;
     "active-request-scorer" => Scorer, Some(&["idleThreshold", "maxBusyScore", "requestTimeout"]), false, None, None;
-    "no-hit-lru-scorer" => Scorer, Some(&["lruSize", "prefixPluginType", "prefixPluginName"]), false, None, None;
-    "session-affinity-scorer" => Scorer, Some(&[]), true, None, Some(NOT_YET);
+    "no-hit-lru-scorer" => Scorer, Some(&["lruSize", "prefixPluginType", "prefixPluginName", "prefixMatchInfoProducerName"]), false, None, None;
+    "session-affinity-scorer" => Scorer, Some(&["strategy", "encodedEndpointHeaderConfig", "sessionIdConfig", "profileName"]), true, None, None;
     "lora-affinity-scorer" => Scorer, None, false, None, Some("pdsim serves no LoRA adapters");
     "precise-prefix-cache-scorer" => Scorer, None, false, None, Some(EXTERNAL);
     "latency-scorer" => Scorer, None, false, None, Some(EXTERNAL);
@@ -100,8 +103,10 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "predicted-latency-producer" => Producer, None, false, None, Some(EXTERNAL);
     "session-id-producer" => Producer, None, false, None, Some(NOT_YET);
     "mm-embeddings-cache-producer" => Producer, None, false, None, Some("pdsim's workloads carry no multimodal content");
-    "prefill-header-handler" => Other, Some(&["prefillProfile"]), false, Some("disagg-profile-handler"), Some(NOT_YET);
-    "disagg-headers-handler" => Other, Some(&["prefillProfile", "encodeProfile"]), false, Some("disagg-profile-handler"), Some(NOT_YET);
+    // Both names register `HeadersHandlerFactory`, deprecated in v0.9.0,
+    // removal v0.11.0.
+    "prefill-header-handler" => Other, Some(&["prefillProfile", "encodeProfile"]), false, Some("disagg-profile-handler"), None;
+    "disagg-headers-handler" => Other, Some(&["prefillProfile", "encodeProfile"]), false, Some("disagg-profile-handler"), None;
     "request-attribute-reporter" => Other, None, false, None, Some(NOT_YET);
     // Admission and saturation (§6). They act only on sheddable requests
     // (negative InferenceObjective priority, chosen by a request header);
