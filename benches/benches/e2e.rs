@@ -91,6 +91,8 @@ fn main() {
             router: stats.router.to_string(),
             engines: cluster.pools.iter().map(|p| p.pods as u64).sum(),
             gpus: 32,
+            pools: Vec::new(),
+            gpu_hour_usd: None,
         },
     );
     let steps: u64 = stats.cores.iter().map(|c| c.steps).sum();

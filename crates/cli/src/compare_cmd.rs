@@ -3,7 +3,7 @@
 //! a report that explains the difference.
 
 use crate::session::{
-    Failure, Loaded, Prepared, SloArgs, Staging, WorkloadChoice, failure, load_all, prepare,
+    Failure, How, Loaded, Prepared, SloArgs, Staging, WorkloadChoice, failure, load_all, prepare,
     print_failure, results_readme, scaled, simulate,
 };
 use pdsim_report::page::compare_report;
@@ -71,13 +71,20 @@ pub fn folder_names(names: &[String]) -> Vec<String> {
     for (i, name) in names.iter().enumerate() {
         let safe: String = name
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
-        let safe = if out.contains(&safe) || names[..i].iter().chain(&names[i + 1..]).any(|n| n == name) {
-            format!("{i}-{safe}")
-        } else {
-            safe
-        };
+        let safe =
+            if out.contains(&safe) || names[..i].iter().chain(&names[i + 1..]).any(|n| n == name) {
+                format!("{i}-{safe}")
+            } else {
+                safe
+            };
         out.push(safe);
     }
     out
@@ -136,7 +143,10 @@ fn compare(args: &Args) -> Result<(), Failure> {
     // The requests, once per seed for a synthetic shape (the seed draws
     // them), once for all seeds for a trace.
     let synthetic = args.trace.is_none()
-        && matches!(prepared[0].workload, crate::session::DefaultWorkload::Shape(..));
+        && matches!(
+            prepared[0].workload,
+            crate::session::DefaultWorkload::Shape(..)
+        );
     let mut loads: Vec<Loaded> = Vec::new();
     for (i, seed) in seeds.iter().enumerate() {
         if i == 0 || synthetic {
@@ -174,14 +184,21 @@ fn compare(args: &Args) -> Result<(), Failure> {
                 let outcome = simulate(
                     p,
                     &mut scaled(&load.specs, 1.0),
-                    &load.label,
-                    seeds[s],
-                    args.check,
-                    slo,
-                    args.slo.gpu_hour_usd,
+                    How {
+                        trace_label: &load.label,
+                        seed: seeds[s],
+                        check: args.check,
+                        slo,
+                        gpu_hour_usd: args.slo.gpu_hour_usd,
+                    },
                     &mut csv,
                 )
-                .map_err(|f| failure(f.code, format!("{}: {}", p.deployment_file.display(), f.message)))?;
+                .map_err(|f| {
+                    failure(
+                        f.code,
+                        format!("{}: {}", p.deployment_file.display(), f.message),
+                    )
+                })?;
                 csv.finish()
                     .map_err(|e| failure(2, format!("writing {dir}/requests.csv failed: {e}")))?;
                 let json = serde_json::to_string_pretty(&outcome.summary)
@@ -218,7 +235,10 @@ fn compare(args: &Args) -> Result<(), Failure> {
             itl_cdf_ms: cdf(Metric::Itl),
             e2e_cdf_ms: cdf(Metric::E2e),
             series: first.series.clone(),
-            summaries: mine.into_iter().map(|o| o.summary).collect::<Vec<Summary>>(),
+            summaries: mine
+                .into_iter()
+                .map(|o| o.summary)
+                .collect::<Vec<Summary>>(),
         });
     }
     let table = text_table(&runs);
@@ -264,9 +284,15 @@ fn compare(args: &Args) -> Result<(), Failure> {
                 ("summary.json", "every run's summary, and the compared rows"),
                 ("comparison.txt", "the side-by-side table as printed"),
                 ("report.md", "the report, plots linked"),
-                ("report.html", "the same report, self-contained, plots inline"),
+                (
+                    "report.html",
+                    "the same report, self-contained, plots inline",
+                ),
                 ("plots/", "the plots as SVG"),
-                ("runs/<deployment>/seed<N>/", "each run's summary.json and requests.csv"),
+                (
+                    "runs/<deployment>/seed<N>/",
+                    "each run's summary.json and requests.csv",
+                ),
                 ("README.md", "this file"),
             ],
         ),

@@ -5,7 +5,7 @@
 
 use crate::compare_cmd::{pool, progress};
 use crate::session::{
-    Failure, Prepared, SloArgs, Staging, WithDefaults, WorkloadChoice, failure, load_all,
+    Failure, How, Prepared, SloArgs, Staging, WithDefaults, WorkloadChoice, failure, load_all,
     prepare_in, print_failure, results_readme, scaled, simulate,
 };
 use pdsim_report::plan::{LayoutResult, Plan, PlanQuestion, Probe, plan_report, ranking_table};
@@ -155,7 +155,11 @@ struct Candidate {
     source: String,
 }
 
-fn candidates(args: &PlanArgs, scenario: &Path, overlay: &mut Overlay) -> Result<Vec<Candidate>, Failure> {
+fn candidates(
+    args: &PlanArgs,
+    scenario: &Path,
+    overlay: &mut Overlay,
+) -> Result<Vec<Candidate>, Failure> {
     let mut out = Vec::new();
     for d in &args.deployments {
         if !args.vary_nodes {
@@ -169,15 +173,19 @@ fn candidates(args: &PlanArgs, scenario: &Path, overlay: &mut Overlay) -> Result
         let text = WithDefaults
             .read(d)
             .map_err(|e| failure(2, format!("{}: {e:?}", d.display())))?;
-        let doc: serde_yaml::Value = serde_yaml::from_str(&text)
-            .map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
+        let doc: serde_yaml::Value =
+            serde_yaml::from_str(&text).map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
         let pools = doc
             .get("pools")
             .and_then(|p| p.as_sequence())
             .map(|p| p.len())
             .unwrap_or(0);
         let nodes = cluster_nodes(scenario)?;
-        let name = doc.get("name").and_then(|n| n.as_str()).unwrap_or("layout").to_string();
+        let name = doc
+            .get("name")
+            .and_then(|n| n.as_str())
+            .unwrap_or("layout")
+            .to_string();
         for split in splits(pools, nodes) {
             let mut doc = doc.clone();
             let mut tag = Vec::new();
@@ -194,7 +202,10 @@ fn candidates(args: &PlanArgs, scenario: &Path, overlay: &mut Overlay) -> Result
             if let Some(map) = doc.as_mapping_mut() {
                 map.insert("name".into(), format!("{name}@{tag}").into());
             }
-            let stem = d.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let stem = d
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let path = d.with_file_name(format!("{stem}@{tag}.yaml"));
             let yaml = serde_yaml::to_string(&doc).map_err(|e| failure(2, e))?;
             overlay.docs.insert(path.clone(), yaml);
@@ -246,13 +257,21 @@ fn cluster_nodes(scenario: &Path) -> Result<u64, Failure> {
     doc.get("cluster")
         .and_then(|c| c.get("nodes"))
         .and_then(|n| n.as_u64())
-        .ok_or_else(|| failure(1, format!("{}: cluster.nodes is missing", scenario.display())))
+        .ok_or_else(|| {
+            failure(
+                1,
+                format!("{}: cluster.nodes is missing", scenario.display()),
+            )
+        })
 }
 
 fn parse_shard(text: &str) -> Result<[usize; 2], Failure> {
     let bad = || failure(2, format!("--shard {text}: expected I/N with 0 ≤ I < N"));
     let (i, n) = text.split_once('/').ok_or_else(bad)?;
-    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    let (i, n): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
     if n == 0 || i >= n {
         return Err(bad());
     }
@@ -277,11 +296,13 @@ fn search(
         let outcome = simulate(
             p,
             &mut scaled(specs, speedup),
-            label,
-            args.seed,
-            false,
-            slo,
-            args.slo.gpu_hour_usd,
+            How {
+                trace_label: label,
+                seed: args.seed,
+                check: false,
+                slo,
+                gpu_hour_usd: args.slo.gpu_hour_usd,
+            },
             &mut crate::session::Discard,
         )?;
         let s = &outcome.summary;
@@ -313,7 +334,7 @@ fn search(
             hi = Some(s);
             s /= 2.0;
         }
-        if s < 1.0 / 4096.0 || s > 4096.0 {
+        if !(1.0 / 4096.0..=4096.0).contains(&s) {
             break;
         }
     }
@@ -344,7 +365,10 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         return Err(failure(2, "a plan needs an SLO: --slo ttft_ms=…,itl_ms=…"));
     }
     if !(args.attainment > 0.0 && args.attainment <= 1.0) {
-        return Err(failure(2, format!("--attainment {}: must be in (0, 1]", args.attainment)));
+        return Err(failure(
+            2,
+            format!("--attainment {}: must be in (0, 1]", args.attainment),
+        ));
     }
     let shard = args.shard.as_deref().map(parse_shard).transpose()?;
     let mut overlay = Overlay {
@@ -363,7 +387,10 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
             .iter()
             .filter_map(|(c, p)| p.as_ref().err().map(|e| format!("{}: {e}", c.source)))
             .collect();
-        return Err(failure(1, format!("no candidate layout is valid:\n{}", reasons.join("\n"))));
+        return Err(failure(
+            1,
+            format!("no candidate layout is valid:\n{}", reasons.join("\n")),
+        ));
     };
     let mut loaded = load_all(
         first,
@@ -378,16 +405,26 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         loaded.specs.truncate(n);
     }
     if loaded.specs.len() < 2 {
-        return Err(failure(1, "the trace needs at least two requests to have a rate"));
+        return Err(failure(
+            1,
+            "the trace needs at least two requests to have a rate",
+        ));
     }
     let span_s = loaded
         .specs
         .last()
-        .map(|l| l.arrival.as_ns().saturating_sub(loaded.specs[0].arrival.as_ns()))
+        .map(|l| {
+            l.arrival
+                .as_ns()
+                .saturating_sub(loaded.specs[0].arrival.as_ns())
+        })
         .unwrap_or(0) as f64
         / 1e9;
     if span_s <= 0.0 {
-        return Err(failure(1, "every request of the trace arrives at once: it has no rate to scale"));
+        return Err(failure(
+            1,
+            "every request of the trace arrives at once: it has no rate to scale",
+        ));
     }
     let base_rate = loaded.specs.len() as f64 / span_s;
     let slo_text = {
@@ -488,7 +525,10 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
     let json = serde_json::to_string_pretty(plan).map_err(|e| failure(2, e))? + "\n";
     staging.write("plan.json", &json)?;
     let table = ranking_table(plan);
-    let mut files = vec![("plan.json", "every layout's search: each probe's rate, SLO attainment and latencies")];
+    let mut files = vec![(
+        "plan.json",
+        "every layout's search: each probe's rate, SLO attainment and latencies",
+    )];
     if plan.shard.is_none() {
         let doc = plan_report(plan);
         staging.write("report.md", doc.markdown())?;
@@ -497,8 +537,14 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
             staging.write(&format!("plots/{name}.svg"), svg)?;
         }
         files.extend([
-            ("report.md", "the ranking, the Pareto front and latency against rate"),
-            ("report.html", "the same report, self-contained, plots inline"),
+            (
+                "report.md",
+                "the ranking, the Pareto front and latency against rate",
+            ),
+            (
+                "report.html",
+                "the same report, self-contained, plots inline",
+            ),
             ("plots/", "the plots as SVG"),
         ]);
     }
@@ -515,7 +561,11 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
     let out = staging.commit()?;
     let mut stdout = std::io::stdout().lock();
     let what = match plan.shard {
-        Some([i, n]) => format!("shard {i}/{n}: {} of {} layouts; join the shards with `pdsim plan merge`\n", plan.layouts.len(), plan.layout_names.len()),
+        Some([i, n]) => format!(
+            "shard {i}/{n}: {} of {} layouts; join the shards with `pdsim plan merge`\n",
+            plan.layouts.len(),
+            plan.layout_names.len()
+        ),
         None => String::new(),
     };
     let _ = write!(stdout, "{table}\n{what}results: {}\n", out.display());
@@ -525,7 +575,11 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
 fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
     let mut plans = Vec::new();
     for part in parts {
-        let file = if part.is_dir() { part.join("plan.json") } else { part.clone() };
+        let file = if part.is_dir() {
+            part.join("plan.json")
+        } else {
+            part.clone()
+        };
         let text = std::fs::read_to_string(&file)
             .map_err(|e| failure(2, format!("{}: {e}", file.display())))?;
         let plan: Plan = serde_json::from_str(&text)
@@ -533,8 +587,8 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
         plans.push(plan);
     }
     let plan = Plan::merge(plans).map_err(|e| failure(1, e))?;
-    let out = out
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("results").join(format!("plan--{}", plan.question.scenario)));
+    let out = out.map(Path::to_path_buf).unwrap_or_else(|| {
+        PathBuf::from("results").join(format!("plan--{}", plan.question.scenario))
+    });
     write_plan(&plan, &out, parts)
 }

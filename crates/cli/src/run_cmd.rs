@@ -5,10 +5,11 @@
 //! `deployments/default.yaml` and the bundled `traces/default.jsonl`.
 
 use crate::session::{
-    DEFAULT_DEPLOYMENT, DEFAULT_SCENARIO, Failure, SloArgs, Staging, WorkloadChoice, failure,
+    DEFAULT_DEPLOYMENT, DEFAULT_SCENARIO, Failure, How, SloArgs, Staging, WorkloadChoice, failure,
     open_source, prepare, results_readme, simulate,
 };
 use pdsim_report::page::run_report;
+use pdsim_report::perfetto::PerfettoSink;
 use pdsim_report::series::SeriesSink;
 use pdsim_report::{CsvSink, LinkCsvSink, Tee, render_text};
 use std::io::Write;
@@ -50,6 +51,10 @@ pub struct Args {
     format: crate::validate_cmd::Format,
     #[command(flatten)]
     slo: SloArgs,
+    /// Also write a Chrome/Perfetto trace: a track per engine core (steps
+    /// with their batch), KV transfers, link utilisation.
+    #[arg(long, value_name = "FILE")]
+    perfetto: Option<PathBuf>,
 }
 
 /// Exit codes of `run`: 0 done, 1 invalid input (documents, trace rows, a
@@ -105,26 +110,71 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         prepared.pools.iter().map(|p| p.name.clone()).collect(),
         Some(staging.file("timeseries.csv")?),
     );
+    // The Perfetto trace goes beside its final name until the run ends.
+    let perfetto_partial = args.perfetto.as_ref().map(|p| {
+        let mut name = p.file_name().unwrap_or_default().to_os_string();
+        name.push(".partial");
+        p.with_file_name(name)
+    });
+    let mut perfetto = match &perfetto_partial {
+        Some(path) => Some(PerfettoSink::new(
+            std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .map_err(|e| failure(2, format!("cannot write {}: {e}", path.display())))?,
+            ),
+            prepared.pools.iter().map(|p| p.name.clone()).collect(),
+        )),
+        None => None,
+    };
+    let mut no_trace = crate::session::Discard;
     let outcome = {
         let mut files = Tee {
             first: &mut csv,
             second: &mut links,
         };
+        let mut traced = Tee {
+            first: &mut files,
+            second: match perfetto.as_mut() {
+                Some(p) => p,
+                None => &mut no_trace,
+            },
+        };
         let mut all = Tee {
             first: &mut series,
-            second: &mut files,
+            second: &mut traced,
         };
         simulate(
             &prepared,
             &mut source.requests,
-            &source.label,
-            args.seed,
-            args.check,
-            slo,
-            args.slo.gpu_hour_usd,
+            How {
+                trace_label: &source.label,
+                seed: args.seed,
+                check: args.check,
+                slo,
+                gpu_hour_usd: args.slo.gpu_hour_usd,
+            },
             &mut all,
-        )?
+        )
     };
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(f) => {
+            if let Some(path) = &perfetto_partial {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(f);
+        }
+    };
+    if let (Some(sink), Some(partial), Some(path)) = (perfetto, &perfetto_partial, &args.perfetto) {
+        sink.finish()
+            .map_err(|e| failure(2, format!("writing {} failed: {e}", partial.display())))?;
+        std::fs::rename(partial, path).map_err(|e| {
+            failure(
+                2,
+                format!("cannot move the trace to {}: {e}", path.display()),
+            )
+        })?;
+    }
     csv.finish()
         .map_err(|e| failure(2, format!("writing requests.csv failed: {e}")))?;
     links
@@ -150,7 +200,10 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     staging.write(
         "README.md",
         results_readme(
-            &format!("pdsim run: {} on {}", prepared.deployment, prepared.scenario),
+            &format!(
+                "pdsim run: {} on {}",
+                prepared.deployment, prepared.scenario
+            ),
             &args.seed.to_string(),
             &inputs,
             &RUN_FILES,
@@ -168,11 +221,23 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
 /// What a run's results folder holds.
 pub const RUN_FILES: [(&str, &str); 8] = [
     ("summary.json", "every figure, units in the key names"),
-    ("requests.csv", "one row per request: times, phases, pods, outcome"),
-    ("timeseries.csv", "every engine core once per simulated second: queue, running, KV usage, prefix hits, busy share"),
-    ("links.csv", "each link KV transfers used, utilisation per second"),
+    (
+        "requests.csv",
+        "one row per request: times, phases, pods, outcome",
+    ),
+    (
+        "timeseries.csv",
+        "every engine core once per simulated second: queue, running, KV usage, prefix hits, busy share",
+    ),
+    (
+        "links.csv",
+        "each link KV transfers used, utilisation per second",
+    ),
     ("report.md", "the report, plots linked"),
-    ("report.html", "the same report, self-contained, plots inline"),
+    (
+        "report.html",
+        "the same report, self-contained, plots inline",
+    ),
     ("plots/", "the plots as SVG"),
     ("README.md", "this file"),
 ];

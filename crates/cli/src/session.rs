@@ -146,7 +146,10 @@ pub fn prepare_in(
     else {
         return Err(failure(
             1,
-            format!("{}\nthe documents are invalid (see above)", problems.join("\n")),
+            format!(
+                "{}\nthe documents are invalid (see above)",
+                problems.join("\n")
+            ),
         ));
     };
     let mut notes = problems;
@@ -290,7 +293,10 @@ pub struct WorkloadChoice<'a> {
     pub seed: u64,
 }
 
-pub fn open_source(p: &Prepared, choice: &WorkloadChoice) -> Result<(Source, Option<PathBuf>), Failure> {
+pub fn open_source(
+    p: &Prepared,
+    choice: &WorkloadChoice,
+) -> Result<(Source, Option<PathBuf>), Failure> {
     let header = p.trace_header.as_ref();
     let trace = choice.trace.map(Path::to_path_buf).or(match &p.workload {
         DefaultWorkload::Trace(path) => Some(path.clone()),
@@ -308,8 +314,8 @@ pub fn open_source(p: &Prepared, choice: &WorkloadChoice) -> Result<(Source, Opt
             Err(e) => return Err(failure(2, format!("{}: {e}", path.display()))),
         };
         let name = path.display().to_string();
-        let reader = TraceReader::sniff(BufReader::new(file), &name, header)
-            .map_err(|e| failure(1, e))?;
+        let reader =
+            TraceReader::sniff(BufReader::new(file), &name, header).map_err(|e| failure(1, e))?;
         return Ok((tapped(name, reader), Some(path)));
     }
     match &p.workload {
@@ -322,7 +328,8 @@ pub fn open_source(p: &Prepared, choice: &WorkloadChoice) -> Result<(Source, Opt
                     ),
                 ));
             };
-            let s = Synthetic::new(name, shape, count, rate, choice.seed).map_err(|e| failure(1, e))?;
+            let s =
+                Synthetic::new(name, shape, count, rate, choice.seed).map_err(|e| failure(1, e))?;
             Ok((tapped(format!("shape {name} at {rate} req/s"), s), None))
         }
         _ => {
@@ -385,12 +392,18 @@ impl SloArgs {
             let slo = Slo::parse(body).map_err(|e| failure(2, format!("--slo {text}: {e}")))?;
             match class {
                 None if all.is_some() => {
-                    return Err(failure(2, format!("--slo {text}: an SLO for every request is already given")));
+                    return Err(failure(
+                        2,
+                        format!("--slo {text}: an SLO for every request is already given"),
+                    ));
                 }
                 None => all = Some(slo),
                 Some(c) => {
                     if named.insert(c.clone(), slo).is_some() {
-                        return Err(failure(2, format!("--slo {text}: class `{c}` already has an SLO")));
+                        return Err(failure(
+                            2,
+                            format!("--slo {text}: class `{c}` already has an SLO"),
+                        ));
                     }
                 }
             }
@@ -398,7 +411,10 @@ impl SloArgs {
         if let Some(price) = self.gpu_hour_usd
             && (!price.is_finite() || price <= 0.0)
         {
-            return Err(failure(2, format!("--gpu-hour-usd {price}: must be a positive number of USD")));
+            return Err(failure(
+                2,
+                format!("--gpu-hour-usd {price}: must be a positive number of USD"),
+            ));
         }
         Ok((all, named))
     }
@@ -435,18 +451,31 @@ pub struct Outcome {
     pub series: Vec<PoolSeries>,
 }
 
+/// How one simulation runs and is reported.
+pub struct How<'a> {
+    pub trace_label: &'a str,
+    pub seed: u64,
+    /// Check the engines' invariants after every step.
+    pub check: bool,
+    pub slo: SloPlan,
+    pub gpu_hour_usd: Option<f64>,
+}
+
 /// Runs `requests` through the prepared cluster; `extra` also sees every
 /// record (the CSV writers of `run`).
 pub fn simulate(
     p: &Prepared,
     requests: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
-    trace_label: &str,
-    seed: u64,
-    check: bool,
-    slo: SloPlan,
-    gpu_hour_usd: Option<f64>,
+    how: How,
     extra: &mut dyn RecordSink,
 ) -> Result<Outcome, Failure> {
+    let How {
+        trace_label,
+        seed,
+        check,
+        slo,
+        gpu_hour_usd,
+    } = how;
     let mut aggregator = Aggregator::with_slo(slo);
     let mut series: SeriesSink<std::io::Sink> =
         SeriesSink::new(p.pools.iter().map(|x| x.name.clone()).collect(), None);
@@ -497,7 +526,10 @@ pub fn simulate(
 
 /// Replays in-memory requests with their arrival times divided by
 /// `speedup` (2.0 doubles the request rate).
-pub fn scaled(specs: &[RequestSpec], speedup: f64) -> impl Iterator<Item = Result<RequestSpec, TraceError>> + '_ {
+pub fn scaled(
+    specs: &[RequestSpec],
+    speedup: f64,
+) -> impl Iterator<Item = Result<RequestSpec, TraceError>> + '_ {
     specs.iter().map(move |s| {
         let mut s = s.clone();
         if speedup != 1.0 {
@@ -562,7 +594,10 @@ impl Staging {
                 .map_err(|e| failure(2, format!("cannot replace {}: {e}", self.out.display())))?;
         }
         std::fs::rename(&self.dir, &self.out).map_err(|e| {
-            failure(2, format!("cannot move results into {}: {e}", self.out.display()))
+            failure(
+                2,
+                format!("cannot move results into {}: {e}", self.out.display()),
+            )
         })?;
         self.committed = true;
         Ok(self.out.clone())
@@ -591,7 +626,12 @@ pub fn digest(path: &Path) -> String {
 }
 
 /// The README of a results folder: how to replay it byte for byte.
-pub fn results_readme(title: &str, seeds: &str, inputs: &[PathBuf], files: &[(&str, &str)]) -> String {
+pub fn results_readme(
+    title: &str,
+    seeds: &str,
+    inputs: &[PathBuf],
+    files: &[(&str, &str)],
+) -> String {
     // `--out` and `--jobs` do not change the results, so they are left out
     // and the README is the same wherever and however the run was made.
     let mut args: Vec<String> = Vec::new();

@@ -300,15 +300,51 @@ fn run_with_no_arguments_is_deterministic_to_the_byte() {
     let (code, stdout, stderr) = pdsim(&["run", "--out", &a.to_string_lossy()]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("2000 completed"), "{stdout}");
-    let (code, _, _) = pdsim(&["run", "--check", "--out", &b.to_string_lossy()]);
+    let trace_a = Path::new(env!("CARGO_TARGET_TMPDIR")).join("default-a.perfetto.json");
+    let trace_b = Path::new(env!("CARGO_TARGET_TMPDIR")).join("default-b.perfetto.json");
+    let (code, _, _) = pdsim(&[
+        "run",
+        "--check",
+        "--perfetto",
+        &trace_b.to_string_lossy(),
+        "--out",
+        &b.to_string_lossy(),
+    ]);
     assert_eq!(code, 0);
-    for file in ["summary.json", "requests.csv"] {
+    let (code, _, _) = pdsim(&[
+        "run",
+        "--perfetto",
+        &trace_a.to_string_lossy(),
+        "--out",
+        &out_dir("default-c").to_string_lossy(),
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        std::fs::read(&trace_a).unwrap() == std::fs::read(&trace_b).unwrap(),
+        "the Perfetto trace differs between two runs with the same seed"
+    );
+    let perfetto: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace_a).unwrap()).unwrap();
+    assert!(perfetto["traceEvents"].as_array().unwrap().len() > 1000);
+    for file in [
+        "summary.json",
+        "requests.csv",
+        "timeseries.csv",
+        "links.csv",
+        "report.md",
+        "report.html",
+        "plots/ttft_cdf.svg",
+    ] {
         let (x, y) = (
             std::fs::read(a.join(file)).unwrap(),
             std::fs::read(b.join(file)).unwrap(),
         );
         assert!(x == y, "{file} differs between two runs with the same seed");
     }
+    // The README records the command (which differs here) and the inputs'
+    // digests.
+    let readme = std::fs::read_to_string(a.join("README.md")).unwrap();
+    assert!(readme.contains("Seed(s): 0") && readme.contains("builtin:traces/default.jsonl"));
     let csv = std::fs::read_to_string(a.join("requests.csv")).unwrap();
     assert_eq!(
         csv.lines().count(),

@@ -17,6 +17,6 @@ mod sim;
 pub use build::{BuildError, Cluster, PoolRuntime, build, build_with_router, default_acceptance};
 pub use records::{
     CoreSample, LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord,
-    SAMPLE_NS,
+    SAMPLE_NS, StepSample,
 };
 pub use sim::{CoreStats, RunError, RunStats, run};

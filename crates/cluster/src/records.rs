@@ -83,6 +83,28 @@ pub trait RecordSink {
     /// One engine core's state at a sample time, every [`SAMPLE_NS`] while
     /// the run is busy, cores in order.
     fn core_sample(&mut self, _sample: &CoreSample) {}
+    /// An engine core started a step (cores of a lockstep group share its
+    /// duration).
+    fn step(&mut self, _step: &StepSample) {}
+}
+
+/// One engine step: where, when, how long, and the batch's composition.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct StepSample {
+    /// The core's index over the whole cluster, pools in order.
+    pub core: u32,
+    pub pool: u16,
+    pub pod: u32,
+    pub rank: u16,
+    pub start: SimTime,
+    pub duration: pdsim_core::SimDuration,
+    pub requests: u32,
+    pub prefill_requests: u32,
+    pub decode_requests: u32,
+    pub prefill_tokens: u32,
+    pub decode_tokens: u32,
+    /// Tokens after CUDA-graph padding.
+    pub padded_tokens: u32,
 }
 
 /// The period of the per-core time series.

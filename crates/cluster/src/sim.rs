@@ -19,7 +19,9 @@
 
 use crate::build::Cluster;
 use crate::fabric::Network;
-use crate::records::{CoreSample, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS};
+use crate::records::{
+    CoreSample, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS, StepSample,
+};
 use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
 use pdsim_cost::StepCost;
 use pdsim_engine::{Engine, EngineEvent, KvTransfer, NewRequest};
@@ -96,13 +98,29 @@ pub struct RunStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Arrival,
-    Admit { id: RequestId, core: u32 },
-    StepDone { group: u32 },
-    TransferStart { id: RequestId },
-    LoadStart { id: RequestId, core: u32 },
-    NetworkTick { generation: u64 },
-    HoldExpiry { id: RequestId },
-    Scrape { pod: u32 },
+    Admit {
+        id: RequestId,
+        core: u32,
+    },
+    StepDone {
+        group: u32,
+    },
+    TransferStart {
+        id: RequestId,
+    },
+    LoadStart {
+        id: RequestId,
+        core: u32,
+    },
+    NetworkTick {
+        generation: u64,
+    },
+    HoldExpiry {
+        id: RequestId,
+    },
+    Scrape {
+        pod: u32,
+    },
     /// Every core's state is handed to the sink for the time series.
     Sample,
 }
@@ -247,6 +265,8 @@ struct Sim<'a> {
     scraping: usize,
     /// Whether the sample loop is running.
     sampling: bool,
+    /// The steps a group starts, reused.
+    steps_buf: Vec<StepSample>,
 }
 
 /// Runs `source` through `cluster` to the end, handing every request's
@@ -449,6 +469,7 @@ impl<'a> Sim<'a> {
             scrape_interval,
             scraping: 0,
             sampling: false,
+            steps_buf: Vec::new(),
             rejected_records: Vec::new(),
         }
     }
@@ -715,11 +736,26 @@ impl<'a> Sim<'a> {
         let (first, len) = (self.groups[group].first, self.groups[group].len);
         let mut longest = StepCost::default();
         let mut any = false;
+        let mut steps = std::mem::take(&mut self.steps_buf);
         for core in first..first + len {
             let pool = self.cores[core].pool;
             if let Some(batch) = self.cores[core].engine.schedule() {
                 let cost = self.cluster.pools[pool].cost.step(&batch);
                 let c = &mut self.cores[core];
+                steps.push(StepSample {
+                    core: core as u32,
+                    pool: c.stats.pool,
+                    pod: c.stats.pod,
+                    rank: c.stats.rank,
+                    start: self.now,
+                    duration: SimDuration::ZERO,
+                    requests: batch.num_reqs,
+                    prefill_requests: batch.prefill_reqs,
+                    decode_requests: batch.decode_reqs,
+                    prefill_tokens: batch.prefill_tokens,
+                    decode_tokens: batch.decode_tokens,
+                    padded_tokens: batch.padded_tokens,
+                });
                 c.stats.tokens_scheduled += batch.tokens() as u64;
                 c.stats.tokens_padded += batch.padded_tokens as u64;
                 c.stats.compute_ns += cost.compute_ns;
@@ -745,6 +781,10 @@ impl<'a> Sim<'a> {
                 c.stats.busy_ns += duration.as_ns();
                 c.stats.steps += 1;
             }
+            for step in steps.iter_mut() {
+                step.duration = duration;
+                sink.step(step);
+            }
             self.push(
                 self.now + duration,
                 Event::StepDone {
@@ -752,6 +792,8 @@ impl<'a> Sim<'a> {
                 },
             );
         }
+        steps.clear();
+        self.steps_buf = steps;
     }
 
     fn step_done(&mut self, group: usize, sink: &mut dyn RecordSink) -> Result<(), RunError> {

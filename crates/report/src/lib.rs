@@ -7,6 +7,7 @@
 //! writes to any `std::io::Write` it is given and opens no file itself.
 
 pub mod page;
+pub mod perfetto;
 pub mod plan;
 pub mod plot;
 pub mod series;
@@ -14,9 +15,9 @@ pub mod slo;
 pub mod table;
 
 use hdrhistogram::Histogram;
-pub use slo::{ClassNames, Goodput, Slo, SloPlan};
 use pdsim_cluster::{Outcome, RecordSink, RequestRecord, RunStats};
 use serde::Serialize;
+pub use slo::{ClassNames, Goodput, Slo, SloPlan};
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -739,6 +740,10 @@ impl RecordSink for Tee<'_> {
     fn core_sample(&mut self, sample: &pdsim_cluster::CoreSample) {
         self.first.core_sample(sample);
         self.second.core_sample(sample);
+    }
+    fn step(&mut self, step: &pdsim_cluster::StepSample) {
+        self.first.step(step);
+        self.second.step(step);
     }
 }
 

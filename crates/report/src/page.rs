@@ -13,7 +13,10 @@ use crate::{Metric, Summary};
 pub enum Block {
     Markdown(String),
     /// A plot: file stem and SVG.
-    Plot { name: String, svg: String },
+    Plot {
+        name: String,
+        svg: String,
+    },
 }
 
 /// A report, ready to render.
@@ -218,7 +221,11 @@ pub fn markdown_to_html(text: &str) -> String {
 }
 
 /// CDF plot of one latency for several runs.
-pub fn cdf_plot(title: &str, series: Vec<(String, Vec<(f64, f64)>)>, slo_ms: Option<f64>) -> Result<String, String> {
+pub fn cdf_plot(
+    title: &str,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+    slo_ms: Option<f64>,
+) -> Result<String, String> {
     plot::line_chart(&LineChart {
         title: title.to_string(),
         x_label: "milliseconds (log scale)".into(),
@@ -228,6 +235,28 @@ pub fn cdf_plot(title: &str, series: Vec<(String, Vec<(f64, f64)>)>, slo_ms: Opt
         v_line: slo_ms.map(|v| (v, format!("SLO {v} ms"))),
         log_x: true,
     })
+}
+
+/// Most points a time-series line keeps: a long run's seconds are
+/// averaged in equal groups, so the plot shows the trend, not the noise.
+const MAX_POINTS: usize = 400;
+
+/// Averages consecutive points in groups so that at most `max` remain.
+pub fn thin(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
+    if points.len() <= max || max == 0 {
+        return points.to_vec();
+    }
+    let group = points.len().div_ceil(max);
+    points
+        .chunks(group)
+        .map(|c| {
+            let n = c.len() as f64;
+            (
+                c.iter().map(|p| p.0).sum::<f64>() / n,
+                c.iter().map(|p| p.1).sum::<f64>() / n,
+            )
+        })
+        .collect()
 }
 
 /// A per-pool series plot (one line per run and pool).
@@ -245,7 +274,9 @@ pub fn pool_plot(
             } else {
                 pool.name.clone()
             };
-            series.push((name, pool.points.iter().map(|p| (p.time_s, value(p))).collect()));
+            let points: Vec<(f64, f64)> =
+                pool.points.iter().map(|p| (p.time_s, value(p))).collect();
+            series.push((name, thin(&points, MAX_POINTS)));
         }
     }
     plot::line_chart(&LineChart {
@@ -304,14 +335,22 @@ pub fn run_report(
         .map(|c| c.slo);
     for (metric, cdf) in cdfs {
         let (name, title, line) = match metric {
-            Metric::Ttft => ("ttft_cdf", "Time to first token", slo.and_then(|s| s.ttft_ms)),
+            Metric::Ttft => (
+                "ttft_cdf",
+                "Time to first token",
+                slo.and_then(|s| s.ttft_ms),
+            ),
             Metric::Itl => ("itl_cdf", "Inter-token latency", slo.and_then(|s| s.itl_ms)),
             Metric::E2e => ("e2e_cdf", "End-to-end latency", slo.and_then(|s| s.e2e_ms)),
             _ => continue,
         };
         doc.plot(
             name,
-            cdf_plot(title, vec![(summary.run.deployment.clone(), cdf.clone())], line),
+            cdf_plot(
+                title,
+                vec![(summary.run.deployment.clone(), cdf.clone())],
+                line,
+            ),
         );
     }
     doc.text("## Where the time goes\n\n");
@@ -325,21 +364,36 @@ pub fn run_report(
 
 /// Per-pool time-series plots.
 pub fn pool_section(doc: &mut Document, runs: &[(&str, &[PoolSeries])]) {
-    if runs.iter().all(|(_, s)| s.iter().all(|p| p.points.is_empty())) {
+    if runs
+        .iter()
+        .all(|(_, s)| s.iter().all(|p| p.points.is_empty()))
+    {
         return;
     }
-    doc.text("## Pools over time\n\nOne sample per simulated second; `timeseries.csv` has every engine core.\n\n");
+    doc.text("## Pools over time\n\nOne sample per simulated second, averaged in groups on long runs; `timeseries.csv` has every engine core at every second.\n\n");
     doc.plot(
         "kv_usage",
-        pool_plot("KV cache usage per pool (mean over engines)", "share of KV blocks", runs, |p| p.kv_usage),
+        pool_plot(
+            "KV cache usage per pool (mean over engines)",
+            "share of KV blocks",
+            runs,
+            |p| p.kv_usage,
+        ),
     );
     doc.plot(
         "queue_depth",
-        pool_plot("Requests waiting per pool", "requests", runs, |p| p.waiting as f64),
+        pool_plot("Requests waiting per pool", "requests", runs, |p| {
+            p.waiting as f64
+        }),
     );
     doc.plot(
         "busy",
-        pool_plot("Engine busy share per pool", "share of time stepping", runs, |p| p.busy_share),
+        pool_plot(
+            "Engine busy share per pool",
+            "share of time stepping",
+            runs,
+            |p| p.busy_share,
+        ),
     );
 }
 
@@ -358,7 +412,10 @@ pub fn compare_report(
         runs.first().map(|r| r.deployment.as_str()).unwrap_or("")
     ));
     doc.text(format!("## Verdict\n\n{}\n", table::verdict(runs)));
-    doc.text(format!("## Side by side\n\n{}\n", table::markdown_table(runs)));
+    doc.text(format!(
+        "## Side by side\n\n{}\n",
+        table::markdown_table(runs)
+    ));
     doc.text(format!(
         "## Per-pool utilisation (first seed)\n\n{}\n",
         table::pools_markdown(runs)
@@ -394,15 +451,27 @@ pub fn compare_report(
     };
     doc.plot(
         "ttft_cdf",
-        cdf_plot("Time to first token", pick(|r| &r.ttft_cdf_ms), slo.and_then(|s| s.ttft_ms)),
+        cdf_plot(
+            "Time to first token",
+            pick(|r| &r.ttft_cdf_ms),
+            slo.and_then(|s| s.ttft_ms),
+        ),
     );
     doc.plot(
         "itl_cdf",
-        cdf_plot("Inter-token latency", pick(|r| &r.itl_cdf_ms), slo.and_then(|s| s.itl_ms)),
+        cdf_plot(
+            "Inter-token latency",
+            pick(|r| &r.itl_cdf_ms),
+            slo.and_then(|s| s.itl_ms),
+        ),
     );
     doc.plot(
         "e2e_cdf",
-        cdf_plot("End-to-end latency", pick(|r| &r.e2e_cdf_ms), slo.and_then(|s| s.e2e_ms)),
+        cdf_plot(
+            "End-to-end latency",
+            pick(|r| &r.e2e_cdf_ms),
+            slo.and_then(|s| s.e2e_ms),
+        ),
     );
     let series: Vec<(&str, &[PoolSeries])> = runs
         .iter()
@@ -415,6 +484,16 @@ pub fn compare_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thinning_averages_groups_and_keeps_short_series() {
+        let pts: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, i as f64)).collect();
+        assert_eq!(thin(&pts, 20), pts);
+        assert_eq!(
+            thin(&pts, 5),
+            vec![(0.5, 0.5), (2.5, 2.5), (4.5, 4.5), (6.5, 6.5), (8.5, 8.5)]
+        );
+    }
 
     #[test]
     fn markdown_tables_lists_and_code_become_html() {
@@ -439,7 +518,10 @@ mod tests {
         assert!(doc.markdown().contains("could not be drawn: no data"));
         let html = doc.html();
         assert!(html.contains("<figure id=\"p\"><svg>x</svg></figure>"));
-        assert!(!html.contains("http"), "a self-contained page links nothing");
+        assert!(
+            !html.contains("http"),
+            "a self-contained page links nothing"
+        );
         assert_eq!(doc.plots(), vec![("p", "<svg>x</svg>")]);
     }
 }

@@ -147,9 +147,9 @@ impl Plan {
         points
             .iter()
             .filter(|(i, x, y)| {
-                !points.iter().any(|(j, x2, y2)| {
-                    j != i && x2 >= x && y2 <= y && (x2 > x || y2 < y)
-                })
+                !points
+                    .iter()
+                    .any(|(j, x2, y2)| j != i && x2 >= x && y2 <= y && (x2 > x || y2 < y))
             })
             .map(|(i, _, _)| *i)
             .collect()
@@ -161,7 +161,11 @@ impl Plan {
         order.sort_by(|a, b| {
             b.rate_per_gpu()
                 .total_cmp(&a.rate_per_gpu())
-                .then(b.max_rate_req_s.unwrap_or(0.0).total_cmp(&a.max_rate_req_s.unwrap_or(0.0)))
+                .then(
+                    b.max_rate_req_s
+                        .unwrap_or(0.0)
+                        .total_cmp(&a.max_rate_req_s.unwrap_or(0.0)),
+                )
                 .then(a.index.cmp(&b.index))
         });
         order
@@ -249,7 +253,9 @@ pub fn plan_report(plan: &Plan) -> Document {
     }
     let need = plan.nodes_for_target();
     if let Some(target) = q.target_rate_req_s {
-        let mut text = format!("## Fewest nodes for {target} req/s\n\nEach layout replicated as often as the target needs (independent replicas behind one router).\n\n| layout | replicas | nodes |\n|---|---:|---:|\n");
+        let mut text = format!(
+            "## Fewest nodes for {target} req/s\n\nEach layout replicated as often as the target needs (independent replicas behind one router).\n\n| layout | replicas | nodes |\n|---|---:|---:|\n"
+        );
         for (i, replicas, nodes) in &need {
             text.push_str(&format!(
                 "| {} | {replicas} | {nodes} |\n",
@@ -279,7 +285,12 @@ pub fn plan_report(plan: &Plan) -> Document {
                 .iter()
                 .filter_map(|l| {
                     l.best().map(|b| {
-                        (l.name.clone(), l.rate_per_gpu(), b.ttft_ms_p99, front.contains(&l.index))
+                        (
+                            l.name.clone(),
+                            l.rate_per_gpu(),
+                            b.ttft_ms_p99,
+                            front.contains(&l.index),
+                        )
                     })
                 })
                 .collect(),
@@ -305,7 +316,9 @@ pub fn plan_report(plan: &Plan) -> Document {
             x_label: "requests per second".into(),
             y_label: "TTFT p99 (ms)".into(),
             series: curve(|p| p.ttft_ms_p99),
-            h_line: slo.and_then(|s| s.ttft_ms).map(|v| (v, format!("SLO {v} ms"))),
+            h_line: slo
+                .and_then(|s| s.ttft_ms)
+                .map(|v| (v, format!("SLO {v} ms"))),
             ..LineChart::default()
         }),
     );
@@ -316,7 +329,9 @@ pub fn plan_report(plan: &Plan) -> Document {
             x_label: "requests per second".into(),
             y_label: "ITL p99 (ms)".into(),
             series: curve(|p| p.itl_ms_p99),
-            h_line: slo.and_then(|s| s.itl_ms).map(|v| (v, format!("SLO {v} ms"))),
+            h_line: slo
+                .and_then(|s| s.itl_ms)
+                .map(|v| (v, format!("SLO {v} ms"))),
             ..LineChart::default()
         }),
     );
@@ -393,15 +408,29 @@ mod tests {
 
     #[test]
     fn merging_needs_every_shard_once() {
-        let a = plan(vec![layout(0, 8, Some(1.0), 1.0), layout(2, 8, None, 0.0)], Some([0, 2]));
+        let a = plan(
+            vec![layout(0, 8, Some(1.0), 1.0), layout(2, 8, None, 0.0)],
+            Some([0, 2]),
+        );
         let b = plan(vec![layout(1, 8, Some(2.0), 1.0)], Some([1, 2]));
         let whole = Plan::merge(vec![b.clone(), a.clone()]).unwrap();
-        assert_eq!(whole.layouts.iter().map(|l| l.index).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(
+            whole.layouts.iter().map(|l| l.index).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
         assert_eq!(whole.shard, None);
-        assert!(Plan::merge(vec![a.clone()]).unwrap_err().contains("layout 1"));
+        assert!(
+            Plan::merge(vec![a.clone()])
+                .unwrap_err()
+                .contains("layout 1")
+        );
         assert!(Plan::merge(vec![a.clone(), a.clone(), b.clone()]).is_err());
         let mut other = b;
         other.question.seed = 7;
-        assert!(Plan::merge(vec![a, other]).unwrap_err().contains("different plan"));
+        assert!(
+            Plan::merge(vec![a, other])
+                .unwrap_err()
+                .contains("different plan")
+        );
     }
 }

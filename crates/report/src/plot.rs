@@ -60,11 +60,7 @@ fn err(e: impl std::fmt::Display) -> String {
 /// Draws a line chart as SVG.
 pub fn line_chart(chart: &LineChart) -> Result<String, String> {
     let fx = |x: f64| {
-        if chart.log_x {
-            x.max(1e-3).log10()
-        } else {
-            x
-        }
+        if chart.log_x { x.max(1e-3).log10() } else { x }
     };
     let xs = chart
         .series
@@ -158,7 +154,12 @@ pub struct StackedBars {
 pub fn stacked_bars(bars: &StackedBars) -> Result<String, String> {
     let n = bars.categories.len().max(1);
     let totals: Vec<f64> = (0..n)
-        .map(|i| bars.parts.iter().map(|(_, v)| v.get(i).copied().unwrap_or(0.0)).sum())
+        .map(|i| {
+            bars.parts
+                .iter()
+                .map(|(_, v)| v.get(i).copied().unwrap_or(0.0))
+                .sum()
+        })
         .collect();
     let top = totals.iter().copied().fold(0.0, f64::max).max(1e-9) * 1.08;
     let mut svg = String::new();
@@ -299,6 +300,8 @@ pub fn short(v: f64) -> String {
         format!("{v:.0}")
     } else if a >= 1.0 {
         format!("{v:.1}")
+    } else if (v * 100.0).fract().abs() < 1e-9 {
+        format!("{v:.2}")
     } else {
         format!("{v:.3}")
     }
@@ -327,7 +330,10 @@ mod tests {
             title: "phases".into(),
             y_label: "ms".into(),
             categories: vec!["a".into(), "b".into()],
-            parts: vec![("queue".into(), vec![1.0, 2.0]), ("prefill".into(), vec![3.0, 0.5])],
+            parts: vec![
+                ("queue".into(), vec![1.0, 2.0]),
+                ("prefill".into(), vec![3.0, 0.5]),
+            ],
         })
         .unwrap();
         assert!(bars.contains("queue") && bars.contains("<rect"));
@@ -357,7 +363,8 @@ mod tests {
         assert_eq!(short(0.0), "0");
         assert_eq!(short(12345.0), "12k");
         assert_eq!(short(2.5e6), "2.5M");
-        assert_eq!(short(0.25), "0.250");
+        assert_eq!(short(0.25), "0.25");
+        assert_eq!(short(0.125), "0.125");
         assert_eq!(short(42.0), "42.0");
     }
 }

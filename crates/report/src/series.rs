@@ -34,8 +34,9 @@ pub struct SeriesSink<W: Write> {
     writer: Option<csv::Writer<W>>,
     error: Option<String>,
     pools: Vec<PoolSeries>,
-    /// (queries, hits, busy) at the previous sample, per core in order.
-    previous: Vec<(u64, u64, u64)>,
+    /// (queries, hits, busy, busy carried over) at the previous sample,
+    /// per core in order.
+    previous: Vec<(u64, u64, u64, u64)>,
     cursor: usize,
     round_time_ns: Option<u64>,
     /// Per pool in the current round: cores, Σ kv, Σ Δqueries, Σ Δhits, Σ busy share.
@@ -87,7 +88,10 @@ impl<W: Write> SeriesSink<W> {
         for (pool, acc) in self.pools.iter_mut().zip(self.round.iter_mut()) {
             let (cores, kv, queries, hits, busy) = *acc;
             if cores > 0 {
-                let point = pool.points.last_mut().filter(|p| p.time_s == time_ns as f64 / 1e9);
+                let point = pool
+                    .points
+                    .last_mut()
+                    .filter(|p| p.time_s == time_ns as f64 / 1e9);
                 if let Some(point) = point {
                     point.kv_usage = kv / cores as f64;
                     point.prefix_hit_rate = if queries > 0 {
@@ -132,15 +136,23 @@ impl<W: Write> RecordSink for SeriesSink<W> {
         let i = self.cursor;
         self.cursor += 1;
         if self.previous.len() <= i {
-            self.previous.resize(i + 1, (0, 0, 0));
+            self.previous.resize(i + 1, (0, 0, 0, 0));
         }
-        let (q0, h0, b0) = self.previous[i];
-        self.previous[i] = (s.prefix_queries_tokens, s.prefix_hits_tokens, s.busy_ns);
+        let (q0, h0, b0, carried) = self.previous[i];
         let queries = s.prefix_queries_tokens.saturating_sub(q0);
         let hits = s.prefix_hits_tokens.saturating_sub(h0);
-        // A step's whole duration is booked when it starts, so a long step
-        // can exceed one window: clamp.
-        let busy = (s.busy_ns.saturating_sub(b0) as f64 / SAMPLE_NS as f64).min(1.0);
+        // A step's whole duration is booked when it starts, so a step
+        // longer than the window spills: the excess is carried into the
+        // next windows rather than lost.
+        let owed = s.busy_ns.saturating_sub(b0) + carried;
+        let used = owed.min(SAMPLE_NS);
+        self.previous[i] = (
+            s.prefix_queries_tokens,
+            s.prefix_hits_tokens,
+            s.busy_ns,
+            owed - used,
+        );
+        let busy = used as f64 / SAMPLE_NS as f64;
         let hit_rate = if queries > 0 {
             hits as f64 / queries as f64
         } else {
@@ -226,5 +238,21 @@ mod tests {
         let text = String::from_utf8(csv.unwrap()).unwrap();
         assert_eq!(text.lines().count(), 7);
         assert!(text.starts_with("time_s,pool,pod,rank,waiting"));
+    }
+
+    #[test]
+    fn a_step_longer_than_a_window_spills_into_the_next() {
+        let mut sink: SeriesSink<Vec<u8>> = SeriesSink::new(vec!["p".into()], None);
+        let mut s = sample(1, 0, 0, 0, 0.0, 0, 0);
+        // 2.5 s of stepping booked by the first window.
+        s.busy_ns = 2_500_000_000;
+        sink.core_sample(&s);
+        s.time = SimTime(2 * SAMPLE_NS);
+        sink.core_sample(&s);
+        s.time = SimTime(3 * SAMPLE_NS);
+        sink.core_sample(&s);
+        let (pools, _) = sink.finish().unwrap();
+        let busy: Vec<f64> = pools[0].points.iter().map(|p| p.busy_share).collect();
+        assert_eq!(busy, [1.0, 1.0, 0.5]);
     }
 }

@@ -195,10 +195,12 @@ pub struct Goodput {
 /// Counts per class as requests end.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct GoodputCounter {
-    /// Per class index: the resolved SLO and name (once known), requests,
-    /// met.
-    classes: Vec<Option<(Option<Slo>, String, u64, u64)>>,
+    /// Per class index, once its first request ended.
+    classes: Vec<Option<ClassCount>>,
 }
+
+/// A class's resolved SLO and display name, requests and requests met.
+type ClassCount = (Option<Slo>, String, u64, u64);
 
 impl GoodputCounter {
     /// The SLO a request of `class` is judged against, resolved once per
@@ -263,7 +265,14 @@ mod tests {
         assert_eq!(slo.ttft_ms, Some(500.0));
         assert_eq!(slo.itl_ms, Some(50.0));
         assert_eq!(slo.e2e_ms, None);
-        for bad in ["", "ttft=5", "ttft_ms=-1", "ttft_ms=NaN", "ttft_ms", "ttft_ms=1,ttft_ms=2"] {
+        for bad in [
+            "",
+            "ttft=5",
+            "ttft_ms=-1",
+            "ttft_ms=NaN",
+            "ttft_ms",
+            "ttft_ms=1,ttft_ms=2",
+        ] {
             assert!(Slo::parse(bad).is_err(), "{bad} should be refused");
         }
     }

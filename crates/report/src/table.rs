@@ -76,14 +76,18 @@ fn figures() -> Vec<(&'static str, &'static str, Better, usize, Getter)> {
     use Better::*;
     vec![
         ("GPUs", "", Neither, 0, |s| Some(s.run.gpus as f64)),
-        ("completed", "req", Higher, 0, |s| Some(s.requests.completed as f64)),
+        ("completed", "req", Higher, 0, |s| {
+            Some(s.requests.completed as f64)
+        }),
         ("not completed", "req", Lower, 0, |s| {
             Some((s.requests.rejected + s.requests.aborted) as f64)
         }),
         ("disaggregated", "%", Neither, 1, |s| {
             Some(100.0 * s.requests.disaggregated as f64 / s.requests.completed.max(1) as f64)
         }),
-        ("throughput", "req/s", Higher, 2, |s| Some(s.throughput.requests_per_s)),
+        ("throughput", "req/s", Higher, 2, |s| {
+            Some(s.throughput.requests_per_s)
+        }),
         ("output tokens", "tok/s", Higher, 0, |s| {
             Some(s.throughput.output_tokens_per_s)
         }),
@@ -113,9 +117,15 @@ fn figures() -> Vec<(&'static str, &'static str, Better, usize, Getter)> {
         ("KV transfer mean", "ms", Lower, 2, |s| {
             (s.transfer_ms.count > 0).then_some(s.transfer_ms.mean)
         }),
-        ("prefix cache hit", "%", Higher, 1, |s| Some(100.0 * s.prefix_cache.hit_rate)),
-        ("KV usage mean", "%", Neither, 1, |s| Some(100.0 * s.kv_usage.mean)),
-        ("KV usage peak", "%", Neither, 1, |s| Some(100.0 * s.kv_usage.peak)),
+        ("prefix cache hit", "%", Higher, 1, |s| {
+            Some(100.0 * s.prefix_cache.hit_rate)
+        }),
+        ("KV usage mean", "%", Neither, 1, |s| {
+            Some(100.0 * s.kv_usage.mean)
+        }),
+        ("KV usage peak", "%", Neither, 1, |s| {
+            Some(100.0 * s.kv_usage.peak)
+        }),
         ("preemptions", "", Lower, 0, |s| Some(s.preemptions as f64)),
         ("cost per 1M output tokens", "USD", Lower, 3, |s| {
             s.cost.as_ref().map(|c| c.usd_per_million_output_tokens)
@@ -164,13 +174,17 @@ pub fn cell(row: &Row, i: usize, with_delta: bool) -> String {
     if with_delta
         && i > 0
         && let Some(Some(base)) = row.values.first()
-        && format!("{:.d$}", base.mean.abs()).trim_matches(|c| c == '0' || c == '.') != ""
+        && !format!("{:.d$}", base.mean.abs())
+            .trim_matches(|c| c == '0' || c == '.')
+            .is_empty()
         && let Some(change) = delta(base.mean, band.mean)
     {
         if change.abs() < 0.5 {
             text.push_str(" ±0%");
         } else if change > 900.0 {
             text.push_str(&format!(" ×{:.0}", band.mean / base.mean));
+        } else if change < -90.0 && band.mean.abs() > 0.0 {
+            text.push_str(&format!(" ÷{:.0}", base.mean / band.mean));
         } else {
             let sign = if change > 0.0 { "+" } else { "−" };
             text.push_str(&format!(" {sign}{:.0}%", change.abs()));
@@ -328,7 +342,10 @@ pub fn verdict(runs: &[ComparedRun]) -> String {
         let (top, top_ms) = phases[..5]
             .iter()
             .enumerate()
-            .fold((0, f64::MIN), |acc, (i, v)| if *v > acc.1 { (i, *v) } else { acc });
+            .fold(
+                (0, f64::MIN),
+                |acc, (i, v)| if *v > acc.1 { (i, *v) } else { acc },
+            );
         let busiest = s
             .pools
             .iter()

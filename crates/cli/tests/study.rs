@@ -1,0 +1,322 @@
+//! `pdsim compare`, `pdsim plan` and the reports, as users call them:
+//! results that do not depend on `--jobs`, plan shards that merge into the
+//! whole plan, and snapshots of the tables and `summary.json`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn pdsim(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_pdsim"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("the pdsim binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("study")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The first `n` requests of the bundled trace, as a file.
+fn small_trace(n: usize) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("traces/default.jsonl")).unwrap();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("study");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("first-{n}.jsonl"));
+    let head: Vec<&str> = text.lines().take(n).collect();
+    std::fs::write(&path, head.join("\n") + "\n").unwrap();
+    path
+}
+
+/// Every file under `dir`, by relative path.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(base, &path, out);
+            } else {
+                let rel = path
+                    .strip_prefix(base)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn assert_same_files(a: &Path, b: &Path) {
+    let (x, y) = (files(a), files(b));
+    assert_eq!(
+        x.keys().collect::<Vec<_>>(),
+        y.keys().collect::<Vec<_>>(),
+        "the two result folders hold different files"
+    );
+    for (name, bytes) in &x {
+        assert!(bytes == &y[name], "{name} differs");
+    }
+}
+
+const H200: &str = "scenarios/4x8-h200.yaml";
+const LAYOUTS: [&str; 3] = [
+    "deployments/1p3d-ep8.yaml",
+    "deployments/2p2d-ep8.yaml",
+    "deployments/colocated-tp8.yaml",
+];
+
+fn compare(out: &Path, jobs: &str, trace: &Path) -> (i32, String, String) {
+    let mut args = vec![
+        "compare",
+        "--scenario",
+        H200,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--seeds",
+        "2",
+        "--slo",
+        "ttft_ms=500,itl_ms=40",
+        "--gpu-hour-usd",
+        "2.5",
+        "--jobs",
+        jobs,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(LAYOUTS);
+    pdsim(&args)
+}
+
+#[test]
+fn compare_gives_the_same_bytes_whatever_the_jobs_and_explains_the_winner() {
+    let trace = small_trace(200);
+    let (a, b) = (tmp("compare-j1"), tmp("compare-j2"));
+    let (code, stdout, stderr) = compare(&a, "1", &trace);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (code, stdout2, stderr) = compare(&b, "2", &trace);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout.replace(&*a.to_string_lossy(), ""),
+        stdout2.replace(&*b.to_string_lossy(), "")
+    );
+    assert_same_files(&a, &b);
+
+    // The table has every deployment, and the deltas against the first.
+    for name in ["1p3d-ep8", "2p2d-ep8", "colocated-tp8"] {
+        assert!(stdout.contains(name), "{stdout}");
+    }
+    assert!(stdout.contains("wins on goodput per GPU"), "{stdout}");
+    assert!(
+        stdout.contains("TTFT p99 (ms)") && stdout.contains('%'),
+        "{stdout}"
+    );
+    let report = std::fs::read_to_string(a.join("report.html")).unwrap();
+    for needle in [
+        "<svg",
+        "Verdict",
+        "Per-pool utilisation",
+        "Where the time goes",
+        "ttft_cdf",
+        "kv_usage",
+    ] {
+        assert!(report.contains(needle), "report.html lacks {needle}");
+    }
+    assert!(!report.contains("<script"), "the report runs no script");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("summary.json")).unwrap()).unwrap();
+    let runs = summary["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert_eq!(
+        runs[0]["summaries"].as_array().unwrap().len(),
+        2,
+        "one summary per seed"
+    );
+    // P/D layouts split every request; the colocated one none.
+    assert_eq!(runs[0]["summaries"][0]["requests"]["disaggregated"], 200);
+    assert_eq!(runs[2]["summaries"][0]["requests"]["disaggregated"], 0);
+    assert!(a.join("runs/2p2d-ep8/seed1/requests.csv").exists());
+}
+
+#[test]
+fn compare_refuses_bad_options_and_writes_nothing() {
+    let out = tmp("compare-bad");
+    for (bad, needle) in [
+        (vec!["--slo", "ttft_ms=-3"], "positive"),
+        (vec!["--slo", "latency=3"], "unknown SLO key"),
+        (vec!["--seeds", "0"], "--seeds"),
+        (vec!["--jobs", "0"], "--jobs"),
+        (vec!["--gpu-hour-usd", "NaN"], "--gpu-hour-usd"),
+    ] {
+        let mut args = vec![
+            "compare",
+            "--scenario",
+            H200,
+            "--trace",
+            "traces/default.jsonl",
+        ];
+        args.extend(bad.iter().copied());
+        args.extend(["--out", out.to_str().unwrap(), LAYOUTS[0]]);
+        let (code, stdout, stderr) = pdsim(&args);
+        assert_eq!(code, 2, "{bad:?}: {stdout}{stderr}");
+        assert!(stderr.contains(needle), "{bad:?}: {stderr}");
+        assert!(!out.exists(), "{bad:?} left a result behind");
+    }
+}
+
+fn plan(out: &Path, extra: &[&str], trace: &Path) -> (i32, String, String) {
+    let mut args = vec![
+        "plan",
+        "--scenario",
+        H200,
+        "--vary-nodes",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        "ttft_ms=1000,itl_ms=50",
+        "--max-runs",
+        "4",
+        "--target-rate",
+        "20",
+        "--out",
+        out.to_str().unwrap(),
+        "deployments/1p3d-ep8.yaml",
+        "deployments/colocated-tp8.yaml",
+    ];
+    args.extend(extra);
+    pdsim(&args)
+}
+
+#[test]
+fn plan_shards_merge_into_the_whole_plan() {
+    let trace = small_trace(150);
+    let whole = tmp("plan-whole");
+    let (code, stdout, stderr) = plan(&whole, &["--jobs", "2"], &trace);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let parsed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(whole.join("plan.json")).unwrap()).unwrap();
+    let layouts = parsed["layouts"].as_array().unwrap();
+    // 1P3D's two pools over 2–4 of the 4 nodes (6 splits), colocated on 1–4.
+    assert_eq!(layouts.len(), 10);
+    let found = layouts
+        .iter()
+        .filter(|l| l["max_rate_req_s"].is_number())
+        .count();
+    assert!(found >= 6, "{stdout}");
+    for l in layouts {
+        assert!(
+            l["probes"].as_array().unwrap().len() <= 4,
+            "the search is bounded"
+        );
+    }
+    assert!(
+        stdout.contains("| 1 |") && stdout.contains("Pareto"),
+        "{stdout}"
+    );
+
+    let (s0, s1) = (tmp("plan-s0"), tmp("plan-s1"));
+    for (i, dir) in [(0, &s0), (1, &s1)] {
+        let shard = format!("{i}/2");
+        let (code, stdout, stderr) = plan(dir, &["--shard", &shard, "--jobs", "1"], &trace);
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        assert!(stdout.contains("plan merge"), "{stdout}");
+    }
+    let merged = tmp("plan-merged");
+    let (code, stdout, stderr) = pdsim(&[
+        "plan",
+        "merge",
+        s1.to_str().unwrap(),
+        s0.to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    for file in [
+        "plan.json",
+        "report.md",
+        "report.html",
+        "plots/pareto.svg",
+        "plots/ttft_vs_rate.svg",
+    ] {
+        let (x, y) = (
+            std::fs::read(whole.join(file)).unwrap(),
+            std::fs::read(merged.join(file)).unwrap(),
+        );
+        assert!(
+            x == y,
+            "{file}: the merged plan differs from the whole plan"
+        );
+    }
+    // A shard given twice, or one missing, is refused.
+    let (code, _, stderr) = pdsim(&[
+        "plan",
+        "merge",
+        s0.to_str().unwrap(),
+        "--out",
+        tmp("plan-bad").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("appears 0 times"), "{stderr}");
+}
+
+#[test]
+fn the_comparison_table_and_a_summary_are_pinned() {
+    let trace = small_trace(120);
+    let out = tmp("snap-compare");
+    let mut args = vec![
+        "compare",
+        "--scenario",
+        H200,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        "ttft_ms=500,itl_ms=40",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(LAYOUTS);
+    let (code, stdout, stderr) = pdsim(&args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let table = std::fs::read_to_string(out.join("comparison.txt")).unwrap();
+    insta::assert_snapshot!("comparison_table", table);
+
+    let run = tmp("snap-run");
+    let (code, stdout, stderr) = pdsim(&[
+        "run",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        "ttft_ms=50,itl_ms=10",
+        "--gpu-hour-usd",
+        "3",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let mut summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    // The trace's path depends on where the tests build.
+    summary["run"]["trace"] = "first-120.jsonl".into();
+    insta::assert_json_snapshot!("small_run_summary", summary);
+}

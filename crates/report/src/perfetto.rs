@@ -1,0 +1,194 @@
+//! A Chrome/Perfetto trace of a run (Trace Event Format, JSON): one
+//! process per pool with one track per engine core, a slice per step named
+//! by its batch (prefill and decode tokens, requests, padding in `args`);
+//! KV transfers as async slices on a "KV transfers" process; and one
+//! counter track per link with its utilisation per second. Open it in
+//! ui.perfetto.dev or chrome://tracing. Written as events happen.
+
+use pdsim_cluster::{LinkWindow, RecordSink, RequestRecord, StepSample};
+use std::io::Write;
+
+/// The process id of the KV-transfer tracks and of the link counters.
+const TRANSFERS_PID: u32 = 10_000;
+const LINKS_PID: u32 = 10_001;
+
+pub struct PerfettoSink<W: Write> {
+    out: W,
+    error: Option<String>,
+    first: bool,
+    pool_names: Vec<String>,
+    named_pools: Vec<bool>,
+    named_cores: Vec<bool>,
+}
+
+/// Microseconds with nanosecond precision, printed the same everywhere.
+fn us(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1_000, ns % 1_000)
+}
+
+fn json_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into())
+}
+
+impl<W: Write> PerfettoSink<W> {
+    pub fn new(out: W, pool_names: Vec<String>) -> PerfettoSink<W> {
+        let mut sink = PerfettoSink {
+            out,
+            error: None,
+            first: true,
+            named_pools: vec![false; pool_names.len()],
+            pool_names,
+            named_cores: Vec::new(),
+        };
+        sink.raw("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+        for (pid, name) in [(TRANSFERS_PID, "KV transfers"), (LINKS_PID, "links")] {
+            sink.event(&format!(
+                "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"args\":{{\"name\":{}}}}}",
+                json_string(name)
+            ));
+        }
+        sink
+    }
+
+    fn raw(&mut self, text: &str) {
+        if self.error.is_none()
+            && let Err(e) = self.out.write_all(text.as_bytes())
+        {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    fn event(&mut self, json: &str) {
+        if !self.first {
+            self.raw(",\n");
+        }
+        self.first = false;
+        self.raw(json);
+    }
+
+    /// Closes the JSON and flushes; reports the first write error.
+    pub fn finish(mut self) -> Result<W, String> {
+        self.raw("\n]}\n");
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.out.flush().map_err(|e| e.to_string())?;
+        Ok(self.out)
+    }
+}
+
+impl<W: Write> RecordSink for PerfettoSink<W> {
+    fn record(&mut self, r: &RequestRecord) {
+        if let (Some(start), Some(end), Some((pool, pod, rank))) =
+            (r.transfer_start, r.transfer_end, r.prefill)
+        {
+            let name = json_string(&format!(
+                "KV {pool}/{pod}/{rank} → {}/{}/{}",
+                r.pool, r.pod, r.rank
+            ));
+            let id = r.id.0;
+            self.event(&format!(
+                "{{\"ph\":\"b\",\"cat\":\"kv\",\"name\":{name},\"id\":{id},\"pid\":{TRANSFERS_PID},\"tid\":0,\"ts\":{},\"args\":{{\"bytes\":{},\"request\":{id}}}}}",
+                us(start.as_ns()),
+                r.transfer_bytes
+            ));
+            self.event(&format!(
+                "{{\"ph\":\"e\",\"cat\":\"kv\",\"name\":{name},\"id\":{id},\"pid\":{TRANSFERS_PID},\"tid\":0,\"ts\":{}}}",
+                us(end.as_ns())
+            ));
+        }
+    }
+
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+
+    fn link_window(&mut self, w: LinkWindow) {
+        self.event(&format!(
+            "{{\"ph\":\"C\",\"name\":{},\"pid\":{LINKS_PID},\"ts\":{},\"args\":{{\"utilization\":{:.4}}}}}",
+            json_string(&format!("gpu {} {}", w.gpu, w.kind)),
+            us(w.window_start.as_ns()),
+            w.utilization
+        ));
+    }
+
+    fn step(&mut self, s: &StepSample) {
+        let pid = u32::from(s.pool) + 1;
+        let pool = s.pool as usize;
+        if self.named_pools.get(pool) == Some(&false) {
+            self.named_pools[pool] = true;
+            let name = json_string(&format!("pool {}", self.pool_names[pool]));
+            self.event(&format!(
+                "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"args\":{{\"name\":{name}}}}}"
+            ));
+        }
+        let core = s.core as usize;
+        if self.named_cores.len() <= core {
+            self.named_cores.resize(core + 1, false);
+        }
+        if !self.named_cores[core] {
+            self.named_cores[core] = true;
+            let name = json_string(&format!("pod {} rank {}", s.pod, s.rank));
+            self.event(&format!(
+                "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":{},\"args\":{{\"name\":{name}}}}}",
+                s.core
+            ));
+        }
+        let name = match (s.prefill_tokens > 0, s.decode_requests > 0) {
+            (true, true) => "mixed",
+            (true, false) => "prefill",
+            _ => "decode",
+        };
+        self.event(&format!(
+            "{{\"ph\":\"X\",\"name\":\"{name}\",\"pid\":{pid},\"tid\":{},\"ts\":{},\"dur\":{},\"args\":{{\"requests\":{},\"prefill_requests\":{},\"decode_requests\":{},\"prefill_tokens\":{},\"decode_tokens\":{},\"padded_tokens\":{}}}}}",
+            s.core,
+            us(s.start.as_ns()),
+            us(s.duration.as_ns()),
+            s.requests,
+            s.prefill_requests,
+            s.decode_requests,
+            s.prefill_tokens,
+            s.decode_tokens,
+            s.padded_tokens
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pdsim_core::{SimDuration, SimTime};
+
+    #[test]
+    fn the_trace_is_json_with_named_tracks_and_step_slices() {
+        let mut sink = PerfettoSink::new(Vec::new(), vec!["decode".into()]);
+        let step = StepSample {
+            core: 3,
+            pool: 0,
+            pod: 1,
+            rank: 2,
+            start: SimTime(1_500),
+            duration: SimDuration(2_000_000),
+            requests: 4,
+            prefill_requests: 1,
+            decode_requests: 3,
+            prefill_tokens: 100,
+            decode_tokens: 3,
+            padded_tokens: 104,
+        };
+        sink.step(&step);
+        sink.step(&step);
+        let text = String::from_utf8(sink.finish().unwrap()).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let events = json["traceEvents"].as_array().unwrap();
+        let slices: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(slices.len(), 2);
+        assert_eq!(slices[0]["name"], "mixed");
+        assert_eq!(slices[0]["ts"], 1.5);
+        assert_eq!(slices[0]["dur"], 2000.0);
+        // Each track is named once.
+        assert_eq!(
+            events.iter().filter(|e| e["name"] == "thread_name").count(),
+            1
+        );
+        assert!(text.contains("pool decode") && text.contains("pod 1 rank 2"));
+    }
+}
