@@ -104,12 +104,15 @@ pub fn pool(jobs: Option<usize>) -> Result<rayon::ThreadPool, Failure> {
 pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     // Drawn on stderr, and hidden when stderr is not a terminal.
     let bar = indicatif::ProgressBar::with_draw_target(
-        Some(len),
+        (len > 0).then_some(len),
         indicatif::ProgressDrawTarget::stderr(),
     );
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}",
-    ) {
+    let template = if len == 0 {
+        "{prefix} [{elapsed_precise}] {spinner} {human_pos} requests read"
+    } else {
+        "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}"
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
         bar.set_style(style);
     }
     bar.set_prefix(what.to_string());

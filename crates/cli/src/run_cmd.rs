@@ -127,6 +127,10 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         None => None,
     };
     let mut no_trace = crate::session::Discard;
+    // A spinner counting requests on stderr (hidden when it is not a
+    // terminal): a long trace takes seconds.
+    let bar = crate::compare_cmd::progress(0, "run");
+    let mut counted = source.requests.by_ref().inspect(|_| bar.inc(1));
     let outcome = {
         let mut files = Tee {
             first: &mut csv,
@@ -145,7 +149,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         };
         simulate(
             &prepared,
-            &mut source.requests,
+            &mut counted,
             How {
                 trace_label: &source.label,
                 seed: args.seed,
@@ -156,6 +160,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
             &mut all,
         )
     };
+    bar.finish_and_clear();
     let outcome = match outcome {
         Ok(o) => o,
         Err(f) => {
