@@ -325,10 +325,13 @@ impl Engine {
         self.running.len()
     }
 
-    /// `vllm:num_requests_waiting`: the waiting queue and the requests
-    /// holding KV while they wait.
+    /// `vllm:num_requests_waiting`: `len(self.waiting)` in `make_stats`
+    /// (`vllm/v1/core/sched/scheduler.py`). Requests waiting for remote KV
+    /// stay in that queue with status `WAITING_FOR_REMOTE_KVS`, so they
+    /// count, as do the requests holding loaded KV until they are admitted.
     pub fn num_waiting(&self) -> usize {
         self.holding.len()
+            + self.remote_waiting as usize
             + match &self.waiting {
                 WaitQueue::Fcfs(q) => q.len(),
                 WaitQueue::Priority(h) => h.len(),
