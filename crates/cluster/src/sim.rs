@@ -267,6 +267,8 @@ struct Sim<'a> {
     sampling: bool,
     /// The steps a group starts, reused.
     steps_buf: Vec<StepSample>,
+    /// The batches a group's cores scheduled, reused.
+    batches_buf: Vec<(usize, pdsim_cost::Batch)>,
 }
 
 /// Runs `source` through `cluster` to the end, handing every request's
@@ -470,6 +472,7 @@ impl<'a> Sim<'a> {
             scraping: 0,
             sampling: false,
             steps_buf: Vec::new(),
+            batches_buf: Vec::new(),
             rejected_records: Vec::new(),
         }
     }
@@ -737,39 +740,52 @@ impl<'a> Sim<'a> {
         let mut longest = StepCost::default();
         let mut any = false;
         let mut steps = std::mem::take(&mut self.steps_buf);
+        let mut batches = std::mem::take(&mut self.batches_buf);
         for core in first..first + len {
-            let pool = self.cores[core].pool;
             if let Some(batch) = self.cores[core].engine.schedule() {
-                let cost = self.cluster.pools[pool].cost.step(&batch);
-                let c = &mut self.cores[core];
-                steps.push(StepSample {
-                    core: core as u32,
-                    pool: c.stats.pool,
-                    pod: c.stats.pod,
-                    rank: c.stats.rank,
-                    start: self.now,
-                    duration: SimDuration::ZERO,
-                    requests: batch.num_reqs,
-                    prefill_requests: batch.prefill_reqs,
-                    decode_requests: batch.decode_reqs,
-                    prefill_tokens: batch.prefill_tokens,
-                    decode_tokens: batch.decode_tokens,
-                    padded_tokens: batch.padded_tokens,
-                });
-                c.stats.tokens_scheduled += batch.tokens() as u64;
-                c.stats.tokens_padded += batch.padded_tokens as u64;
-                c.stats.compute_ns += cost.compute_ns;
-                c.stats.memory_ns += cost.memory_ns;
-                c.stats.communication_ns += cost.communication_ns;
-                c.stats.host_ns += cost.host_ns;
-                c.stats.padding_ns += cost.padding_ns;
-                if cost.total > longest.total {
-                    longest = cost;
-                }
-                any = true;
+                batches.push((core, batch));
             }
             self.handle_events(core, sink);
         }
+        // Data-parallel ranks split a step into microbatches only if every
+        // rank attempts it; an idle rank runs a dummy batch that does not
+        // (`coordinate_batch_across_dp`, `vllm/v1/worker/dp_utils.py`).
+        if len > 1 && (batches.len() < len || batches.iter().any(|(_, b)| !b.dbo)) {
+            for (_, b) in batches.iter_mut() {
+                b.dbo = false;
+            }
+        }
+        for (core, batch) in batches.drain(..) {
+            let pool = self.cores[core].pool;
+            let cost = self.cluster.pools[pool].cost.step(&batch);
+            let c = &mut self.cores[core];
+            steps.push(StepSample {
+                core: core as u32,
+                pool: c.stats.pool,
+                pod: c.stats.pod,
+                rank: c.stats.rank,
+                start: self.now,
+                duration: SimDuration::ZERO,
+                requests: batch.num_reqs,
+                prefill_requests: batch.prefill_reqs,
+                decode_requests: batch.decode_reqs,
+                prefill_tokens: batch.prefill_tokens,
+                decode_tokens: batch.decode_tokens,
+                padded_tokens: batch.padded_tokens,
+            });
+            c.stats.tokens_scheduled += batch.tokens() as u64;
+            c.stats.tokens_padded += batch.padded_tokens as u64;
+            c.stats.compute_ns += cost.compute_ns;
+            c.stats.memory_ns += cost.memory_ns;
+            c.stats.communication_ns += cost.communication_ns;
+            c.stats.host_ns += cost.host_ns;
+            c.stats.padding_ns += cost.padding_ns;
+            if cost.total > longest.total {
+                longest = cost;
+            }
+            any = true;
+        }
+        self.batches_buf = batches;
         self.groups[group].busy = any;
         if any {
             let duration = SimDuration(longest.total.as_ns().max(1));

@@ -71,11 +71,16 @@ pub struct Dbo {
 }
 
 impl Dbo {
-    /// Whether a batch is split: a uniform-decode batch at or above the
-    /// decode threshold, any other batch at or above the prefill threshold,
-    /// and only if the second microbatch would not be empty.
-    pub fn splits(&self, padded_tokens: u32, uniform_decode: bool) -> bool {
-        if !self.enabled || padded_tokens < 2 {
+    /// Whether this rank attempts to split a batch into two microbatches
+    /// (`check_enable_ubatch` in `vllm/v1/worker/ubatch_utils.py`): the
+    /// *unpadded* token count against the decode threshold for a uniform
+    /// decode and the prefill threshold otherwise
+    /// (`check_ubatch_thresholds`), and never when the CUDA-graph padding
+    /// alone would fill the second microbatch (`is_last_ubatch_empty`:
+    /// `padded / 2 >= unpadded`). Data-parallel ranks then split only if all
+    /// of them attempt it; the event loop applies that agreement.
+    pub fn splits(&self, tokens: u32, padded_tokens: u32, uniform_decode: bool) -> bool {
+        if !self.enabled || padded_tokens < 2 || padded_tokens / 2 >= tokens {
             return false;
         }
         let threshold = if uniform_decode {
@@ -83,7 +88,7 @@ impl Dbo {
         } else {
             self.prefill_threshold
         };
-        padded_tokens >= threshold
+        tokens >= threshold
     }
 }
 
@@ -133,14 +138,19 @@ mod tests {
             decode_threshold: 32,
             prefill_threshold: 512,
         };
-        assert!(!dbo.splits(31, true));
-        assert!(dbo.splits(32, true));
-        assert!(!dbo.splits(511, false));
-        assert!(dbo.splits(512, false));
+        assert!(
+            !dbo.splits(31, 32, true),
+            "the threshold is on unpadded tokens"
+        );
+        assert!(dbo.splits(32, 32, true));
+        assert!(!dbo.splits(511, 512, false));
+        assert!(dbo.splits(512, 512, false));
+        // Padding alone would fill the second microbatch.
+        assert!(!dbo.splits(600, 1200, false));
         let off = Dbo {
             enabled: false,
             ..dbo
         };
-        assert!(!off.splits(4096, false));
+        assert!(!off.splits(4096, 4096, false));
     }
 }

@@ -902,7 +902,7 @@ impl Engine {
         let (graph, padded) = self.config.graphs.dispatch(tokens, uniform);
         batch.graph = graph;
         batch.padded_tokens = padded;
-        batch.dbo = self.config.dbo.splits(padded, uniform);
+        batch.dbo = self.config.dbo.splits(tokens, padded, uniform);
         batch
     }
 

@@ -172,11 +172,10 @@ fn a_full_decode_pool_makes_requests_wait_and_then_completes_them_all() {
         })
         .collect();
     assert_eq!(waiting_for_kv, vec![RequestId(0), RequestId(1)]);
-    assert_eq!(
-        decode.num_waiting(),
-        3,
-        "the rest wait for blocks, none dropped"
-    );
+    // vLLM counts requests waiting for remote KV in `len(self.waiting)`;
+    // the other three wait for blocks, none dropped.
+    assert_eq!(decode.num_waiting_for_kv(), 2);
+    assert_eq!(decode.num_waiting(), 5, "none dropped");
     let mut finished = Vec::new();
     let mut pending = waiting_for_kv;
     for _ in 0..200 {
