@@ -315,6 +315,7 @@ fn search(
             completed_share: s.requests.completed as f64 / s.requests.total.max(1) as f64,
             ttft_ms_p99: s.ttft_ms.p99,
             itl_ms_p99: s.itl_ms.p99,
+            tpot_ms_p99: s.tpot_ms.p99,
             output_tokens_per_s: s.throughput.output_tokens_per_s,
             sustained,
         });

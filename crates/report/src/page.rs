@@ -234,6 +234,7 @@ pub fn cdf_plot(
         h_line: None,
         v_line: slo_ms.map(|v| (v, format!("SLO {v} ms"))),
         log_x: true,
+        log_y: false,
     })
 }
 

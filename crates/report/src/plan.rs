@@ -19,6 +19,9 @@ pub struct Probe {
     pub completed_share: f64,
     pub ttft_ms_p99: f64,
     pub itl_ms_p99: f64,
+    /// The 99th percentile over requests of each one's mean inter-token
+    /// latency: what the ITL threshold of the SLO is compared with.
+    pub tpot_ms_p99: f64,
     pub output_tokens_per_s: f64,
     /// Whether this rate is sustained: enough requests met the SLO.
     pub sustained: bool,
@@ -199,12 +202,12 @@ fn fmt_opt(v: Option<f64>, d: usize) -> String {
 pub fn ranking_table(plan: &Plan) -> String {
     let front = plan.pareto();
     let mut out = String::from(
-        "| rank | layout | nodes | GPUs | max rate (req/s) | per GPU (req/s) | TTFT p99 (ms) | ITL p99 (ms) | met SLO (%) | runs | Pareto |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| rank | layout | nodes | GPUs | max rate (req/s) | per GPU (req/s) | TTFT p99 (ms) | TPOT p99 (ms) | ITL p99 (ms) | met SLO (%) | runs | Pareto |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for (rank, l) in plan.ranking().into_iter().enumerate() {
         let best = l.best();
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             rank + 1,
             l.name,
             l.nodes,
@@ -221,6 +224,7 @@ pub fn ranking_table(plan: &Plan) -> String {
                 "–".into()
             },
             fmt_opt(best.map(|b| b.ttft_ms_p99), 1),
+            fmt_opt(best.map(|b| b.tpot_ms_p99), 2),
             fmt_opt(best.map(|b| b.itl_ms_p99), 2),
             fmt_opt(best.map(|b| 100.0 * b.met_share), 1),
             l.probes.len(),
@@ -273,7 +277,14 @@ pub fn plan_report(plan: &Plan) -> Document {
         doc.text(text + "\n");
     }
     let front = plan.pareto();
-    doc.text("## Pareto front\n\nThroughput per GPU at each layout's highest sustained rate against its TTFT p99 there; the front joins layouts no other beats on both.\n\n");
+    let rank_of: Vec<(usize, usize)> = plan
+        .ranking()
+        .iter()
+        .enumerate()
+        .map(|(r, l)| (l.index, r + 1))
+        .collect();
+    let rank = |i: usize| rank_of.iter().find(|(j, _)| *j == i).map_or(0, |(_, r)| *r);
+    doc.text("## Pareto front\n\nThroughput per GPU at each layout's highest sustained rate against its TTFT p99 there; the front joins layouts no other beats on both. Points are labelled by rank; the front's by name.\n\n");
     doc.plot(
         "pareto",
         plot::scatter(&Scatter {
@@ -285,18 +296,19 @@ pub fn plan_report(plan: &Plan) -> Document {
                 .iter()
                 .filter_map(|l| {
                     l.best().map(|b| {
-                        (
-                            l.name.clone(),
-                            l.rate_per_gpu(),
-                            b.ttft_ms_p99,
-                            front.contains(&l.index),
-                        )
+                        let on = front.contains(&l.index);
+                        let label = if on {
+                            format!("#{} {}", rank(l.index), l.name)
+                        } else {
+                            format!("#{}", rank(l.index))
+                        };
+                        (label, l.rate_per_gpu(), b.ttft_ms_p99, on)
                     })
                 })
                 .collect(),
         }),
     );
-    doc.text("## Latency against request rate\n\nEvery probe of the search, per layout.\n\n");
+    doc.text("## Latency against request rate\n\nEvery probe of the search, per layout. The SLO's ITL threshold is compared with each request's mean inter-token latency, so its line is drawn on TPOT; `plan.json` also has each probe's ITL p99.\n\n");
     let curve = |f: fn(&Probe) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
         plan.layouts
             .iter()
@@ -314,7 +326,8 @@ pub fn plan_report(plan: &Plan) -> Document {
         plot::line_chart(&LineChart {
             title: "TTFT p99 against request rate".into(),
             x_label: "requests per second".into(),
-            y_label: "TTFT p99 (ms)".into(),
+            y_label: "TTFT p99 (ms, log scale)".into(),
+            log_y: true,
             series: curve(|p| p.ttft_ms_p99),
             h_line: slo
                 .and_then(|s| s.ttft_ms)
@@ -323,12 +336,13 @@ pub fn plan_report(plan: &Plan) -> Document {
         }),
     );
     doc.plot(
-        "itl_vs_rate",
+        "tpot_vs_rate",
         plot::line_chart(&LineChart {
-            title: "ITL p99 against request rate".into(),
+            title: "TPOT p99 (each request's mean inter-token latency) against request rate".into(),
             x_label: "requests per second".into(),
-            y_label: "ITL p99 (ms)".into(),
-            series: curve(|p| p.itl_ms_p99),
+            y_label: "TPOT p99 (ms, log scale)".into(),
+            log_y: true,
+            series: curve(|p| p.tpot_ms_p99),
             h_line: slo
                 .and_then(|s| s.itl_ms)
                 .map(|v| (v, format!("SLO {v} ms"))),
@@ -359,6 +373,7 @@ mod tests {
                     completed_share: 1.0,
                     ttft_ms_p99: ttft,
                     itl_ms_p99: 1.0,
+                    tpot_ms_p99: 1.0,
                     output_tokens_per_s: 1.0,
                     sustained: true,
                 })

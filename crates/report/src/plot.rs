@@ -5,8 +5,9 @@
 
 use plotters::prelude::*;
 
-/// Colour-blind-safe palette (Okabe–Ito), in series order.
-const PALETTE: [RGBColor; 8] = [
+/// Colour-blind-safe palette (Okabe–Ito), then four darker tones, in
+/// series order.
+const PALETTE: [RGBColor; 12] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -15,6 +16,10 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(86, 180, 233),
     RGBColor(240, 228, 66),
     RGBColor(0, 0, 0),
+    RGBColor(128, 128, 128),
+    RGBColor(136, 34, 85),
+    RGBColor(68, 119, 34),
+    RGBColor(51, 34, 136),
 ];
 
 pub fn color(i: usize) -> RGBColor {
@@ -36,6 +41,7 @@ pub struct LineChart {
     /// A vertical reference line and its label.
     pub v_line: Option<(f64, String)>,
     pub log_x: bool,
+    pub log_y: bool,
 }
 
 fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
@@ -62,6 +68,9 @@ pub fn line_chart(chart: &LineChart) -> Result<String, String> {
     let fx = |x: f64| {
         if chart.log_x { x.max(1e-3).log10() } else { x }
     };
+    let fy = |y: f64| {
+        if chart.log_y { y.max(1e-3).log10() } else { y }
+    };
     let xs = chart
         .series
         .iter()
@@ -71,9 +80,9 @@ pub fn line_chart(chart: &LineChart) -> Result<String, String> {
     let ys = chart
         .series
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|(_, y)| *y))
-        .chain(chart.h_line.iter().map(|(y, _)| *y))
-        .chain([0.0]);
+        .flat_map(|(_, p)| p.iter().map(|(_, y)| fy(*y)))
+        .chain(chart.h_line.iter().map(|(y, _)| fy(*y)))
+        .chain(if chart.log_y { None } else { Some(0.0) });
     let (y0, y1) = bounds(ys);
     let y1 = y1 + (y1 - y0) * 0.05;
     let mut svg = String::new();
@@ -95,18 +104,26 @@ pub fn line_chart(chart: &LineChart) -> Result<String, String> {
                 short(*v)
             }
         };
+        let log_y = chart.log_y;
+        let y_fmt = move |v: &f64| {
+            if log_y {
+                short(10f64.powf(*v))
+            } else {
+                short(*v)
+            }
+        };
         c.configure_mesh()
             .x_desc(chart.x_label.as_str())
             .y_desc(chart.y_label.as_str())
             .x_label_formatter(&x_fmt)
-            .y_label_formatter(&|v| short(*v))
+            .y_label_formatter(&y_fmt)
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(err)?;
         for (i, (name, points)) in chart.series.iter().enumerate() {
             let style = color(i).stroke_width(2);
             c.draw_series(LineSeries::new(
-                points.iter().map(|(x, y)| (fx(*x), *y)),
+                points.iter().map(|(x, y)| (fx(*x), fy(*y))),
                 style,
             ))
             .map_err(err)?
@@ -115,7 +132,7 @@ pub fn line_chart(chart: &LineChart) -> Result<String, String> {
         }
         if let Some((y, label)) = &chart.h_line {
             let style = RED.stroke_width(1);
-            c.draw_series(LineSeries::new([(x0, *y), (x1, *y)], style))
+            c.draw_series(LineSeries::new([(x0, fy(*y)), (x1, fy(*y))], style))
                 .map_err(err)?
                 .label(label.as_str())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
@@ -321,6 +338,7 @@ mod tests {
             h_line: Some((0.99, "p99".into())),
             v_line: None,
             log_x: true,
+            log_y: false,
         };
         let a = line_chart(&chart).unwrap();
         assert!(a.starts_with("<svg"));
