@@ -52,6 +52,10 @@ pub struct PlanArgs {
     /// fits the scenario's cluster (each pool at least one node).
     #[arg(long)]
     vary_nodes: bool,
+    /// Also try every tensor × data parallel shape (powers of two that
+    /// divide a node's GPUs) for all pools of each candidate.
+    #[arg(long)]
+    vary_parallel: bool,
     /// A trace (default: the scenario's workload, else the bundled trace).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -147,6 +151,9 @@ pub fn splits(k: usize, total: u64) -> Vec<Vec<u64>> {
 
 /// A candidate: where its document is and how to name it.
 struct Candidate {
+    /// The layout's name: the deployment's, with the generated split and
+    /// shape after `@`.
+    name: String,
     path: PathBuf,
     /// The scenario it runs on: the given one, or for a generated layout
     /// on fewer nodes, the same scenario with a cluster of that many nodes
@@ -162,8 +169,9 @@ fn candidates(
 ) -> Result<Vec<Candidate>, Failure> {
     let mut out = Vec::new();
     for d in &args.deployments {
-        if !args.vary_nodes {
+        if !args.vary_nodes && !args.vary_parallel {
             out.push(Candidate {
+                name: d.display().to_string(),
                 path: d.clone(),
                 scenario: scenario.to_path_buf(),
                 source: d.display().to_string(),
@@ -175,54 +183,122 @@ fn candidates(
             .map_err(|e| failure(2, format!("{}: {e:?}", d.display())))?;
         let doc: serde_yaml::Value =
             serde_yaml::from_str(&text).map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
-        let pools = doc
+        let pools: Vec<(String, u64)> = doc
             .get("pools")
             .and_then(|p| p.as_sequence())
-            .map(|p| p.len())
-            .unwrap_or(0);
-        let nodes = cluster_nodes(scenario)?;
+            .map(|list| {
+                list.iter()
+                    .map(|pool| {
+                        (
+                            pool.get("role")
+                                .and_then(|r| r.as_str())
+                                .unwrap_or("pool")
+                                .to_string(),
+                            pool.get("nodes").and_then(|n| n.as_u64()).unwrap_or(1),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (nodes, gpus_per_node) = cluster_shape(scenario)?;
         let name = doc
             .get("name")
             .and_then(|n| n.as_str())
             .unwrap_or("layout")
             .to_string();
-        for split in splits(pools, nodes) {
-            let mut doc = doc.clone();
-            let mut tag = Vec::new();
-            if let Some(list) = doc.get_mut("pools").and_then(|p| p.as_sequence_mut()) {
-                for (pool, n) in list.iter_mut().zip(&split) {
-                    let role = pool.get("role").and_then(|r| r.as_str()).unwrap_or("pool");
-                    tag.push(format!("{}{n}", role.chars().next().unwrap_or('x')));
-                    if let Some(map) = pool.as_mapping_mut() {
+        let node_splits = if args.vary_nodes {
+            splits(pools.len(), nodes)
+        } else {
+            vec![pools.iter().map(|(_, n)| *n).collect()]
+        };
+        let shapes: Vec<Option<(u64, u64)>> = if args.vary_parallel {
+            parallel_shapes(gpus_per_node)
+                .into_iter()
+                .map(Some)
+                .collect()
+        } else {
+            vec![None]
+        };
+        for split in &node_splits {
+            for shape in &shapes {
+                let mut doc = doc.clone();
+                let mut tag: String = pools
+                    .iter()
+                    .zip(split)
+                    .map(|((role, _), n)| format!("{}{n}", role.chars().next().unwrap_or('x')))
+                    .collect();
+                if let Some((tp, dp)) = shape {
+                    tag.push_str(&format!("-tp{tp}dp{dp}"));
+                }
+                if let Some(list) = doc.get_mut("pools").and_then(|p| p.as_sequence_mut()) {
+                    for (pool, n) in list.iter_mut().zip(split) {
+                        let Some(map) = pool.as_mapping_mut() else {
+                            continue;
+                        };
                         map.insert("nodes".into(), serde_yaml::Value::from(*n));
+                        if let Some((tp, dp)) = shape
+                            && let Some(parallel) =
+                                map.get_mut("parallel").and_then(|p| p.as_mapping_mut())
+                        {
+                            parallel.insert("tp".into(), serde_yaml::Value::from(*tp));
+                            parallel.insert("dp".into(), serde_yaml::Value::from(*dp));
+                            if *dp > 1 {
+                                parallel.insert("dp_local".into(), serde_yaml::Value::from(*dp));
+                            } else {
+                                parallel.remove("dp_local");
+                            }
+                        }
                     }
                 }
+                if let Some(map) = doc.as_mapping_mut() {
+                    map.insert("name".into(), format!("{name}@{tag}").into());
+                }
+                let stem = d
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let path = d.with_file_name(format!("{stem}@{tag}.yaml"));
+                let yaml = serde_yaml::to_string(&doc).map_err(|e| failure(2, e))?;
+                overlay.docs.insert(path.clone(), yaml);
+                let used: u64 = split.iter().sum();
+                let scenario = if used == nodes {
+                    scenario.to_path_buf()
+                } else {
+                    smaller_cluster(scenario, used, overlay)?
+                };
+                let mut source = format!("{} with pool nodes {split:?}", d.display());
+                if let Some((tp, dp)) = shape {
+                    source.push_str(&format!(", every pool tp {tp} dp {dp}"));
+                }
+                out.push(Candidate {
+                    name: format!("{name}@{tag}"),
+                    path,
+                    scenario,
+                    source,
+                });
             }
-            let tag = tag.join("");
-            if let Some(map) = doc.as_mapping_mut() {
-                map.insert("name".into(), format!("{name}@{tag}").into());
-            }
-            let stem = d
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let path = d.with_file_name(format!("{stem}@{tag}.yaml"));
-            let yaml = serde_yaml::to_string(&doc).map_err(|e| failure(2, e))?;
-            overlay.docs.insert(path.clone(), yaml);
-            let used: u64 = split.iter().sum();
-            let scenario = if used == nodes {
-                scenario.to_path_buf()
-            } else {
-                smaller_cluster(scenario, used, overlay)?
-            };
-            out.push(Candidate {
-                path,
-                scenario,
-                source: format!("{} with pool nodes {split:?}", d.display()),
-            });
         }
     }
     Ok(out)
+}
+
+/// Every (tp, dp) of powers of two whose product divides a node's GPUs:
+/// the parallel layouts `--vary-parallel` tries (pipeline parallelism
+/// stays 1; the validation refuses what does not fit or is not allowed).
+pub fn parallel_shapes(gpus_per_node: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut tp = 1;
+    while tp <= gpus_per_node {
+        let mut dp = 1;
+        while tp * dp <= gpus_per_node {
+            if gpus_per_node % (tp * dp) == 0 {
+                out.push((tp, dp));
+            }
+            dp *= 2;
+        }
+        tp *= 2;
+    }
+    out
 }
 
 /// The scenario with a cluster of `nodes` nodes, in memory beside it.
@@ -248,21 +324,24 @@ fn smaller_cluster(scenario: &Path, nodes: u64, overlay: &mut Overlay) -> Result
     Ok(path)
 }
 
-fn cluster_nodes(scenario: &Path) -> Result<u64, Failure> {
+fn cluster_shape(scenario: &Path) -> Result<(u64, u64), Failure> {
     let text = WithDefaults
         .read(scenario)
         .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
     let doc: serde_yaml::Value = serde_yaml::from_str(&text)
         .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
-    doc.get("cluster")
-        .and_then(|c| c.get("nodes"))
-        .and_then(|n| n.as_u64())
-        .ok_or_else(|| {
-            failure(
-                1,
-                format!("{}: cluster.nodes is missing", scenario.display()),
-            )
-        })
+    let get = |key: &str| {
+        doc.get("cluster")
+            .and_then(|c| c.get(key))
+            .and_then(|n| n.as_u64())
+            .ok_or_else(|| {
+                failure(
+                    1,
+                    format!("{}: cluster.{key} is missing", scenario.display()),
+                )
+            })
+    };
+    Ok((get("nodes")?, get("gpus_per_node")?))
 }
 
 fn parse_shard(text: &str) -> Result<[usize; 2], Failure> {
@@ -448,8 +527,8 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let names: Vec<String> = layouts
         .iter()
         .map(|(c, p)| match p {
-            Ok(p) => p.deployment.clone(),
-            Err(_) => c.source.clone(),
+            Ok(p) if !args.vary_nodes && !args.vary_parallel => p.deployment.clone(),
+            _ => c.name.clone(),
         })
         .collect();
     let mine: Vec<usize> = (0..layouts.len())
@@ -592,4 +671,34 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
         PathBuf::from("results").join(format!("plan--{}", plan.question.scenario))
     });
     write_plan(&plan, &out, parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parallel_shapes, splits};
+
+    #[test]
+    fn node_splits_give_each_pool_a_node_and_fit_the_cluster() {
+        assert_eq!(
+            splits(2, 4),
+            vec![
+                vec![1, 1],
+                vec![1, 2],
+                vec![1, 3],
+                vec![2, 1],
+                vec![2, 2],
+                vec![3, 1]
+            ]
+        );
+        assert_eq!(splits(1, 3), vec![vec![1], vec![2], vec![3]]);
+        assert!(splits(3, 2).is_empty());
+    }
+
+    #[test]
+    fn parallel_shapes_divide_the_node() {
+        let shapes = parallel_shapes(8);
+        assert_eq!(shapes.len(), 10);
+        assert!(shapes.contains(&(8, 1)) && shapes.contains(&(1, 8)) && shapes.contains(&(2, 4)));
+        assert!(shapes.iter().all(|(t, d)| 8 % (t * d) == 0));
+    }
 }

@@ -158,12 +158,15 @@ impl Plan {
             .collect()
     }
 
-    /// Layouts best first: by sustained requests per GPU, then by rate.
+    /// Layouts best first: by sustained requests per GPU, then by rate;
+    /// layouts that failed validation last.
     pub fn ranking(&self) -> Vec<&LayoutResult> {
         let mut order: Vec<&LayoutResult> = self.layouts.iter().collect();
         order.sort_by(|a, b| {
-            b.rate_per_gpu()
-                .total_cmp(&a.rate_per_gpu())
+            a.refused
+                .is_some()
+                .cmp(&b.refused.is_some())
+                .then(b.rate_per_gpu().total_cmp(&a.rate_per_gpu()))
                 .then(
                     b.max_rate_req_s
                         .unwrap_or(0.0)
@@ -205,6 +208,13 @@ pub fn ranking_table(plan: &Plan) -> String {
         "| rank | layout | nodes | GPUs | max rate (req/s) | per GPU (req/s) | TTFT p99 (ms) | TPOT p99 (ms) | ITL p99 (ms) | met SLO (%) | runs | Pareto |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for (rank, l) in plan.ranking().into_iter().enumerate() {
+        if l.refused.is_some() {
+            out.push_str(&format!(
+                "| – | {} | – | – | not valid | | | | | | 0 | |\n",
+                l.name
+            ));
+            continue;
+        }
         let best = l.best();
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
