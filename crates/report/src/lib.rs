@@ -611,6 +611,10 @@ const CSV_HEADER: &[&str] = &[
     "finished_ms",
     "ttft_ms",
     "e2e_ms",
+    "queue_ms",
+    "prefill_ms",
+    "decode_ms",
+    "tpot_ms",
     "prompt_tokens",
     "cached_tokens",
     "output_tokens",
@@ -681,6 +685,28 @@ impl<W: Write> RecordSink for CsvSink<W> {
             ms(r.finished.as_ns()),
             ttft,
             ms(r.finished.since(r.arrival).as_ns()),
+            // Queueing until the first engine (prefill's under P/D)
+            // scheduled it; prefill until its prompt was done (the first
+            // token when served whole); decode from the first token to
+            // the last.
+            r.prefill_scheduled
+                .or(r.scheduled)
+                .map(|s| ms(s.since(r.arrival).as_ns()))
+                .unwrap_or_default(),
+            match (r.prefill_scheduled.or(r.scheduled), r.prefill_done.or(r.first_token)) {
+                (Some(s), Some(e)) => ms(e.since(s).as_ns()),
+                _ => String::new(),
+            },
+            match (r.first_token, r.last_token) {
+                (Some(f), Some(l)) => ms(l.since(f).as_ns()),
+                _ => String::new(),
+            },
+            match (r.first_token, r.last_token) {
+                (Some(f), Some(l)) if r.output_tokens > 1 => {
+                    ms(l.since(f).as_ns() / (r.output_tokens as u64 - 1))
+                }
+                _ => String::new(),
+            },
             r.prompt_tokens.to_string(),
             r.cached_tokens.to_string(),
             r.output_tokens.to_string(),
