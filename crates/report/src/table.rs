@@ -368,8 +368,33 @@ pub fn verdict(runs: &[ComparedRun]) -> String {
             ));
         }
         out.push_str(&format!(
-            "; {} of {} requests completed.\n",
+            "; {} of {} requests completed.",
             s.requests.completed, s.requests.total
+        ));
+        if let Some(p) = busiest
+            && p.busy_share >= 0.9
+            && s.queue_ms.mean > 0.5 * s.ttft_ms.mean
+        {
+            out.push_str(&format!(
+                " The `{}` pool is the bottleneck: its engines step {:.0}% of the time and requests spend {:.0}% of their time to first token queueing for it.",
+                p.name,
+                100.0 * p.busy_share,
+                100.0 * s.queue_ms.mean / s.ttft_ms.mean.max(1e-9)
+            ));
+        }
+        out.push('\n');
+    }
+    // Disaggregation's promise: decode steps without prefill chunks in them.
+    let tpot = |pd: bool| {
+        runs.iter()
+            .filter_map(|r| r.summaries.first().map(|s| (r, s)))
+            .filter(|(_, s)| (s.requests.disaggregated > 0) == pd && s.tpot_ms.count > 0)
+            .min_by(|a, b| a.1.tpot_ms.mean.total_cmp(&b.1.tpot_ms.mean))
+            .map(|(r, s)| (r.deployment.as_str(), s.tpot_ms.mean, s.tpot_ms.p99))
+    };
+    if let (Some((pd, pd_mean, pd_p99)), Some((co, co_mean, co_p99))) = (tpot(true), tpot(false)) {
+        out.push_str(&format!(
+            "\nDecode without prefill interference: {pd} (disaggregated) has TPOT mean {pd_mean:.1} ms, p99 {pd_p99:.1} ms; {co} (colocated, prefill chunks share its steps) {co_mean:.1} ms, p99 {co_p99:.1} ms.\n"
         ));
     }
     out
