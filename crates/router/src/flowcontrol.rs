@@ -470,14 +470,21 @@ impl FlowController {
     }
 
     /// The next instant after `now_ns` at which a fresh view turns stale
-    /// for the detector (a stale endpoint counts 1.0, which can lower the
-    /// mean), if any.
+    /// and so lowers the saturation: a stale endpoint counts 1.0, less than
+    /// an overloaded one's fresh ratio; any other going stale only raises
+    /// it. `None` when no such instant is ahead.
     pub fn next_stale_ns(&self, views: &[EndpointView], now_ns: u64) -> Option<u64> {
-        let Detector::Utilization { staleness_ns, .. } = self.settings.detector else {
+        let Detector::Utilization {
+            queue_depth,
+            kv_util,
+            staleness_ns,
+        } = self.settings.detector
+        else {
             return None;
         };
         views
             .iter()
+            .filter(|v| (v.waiting as f64 / queue_depth).max(v.kv_usage / kv_util) > 1.0)
             .filter_map(|v| v.updated_ns)
             .map(|at| at.saturating_add(staleness_ns).saturating_add(1))
             .filter(|t| *t > now_ns)
@@ -554,7 +561,10 @@ mod tests {
         // Never scraped: 1.0.
         let unscraped = [EndpointView::default(), EndpointView::default()];
         assert_eq!(fc.saturation(&unscraped, &r, 0), 1.0);
+        // Only the overloaded pod going stale lowers the mean.
         assert_eq!(fc.next_stale_ns(&views, 5), Some(200_000_001));
+        let calm = [view(1, 0.0, 0), view(0, 0.4, 7)];
+        assert_eq!(fc.next_stale_ns(&calm, 5), None);
     }
 
     #[test]
