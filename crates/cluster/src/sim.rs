@@ -123,13 +123,23 @@ enum Event {
     },
     /// Every core's state is handed to the sink for the time series.
     Sample,
+    /// A tick of the flow controller's dispatch ticker at which a dispatch
+    /// cycle could release a queued request.
+    FlowTick,
+    /// The flow controller's cleanup sweep, due when the oldest queued
+    /// request's TTL runs out.
+    FlowSweep,
 }
 
 impl Event {
     /// Scrapes and samples observe; they never move a request, so they do
-    /// not keep a stalled run alive.
+    /// not keep a stalled run alive. Nor does a flow-control dispatch tick:
+    /// it only re-reads what a scrape or a request's progress changed, and
+    /// a tick that dispatches makes the request live. (Were ticks live, a
+    /// queue held forever — TTL disabled — would keep the scrape loop and
+    /// its ticks going for ever.) The TTL sweep is live: it ends requests.
     fn is_live(&self) -> bool {
-        !matches!(self, Event::Scrape { .. } | Event::Sample)
+        !matches!(self, Event::Scrape { .. } | Event::Sample | Event::FlowTick)
     }
 }
 
@@ -169,6 +179,8 @@ struct InFlight {
     load_flows_left: u32,
     /// The EPP's in-flight load this request added.
     ticket: pdsim_router::Ticket,
+    /// Waiting in the EPP's flow-control queue, not yet routed.
+    queued: bool,
 }
 
 /// Requests in flight, indexed by id. Ids are handed out in arrival order,
@@ -186,11 +198,15 @@ impl InFlightTable {
         if self.slots.is_empty() {
             self.base = id.0;
         }
-        debug_assert_eq!(
-            id.0,
-            self.base + self.slots.len() as u32,
+        debug_assert!(
+            id.0 >= self.base + self.slots.len() as u32,
             "ids arrive in order"
         );
+        // Ids of requests that ended at arrival (refused by the EPP) never
+        // enter the table; their slots stay empty.
+        while self.base + (self.slots.len() as u32) < id.0 {
+            self.slots.push_back(None);
+        }
         self.slots.push_back(Some(flight));
     }
 
@@ -261,8 +277,19 @@ struct Sim<'a> {
     /// Each pod's scrape phase within the refresh interval.
     scrape_phase: Vec<u64>,
     scrape_interval: u64,
-    /// Pods whose scrape loop is running.
+    /// Pods whose scrape loop is running, and which ones.
     scraping: usize,
+    scrape_running: Vec<bool>,
+    /// The EPP's flow controller, with the `flowControl` gate on.
+    flow: Option<pdsim_router::FlowController>,
+    /// Phases of its dispatch ticker and cleanup sweep.
+    flow_tick_phase: u64,
+    flow_sweep_phase: u64,
+    /// The earliest dispatch tick and sweep already queued.
+    flow_tick_at: Option<SimTime>,
+    flow_sweep_at: Option<SimTime>,
+    /// Scratch for expired requests.
+    expired_buf: Vec<u32>,
     /// Whether the sample loop is running.
     sampling: bool,
     /// The steps a group starts, reused.
@@ -307,6 +334,8 @@ pub fn run(
             Event::HoldExpiry { id } => sim.hold_expiry(id, sink),
             Event::Scrape { pod } => sim.scrape(pod as usize),
             Event::Sample => sim.sample(sink),
+            Event::FlowTick => sim.flow_tick(),
+            Event::FlowSweep => sim.flow_sweep(sink),
         }
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
@@ -316,8 +345,16 @@ pub fn run(
         }
     }
     // Anything still in flight could not make progress: abort it, counted.
+    // A request still in the EPP's queue (its TTL disabled, the detector
+    // saturated with nothing left to change that) is aborted as such.
     for id in sim.in_flight.ids() {
-        sim.finish(id, Outcome::Aborted, "engine-stalled", sink);
+        let queued = sim.in_flight.get_mut(&id).is_some_and(|f| f.queued);
+        let reason = if queued {
+            "flow-control-stalled"
+        } else {
+            "engine-stalled"
+        };
+        sim.finish(id, Outcome::Aborted, reason, sink);
     }
     sim.network.flush(sim.now);
     sim.drain_windows(sink);
@@ -416,9 +453,20 @@ impl<'a> Sim<'a> {
             }
         }
         let epp = pdsim_router::Router::new(&cluster.epp, pod_labels.clone(), seed);
+        let flow = cluster
+            .epp
+            .config
+            .flow_control
+            .as_ref()
+            .map(|settings| pdsim_router::FlowController::new(settings, &pod_labels));
         let scrape_interval = cluster.epp.flags.refresh_interval_ns.max(1);
         let mut phases = Stream::new(seed, Purpose::ScrapePhases, 0);
         let scrape_phase: Vec<u64> = pods.iter().map(|_| phases.below(scrape_interval)).collect();
+        // The flow controller's tickers start with the EPP, long before
+        // the run: their phases are seeded (a stream of their own).
+        let mut flow_phases = Stream::new(seed, Purpose::ScrapePhases, 1);
+        let flow_tick_phase = flow_phases.below(pdsim_router::flowcontrol::DISPATCH_TICK_NS);
+        let flow_sweep_phase = flow_phases.below(pdsim_router::flowcontrol::SWEEP_NS);
         let views = pod_labels
             .into_iter()
             .map(|labels| pdsim_router::EndpointView {
@@ -467,9 +515,16 @@ impl<'a> Sim<'a> {
             epp,
             pods,
             views,
+            scrape_running: vec![false; scrape_phase.len()],
             scrape_phase,
             scrape_interval,
             scraping: 0,
+            flow,
+            flow_tick_phase,
+            flow_sweep_phase,
+            flow_tick_at: None,
+            flow_sweep_at: None,
+            expired_buf: Vec::new(),
             sampling: false,
             steps_buf: Vec::new(),
             batches_buf: Vec::new(),
@@ -516,10 +571,13 @@ impl<'a> Sim<'a> {
             .unwrap_or(first)
     }
 
-    /// Starts every pod's scrape loop at its phase.
+    /// Starts every stopped pod's scrape loop at its phase.
     fn start_scraping(&mut self) {
         let interval = self.scrape_interval;
         for pod in 0..self.pods.len() {
+            if self.scrape_running[pod] {
+                continue;
+            }
             let phase = self.scrape_phase[pod];
             let now = self.now.as_ns();
             let next = if now <= phase {
@@ -527,6 +585,15 @@ impl<'a> Sim<'a> {
             } else {
                 phase + (now - phase).div_ceil(interval) * interval
             };
+            // The EPP scrapes from its start, long before the first
+            // request: under flow control, whose detector treats a pod
+            // never scraped as saturated, the pod's view is what its last
+            // scrape before now read (the engine has been idle since).
+            if self.flow.is_some() && self.views[pod].updated_ns.is_none() {
+                let last = next.saturating_sub(interval).min(now);
+                self.read_metrics(pod, last);
+            }
+            self.scrape_running[pod] = true;
             self.push(SimTime(next), Event::Scrape { pod: pod as u32 });
         }
         self.scraping = self.pods.len();
@@ -572,13 +639,10 @@ impl<'a> Sim<'a> {
     /// when nothing is left to route or serve, or when nothing but scrapes
     /// is queued (a stall), so a run always ends.
     fn scrape(&mut self, pod: usize) {
-        let core = &self.cores[self.pods[pod].0];
-        let view = &mut self.views[pod];
-        view.waiting = core.engine.num_waiting() as u32;
-        view.running = core.engine.num_running() as u32;
-        view.kv_usage = core.engine.kv_usage();
-        view.block_size = Some(core.engine.config().block_size);
-        view.num_blocks = Some(core.engine.config().num_blocks as u64);
+        let now = self.now.as_ns();
+        if self.read_metrics(pod, now) {
+            self.flow_wake(true);
+        }
         if self.busy() {
             self.push(
                 self.now + SimDuration(self.scrape_interval),
@@ -586,7 +650,28 @@ impl<'a> Sim<'a> {
             );
         } else {
             self.scraping -= 1;
+            self.scrape_running[pod] = false;
         }
+    }
+
+    /// Reads a pod's metrics into its view as of `at_ns`; whether the flow
+    /// controller's saturation detector could now answer differently (a
+    /// metric changed, or the view was stale to it).
+    fn read_metrics(&mut self, pod: usize, at_ns: u64) -> bool {
+        let core = &self.cores[self.pods[pod].0];
+        let view = &mut self.views[pod];
+        let before = (view.waiting, view.running, view.kv_usage);
+        let was_fresh = self
+            .flow
+            .as_ref()
+            .is_some_and(|f| f.detector().fresh(view, at_ns));
+        view.waiting = core.engine.num_waiting() as u32;
+        view.running = core.engine.num_running() as u32;
+        view.kv_usage = core.engine.kv_usage();
+        view.block_size = Some(core.engine.config().block_size);
+        view.num_blocks = Some(core.engine.config().num_blocks as u64);
+        view.updated_ns = Some(at_ns);
+        !was_fresh || before != (view.waiting, view.running, view.kv_usage)
     }
 
     /// The record of a request arriving now, served at `location`.
@@ -620,6 +705,20 @@ impl<'a> Sim<'a> {
         (s.pool, s.pod, s.rank)
     }
 
+    /// The engine cores an EPP decision sends a request to: (first core,
+    /// prefill core, decode core).
+    fn place(&self, d: &pdsim_router::Decision) -> (usize, Option<u32>, usize) {
+        let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
+        // A colocated pod passes both the prefill and the decode filter;
+        // when both profiles land on the same engine core there is
+        // nothing to move, and the request is served there whole.
+        let prefill = d
+            .prefill
+            .map(|p| Self::pick_rank(&self.cores, self.pods[p]))
+            .filter(|p| *p != decode);
+        (prefill.unwrap_or(decode), prefill.map(|p| p as u32), decode)
+    }
+
     fn arrive(&mut self) {
         let Some(spec) = self.next_arrival.take() else {
             return;
@@ -627,21 +726,17 @@ impl<'a> Sim<'a> {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.stats.requests += 1;
-        if self.scraping == 0 {
+        if self.scraping < self.pods.len() {
             self.start_scraping();
+        }
+        if self.flow.is_some() {
+            self.arrive_flow_controlled(id, spec);
+            return;
         }
         let mut ticket = pdsim_router::Ticket::default();
         let routed = self.epp.pick(&spec.prompt, &self.views).map(|d| {
             ticket = d.ticket;
-            let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
-            // A colocated pod passes both the prefill and the decode filter;
-            // when both profiles land on the same engine core there is
-            // nothing to move, and the request is served there whole.
-            let prefill = d
-                .prefill
-                .map(|p| Self::pick_rank(&self.cores, self.pods[p]))
-                .filter(|p| *p != decode);
-            (prefill.unwrap_or(decode), prefill.map(|p| p as u32), decode)
+            self.place(&d)
         });
         let Some((first_core, prefill_core, decode_core)) = routed else {
             // No endpoint survived the filters: the EPP answers 503.
@@ -670,6 +765,7 @@ impl<'a> Sim<'a> {
                 load_tokens: 0,
                 load_flows_left: 0,
                 ticket,
+                queued: false,
             },
         );
         self.push(
@@ -679,6 +775,209 @@ impl<'a> Sim<'a> {
                 core: first_core as u32,
             },
         );
+    }
+
+    /// With the `flowControl` gate on, admission is
+    /// `FlowControlAdmissionController.Admit` (`requestcontrol/
+    /// admission.go`): the request is enqueued in the flow controller —
+    /// refused at once when a global or band limit is full
+    /// (`QueueOutcomeRejectedCapacity`, a 429) — and the processor runs a
+    /// dispatch cycle right after the enqueue (`processor.go`, `Run`).
+    fn arrive_flow_controlled(&mut self, id: RequestId, spec: RequestSpec) {
+        let now = self.now.as_ns();
+        let bytes = pdsim_router::FlowController::request_bytes(spec.prompt.tokens());
+        let mut record = self.arrival_record(id, &spec, (0, 0, 0));
+        let Some(flow) = self.flow.as_mut() else {
+            return;
+        };
+        if flow.enqueue(id.0, now, bytes).is_err() {
+            self.stats.rejected += 1;
+            record.outcome = Outcome::Rejected;
+            record.reason = "flow-control-capacity";
+            self.rejected_records.push(record);
+            return;
+        }
+        self.in_flight.insert(
+            id,
+            InFlight {
+                record,
+                prompt: Some(spec.prompt),
+                priority: spec.priority,
+                max_output: spec.output_tokens,
+                prefill_core: None,
+                decode_core: 0,
+                held: false,
+                missing_tokens: 0,
+                flows_left: 0,
+                load_core: 0,
+                load_tokens: 0,
+                load_flows_left: 0,
+                ticket: pdsim_router::Ticket::default(),
+                queued: true,
+            },
+        );
+        self.schedule_sweep();
+        self.flow_cycle();
+    }
+
+    /// The first tick of a ticker with `phase` and `period` at or after
+    /// `t` ns.
+    fn tick_at(t: u64, phase: u64, period: u64) -> SimTime {
+        SimTime(if t <= phase {
+            phase
+        } else {
+            phase + (t - phase).div_ceil(period) * period
+        })
+    }
+
+    /// Makes sure a dispatch tick is queued at `at` or earlier. Every tick
+    /// of the real ticker runs a cycle, so an extra queued tick is
+    /// harmless; a missing one would lose a dispatch.
+    fn request_flow_tick(&mut self, at: SimTime) {
+        if self.flow_tick_at.is_some_and(|t| t <= at) {
+            return;
+        }
+        self.flow_tick_at = Some(at);
+        self.push(at, Event::FlowTick);
+    }
+
+    /// An input of the saturation detector changed (`metrics`: a scrape;
+    /// else the EPP's in-flight counters): with requests queued, the next
+    /// dispatch tick re-runs the cycle.
+    fn flow_wake(&mut self, metrics: bool) {
+        let Some(flow) = &self.flow else { return };
+        if flow.is_empty() || flow.detector().reads_metrics() != metrics {
+            return;
+        }
+        let at = Self::tick_at(
+            self.now.as_ns(),
+            self.flow_tick_phase,
+            pdsim_router::flowcontrol::DISPATCH_TICK_NS,
+        );
+        self.request_flow_tick(at);
+    }
+
+    fn flow_tick(&mut self) {
+        if self.flow_tick_at == Some(self.now) {
+            self.flow_tick_at = None;
+        }
+        self.flow_cycle();
+    }
+
+    /// One dispatch cycle. After a dispatch the ticker's next tick may
+    /// dispatch again; while the head of the line is held, only a change of
+    /// the detector's inputs (a scrape, the in-flight counters, a view
+    /// turning stale) can release it, and those queue the next tick.
+    fn flow_cycle(&mut self) {
+        let now = self.now.as_ns();
+        let Some(flow) = self.flow.as_mut() else {
+            return;
+        };
+        let dispatched = flow.dispatch(&self.views, &self.epp, now);
+        let stale = flow.next_stale_ns(&self.views, now);
+        let waiting = !flow.is_empty();
+        let tick = pdsim_router::flowcontrol::DISPATCH_TICK_NS;
+        if let Some(token) = dispatched {
+            self.route_queued(RequestId(token));
+            if waiting {
+                self.request_flow_tick(Self::tick_at(now + 1, self.flow_tick_phase, tick));
+            }
+        } else if let (true, Some(at)) = (waiting, stale) {
+            self.request_flow_tick(Self::tick_at(at, self.flow_tick_phase, tick));
+        }
+    }
+
+    /// A request the flow controller released goes through the scheduling
+    /// cycle now, as a request admitted at once would.
+    fn route_queued(&mut self, id: RequestId) {
+        let Some(flight) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        flight.queued = false;
+        let prompt = flight.prompt.take().unwrap_or_default();
+        let decision = self.epp.pick(&prompt, &self.views);
+        let Some(d) = decision else {
+            // No endpoint survived the filters: the EPP answers 503.
+            if let Some(mut flight) = self.in_flight.remove(&id) {
+                self.stats.rejected += 1;
+                flight.record.outcome = Outcome::Rejected;
+                flight.record.reason = "no-endpoints";
+                flight.record.finished = self.now;
+                self.rejected_records.push(flight.record);
+            }
+            return;
+        };
+        let (first_core, prefill_core, decode_core) = self.place(&d);
+        let (decode_at, prefill_at) = (
+            self.location(decode_core),
+            prefill_core.map(|p| self.location(p as usize)),
+        );
+        self.cores[first_core].pending += 1;
+        let Some(flight) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        flight.prompt = Some(prompt);
+        flight.ticket = d.ticket;
+        flight.prefill_core = prefill_core;
+        flight.decode_core = decode_core as u32;
+        (flight.record.pool, flight.record.pod, flight.record.rank) = decode_at;
+        flight.record.prefill = prefill_at;
+        let delay = self.cluster.pools[self.cores[first_core].pool]
+            .cost
+            .admission_delay(flight.record.prompt_tokens);
+        self.push(
+            self.now + delay,
+            Event::Admit {
+                id,
+                core: first_core as u32,
+            },
+        );
+        // The request moves again: scrape loops that stopped meanwhile
+        // resume.
+        if self.scraping < self.pods.len() {
+            self.start_scraping();
+        }
+    }
+
+    /// Queues the cleanup sweep that will find the oldest request's budget
+    /// spent: the first sweep tick at or after its expiry.
+    fn schedule_sweep(&mut self) {
+        let Some(due) = self.flow.as_ref().and_then(|f| f.next_expiry_ns()) else {
+            return;
+        };
+        let at = Self::tick_at(
+            due,
+            self.flow_sweep_phase,
+            pdsim_router::flowcontrol::SWEEP_NS,
+        );
+        if self.flow_sweep_at.is_some_and(|t| t <= at) {
+            return;
+        }
+        self.flow_sweep_at = Some(at);
+        self.push(at, Event::FlowSweep);
+    }
+
+    /// The cleanup sweep (`processor.go`, `sweepFinalizedItems`): requests
+    /// whose queue-wait budget ran out are evicted, and the EPP answers
+    /// 429 (`QueueOutcomeEvictedTTL`, `translateFlowControlOutcome`).
+    fn flow_sweep(&mut self, sink: &mut dyn RecordSink) {
+        if self.flow_sweep_at == Some(self.now) {
+            self.flow_sweep_at = None;
+        }
+        let mut expired = std::mem::take(&mut self.expired_buf);
+        if let Some(flow) = self.flow.as_mut() {
+            flow.expire(self.now.as_ns(), &mut expired);
+        }
+        for token in expired.drain(..) {
+            self.finish(
+                RequestId(token),
+                Outcome::Rejected,
+                "flow-control-ttl",
+                sink,
+            );
+        }
+        self.expired_buf = expired;
+        self.schedule_sweep();
     }
 
     fn admit(&mut self, id: RequestId, core: usize, sink: &mut dyn RecordSink) {
@@ -871,16 +1170,22 @@ impl<'a> Sim<'a> {
                 // the client's tokens come from the decode engine.
                 (EngineEvent::Emitted { .. }, Role::Prefill) => {}
                 (EngineEvent::Emitted { id, tokens }, _) => {
+                    let mut first = false;
                     if let Some(f) = self.in_flight.get_mut(&id) {
                         match f.record.last_token {
                             None => {
                                 f.record.first_token = Some(self.now);
                                 self.epp.first_chunk(&mut f.ticket);
+                                first = true;
                             }
                             Some(last) => sink.emission(self.now.since(last).as_ns(), tokens),
                         }
                         f.record.last_token = Some(self.now);
                         f.record.output_tokens += tokens;
+                    }
+                    if first {
+                        // The EPP's in-flight counters dropped.
+                        self.flow_wake(false);
                     }
                 }
                 (EngineEvent::Preempted { id }, _) => {
@@ -1147,6 +1452,7 @@ impl<'a> Sim<'a> {
             return;
         };
         self.epp.end_of_stream(&mut flight.ticket);
+        self.flow_wake(false);
         flight.record.finished = self.now;
         flight.record.outcome = outcome;
         flight.record.reason = reason;

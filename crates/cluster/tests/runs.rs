@@ -330,3 +330,289 @@ fn the_epp_disaggregates_only_what_the_decode_side_lacks() {
     // Same seed, same decisions.
     assert_eq!(run_once().1.records, sink.records);
 }
+
+/// The default deployment (eight single-GPU engines) routed by an EPP
+/// configuration in `epp.yaml`.
+fn colocated_with_router(epp: &str) -> pdsim_cluster::Cluster {
+    let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n");
+    let files = MemoryFiles::new()
+        .with("s.yaml", SCENARIO)
+        .with("d.yaml", &deployment)
+        .with("epp.yaml", epp);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let inputs = report.loaded[0].1.router.as_ref().map(|block| {
+        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block)).expect("router loads")
+    });
+    pdsim_cluster::build_with_router(
+        &report.deployments[0],
+        report.scenario.as_ref().unwrap(),
+        inputs,
+    )
+    .unwrap()
+}
+
+/// `n` requests arriving together: 1000-token prompts with nothing shared,
+/// 100 output tokens each.
+fn burst(n: usize) -> Vec<RequestSpec> {
+    let text: String = (0..n)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 100, \"hash_ids\": [{}, {}]}}\n",
+                1000 + 2 * i,
+                1001 + 2 * i
+            )
+        })
+        .collect();
+    MooncakeReader::new(std::io::Cursor::new(text.into_bytes()), "burst.jsonl")
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+/// The most requests whose [engine admission, end] spans overlap.
+fn peak_overlap(records: &[pdsim_cluster::RequestRecord]) -> usize {
+    let mut edges: Vec<(u64, i32)> = Vec::new();
+    for r in records.iter().filter(|r| r.outcome == Outcome::Completed) {
+        edges.push((r.enqueued.unwrap().as_ns(), 1));
+        edges.push((r.finished.as_ns(), -1));
+    }
+    edges.sort();
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+const FLOW_EPP: &str = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: concurrency-detector
+  parameters: {maxConcurrency: 4}
+flowControl:
+  maxRequests: \"500\"
+  defaultRequestTTL: 3s
+  saturationDetector: {pluginRef: concurrency-detector}
+";
+
+#[test]
+fn flow_control_queues_a_saturated_burst_at_the_epp_and_dispatches_it_later() {
+    let cluster = colocated_with_router(FLOW_EPP);
+    let run_burst = |cluster: &pdsim_cluster::Cluster| {
+        let mut sink = MemorySink::default();
+        let stats = run(
+            cluster,
+            &mut burst(600).into_iter().map(Ok),
+            5,
+            true,
+            &mut sink,
+        )
+        .unwrap();
+        (stats, sink)
+    };
+    let (stats, sink) = run_burst(&cluster);
+    assert_eq!(sink.records.len(), 600, "every request ends once");
+    let with_reason = |reason: &str| -> Vec<u32> {
+        let mut ids: Vec<u32> = sink
+            .records
+            .iter()
+            .filter(|r| r.reason == reason)
+            .map(|r| r.id.0)
+            .collect();
+        ids.sort();
+        ids
+    };
+    // 8 endpoints × maxConcurrency 4: the first 32 requests dispatch at
+    // once and saturate the pool; the next 500 fill the global limit; the
+    // last 68 are refused on arrival.
+    let capacity = with_reason("flow-control-capacity");
+    assert_eq!(capacity, (532..600).collect::<Vec<u32>>());
+    let ttl = with_reason("flow-control-ttl");
+    let completed: Vec<u32> = with_reason("");
+    assert!(!ttl.is_empty(), "a 3 s budget cannot drain 500 requests");
+    assert_eq!(completed.len() + ttl.len() + capacity.len(), 600);
+    assert_eq!(stats.rejected as usize, ttl.len() + capacity.len());
+    assert_eq!(stats.completed as usize, completed.len());
+    // Dispatched later, from the queue, in arrival order: every request
+    // served came before every one whose budget ran out.
+    assert!(completed.len() > 32, "{}", completed.len());
+    assert!(completed.iter().max() < ttl.iter().min());
+    let late = sink
+        .records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Completed && r.id.0 >= 32)
+        .map(|r| r.enqueued.unwrap().as_ns())
+        .min()
+        .unwrap();
+    assert!(
+        late > 100_000_000,
+        "queued requests wait for capacity: {late}"
+    );
+    // Evictions happen at a sweep tick at or after the 3 s budget.
+    for r in sink
+        .records
+        .iter()
+        .filter(|r| r.reason == "flow-control-ttl")
+    {
+        let waited = r.finished.as_ns() - r.arrival.as_ns();
+        assert!((3_000_000_000..4_000_000_000).contains(&waited), "{r:?}");
+    }
+    // Never more than the detector's capacity in the engines.
+    assert!(peak_overlap(&sink.records) <= 32);
+    // Deterministic.
+    let (_, again) = run_burst(&cluster);
+    assert_eq!(sink.records, again.records);
+
+    // Without the gate the EPP admits every request at once.
+    let legacy = colocated_with_router(&FLOW_EPP.replace("featureGates: [flowControl]\n", ""));
+    let (stats, sink) = run_burst(&legacy);
+    assert_eq!(stats.completed, 600);
+    assert!(peak_overlap(&sink.records) > 32);
+}
+
+#[test]
+fn a_queue_the_detector_never_releases_ends_the_run_when_no_ttl_bounds_it() {
+    // A ceiling of 0: saturation ≥ 0 always holds the line. With the TTL
+    // disabled, nothing can release or evict the queue, and the run still
+    // ends, the queued requests aborted by name.
+    let epp = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: static-usage-limit-policy
+  parameters: {threshold: 0}
+flowControl:
+  defaultRequestTTL: 0s
+";
+    let cluster = colocated_with_router(epp);
+    let mut sink = MemorySink::default();
+    let stats = run(
+        &cluster,
+        &mut burst(5).into_iter().map(Ok),
+        5,
+        true,
+        &mut sink,
+    )
+    .unwrap();
+    assert_eq!(stats.aborted, 5);
+    assert!(
+        sink.records
+            .iter()
+            .all(|r| r.reason == "flow-control-stalled")
+    );
+}
+
+#[test]
+fn scraped_saturation_holds_requests_until_a_scrape_shows_room() {
+    // The utilization detector reads the scraped queues: a burst is let
+    // through until the next scrapes see the queues it built, then held
+    // until later scrapes see them drain.
+    let epp = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: utilization-detector
+  parameters: {queueDepthThreshold: 1}
+";
+    let cluster = colocated_with_router(epp);
+    let line = |i: usize| {
+        format!(
+            "{{\"timestamp\": {}, \"input_length\": 4000, \"output_length\": 50, \"hash_ids\": [{}]}}\n",
+            i * 2,
+            5000 + i
+        )
+    };
+    let text: String = (0..400).map(line).collect();
+    let source = || MooncakeReader::new(std::io::Cursor::new(text.clone().into_bytes()), "t.jsonl");
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut source(), 5, true, &mut sink).unwrap();
+    assert_eq!(
+        stats.completed, 400,
+        "the default 60 s budget drains it all"
+    );
+    // Some request waited at the EPP: its engine admission came later than
+    // the frontend delay alone (which the same request without flow
+    // control shows).
+    let plain = colocated_with_router(&epp.replace("featureGates: [flowControl]\n", ""));
+    let mut base = MemorySink::default();
+    run(&plain, &mut source(), 5, true, &mut base).unwrap();
+    let delay = |r: &pdsim_cluster::RequestRecord| r.enqueued.unwrap().as_ns() - r.arrival.as_ns();
+    let frontend = base.records.iter().map(delay).max().unwrap();
+    let held = sink.records.iter().filter(|r| delay(r) > frontend).count();
+    assert!(held > 0, "nothing waited at the EPP");
+    // Requests leave the queue in arrival order (FCFS): engine admission
+    // order, less the frontend delay, never inverts between two requests
+    // that both waited.
+    let mut waited: Vec<(u32, u64)> = sink
+        .records
+        .iter()
+        .filter(|r| delay(r) > frontend)
+        .map(|r| (r.id.0, r.arrival.as_ns() + delay(r)))
+        .collect();
+    waited.sort();
+    assert!(
+        waited.windows(2).all(|w| w[0].1 <= w[1].1 + frontend),
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn a_held_queue_with_stale_metrics_and_no_ttl_still_ends() {
+    // Scrapes every second against a 200 ms staleness threshold: each
+    // scrape turns a stale view fresh again. With the line held for ever
+    // (ceiling 0) and no TTL, the scrape loop must not keep the run alive.
+    let epp = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: static-usage-limit-policy
+  parameters: {threshold: 0}
+flowControl:
+  defaultRequestTTL: 0s
+";
+    let deployment = format!(
+        "{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [--refresh-metrics-interval=1s]\n"
+    );
+    let files = MemoryFiles::new()
+        .with("s.yaml", SCENARIO)
+        .with("d.yaml", &deployment)
+        .with("epp.yaml", epp);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let inputs = report.loaded[0].1.router.as_ref().map(|block| {
+        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block)).expect("router loads")
+    });
+    let cluster = pdsim_cluster::build_with_router(
+        &report.deployments[0],
+        report.scenario.as_ref().unwrap(),
+        inputs,
+    )
+    .unwrap();
+    let mut sink = MemorySink::default();
+    let stats = run(
+        &cluster,
+        &mut burst(3).into_iter().map(Ok),
+        5,
+        true,
+        &mut sink,
+    )
+    .unwrap();
+    assert_eq!(stats.aborted, 3);
+    assert!(stats.end.as_ns() < 10_000_000_000, "{:?}", stats.end);
+}

@@ -6,6 +6,8 @@
 //! faithfully is refused here by name.
 
 use crate::RouterProblem;
+use crate::flags::parse_go_duration;
+use crate::flowcontrol::{self, Band, ConcurrencyMode, Detector, Fairness, FlowControl, Ordering};
 use crate::registry::{self, REMOVED, Role};
 use serde_yaml::{Mapping, Value};
 use std::collections::BTreeSet;
@@ -60,6 +62,8 @@ pub struct EndpointPickerConfig {
     /// The profile handler's plugin name.
     pub handler: String,
     pub feature_gates: Vec<String>,
+    /// The flow-control layer, when the `flowControl` gate is on.
+    pub flow_control: Option<FlowControl>,
 }
 
 impl EndpointPickerConfig {
@@ -174,12 +178,6 @@ pub fn load_config(
                 &format!("featureGates[{i}]"),
                 "epp-feature-gate",
                 format!("feature gate `{gate}` is not registered"),
-            );
-        } else if gate == "flowControl" {
-            loader.problem(
-                &format!("featureGates[{i}]"),
-                "epp-not-simulated",
-                "the flowControl gate turns on the flow-control layer, which pdsim does not simulate yet",
             );
         }
         feature_gates.push(gate.to_string());
@@ -500,19 +498,14 @@ pub fn load_config(
     }
     check_prefill_header_writers(&mut loader, &plugins, &handler);
 
-    // Saturation detector, data layer and parsers: references must resolve.
-    if let Some(reference) = top
-        .get("saturationDetector")
-        .and_then(Value::as_mapping)
-        .and_then(|m| str_of(m, "pluginRef"))
-        && role_of(&plugins, reference) != Some(Role::Saturation)
-    {
-        loader.problem(
-            "saturationDetector.pluginRef",
-            "epp-plugin-ref",
-            format!("`{reference}` is not a saturation detector defined in plugins"),
-        );
-    }
+    // Data layer and parsers: references must resolve. The saturation
+    // detector and the flowControl section: `load_flow_control`.
+    let flow_control = load_flow_control(
+        &mut loader,
+        top,
+        &plugins,
+        feature_gates.iter().any(|g| g == "flowControl"),
+    );
     for section in ["data", "dataLayer"] {
         let Some(map) = top.get(section).and_then(Value::as_mapping) else {
             continue;
@@ -613,11 +606,6 @@ pub fn load_config(
             );
         }
     }
-    if top.get("flowControl").is_some() && !feature_gates.iter().any(|g| g == "flowControl") {
-        // The EPP honours flowControl only with its gate; without it the
-        // section has no effect there either.
-    }
-
     if loader.problems.is_empty() {
         Ok(EndpointPickerConfig {
             api_version,
@@ -625,9 +613,592 @@ pub fn load_config(
             profiles,
             handler,
             feature_gates,
+            flow_control,
         })
     } else {
         Err(loader.problems)
+    }
+}
+
+/// The keys of `flowControl` (`apix/config/v1alpha1/
+/// endpointpickerconfig_types.go`, `FlowControlConfig`), decoded strictly.
+const FLOW_CONTROL_KEYS: &[&str] = &[
+    "maxBytes",
+    "maxRequests",
+    "defaultRequestTTL",
+    "noEndpointRequestTTL",
+    "defaultPriorityBand",
+    "defaultNegativePriorityBand",
+    "priorityBands",
+    "usageLimitPolicyPluginRef",
+    "saturationDetector",
+    "enableEviction",
+];
+/// `PriorityBandConfig`'s keys.
+const BAND_KEYS: &[&str] = &[
+    "priority",
+    "maxBytes",
+    "maxRequests",
+    "fairnessPolicyRef",
+    "orderingPolicyRef",
+];
+
+/// The flow-control policy a plugin type implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlowKind {
+    Fairness,
+    Ordering,
+    UsageLimit,
+}
+
+fn flow_kind(plugin_type: &str) -> Option<FlowKind> {
+    match plugin_type {
+        "global-strict-fairness-policy"
+        | "round-robin-fairness-policy"
+        | "program-aware-fairness" => Some(FlowKind::Fairness),
+        "fcfs-ordering-policy" | "edf-ordering-policy" | "slo-deadline-ordering-policy" => {
+            Some(FlowKind::Ordering)
+        }
+        "static-usage-limit-policy"
+        | "priority-holdback-policy"
+        | "soft-reflective-ceiling-policy" => Some(FlowKind::UsageLimit),
+        _ => None,
+    }
+}
+
+/// A Kubernetes quantity (`resource.Quantity`: a decimal number with an
+/// optional binary `Ki`…`Ei`, decimal `n u m k M G T P E` or exponent
+/// suffix), as `Value()` gives it: rounded up to an integer. A YAML number
+/// is read as its text, as the JSON decoder reads an unquoted quantity.
+pub fn parse_quantity(value: &Value) -> Option<i64> {
+    let text = match value {
+        Value::String(s) => s.trim().to_string(),
+        Value::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    if number.is_empty() || number.matches('.').count() > 1 {
+        return None;
+    }
+    let mantissa: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        exp if exp.starts_with(['e', 'E']) => 10f64.powi(exp[1..].parse::<i32>().ok()?),
+        _ => return None,
+    };
+    let v = (mantissa * scale).ceil();
+    (v.is_finite() && v.abs() < 9.2e18).then_some(v as i64)
+}
+
+/// A `metav1.Duration`: a JSON string Go's `time.ParseDuration` reads.
+fn duration_of(value: &Value) -> Option<i64> {
+    value.as_str().and_then(parse_go_duration)
+}
+
+/// Loads `flowControl` (and the deprecated top-level `saturationDetector`)
+/// as the EPP does (`config/loader/configloader.go`, `flowcontrol.go`,
+/// `defaults.go`, `validation.go`; `flowcontrol/controller/config.go`,
+/// `flowcontrol/registry/config.go`). The section is decoded strictly
+/// whatever the gate says; without the `flowControl` gate its settings
+/// are ignored (the EPP logs a warning) and only the saturation detector
+/// reference is validated, since legacy admission uses the detector for
+/// sheddable requests only, of which pdsim has none. With the gate the
+/// configuration is resolved: defaults, band 0, policy references.
+fn load_flow_control(
+    loader: &mut Loader<'_>,
+    top: &Mapping,
+    plugins: &[Plugin],
+    gate: bool,
+) -> Option<FlowControl> {
+    let empty = Mapping::new();
+    let section = match top.get("flowControl") {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Mapping(m)) => m,
+        Some(_) => {
+            loader.problem("flowControl", "wrong-type", "flowControl must be a mapping");
+            &empty
+        }
+    };
+    for key in section.keys() {
+        let key = key.as_str().unwrap_or("?");
+        if !FLOW_CONTROL_KEYS.contains(&key) {
+            loader.problem(
+                &format!("flowControl.{key}"),
+                "unknown-key",
+                format!(
+                    "unknown field `{key}` in flowControl (decoded strictly; it takes {})",
+                    FLOW_CONTROL_KEYS.join(", ")
+                ),
+            );
+        }
+    }
+    let problems_before = loader.problems.len();
+
+    // The saturation detector: flowControl.saturationDetector, else the
+    // deprecated top-level one, else `utilization-detector`, auto-created
+    // with its defaults when no plugin has that name (`ensureSaturationDetector`).
+    let mut detector_ref: Option<(String, String)> = None;
+    for (path, value) in [
+        ("saturationDetector", top.get("saturationDetector")),
+        (
+            "flowControl.saturationDetector",
+            section.get("saturationDetector"),
+        ),
+    ] {
+        let Some(value) = value.filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let Some(map) = value.as_mapping() else {
+            loader.problem(
+                path,
+                "wrong-type",
+                format!("{path} must be a mapping with pluginRef"),
+            );
+            continue;
+        };
+        for key in map.keys() {
+            let key = key.as_str().unwrap_or("?");
+            if key != "pluginRef" {
+                loader.problem(
+                    &format!("{path}.{key}"),
+                    "unknown-key",
+                    format!("unknown field `{key}` in {path} (it takes pluginRef only)"),
+                );
+            }
+        }
+        match map.get("pluginRef") {
+            Some(Value::String(r)) if !r.is_empty() => {
+                detector_ref = Some((format!("{path}.pluginRef"), r.clone()));
+            }
+            _ => loader.problem(
+                &format!("{path}.pluginRef"),
+                "epp-plugin-ref",
+                "saturation detector plugin reference is empty",
+            ),
+        }
+    }
+    let detector_plugin = match &detector_ref {
+        Some((path, reference)) => match plugins.iter().find(|p| &p.name == reference) {
+            Some(p)
+                if registry::lookup(&p.plugin_type).map(|t| t.role) == Some(Role::Saturation) =>
+            {
+                Some(p.clone())
+            }
+            None if reference == "utilization-detector" => None,
+            _ => {
+                loader.problem(
+                    path,
+                    "epp-plugin-ref",
+                    format!("`{reference}` is not a saturation detector defined in plugins"),
+                );
+                None
+            }
+        },
+        None => plugins
+            .iter()
+            .find(|p| p.name == "utilization-detector")
+            .cloned(),
+    };
+
+    // Structure and types, checked with or without the gate.
+    let quantity = |loader: &mut Loader<'_>, map: &Mapping, at: &str, key: &str| -> u64 {
+        let Some(v) = map.get(key).filter(|v| !v.is_null()) else {
+            return 0;
+        };
+        match parse_quantity(v) {
+            Some(n) if n >= 0 => n as u64,
+            Some(n) => {
+                if gate {
+                    loader.problem(
+                        &format!("{at}.{key}"),
+                        "epp-flow-control",
+                        format!("{key} must be non-negative, got {n}"),
+                    );
+                }
+                0
+            }
+            None => {
+                loader.problem(
+                    &format!("{at}.{key}"),
+                    "wrong-type",
+                    format!(
+                        "{key} is not a Kubernetes quantity (such as \"500\", \"1k\" or \"1Gi\")"
+                    ),
+                );
+                0
+            }
+        }
+    };
+    let duration = |loader: &mut Loader<'_>, key: &str| -> Option<i64> {
+        let v = section.get(key).filter(|v| !v.is_null())?;
+        match duration_of(v) {
+            Some(ns) => Some(ns),
+            None => {
+                loader.problem(
+                    &format!("flowControl.{key}"),
+                    "wrong-type",
+                    format!("{key} must be a duration string such as \"60s\""),
+                );
+                None
+            }
+        }
+    };
+    let max_bytes = quantity(loader, section, "flowControl", "maxBytes");
+    let max_requests = quantity(loader, section, "flowControl", "maxRequests");
+    let ttl = duration(loader, "defaultRequestTTL");
+    let no_endpoint_ttl = duration(loader, "noEndpointRequestTTL");
+    let eviction = match section.get("enableEviction") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            loader.problem(
+                "flowControl.enableEviction",
+                "wrong-type",
+                "enableEviction must be a boolean",
+            );
+            false
+        }
+    };
+    let usage_ref = match section.get("usageLimitPolicyPluginRef") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            loader.problem(
+                "flowControl.usageLimitPolicyPluginRef",
+                "wrong-type",
+                "usageLimitPolicyPluginRef must be a string",
+            );
+            None
+        }
+    };
+    // A band: its keys, limits and policy references (names).
+    struct RawBand {
+        at: String,
+        priority: i64,
+        max_bytes: u64,
+        max_requests: u64,
+        fairness: Option<String>,
+        ordering: Option<String>,
+    }
+    let band_of = |loader: &mut Loader<'_>, at: String, value: &Value| -> Option<RawBand> {
+        let Some(map) = value.as_mapping() else {
+            loader.problem(&at, "wrong-type", "a priority band is a mapping");
+            return None;
+        };
+        for key in map.keys() {
+            let key = key.as_str().unwrap_or("?");
+            if !BAND_KEYS.contains(&key) {
+                loader.problem(
+                    &format!("{at}.{key}"),
+                    "unknown-key",
+                    format!(
+                        "unknown field `{key}` in a priority band (it takes {})",
+                        BAND_KEYS.join(", ")
+                    ),
+                );
+            }
+        }
+        let priority = match map.get("priority") {
+            None | Some(Value::Null) => 0,
+            Some(v) => match v.as_i64() {
+                Some(p) => p,
+                None => {
+                    loader.problem(
+                        &format!("{at}.priority"),
+                        "wrong-type",
+                        "priority must be an integer",
+                    );
+                    0
+                }
+            },
+        };
+        let mut reference = |key: &str| match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                loader.problem(
+                    &format!("{at}.{key}"),
+                    "wrong-type",
+                    format!("{key} must be a string"),
+                );
+                None
+            }
+        };
+        let fairness = reference("fairnessPolicyRef");
+        let ordering = reference("orderingPolicyRef");
+        Some(RawBand {
+            max_bytes: quantity(loader, map, &at, "maxBytes"),
+            max_requests: quantity(loader, map, &at, "maxRequests"),
+            at,
+            priority,
+            fairness,
+            ordering,
+        })
+    };
+    let default_band = section
+        .get("defaultPriorityBand")
+        .filter(|v| !v.is_null())
+        .and_then(|v| band_of(loader, "flowControl.defaultPriorityBand".into(), v));
+    let negative_band = section
+        .get("defaultNegativePriorityBand")
+        .filter(|v| !v.is_null())
+        .and_then(|v| band_of(loader, "flowControl.defaultNegativePriorityBand".into(), v));
+    let mut bands = Vec::new();
+    match section.get("priorityBands") {
+        None | Some(Value::Null) => {}
+        Some(Value::Sequence(list)) => {
+            for (i, v) in list.iter().enumerate() {
+                if let Some(b) = band_of(loader, format!("flowControl.priorityBands[{i}]"), v) {
+                    bands.push(b);
+                }
+            }
+        }
+        Some(_) => loader.problem(
+            "flowControl.priorityBands",
+            "wrong-type",
+            "priorityBands must be a list",
+        ),
+    }
+    if !gate {
+        return None;
+    }
+
+    // With the gate: resolve. `controller.NewConfigFromAPI`: TTLs.
+    for (key, v) in [
+        ("defaultRequestTTL", ttl),
+        ("noEndpointRequestTTL", no_endpoint_ttl),
+    ] {
+        if let Some(ns) = v.filter(|ns| *ns < 0) {
+            loader.problem(
+                &format!("flowControl.{key}"),
+                "epp-flow-control",
+                format!("{key} cannot be negative, but got {ns}ns"),
+            );
+        }
+    }
+    let ttl_ns = ttl.map_or(flowcontrol::DEFAULT_TTL_NS, |n| n.max(0) as u64);
+    // Left unset, the no-endpoint budget follows defaultRequestTTL.
+    let no_endpoint_ttl_ns = no_endpoint_ttl
+        .or(ttl)
+        .map_or(flowcontrol::DEFAULT_TTL_NS, |n| n.max(0) as u64);
+    if eviction {
+        loader.problem(
+            "flowControl.enableEviction",
+            "epp-not-simulated",
+            "enableEviction revokes in-flight sheddable requests (priority < 0) to reclaim capacity; pdsim does not simulate the eviction plumbing (sheddable-eviction-filter, priority-then-time-eviction-order-policy, reclamation pacing)",
+        );
+    }
+    // `resolvePlugin`: a reference names a plugin (or one of the defaults
+    // `ensureFlowControlLayer` injects when no plugin has its name) that
+    // implements the policy.
+    let resolve =
+        |loader: &mut Loader<'_>, path: &str, reference: &str, want: FlowKind| -> Option<Plugin> {
+            let found = plugins
+                .iter()
+                .find(|p| p.name == reference)
+                .cloned()
+                .or_else(|| {
+                    [
+                        "fcfs-ordering-policy",
+                        "global-strict-fairness-policy",
+                        "static-usage-limit-policy",
+                    ]
+                    .contains(&reference)
+                    .then(|| Plugin {
+                        name: reference.to_string(),
+                        plugin_type: reference.to_string(),
+                        parameters: Mapping::new(),
+                    })
+                });
+            match found {
+                None => {
+                    loader.problem(
+                        path,
+                        "epp-plugin-ref",
+                        format!("plugin `{reference}` not found"),
+                    );
+                    None
+                }
+                Some(p) if flow_kind(&p.plugin_type) == Some(want) => Some(p),
+                Some(p) => {
+                    loader.problem(
+                        path,
+                        "epp-plugin-ref",
+                        format!(
+                            "plugin `{reference}` (type `{}`) is not a {} policy",
+                            p.plugin_type,
+                            match want {
+                                FlowKind::Fairness => "fairness",
+                                FlowKind::Ordering => "ordering",
+                                FlowKind::UsageLimit => "usage-limit",
+                            }
+                        ),
+                    );
+                    None
+                }
+            }
+        };
+    let resolve_band = |loader: &mut Loader<'_>, raw: &RawBand| -> Band {
+        let fairness = raw
+            .fairness
+            .as_deref()
+            .and_then(|r| {
+                resolve(
+                    loader,
+                    &format!("{}.fairnessPolicyRef", raw.at),
+                    r,
+                    FlowKind::Fairness,
+                )
+            })
+            .map_or(Fairness::GlobalStrict, |p| match p.plugin_type.as_str() {
+                "round-robin-fairness-policy" => Fairness::RoundRobin,
+                "program-aware-fairness" => Fairness::ProgramAware,
+                _ => Fairness::GlobalStrict,
+            });
+        let ordering = raw
+            .ordering
+            .as_deref()
+            .and_then(|r| {
+                resolve(
+                    loader,
+                    &format!("{}.orderingPolicyRef", raw.at),
+                    r,
+                    FlowKind::Ordering,
+                )
+            })
+            .map_or(Ordering::Fcfs, |p| match p.plugin_type.as_str() {
+                "edf-ordering-policy" => Ordering::Edf,
+                "slo-deadline-ordering-policy" => Ordering::SloDeadline,
+                _ => Ordering::Fcfs,
+            });
+        // A zero (or omitted) band limit takes the default (`applyDefaults`).
+        Band {
+            priority: raw.priority,
+            max_bytes: if raw.max_bytes == 0 {
+                flowcontrol::DEFAULT_BAND_MAX_BYTES
+            } else {
+                raw.max_bytes
+            },
+            max_requests: if raw.max_requests == 0 {
+                flowcontrol::DEFAULT_BAND_MAX_REQUESTS
+            } else {
+                raw.max_requests
+            },
+            fairness,
+            ordering,
+        }
+    };
+    let template = default_band.as_ref().map(|raw| resolve_band(loader, raw));
+    if let Some(raw) = &negative_band {
+        resolve_band(loader, raw);
+    }
+    let mut priorities: Vec<i64> = Vec::new();
+    let mut band_zero = None;
+    for raw in &bands {
+        let band = resolve_band(loader, raw);
+        if priorities.contains(&band.priority) {
+            loader.problem(
+                &format!("{}.priority", raw.at),
+                "epp-flow-control",
+                format!("duplicate priority level {}", band.priority),
+            );
+        }
+        priorities.push(band.priority);
+        if band.priority == 0 {
+            band_zero = Some(band);
+        }
+    }
+    // Priority 0 is always provisioned, from the default template when not
+    // configured (`registry.NewConfig`).
+    let band = band_zero.unwrap_or_else(|| {
+        let mut b = template.unwrap_or(Band {
+            priority: 0,
+            max_bytes: flowcontrol::DEFAULT_BAND_MAX_BYTES,
+            max_requests: flowcontrol::DEFAULT_BAND_MAX_REQUESTS,
+            fairness: Fairness::GlobalStrict,
+            ordering: Ordering::Fcfs,
+        });
+        b.priority = 0;
+        priorities.push(0);
+        b
+    });
+    priorities.sort_unstable_by(|a, b| b.cmp(a));
+    let usage = resolve(
+        loader,
+        "flowControl.usageLimitPolicyPluginRef",
+        usage_ref.as_deref().unwrap_or("static-usage-limit-policy"),
+        FlowKind::UsageLimit,
+    );
+    let ceiling = usage
+        .as_ref()
+        .and_then(|p| number(&p.parameters, "threshold"))
+        .unwrap_or(1.0);
+    let detector = detector_of(detector_plugin.as_ref());
+    if loader.problems.len() > problems_before {
+        return None;
+    }
+    Some(FlowControl {
+        ttl_ns,
+        no_endpoint_ttl_ns,
+        max_bytes,
+        max_requests,
+        band,
+        priorities,
+        ceiling,
+        detector,
+    })
+}
+
+/// The detector with its factory's defaults (`utilization/config.go`,
+/// `concurrency/config.go`); `None` is the auto-created utilization
+/// detector. Values were validated by `check_parameters`.
+fn detector_of(plugin: Option<&Plugin>) -> Detector {
+    let p = plugin.map(|p| &p.parameters);
+    let get = |k: &str| p.and_then(|m| number(m, k));
+    if plugin.is_some_and(|p| p.plugin_type == "concurrency-detector") {
+        let mode = match p.and_then(|m| str_of(m, "concurrencyMode")) {
+            Some("tokens") => ConcurrencyMode::Tokens,
+            Some("hybrid") => ConcurrencyMode::Hybrid,
+            _ => ConcurrencyMode::Requests,
+        };
+        return Detector::Concurrency {
+            max_concurrency: get("maxConcurrency").unwrap_or(100.0).max(1.0) as u64,
+            max_tokens: get("maxTokenConcurrency").unwrap_or(1_000_000.0).max(1.0) as u64,
+            mode,
+        };
+    }
+    Detector::Utilization {
+        queue_depth: get("queueDepthThreshold")
+            .filter(|v| *v > 0.0)
+            .unwrap_or(5.0),
+        kv_util: get("kvCacheUtilThreshold")
+            .filter(|v| *v > 0.0)
+            .unwrap_or(0.8),
+        staleness_ns: p
+            .and_then(|m| m.get("metricsStalenessThreshold"))
+            .and_then(duration_of)
+            .filter(|n| *n > 0)
+            .map_or(200_000_000, |n| n as u64),
     }
 }
 
@@ -715,14 +1286,105 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
             }
         }
         "session-affinity-scorer" => check_session_affinity(loader, at, parameters),
-        "utilization-detector"
-            if number(parameters, "kvCacheUtilThreshold")
-                .is_some_and(|v| !(v > 0.0 && v <= 1.0)) =>
-        {
-            bad(
-                "kvCacheUtilThreshold",
-                "kvCacheUtilThreshold must lie in (0, 1]",
-            );
+        // `utilization/config.go`, `validateConfig`; Go decodes
+        // queueDepthThreshold into an int and the staleness into a
+        // metav1.Duration string.
+        "utilization-detector" => {
+            if let Some(v) = parameters.get("queueDepthThreshold")
+                && v.as_i64().is_none_or(|n| n <= 0)
+            {
+                bad(
+                    "queueDepthThreshold",
+                    "queueDepthThreshold must be a strictly positive integer",
+                );
+            }
+            if let Some(v) = parameters.get("kvCacheUtilThreshold")
+                && !v.as_f64().is_some_and(|v| v > 0.0 && v <= 1.0)
+            {
+                bad(
+                    "kvCacheUtilThreshold",
+                    "kvCacheUtilThreshold must lie in (0, 1]",
+                );
+            }
+            if let Some(v) = parameters.get("metricsStalenessThreshold")
+                && duration_of(v).is_none_or(|n| n <= 0)
+            {
+                bad(
+                    "metricsStalenessThreshold",
+                    "metricsStalenessThreshold must be a strictly positive duration such as \"200ms\"",
+                );
+            }
+            if let Some(v) = parameters.get("headroom")
+                && !v.as_f64().is_some_and(|v| v >= 0.0)
+            {
+                bad("headroom", "headroom must be a non-negative number");
+            }
+        }
+        // `concurrency/config.go`, `validateConfig`.
+        "concurrency-detector" => {
+            for key in ["maxConcurrency", "maxTokenConcurrency"] {
+                if let Some(v) = parameters.get(key)
+                    && v.as_i64().is_none_or(|n| n <= 0)
+                {
+                    bad(key, &format!("{key} must be a strictly positive integer"));
+                }
+            }
+            if let Some(v) = parameters.get("headroom")
+                && !v.as_f64().is_some_and(|v| v >= 0.0)
+            {
+                bad("headroom", "headroom must be a non-negative number");
+            }
+            if let Some(v) = parameters.get("concurrencyMode")
+                && !matches!(v.as_str(), Some("requests" | "tokens" | "hybrid"))
+            {
+                bad(
+                    "concurrencyMode",
+                    "concurrencyMode must be \"requests\", \"tokens\" or \"hybrid\"",
+                );
+            }
+            if let Some(v) = parameters.get("inFlightLoadProducerName")
+                && !v.is_string()
+            {
+                bad(
+                    "inFlightLoadProducerName",
+                    "inFlightLoadProducerName must be a string",
+                );
+            }
+        }
+        // `usagelimits/usagelimitpolicy.go`, `StaticPolicyFactory`.
+        "static-usage-limit-policy" => {
+            if let Some(v) = parameters.get("threshold")
+                && !v.as_f64().is_some_and(f64::is_finite)
+            {
+                bad("threshold", "threshold must be a number");
+            }
+        }
+        // `fairness/program-aware/plugin.go`, `Config.validate` and
+        // `newStrategy` (only `las`).
+        "program-aware-fairness" => {
+            if let Some(v) = parameters.get("strategy")
+                && !matches!(v.as_str(), Some("las" | ""))
+            {
+                bad("strategy", "strategy must be \"las\"");
+            }
+            for (key, strict) in [
+                ("evictionTtlSeconds", false),
+                ("evictionSweepSeconds", true),
+                ("lasWeightService", false),
+                ("lasWeightHeadWait", false),
+                ("lasHalfLifeSeconds", false),
+            ] {
+                if let Some(v) = parameters.get(key)
+                    && !v
+                        .as_f64()
+                        .is_some_and(|v| if strict { v > 0.0 } else { v >= 0.0 })
+                {
+                    bad(
+                        key,
+                        &format!("{key} must be {}", if strict { "> 0" } else { ">= 0" }),
+                    );
+                }
+            }
         }
         _ => {}
     }
@@ -1354,5 +2016,203 @@ mod tests {
         // Off, as the default is, it loads.
         let off = text.replace("true", "false");
         assert!(load_config("f", &off, false).is_ok());
+    }
+
+    const FC_HEAD: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\nplugins:\n- type: queue-scorer\n";
+
+    #[test]
+    fn the_flow_control_gate_loads_with_the_epp_defaults() {
+        use crate::flowcontrol::{Detector, Fairness, Ordering};
+        let config = load_config("f", FC_HEAD, false).unwrap();
+        let fc = config.flow_control.expect("the gate turns flow control on");
+        assert_eq!(fc.ttl_ns, 60_000_000_000);
+        assert_eq!(fc.no_endpoint_ttl_ns, 60_000_000_000);
+        assert_eq!((fc.max_bytes, fc.max_requests), (0, 0), "no global limits");
+        assert_eq!(fc.band.max_bytes, 1_000_000_000);
+        assert_eq!(fc.band.max_requests, 5000);
+        assert_eq!(fc.band.fairness, Fairness::GlobalStrict);
+        assert_eq!(fc.band.ordering, Ordering::Fcfs);
+        assert_eq!(fc.ceiling, 1.0);
+        assert_eq!(
+            fc.detector,
+            Detector::Utilization {
+                queue_depth: 5.0,
+                kv_util: 0.8,
+                staleness_ns: 200_000_000
+            }
+        );
+        // Without the gate the section is read but not used.
+        let off = FC_HEAD.replace("featureGates: [flowControl]\n", "")
+            + "flowControl: {maxRequests: \"10\", defaultRequestTTL: 5s}\n";
+        assert_eq!(load_config("f", &off, false).unwrap().flow_control, None);
+    }
+
+    #[test]
+    fn the_flow_control_guide_config_resolves_band_zero() {
+        use crate::flowcontrol::{ConcurrencyMode, Detector, Fairness};
+        // The llm-d flow-control guide's config (reference/epp), its
+        // apiVersion set to the one the EPP registers.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates:\n- flowControl\nplugins:\n- type: queue-scorer\n- type: round-robin-fairness-policy\n- type: fcfs-ordering-policy\n- type: concurrency-detector\n  parameters:\n    maxConcurrency: 132\n    concurrencyMode: requests\n    headroom: 0.0\nflowControl:\n  maxBytes: \"10Gi\"\n  maxRequests: \"1k\"\n  defaultRequestTTL: \"60s\"\n  saturationDetector:\n    pluginRef: concurrency-detector\n  priorityBands:\n  - priority: 100\n    maxRequests: \"500\"\n    fairnessPolicyRef: round-robin-fairness-policy\n    orderingPolicyRef: fcfs-ordering-policy\n  - priority: 0\n    maxRequests: \"200\"\n    fairnessPolicyRef: round-robin-fairness-policy\n    orderingPolicyRef: fcfs-ordering-policy\n  - priority: -10\n    maxRequests: \"50\"\n";
+        let fc = load_config("f", text, false).unwrap().flow_control.unwrap();
+        assert_eq!(fc.max_bytes, 10 * 1024 * 1024 * 1024);
+        assert_eq!(fc.max_requests, 1000);
+        assert_eq!(fc.band.max_requests, 200);
+        assert_eq!(fc.band.max_bytes, 1_000_000_000, "the band default");
+        assert_eq!(fc.band.fairness, Fairness::RoundRobin);
+        assert_eq!(fc.priorities, vec![100, 0, -10]);
+        assert_eq!(
+            fc.detector,
+            Detector::Concurrency {
+                max_concurrency: 132,
+                max_tokens: 1_000_000,
+                mode: ConcurrencyMode::Requests
+            }
+        );
+    }
+
+    #[test]
+    fn flow_control_keys_and_values_are_checked_strictly() {
+        let with = |section: &str, plugins: &str| {
+            codes(&format!("{FC_HEAD}{plugins}flowControl:\n{section}"), false)
+        };
+        for (section, path) in [
+            ("  maxQueue: 3\n", "flowControl.maxQueue"),
+            (
+                "  priorityBands: [{priority: 0, ttl: 5s}]\n",
+                "flowControl.priorityBands[0].ttl",
+            ),
+            (
+                "  defaultPriorityBand: {maxReqs: 3}\n",
+                "flowControl.defaultPriorityBand.maxReqs",
+            ),
+            (
+                "  saturationDetector: {pluginRef: utilization-detector, x: 1}\n",
+                "flowControl.saturationDetector.x",
+            ),
+            ("  maxBytes: lots\n", "flowControl.maxBytes"),
+            ("  defaultRequestTTL: 60\n", "flowControl.defaultRequestTTL"),
+            (
+                "  defaultRequestTTL: -1s\n",
+                "flowControl.defaultRequestTTL",
+            ),
+            ("  maxRequests: \"-5\"\n", "flowControl.maxRequests"),
+            ("  enableEviction: true\n", "flowControl.enableEviction"),
+            (
+                "  usageLimitPolicyPluginRef: nowhere\n",
+                "flowControl.usageLimitPolicyPluginRef",
+            ),
+            (
+                "  usageLimitPolicyPluginRef: queue-scorer\n",
+                "flowControl.usageLimitPolicyPluginRef",
+            ),
+            (
+                "  saturationDetector: {pluginRef: queue-scorer}\n",
+                "flowControl.saturationDetector.pluginRef",
+            ),
+            (
+                "  defaultPriorityBand: {orderingPolicyRef: round-robin-fairness-policy}\n",
+                "flowControl.defaultPriorityBand.orderingPolicyRef",
+            ),
+            (
+                "  priorityBands: [{priority: 3}, {priority: 3}]\n",
+                "flowControl.priorityBands[1].priority",
+            ),
+        ] {
+            let found = with(section, "- type: round-robin-fairness-policy\n");
+            assert_eq!(found.len(), 1, "{section}: {found:?}");
+            assert_eq!(found[0].1, path, "{section}");
+        }
+        // References to the defaults resolve without declaring them; the
+        // EPP injects them (`ensureFlowControlLayer`).
+        assert!(with("  defaultPriorityBand: {orderingPolicyRef: fcfs-ordering-policy, fairnessPolicyRef: global-strict-fairness-policy}\n  usageLimitPolicyPluginRef: static-usage-limit-policy\n  noEndpointRequestTTL: 5m\n  defaultRequestTTL: 0s\n", "").is_empty());
+    }
+
+    #[test]
+    fn flow_control_plugins_take_their_own_parameters() {
+        let with = |plugin: &str| codes(&format!("{FC_HEAD}{plugin}"), false);
+        assert!(
+            with("- type: static-usage-limit-policy\n  parameters: {threshold: 0.8}\n").is_empty()
+        );
+        assert!(with("- type: program-aware-fairness\n  parameters: {strategy: las, lasHalfLifeSeconds: 0}\n").is_empty());
+        assert!(
+            with("- type: edf-ordering-policy\n- type: slo-deadline-ordering-policy\n").is_empty()
+        );
+        for (plugin, path) in [
+            (
+                "- type: static-usage-limit-policy\n  parameters: {limit: 0.8}\n",
+                "plugins[1].parameters.limit",
+            ),
+            (
+                "- type: static-usage-limit-policy\n  parameters: {threshold: high}\n",
+                "plugins[1].parameters.threshold",
+            ),
+            (
+                "- type: fcfs-ordering-policy\n  parameters: {x: 1}\n",
+                "plugins[1].parameters.x",
+            ),
+            (
+                "- type: program-aware-fairness\n  parameters: {strategy: drr}\n",
+                "plugins[1].parameters.strategy",
+            ),
+            (
+                "- type: program-aware-fairness\n  parameters: {evictionSweepSeconds: 0}\n",
+                "plugins[1].parameters.evictionSweepSeconds",
+            ),
+            (
+                "- type: utilization-detector\n  parameters: {queueDepthThreshold: 0}\n",
+                "plugins[1].parameters.queueDepthThreshold",
+            ),
+            (
+                "- type: utilization-detector\n  parameters: {metricsStalenessThreshold: 0s}\n",
+                "plugins[1].parameters.metricsStalenessThreshold",
+            ),
+            (
+                "- type: concurrency-detector\n  parameters: {concurrencyMode: bytes}\n",
+                "plugins[1].parameters.concurrencyMode",
+            ),
+            (
+                "- type: concurrency-detector\n  parameters: {maxConcurrency: -1}\n",
+                "plugins[1].parameters.maxConcurrency",
+            ),
+        ] {
+            let found = with(plugin);
+            assert_eq!(found.len(), 1, "{plugin}: {found:?}");
+            assert_eq!(found[0].1, path, "{plugin}");
+        }
+        // The adaptive usage-limit policies stay refused by name.
+        let found = codes(
+            &format!("{FC_HEAD}- type: priority-holdback-policy\n"),
+            true,
+        );
+        assert_eq!(
+            found,
+            vec![("epp-not-simulated", "plugins[1].type".to_string())]
+        );
+    }
+
+    #[test]
+    fn kubernetes_quantities_read_as_the_api_reads_them() {
+        use super::parse_quantity;
+        use serde_yaml::Value;
+        for (text, value) in [
+            ("500", Some(500)),
+            ("1k", Some(1000)),
+            ("1Ki", Some(1024)),
+            ("10Gi", Some(10 * 1024 * 1024 * 1024)),
+            ("1G", Some(1_000_000_000)),
+            ("1.5", Some(2)),
+            ("1500m", Some(2)),
+            ("2e3", Some(2000)),
+            ("-3", Some(-3)),
+            ("ten", None),
+            ("1KB", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_quantity(&Value::String(text.into())), value, "{text}");
+        }
+        assert_eq!(
+            parse_quantity(&serde_yaml::from_str("200").unwrap()),
+            Some(200)
+        );
     }
 }

@@ -29,6 +29,9 @@ pub struct EndpointView {
     /// From `vllm:cache_config_info`, once scraped.
     pub block_size: Option<u32>,
     pub num_blocks: Option<u64>,
+    /// When these metrics were last refreshed (simulated ns); `None`: never
+    /// scraped. The utilization detector treats old metrics as saturated.
+    pub updated_ns: Option<u64>,
 }
 
 /// The endpoints a request goes to.
@@ -635,6 +638,7 @@ impl Router {
                     | "token-load-scorer"
                     | "active-request-scorer"
                     | "prefix-cache-affinity-filter"
+                    | "concurrency-detector"
             )
         });
         Router {

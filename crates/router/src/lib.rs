@@ -12,6 +12,7 @@
 pub mod config;
 pub mod cycle;
 pub mod flags;
+pub mod flowcontrol;
 pub mod manifests;
 pub mod registry;
 
@@ -21,6 +22,7 @@ pub use inputs::{RouterInputs, check_router_inputs};
 pub use config::{EndpointPickerConfig, load_config};
 pub use cycle::{Decision, EndpointView, Router, Ticket};
 pub use flags::{EppFlags, parse_flags};
+pub use flowcontrol::{FlowControl, FlowController};
 pub use manifests::{Manifests, load_manifests};
 
 /// A problem with one router input, located by file and key path.

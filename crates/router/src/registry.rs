@@ -115,7 +115,7 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "probabilistic-admitter" => Admission, Some(&["queueDepthThreshold", "kvCacheUtilThreshold", "power", "k"]), false, None, None;
     "latency-slo-admitter" => Admission, None, false, None, Some(EXTERNAL);
     "utilization-detector" => Saturation, Some(&["queueDepthThreshold", "kvCacheUtilThreshold", "metricsStalenessThreshold", "headroom"]), false, None, None;
-    "concurrency-detector" => Saturation, Some(&["maxConcurrency", "headroom", "concurrencyMode", "maxTokenConcurrency"]), false, None, None;
+    "concurrency-detector" => Saturation, Some(&["maxConcurrency", "headroom", "concurrencyMode", "maxTokenConcurrency", "inFlightLoadProducerName"]), false, None, None;
     // Data layer (§3.7): the simulated scrape stands in for them.
     "metrics-data-source" => DataLayer, Some(&["scheme", "path", "insecureSkipVerify"]), false, None, None;
     "core-metrics-extractor" => DataLayer, Some(&["engineLabelKey", "defaultEngine", "engineConfigs"]), false, None, None;
@@ -132,14 +132,22 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "vllmgrpc-parser" => Parser, None, false, None, Some(NOT_YET);
     "vertexai-parser" => Parser, None, false, None, Some(NOT_YET);
     "anthropic-parser" => Parser, None, false, None, Some(NOT_YET);
-    // Flow control (§3.8).
-    "global-strict-fairness-policy" => FlowControl, Some(&[]), false, None, Some(NOT_YET);
-    "round-robin-fairness-policy" => FlowControl, Some(&[]), false, None, Some(NOT_YET);
-    "program-aware-fairness" => FlowControl, None, false, None, Some(NOT_YET);
-    "fcfs-ordering-policy" => FlowControl, Some(&[]), false, None, Some(NOT_YET);
-    "edf-ordering-policy" => FlowControl, Some(&[]), false, None, Some(NOT_YET);
-    "slo-deadline-ordering-policy" => FlowControl, None, false, None, Some(NOT_YET);
-    "static-usage-limit-policy" => FlowControl, Some(&["threshold"]), false, None, Some(NOT_YET);
+    // Flow control (§3.8; `flowcontrol.rs`). pdsim's requests carry no
+    // fairness id or objective header, so they form one flow in the
+    // priority-0 band, where every fairness policy picks that flow and the
+    // ordering policies all serve arrival order (no deadlines or SLO
+    // headers). Factories that ignore their decoder take no parameters.
+    "global-strict-fairness-policy" => FlowControl, Some(&[]), false, None, None;
+    "round-robin-fairness-policy" => FlowControl, Some(&[]), false, None, None;
+    "program-aware-fairness" => FlowControl, Some(&["strategy", "evictionTtlSeconds", "evictionSweepSeconds", "lasWeightService", "lasWeightHeadWait", "lasHalfLifeSeconds"]), false, None, None;
+    "fcfs-ordering-policy" => FlowControl, Some(&[]), false, None, None;
+    "edf-ordering-policy" => FlowControl, Some(&[]), false, None, None;
+    "slo-deadline-ordering-policy" => FlowControl, Some(&[]), false, None, None;
+    "static-usage-limit-policy" => FlowControl, Some(&["threshold"]), false, None, None;
+    "priority-holdback-policy" => FlowControl, None, true, None, Some("its per-band ceilings depend on the saturation trend and the set of provisioned bands; not simulated yet");
+    "soft-reflective-ceiling-policy" => FlowControl, None, true, None, Some("its adaptive ceiling is not simulated yet");
+    "sheddable-eviction-filter" => FlowControl, None, true, None, Some("in-flight eviction (flowControl.enableEviction) is not simulated");
+    "priority-then-time-eviction-order-policy" => FlowControl, None, true, None, Some("in-flight eviction (flowControl.enableEviction) is not simulated");
 };
 
 /// Types that older EPP releases had and the newest does not (§3.9).

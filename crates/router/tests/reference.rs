@@ -89,7 +89,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "llm-d-router__deploy__config__sim-program-aware-config.yaml",
-        "program-aware-fairness",
+        "load",
     ),
     (
         "llm-d-router__test__integration__epp__testdata__datalayer-config.yaml",

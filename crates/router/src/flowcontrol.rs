@@ -1,0 +1,734 @@
+//! The EPP's flow-control layer (feature gate `flowControl`), following
+//! llm-d-router at `ebab687`: `pkg/epp/flowcontrol/` (controller, processor,
+//! registry) and the policy plugins under
+//! `pkg/epp/framework/plugins/flowcontrol/`. `research/epp.md` §6.
+//!
+//! With the gate on, every request goes through
+//! `FlowControlAdmissionController.Admit` (`requestcontrol/admission.go`):
+//! it is enqueued in the flow registry and waits until the processor's
+//! dispatch cycle releases it to the scheduler, its queue-wait budget (TTL)
+//! runs out, or the band's capacity refuses it on arrival.
+//!
+//! pdsim's requests carry no `x-gateway-inference-fairness-id` and no
+//! `x-gateway-inference-objective` header, so every request has the
+//! default fairness id (`default-flow`) and priority 0: there is exactly
+//! one flow, in the priority-0 band. A fairness policy chooses *between
+//! flows* of a band; with one flow every registered policy (global-strict,
+//! round-robin, program-aware) picks that flow's queue whenever it is not
+//! empty, so they reduce to the one queue. The code below still runs the
+//! policy's own choice over the band's flows ([`Fairness::pick`]).
+//!
+//! What is modelled and when (`controller/internal/processor.go`, `Run`):
+//! the processor runs a dispatch cycle right after each enqueue and on a
+//! 1 ms ticker; a cycle dispatches at most one item. A cycle computes the
+//! pool's saturation with the configured detector, asks the usage-limit
+//! policy for the band ceiling, and holds the head of the line while
+//! saturation ≥ ceiling. The detector reads the scraped metrics (which
+//! change only at scrapes) or the EPP's own in-flight counters, so the
+//! event loop re-runs a cycle only at the ticks after one of those inputs
+//! changed, or after a dispatch: a tick where nothing changed would find
+//! the same answer. Expiry runs on the cleanup sweep, every 1 s
+//! (`defaultExpiryCleanupInterval`), which evicts an item once
+//! `now ≥ enqueue + TTL` (`isExpired`).
+
+use crate::cycle::{EndpointView, Router};
+use std::collections::{BTreeMap, VecDeque};
+
+/// The processor's dispatch ticker (`processor.go`, `Run`:
+/// `NewTicker(time.Millisecond)`).
+pub const DISPATCH_TICK_NS: u64 = 1_000_000;
+/// The cleanup sweep that evicts expired items
+/// (`controller/config.go`, `defaultExpiryCleanupInterval`).
+pub const SWEEP_NS: u64 = 1_000_000_000;
+/// `defaultRequestTTL` and `defaultNoEndpointRequestTTL` (60 s,
+/// `controller/config.go`).
+pub const DEFAULT_TTL_NS: u64 = 60_000_000_000;
+/// Per-band defaults (`registry/config.go`): 1 GB and 5000 requests; a
+/// configured 0 means "use the default".
+pub const DEFAULT_BAND_MAX_BYTES: u64 = 1_000_000_000;
+pub const DEFAULT_BAND_MAX_REQUESTS: u64 = 5000;
+/// The flow controller counts a request's HTTP body bytes
+/// (`flowControlRequest.ByteSize` = `RequestSize`). pdsim's requests are
+/// tokens, not bodies; the EPP's own conversion between the two is 4 bytes
+/// per token (`requestcontrol/dataproducer/tokenizer/estimate.go`,
+/// `bytesPerToken`), used here to size a request for the byte limits.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// Which request a band's queue serves next (an `OrderingPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ordering {
+    /// `fcfs-ordering-policy` (`ordering/fcfs/fcfs.go`): earliest enqueue
+    /// time first.
+    Fcfs,
+    /// `edf-ordering-policy` (`ordering/edf/edf.go`): earliest deadline
+    /// `enqueue + EffectiveTTL` first (no TTL: the far future), ties by
+    /// enqueue time. Every request gets the same TTL (the admission adapter
+    /// plumbs no per-request TTL: `InitialEffectiveTTL` returns 0, so the
+    /// controller's `DefaultRequestTTL` applies), so deadlines are ordered
+    /// exactly as enqueue times and EDF serves FCFS order.
+    Edf,
+    /// `slo-deadline-ordering-policy` (`ordering/slodeadline/
+    /// slo_deadline.go`): deadline = received time + the TTFT SLO header;
+    /// without the header (pdsim's requests carry none) every deadline is
+    /// the far future and ties go by received time, i.e. FCFS order.
+    SloDeadline,
+}
+
+/// How a band chooses among its flows (a `FairnessPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fairness {
+    /// `global-strict-fairness-policy` (`fairness/globalstrict/
+    /// global_strict.go`): the flow whose head item is best by the
+    /// ordering policy.
+    GlobalStrict,
+    /// `round-robin-fairness-policy` (`fairness/roundrobin/roundrobin.go`):
+    /// flows sorted by key, the next non-empty one after the last picked.
+    RoundRobin,
+    /// `program-aware-fairness` (`fairness/program-aware/plugin.go`,
+    /// `strategy_las.go`): least attained service per fairness id. With one
+    /// flow the LAS score has a single entry and picks it; pdsim never has
+    /// more than one flow (see the module comment).
+    ProgramAware,
+}
+
+impl Fairness {
+    /// The queue to serve next among `flows` (index), given the index the
+    /// policy picked last (round-robin's cursor). `None`: every flow is
+    /// empty.
+    fn pick(self, flows: &[FlowQueue], ordering: Ordering, last: Option<usize>) -> Option<usize> {
+        let busy = |i: &usize| !flows[*i].items.is_empty();
+        match self {
+            Fairness::GlobalStrict | Fairness::ProgramAware => (0..flows.len())
+                .filter(busy)
+                .min_by_key(|i| flows[*i].items.front().map(|item| item.key(ordering))),
+            Fairness::RoundRobin => {
+                let n = flows.len();
+                let start = last.map_or(0, |l| (l + 1) % n.max(1));
+                (0..n).map(|k| (start + k) % n).find(busy)
+            }
+        }
+    }
+}
+
+/// `concurrency-detector`'s `concurrencyMode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConcurrencyMode {
+    Requests,
+    Tokens,
+    Hybrid,
+}
+
+/// The saturation detector the flow controller consults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Detector {
+    /// `utilization-detector` (`saturationdetector/utilization/detector.go`,
+    /// `Saturation`): the mean over endpoints of max(waiting / queue
+    /// threshold, KV usage / KV threshold); an endpoint whose metrics are
+    /// missing or older than the staleness threshold counts 1.0; no
+    /// endpoints → 1.0. `headroom` only shapes its filter role.
+    Utilization {
+        queue_depth: f64,
+        kv_util: f64,
+        staleness_ns: u64,
+    },
+    /// `concurrency-detector` (`saturationdetector/concurrency/detector.go`):
+    /// the EPP's in-flight counters against a per-endpoint capacity.
+    Concurrency {
+        max_concurrency: u64,
+        max_tokens: u64,
+        mode: ConcurrencyMode,
+    },
+}
+
+impl Detector {
+    /// `Saturation(endpoints)` for one stage's endpoints.
+    fn saturation(
+        &self,
+        set: &[usize],
+        views: &[EndpointView],
+        router: &Router,
+        now_ns: u64,
+    ) -> f64 {
+        if set.is_empty() {
+            return 1.0;
+        }
+        match *self {
+            Detector::Utilization {
+                queue_depth,
+                kv_util,
+                staleness_ns,
+            } => {
+                let total: f64 = set
+                    .iter()
+                    .map(|e| {
+                        let v = &views[*e];
+                        match v.updated_ns {
+                            Some(at) if now_ns.saturating_sub(at) <= staleness_ns => {
+                                (v.waiting as f64 / queue_depth).max(v.kv_usage / kv_util)
+                            }
+                            _ => 1.0,
+                        }
+                    })
+                    .sum();
+                total / set.len() as f64
+            }
+            Detector::Concurrency {
+                max_concurrency,
+                max_tokens,
+                mode,
+            } => {
+                let ratio = |load: u64, cap: u64| {
+                    if cap == 0 {
+                        1.0
+                    } else {
+                        load as f64 / cap as f64
+                    }
+                };
+                let n = set.len() as u64;
+                let (mut requests, mut tokens, mut hybrid) = (0u64, 0u64, 0.0);
+                for e in set {
+                    let (r, t) = router.inflight(*e);
+                    requests += r;
+                    tokens += t;
+                    hybrid += ratio(r, max_concurrency).max(ratio(t, max_tokens));
+                }
+                match mode {
+                    ConcurrencyMode::Requests => ratio(requests, max_concurrency.saturating_mul(n)),
+                    ConcurrencyMode::Tokens => ratio(tokens, max_tokens.saturating_mul(n)),
+                    ConcurrencyMode::Hybrid => hybrid / n as f64,
+                }
+            }
+        }
+    }
+
+    /// Whether the detector reads the scraped metrics (else the EPP's own
+    /// in-flight counters).
+    pub fn reads_metrics(&self) -> bool {
+        matches!(self, Detector::Utilization { .. })
+    }
+
+    /// Whether a view counts as fresh for this detector at `now_ns`.
+    pub fn fresh(&self, view: &EndpointView, now_ns: u64) -> bool {
+        match *self {
+            Detector::Utilization { staleness_ns, .. } => view
+                .updated_ns
+                .is_some_and(|at| now_ns.saturating_sub(at) <= staleness_ns),
+            Detector::Concurrency { .. } => true,
+        }
+    }
+}
+
+/// The limits and policies of one priority band (`registry/config.go`,
+/// `PriorityBandConfig`, defaults applied).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Band {
+    pub priority: i64,
+    pub max_bytes: u64,
+    pub max_requests: u64,
+    pub fairness: Fairness,
+    pub ordering: Ordering,
+}
+
+/// The flow-control configuration as the loader resolves it
+/// (`config/loader/flowcontrol.go`, `buildFlowControlConfig`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowControl {
+    /// `defaultRequestTTL`; 0 disables expiry while the pool has endpoints.
+    pub ttl_ns: u64,
+    /// `noEndpointRequestTTL`. pdsim's candidate pool always holds every
+    /// pod, so the empty-pool regime never occurs and this is never used.
+    pub no_endpoint_ttl_ns: u64,
+    /// Global limits; 0: none.
+    pub max_bytes: u64,
+    pub max_requests: u64,
+    /// The band pdsim's requests (priority 0) fall into: `priorityBands`'
+    /// priority-0 entry, else a copy of `defaultPriorityBand`, else the
+    /// system default (`registry.NewConfig` always provisions band 0).
+    pub band: Band,
+    /// Priorities of every provisioned band, highest first
+    /// (`AllOrderedPriorityLevels`); only band 0 ever holds requests.
+    pub priorities: Vec<i64>,
+    /// `static-usage-limit-policy`'s threshold: the ceiling of every band.
+    pub ceiling: f64,
+    pub detector: Detector,
+}
+
+/// One queued request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// The caller's handle for the request.
+    pub token: u32,
+    pub enqueued_ns: u64,
+    pub bytes: u64,
+    /// Arrival order, breaking enqueue-time ties.
+    seq: u64,
+    ttl_ns: u64,
+}
+
+impl Item {
+    /// The ordering policy's key: smaller is served first (its `Less`).
+    fn key(&self, ordering: Ordering) -> (u64, u64, u64) {
+        match ordering {
+            Ordering::Fcfs => (self.enqueued_ns, self.seq, 0),
+            Ordering::Edf => {
+                let deadline = if self.ttl_ns == 0 {
+                    u64::MAX
+                } else {
+                    self.enqueued_ns.saturating_add(self.ttl_ns)
+                };
+                (deadline, self.enqueued_ns, self.seq)
+            }
+            Ordering::SloDeadline => (u64::MAX, self.enqueued_ns, self.seq),
+        }
+    }
+}
+
+/// One flow's queue. Every ordering key above grows with arrival order for
+/// requests sharing one TTL, so the queue's head (`Peek` of the EPP's heap,
+/// `queue/priorityqueue.go`) is its front.
+#[derive(Clone, Debug, Default)]
+struct FlowQueue {
+    items: VecDeque<Item>,
+}
+
+/// Why the flow controller refused a request on arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `QueueOutcomeRejectedCapacity`: a global or band limit would be
+    /// exceeded (`processor.go`, `hasCapacity`).
+    Capacity,
+}
+
+/// Where each endpoint counts for the stage saturations
+/// (`processor.go`, `partitionEndpoints`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Prefill,
+    Decode,
+    Both,
+    None,
+}
+
+/// The flow controller's state: the priority-0 band's single flow.
+#[derive(Clone, Debug)]
+pub struct FlowController {
+    settings: FlowControl,
+    flows: Vec<FlowQueue>,
+    last_flow: Option<usize>,
+    bytes: u64,
+    len: u64,
+    seq: u64,
+    prefill: Vec<usize>,
+    decode: Vec<usize>,
+    all: Vec<usize>,
+}
+
+impl FlowController {
+    /// A controller over endpoints with these labels.
+    pub fn new(settings: &FlowControl, labels: &[BTreeMap<String, String>]) -> FlowController {
+        let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+        for (e, l) in labels.iter().enumerate() {
+            let stage = match l.get("llm-d.ai/role").map(String::as_str).unwrap_or("") {
+                "prefill" | "encode-prefill" => Stage::Prefill,
+                "decode" | "" => Stage::Decode,
+                "prefill-decode" | "both" | "encode-prefill-decode" => Stage::Both,
+                // Encode-only and unknown roles get no traffic and count
+                // nowhere.
+                _ => Stage::None,
+            };
+            if matches!(stage, Stage::Prefill | Stage::Both) {
+                prefill.push(e);
+            }
+            if matches!(stage, Stage::Decode | Stage::Both) {
+                decode.push(e);
+            }
+        }
+        FlowController {
+            settings: settings.clone(),
+            flows: vec![FlowQueue::default()],
+            last_flow: None,
+            bytes: 0,
+            len: 0,
+            seq: 0,
+            prefill,
+            decode,
+            all: (0..labels.len()).collect(),
+        }
+    }
+
+    pub fn settings(&self) -> &FlowControl {
+        &self.settings
+    }
+
+    /// Requests waiting.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The body size the byte limits count for a prompt of `tokens`.
+    pub fn request_bytes(tokens: u64) -> u64 {
+        tokens.saturating_mul(BYTES_PER_TOKEN)
+    }
+
+    /// `Processor.enqueue`: the capacity check (global limits, when set,
+    /// then the band's), then the request joins its flow's queue.
+    pub fn enqueue(&mut self, token: u32, now_ns: u64, bytes: u64) -> Result<(), Refusal> {
+        let s = &self.settings;
+        let over = |limit: u64, used: u64, add: u64| limit > 0 && used.saturating_add(add) > limit;
+        if over(s.max_bytes, self.bytes, bytes)
+            || over(s.max_requests, self.len, 1)
+            || over(s.band.max_bytes, self.bytes, bytes)
+            || over(s.band.max_requests, self.len, 1)
+        {
+            return Err(Refusal::Capacity);
+        }
+        self.seq += 1;
+        self.flows[0].items.push_back(Item {
+            token,
+            enqueued_ns: now_ns,
+            bytes,
+            seq: self.seq,
+            ttl_ns: s.ttl_ns,
+        });
+        self.bytes += bytes;
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The pool's saturation as a dispatch cycle computes it: the maximum
+    /// of the prefill and decode stage saturations over the stages that
+    /// have endpoints, else the detector over the whole pool.
+    pub fn saturation(&self, views: &[EndpointView], router: &Router, now_ns: u64) -> f64 {
+        let d = &self.settings.detector;
+        let mut saturation: f64 = -1.0;
+        for set in [&self.prefill, &self.decode] {
+            if !set.is_empty() {
+                saturation = saturation.max(d.saturation(set, views, router, now_ns));
+            }
+        }
+        if saturation < 0.0 {
+            saturation = d.saturation(&self.all, views, router, now_ns);
+        }
+        saturation
+    }
+
+    /// One `dispatchCycle`: bands from the highest priority down, each
+    /// gated by its ceiling (the static policy gives every band the same
+    /// one, so the first band's check decides); the band's fairness policy
+    /// picks a flow and the ordering policy its head. Returns the request
+    /// released to the scheduler, if any.
+    pub fn dispatch(
+        &mut self,
+        views: &[EndpointView],
+        router: &Router,
+        now_ns: u64,
+    ) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
+        if self.saturation(views, router, now_ns) >= self.settings.ceiling {
+            return None; // Head-of-line blocking.
+        }
+        let s = &self.settings.band;
+        let flow = s.fairness.pick(&self.flows, s.ordering, self.last_flow)?;
+        self.last_flow = Some(flow);
+        let item = self.flows[flow].items.pop_front()?;
+        self.bytes -= item.bytes;
+        self.len -= 1;
+        Some(item.token)
+    }
+
+    /// The cleanup sweep at `now_ns`: every item whose budget ran out
+    /// (`now ≥ enqueue + TTL`; a zero TTL never expires) is evicted;
+    /// returns their tokens in queue order.
+    pub fn expire(&mut self, now_ns: u64, out: &mut Vec<u32>) {
+        for flow in &mut self.flows {
+            while let Some(head) = flow.items.front() {
+                if head.ttl_ns == 0 || now_ns < head.enqueued_ns.saturating_add(head.ttl_ns) {
+                    break;
+                }
+                self.bytes -= head.bytes;
+                self.len -= 1;
+                out.push(head.token);
+                flow.items.pop_front();
+            }
+        }
+    }
+
+    /// When the oldest waiting item's budget runs out, if it can.
+    pub fn next_expiry_ns(&self) -> Option<u64> {
+        self.flows
+            .iter()
+            .filter_map(|f| f.items.front())
+            .filter(|i| i.ttl_ns > 0)
+            .map(|i| i.enqueued_ns.saturating_add(i.ttl_ns))
+            .min()
+    }
+
+    /// The next instant after `now_ns` at which a fresh view turns stale
+    /// and so lowers the saturation: a stale endpoint counts 1.0, less than
+    /// an overloaded one's fresh ratio; any other going stale only raises
+    /// it. `None` when no such instant is ahead.
+    pub fn next_stale_ns(&self, views: &[EndpointView], now_ns: u64) -> Option<u64> {
+        let Detector::Utilization {
+            queue_depth,
+            kv_util,
+            staleness_ns,
+        } = self.settings.detector
+        else {
+            return None;
+        };
+        views
+            .iter()
+            .filter(|v| (v.waiting as f64 / queue_depth).max(v.kv_usage / kv_util) > 1.0)
+            .filter_map(|v| v.updated_ns)
+            .map(|at| at.saturating_add(staleness_ns).saturating_add(1))
+            .filter(|t| *t > now_ns)
+            .min()
+    }
+
+    pub fn detector(&self) -> &Detector {
+        &self.settings.detector
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RouterInputs;
+    use crate::config::load_config;
+
+    fn settings(detector: Detector) -> FlowControl {
+        FlowControl {
+            ttl_ns: DEFAULT_TTL_NS,
+            no_endpoint_ttl_ns: DEFAULT_TTL_NS,
+            max_bytes: 0,
+            max_requests: 0,
+            band: Band {
+                priority: 0,
+                max_bytes: DEFAULT_BAND_MAX_BYTES,
+                max_requests: DEFAULT_BAND_MAX_REQUESTS,
+                fairness: Fairness::GlobalStrict,
+                ordering: Ordering::Fcfs,
+            },
+            priorities: vec![0],
+            ceiling: 1.0,
+            detector,
+        }
+    }
+
+    const UTIL: Detector = Detector::Utilization {
+        queue_depth: 5.0,
+        kv_util: 0.8,
+        staleness_ns: 200_000_000,
+    };
+
+    fn router(n: usize) -> Router {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: concurrency-detector\n  parameters: {maxConcurrency: 2}\n";
+        let inputs = RouterInputs {
+            flags: Default::default(),
+            config: load_config("t", text, false).unwrap(),
+            config_origin: "t".into(),
+            manifests: Default::default(),
+        };
+        Router::new(&inputs, vec![BTreeMap::new(); n], 1)
+    }
+
+    fn view(waiting: u32, kv: f64, at: u64) -> EndpointView {
+        EndpointView {
+            waiting,
+            kv_usage: kv,
+            updated_ns: Some(at),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn utilization_is_the_mean_of_the_worst_ratio_and_stale_counts_one() {
+        let fc = FlowController::new(&settings(UTIL), &[BTreeMap::new(), BTreeMap::new()]);
+        let r = router(2);
+        // 10/5 = 2.0 and max(0, 0.4/0.8) = 0.5: mean 1.25.
+        let views = [view(10, 0.0, 0), view(0, 0.4, 0)];
+        assert!((fc.saturation(&views, &r, 0) - 1.25).abs() < 1e-12);
+        // 200 ms old is still fresh; a nanosecond more is stale (`>`).
+        assert!((fc.saturation(&views, &r, 200_000_000) - 1.25).abs() < 1e-12);
+        // Both stale: 1.0 each, so a stale overloaded pod lowers the mean.
+        assert_eq!(fc.saturation(&views, &r, 200_000_001), 1.0);
+        // Never scraped: 1.0.
+        let unscraped = [EndpointView::default(), EndpointView::default()];
+        assert_eq!(fc.saturation(&unscraped, &r, 0), 1.0);
+        // Only the overloaded pod going stale lowers the mean.
+        assert_eq!(fc.next_stale_ns(&views, 5), Some(200_000_001));
+        let calm = [view(1, 0.0, 0), view(0, 0.4, 7)];
+        assert_eq!(fc.next_stale_ns(&calm, 5), None);
+    }
+
+    #[test]
+    fn stages_are_saturated_separately_and_the_worse_one_counts() {
+        let role = |r: &str| BTreeMap::from([("llm-d.ai/role".to_string(), r.to_string())]);
+        let labels = [role("prefill"), role("decode"), role("encode")];
+        let fc = FlowController::new(&settings(UTIL), &labels);
+        let r = router(3);
+        // Prefill stage 0.2, decode stage 0.6; the encode pod (overloaded)
+        // counts nowhere.
+        let views = [view(1, 0.0, 0), view(3, 0.0, 0), view(50, 1.0, 0)];
+        assert!((fc.saturation(&views, &r, 0) - 0.6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_queue_holds_while_saturated_and_releases_in_arrival_order() {
+        let mut fc = FlowController::new(&settings(UTIL), &[BTreeMap::new()]);
+        let r = router(1);
+        for token in [7, 3, 9] {
+            fc.enqueue(token, 100, 10).unwrap();
+        }
+        assert_eq!(fc.len(), 3);
+        // Waiting 5 of a threshold of 5: saturation 1.0 ≥ ceiling 1.0.
+        let full = [view(5, 0.0, 0)];
+        assert_eq!(fc.dispatch(&full, &r, 0), None);
+        assert_eq!(fc.len(), 3);
+        let room = [view(4, 0.0, 0)];
+        assert_eq!(fc.dispatch(&room, &r, 0), Some(7));
+        assert_eq!(fc.dispatch(&room, &r, 0), Some(3));
+        assert_eq!(fc.dispatch(&room, &r, 0), Some(9));
+        assert_eq!(fc.dispatch(&room, &r, 0), None);
+        assert!(fc.is_empty());
+    }
+
+    #[test]
+    fn a_lower_ceiling_holds_earlier() {
+        let mut s = settings(UTIL);
+        s.ceiling = 0.5;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        let r = router(1);
+        fc.enqueue(1, 0, 1).unwrap();
+        assert_eq!(fc.dispatch(&[view(3, 0.0, 0)], &r, 0), None, "0.6 ≥ 0.5");
+        assert_eq!(fc.dispatch(&[view(2, 0.0, 0)], &r, 0), Some(1), "0.4 < 0.5");
+    }
+
+    #[test]
+    fn ttl_expiry_takes_items_whose_budget_ran_out() {
+        let mut s = settings(UTIL);
+        s.ttl_ns = 1_000;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        fc.enqueue(1, 0, 1).unwrap();
+        fc.enqueue(2, 500, 1).unwrap();
+        assert_eq!(fc.next_expiry_ns(), Some(1_000));
+        let mut out = Vec::new();
+        fc.expire(999, &mut out);
+        assert!(out.is_empty());
+        fc.expire(1_000, &mut out);
+        assert_eq!(out, vec![1], "now ≥ enqueue + TTL expires");
+        assert_eq!(fc.next_expiry_ns(), Some(1_500));
+        fc.expire(10_000, &mut out);
+        assert_eq!(out, vec![1, 2]);
+        assert!(fc.is_empty());
+        // A zero TTL never expires.
+        s.ttl_ns = 0;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        fc.enqueue(1, 0, 1).unwrap();
+        fc.expire(u64::MAX, &mut out);
+        assert_eq!(fc.len(), 1);
+        assert_eq!(fc.next_expiry_ns(), None);
+    }
+
+    #[test]
+    fn capacity_limits_refuse_on_arrival() {
+        let mut s = settings(UTIL);
+        s.band.max_requests = 2;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        assert!(fc.enqueue(1, 0, 10).is_ok());
+        assert!(fc.enqueue(2, 0, 10).is_ok());
+        assert_eq!(fc.enqueue(3, 0, 10), Err(Refusal::Capacity));
+        // Bytes: the band's limit, then a tighter global one.
+        let mut s = settings(UTIL);
+        s.band.max_bytes = 25;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        assert!(fc.enqueue(1, 0, 10).is_ok());
+        assert!(fc.enqueue(2, 0, 15).is_ok(), "exactly at the limit");
+        assert_eq!(fc.enqueue(3, 0, 1), Err(Refusal::Capacity));
+        s.max_bytes = 12;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        assert!(fc.enqueue(1, 0, 10).is_ok());
+        assert_eq!(fc.enqueue(2, 0, 3), Err(Refusal::Capacity));
+        // Dispatch frees room.
+        let r = router(1);
+        assert_eq!(fc.dispatch(&[view(0, 0.0, 0)], &r, 0), Some(1));
+        assert!(fc.enqueue(2, 0, 3).is_ok());
+        assert_eq!(FlowController::request_bytes(1000), 4000);
+    }
+
+    #[test]
+    fn the_concurrency_detector_reads_the_epp_in_flight_counters() {
+        let s = settings(Detector::Concurrency {
+            max_concurrency: 2,
+            max_tokens: 1_000_000,
+            mode: ConcurrencyMode::Requests,
+        });
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        let mut r = router(1);
+        let views = [EndpointView::default()];
+        let prompt = pdsim_core::Prompt::new(vec![pdsim_core::Segment { id: 1, tokens: 64 }]);
+        for token in 0..3 {
+            fc.enqueue(token, 0, 1).unwrap();
+        }
+        let mut tickets = Vec::new();
+        while let Some(_token) = fc.dispatch(&views, &r, 0) {
+            tickets.push(r.pick(&prompt, &views).unwrap().ticket);
+        }
+        assert_eq!(tickets.len(), 2, "two in flight saturate a capacity of 2");
+        assert_eq!(fc.saturation(&views, &r, 0), 1.0);
+        r.end_of_stream(&mut tickets[0]);
+        assert_eq!(fc.dispatch(&views, &r, 0), Some(2));
+    }
+
+    #[test]
+    fn edf_and_slo_deadline_serve_fcfs_order_without_deadlines() {
+        for ordering in [Ordering::Edf, Ordering::SloDeadline, Ordering::Fcfs] {
+            let a = Item {
+                token: 1,
+                enqueued_ns: 5,
+                bytes: 0,
+                seq: 1,
+                ttl_ns: DEFAULT_TTL_NS,
+            };
+            let b = Item {
+                token: 2,
+                enqueued_ns: 9,
+                seq: 2,
+                ..a
+            };
+            assert!(a.key(ordering) < b.key(ordering), "{ordering:?}");
+        }
+    }
+
+    #[test]
+    fn every_fairness_policy_picks_the_only_busy_flow() {
+        let mut flows = vec![FlowQueue::default(), FlowQueue::default()];
+        let item = Item {
+            token: 1,
+            enqueued_ns: 0,
+            bytes: 0,
+            seq: 1,
+            ttl_ns: 0,
+        };
+        flows[1].items.push_back(item);
+        for f in [
+            Fairness::GlobalStrict,
+            Fairness::RoundRobin,
+            Fairness::ProgramAware,
+        ] {
+            assert_eq!(f.pick(&flows, Ordering::Fcfs, None), Some(1), "{f:?}");
+            assert_eq!(f.pick(&flows, Ordering::Fcfs, Some(1)), Some(1), "{f:?}");
+        }
+        flows[1].items.clear();
+        assert_eq!(
+            Fairness::RoundRobin.pick(&flows, Ordering::Fcfs, None),
+            None
+        );
+    }
+}
