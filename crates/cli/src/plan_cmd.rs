@@ -291,7 +291,7 @@ pub fn parallel_shapes(gpus_per_node: u64) -> Vec<(u64, u64)> {
     while tp <= gpus_per_node {
         let mut dp = 1;
         while tp * dp <= gpus_per_node {
-            if gpus_per_node % (tp * dp) == 0 {
+            if gpus_per_node.is_multiple_of(tp * dp) {
                 out.push((tp, dp));
             }
             dp *= 2;
@@ -699,6 +699,6 @@ mod tests {
         let shapes = parallel_shapes(8);
         assert_eq!(shapes.len(), 10);
         assert!(shapes.contains(&(8, 1)) && shapes.contains(&(1, 8)) && shapes.contains(&(2, 4)));
-        assert!(shapes.iter().all(|(t, d)| 8 % (t * d) == 0));
+        assert!(shapes.iter().all(|(t, d)| 8u64.is_multiple_of(t * d)));
     }
 }
