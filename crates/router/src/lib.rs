@@ -13,6 +13,7 @@ pub mod config;
 pub mod cycle;
 pub mod flags;
 pub mod manifests;
+pub mod precise;
 pub mod registry;
 
 mod inputs;
