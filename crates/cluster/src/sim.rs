@@ -251,6 +251,8 @@ struct Sim<'a> {
     done_buf: Vec<u32>,
     /// The simulated Endpoint Picker.
     epp: pdsim_router::Router,
+    /// Each core's EPP endpoint, when engines publish KV events.
+    kv_endpoint: Vec<u32>,
     /// (first core, ranks) of every pod, all pools in order: the EPP's
     /// endpoints.
     pods: Vec<(usize, usize)>,
@@ -416,6 +418,17 @@ impl<'a> Sim<'a> {
             }
         }
         let epp = pdsim_router::Router::new(&cluster.epp, pod_labels.clone(), seed);
+        // Engines publish KV events only when a precise producer reads them.
+        let mut kv_endpoint = Vec::new();
+        if epp.wants_kv_events() {
+            kv_endpoint = vec![0u32; cores.len()];
+            for (e, (first, len)) in pods.iter().enumerate() {
+                for core in *first..first + len {
+                    kv_endpoint[core] = e as u32;
+                    cores[core].engine.enable_kv_events();
+                }
+            }
+        }
         let scrape_interval = cluster.epp.flags.refresh_interval_ns.max(1);
         let mut phases = Stream::new(seed, Purpose::ScrapePhases, 0);
         let scrape_phase: Vec<u64> = pods.iter().map(|_| phases.below(scrape_interval)).collect();
@@ -465,6 +478,7 @@ impl<'a> Sim<'a> {
             gpu_links,
             done_buf: Vec::new(),
             epp,
+            kv_endpoint,
             pods,
             views,
             scrape_phase,
@@ -631,6 +645,7 @@ impl<'a> Sim<'a> {
             self.start_scraping();
         }
         let mut ticket = pdsim_router::Ticket::default();
+        self.epp.advance(self.now.as_ns());
         let routed = self.epp.pick(&spec.prompt, &self.views).map(|d| {
             ticket = d.ticket;
             let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
@@ -817,6 +832,10 @@ impl<'a> Sim<'a> {
         for core in first..first + len {
             let c = &mut self.cores[core];
             c.engine.complete_step(&mut c.rng);
+            if let Some(batch) = c.engine.kv_events_mut() {
+                let endpoint = self.kv_endpoint[core] as usize;
+                self.epp.send_kv_events(self.now.as_ns(), endpoint, batch);
+            }
             self.handle_events(core, sink);
             if self.check {
                 self.cores[core]
