@@ -9,9 +9,9 @@
 
 use crate::graph::{Dbo, Graphs};
 use crate::kv::BlockPool;
+use pdsim_core::Segment;
 use pdsim_core::kv_events::{KvEvent, KvEventBatch, Medium, Piece};
 use pdsim_core::prompt::{BlockHasher, content_id};
-use pdsim_core::Segment;
 use pdsim_core::{Prompt, RequestId, SimTime, Stream};
 use pdsim_cost::Batch;
 use std::cmp::Reverse;
@@ -1169,7 +1169,9 @@ impl Engine {
     /// `enable_kv_cache_events`). Off by default, so an engine whose events
     /// nobody reads queues none.
     pub fn enable_kv_events(&mut self) {
-        self.pool.kv_events.get_or_insert_with(KvEventBatch::default);
+        self.pool
+            .kv_events
+            .get_or_insert_with(KvEventBatch::default);
     }
 
     /// The events queued since the caller last took them, if published.

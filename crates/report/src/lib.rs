@@ -693,7 +693,10 @@ impl<W: Write> RecordSink for CsvSink<W> {
                 .or(r.scheduled)
                 .map(|s| ms(s.since(r.arrival).as_ns()))
                 .unwrap_or_default(),
-            match (r.prefill_scheduled.or(r.scheduled), r.prefill_done.or(r.first_token)) {
+            match (
+                r.prefill_scheduled.or(r.scheduled),
+                r.prefill_done.or(r.first_token),
+            ) {
                 (Some(s), Some(e)) => ms(e.since(s).as_ns()),
                 _ => String::new(),
             },

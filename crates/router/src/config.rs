@@ -845,7 +845,11 @@ fn check_precise(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p: &Mappi
             plugin_type,
             "indexerConfig",
             ix,
-            &["kvBlockIndexConfig", "kvCacheBackendConfigs", "tokenizersPoolConfig"],
+            &[
+                "kvBlockIndexConfig",
+                "kvCacheBackendConfigs",
+                "tokenizersPoolConfig",
+            ],
         )
     {
         if let Some(tok) = ix.get("tokenizersPoolConfig") {
@@ -1074,7 +1078,14 @@ fn check_token_producer(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p:
         );
     }
     if let Some(v) = p.get("vllm")
-        && strict_block(loader, at, plugin_type, "vllm", v, &["url", "timeout", "mmTimeout"])
+        && strict_block(
+            loader,
+            at,
+            plugin_type,
+            "vllm",
+            v,
+            &["url", "timeout", "mmTimeout"],
+        )
     {
         for key in ["timeout", "mmTimeout"] {
             if let Some(t) = v.get(key)
@@ -1091,7 +1102,12 @@ fn check_token_producer(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p:
             }
         }
         if v.get("url").is_some_and(|u| !u.is_string()) {
-            bad(loader, "vllm.url", "epp-plugin-parameter", "url must be a string");
+            bad(
+                loader,
+                "vllm.url",
+                "epp-plugin-parameter",
+                "url must be a string",
+            );
         }
     }
     if let Some(v) = p.get("udsTokenizerConfig") {
@@ -1725,6 +1741,73 @@ mod tests {
         assert!(codes(&config("{primaryPort: 0}"), false).is_empty());
         assert_eq!(codes(&config("{primaryPort: 65536}"), false).len(), 1);
         assert_eq!(codes(&config("{primaryPort: -1}"), false).len(), 1);
+    }
+
+    #[test]
+    fn precise_and_token_producer_parameters_are_decoded_strictly() {
+        let with = |producer: &str, token: &str| {
+            codes(
+                &format!(
+                    "{HEAD}- type: token-producer\n  parameters: {token}\n- type: precise-prefix-cache-producer\n  parameters: {producer}\n"
+                ),
+                false,
+            )
+        };
+        let vllm = "{modelName: m, vllm: {url: 'http://x:8000', timeout: 5s}}";
+        assert!(with("{tokenProcessorConfig: {blockSize: 16, hashSeed: '42'}, indexerConfig: {kvBlockIndexConfig: {inMemoryConfig: {size: 1000, podCacheSize: 4}}, kvCacheBackendConfigs: [{name: gpu, weight: 1.0}, {name: cpu, weight: 0.5}]}, kvEventsConfig: {zmqEndpoint: 'tcp://0.0.0.0:5557', discoverPods: false}, speculativeIndexing: true, speculativeTTL: 500ms}", vllm).is_empty());
+        for (producer, token, code, path) in [
+            (
+                "{tokenProcessorConfig: {blokSize: 16}}",
+                vllm,
+                "epp-plugin-parameter",
+                "plugins[1].parameters.tokenProcessorConfig.blokSize",
+            ),
+            (
+                "{indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: r}}}}",
+                vllm,
+                "epp-not-simulated",
+                "plugins[1].parameters.indexerConfig.kvBlockIndexConfig.redisConfig",
+            ),
+            (
+                "{indexerConfig: {tokenizersPoolConfig: {modelName: m}}}",
+                vllm,
+                "epp-plugin-parameter",
+                "plugins[1].parameters.indexerConfig.tokenizersPoolConfig",
+            ),
+            (
+                "{speculativeTTL: soon}",
+                vllm,
+                "epp-plugin-parameter",
+                "plugins[1].parameters.speculativeTTL",
+            ),
+            (
+                "{kvEventsConfig: {engineType: sglang}}",
+                vllm,
+                "epp-not-simulated",
+                "plugins[1].parameters.kvEventsConfig.engineType",
+            ),
+            (
+                "{}",
+                "{vllm: {url: x}}",
+                "epp-plugin-parameter",
+                "plugins[0].parameters.modelName",
+            ),
+            (
+                "{}",
+                "{estimate: {}}",
+                "epp-not-simulated",
+                "plugins[0].parameters.estimate",
+            ),
+            (
+                "{}",
+                "{}",
+                "epp-not-simulated",
+                "plugins[0].parameters.modelName",
+            ),
+        ] {
+            let found = with(producer, token);
+            assert_eq!(found, vec![(code, path.to_string())], "{producer} {token}");
+        }
     }
 
     #[test]

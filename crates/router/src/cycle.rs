@@ -415,8 +415,8 @@ fn build_precise(plugin: &Plugin, endpoints: usize) -> Precise {
         plugin.name.clone(),
         block.min(u32::MAX as i64) as u32,
         weights,
-        size.clamp(1, usize::MAX as i64) as usize,
-        pods.clamp(1, usize::MAX as i64) as usize,
+        size.max(1) as usize,
+        pods.max(1) as usize,
         speculative.then_some(ttl),
         endpoints,
     )
@@ -799,7 +799,11 @@ impl Router {
         if let (Some(precise), Some(plugin)) = (&self.precise, self.config.plugin(consumer))
             && reads_precise(plugin, &precise.name)
         {
-            return (&precise.matches, precise.keys.len() as u32, precise.block_size);
+            return (
+                &precise.matches,
+                precise.keys.len() as u32,
+                precise.block_size,
+            );
         }
         (&self.matches, self.total_blocks, self.block_size)
     }
@@ -1144,12 +1148,20 @@ impl Router {
             "prefix-cache-scorer" | "precise-prefix-cache-scorer" => {
                 let (matches, total, block_size) = self.match_info(scorer);
                 let legacy = plugin.plugin_type == "precise-prefix-cache-scorer";
-                let weight = if legacy { None } else { param_f64(plugin, "matchLengthWeight") }
-                    .unwrap_or(0.0)
-                    .clamp(0.0, 1.0);
-                let scale = if legacy { None } else { param_f64(plugin, "matchLengthScaleTokens") }
-                    .filter(|s| *s > 0.0)
-                    .unwrap_or(8192.0);
+                let weight = if legacy {
+                    None
+                } else {
+                    param_f64(plugin, "matchLengthWeight")
+                }
+                .unwrap_or(0.0)
+                .clamp(0.0, 1.0);
+                let scale = if legacy {
+                    None
+                } else {
+                    param_f64(plugin, "matchLengthScaleTokens")
+                }
+                .filter(|s| *s > 0.0)
+                .unwrap_or(8192.0);
                 out.extend(candidates.iter().map(|c| {
                     if total == 0 {
                         return 0.0;
@@ -1462,7 +1474,10 @@ impl Router {
         }
         // The precise producer's PreRequest (speculative indexing).
         if let Some(precise) = &mut self.precise {
-            let targets: Vec<usize> = [Some(decode), named_prefill].into_iter().flatten().collect();
+            let targets: Vec<usize> = [Some(decode), named_prefill]
+                .into_iter()
+                .flatten()
+                .collect();
             precise.speculate(self.clock, &targets);
         }
         // no-hit-lru-scorer's PreRequest: a request its last Score found

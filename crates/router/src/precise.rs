@@ -16,9 +16,9 @@
 //! indexer block boundaries. `hashSeed` changes the real hash on both sides
 //! alike; pdsim's hashes are synthetic, so any seed gives the same matches.
 
+use pdsim_core::Prompt;
 use pdsim_core::kv_events::{KvEvent, KvEventBatch, Medium};
 use pdsim_core::prompt::{BlockHasher, ROOT_HASH};
-use pdsim_core::Prompt;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
@@ -78,7 +78,10 @@ impl<V> LruMap<V> {
     }
 
     fn unlink(&mut self, slot: u32) {
-        let (prev, next) = (self.nodes[slot as usize].prev, self.nodes[slot as usize].next);
+        let (prev, next) = (
+            self.nodes[slot as usize].prev,
+            self.nodes[slot as usize].next,
+        );
         match prev {
             NIL => self.head = next,
             p => self.nodes[p as usize].next = next,
@@ -580,4 +583,267 @@ pub fn parse_go_duration(text: &str) -> Option<i128> {
     }
     let ns = total.round() as i128;
     Some(if negative { -ns } else { ns })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Entry, Precise, Weights, parse_go_duration};
+    use pdsim_core::kv_events::{KvEvent, KvEventBatch, Medium, Piece};
+    use pdsim_core::prompt::block_hashes;
+    use pdsim_core::{Prompt, Segment};
+
+    fn prompt(parts: &[(u64, u32)]) -> Prompt {
+        Prompt::new(
+            parts
+                .iter()
+                .map(|(id, tokens)| Segment {
+                    id: *id,
+                    tokens: *tokens,
+                })
+                .collect(),
+        )
+    }
+
+    /// An engine's BlockStored for the full blocks of `p` at `block`.
+    fn stored(batch: &mut KvEventBatch, p: &Prompt, block: u32, medium: Medium) {
+        let hashes = block_hashes(p, block);
+        let at = batch.hashes.len() as u32;
+        batch.hashes.extend(&hashes);
+        let first = batch.pieces.len() as u32;
+        let mut left = hashes.len() as u32 * block;
+        for s in &p.segments {
+            let len = s.tokens.min(left);
+            if len == 0 {
+                break;
+            }
+            batch.pieces.push(Piece {
+                id: s.id,
+                start: 0,
+                len,
+            });
+            left -= len;
+        }
+        batch.events.push(KvEvent::Stored {
+            medium,
+            parent: None,
+            hashes: at..at + hashes.len() as u32,
+            pieces: first..batch.pieces.len() as u32,
+        });
+    }
+
+    fn precise(block: u32, endpoints: usize) -> Precise {
+        Precise::new(
+            "p".into(),
+            block,
+            Weights::default(),
+            1 << 20,
+            10,
+            None,
+            endpoints,
+        )
+    }
+
+    #[test]
+    fn longest_prefix_counts_leading_blocks_per_pod() {
+        let mut p = precise(16, 3);
+        let long = prompt(&[(1, 64), (2, 64)]);
+        let short = prompt(&[(1, 32)]);
+        let mut b = KvEventBatch::default();
+        stored(&mut b, &long, 16, Medium::Gpu);
+        p.send(10, 0, &mut b);
+        stored(&mut b, &short, 16, Medium::Gpu);
+        p.send(10, 1, &mut b);
+        p.advance(10);
+        p.produce(&prompt(&[(1, 64), (2, 64), (3, 40)]));
+        assert_eq!(p.keys.len(), 10, "a trailing partial block has no key");
+        assert_eq!(p.matches, vec![8, 2, 0]);
+        // A different first block matches nothing anywhere.
+        p.produce(&prompt(&[(9, 16), (1, 64)]));
+        assert_eq!(p.matches, vec![0, 0, 0]);
+    }
+
+    #[test]
+    fn cpu_entries_weigh_less_and_the_best_tier_counts() {
+        let mut p = precise(16, 2);
+        let text = prompt(&[(1, 80)]);
+        let mut b = KvEventBatch::default();
+        // Pod 0: GPU then the offload tier's store (no tokens).
+        stored(&mut b, &text, 16, Medium::Gpu);
+        for h in block_hashes(&text, 16) {
+            let at = b.hashes.len() as u32;
+            b.hashes.push(h);
+            let pc = b.pieces.len() as u32;
+            b.events.push(KvEvent::Stored {
+                medium: Medium::Cpu,
+                parent: None,
+                hashes: at..at + 1,
+                pieces: pc..pc,
+            });
+        }
+        p.send(0, 0, &mut b);
+        // Pod 1: only on CPU after a GPU store evicted from GPU.
+        stored(&mut b, &text, 16, Medium::Gpu);
+        let hashes = block_hashes(&text, 16);
+        for h in &hashes {
+            let at = b.hashes.len() as u32;
+            b.hashes.push(*h);
+            let pc = b.pieces.len() as u32;
+            b.events.push(KvEvent::Stored {
+                medium: Medium::Cpu,
+                parent: None,
+                hashes: at..at + 1,
+                pieces: pc..pc,
+            });
+        }
+        for h in &hashes {
+            b.removed(Medium::Gpu, *h);
+        }
+        p.send(0, 1, &mut b);
+        p.advance(0);
+        p.produce(&text);
+        // Five blocks: 5 × 1.0 on pod 0; 5 × 0.8 = 4 on pod 1.
+        assert_eq!(p.matches, vec![5, 4]);
+    }
+
+    #[test]
+    fn a_removed_block_cuts_the_pods_prefix() {
+        let mut p = precise(16, 2);
+        let text = prompt(&[(1, 64)]);
+        let hashes = block_hashes(&text, 16);
+        let mut b = KvEventBatch::default();
+        stored(&mut b, &text, 16, Medium::Gpu);
+        p.send(0, 0, &mut b);
+        stored(&mut b, &text, 16, Medium::Gpu);
+        p.send(0, 1, &mut b);
+        b.removed(Medium::Gpu, hashes[1]);
+        p.send(5, 1, &mut b);
+        p.advance(5);
+        p.produce(&text);
+        assert_eq!(
+            p.matches,
+            vec![4, 1],
+            "pod 1 lost block 1, so blocks 2 and 3 no longer count"
+        );
+        // Every pod gone from a key: the key leaves the index.
+        b.removed(Medium::Gpu, hashes[1]);
+        p.send(6, 0, &mut b);
+        p.advance(6);
+        assert_eq!(p.index.len(), 3);
+    }
+
+    #[test]
+    fn duplicate_stores_need_as_many_removals() {
+        let mut p = precise(16, 1);
+        let text = prompt(&[(1, 16)]);
+        let hash = block_hashes(&text, 16)[0];
+        let mut b = KvEventBatch::default();
+        stored(&mut b, &text, 16, Medium::Gpu);
+        stored(&mut b, &text, 16, Medium::Gpu);
+        b.removed(Medium::Gpu, hash);
+        p.send(0, 0, &mut b);
+        p.advance(0);
+        p.produce(&text);
+        assert_eq!(p.matches, vec![1], "a second block still holds the hash");
+        b.removed(Medium::Gpu, hash);
+        p.send(1, 0, &mut b);
+        p.advance(1);
+        p.produce(&text);
+        assert_eq!(p.matches, vec![0]);
+    }
+
+    #[test]
+    fn an_event_not_yet_delivered_does_not_count() {
+        let mut p = precise(16, 1);
+        let text = prompt(&[(1, 32)]);
+        let mut b = KvEventBatch::default();
+        stored(&mut b, &text, 16, Medium::Gpu);
+        p.send(1_000, 0, &mut b);
+        assert!(b.is_empty(), "the batch was taken");
+        p.advance(999);
+        p.produce(&text);
+        assert_eq!(p.matches, vec![0]);
+        p.advance(1_000);
+        p.produce(&text);
+        assert_eq!(p.matches, vec![2]);
+    }
+
+    #[test]
+    fn indexer_block_size_rechunks_event_tokens() {
+        // Engine blocks of 16, index blocks of 64: one event carrying 160
+        // tokens gives two index keys; a lone 16-token event gives none.
+        let mut p = precise(64, 1);
+        let text = prompt(&[(1, 100), (2, 60)]);
+        let mut b = KvEventBatch::default();
+        stored(&mut b, &text, 16, Medium::Gpu);
+        p.send(0, 0, &mut b);
+        p.advance(0);
+        p.produce(&text);
+        assert_eq!(p.matches, vec![2]);
+        let mut q = precise(64, 1);
+        stored(&mut b, &prompt(&[(1, 16)]), 16, Medium::Gpu);
+        q.send(0, 0, &mut b);
+        q.advance(0);
+        assert!(q.index.is_empty());
+    }
+
+    #[test]
+    fn speculative_entries_expire_after_the_ttl() {
+        let mut p = Precise::new(
+            "p".into(),
+            16,
+            Weights::default(),
+            1 << 20,
+            10,
+            Some(2_000),
+            2,
+        );
+        let text = prompt(&[(1, 48)]);
+        p.produce(&text);
+        p.speculate(100, &[1]);
+        p.produce(&text);
+        assert_eq!(p.matches, vec![0, 3]);
+        p.advance(2_099);
+        p.produce(&text);
+        assert_eq!(p.matches, vec![0, 3]);
+        p.advance(2_100);
+        p.produce(&text);
+        assert_eq!(p.matches, vec![0, 0]);
+    }
+
+    #[test]
+    fn pod_caches_and_the_index_are_bounded() {
+        let mut p = Precise::new("p".into(), 16, Weights::default(), 2, 1, None, 2);
+        let a = prompt(&[(1, 16)]);
+        let mut b = KvEventBatch::default();
+        stored(&mut b, &a, 16, Medium::Gpu);
+        p.send(0, 0, &mut b);
+        stored(&mut b, &a, 16, Medium::Gpu);
+        p.send(0, 1, &mut b);
+        p.advance(0);
+        p.produce(&a);
+        assert_eq!(p.matches, vec![0, 1], "podCacheSize 1 keeps the newest pod");
+        stored(&mut b, &prompt(&[(2, 16)]), 16, Medium::Gpu);
+        stored(&mut b, &prompt(&[(3, 16)]), 16, Medium::Gpu);
+        p.send(1, 0, &mut b);
+        p.advance(1);
+        assert_eq!(p.index.len(), 2, "size 2 evicts the least recent key");
+        p.produce(&a);
+        assert_eq!(p.matches, vec![0, 0]);
+        let _ = Entry {
+            endpoint: 0,
+            tier: None,
+            speculative: true,
+        };
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        assert_eq!(parse_go_duration("2s"), Some(2_000_000_000));
+        assert_eq!(parse_go_duration("1m30s"), Some(90_000_000_000));
+        assert_eq!(parse_go_duration("1.5ms"), Some(1_500_000));
+        assert_eq!(parse_go_duration("0"), Some(0));
+        assert_eq!(parse_go_duration("2"), None);
+        assert_eq!(parse_go_duration("s"), None);
+        assert_eq!(parse_go_duration(""), None);
+    }
 }
