@@ -291,7 +291,7 @@ pub fn parallel_shapes(gpus_per_node: u64) -> Vec<(u64, u64)> {
     while tp <= gpus_per_node {
         let mut dp = 1;
         while tp * dp <= gpus_per_node {
-            if gpus_per_node % (tp * dp) == 0 {
+            if gpus_per_node.is_multiple_of(tp * dp) {
                 out.push((tp, dp));
             }
             dp *= 2;

@@ -910,7 +910,7 @@ fn check_precise(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p: &Mappi
                     // golang-lru refuses a size of zero or below.
                     for key in ["size", "podCacheSize"] {
                         if let Some(v) = mem.get(key)
-                            && !v.as_i64().is_some_and(|n| n > 0)
+                            && v.as_i64().is_none_or(|n| n <= 0)
                         {
                             bad(
                                 loader,
@@ -941,7 +941,7 @@ fn check_precise(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p: &Mappi
                         let key = format!("indexerConfig.kvCacheBackendConfigs[{i}]");
                         if strict_block(loader, at, plugin_type, &key, backend, &["name", "weight"])
                             && (!backend.get("name").is_none_or(Value::is_string)
-                                || !backend.get("weight").is_none_or(|w| w.as_f64().is_some()))
+                                || backend.get("weight").is_some_and(|w| w.as_f64().is_none()))
                         {
                             bad(loader, &key, "name is a string and weight a number".into());
                         }
@@ -981,7 +981,7 @@ fn check_precise(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p: &Mappi
             ),
         }
         if let Some(v) = ev.get("concurrency")
-            && !v.as_i64().is_some_and(|n| n > 0)
+            && v.as_i64().is_none_or(|n| n <= 0)
         {
             bad(
                 loader,
@@ -1065,10 +1065,9 @@ fn check_token_producer(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p:
         );
     }
     if (uds || vllm)
-        && !p
-            .get("modelName")
+        && p.get("modelName")
             .and_then(Value::as_str)
-            .is_some_and(|m| !m.is_empty())
+            .is_none_or(str::is_empty)
     {
         bad(
             loader,

@@ -244,7 +244,7 @@ impl Index {
         for rk in &rks {
             self.evict_request_key(*rk, entry);
         }
-        if rks.iter().all(|rk| self.data.map.get(rk).is_none()) {
+        if rks.iter().all(|rk| !self.data.map.contains_key(rk)) {
             self.engine_to_request.remove(key);
         } else if let Some(slot) = self.engine_to_request.map.get(&key) {
             self.engine_to_request.nodes[*slot as usize].value = rks;
