@@ -267,6 +267,8 @@ struct Sim<'a> {
     done_buf: Vec<u32>,
     /// The simulated Endpoint Picker.
     epp: pdsim_router::Router,
+    /// Each core's EPP endpoint, when engines publish KV events.
+    kv_endpoint: Vec<u32>,
     /// (first core, ranks) of every pod, all pools in order: the EPP's
     /// endpoints.
     pods: Vec<(usize, usize)>,
@@ -459,6 +461,17 @@ impl<'a> Sim<'a> {
             .flow_control
             .as_ref()
             .map(|settings| pdsim_router::FlowController::new(settings, &pod_labels));
+        // Engines publish KV events only when a precise producer reads them.
+        let mut kv_endpoint = Vec::new();
+        if epp.wants_kv_events() {
+            kv_endpoint = vec![0u32; cores.len()];
+            for (e, (first, len)) in pods.iter().enumerate() {
+                for core in *first..first + len {
+                    kv_endpoint[core] = e as u32;
+                    cores[core].engine.enable_kv_events();
+                }
+            }
+        }
         let scrape_interval = cluster.epp.flags.refresh_interval_ns.max(1);
         let mut phases = Stream::new(seed, Purpose::ScrapePhases, 0);
         let scrape_phase: Vec<u64> = pods.iter().map(|_| phases.below(scrape_interval)).collect();
@@ -513,6 +526,7 @@ impl<'a> Sim<'a> {
             gpu_links,
             done_buf: Vec::new(),
             epp,
+            kv_endpoint,
             pods,
             views,
             scrape_running: vec![false; scrape_phase.len()],
@@ -734,6 +748,7 @@ impl<'a> Sim<'a> {
             return;
         }
         let mut ticket = pdsim_router::Ticket::default();
+        self.epp.advance(self.now.as_ns());
         let routed = self.epp.pick(&spec.prompt, &self.views).map(|d| {
             ticket = d.ticket;
             self.place(&d)
@@ -1116,6 +1131,10 @@ impl<'a> Sim<'a> {
         for core in first..first + len {
             let c = &mut self.cores[core];
             c.engine.complete_step(&mut c.rng);
+            if let Some(batch) = c.engine.kv_events_mut() {
+                let endpoint = self.kv_endpoint[core] as usize;
+                self.epp.send_kv_events(self.now.as_ns(), endpoint, batch);
+            }
             self.handle_events(core, sink);
             if self.check {
                 self.cores[core]

@@ -616,3 +616,116 @@ flowControl:
     assert_eq!(stats.aborted, 3);
     assert!(stats.end.as_ns() < 10_000_000_000, "{:?}", stats.end);
 }
+
+/// The reference precise-prefix config (llm-d-router
+/// `deploy/config/epp-precise-prefix-cache-config.yaml`), its block size
+/// set to the engines' 16.
+const PRECISE: &str = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - type: token-producer
+    parameters:
+      modelName: hf-repo/model-name
+      vllm:
+        url: http://localhost:8000
+  - type: endpoint-notification-source
+  - type: metrics-data-source
+  - type: core-metrics-extractor
+  - type: single-profile-handler
+  - type: decode-filter
+  - type: precise-prefix-cache-producer
+    parameters:
+      tokenProcessorConfig:
+        blockSize: 16
+      indexerConfig:
+        kvBlockIndexConfig:
+          enableMetrics: true
+  - type: prefix-cache-scorer
+    parameters:
+      prefixMatchInfoProducerName: precise-prefix-cache-producer
+  - type: kv-cache-utilization-scorer
+  - type: queue-scorer
+  - type: max-score-picker
+dataLayer:
+  sources:
+    - pluginRef: metrics-data-source
+      extractors:
+        - pluginRef: core-metrics-extractor
+    - pluginRef: endpoint-notification-source
+      extractors:
+        - pluginRef: precise-prefix-cache-producer
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: decode-filter
+      - pluginRef: prefix-cache-scorer
+        weight: 2.0
+      - pluginRef: kv-cache-utilization-scorer
+        weight: 1.0
+      - pluginRef: queue-scorer
+        weight: 1.0
+      - pluginRef: max-score-picker
+";
+
+/// The default 8-engine deployment routed by `router_text`; the prefix
+/// hit rate of a 400-request run of the bundled trace.
+fn hit_rate(router_text: &str) -> f64 {
+    let deployment = format!(
+        "{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [--pool-name=x]\n"
+    );
+    let files = MemoryFiles::new()
+        .with("s.yaml", SCENARIO)
+        .with("d.yaml", &deployment)
+        .with("epp.yaml", router_text);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let inputs = report.loaded[0].1.router.as_ref().map(|block| {
+        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block)).expect("router loads")
+    });
+    let cluster = pdsim_cluster::build_with_router(
+        &report.deployments[0],
+        report.scenario.as_ref().unwrap(),
+        inputs,
+    )
+    .unwrap();
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut trace(400), 5, true, &mut sink).unwrap();
+    assert_eq!(stats.completed, 400);
+    let hits: u64 = stats.cores.iter().map(|c| c.prefix_hits_tokens).sum();
+    let queries: u64 = stats.cores.iter().map(|c| c.prefix_queries_tokens).sum();
+    hits as f64 / queries.max(1) as f64
+}
+
+#[test]
+fn the_precise_producer_routes_to_the_engines_that_hold_the_prefix() {
+    let precise = hit_rate(PRECISE);
+    let random = hit_rate(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n",
+    );
+    let approx = hit_rate("");
+    eprintln!("prefix hit rate: precise {precise:.3}, approx {approx:.3}, random {random:.3}");
+    assert!(
+        precise > random + 0.05,
+        "precise {precise:.3} against random {random:.3}"
+    );
+    assert!(
+        precise > approx - 0.05,
+        "precise {precise:.3} against approx {approx:.3}"
+    );
+    // Without the extractor wiring (and no global zmqEndpoint) no
+    // subscriber exists: the index stays empty and the scorer adds nothing.
+    let unwired = PRECISE.replace(
+        "    - pluginRef: endpoint-notification-source\n      extractors:\n        - pluginRef: precise-prefix-cache-producer\n",
+        "",
+    );
+    let unwired = hit_rate(&unwired);
+    assert!(
+        precise > unwired + 0.02,
+        "precise {precise:.3} against unwired {unwired:.3}"
+    );
+}

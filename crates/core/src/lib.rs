@@ -6,6 +6,7 @@
 //! **Architecture invariant:** no I/O, no clock, no threads, no floating
 //! point in time.
 
+pub mod kv_events;
 pub mod prompt;
 pub mod rng;
 pub mod time;

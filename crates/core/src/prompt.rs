@@ -110,6 +110,16 @@ impl BlockHasher {
         }
     }
 
+    /// A hasher whose chain continues from `parent`, the hash of the block
+    /// before the first one fed (`ROOT_HASH` for none): how the KV-block
+    /// indexer hashes the tokens of a `BlockStored` event from its parent's
+    /// key (llm-d-router `pkg/kvevents/pool.go`, `TokensToKVBlockKeys`).
+    pub fn resume(block_size: u32, parent: u64) -> BlockHasher {
+        let mut hasher = BlockHasher::new(block_size);
+        hasher.hash = parent;
+        hasher
+    }
+
     pub fn feed_segment(&mut self, segment: Segment) {
         self.feed(segment.id, 0, segment.tokens);
     }

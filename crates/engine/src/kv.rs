@@ -11,6 +11,7 @@
 //! evicted least recently released first, and a cached block stays a prefix
 //! hit until it is physically reused ("lazy eviction").
 
+use pdsim_core::kv_events::{KvEventBatch, Medium};
 use rustc_hash::FxHashMap;
 
 const NONE: u32 = u32::MAX;
@@ -41,6 +42,9 @@ pub struct BlockPool {
     /// Σ reference counts, kept as blocks are touched, allocated and
     /// released, so the conservation check is O(requests), not O(blocks).
     referenced: u64,
+    /// The step's KV events when the engine publishes them (vLLM's
+    /// `enable_kv_cache_events`); `None` costs nothing.
+    pub kv_events: Option<KvEventBatch>,
 }
 
 impl BlockPool {
@@ -71,6 +75,7 @@ impl BlockPool {
             unhashed_to_front,
             evictions: 0,
             referenced: 0,
+            kv_events: None,
         };
         for block in 1..n as u32 {
             pool.push_back(block);
@@ -194,6 +199,14 @@ impl BlockPool {
                     let hash = std::mem::take(&mut self.unit_hash[first + unit]);
                     if hash != 0 && self.cached.get(&hash).is_some_and(|(b, _)| *b == block) {
                         self.cached.remove(&hash);
+                    }
+                    // `_maybe_evict_cached_block` (`vllm/v1/core/block_pool.py`)
+                    // queues `BlockRemoved(medium="GPU")` for every cached
+                    // block it evicts, duplicates of a hash included.
+                    if hash != 0
+                        && let Some(log) = &mut self.kv_events
+                    {
+                        log.removed(Medium::Gpu, hash);
                     }
                 }
                 self.evictions += 1;

@@ -9,6 +9,8 @@
 
 use crate::graph::{Dbo, Graphs};
 use crate::kv::BlockPool;
+use pdsim_core::Segment;
+use pdsim_core::kv_events::{KvEvent, KvEventBatch, Medium, Piece};
 use pdsim_core::prompt::{BlockHasher, content_id};
 use pdsim_core::{Prompt, RequestId, SimTime, Stream};
 use pdsim_cost::Batch;
@@ -166,6 +168,9 @@ struct Req {
     holding: bool,
     /// Tokens being loaded from the offload tier.
     loading: u32,
+    /// The prompt's segments, kept only while KV events are published (the
+    /// tokens of a `BlockStored` event).
+    segments: Vec<Segment>,
 }
 
 impl Req {
@@ -209,10 +214,18 @@ impl OffloadTier {
         self.by_tick.insert(self.tick, hash);
     }
 
-    fn store(&mut self, hash: u64) {
+    /// Stores a block. With KV events on, a new block queues a
+    /// `BlockStored(medium="CPU")` without tokens or parent and an evicted one
+    /// a `BlockRemoved(medium="CPU")`, as the connector's `take_events`
+    /// turns its manager's events into vLLM events
+    /// (`offloading_connector.py`, `OffloadingConnectorScheduler.take_events`).
+    /// pdsim stores at once, so the event goes out in the step that filled
+    /// the block; vLLM reports it when the asynchronous copy completes.
+    fn store(&mut self, hash: u64, log: Option<&mut KvEventBatch>) {
         if self.capacity == 0 {
             return;
         }
+        let mut log = log;
         if !self.entries.contains_key(&hash) {
             self.stores += 1;
             while self.entries.len() as u64 >= self.capacity {
@@ -221,6 +234,20 @@ impl OffloadTier {
                 };
                 self.entries.remove(&victim);
                 self.evictions += 1;
+                if let Some(log) = log.as_deref_mut() {
+                    log.removed(Medium::Cpu, victim);
+                }
+            }
+            if let Some(log) = log {
+                let at = log.hashes.len() as u32;
+                log.hashes.push(hash);
+                let pieces = log.pieces.len() as u32;
+                log.events.push(KvEvent::Stored {
+                    medium: Medium::Cpu,
+                    parent: None,
+                    hashes: at..at + 1,
+                    pieces: pieces..pieces,
+                });
             }
         }
         self.touch(hash);
@@ -229,6 +256,50 @@ impl OffloadTier {
     fn contains(&self, hash: u64) -> bool {
         self.entries.contains_key(&hash)
     }
+}
+
+/// Queues the `BlockStored(medium="GPU")` event for units `from..to` of a
+/// request, as `BlockPool.cache_full_blocks` (`vllm/v1/core/block_pool.py`)
+/// does for the blocks that became full: their hashes, the hash of the block
+/// before them as parent (none for the first block), and their tokens (prompt
+/// segments, then the request's output).
+fn stored_event(log: &mut KvEventBatch, req: &Req, from: u32, to: u32, unit: u32) {
+    let at = log.hashes.len() as u32;
+    log.hashes
+        .extend_from_slice(&req.hasher.hashes[from as usize..to as usize]);
+    let first_piece = log.pieces.len() as u32;
+    let (start, end) = (from * unit, to * unit);
+    let mut offset = 0u32;
+    for segment in &req.segments {
+        let (lo, hi) = (offset, offset + segment.tokens);
+        offset = hi;
+        if hi <= start {
+            continue;
+        }
+        if lo >= end {
+            break;
+        }
+        let (a, b) = (lo.max(start), hi.min(end));
+        log.pieces.push(Piece {
+            id: segment.id,
+            start: a - lo,
+            len: b - a,
+        });
+    }
+    if end > req.prompt_tokens {
+        let a = start.max(req.prompt_tokens);
+        log.pieces.push(Piece {
+            id: req.output_segment,
+            start: a - req.prompt_tokens,
+            len: end - a,
+        });
+    }
+    log.events.push(KvEvent::Stored {
+        medium: Medium::Gpu,
+        parent: (from > 0).then(|| req.hasher.hashes[from as usize - 1]),
+        hashes: at..at + (to - from),
+        pieces: first_piece..log.pieces.len() as u32,
+    });
 }
 
 /// Waiting requests in policy order.
@@ -394,6 +465,11 @@ impl Engine {
             remote_done: false,
             holding: false,
             loading: 0,
+            segments: if self.pool.kv_events.is_some() {
+                request.prompt.segments.clone()
+            } else {
+                Vec::new()
+            },
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -1071,6 +1147,9 @@ impl Engine {
             .min(req.blocks.len() as u32 * per_block);
         if full > req.cached_units {
             if self.config.enable_prefix_caching {
+                if let Some(log) = &mut self.pool.kv_events {
+                    stored_event(log, req, req.cached_units, full, unit);
+                }
                 for u in req.cached_units..full {
                     let block = req.blocks[(u / per_block) as usize];
                     self.pool
@@ -1078,12 +1157,26 @@ impl Engine {
                     if let Some(tier) = &mut self.offload
                         && (u + 1) % per_block == 0
                     {
-                        tier.store(req.hasher.hashes[u as usize]);
+                        tier.store(req.hasher.hashes[u as usize], self.pool.kv_events.as_mut());
                     }
                 }
             }
             req.cached_units = full;
         }
+    }
+
+    /// Publishes KV events from now on (vLLM's `--kv-events-config` with
+    /// `enable_kv_cache_events`). Off by default, so an engine whose events
+    /// nobody reads queues none.
+    pub fn enable_kv_events(&mut self) {
+        self.pool
+            .kv_events
+            .get_or_insert_with(KvEventBatch::default);
+    }
+
+    /// The events queued since the caller last took them, if published.
+    pub fn kv_events_mut(&mut self) -> Option<&mut KvEventBatch> {
+        self.pool.kv_events.as_mut()
     }
 
     /// Blocks stored in and evicted from the offload tier so far.

@@ -64,6 +64,8 @@ pub struct EndpointPickerConfig {
     pub feature_gates: Vec<String>,
     /// The flow-control layer, when the `flowControl` gate is on.
     pub flow_control: Option<FlowControl>,
+    /// `dataLayer.sources[].extractors[]`: (source plugin, extractor plugin).
+    pub extractors: Vec<(String, String)>,
 }
 
 impl EndpointPickerConfig {
@@ -506,6 +508,7 @@ pub fn load_config(
         &plugins,
         feature_gates.iter().any(|g| g == "flowControl"),
     );
+    let mut extractors: Vec<(String, String)> = Vec::new();
     for section in ["data", "dataLayer"] {
         let Some(map) = top.get(section).and_then(Value::as_mapping) else {
             continue;
@@ -550,6 +553,11 @@ pub fn load_config(
             {
                 if let Some(r) = extractor.as_mapping().and_then(|m| str_of(m, "pluginRef")) {
                     refs.push((format!("{at}.extractors[{j}].pluginRef"), r.to_string()));
+                }
+            }
+            if let Some((_, source_name)) = refs.first() {
+                for (_, extractor) in refs.iter().skip(1) {
+                    extractors.push((source_name.clone(), extractor.clone()));
                 }
             }
             for (path, reference) in refs {
@@ -614,6 +622,7 @@ pub fn load_config(
             handler,
             feature_gates,
             flow_control,
+            extractors,
         })
     } else {
         Err(loader.problems)
@@ -1286,6 +1295,10 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
             }
         }
         "session-affinity-scorer" => check_session_affinity(loader, at, parameters),
+        "precise-prefix-cache-producer" | "precise-prefix-cache-scorer" => {
+            check_precise(loader, at, plugin_type, parameters)
+        }
+        "token-producer" | "tokenizer" => check_token_producer(loader, at, plugin_type, parameters),
         // `utilization/config.go`, `validateConfig`; Go decodes
         // queueDepthThreshold into an int and the staleness into a
         // metav1.Duration string.
@@ -1387,6 +1400,395 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
             }
         }
         _ => {}
+    }
+}
+
+/// A nested block decoded strictly: a mapping whose keys are all in `keys`.
+fn strict_block(
+    loader: &mut Loader<'_>,
+    at: &str,
+    plugin_type: &str,
+    key: &str,
+    value: &Value,
+    keys: &[&str],
+) -> bool {
+    let Some(map) = value.as_mapping() else {
+        loader.problem(
+            &format!("{at}.parameters.{key}"),
+            "epp-plugin-parameter",
+            format!("`{plugin_type}`: `{key}` must be a mapping"),
+        );
+        return false;
+    };
+    let mut ok = true;
+    for k in map.keys() {
+        let k = k.as_str().unwrap_or("?");
+        if !keys.contains(&k) {
+            loader.problem(
+                &format!("{at}.parameters.{key}.{k}"),
+                "epp-plugin-parameter",
+                format!(
+                    "`{plugin_type}`: `{k}` is not a field of `{key}` (parameters are decoded strictly; it takes {})",
+                    keys.join(", ")
+                ),
+            );
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// The precise producer's (and legacy scorer's) `PluginConfig`, decoded
+/// strictly down to the nested llm-d-kv-cache structures
+/// (`kvblock.TokenProcessorConfig`, `kvcache.Config`, `kvblock.IndexConfig`,
+/// `InMemoryIndexConfig`, `KVCacheBackendConfig`, `kvevents.Config`,
+/// `PodDiscoveryConfig`), with the factories' checks. What pdsim does not
+/// simulate is refused by key: the Redis/Valkey and cost-aware index
+/// backends, engines other than vLLM.
+fn check_precise(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p: &Mapping) {
+    let not_simulated = |loader: &mut Loader<'_>, key: &str, why: &str| {
+        loader.problem(
+            &format!("{at}.parameters.{key}"),
+            "epp-not-simulated",
+            format!("`{plugin_type}`: {why}"),
+        );
+    };
+    let bad = |loader: &mut Loader<'_>, key: &str, why: String| {
+        loader.problem(
+            &format!("{at}.parameters.{key}"),
+            "epp-plugin-parameter",
+            format!("`{plugin_type}`: {why}"),
+        );
+    };
+    if let Some(tp) = p.get("tokenProcessorConfig")
+        && strict_block(
+            loader,
+            at,
+            plugin_type,
+            "tokenProcessorConfig",
+            tp,
+            &["blockSize", "blockSizeTokens", "hashSeed", "hashAlgorithm"],
+        )
+    {
+        for key in ["blockSize", "blockSizeTokens"] {
+            if let Some(v) = tp.get(key) {
+                match v.as_i64() {
+                    Some(n) if n >= 0 => {}
+                    _ => bad(
+                        loader,
+                        &format!("tokenProcessorConfig.{key}"),
+                        format!("{key} must be a non-negative integer"),
+                    ),
+                }
+            }
+        }
+        // Zero means unset: blockSize is promoted, else the default 16
+        // (`NewChunkedTokenDatabase`).
+        if tp.get("hashSeed").is_some_and(|v| !v.is_string()) {
+            bad(
+                loader,
+                "tokenProcessorConfig.hashSeed",
+                "hashSeed must be a string".into(),
+            );
+        }
+        match tp.get("hashAlgorithm").map(Value::as_str) {
+            None | Some(Some("" | "cbor-fnv" | "xxh64")) => {}
+            _ => bad(
+                loader,
+                "tokenProcessorConfig.hashAlgorithm",
+                "hashAlgorithm must be `cbor-fnv` or `xxh64`".into(),
+            ),
+        }
+    }
+    if let Some(ix) = p.get("indexerConfig")
+        && strict_block(
+            loader,
+            at,
+            plugin_type,
+            "indexerConfig",
+            ix,
+            &[
+                "kvBlockIndexConfig",
+                "kvCacheBackendConfigs",
+                "tokenizersPoolConfig",
+            ],
+        )
+    {
+        if let Some(tok) = ix.get("tokenizersPoolConfig") {
+            if plugin_type == "precise-prefix-cache-producer" {
+                bad(
+                    loader,
+                    "indexerConfig.tokenizersPoolConfig",
+                    "tokenizersPoolConfig is not supported; configure a token-producer plugin instead".into(),
+                );
+            } else if !tok.is_mapping() {
+                bad(
+                    loader,
+                    "indexerConfig.tokenizersPoolConfig",
+                    "tokenizersPoolConfig must be a mapping".into(),
+                );
+            }
+        }
+        if let Some(kb) = ix.get("kvBlockIndexConfig") {
+            let at_kb = "indexerConfig.kvBlockIndexConfig";
+            if strict_block(
+                loader,
+                at,
+                plugin_type,
+                at_kb,
+                kb,
+                &[
+                    "inMemoryConfig",
+                    "redisConfig",
+                    "costAwareMemoryConfig",
+                    "enableMetrics",
+                    "metricsLoggingInterval",
+                ],
+            ) {
+                for (key, why) in [
+                    (
+                        "costAwareMemoryConfig",
+                        "the cost-aware memory index is not simulated; use inMemoryConfig",
+                    ),
+                    (
+                        "redisConfig",
+                        "a Redis/Valkey index is a service outside the cluster model; use inMemoryConfig",
+                    ),
+                ] {
+                    if kb.get(key).is_some_and(|v| !v.is_null()) {
+                        not_simulated(loader, &format!("{at_kb}.{key}"), why);
+                    }
+                }
+                if let Some(mem) = kb.get("inMemoryConfig")
+                    && strict_block(
+                        loader,
+                        at,
+                        plugin_type,
+                        &format!("{at_kb}.inMemoryConfig"),
+                        mem,
+                        &["size", "podCacheSize"],
+                    )
+                {
+                    // golang-lru refuses a size of zero or below.
+                    for key in ["size", "podCacheSize"] {
+                        if let Some(v) = mem.get(key)
+                            && v.as_i64().is_none_or(|n| n <= 0)
+                        {
+                            bad(
+                                loader,
+                                &format!("{at_kb}.inMemoryConfig.{key}"),
+                                format!("{key} must be a positive integer"),
+                            );
+                        }
+                    }
+                }
+                if kb.get("enableMetrics").is_some_and(|v| !v.is_bool()) {
+                    bad(
+                        loader,
+                        &format!("{at_kb}.enableMetrics"),
+                        "enableMetrics must be a boolean".into(),
+                    );
+                }
+            }
+        }
+        if let Some(list) = ix.get("kvCacheBackendConfigs") {
+            match list.as_sequence() {
+                None => bad(
+                    loader,
+                    "indexerConfig.kvCacheBackendConfigs",
+                    "kvCacheBackendConfigs must be a list".into(),
+                ),
+                Some(list) => {
+                    for (i, backend) in list.iter().enumerate() {
+                        let key = format!("indexerConfig.kvCacheBackendConfigs[{i}]");
+                        if strict_block(loader, at, plugin_type, &key, backend, &["name", "weight"])
+                            && (!backend.get("name").is_none_or(Value::is_string)
+                                || backend.get("weight").is_some_and(|w| w.as_f64().is_none()))
+                        {
+                            bad(loader, &key, "name is a string and weight a number".into());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(ev) = p.get("kvEventsConfig")
+        && strict_block(
+            loader,
+            at,
+            plugin_type,
+            "kvEventsConfig",
+            ev,
+            &[
+                "zmqEndpoint",
+                "topicFilter",
+                "concurrency",
+                "engineType",
+                "discoverPods",
+                "podDiscoveryConfig",
+            ],
+        )
+    {
+        match ev.get("engineType").map(Value::as_str) {
+            None | Some(Some("" | "vllm")) => {}
+            Some(Some("sglang")) => not_simulated(
+                loader,
+                "kvEventsConfig.engineType",
+                "pdsim simulates vLLM engines; sglang's events are not simulated",
+            ),
+            _ => bad(
+                loader,
+                "kvEventsConfig.engineType",
+                "engineType must be `vllm` or `sglang`".into(),
+            ),
+        }
+        if let Some(v) = ev.get("concurrency")
+            && v.as_i64().is_none_or(|n| n <= 0)
+        {
+            bad(
+                loader,
+                "kvEventsConfig.concurrency",
+                "concurrency must be a positive integer".into(),
+            );
+        }
+        if let Some(pd) = ev.get("podDiscoveryConfig")
+            && strict_block(
+                loader,
+                at,
+                plugin_type,
+                "kvEventsConfig.podDiscoveryConfig",
+                pd,
+                &[
+                    "podLabelSelector",
+                    "podNamespace",
+                    "socketPort",
+                    "replaySocketPort",
+                ],
+            )
+        {
+            for key in ["socketPort", "replaySocketPort"] {
+                if let Some(v) = pd.get(key)
+                    && !v.as_i64().is_some_and(|n| (0..=65_535).contains(&n))
+                {
+                    bad(
+                        loader,
+                        &format!("kvEventsConfig.podDiscoveryConfig.{key}"),
+                        format!("{key} must be a port number"),
+                    );
+                }
+            }
+        }
+    }
+    if p.get("speculativeIndexing").is_some_and(|v| !v.is_bool()) {
+        bad(
+            loader,
+            "speculativeIndexing",
+            "speculativeIndexing must be a boolean".into(),
+        );
+    }
+    if let Some(ttl) = p.get("speculativeTTL") {
+        let parsed = ttl
+            .as_str()
+            .map(|t| t.is_empty() || crate::precise::parse_go_duration(t).is_some());
+        if parsed != Some(true) {
+            bad(
+                loader,
+                "speculativeTTL",
+                format!("invalid speculativeTTL {ttl:?}: a Go duration such as `2s`"),
+            );
+        }
+    }
+}
+
+/// token-producer's `tokenizerPluginConfig` (`dataproducer/tokenizer/
+/// tokenizer.go`, `PluginFactory`): one backend at most; `vllm` or
+/// `udsTokenizerConfig` need `modelName`. pdsim's prompts are tokens
+/// already, so the vLLM `/render` and UDS backends yield the engine's
+/// tokens; the `estimate` backend (also the default when no backend is
+/// set) packs bytes into ids that never match an engine's blocks, and is
+/// refused rather than simulated.
+fn check_token_producer(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p: &Mapping) {
+    let bad = |loader: &mut Loader<'_>, key: &str, code: &'static str, why: &str| {
+        loader.problem(
+            &format!("{at}.parameters.{key}"),
+            code,
+            format!("`{plugin_type}`: {why}"),
+        );
+    };
+    let uds = p.get("udsTokenizerConfig").is_some_and(|v| !v.is_null());
+    let vllm = p.get("vllm").is_some_and(|v| !v.is_null());
+    let estimate = p.get("estimate").is_some_and(|v| !v.is_null());
+    if (estimate && (uds || vllm)) || (uds && vllm) {
+        bad(
+            loader,
+            "vllm",
+            "epp-plugin-parameter",
+            "only one of 'estimate', 'vllm', or 'udsTokenizerConfig' may be set",
+        );
+    }
+    if (uds || vllm)
+        && p.get("modelName")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    {
+        bad(
+            loader,
+            "modelName",
+            "epp-plugin-parameter",
+            "'modelName' must be specified",
+        );
+    }
+    if let Some(v) = p.get("vllm")
+        && strict_block(
+            loader,
+            at,
+            plugin_type,
+            "vllm",
+            v,
+            &["url", "timeout", "mmTimeout"],
+        )
+    {
+        for key in ["timeout", "mmTimeout"] {
+            if let Some(t) = v.get(key)
+                && !t
+                    .as_str()
+                    .is_some_and(|t| t.is_empty() || crate::precise::parse_go_duration(t).is_some())
+            {
+                bad(
+                    loader,
+                    &format!("vllm.{key}"),
+                    "epp-plugin-parameter",
+                    "must be a Go duration such as `5s`",
+                );
+            }
+        }
+        if v.get("url").is_some_and(|u| !u.is_string()) {
+            bad(
+                loader,
+                "vllm.url",
+                "epp-plugin-parameter",
+                "url must be a string",
+            );
+        }
+    }
+    if let Some(v) = p.get("udsTokenizerConfig") {
+        strict_block(
+            loader,
+            at,
+            plugin_type,
+            "udsTokenizerConfig",
+            v,
+            &["socketFile"],
+        );
+    }
+    let model = p.get("modelName").is_some_and(|m| !m.is_null());
+    if estimate || (!uds && !vllm && !model) {
+        bad(
+            loader,
+            if estimate { "estimate" } else { "modelName" },
+            "epp-not-simulated",
+            "the `estimate` backend (the default without `vllm` or `udsTokenizerConfig`) packs prompt bytes into ids; pdsim does not simulate it",
+        );
     }
 }
 
@@ -2000,6 +2402,73 @@ mod tests {
         assert!(codes(&config("{primaryPort: 0}"), false).is_empty());
         assert_eq!(codes(&config("{primaryPort: 65536}"), false).len(), 1);
         assert_eq!(codes(&config("{primaryPort: -1}"), false).len(), 1);
+    }
+
+    #[test]
+    fn precise_and_token_producer_parameters_are_decoded_strictly() {
+        let with = |producer: &str, token: &str| {
+            codes(
+                &format!(
+                    "{HEAD}- type: token-producer\n  parameters: {token}\n- type: precise-prefix-cache-producer\n  parameters: {producer}\n"
+                ),
+                false,
+            )
+        };
+        let vllm = "{modelName: m, vllm: {url: 'http://x:8000', timeout: 5s}}";
+        assert!(with("{tokenProcessorConfig: {blockSize: 16, hashSeed: '42'}, indexerConfig: {kvBlockIndexConfig: {inMemoryConfig: {size: 1000, podCacheSize: 4}}, kvCacheBackendConfigs: [{name: gpu, weight: 1.0}, {name: cpu, weight: 0.5}]}, kvEventsConfig: {zmqEndpoint: 'tcp://0.0.0.0:5557', discoverPods: false}, speculativeIndexing: true, speculativeTTL: 500ms}", vllm).is_empty());
+        for (producer, token, code, path) in [
+            (
+                "{tokenProcessorConfig: {blokSize: 16}}",
+                vllm,
+                "epp-plugin-parameter",
+                "plugins[1].parameters.tokenProcessorConfig.blokSize",
+            ),
+            (
+                "{indexerConfig: {kvBlockIndexConfig: {redisConfig: {address: r}}}}",
+                vllm,
+                "epp-not-simulated",
+                "plugins[1].parameters.indexerConfig.kvBlockIndexConfig.redisConfig",
+            ),
+            (
+                "{indexerConfig: {tokenizersPoolConfig: {modelName: m}}}",
+                vllm,
+                "epp-plugin-parameter",
+                "plugins[1].parameters.indexerConfig.tokenizersPoolConfig",
+            ),
+            (
+                "{speculativeTTL: soon}",
+                vllm,
+                "epp-plugin-parameter",
+                "plugins[1].parameters.speculativeTTL",
+            ),
+            (
+                "{kvEventsConfig: {engineType: sglang}}",
+                vllm,
+                "epp-not-simulated",
+                "plugins[1].parameters.kvEventsConfig.engineType",
+            ),
+            (
+                "{}",
+                "{vllm: {url: x}}",
+                "epp-plugin-parameter",
+                "plugins[0].parameters.modelName",
+            ),
+            (
+                "{}",
+                "{estimate: {}}",
+                "epp-not-simulated",
+                "plugins[0].parameters.estimate",
+            ),
+            (
+                "{}",
+                "{}",
+                "epp-not-simulated",
+                "plugins[0].parameters.modelName",
+            ),
+        ] {
+            let found = with(producer, token);
+            assert_eq!(found, vec![(code, path.to_string())], "{producer} {token}");
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@ use crate::config::{
     DisaggParams, EndpointPickerConfig, PdParams, Plugin, Profile, disagg_params, pd_params,
     prefill_header_writers,
 };
+use crate::precise::{Precise, Weights};
+use pdsim_core::kv_events::KvEventBatch;
 use pdsim_core::prompt::BlockHasher;
 use pdsim_core::{Prompt, Purpose, Stream};
 use rustc_hash::FxHashMap;
@@ -323,6 +325,104 @@ pub struct Router {
     header_profile: Option<String>,
     /// Endpoint ids as the EPP names endpoints (`namespace/name`).
     ids: Vec<String>,
+    /// The precise-prefix-cache-producer (or the legacy scorer's own one).
+    precise: Option<Precise>,
+    /// Whether engine KV events reach the precise index.
+    kv_events_wired: bool,
+    /// Simulated time of the last [`Router::advance`], in nanoseconds.
+    clock: u64,
+}
+
+/// Whether a consumer of PrefixCacheMatchInfo reads the precise producer's:
+/// its `prefixMatchInfoProducerName` names it, or it is the legacy
+/// precise-prefix-cache-scorer, whose inner prefix-cache-scorer reads its
+/// own producer (`scorer/preciseprefixcache/precise_prefix_cache.go`).
+/// Others read the default key, the approx producer's.
+fn reads_precise(plugin: &Plugin, precise: &str) -> bool {
+    plugin.plugin_type == "precise-prefix-cache-scorer"
+        || plugin
+            .parameters
+            .get("prefixMatchInfoProducerName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty() && n == precise)
+}
+
+/// The precise producer a configuration runs, if any: an explicit
+/// precise-prefix-cache-producer (a legacy scorer then defers to it), else
+/// the first legacy scorer's own.
+pub(crate) fn precise_plugin(plugins: &[Plugin]) -> Option<&Plugin> {
+    plugins
+        .iter()
+        .find(|p| p.plugin_type == "precise-prefix-cache-producer")
+        .or_else(|| {
+            plugins
+                .iter()
+                .find(|p| p.plugin_type == "precise-prefix-cache-scorer")
+        })
+}
+
+/// The precise producer's settings with the source's defaults
+/// (`preciseprefixcache/producer.go`, `PluginFactory`/`New`;
+/// `kvblock.DefaultTokenProcessorConfig`, `DefaultInMemoryIndexConfig`,
+/// `kvcache.DefaultKVCacheBackendConfig`; TTL 2 s in `prerequest.go`).
+fn build_precise(plugin: &Plugin, endpoints: usize) -> Precise {
+    let p = &plugin.parameters;
+    let tp = p.get("tokenProcessorConfig");
+    let int = |v: Option<&Value>| v.and_then(Value::as_i64).filter(|v| *v > 0);
+    let block = int(tp.and_then(|t| t.get("blockSizeTokens")))
+        .or_else(|| int(tp.and_then(|t| t.get("blockSize"))))
+        .unwrap_or(16);
+    let indexer = p.get("indexerConfig");
+    let memory = indexer
+        .and_then(|i| i.get("kvBlockIndexConfig"))
+        .and_then(|k| k.get("inMemoryConfig"));
+    let size = memory
+        .and_then(|m| m.get("size"))
+        .and_then(Value::as_i64)
+        .unwrap_or(100_000_000);
+    let pods = memory
+        .and_then(|m| m.get("podCacheSize"))
+        .and_then(Value::as_i64)
+        .unwrap_or(10);
+    let mut weights = Weights::default();
+    if let Some(list) = indexer
+        .and_then(|i| i.get("kvCacheBackendConfigs"))
+        .and_then(Value::as_sequence)
+    {
+        // The list replaces the defaults; a tier it omits weighs 1.0.
+        weights = Weights {
+            gpu: None,
+            cpu: None,
+        };
+        for backend in list {
+            let w = backend.get("weight").and_then(Value::as_f64).unwrap_or(0.0);
+            match backend.get("name").and_then(Value::as_str) {
+                Some("gpu") => weights.gpu = Some(w),
+                Some("cpu") => weights.cpu = Some(w),
+                _ => {}
+            }
+        }
+    }
+    let speculative = p
+        .get("speculativeIndexing")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let ttl = p
+        .get("speculativeTTL")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .and_then(crate::precise::parse_go_duration)
+        .filter(|t| *t > 0)
+        .map_or(2_000_000_000, |t| t.min(u64::MAX as i128) as u64);
+    Precise::new(
+        plugin.name.clone(),
+        block.min(u32::MAX as i64) as u32,
+        weights,
+        size.max(1) as usize,
+        pods.max(1) as usize,
+        speculative.then_some(ttl),
+        endpoints,
+    )
 }
 
 impl Session {
@@ -551,6 +651,7 @@ impl Router {
         let config = inputs.config.clone();
         // Plugins whose `Consumes()` requires PrefixCacheMatchInfo: the
         // scorers, the affinity filter, the decider and both P/D handlers.
+        let precise_name = precise_plugin(&config.plugins).map(|p| p.name.clone());
         let consumes_prefix = config.plugins.iter().any(|p| {
             matches!(
                 p.plugin_type.as_str(),
@@ -560,7 +661,9 @@ impl Router {
                     | "prefix-cache-affinity-filter"
                     | "disagg-profile-handler"
                     | "pd-profile-handler"
-            )
+            ) && !precise_name
+                .as_deref()
+                .is_some_and(|name| reads_precise(p, name))
         });
         let producer = config
             .plugins
@@ -641,7 +744,37 @@ impl Router {
                     | "concurrency-detector"
             )
         });
+        let precise = precise_plugin(&config.plugins).map(|p| build_precise(p, n));
+        // Events reach the index through a subscriber: one on the global
+        // `zmqEndpoint`, or per pod when `discoverPods` (default true) and
+        // the producer is an extractor of the endpoint-notification-source,
+        // whose add events install them (`preciseprefixcache/extractor.go`,
+        // `producer.go` `New`). Otherwise the index stays empty.
+        let kv_events_wired = precise_plugin(&config.plugins).is_some_and(|p| {
+            let events = p.parameters.get("kvEventsConfig");
+            let global = events
+                .and_then(|e| e.get("zmqEndpoint"))
+                .and_then(Value::as_str)
+                .is_some_and(|z| !z.is_empty());
+            let discover = events
+                .and_then(|e| e.get("discoverPods"))
+                .and_then(Value::as_bool)
+                .unwrap_or(true)
+                && events
+                    .and_then(|e| e.get("podDiscoveryConfig"))
+                    .is_none_or(|c| !c.is_null());
+            let extractor = config.extractors.iter().any(|(source, extractor)| {
+                extractor == &p.name
+                    && config
+                        .plugin(source)
+                        .is_some_and(|s| s.plugin_type == "endpoint-notification-source")
+            });
+            global || (discover && extractor)
+        });
         Router {
+            precise,
+            kv_events_wired,
+            clock: 0,
             inflight: consumes_load.then(|| (vec![0; n], vec![0; n])),
             config,
             labels,
@@ -662,6 +795,57 @@ impl Router {
             header_profile,
             ids: (0..n).map(|i| format!("pdsim/endpoint-{i}")).collect(),
         }
+    }
+
+    /// The PrefixCacheMatchInfo a consumer reads: (matched blocks per
+    /// endpoint, total blocks, block size).
+    fn match_info(&self, consumer: &str) -> (&[u32], u32, u32) {
+        if let (Some(precise), Some(plugin)) = (&self.precise, self.config.plugin(consumer))
+            && reads_precise(plugin, &precise.name)
+        {
+            return (
+                &precise.matches,
+                precise.keys.len() as u32,
+                precise.block_size,
+            );
+        }
+        (&self.matches, self.total_blocks, self.block_size)
+    }
+
+    /// Whether a precise producer reads the engines' KV events; without
+    /// one, engines need not publish any.
+    pub fn wants_kv_events(&self) -> bool {
+        self.precise.is_some() && self.kv_events_wired
+    }
+
+    /// Sends an engine step's KV events, taken from `batch` (left empty),
+    /// to arrive at the index `KV_EVENT_DELAY_NS` after `now_ns`.
+    pub fn send_kv_events(&mut self, now_ns: u64, endpoint: usize, batch: &mut KvEventBatch) {
+        if let Some(precise) = self.precise.as_mut().filter(|_| self.kv_events_wired) {
+            let at = now_ns.saturating_add(crate::precise::KV_EVENT_DELAY_NS);
+            precise.send(at, endpoint as u32, batch);
+        } else {
+            batch.clear();
+        }
+    }
+
+    /// Moves the router's clock to `now_ns`, applying the KV events and
+    /// speculative expiries due by then.
+    pub fn advance(&mut self, now_ns: u64) {
+        self.clock = self.clock.max(now_ns);
+        if let Some(precise) = &mut self.precise {
+            precise.advance(self.clock);
+        }
+    }
+
+    /// The precise producer's index, for inspection.
+    pub fn precise_index(&self) -> Option<&crate::precise::Index> {
+        self.precise.as_ref().map(|p| &p.index)
+    }
+
+    /// The precise producer's matched blocks for the last request.
+    pub fn precise_matches(&self) -> Option<&[u32]> {
+        self.precise.as_ref().map(|p| &p.matches[..])
     }
 
     /// The id the EPP knows endpoint `e` by.
@@ -687,6 +871,9 @@ impl Router {
     /// the leading blocks it holds, stopping at the first block no endpoint
     /// holds.
     fn produce(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) {
+        if let Some(precise) = &mut self.precise {
+            precise.produce(prompt);
+        }
         self.matches.iter_mut().for_each(|m| *m = 0);
         self.hashes.clear();
         self.total_blocks = 0;
@@ -788,11 +975,16 @@ impl Router {
     /// Tokens of the prompt an endpoint's index lacks: the unmatched blocks
     /// plus the tail past the last full block (`inflightload`, R).
     fn uncached_tokens(&self, endpoint: usize, prompt_tokens: u64) -> u64 {
-        let indexed = self.total_blocks as u64 * self.block_size as u64;
+        let producer = self
+            .config
+            .plugins
+            .iter()
+            .find(|p| p.plugin_type == "inflight-load-producer")
+            .map_or("", |p| p.name.as_str());
+        let (matches, total, block_size) = self.match_info(producer);
+        let indexed = total as u64 * block_size as u64;
         let tail = prompt_tokens.saturating_sub(indexed);
-        (self.total_blocks - self.matches[endpoint].min(self.total_blocks)) as u64
-            * self.block_size as u64
-            + tail
+        (total - matches[endpoint].min(total)) as u64 * block_size as u64 + tail
     }
 
     /// prefix-cache-affinity-filter (`prefixcacheaffinity`): keep the
@@ -811,11 +1003,12 @@ impl Router {
         if explore > 0.0 && self.rng.bernoulli(explore) {
             return;
         }
+        let (matches, total, _) = self.match_info(filter);
         let score = |e: usize| {
-            if self.total_blocks == 0 {
+            if total == 0 {
                 0.0
             } else {
-                self.matches[e] as f64 / self.total_blocks as f64
+                matches[e] as f64 / total as f64
             }
         };
         let (sticky, other): (Vec<usize>, Vec<usize>) =
@@ -924,7 +1117,8 @@ impl Router {
                 // everywhere. Cold: never-used endpoints first in input
                 // order, then the least recently used
                 // (`scoreColdRequestByLRU`).
-                let cold = candidates.iter().all(|c| self.matches[*c] == 0);
+                let (matches, _, _) = self.match_info(scorer);
+                let cold = candidates.iter().all(|c| matches[*c] == 0);
                 let n = candidates.len();
                 let Some(state) = self.no_hit.get(scorer) else {
                     out.resize(n, 0.0);
@@ -955,20 +1149,30 @@ impl Router {
                     }
                 }
             }
-            "prefix-cache-scorer" => {
-                let weight = param_f64(plugin, "matchLengthWeight")
-                    .unwrap_or(0.0)
-                    .clamp(0.0, 1.0);
-                let scale = param_f64(plugin, "matchLengthScaleTokens")
-                    .filter(|s| *s > 0.0)
-                    .unwrap_or(8192.0);
+            "prefix-cache-scorer" | "precise-prefix-cache-scorer" => {
+                let (matches, total, block_size) = self.match_info(scorer);
+                let legacy = plugin.plugin_type == "precise-prefix-cache-scorer";
+                let weight = if legacy {
+                    None
+                } else {
+                    param_f64(plugin, "matchLengthWeight")
+                }
+                .unwrap_or(0.0)
+                .clamp(0.0, 1.0);
+                let scale = if legacy {
+                    None
+                } else {
+                    param_f64(plugin, "matchLengthScaleTokens")
+                }
+                .filter(|s| *s > 0.0)
+                .unwrap_or(8192.0);
                 out.extend(candidates.iter().map(|c| {
-                    if self.total_blocks == 0 {
+                    if total == 0 {
                         return 0.0;
                     }
-                    let matched = self.matches[*c] as f64;
-                    let ratio = matched / self.total_blocks as f64;
-                    let length = (matched * self.block_size as f64 / scale).min(1.0);
+                    let matched = matches[*c] as f64;
+                    let ratio = (matched / total as f64).min(1.0);
+                    let length = (matched * block_size as f64 / scale).min(1.0);
                     weight * length * length + (1.0 - weight) * ratio
                 }));
             }
@@ -1079,8 +1283,12 @@ impl Router {
     /// the bound endpoint is among them (`Choose` writes
     /// `boundPodPresence`).
     fn note_scored(&mut self, scorer: &str, candidates: &[usize], request: &RequestContext<'_>) {
+        let cold = {
+            let (matches, _, _) = self.match_info(scorer);
+            candidates.iter().all(|c| matches[*c] == 0)
+        };
         if let Some(state) = self.no_hit.get_mut(scorer) {
-            state.cold = Some(candidates.iter().all(|c| self.matches[*c] == 0));
+            state.cold = Some(cold);
         }
         if let Some(session) = self.sessions.get_mut(scorer) {
             session.note_presence(request, candidates);
@@ -1267,6 +1475,14 @@ impl Router {
                     self.index.add(target, *hash, capacity);
                 }
             }
+        }
+        // The precise producer's PreRequest (speculative indexing).
+        if let Some(precise) = &mut self.precise {
+            let targets: Vec<usize> = [Some(decode), named_prefill]
+                .into_iter()
+                .flatten()
+                .collect();
+            precise.speculate(self.clock, &targets);
         }
         // no-hit-lru-scorer's PreRequest: a request its last Score found
         // cold touches the primary target, then the `prefill` profile's.

@@ -14,6 +14,7 @@ pub mod cycle;
 pub mod flags;
 pub mod flowcontrol;
 pub mod manifests;
+pub mod precise;
 pub mod registry;
 
 mod inputs;

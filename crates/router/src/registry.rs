@@ -36,6 +36,19 @@ pub struct PluginType {
     pub not_simulated: Option<&'static str>,
 }
 
+/// `PluginConfig` of the precise producer (`preciseprefixcache/producer.go`)
+/// and of the legacy scorer (same fields).
+const PRECISE_PARAMS: &[&str] = &[
+    "tokenProcessorConfig",
+    "indexerConfig",
+    "kvEventsConfig",
+    "speculativeIndexing",
+    "speculativeTTL",
+];
+
+/// `tokenizerPluginConfig` (`dataproducer/tokenizer/tokenizer.go`).
+const TOKEN_PARAMS: &[&str] = &["udsTokenizerConfig", "vllm", "estimate", "modelName"];
+
 const NOT_YET: &str = "its scheduling behaviour is not simulated yet";
 const EXTERNAL: &str = "it needs a service outside the cluster model (tokenizer, latency predictor, KV-event stream or metrics endpoint)";
 
@@ -84,7 +97,10 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "no-hit-lru-scorer" => Scorer, Some(&["lruSize", "prefixPluginType", "prefixPluginName", "prefixMatchInfoProducerName"]), false, None, None;
     "session-affinity-scorer" => Scorer, Some(&["strategy", "encodedEndpointHeaderConfig", "sessionIdConfig", "profileName"]), true, None, None;
     "lora-affinity-scorer" => Scorer, None, false, None, Some("pdsim serves no LoRA adapters");
-    "precise-prefix-cache-scorer" => Scorer, None, false, None, Some(EXTERNAL);
+    // The legacy form: its own precise producer plus a prefix-cache-scorer
+    // reading it, or deferring to a configured producer
+    // (`scorer/preciseprefixcache/precise_prefix_cache.go`).
+    "precise-prefix-cache-scorer" => Scorer, Some(PRECISE_PARAMS), false, Some("precise-prefix-cache-producer with prefix-cache-scorer"), None;
     "latency-scorer" => Scorer, None, false, None, Some(EXTERNAL);
     "mm-embeddings-cache-scorer" => Scorer, None, false, None, Some("pdsim's workloads carry no multimodal content");
     "endpoint-attribute-scorer" => Scorer, None, true, None, Some(NOT_YET);
@@ -97,9 +113,11 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Data producers and request plugins (§3.6).
     "approx-prefix-cache-producer" => Producer, Some(&["autoTune", "blockSizeTokens", "blockSize", "maxPrefixBlocksToMatch", "maxPrefixTokensToMatch", "lruCapacityPerServer"]), false, None, None;
     "inflight-load-producer" => Producer, Some(&["addEstimatedOutputTokens", "outputRatio", "maxEstimatedOutputTokens", "prefixMatchInfoProducerName", "syncCrossReplicaState"]), false, None, None;
-    "precise-prefix-cache-producer" => Producer, None, false, None, Some(EXTERNAL);
-    "token-producer" => Producer, None, false, None, Some(EXTERNAL);
-    "tokenizer" => Producer, None, false, Some("token-producer"), Some(EXTERNAL);
+    "precise-prefix-cache-producer" => Producer, Some(PRECISE_PARAMS), false, None, None;
+    // pdsim's prompts are token sequences already; the tokenize call's
+    // latency is not simulated.
+    "token-producer" => Producer, Some(TOKEN_PARAMS), false, None, None;
+    "tokenizer" => Producer, Some(TOKEN_PARAMS), false, Some("token-producer"), None;
     "predicted-latency-producer" => Producer, None, false, None, Some(EXTERNAL);
     "session-id-producer" => Producer, None, false, None, Some(NOT_YET);
     "mm-embeddings-cache-producer" => Producer, None, false, None, Some("pdsim's workloads carry no multimodal content");
@@ -119,7 +137,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Data layer (§3.7): the simulated scrape stands in for them.
     "metrics-data-source" => DataLayer, Some(&["scheme", "path", "insecureSkipVerify"]), false, None, None;
     "core-metrics-extractor" => DataLayer, Some(&["engineLabelKey", "defaultEngine", "engineConfigs"]), false, None, None;
-    "endpoint-notification-source" => DataLayer, None, false, None, Some(NOT_YET);
+    // Endpoint add/delete notifications: pdsim's endpoints are fixed for a
+    // run, so every one is announced once at start.
+    "endpoint-notification-source" => DataLayer, Some(&[]), false, None, None;
     "k8s-notification-source" => DataLayer, None, false, None, Some(NOT_YET);
     "models-data-source" => DataLayer, None, false, None, Some(NOT_YET);
     "models-data-extractor" => DataLayer, None, false, None, Some(NOT_YET);

@@ -51,11 +51,11 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "llm-d-router__deploy__config__epp-mm-embeddings-cache-config.yaml",
-        "token-producer",
+        "mm-embeddings-cache-producer",
     ),
     (
         "llm-d-router__deploy__config__epp-precise-prefix-cache-config.yaml",
-        "precise-prefix-cache-producer",
+        "load",
     ),
     ("llm-d-router__deploy__config__pd-epp-config.yaml", "load"),
     (
@@ -77,11 +77,11 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "llm-d-router__deploy__config__sim-epp-kvcache-config.yaml",
-        "token-producer",
+        "load",
     ),
     (
         "llm-d-router__deploy__config__sim-epp-tokenizer-vllm-http-config.yaml",
-        "token-producer",
+        "load",
     ),
     (
         "llm-d-router__deploy__config__sim-pd-epp-config.yaml",
@@ -125,7 +125,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "llm-d__guides__precise-prefix-cache-routing__router__precise-prefix-cache-routing.values.yaml",
-        "precise-prefix-cache-scorer",
+        "load",
     ),
 ];
 
