@@ -75,8 +75,18 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
             nodes - prefill
         )
     } else {
+        // The EPP's built-in configuration, flow control queueing at a
+        // concurrency ceiling, or the precise prefix path fed by KV events.
+        let router = pick(
+            &mut rng,
+            &[
+                "",
+                "router: {endpoint_picker_config: flow.yaml}\n",
+                "router: {endpoint_picker_config: precise.yaml}\n",
+            ],
+        );
         format!(
-            "  - role: colocated\n    nodes: {nodes}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n{engine}"
+            "  - role: colocated\n    nodes: {nodes}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n{engine}{router}"
         )
     };
     let deployment = format!("kind: Deployment\nname: swarm-{seed}\npools:\n{pools}{offload}");
@@ -84,6 +94,50 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     let rate = [5.0, 50.0, 500.0][rng.below(3) as usize];
     (scenario, deployment, requests, rate)
 }
+
+/// Flow control with a low concurrency ceiling and a short TTL, so queueing,
+/// dispatch and expiry all happen.
+const FLOW: &str = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: concurrency-detector
+  parameters: {maxConcurrency: 8}
+flowControl:
+  maxRequests: \"200\"
+  defaultRequestTTL: 2s
+  saturationDetector: {pluginRef: concurrency-detector}
+";
+
+/// The precise prefix path (llm-d-router's
+/// `epp-precise-prefix-cache-config.yaml`, at the engines' block size).
+const PRECISE: &str = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+  parameters: {modelName: m, vllm: {url: http://localhost:8000}}
+- type: endpoint-notification-source
+- type: single-profile-handler
+- type: precise-prefix-cache-producer
+  parameters: {tokenProcessorConfig: {blockSize: 16}}
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+- type: queue-scorer
+- type: max-score-picker
+dataLayer:
+  sources:
+  - pluginRef: endpoint-notification-source
+    extractors:
+    - pluginRef: precise-prefix-cache-producer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+    weight: 2
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+";
 
 fn run_seed(seed: u64) -> Option<bool> {
     let (scenario, deployment, requests, rate) = draw(seed);
@@ -100,7 +154,9 @@ fn run_seed(seed: u64) -> Option<bool> {
         .with(
             "pd/epp-prefix-pd.yaml",
             include_str!("../../../deployments/pd/epp-prefix-pd.yaml"),
-        );
+        )
+        .with("flow.yaml", FLOW)
+        .with("precise.yaml", PRECISE);
     let report = validate(&Request {
         files: &files,
         catalog_dirs: vec![],
