@@ -17,17 +17,36 @@ use rustc_hash::FxHashMap;
 const NONE: u32 = u32::MAX;
 
 /// The block pool: reference counts, hashes and the free queue.
+#[derive(Clone, Copy, Debug)]
+struct Meta {
+    prev: u32,
+    next: u32,
+    ref_cnt: u32,
+    in_free: bool,
+}
+
+impl Default for Meta {
+    fn default() -> Meta {
+        Meta {
+            prev: NONE,
+            next: NONE,
+            ref_cnt: 0,
+            in_free: false,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct BlockPool {
-    ref_cnt: Vec<u32>,
+    /// Per block: free-queue links, reference count and membership, side
+    /// by side so that popping a cold block from the free queue touches one
+    /// cache line rather than four.
+    meta: Vec<Meta>,
     /// Hashes of the prefix-reuse units each block holds, `units_per_block`
     /// per block, 0 for none. Units fill in order, so a block is cached iff
     /// its first unit has a hash.
     unit_hash: Vec<u64>,
     units_per_block: u32,
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    in_free: Vec<bool>,
     head: u32,
     tail: u32,
     free_count: u32,
@@ -62,12 +81,9 @@ impl BlockPool {
         let n = num_blocks.max(1) as usize;
         let units_per_block = units_per_block.max(1);
         let mut pool = BlockPool {
-            ref_cnt: vec![0; n],
+            meta: vec![Meta::default(); n],
             unit_hash: vec![0; n * units_per_block as usize],
             units_per_block,
-            prev: vec![NONE; n],
-            next: vec![NONE; n],
-            in_free: vec![false; n],
             head: NONE,
             tail: NONE,
             free_count: 0,
@@ -85,7 +101,7 @@ impl BlockPool {
 
     /// Usable blocks (the null block excluded).
     pub fn usable(&self) -> u32 {
-        self.ref_cnt.len() as u32 - 1
+        self.meta.len() as u32 - 1
     }
 
     /// Free blocks, cached-but-unreferenced ones included.
@@ -105,48 +121,48 @@ impl BlockPool {
 
     fn push_back(&mut self, block: u32) {
         let b = block as usize;
-        self.prev[b] = self.tail;
-        self.next[b] = NONE;
+        self.meta[b].prev = self.tail;
+        self.meta[b].next = NONE;
         if self.tail != NONE {
-            self.next[self.tail as usize] = block;
+            self.meta[self.tail as usize].next = block;
         } else {
             self.head = block;
         }
         self.tail = block;
-        self.in_free[b] = true;
+        self.meta[b].in_free = true;
         self.free_count += 1;
     }
 
     fn push_front(&mut self, block: u32) {
         let b = block as usize;
-        self.next[b] = self.head;
-        self.prev[b] = NONE;
+        self.meta[b].next = self.head;
+        self.meta[b].prev = NONE;
         if self.head != NONE {
-            self.prev[self.head as usize] = block;
+            self.meta[self.head as usize].prev = block;
         } else {
             self.tail = block;
         }
         self.head = block;
-        self.in_free[b] = true;
+        self.meta[b].in_free = true;
         self.free_count += 1;
     }
 
     fn unlink(&mut self, block: u32) {
         let b = block as usize;
-        let (p, n) = (self.prev[b], self.next[b]);
+        let (p, n) = (self.meta[b].prev, self.meta[b].next);
         if p != NONE {
-            self.next[p as usize] = n;
+            self.meta[p as usize].next = n;
         } else {
             self.head = n;
         }
         if n != NONE {
-            self.prev[n as usize] = p;
+            self.meta[n as usize].prev = p;
         } else {
             self.tail = p;
         }
-        self.prev[b] = NONE;
-        self.next[b] = NONE;
-        self.in_free[b] = false;
+        self.meta[b].prev = NONE;
+        self.meta[b].next = NONE;
+        self.meta[b].in_free = false;
         self.free_count -= 1;
     }
 
@@ -170,16 +186,16 @@ impl BlockPool {
 
     /// Whether a block is in the free queue (reference count zero).
     pub fn is_free(&self, block: u32) -> bool {
-        self.in_free[block as usize]
+        self.meta[block as usize].in_free
     }
 
     /// Takes a reference on a prefix-hit block, pulling it out of the free
     /// queue if nobody held it (`BlockPool.touch`).
     pub fn touch(&mut self, block: u32) {
-        if self.in_free[block as usize] {
+        if self.meta[block as usize].in_free {
             self.unlink(block);
         }
-        self.ref_cnt[block as usize] += 1;
+        self.meta[block as usize].ref_cnt += 1;
         self.referenced += 1;
     }
 
@@ -211,7 +227,7 @@ impl BlockPool {
                 }
                 self.evictions += 1;
             }
-            self.ref_cnt[block as usize] = 1;
+            self.meta[block as usize].ref_cnt = 1;
             self.referenced += 1;
             out.push(block);
         }
@@ -242,13 +258,13 @@ impl BlockPool {
     pub fn release(&mut self, blocks: &[u32]) {
         for &block in blocks.iter().rev() {
             let b = block as usize;
-            debug_assert!(self.ref_cnt[b] > 0, "double free of block {block}");
-            if self.ref_cnt[b] == 0 {
+            debug_assert!(self.meta[b].ref_cnt > 0, "double free of block {block}");
+            if self.meta[b].ref_cnt == 0 {
                 continue;
             }
-            self.ref_cnt[b] -= 1;
+            self.meta[b].ref_cnt -= 1;
             self.referenced -= 1;
-            if self.ref_cnt[b] == 0 {
+            if self.meta[b].ref_cnt == 0 {
                 if !self.is_hashed(block) && self.unhashed_to_front {
                     self.push_front(block);
                 } else {
@@ -267,13 +283,13 @@ impl BlockPool {
         let mut prev = NONE;
         while block != NONE {
             let b = block as usize;
-            if self.ref_cnt[b] != 0 {
+            if self.meta[b].ref_cnt != 0 {
                 return Err(format!(
                     "block {block} is in the free queue with {} references",
-                    self.ref_cnt[b]
+                    self.meta[b].ref_cnt
                 ));
             }
-            if self.prev[b] != prev {
+            if self.meta[b].prev != prev {
                 return Err(format!("block {block}'s back link is broken"));
             }
             seen += 1;
@@ -281,7 +297,7 @@ impl BlockPool {
                 return Err("the free queue has a cycle".into());
             }
             prev = block;
-            block = self.next[b];
+            block = self.meta[b].next;
         }
         if seen != self.free_count {
             return Err(format!(
@@ -289,8 +305,8 @@ impl BlockPool {
                 self.free_count
             ));
         }
-        let unreferenced = (1..self.ref_cnt.len())
-            .filter(|b| self.ref_cnt[*b] == 0)
+        let unreferenced = (1..self.meta.len())
+            .filter(|b| self.meta[*b].ref_cnt == 0)
             .count() as u32;
         if unreferenced != self.free_count {
             return Err(format!(
@@ -307,7 +323,7 @@ impl BlockPool {
         let mut block = self.head;
         while block != NONE {
             order.push(block);
-            block = self.next[block as usize];
+            block = self.meta[block as usize].next;
         }
         order
     }
@@ -318,7 +334,7 @@ impl BlockPool {
     }
 
     pub fn ref_count(&self, block: u32) -> u32 {
-        self.ref_cnt[block as usize]
+        self.meta[block as usize].ref_cnt
     }
 }
 
