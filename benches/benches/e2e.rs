@@ -1,4 +1,4 @@
-//! End-to-end speed, two cases on four H200 nodes of eight GPUs, each run in
+//! End-to-end speed, five cases on four H200 nodes of eight GPUs, each run in
 //! its own process so peak memory is its own:
 //!
 //! - `colocated`: 100,000 synthetic chat requests (the catalog's `chatbot`
@@ -10,7 +10,10 @@
 //!   offload tier);
 //! - `1p3d-epp`: the same through the Endpoint Picker's prefix-cache-aware
 //!   P/D routing (`deployments/1p3d-ep8-epp.yaml`) instead of the built-in
-//!   always-disaggregate policy.
+//!   always-disaggregate policy;
+//! - `colocated-precise`: the colocated case routed by the precise
+//!   prefix-cache path (engines publish KV events to the EPP's index);
+//! - `colocated-flow`: the colocated case behind the EPP's flow controller.
 //!
 //! Prints simulated requests per wall-second and peak resident memory.
 //! Run with `cargo bench -p pdsim-benches --bench e2e`; `PDSIM_BENCH_CASE`
@@ -33,7 +36,13 @@ fn main() {
     let Ok(case) = std::env::var("PDSIM_BENCH_CASE") else {
         // Run each case in a child process so each reports its own peak.
         let exe = std::env::current_exe().expect("the bench binary");
-        for case in ["colocated", "1p3d", "1p3d-epp"] {
+        for case in [
+            "colocated",
+            "colocated-precise",
+            "colocated-flow",
+            "1p3d",
+            "1p3d-epp",
+        ] {
             let status = std::process::Command::new(&exe)
                 .env("PDSIM_BENCH_CASE", case)
                 .status()
@@ -58,6 +67,8 @@ fn main() {
     let files = match case.as_str() {
         "1p3d" => pdsim_benches::pd_bundle(),
         "1p3d-epp" => pdsim_benches::pd_epp_bundle(),
+        "colocated-precise" => pdsim_benches::e2e_precise_bundle(),
+        "colocated-flow" => pdsim_benches::e2e_flow_bundle(),
         _ => pdsim_benches::e2e_bundle(),
     };
     let report = validate(&Request {

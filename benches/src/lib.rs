@@ -35,6 +35,71 @@ pub fn e2e_bundle() -> MemoryFiles {
         )
 }
 
+/// The colocated case routed by llm-d's precise prefix-cache path: the
+/// engines publish KV events that feed the EPP's block index
+/// (`epp-precise-prefix-cache-config.yaml` at the engines' block size).
+pub fn e2e_precise_bundle() -> MemoryFiles {
+    with_router(
+        r#"apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: token-producer
+  parameters: {modelName: m, vllm: {url: "http://localhost:8000"}}
+- type: endpoint-notification-source
+- type: single-profile-handler
+- type: precise-prefix-cache-producer
+  parameters: {tokenProcessorConfig: {blockSize: 16}}
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: precise-prefix-cache-producer}
+- type: kv-cache-utilization-scorer
+- type: queue-scorer
+- type: max-score-picker
+dataLayer:
+  sources:
+  - pluginRef: endpoint-notification-source
+    extractors:
+    - pluginRef: precise-prefix-cache-producer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+"#,
+    )
+}
+
+/// The colocated case behind the EPP's flow controller (queue, concurrency
+/// detector, TTL sweep).
+pub fn e2e_flow_bundle() -> MemoryFiles {
+    with_router(
+        r#"apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: concurrency-detector
+  parameters: {maxConcurrency: 64}
+flowControl:
+  defaultRequestTTL: 60s
+  saturationDetector: {pluginRef: concurrency-detector}
+"#,
+    )
+}
+
+fn with_router(epp: &str) -> MemoryFiles {
+    let base = e2e_bundle();
+    base.with(
+        "d.yaml",
+        "kind: Deployment\nname: bench-32x-tp1\npools:\n  - role: colocated\n    nodes: 4\n    parallel: {tp: 1, pp: 1, dp: 1}\nrouter:\n  endpoint_picker_config: epp.yaml\n",
+    )
+    .with("epp.yaml", epp)
+}
+
 /// The bundled 1P3D layout (`deployments/1p3d-ep8.yaml`, DeepSeek-V3 on four
 /// H200 nodes, its router disaggregating every request) with the catalog's
 /// chatbot shape: the P/D speed case.
