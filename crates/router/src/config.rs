@@ -292,6 +292,8 @@ pub fn load_config(
         });
     }
 
+    check_inflight_refs(&mut loader, &plugins);
+
     let role_of = |plugins: &[Plugin], name: &str| -> Option<Role> {
         plugins
             .iter()
@@ -1295,6 +1297,7 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
             }
         }
         "session-affinity-scorer" => check_session_affinity(loader, at, parameters),
+        "utilization-filter" => check_utilization_filter(loader, at, parameters),
         "precise-prefix-cache-producer" | "precise-prefix-cache-scorer" => {
             check_precise(loader, at, plugin_type, parameters)
         }
@@ -1789,6 +1792,184 @@ fn check_token_producer(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p:
             "epp-not-simulated",
             "the `estimate` backend (the default without `vllm` or `udsTokenizerConfig`) packs prompt bytes into ids; pdsim does not simulate it",
         );
+    }
+}
+
+/// The metrics a utilization-filter condition may cap
+/// (`scheduling/filter/utilization/filter.go`).
+pub const UTILIZATION_METRICS: &[&str] = &[
+    "active-requests",
+    "running-requests",
+    "waiting-queue",
+    "kv-cache-utilization",
+];
+
+/// utilization-filter's parameters, decoded strictly (each condition too)
+/// and validated as `NewUtilizationFilter` does: at least one condition;
+/// each names a known metric and a `maxValue` that is present, not negative
+/// and, for the KV-cache fraction, at most 1.
+fn check_utilization_filter(loader: &mut Loader<'_>, at: &str, p: &Mapping) {
+    let mut bad = |key: &str, message: String| {
+        loader.problem(
+            &format!("{at}.parameters.{key}"),
+            "epp-plugin-parameter",
+            format!("`utilization-filter`: {message}"),
+        );
+    };
+    if let Some(v) = p.get("fallbackOnEmpty")
+        && !(v.is_bool() || v.is_null())
+    {
+        bad(
+            "fallbackOnEmpty",
+            "fallbackOnEmpty must be a boolean".into(),
+        );
+    }
+    if let Some(v) = p.get("inFlightLoadProducerName")
+        && !(v.is_string() || v.is_null())
+    {
+        bad(
+            "inFlightLoadProducerName",
+            "inFlightLoadProducerName must be a string".into(),
+        );
+    }
+    let conditions = match p.get("conditions") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Sequence(list)) => &list[..],
+        Some(_) => {
+            bad("conditions", "conditions must be a list".into());
+            return;
+        }
+    };
+    if conditions.is_empty() {
+        bad(
+            "conditions",
+            "utilization filter requires at least one condition".into(),
+        );
+    }
+    for (i, condition) in conditions.iter().enumerate() {
+        let key = format!("conditions[{i}]");
+        let Some(map) = condition.as_mapping() else {
+            bad(
+                &key,
+                "a condition is a mapping with metric and maxValue".into(),
+            );
+            continue;
+        };
+        let mut strict = true;
+        for k in map.keys() {
+            let k = k.as_str().unwrap_or("?");
+            if !["metric", "maxValue"].contains(&k) {
+                bad(
+                    &format!("{key}.{k}"),
+                    format!(
+                        "`{k}` is not a field of a condition (parameters are decoded strictly; it takes metric, maxValue)"
+                    ),
+                );
+                strict = false;
+            }
+        }
+        if !strict {
+            continue;
+        }
+        let metric = match map.get("metric") {
+            None | Some(Value::Null) => "",
+            Some(Value::String(s)) => s.as_str(),
+            Some(_) => {
+                bad(&format!("{key}.metric"), "metric must be a string".into());
+                continue;
+            }
+        };
+        if !UTILIZATION_METRICS.contains(&metric) {
+            bad(
+                &format!("{key}.metric"),
+                format!(
+                    "utilization filter condition metric must be one of {}, got \"{metric}\"",
+                    UTILIZATION_METRICS
+                        .iter()
+                        .map(|m| format!("\"{m}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+            continue;
+        }
+        let max = match map.get("maxValue") {
+            None | Some(Value::Null) => {
+                bad(
+                    &format!("{key}.maxValue"),
+                    format!("utilization filter condition for \"{metric}\" requires maxValue"),
+                );
+                continue;
+            }
+            Some(v) => match v.as_f64() {
+                Some(v) => v,
+                None => {
+                    bad(
+                        &format!("{key}.maxValue"),
+                        "maxValue must be a number".into(),
+                    );
+                    continue;
+                }
+            },
+        };
+        if max < 0.0 {
+            bad(
+                &format!("{key}.maxValue"),
+                format!(
+                    "utilization filter condition for \"{metric}\" requires a non-negative maxValue, got {max}"
+                ),
+            );
+        } else if metric == "kv-cache-utilization" && max > 1.0 {
+            bad(
+                &format!("{key}.maxValue"),
+                format!(
+                    "utilization filter maxValue for \"kv-cache-utilization\" is a fraction and must be at most 1, got {max}"
+                ),
+            );
+        }
+    }
+}
+
+/// Whether a utilization-filter consumes InFlightLoad: only when a
+/// condition caps `active-requests` (`UtilizationFilter.Consumes`).
+pub(crate) fn utilization_reads_load(plugin: &Plugin) -> bool {
+    plugin.plugin_type == "utilization-filter"
+        && plugin
+            .parameters
+            .get("conditions")
+            .and_then(Value::as_sequence)
+            .is_some_and(|list| {
+                list.iter()
+                    .any(|c| c.get("metric").and_then(Value::as_str) == Some("active-requests"))
+            })
+}
+
+/// A consumer that names its InFlightLoad producer reads the key scoped to
+/// that name; the default producer is auto-created only for the default
+/// key (`inflight-load-producer`), so any other name must be an
+/// inflight-load-producer the config defines, or the EPP fails to start
+/// (`datalayer/data_graph.go`, `CreateMissingDataProducers`:
+/// no default producer for the key).
+fn check_inflight_refs(loader: &mut Loader<'_>, plugins: &[Plugin]) {
+    for plugin in plugins {
+        if !utilization_reads_load(plugin) {
+            continue;
+        }
+        let Some(name) = str_of(&plugin.parameters, "inFlightLoadProducerName") else {
+            continue;
+        };
+        let ok = name.is_empty()
+            || name == "inflight-load-producer"
+            || plugins
+                .iter()
+                .any(|p| p.name == name && p.plugin_type == "inflight-load-producer");
+        if !ok {
+            loader.problem(
+                &format!("plugins.{}.parameters.inFlightLoadProducerName", plugin.name),
+                "epp-plugin-ref",
+                format!("`{}`: no inflight-load-producer is named `{name}`, and the EPP auto-creates only the default one, so the InFlightLoad data it requires has no producer", plugin.name),
+            );
+        }
     }
 }
 
@@ -2682,6 +2863,94 @@ mod tests {
         assert_eq!(
             parse_quantity(&serde_yaml::from_str("200").unwrap()),
             Some(200)
+        );
+    }
+
+    #[test]
+    fn utilization_filter_parameters_are_decoded_strictly_and_validated() {
+        let with = |params: &str| {
+            codes(
+                &format!("{HEAD}- type: utilization-filter\n  parameters: {params}\n"),
+                true,
+            )
+        };
+        assert!(with("{conditions: [{metric: waiting-queue, maxValue: 5}]}").is_empty());
+        assert!(with("{conditions: [{metric: kv-cache-utilization, maxValue: 1}, {metric: running-requests, maxValue: 0}], fallbackOnEmpty: true}").is_empty());
+        // Alpha: refused without --allow-experimental-plugins.
+        assert_eq!(
+            codes(
+                &format!(
+                    "{HEAD}- type: utilization-filter\n  parameters: {{conditions: [{{metric: waiting-queue, maxValue: 5}}]}}\n"
+                ),
+                false
+            ),
+            vec![("epp-plugin-alpha", "plugins[0].type".to_string())]
+        );
+        for (params, path) in [
+            ("{}", "plugins[0].parameters.conditions"),
+            ("{conditions: []}", "plugins[0].parameters.conditions"),
+            ("{conditions: 3}", "plugins[0].parameters.conditions"),
+            (
+                "{conditions: [{metric: gpu, maxValue: 1}]}",
+                "plugins[0].parameters.conditions[0].metric",
+            ),
+            (
+                "{conditions: [{metric: waiting-queue}]}",
+                "plugins[0].parameters.conditions[0].maxValue",
+            ),
+            (
+                "{conditions: [{metric: waiting-queue, maxValue: -1}]}",
+                "plugins[0].parameters.conditions[0].maxValue",
+            ),
+            (
+                "{conditions: [{metric: kv-cache-utilization, maxValue: 1.5}]}",
+                "plugins[0].parameters.conditions[0].maxValue",
+            ),
+            (
+                "{conditions: [{metric: waiting-queue, maxValue: '5'}]}",
+                "plugins[0].parameters.conditions[0].maxValue",
+            ),
+            (
+                "{conditions: [{metric: waiting-queue, maxValue: 5, min: 0}]}",
+                "plugins[0].parameters.conditions[0].min",
+            ),
+            (
+                "{conditions: [{metric: waiting-queue, maxValue: 5}], fallbackOnEmpty: yes-please}",
+                "plugins[0].parameters.fallbackOnEmpty",
+            ),
+            (
+                "{conditions: [{metric: waiting-queue, maxValue: 5}], headroom: 0.1}",
+                "plugins[0].parameters.headroom",
+            ),
+        ] {
+            let found = with(params);
+            assert_eq!(found.len(), 1, "{params}: {found:?}");
+            assert_eq!(found[0].1, path, "{params}");
+            assert_eq!(found[0].0, "epp-plugin-parameter", "{params}");
+        }
+        // A named InFlightLoad producer must exist unless it is the default
+        // one, and matters only when active-requests is capped.
+        let active =
+            "{conditions: [{metric: active-requests, maxValue: 2}], inFlightLoadProducerName: ";
+        assert!(with(&format!("{active}inflight-load-producer}}")).is_empty());
+        assert!(with(&format!("{active}''}}")).is_empty());
+        assert_eq!(
+            with(&format!("{active}mine}}")),
+            vec![(
+                "epp-plugin-ref",
+                "plugins.utilization-filter.parameters.inFlightLoadProducerName".to_string()
+            )]
+        );
+        assert!(
+            codes(
+                &format!("{HEAD}- type: inflight-load-producer\n  name: mine\n- type: utilization-filter\n  parameters: {active}mine}}\n"),
+                true
+            )
+            .is_empty()
+        );
+        assert!(
+            with("{conditions: [{metric: waiting-queue, maxValue: 2}], inFlightLoadProducerName: mine}")
+                .is_empty()
         );
     }
 }

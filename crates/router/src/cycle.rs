@@ -135,6 +135,57 @@ struct Session {
     present: Option<bool>,
 }
 
+/// A utilization-filter metric (`scheduling/filter/utilization/filter.go`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UtilMetric {
+    /// The EPP's in-flight request count (InFlightLoad.Requests).
+    ActiveRequests,
+    /// `vllm:num_requests_running`.
+    RunningRequests,
+    /// `vllm:num_requests_waiting`.
+    WaitingQueue,
+    /// `vllm:kv_cache_usage_perc`, a fraction.
+    KvCacheUtilization,
+}
+
+/// One utilization-filter instance: its conditions (metric, maxValue) and
+/// whether an emptied set falls back to the candidates it was given.
+#[derive(Clone, Debug)]
+struct Utilization {
+    conditions: Vec<(UtilMetric, f64)>,
+    fallback_on_empty: bool,
+}
+
+impl Utilization {
+    /// From parameters the loader has validated (`NewUtilizationFilter`).
+    fn new(plugin: &Plugin) -> Utilization {
+        let p = &plugin.parameters;
+        let conditions = p
+            .get("conditions")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                let metric = match c.get("metric").and_then(Value::as_str)? {
+                    "active-requests" => UtilMetric::ActiveRequests,
+                    "running-requests" => UtilMetric::RunningRequests,
+                    "waiting-queue" => UtilMetric::WaitingQueue,
+                    "kv-cache-utilization" => UtilMetric::KvCacheUtilization,
+                    _ => return None,
+                };
+                Some((metric, c.get("maxValue").and_then(Value::as_f64)?))
+            })
+            .collect();
+        Utilization {
+            conditions,
+            fallback_on_empty: p
+                .get("fallbackOnEmpty")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        }
+    }
+}
+
 /// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
 /// hashes, capacity fixed at the first insert (`approximateprefix`, which
 /// keeps one fixed-size LRU cache per server).
@@ -318,6 +369,8 @@ pub struct Router {
     no_hit: BTreeMap<String, NoHit>,
     /// session-affinity-scorer instances by plugin name.
     sessions: BTreeMap<String, Session>,
+    /// utilization-filter instances by plugin name.
+    utilization: BTreeMap<String, Utilization>,
     handler: Handler,
     /// The profile whose first target `x-prefiller-host-port` names, when
     /// some plugin writes that header (the loader refuses writers that
@@ -742,8 +795,14 @@ impl Router {
                     | "active-request-scorer"
                     | "prefix-cache-affinity-filter"
                     | "concurrency-detector"
-            )
+            ) || crate::config::utilization_reads_load(p)
         });
+        let utilization = config
+            .plugins
+            .iter()
+            .filter(|p| p.plugin_type == "utilization-filter")
+            .map(|p| (p.name.clone(), Utilization::new(p)))
+            .collect();
         let precise = precise_plugin(&config.plugins).map(|p| build_precise(p, n));
         // Events reach the index through a subscriber: one on the global
         // `zmqEndpoint`, or per pod when `discoverPods` (default true) and
@@ -791,6 +850,7 @@ impl Router {
             prompt_tokens: 0,
             no_hit,
             sessions,
+            utilization,
             handler,
             header_profile,
             ids: (0..n).map(|i| format!("pdsim/endpoint-{i}")).collect(),
@@ -1034,6 +1094,45 @@ impl Router {
         *candidates = sticky;
     }
 
+    /// utilization-filter (`scheduling/filter/utilization/filter.go`,
+    /// `Filter`): keep the endpoints whose every capped metric is at most
+    /// its `maxValue` (a value above it drops the endpoint); when none is
+    /// left and `fallbackOnEmpty` is set, keep the candidates as given,
+    /// else leave the set empty (the profile then fails). Model-server
+    /// metrics are the last scrape's, stale or not (a never-scraped
+    /// endpoint reads zero, as the EPP reads missing metrics); the active
+    /// count is the in-flight load producer's request counter.
+    fn utilization_filter(
+        &self,
+        filter: &str,
+        endpoints: &[EndpointView],
+        candidates: &mut Vec<usize>,
+    ) {
+        let Some(state) = self.utilization.get(filter) else {
+            return;
+        };
+        let value = |e: usize, metric: UtilMetric| match metric {
+            UtilMetric::ActiveRequests => self.inflight.as_ref().map_or(0, |(r, _)| r[e]) as f64,
+            UtilMetric::RunningRequests => f64::from(endpoints[e].running),
+            UtilMetric::WaitingQueue => f64::from(endpoints[e].waiting),
+            UtilMetric::KvCacheUtilization => endpoints[e].kv_usage,
+        };
+        let kept: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|e| {
+                state
+                    .conditions
+                    .iter()
+                    .all(|(metric, max)| value(*e, *metric) <= *max)
+            })
+            .collect();
+        if kept.is_empty() && state.fallback_on_empty {
+            return;
+        }
+        *candidates = kept;
+    }
+
     fn score(
         &self,
         scorer: &str,
@@ -1214,6 +1313,8 @@ impl Router {
                 .is_some_and(|p| p.plugin_type == "prefix-cache-affinity-filter")
             {
                 self.affinity_filter(filter, &mut candidates);
+            } else if self.utilization.contains_key(filter) {
+                self.utilization_filter(filter, endpoints, &mut candidates);
             } else {
                 candidates.retain(|e| self.passes(filter, *e));
             }
@@ -2156,5 +2257,84 @@ mod tests {
         let mut router = Router::new(&inputs(&two), labels(&["decode"; 4]), 1);
         assert!(router.pick(&prompt(1, 16), &views).is_none());
         assert_eq!(router.routed, 0);
+    }
+
+    fn loaded(waiting: u32, running: u32, kv_usage: f64) -> EndpointView {
+        EndpointView {
+            waiting,
+            running,
+            kv_usage,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_utilization_filter_drops_endpoints_over_any_cap() {
+        let text = |params: &str| {
+            format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: utilization-filter\n  parameters: {params}\n- type: queue-scorer\n"
+            )
+        };
+        let caps = text(
+            "{conditions: [{metric: waiting-queue, maxValue: 3}, {metric: kv-cache-utilization, maxValue: 0.8}, {metric: running-requests, maxValue: 10}]}",
+        );
+        let router = Router::new(&inputs_experimental(&caps), labels(&["decode"; 5]), 1);
+        let views = vec![
+            loaded(3, 10, 0.8),      // exactly at every cap: kept
+            loaded(4, 0, 0.0),       // queue over
+            loaded(0, 0, 0.81),      // KV over
+            loaded(0, 11, 0.0),      // running over
+            EndpointView::default(), // never scraped: zeros, kept
+        ];
+        let mut candidates = vec![0, 1, 2, 3, 4];
+        router.utilization_filter("utilization-filter", &views, &mut candidates);
+        assert_eq!(candidates, vec![0, 4]);
+        // Everything saturated: without fallback the set empties and the
+        // request fails; with fallbackOnEmpty the candidates pass whole.
+        let full = vec![loaded(9, 0, 0.0); 3];
+        let mut router = Router::new(&inputs_experimental(&caps), labels(&["decode"; 3]), 1);
+        let mut candidates = vec![0, 1, 2];
+        router.utilization_filter("utilization-filter", &full, &mut candidates);
+        assert!(candidates.is_empty());
+        assert!(router.pick(&prompt(1, 16), &full).is_none());
+        let fallback =
+            text("{conditions: [{metric: waiting-queue, maxValue: 3}], fallbackOnEmpty: true}");
+        let mut router = Router::new(&inputs_experimental(&fallback), labels(&["decode"; 3]), 1);
+        let mut candidates = vec![0, 2];
+        router.utilization_filter("utilization-filter", &full, &mut candidates);
+        assert_eq!(candidates, vec![0, 2]);
+        assert!(router.pick(&prompt(1, 16), &full).is_some());
+        // The filter runs before the scorers: the shortest queue (1) is
+        // over the KV cap, so the pick is the next shortest that passes.
+        let views = vec![loaded(2, 0, 0.1), loaded(0, 0, 0.95), loaded(1, 0, 0.2)];
+        let mut router = Router::new(&inputs_experimental(&caps), labels(&["decode"; 3]), 1);
+        assert_eq!(router.pick(&prompt(1, 16), &views).unwrap().decode, 2);
+    }
+
+    #[test]
+    fn the_utilization_filter_caps_the_epp_in_flight_requests() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: utilization-filter\n  parameters: {conditions: [{metric: active-requests, maxValue: 0}]}\n- type: random-picker\n";
+        let mut router = Router::new(&inputs_experimental(text), labels(&["decode"; 2]), 3);
+        // The in-flight producer is auto-created for it.
+        assert!(router.inflight.is_some());
+        let views = vec![EndpointView::default(); 2];
+        // maxValue 0: an endpoint with a request in flight is over the cap
+        // (a value equal to it passes), so two requests take both and the
+        // third finds none.
+        let a = router.pick(&prompt(1, 16), &views).unwrap();
+        let b = router.pick(&prompt(2, 16), &views).unwrap();
+        assert_ne!(a.decode, b.decode);
+        assert!(router.pick(&prompt(3, 16), &views).is_none());
+        // Releasing one at the end of its stream makes room again.
+        let mut ticket = a.ticket;
+        router.end_of_stream(&mut ticket);
+        assert_eq!(
+            router.pick(&prompt(5, 16), &views).unwrap().decode,
+            a.decode
+        );
+        // Without an active-requests cap no producer is created.
+        let plain = text.replace("active-requests", "waiting-queue");
+        let router = Router::new(&inputs_experimental(&plain), labels(&["decode"; 2]), 3);
+        assert!(router.inflight.is_none());
     }
 }

@@ -85,7 +85,8 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "session-affinity-filter" => Filter, None, true, None, Some(NOT_YET);
     "endpoint-attribute-filter" => Filter, None, true, None, Some(NOT_YET);
     "topology-affinity-filter" => Filter, None, true, None, Some(NOT_YET);
-    "utilization-filter" => Filter, None, true, None, Some(NOT_YET);
+    // Registered Alpha (`scheduling/filter/utilization/filter.go`).
+    "utilization-filter" => Filter, Some(&["conditions", "fallbackOnEmpty", "inFlightLoadProducerName"]), true, None, None;
     // Scorers (§3.4).
     "queue-scorer" => Scorer, Some(&[]), false, None, None;
     "running-requests-size-scorer" => Scorer, Some(&[]), false, None, None;
