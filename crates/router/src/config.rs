@@ -293,6 +293,7 @@ pub fn load_config(
     }
 
     check_inflight_refs(&mut loader, &plugins);
+    check_token_consumers(&mut loader, &plugins);
 
     let role_of = |plugins: &[Plugin], name: &str| -> Option<Role> {
         plugins
@@ -382,7 +383,12 @@ pub fn load_config(
                     format!("`{reference}` names no plugin defined in plugins"),
                 ),
                 None => {}
-                Some(Role::Filter) => profile.filters.push(reference),
+                Some(Role::Filter) => {
+                    if also_scorer(&plugins, &reference) {
+                        profile.scorers.push((reference.clone(), weight));
+                    }
+                    profile.filters.push(reference)
+                }
                 Some(Role::Scorer) => profile.scorers.push((reference, weight)),
                 Some(Role::Picker) => {
                     if !profile.picker.is_empty() {
@@ -418,7 +424,12 @@ pub fn load_config(
         };
         for plugin in &plugins {
             match registry::lookup(&plugin.plugin_type).map(|t| t.role) {
-                Some(Role::Filter) => profile.filters.push(plugin.name.clone()),
+                Some(Role::Filter) => {
+                    if also_scorer(&plugins, &plugin.name) {
+                        profile.scorers.push((plugin.name.clone(), 1.0));
+                    }
+                    profile.filters.push(plugin.name.clone())
+                }
                 Some(Role::Scorer) => profile.scorers.push((plugin.name.clone(), 1.0)),
                 Some(Role::Picker) if profile.picker.is_empty() => {
                     profile.picker = plugin.name.clone()
@@ -1298,6 +1309,21 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         }
         "session-affinity-scorer" => check_session_affinity(loader, at, parameters),
         "utilization-filter" => check_utilization_filter(loader, at, parameters),
+        // `contextlengthaware.Factory`: the label defaults to
+        // `llm-d.ai/context-length-range`; set empty, it is an error.
+        "context-length-aware" => {
+            match parameters.get("label") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(s)) if s.is_empty() => bad("label", "'label' must be specified"),
+                Some(Value::String(_)) => {}
+                Some(_) => bad("label", "label must be a string"),
+            }
+            if let Some(v) = parameters.get("enableFiltering")
+                && !(v.is_bool() || v.is_null())
+            {
+                bad("enableFiltering", "enableFiltering must be a boolean");
+            }
+        }
         "precise-prefix-cache-producer" | "precise-prefix-cache-scorer" => {
             check_precise(loader, at, plugin_type, parameters)
         }
@@ -1791,6 +1817,43 @@ fn check_token_producer(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p:
             if estimate { "estimate" } else { "modelName" },
             "epp-not-simulated",
             "the `estimate` backend (the default without `vllm` or `udsTokenizerConfig`) packs prompt bytes into ids; pdsim does not simulate it",
+        );
+    }
+}
+
+/// Whether a plugin slotted as a filter is a scorer too, so a profile
+/// referencing it runs it in both places (`scheduler_profile.go`,
+/// `AddPlugins` slots a plugin by every interface it implements).
+fn also_scorer(plugins: &[Plugin], name: &str) -> bool {
+    plugins
+        .iter()
+        .any(|p| p.name == name && p.plugin_type == "context-length-aware")
+}
+
+/// context-length-aware requires the TokenizedPrompt key under its default
+/// producer name, `token-producer` (`context_length_aware.go`, `Consumes`).
+/// Unless a token producer of that name is configured, the EPP auto-creates
+/// one with no parameters, which selects the `estimate` backend: it packs
+/// the request's bytes into pseudo-tokens, four bytes each
+/// (`dataproducer/tokenizer/{tokenizer,estimate}.go`), so the context length
+/// it gives is the request body's length over four. pdsim's requests carry
+/// token counts, not text, so that count cannot be reproduced.
+fn check_token_consumers(loader: &mut Loader<'_>, plugins: &[Plugin]) {
+    let tokenized = plugins.iter().any(|p| {
+        p.name == "token-producer"
+            && matches!(p.plugin_type.as_str(), "token-producer" | "tokenizer")
+    });
+    if tokenized {
+        return;
+    }
+    for plugin in plugins
+        .iter()
+        .filter(|p| p.plugin_type == "context-length-aware")
+    {
+        loader.problem(
+            &format!("plugins.{}.type", plugin.name),
+            "epp-not-simulated",
+            format!("pdsim does not simulate plugin `{}` (type `context-length-aware`) without a token producer named `token-producer`: the EPP would auto-create one with the `estimate` backend, whose context length is the request's byte length over four, and pdsim's requests carry token counts, not text; configure a `token-producer` with the `vllm` or `udsTokenizerConfig` backend, whose count is the prompt's tokens", plugin.name),
         );
     }
 }
@@ -2951,6 +3014,76 @@ mod tests {
         assert!(
             with("{conditions: [{metric: waiting-queue, maxValue: 2}], inFlightLoadProducerName: mine}")
                 .is_empty()
+        );
+    }
+
+    const TOKENS: &str = "- type: token-producer\n  parameters: {modelName: m, vllm: {url: 'http://tokenizer:8000'}}\n";
+
+    #[test]
+    fn context_length_aware_is_a_filter_and_a_scorer_fed_by_a_real_tokenizer() {
+        let profile =
+            "schedulingProfiles:\n- name: default\n  plugins: [{pluginRef: cla, weight: 3}]\n";
+        let text = format!(
+            "{HEAD}{TOKENS}- type: context-length-aware\n  name: cla\n  parameters: {{label: tier, enableFiltering: true}}\n{profile}"
+        );
+        let config = load_config("f", &text, false).unwrap();
+        assert_eq!(config.profiles[0].filters, vec!["cla".to_string()]);
+        assert_eq!(config.profiles[0].scorers, vec![("cla".to_string(), 3.0)]);
+        // Without profiles the default one slots it both ways, weight 1.
+        let text = format!("{HEAD}{TOKENS}- type: context-length-aware\n");
+        let config = load_config("f", &text, false).unwrap();
+        assert_eq!(config.profiles[0].filters, vec!["context-length-aware"]);
+        assert_eq!(
+            config.profiles[0].scorers,
+            vec![("context-length-aware".to_string(), 1.0)]
+        );
+        // Strict parameters and the factory's check.
+        for (params, path) in [
+            ("{label: ''}", "plugins[1].parameters.label"),
+            ("{label: 3}", "plugins[1].parameters.label"),
+            (
+                "{enableFiltering: 'on'}",
+                "plugins[1].parameters.enableFiltering",
+            ),
+            ("{ranges: [0-10]}", "plugins[1].parameters.ranges"),
+        ] {
+            let found = codes(
+                &format!("{HEAD}{TOKENS}- type: context-length-aware\n  parameters: {params}\n"),
+                false,
+            );
+            assert_eq!(
+                found,
+                vec![("epp-plugin-parameter", path.to_string())],
+                "{params}"
+            );
+        }
+        // No token producer named `token-producer`: the EPP would create
+        // the estimate backend, whose count needs the prompt text.
+        for producers in [
+            "",
+            "- type: token-producer\n  name: mine\n  parameters: {modelName: m}\n",
+        ] {
+            let found = codes(
+                &format!("{HEAD}{producers}- type: context-length-aware\n"),
+                false,
+            );
+            assert_eq!(
+                found,
+                vec![(
+                    "epp-not-simulated",
+                    "plugins.context-length-aware.type".to_string()
+                )],
+                "{producers}"
+            );
+        }
+        // The legacy type under the default name serves too.
+        let legacy = "- type: tokenizer\n  name: token-producer\n  parameters: {modelName: m, udsTokenizerConfig: {socketFile: /s}}\n";
+        assert!(
+            codes(
+                &format!("{HEAD}{legacy}- type: context-length-aware\n"),
+                false
+            )
+            .is_empty()
         );
     }
 }

@@ -683,6 +683,59 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The label context-length-aware reads, `llm-d.ai/context-length-range`
+/// unless set.
+fn context_label(plugin: &Plugin) -> &str {
+    plugin
+        .parameters
+        .get("label")
+        .and_then(Value::as_str)
+        .unwrap_or("llm-d.ai/context-length-range")
+}
+
+/// A `min-max` range label (`parseContextRange`): exactly one `-`, both
+/// sides decimal integers after trimming (Go's `strconv.Atoi`, sign
+/// allowed), min not above max; anything else is unparsable.
+fn parse_context_range(text: &str) -> Option<(i64, i64)> {
+    let (lo, hi) = text.split_once('-')?;
+    if hi.contains('-') {
+        return None;
+    }
+    let atoi = |s: &str| {
+        let s = s.trim();
+        let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        s.parse::<i64>().ok()
+    };
+    let (lo, hi) = (atoi(lo)?, atoi(hi)?);
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// How well a range fits a request of `l` tokens (`calculateRangeScore`):
+/// in range, 0.3 + 0.7·(0.7/(1 + width/10000) + 0.3·headroom/width), a
+/// zero-width range 1; out of range, 0.3/(1 + distance/1000), so any
+/// in-range endpoint outscores every out-of-range one.
+fn context_range_score(l: i64, (lo, hi): (i64, i64)) -> f64 {
+    const FALLBACK: f64 = 0.3;
+    if lo <= l && l <= hi {
+        let width = i128::from(hi) - i128::from(lo);
+        if width == 0 {
+            return 1.0;
+        }
+        let width_score = 1.0 / (1.0 + width as f64 / 10_000.0);
+        let position = (i128::from(hi) - i128::from(l)) as f64 / width as f64;
+        return FALLBACK + (0.7 * width_score + 0.3 * position) * (1.0 - FALLBACK);
+    }
+    let distance = if l > hi {
+        i128::from(l) - i128::from(hi)
+    } else {
+        i128::from(lo) - i128::from(l)
+    };
+    FALLBACK / (1.0 + distance as f64 / 1000.0)
+}
+
 fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
     p.parameters.get(key).and_then(Value::as_f64)
 }
@@ -1026,10 +1079,38 @@ impl Router {
                         .is_some_and(|vals| vals.iter().any(|x| x.as_str() == Some(v.as_str()))),
                 }
             }
+            // context-length-aware as a filter, only with enableFiltering:
+            // keep unlabelled endpoints and those whose range holds the
+            // request's length; drop unparsable labels.
+            "context-length-aware" => {
+                let p = &plugin.parameters;
+                if !p
+                    .get("enableFiltering")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+                {
+                    return true;
+                }
+                match labels.get(context_label(plugin)) {
+                    None => true,
+                    Some(text) => parse_context_range(text).is_some_and(|(lo, hi)| {
+                        let l = self.context_length();
+                        lo <= l && l <= hi
+                    }),
+                }
+            }
             "decode-filter" => role.is_none_or(|r| DECODE_ROLES.contains(&r)),
             "prefill-filter" => role.is_some_and(|r| PREFILL_ROLES.contains(&r)),
             _ => true,
         }
+    }
+
+    /// The request's context length for context-length-aware: the token
+    /// count of the tokenized prompt (`getContextLength`), which the
+    /// loader only lets a real tokenizer (`vllm` or UDS) produce, so it is
+    /// the prompt's tokens.
+    fn context_length(&self) -> i64 {
+        i64::try_from(self.prompt_tokens).unwrap_or(i64::MAX)
     }
 
     /// Tokens of the prompt an endpoint's index lacks: the unmatched blocks
@@ -1273,6 +1354,18 @@ impl Router {
                     let ratio = (matched / total as f64).min(1.0);
                     let length = (matched * block_size as f64 / scale).min(1.0);
                     weight * length * length + (1.0 - weight) * ratio
+                }));
+            }
+            // context-length-aware as a scorer: unlabelled 0.5, an
+            // unparsable label 0, else `context_range_score`.
+            "context-length-aware" => {
+                let key = context_label(plugin);
+                let l = self.context_length();
+                out.extend(candidates.iter().map(|c| match self.labels[*c].get(key) {
+                    None => 0.5,
+                    Some(text) => {
+                        parse_context_range(text).map_or(0.0, |range| context_range_score(l, range))
+                    }
                 }));
             }
             "session-affinity-scorer" => {
@@ -2336,5 +2429,90 @@ mod tests {
         let plain = text.replace("active-requests", "waiting-queue");
         let router = Router::new(&inputs_experimental(&plain), labels(&["decode"; 2]), 3);
         assert!(router.inflight.is_none());
+    }
+
+    fn ranges(values: &[Option<&str>]) -> Vec<BTreeMap<String, String>> {
+        values
+            .iter()
+            .map(|v| {
+                v.map(|v| BTreeMap::from([("tier".to_string(), v.to_string())]))
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    const CLA: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: token-producer\n  parameters: {modelName: m, vllm: {url: 'http://tokenizer:8000'}}\n- type: context-length-aware\n  parameters: {label: tier";
+
+    #[test]
+    fn context_range_labels_parse_as_the_epp_parses_them() {
+        use super::{context_range_score, parse_context_range};
+        assert_eq!(parse_context_range("0-2048"), Some((0, 2048)));
+        assert_eq!(parse_context_range(" 10 - +20 "), Some((10, 20)));
+        assert_eq!(parse_context_range("5-5"), Some((5, 5)));
+        for bad in ["", "2048", "1-2-3", "9-1", "a-5", "5-", "-5", "1_0-20"] {
+            assert_eq!(parse_context_range(bad), None, "{bad}");
+        }
+        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        close(
+            context_range_score(1000, (0, 2048)),
+            0.814_167_444_804_116_7,
+        );
+        close(context_range_score(1000, (1000, 1000)), 1.0);
+        close(context_range_score(1000, (2048, 8192)), 0.146_484_375);
+        close(context_range_score(1000, (0, 999)), 0.299_700_299_700_299_7);
+        close(
+            context_range_score(3000, (0, 2048)),
+            0.153_688_524_590_163_94,
+        );
+    }
+
+    #[test]
+    fn context_length_aware_scores_and_filters_by_the_prompt_tokens() {
+        let views = vec![EndpointView::default(); 4];
+        let endpoints = ranges(&[Some("0-2048"), Some("2048-8192"), None, Some("junk")]);
+        let scoring = format!("{CLA}}}\n");
+        let mut router = Router::new(&inputs(&scoring), endpoints.clone(), 1);
+        let mut out = Vec::new();
+        router.prompt_tokens = 1000;
+        let request = RequestContext::default();
+        router.score(
+            "context-length-aware",
+            &[0, 1, 2, 3],
+            &views,
+            &request,
+            &mut out,
+        );
+        assert!((out[0] - 0.814_167_444_804_116_7).abs() < 1e-12);
+        assert!((out[1] - 0.146_484_375).abs() < 1e-12);
+        assert_eq!(&out[2..], &[0.5, 0.0]);
+        // Scoring only (the default): every endpoint passes the filter,
+        // and the in-range one wins.
+        assert!((0..4).all(|e| router.passes("context-length-aware", e)));
+        assert_eq!(router.pick(&prompt(1, 1000), &views).unwrap().decode, 0);
+        // A 4000-token prompt fits the second range best.
+        assert_eq!(router.pick(&prompt(2, 4000), &views).unwrap().decode, 1);
+        // Filtering: unlabelled endpoints stay, unparsable labels go,
+        // ranges are inclusive at both ends.
+        let filtering = format!("{CLA}, enableFiltering: true}}\n");
+        let mut router = Router::new(&inputs(&filtering), endpoints, 1);
+        router.prompt_tokens = 2048;
+        let kept: Vec<usize> = (0..4)
+            .filter(|e| router.passes("context-length-aware", *e))
+            .collect();
+        assert_eq!(kept, vec![0, 1, 2]);
+        router.prompt_tokens = 9000;
+        let kept: Vec<usize> = (0..4)
+            .filter(|e| router.passes("context-length-aware", *e))
+            .collect();
+        assert_eq!(kept, vec![2]);
+        // Nothing fits and nothing is unlabelled: the request fails.
+        let mut router = Router::new(
+            &inputs(&filtering),
+            ranges(&[Some("0-10"), Some("11-20")]),
+            1,
+        );
+        let two = vec![EndpointView::default(); 2];
+        assert!(router.pick(&prompt(3, 21), &two).is_none());
+        assert_eq!(router.pick(&prompt(4, 15), &two).unwrap().decode, 1);
     }
 }

@@ -80,7 +80,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "by-label-selector" => Filter, Some(&["matchLabels", "matchExpressions"]), false, Some("label-selector-filter"), None;
     "by-label" => Filter, Some(&["label", "validValues", "allowsNoLabel"]), false, Some("label-selector-filter"), None;
     "prefix-cache-affinity-filter" => Filter, Some(&["affinityThreshold", "explorationProbability", "maxTTFTPenaltyMs", "ttftSource", "peakPrefillThroughput", "prefixMatchInfoProducerName", "inFlightLoadProducerName"]), false, None, None;
-    "context-length-aware" => Filter, Some(&["label", "enableFiltering"]), false, None, Some(NOT_YET);
+    // A filter and a scorer at once (`scorer/contextlengthaware`): the
+    // loader slots it as both wherever a profile references it.
+    "context-length-aware" => Filter, Some(&["label", "enableFiltering"]), false, None, None;
     "slo-headroom-tier-filter" => Filter, None, false, None, Some(EXTERNAL);
     "session-affinity-filter" => Filter, None, true, None, Some(NOT_YET);
     "endpoint-attribute-filter" => Filter, None, true, None, Some(NOT_YET);
