@@ -1307,7 +1307,9 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
                 }
             }
         }
-        "session-affinity-scorer" => check_session_affinity(loader, at, parameters),
+        "session-affinity-scorer" | "session-affinity-filter" => {
+            check_session_affinity(loader, at, plugin_type, parameters)
+        }
         "utilization-filter" => check_utilization_filter(loader, at, parameters),
         // `contextlengthaware.Factory`: the label defaults to
         // `llm-d.ai/context-length-range`; set empty, it is an error.
@@ -2036,18 +2038,25 @@ fn check_inflight_refs(loader: &mut Loader<'_>, plugins: &[Plugin]) {
     }
 }
 
-/// session-affinity-scorer's parameters, decoded strictly (nested
-/// structures too) and validated as its factory does
-/// (`scorer/sessionaffinity/session_affinity.go`, `Factory`;
+/// session-affinity-scorer's and session-affinity-filter's parameters (the
+/// same `parameters` struct in both), decoded strictly (nested
+/// structures too) and validated as their factories do
+/// (`scorer/sessionaffinity/session_affinity.go`,
+/// `filter/sessionaffinity/session_affinity.go`, `Factory`;
 /// `util/sessionaffinity/{header,session_id}.go`): `strategy` is
 /// `encoded_endpoint_header` (default) or `session_id`; only the selected
 /// strategy's block is defaulted and validated.
-fn check_session_affinity(loader: &mut Loader<'_>, at: &str, parameters: &Mapping) {
+fn check_session_affinity(
+    loader: &mut Loader<'_>,
+    at: &str,
+    plugin_type: &str,
+    parameters: &Mapping,
+) {
     let mut bad = |key: &str, message: String| {
         loader.problem(
             &format!("{at}.parameters.{key}"),
             "epp-plugin-parameter",
-            format!("`session-affinity-scorer`: {message}"),
+            format!("`{plugin_type}`: {message}"),
         );
     };
     let strategy = match parameters.get("strategy") {
@@ -3085,5 +3094,30 @@ mod tests {
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn session_affinity_filter_takes_the_scorer_parameters() {
+        let with = |params: &str, experimental: bool| {
+            load_config(
+                "f",
+                &format!("{HEAD}- type: session-affinity-filter\n  parameters: {params}\n"),
+                experimental,
+            )
+        };
+        assert!(with("{strategy: session_id, sessionIdConfig: {sources: [{header: x-id}]}, profileName: decode}", true).is_ok());
+        let problems = with("{strategy: sticky}", true).unwrap_err();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].path, "plugins[0].parameters.strategy");
+        assert!(
+            problems[0].message.contains("`session-affinity-filter`"),
+            "{}",
+            problems[0].message
+        );
+        let problems = with("{}", false).unwrap_err();
+        assert_eq!(problems[0].code, "epp-plugin-alpha");
+        let config = with("{}", true).unwrap();
+        assert_eq!(config.profiles[0].filters, vec!["session-affinity-filter"]);
+        assert!(config.profiles[0].scorers.is_empty());
     }
 }

@@ -367,7 +367,8 @@ pub struct Router {
     prompt_tokens: u64,
     /// no-hit-lru-scorer instances by plugin name.
     no_hit: BTreeMap<String, NoHit>,
-    /// session-affinity-scorer instances by plugin name.
+    /// session-affinity-scorer and session-affinity-filter instances by
+    /// plugin name (both run `util/sessionaffinity`).
     sessions: BTreeMap<String, Session>,
     /// utilization-filter instances by plugin name.
     utilization: BTreeMap<String, Utilization>,
@@ -820,7 +821,12 @@ impl Router {
         let sessions = config
             .plugins
             .iter()
-            .filter(|p| p.plugin_type == "session-affinity-scorer")
+            .filter(|p| {
+                matches!(
+                    p.plugin_type.as_str(),
+                    "session-affinity-scorer" | "session-affinity-filter"
+                )
+            })
             .map(|p| (p.name.clone(), Session::new(p)))
             .collect();
         let handler = match config
@@ -1175,6 +1181,31 @@ impl Router {
         *candidates = sticky;
     }
 
+    /// session-affinity-filter (`filter/sessionaffinity/{encoded_endpoint_
+    /// header,session_id_header}.go`): the session's endpoint alone when it
+    /// is among the candidates, else every candidate, so the set never
+    /// empties. Under `session_id` its `Choose` records whether the bound
+    /// endpoint was a candidate, which decides a rebind at PreRequest.
+    /// pdsim's requests carry no session header: the filter passes every
+    /// candidate and binds nothing, as the EPP does for a client that sends
+    /// none.
+    fn session_filter(
+        &mut self,
+        filter: &str,
+        request: &RequestContext<'_>,
+        candidates: &mut Vec<usize>,
+    ) {
+        let Some(session) = self.sessions.get_mut(filter) else {
+            return;
+        };
+        session.note_presence(request, candidates);
+        if let Some(target) = session.target(request, &self.ids)
+            && candidates.contains(&target)
+        {
+            *candidates = vec![target];
+        }
+    }
+
     /// utilization-filter (`scheduling/filter/utilization/filter.go`,
     /// `Filter`): keep the endpoints whose every capped metric is at most
     /// its `maxValue` (a value above it drops the endpoint); when none is
@@ -1406,6 +1437,12 @@ impl Router {
                 .is_some_and(|p| p.plugin_type == "prefix-cache-affinity-filter")
             {
                 self.affinity_filter(filter, &mut candidates);
+            } else if self
+                .config
+                .plugin(filter)
+                .is_some_and(|p| p.plugin_type == "session-affinity-filter")
+            {
+                self.session_filter(filter, request, &mut candidates);
             } else if self.utilization.contains_key(filter) {
                 self.utilization_filter(filter, endpoints, &mut candidates);
             } else {
@@ -2514,5 +2551,120 @@ mod tests {
         let two = vec![EndpointView::default(); 2];
         assert!(router.pick(&prompt(3, 21), &two).is_none());
         assert_eq!(router.pick(&prompt(4, 15), &two).unwrap().decode, 1);
+    }
+
+    const SESSION_FILTER: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: session-affinity-filter\n- type: queue-scorer\n";
+
+    #[test]
+    fn the_session_filter_pins_the_token_endpoint_when_it_is_a_candidate() {
+        let mut router = Router::new(
+            &inputs_experimental(SESSION_FILTER),
+            labels(&["decode"; 3]),
+            1,
+        );
+        // The queue scorer prefers endpoint 0; the token names 2.
+        let views = vec![loaded(0, 0, 0.0), loaded(5, 0, 0.0), loaded(9, 0, 0.0)];
+        let token = router.session_token(2);
+        let with = headers(&[("x-session-token", &token)]);
+        let request = RequestContext {
+            headers: &with,
+            now_ns: 0,
+        };
+        let mut candidates = vec![0, 1, 2];
+        router.session_filter("session-affinity-filter", &request, &mut candidates);
+        assert_eq!(candidates, vec![2]);
+        assert_eq!(
+            router
+                .pick_request(&prompt(1, 16), &request, &views)
+                .unwrap()
+                .decode,
+            2
+        );
+        // The token's endpoint not a candidate, no header (every pdsim
+        // request), or an undecodable token: every candidate passes.
+        let mut candidates = vec![0, 1];
+        router.session_filter("session-affinity-filter", &request, &mut candidates);
+        assert_eq!(candidates, vec![0, 1]);
+        for h in [headers(&[]), headers(&[("x-session-token", "%%%")])] {
+            let request = RequestContext {
+                headers: &h,
+                now_ns: 0,
+            };
+            let mut candidates = vec![0, 1, 2];
+            router.session_filter("session-affinity-filter", &request, &mut candidates);
+            assert_eq!(candidates, vec![0, 1, 2], "{h:?}");
+            assert_eq!(
+                router
+                    .pick_request(&prompt(2, 16), &request, &views)
+                    .unwrap()
+                    .decode,
+                0
+            );
+        }
+    }
+
+    #[test]
+    fn the_session_filter_binds_session_ids_and_moves_them_only_when_filtered_out() {
+        // The label filter runs first and may remove the bound endpoint.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: label-selector-filter\n  parameters: {matchLabels: {up: 'yes'}}\n- type: session-affinity-filter\n  parameters: {strategy: session_id}\n- type: queue-scorer\n";
+        let up = |flags: &[&str]| -> Vec<BTreeMap<String, String>> {
+            flags
+                .iter()
+                .map(|f| BTreeMap::from([("up".to_string(), f.to_string())]))
+                .collect()
+        };
+        let mut router = Router::new(&inputs_experimental(text), up(&["yes", "yes"]), 4);
+        let with = headers(&[("x-session-id", "conversation-7")]);
+        let request = RequestContext {
+            headers: &with,
+            now_ns: 0,
+        };
+        // First request: unbound, the shortest queue (1) wins and binds.
+        let views = vec![loaded(3, 0, 0.0), loaded(0, 0, 0.0)];
+        assert_eq!(
+            router
+                .pick_request(&prompt(1, 16), &request, &views)
+                .unwrap()
+                .decode,
+            1
+        );
+        // Queues flip, but the session stays on 1.
+        let flipped = vec![loaded(0, 0, 0.0), loaded(3, 0, 0.0)];
+        for i in 0..4 {
+            assert_eq!(
+                router
+                    .pick_request(&prompt(2 + i, 16), &request, &flipped)
+                    .unwrap()
+                    .decode,
+                1
+            );
+        }
+        // A request without the id is free to go to 0 and binds nothing.
+        assert_eq!(router.pick(&prompt(9, 16), &flipped).unwrap().decode, 0);
+        assert_eq!(
+            router
+                .pick_request(&prompt(10, 16), &request, &flipped)
+                .unwrap()
+                .decode,
+            1
+        );
+        // Endpoint 1 filtered out upstream: the session moves to 0 and
+        // stays there once 1 is back.
+        router.labels = up(&["yes", "no"]);
+        assert_eq!(
+            router
+                .pick_request(&prompt(11, 16), &request, &views)
+                .unwrap()
+                .decode,
+            0
+        );
+        router.labels = up(&["yes", "yes"]);
+        assert_eq!(
+            router
+                .pick_request(&prompt(12, 16), &request, &views)
+                .unwrap()
+                .decode,
+            0
+        );
     }
 }

@@ -84,7 +84,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // loader slots it as both wherever a profile references it.
     "context-length-aware" => Filter, Some(&["label", "enableFiltering"]), false, None, None;
     "slo-headroom-tier-filter" => Filter, None, false, None, Some(EXTERNAL);
-    "session-affinity-filter" => Filter, None, true, None, Some(NOT_YET);
+    // The scorer's parameters and session machinery
+    // (`util/sessionaffinity`); Alpha (`filter/sessionaffinity`).
+    "session-affinity-filter" => Filter, Some(&["strategy", "encodedEndpointHeaderConfig", "sessionIdConfig", "profileName"]), true, None, None;
     "endpoint-attribute-filter" => Filter, None, true, None, Some(NOT_YET);
     "topology-affinity-filter" => Filter, None, true, None, Some(NOT_YET);
     // Registered Alpha (`scheduling/filter/utilization/filter.go`).
