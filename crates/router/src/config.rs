@@ -1311,6 +1311,17 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
             check_session_affinity(loader, at, plugin_type, parameters)
         }
         "utilization-filter" => check_utilization_filter(loader, at, parameters),
+        // `headerprofile.HeaderProfileHandlerFactory`: two strings, any
+        // value accepted (an unknown profile fails per request).
+        "header-profile-handler" => {
+            for key in ["headerName", "defaultProfile"] {
+                if let Some(v) = parameters.get(key)
+                    && !(v.is_string() || v.is_null())
+                {
+                    bad(key, &format!("{key} must be a string"));
+                }
+            }
+        }
         // `contextlengthaware.Factory`: the label defaults to
         // `llm-d.ai/context-length-range`; set empty, it is an error.
         "context-length-aware" => {
@@ -3119,5 +3130,43 @@ mod tests {
         let config = with("{}", true).unwrap();
         assert_eq!(config.profiles[0].filters, vec!["session-affinity-filter"]);
         assert!(config.profiles[0].scorers.is_empty());
+    }
+
+    #[test]
+    fn header_profile_handler_parameters_are_two_strings() {
+        let with = |params: &str| {
+            codes(
+                &format!(
+                    "{HEAD}- type: prefill-filter\n- type: decode-filter\n- type: header-profile-handler\n  parameters: {params}\n{PD_PROFILES}"
+                ),
+                true,
+            )
+        };
+        // Several profiles are its point; any default is accepted at load.
+        assert!(with("{}").is_empty());
+        assert!(with("{headerName: X-Stage, defaultProfile: nowhere}").is_empty());
+        assert_eq!(
+            with("{headerName: [a]}"),
+            vec![(
+                "epp-plugin-parameter",
+                "plugins[2].parameters.headerName".to_string()
+            )]
+        );
+        assert_eq!(
+            with("{profiles: {decode: d}}"),
+            vec![(
+                "epp-plugin-parameter",
+                "plugins[2].parameters.profiles".to_string()
+            )]
+        );
+        assert_eq!(
+            codes(
+                &format!(
+                    "{HEAD}- type: prefill-filter\n- type: decode-filter\n- type: header-profile-handler\n{PD_PROFILES}"
+                ),
+                false
+            ),
+            vec![("epp-plugin-alpha", "plugins[2].type".to_string())]
+        );
     }
 }

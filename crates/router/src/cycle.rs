@@ -93,6 +93,10 @@ enum Handler {
     Pd(PdParams),
     /// data-parallel-profile-handler (`dataparallel/dp_profile_handler.go`).
     DataParallel,
+    /// header-profile-handler (`headerprofile/header_profile_handler.go`):
+    /// the request header to read (lower-cased) and the profile run when
+    /// it is absent or blank.
+    Header { header: String, default: String },
 }
 
 /// One no-hit-lru-scorer instance (`scorer/nohitlru/no_hit_lru.go`): its
@@ -840,6 +844,24 @@ impl Router {
                 &config.plugin(&config.handler).expect("found").parameters,
             )),
             Some("data-parallel-profile-handler") => Handler::DataParallel,
+            // `NewHeaderProfileHandler`: both trimmed, the header name
+            // lower-cased (the EPP stores header keys so); empty means
+            // `EPP-Profile` and the profile `decode`.
+            Some("header-profile-handler") => {
+                let p = &config.plugin(&config.handler).expect("found").parameters;
+                let get = |key: &str, default: &str| {
+                    let v = p.get(key).and_then(Value::as_str).unwrap_or("").trim();
+                    if v.is_empty() {
+                        default.to_string()
+                    } else {
+                        v.to_string()
+                    }
+                };
+                Handler::Header {
+                    header: get("headerName", "EPP-Profile").to_lowercase(),
+                    default: get("defaultProfile", "decode"),
+                }
+            }
             _ => Handler::Single,
         };
         let header_profile = prefill_header_writers(&config.plugins, &config.handler)
@@ -1599,6 +1621,29 @@ impl Router {
                     return None;
                 }
                 let name = self.config.profiles[0].name.clone();
+                let decode = self.run_profile(&name, endpoints, request)?;
+                (name, decode, None)
+            }
+            // header-profile-handler: one profile per request. A lone
+            // profile always runs; otherwise the one the header names
+            // (trimmed), or `defaultProfile` when the header is absent or
+            // blank. A name matching no profile runs nothing, and the
+            // request fails (the EPP logs it and answers 429). pdsim's
+            // requests carry no headers, so with several profiles every
+            // request runs `defaultProfile`, or fails if none has its name.
+            Handler::Header { header, default } => {
+                let name = if self.config.profiles.len() == 1 {
+                    self.config.profiles[0].name.clone()
+                } else {
+                    let value = request.headers.get(&header).map_or("", |v| v.trim());
+                    let name = if value.is_empty() {
+                        default
+                    } else {
+                        value.to_string()
+                    };
+                    self.profile(&name)?;
+                    name
+                };
                 let decode = self.run_profile(&name, endpoints, request)?;
                 (name, decode, None)
             }
@@ -2665,6 +2710,75 @@ mod tests {
                 .unwrap()
                 .decode,
             0
+        );
+    }
+
+    #[test]
+    fn the_header_profile_handler_runs_the_profile_the_header_names() {
+        let text = |params: &str| {
+            format!(
+                "{PD_HEAD}- type: header-profile-handler\n  parameters: {params}\n{PD_PROFILES}"
+            )
+        };
+        let views = vec![EndpointView::default(); 2];
+        let mut router = Router::new(
+            &inputs_experimental(&text("{}")),
+            labels(&["prefill", "decode"]),
+            1,
+        );
+        let run = |router: &mut Router, h: &[(&str, &str)]| {
+            let h = headers(h);
+            let request = RequestContext {
+                headers: &h,
+                now_ns: 0,
+            };
+            router
+                .pick_request(&prompt(1, 16), &request, &views)
+                .map(|d| (d.decode, d.prefill))
+        };
+        // No header (every pdsim request) or a blank one: `decode`.
+        assert_eq!(
+            router.pick(&prompt(1, 16), &views).map(|d| d.decode),
+            Some(1)
+        );
+        assert_eq!(run(&mut router, &[("epp-profile", "  ")]), Some((1, None)));
+        // The header (stored lower-case) names the profile, trimmed; the
+        // picked profile is the primary and nothing is disaggregated.
+        assert_eq!(
+            run(&mut router, &[("epp-profile", " prefill ")]),
+            Some((0, None))
+        );
+        assert_eq!(router.disaggregated, 0);
+        // An unknown profile runs nothing: the request fails.
+        let routed = router.routed;
+        assert_eq!(run(&mut router, &[("epp-profile", "Prefill")]), None);
+        assert_eq!(router.routed, routed);
+        // A configured header name is lower-cased; a default profile that
+        // does not exist fails every headerless request.
+        let mut router = Router::new(
+            &inputs_experimental(&text("{headerName: ' X-Stage ', defaultProfile: encode}")),
+            labels(&["prefill", "decode"]),
+            1,
+        );
+        assert!(router.pick(&prompt(1, 16), &views).is_none());
+        assert_eq!(run(&mut router, &[("x-stage", "decode")]), Some((1, None)));
+        assert_eq!(run(&mut router, &[("epp-profile", "decode")]), None);
+        // A lone profile always runs, whatever the header says.
+        let lone = format!(
+            "{PD_HEAD}- type: header-profile-handler\n  parameters: {{defaultProfile: encode}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{{pluginRef: prefill-filter}}]\n"
+        );
+        let mut router = Router::new(
+            &inputs_experimental(&lone),
+            labels(&["prefill", "decode"]),
+            1,
+        );
+        assert_eq!(
+            router.pick(&prompt(1, 16), &views).map(|d| d.decode),
+            Some(0)
+        );
+        assert_eq!(
+            run(&mut router, &[("epp-profile", "decode")]),
+            Some((0, None))
         );
     }
 }

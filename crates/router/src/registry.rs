@@ -67,7 +67,8 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Registered Beta; its factory only logs "Deprecated: Use
     // simple-profile-handler with Istio >= 1.28.1".
     "data-parallel-profile-handler" => ProfileHandler, Some(&["primaryPort"]), false, None, None;
-    "header-profile-handler" => ProfileHandler, None, true, None, Some(NOT_YET);
+    // Registered Alpha (`profilehandler/headerprofile`).
+    "header-profile-handler" => ProfileHandler, Some(&["headerName", "defaultProfile"]), true, None, None;
     // Deciders (§3.2).
     "prefix-based-pd-decider" => Decider, Some(&["nonCachedTokens", "promptTokens"]), false, None, None;
     "always-disagg-pd-decider" => Decider, Some(&[]), false, None, None;
