@@ -402,16 +402,20 @@ fn a_bad_trace_row_fails_the_run_without_results() {
         "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 5, \"hash_ids\": [1]}\n{\"timestamp\": 1, \"input_length\": \"x\"}\n",
     );
     let out = out_dir("bad-trace");
+    let perfetto = out.with_file_name("bad-trace-perfetto.json");
     let (code, _, stderr) = pdsim(&[
         "run",
         "--trace",
         &trace.to_string_lossy(),
+        "--perfetto",
+        &perfetto.to_string_lossy(),
         "--out",
         &out.to_string_lossy(),
     ]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("bad-trace.jsonl:2"), "{stderr}");
     assert!(!out.exists(), "no result that looks complete");
+    assert!(!perfetto.exists(), "no trace that looks complete");
     let parent = out.parent().unwrap();
     let leftovers: Vec<_> = std::fs::read_dir(parent)
         .unwrap()
