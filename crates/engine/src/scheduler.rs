@@ -664,6 +664,13 @@ impl Engine {
         let need_total = want_tokens.div_ceil(block_size);
         let have = held + hit_blocks;
         let need_new = need_total.saturating_sub(have);
+        // Most calls are a decode step whose token still fits in the blocks
+        // the request holds: nothing to touch or allocate, and (as
+        // `alloc_tokens <= want_tokens`) nothing the general path below
+        // would change.
+        if need_new == 0 && hit_blocks == 0 {
+            return true;
+        }
         // Hit blocks sitting in the free queue leave it when touched. Only
         // admissions have hits, so running requests skip this walk.
         let mut hit_free = 0;
