@@ -1152,6 +1152,10 @@ impl<'a> Sim<'a> {
         let mut events = std::mem::take(&mut self.events_buf);
         events.extend(self.cores[core].engine.drain_events());
         for event in events.drain(..) {
+            if let EngineEvent::Emitted { id, tokens } = event {
+                self.emitted(core, id, tokens, sink);
+                continue;
+            }
             // Events of a disaggregated request's prefill side, on its
             // prefill core, mean the prefill phase, whatever the pool.
             let id = match event {
@@ -1185,28 +1189,9 @@ impl<'a> Sim<'a> {
                         f.record.cached_tokens = cached_tokens;
                     }
                 }
-                // The prefill engine's one token is discarded by the sidecar;
-                // the client's tokens come from the decode engine.
-                (EngineEvent::Emitted { .. }, Role::Prefill) => {}
-                (EngineEvent::Emitted { id, tokens }, _) => {
-                    let mut first = false;
-                    if let Some(f) = self.in_flight.get_mut(&id) {
-                        match f.record.last_token {
-                            None => {
-                                f.record.first_token = Some(self.now);
-                                self.epp.first_chunk(&mut f.ticket);
-                                first = true;
-                            }
-                            Some(last) => sink.emission(self.now.since(last).as_ns(), tokens),
-                        }
-                        f.record.last_token = Some(self.now);
-                        f.record.output_tokens += tokens;
-                    }
-                    if first {
-                        // The EPP's in-flight counters dropped.
-                        self.flow_wake(false);
-                    }
-                }
+                // Taken before the role look-up (above); `emitted` checks
+                // the role itself.
+                (EngineEvent::Emitted { id, tokens }, _) => self.emitted(core, id, tokens, sink),
                 (EngineEvent::Preempted { id }, _) => {
                     if let Some(f) = self.in_flight.get_mut(&id) {
                         f.record.preemptions += 1;
@@ -1252,6 +1237,37 @@ impl<'a> Sim<'a> {
             }
         }
         self.events_buf = events;
+    }
+
+    /// A request's engine on `core` emitted `tokens` tokens. Handled apart
+    /// from the other events, with one look-up of the request, as it is
+    /// the event of every decode step.
+    fn emitted(&mut self, core: usize, id: RequestId, tokens: u32, sink: &mut dyn RecordSink) {
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        // The prefill engine's one token is discarded by the sidecar; the
+        // client's tokens come from the decode engine.
+        if f.prefill_core == Some(core as u32) && f.decode_core != core as u32 {
+            return;
+        }
+        let first = match f.record.last_token {
+            None => {
+                f.record.first_token = Some(self.now);
+                self.epp.first_chunk(&mut f.ticket);
+                true
+            }
+            Some(last) => {
+                sink.emission(self.now.since(last).as_ns(), tokens);
+                false
+            }
+        };
+        f.record.last_token = Some(self.now);
+        f.record.output_tokens += tokens;
+        if first {
+            // The EPP's in-flight counters dropped.
+            self.flow_wake(false);
+        }
     }
 
     /// The prefill engine finished the prompt and holds the blocks; the

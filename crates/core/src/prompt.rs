@@ -48,11 +48,12 @@ pub fn mix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Combines a parent hash with one piece of a segment.
-fn combine(hash: u64, segment_id: u64, offset: u32, len: u32) -> u64 {
+/// Combines a parent hash with one piece of a segment, given the segment id
+/// as `mix64(segment_id)`.
+fn combine(hash: u64, mixed_id: u64, offset: u32, len: u32) -> u64 {
     mix64(
         hash.rotate_left(23)
-            ^ mix64(segment_id)
+            ^ mixed_id
             ^ (((offset as u64) << 32) | len as u64).wrapping_mul(0xa076_1d64_78bd_642f),
     )
 }
@@ -71,6 +72,9 @@ pub struct BlockHasher {
     hash: u64,
     /// Tokens of the current block consumed so far.
     filled: u32,
+    /// The last segment id fed and its `mix64`: a decoding request feeds
+    /// its output segment one token at a time, so the mix is reused.
+    mixed: (u64, u64),
     /// Hashes of completed blocks.
     pub hashes: Vec<u64>,
 }
@@ -82,6 +86,7 @@ impl BlockHasher {
             block_size,
             hash: ROOT_HASH,
             filled: 0,
+            mixed: (0, mix64(0)),
             hashes: Vec::new(),
         }
     }
@@ -93,13 +98,19 @@ impl BlockHasher {
     }
 
     /// Feeds `tokens` tokens of segment `id`, starting at offset `start`
-    /// within that segment.
+    /// within that segment. Inline across crates: every decoding request
+    /// feeds its token here every step.
+    #[inline]
     pub fn feed(&mut self, id: u64, start: u32, tokens: u32) {
+        if self.mixed.0 != id {
+            self.mixed = (id, mix64(id));
+        }
+        let mixed_id = self.mixed.1;
         let mut offset = start;
         let mut left = tokens;
         while left > 0 {
             let take = left.min(self.block_size - self.filled);
-            self.hash = combine(self.running(), id, offset, take);
+            self.hash = combine(self.running(), mixed_id, offset, take);
             self.filled += take;
             offset += take;
             left -= take;

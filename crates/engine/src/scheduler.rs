@@ -636,12 +636,27 @@ impl Engine {
         Some(req.id)
     }
 
+    /// Blocks a request lacks for `tokens` more tokens after `base`
+    /// computed ones (and the lookahead), beyond the `have` it holds or is
+    /// about to share.
+    fn blocks_short(&self, base: u32, tokens: u32, have: u32) -> u32 {
+        let want = (base + tokens + self.lookahead()).min(self.config.max_model_len);
+        want.div_ceil(self.config.block_size).saturating_sub(have)
+    }
+
     /// Allocates KV for `new_tokens` more tokens of a request (after any
     /// prefix-hit blocks, which are touched first), or returns false without
     /// changing anything when the free blocks do not suffice
     /// (`KVCacheManager.allocate_slots`). `must_fit` is the number of tokens
     /// whose blocks must be free at admission (the whole prompt when the
     /// release reserves it).
+    ///
+    /// Most calls are a running request's decode step whose token still fits
+    /// in the blocks it holds: no hit to touch, and as no more tokens are
+    /// allocated than must fit, nothing to allocate. That case is decided
+    /// here, inline in the scheduler's loop; the rest is
+    /// [`Engine::allocate_blocks`].
+    #[inline]
     fn allocate(
         &mut self,
         slot: u32,
@@ -650,20 +665,34 @@ impl Engine {
         new_tokens: u32,
         must_fit: u32,
     ) -> bool {
-        let block_size = self.config.block_size;
+        if hit_blocks == 0 {
+            let req = self.req(slot);
+            let base = req.computed.max(hit_tokens);
+            let held = req.blocks.len() as u32;
+            if self.blocks_short(base, new_tokens.max(must_fit), held) == 0 {
+                return true;
+            }
+        }
+        self.allocate_blocks(slot, hit_blocks, hit_tokens, new_tokens, must_fit)
+    }
+
+    /// [`Engine::allocate`] when blocks are shared or needed.
+    fn allocate_blocks(
+        &mut self,
+        slot: u32,
+        hit_blocks: u32,
+        hit_tokens: u32,
+        new_tokens: u32,
+        must_fit: u32,
+    ) -> bool {
         let per_block = self.pool.units_per_block() as usize;
-        let lookahead = self.lookahead();
         let (held, computed) = {
             let req = self.req(slot);
             (req.blocks.len() as u32, req.computed)
         };
         let base = computed.max(hit_tokens);
-        let want_tokens =
-            (base + new_tokens.max(must_fit) + lookahead).min(self.config.max_model_len);
-        let alloc_tokens = (base + new_tokens + lookahead).min(self.config.max_model_len);
-        let need_total = want_tokens.div_ceil(block_size);
         let have = held + hit_blocks;
-        let need_new = need_total.saturating_sub(have);
+        let need_new = self.blocks_short(base, new_tokens.max(must_fit), have);
         // Hit blocks sitting in the free queue leave it when touched. Only
         // admissions have hits, so running requests skip this walk.
         let mut hit_free = 0;
@@ -678,7 +707,7 @@ impl Engine {
         if need_new + hit_free > self.pool.free() {
             return false;
         }
-        let alloc_new = alloc_tokens.div_ceil(block_size).saturating_sub(have);
+        let alloc_new = self.blocks_short(base, new_tokens, have);
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         if hit_blocks > 0 {
@@ -1138,7 +1167,21 @@ impl Engine {
 
     /// Registers a request's full, computed units in the prefix cache (and
     /// stores them in the offload tier).
+    ///
+    /// Called for every request after every step, but a decode step fills a
+    /// unit only once every `prefix_unit` tokens: no unit can become full
+    /// unless the request has a hash beyond the units it registered, and
+    /// that check is made here, inline, before [`Engine::cache_units`].
+    #[inline]
     fn cache_computed(&mut self, slot: u32) {
+        let req = self.req(slot);
+        if req.hasher.hashes.len() as u32 > req.cached_units {
+            self.cache_units(slot);
+        }
+    }
+
+    /// [`Engine::cache_computed`] once a new unit may be full.
+    fn cache_units(&mut self, slot: u32) {
         let unit = self.config.prefix_unit.max(1);
         let per_block = self.pool.units_per_block();
         let req = self.reqs[slot as usize].as_mut().expect("live slot");

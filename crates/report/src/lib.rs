@@ -18,6 +18,7 @@ use hdrhistogram::Histogram;
 use pdsim_cluster::{Outcome, RecordSink, RequestRecord, RunStats};
 use serde::Serialize;
 pub use slo::{ClassNames, Goodput, Slo, SloPlan};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -39,6 +40,12 @@ pub struct Aggregator {
     ttft_ns: Histogram<u64>,
     tpot_ns: Histogram<u64>,
     itl_ns: Histogram<u64>,
+    /// A run of equal inter-token gaps not yet in `itl_ns`: (gap, count).
+    /// Every request decoding in one engine step sees the same gap, so
+    /// consecutive emissions mostly repeat a value, and one `record_n` per
+    /// run costs less than a histogram update per token. Counts add, so
+    /// the histogram is the same either way.
+    itl_run: (u64, u64),
     e2e_ns: Histogram<u64>,
     queue_ns: Histogram<u64>,
     transfer_ns: Histogram<u64>,
@@ -74,6 +81,7 @@ impl Default for Aggregator {
             ttft_ns: histogram(),
             tpot_ns: histogram(),
             itl_ns: histogram(),
+            itl_run: (0, 0),
             e2e_ns: histogram(),
             queue_ns: histogram(),
             transfer_ns: histogram(),
@@ -114,15 +122,27 @@ impl Aggregator {
         }
     }
 
-    fn histogram(&self, metric: Metric) -> &Histogram<u64> {
+    fn histogram(&self, metric: Metric) -> Cow<'_, Histogram<u64>> {
         match metric {
-            Metric::Ttft => &self.ttft_ns,
-            Metric::Tpot => &self.tpot_ns,
-            Metric::Itl => &self.itl_ns,
-            Metric::E2e => &self.e2e_ns,
-            Metric::Queue => &self.queue_ns,
-            Metric::Transfer => &self.transfer_ns,
+            Metric::Ttft => Cow::Borrowed(&self.ttft_ns),
+            Metric::Tpot => Cow::Borrowed(&self.tpot_ns),
+            Metric::Itl => self.itl(),
+            Metric::E2e => Cow::Borrowed(&self.e2e_ns),
+            Metric::Queue => Cow::Borrowed(&self.queue_ns),
+            Metric::Transfer => Cow::Borrowed(&self.transfer_ns),
         }
+    }
+
+    /// The inter-token gaps with the pending run included. Read once or
+    /// twice per run, so a copy when a run is pending is cheap.
+    fn itl(&self) -> Cow<'_, Histogram<u64>> {
+        let (gap, count) = self.itl_run;
+        if count == 0 {
+            return Cow::Borrowed(&self.itl_ns);
+        }
+        let mut h = self.itl_ns.clone();
+        h.saturating_record_n(gap, count);
+        Cow::Owned(h)
     }
 
     /// The distribution of a latency as (milliseconds, cumulative share)
@@ -232,7 +252,16 @@ impl RecordSink for Aggregator {
     }
 
     fn emission(&mut self, gap_ns: u64, _tokens: u32) {
-        record(&mut self.itl_ns, gap_ns);
+        let gap = gap_ns.max(1); // as `record` stores it
+        let (run_gap, count) = &mut self.itl_run;
+        if *run_gap == gap {
+            *count += 1;
+            return;
+        }
+        if *count > 0 {
+            self.itl_ns.saturating_record_n(*run_gap, *count);
+        }
+        self.itl_run = (gap, 1);
     }
 }
 
@@ -500,7 +529,7 @@ impl Aggregator {
             run,
             ttft_ms: latency(&self.ttft_ns),
             tpot_ms: latency(&self.tpot_ns),
-            itl_ms: latency(&self.itl_ns),
+            itl_ms: latency(&self.itl()),
             e2e_ms: latency(&self.e2e_ns),
             queue_ms: latency(&self.queue_ns),
             transfer_ms: latency(&self.transfer_ns),
