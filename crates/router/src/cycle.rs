@@ -351,7 +351,9 @@ impl Approx {
 
 /// The simulated EPP.
 pub struct Router {
-    config: EndpointPickerConfig,
+    /// Shared so a scheduling cycle can hold a profile while it mutates
+    /// the router's state, without copying the profile per request.
+    config: std::sync::Arc<EndpointPickerConfig>,
     labels: Vec<BTreeMap<String, String>>,
     approx: Option<Approx>,
     index: PrefixIndex,
@@ -916,7 +918,7 @@ impl Router {
             kv_events_wired,
             clock: 0,
             inflight: consumes_load.then(|| (vec![0; n], vec![0; n])),
-            config,
+            config: config.into(),
             labels,
             approx,
             index: PrefixIndex::new(n),
@@ -1450,7 +1452,8 @@ impl Router {
         endpoints: &[EndpointView],
         request: &RequestContext<'_>,
     ) -> Option<usize> {
-        let profile = self.profile(name)?.clone();
+        let config = std::sync::Arc::clone(&self.config);
+        let profile = config.profiles.iter().find(|p| p.name == name)?;
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
         for filter in &profile.filters {
             if self
