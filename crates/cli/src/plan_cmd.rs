@@ -6,7 +6,7 @@
 use crate::compare_cmd::{pool, progress};
 use crate::session::{
     Failure, How, Prepared, SloArgs, Staging, WithDefaults, WorkloadChoice, failure, load_all,
-    prepare_in, print_failure, results_readme, scaled, simulate,
+    poisson, prepare_in, print_failure, results_readme, scaled, simulate,
 };
 use pdsim_report::plan::{LayoutResult, Plan, PlanQuestion, Probe, plan_report, ranking_table};
 use pdsim_report::{ClassNames, Slo};
@@ -62,6 +62,11 @@ pub struct PlanArgs {
     /// Use only the first N requests of the trace.
     #[arg(long, value_name = "N")]
     max_requests: Option<usize>,
+    /// How a probe reaches its rate: `trace` scales the trace's own arrival
+    /// times (keeping its bursts), `poisson` keeps its requests in order
+    /// but draws Poisson arrivals at the rate (seeded by --seed).
+    #[arg(long, value_enum, default_value_t = Arrivals::Trace)]
+    arrivals: Arrivals,
     #[command(flatten)]
     slo: SloArgs,
     /// Share of requests that must meet the SLO for a rate to be sustained.
@@ -87,6 +92,12 @@ pub struct PlanArgs {
     /// A user catalog folder. Repeatable.
     #[arg(long, value_name = "DIR")]
     catalog: Vec<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrivals {
+    Trace,
+    Poisson,
 }
 
 pub fn run(args: &Args) -> ExitCode {
@@ -374,7 +385,11 @@ fn search(
         let slo = args.slo.plan(p, ClassNames::new(names))?;
         let outcome = simulate(
             p,
-            &mut scaled(specs, speedup),
+            &mut match args.arrivals {
+                Arrivals::Trace => Box::new(scaled(specs, speedup))
+                    as Box<dyn Iterator<Item = Result<RequestSpec, pdsim_workload::TraceError>>>,
+                Arrivals::Poisson => Box::new(poisson(specs, base_rate * speedup, args.seed)),
+            },
             How {
                 trace_label: label,
                 seed: args.seed,
@@ -517,6 +532,11 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         trace: loaded.label.clone(),
         requests: loaded.specs.len() as u64,
         trace_rate_req_s: base_rate,
+        arrivals: match args.arrivals {
+            Arrivals::Trace => "trace",
+            Arrivals::Poisson => "poisson",
+        }
+        .to_string(),
         slo: slo_text,
         slo_all: all,
         attainment: args.attainment,

@@ -539,6 +539,29 @@ pub fn scaled(
     })
 }
 
+/// Replays in-memory requests in their order (prompts, lengths, shared
+/// prefixes and SLO classes kept) with Poisson arrivals at `rate_per_s`:
+/// exponential gaps from a seeded stream, the first request at the trace's
+/// first arrival. The same seed and rate give the same arrivals.
+pub fn poisson(
+    specs: &[RequestSpec],
+    rate_per_s: f64,
+    seed: u64,
+) -> impl Iterator<Item = Result<RequestSpec, TraceError>> + '_ {
+    let mut stream = pdsim_core::Stream::new(seed, pdsim_core::Purpose::Arrivals, 1);
+    let mut at_ns = specs.first().map_or(0.0, |s| s.arrival.as_ns() as f64);
+    specs.iter().enumerate().map(move |(i, s)| {
+        let mut s = s.clone();
+        if i > 0 {
+            // Inverse transform of a uniform in (0, 1].
+            let u = 1.0 - stream.unit();
+            at_ns += -u.ln() / rate_per_s * 1e9;
+        }
+        s.arrival = pdsim_core::SimTime(at_ns.round() as u64);
+        Ok(s)
+    })
+}
+
 /// A results folder written under a temporary name and renamed into place
 /// at the end, so a failed run never leaves a complete-looking result.
 pub struct Staging {
@@ -684,4 +707,51 @@ pub struct Discard;
 impl RecordSink for Discard {
     fn record(&mut self, _r: &pdsim_cluster::RequestRecord) {}
     fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{poisson, scaled};
+    use pdsim_core::{Prompt, SimTime};
+    use pdsim_workload::RequestSpec;
+
+    fn specs(n: u64) -> Vec<RequestSpec> {
+        (0..n)
+            .map(|i| RequestSpec {
+                arrival: SimTime(1_000_000_000 + i * 7),
+                prompt: Prompt::default(),
+                output_tokens: 1 + i as u32,
+                priority: 0,
+                slo_class: 0,
+                source_line: i + 1,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn poisson_arrivals_keep_the_requests_and_reach_the_rate() {
+        let input = specs(20_000);
+        let out: Vec<RequestSpec> = poisson(&input, 50.0, 7).map(Result::unwrap).collect();
+        assert_eq!(out.len(), input.len());
+        assert_eq!(out[0].arrival, input[0].arrival, "the first keeps its time");
+        assert!(out.windows(2).all(|w| w[0].arrival <= w[1].arrival));
+        assert!(
+            out.iter()
+                .zip(&input)
+                .all(|(a, b)| a.output_tokens == b.output_tokens)
+        );
+        let span_s = (out.last().unwrap().arrival.as_ns() - out[0].arrival.as_ns()) as f64 / 1e9;
+        let rate = (out.len() - 1) as f64 / span_s;
+        assert!((rate - 50.0).abs() < 2.0, "measured {rate} req/s");
+        let again: Vec<RequestSpec> = poisson(&input, 50.0, 7).map(Result::unwrap).collect();
+        assert_eq!(out, again, "same seed, same arrivals");
+    }
+
+    #[test]
+    fn scaling_divides_arrival_times() {
+        let input = specs(3);
+        let out: Vec<RequestSpec> = scaled(&input, 2.0).map(Result::unwrap).collect();
+        assert_eq!(out[0].arrival, SimTime(500_000_000));
+        assert_eq!(out[2].arrival, SimTime(500_000_007));
+    }
 }

@@ -69,6 +69,9 @@ pub struct PlanQuestion {
     pub requests: u64,
     /// The trace's own rate (requests over its arrival span).
     pub trace_rate_req_s: f64,
+    /// `trace` (its arrival times scaled) or `poisson` (its requests in
+    /// order, Poisson arrivals at each probe's rate).
+    pub arrivals: String,
     pub slo: String,
     /// The SLO for every request, drawn as a line on the plots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -250,10 +253,15 @@ pub fn plan_report(plan: &Plan) -> Document {
     let slo = q.slo_all.as_ref();
     let mut doc = Document::new(format!("pdsim plan on {}", q.scenario));
     doc.text(format!(
-        "Trace `{}` ({} requests, {:.3} req/s as recorded), replayed faster or slower by scaling its arrival times. A rate is **sustained** when at least {:.0}% of requests meet the SLO ({}). Each layout's search is bounded to {} runs; seed {}. A rate marked ≥ is a lower bound: every probe was sustained.\n\n",
+        "Trace `{}` ({} requests, {:.3} req/s as recorded), {}. A rate is **sustained** when at least {:.0}% of requests meet the SLO ({}). Each layout's search is bounded to {} runs; seed {}. A rate marked ≥ is a lower bound: every probe was sustained.\n\n",
         q.trace,
         q.requests,
         q.trace_rate_req_s,
+        if q.arrivals == "poisson" {
+            "its requests replayed in order with Poisson arrivals at each probe's rate"
+        } else {
+            "replayed faster or slower by scaling its arrival times"
+        },
         100.0 * q.attainment,
         q.slo,
         q.max_runs_per_layout,
@@ -400,6 +408,7 @@ mod tests {
                 trace: "t".into(),
                 requests: 1,
                 trace_rate_req_s: 1.0,
+                arrivals: "trace".into(),
                 slo: "x".into(),
                 slo_all: None,
                 attainment: 0.9,
