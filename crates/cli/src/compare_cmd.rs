@@ -7,8 +7,9 @@ use crate::session::{
     print_failure, results_readme, scaled, simulate,
 };
 use pdsim_report::page::compare_report;
+use pdsim_report::perfetto::PerfettoSink;
 use pdsim_report::table::{ComparedRun, text_table, verdict};
-use pdsim_report::{ClassNames, CsvSink, Metric, Summary};
+use pdsim_report::{ClassNames, CsvSink, Metric, Summary, Tee};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::io::Write;
@@ -52,6 +53,10 @@ pub struct Args {
     /// Check the engines' invariants after every step.
     #[arg(long)]
     check: bool,
+    /// Also write each run's Chrome/Perfetto trace as
+    /// `runs/<deployment>/seed<N>/perfetto.json`.
+    #[arg(long)]
+    perfetto: bool,
 }
 
 pub fn run(args: &Args) -> ExitCode {
@@ -184,6 +189,22 @@ fn compare(args: &Args) -> Result<(), Failure> {
                 let slo = args.slo.plan(p, ClassNames::new(&load.names))?;
                 let dir = format!("runs/{}/seed{}", folders[d], seeds[s]);
                 let mut csv = CsvSink::new(staging.file(&format!("{dir}/requests.csv"))?);
+                let mut perfetto = if args.perfetto {
+                    Some(PerfettoSink::new(
+                        staging.file(&format!("{dir}/perfetto.json"))?,
+                        p.pools.iter().map(|x| x.name.clone()).collect(),
+                    ))
+                } else {
+                    None
+                };
+                let mut no_trace = crate::session::Discard;
+                let mut sinks = Tee {
+                    first: &mut csv,
+                    second: match perfetto.as_mut() {
+                        Some(t) => t,
+                        None => &mut no_trace,
+                    },
+                };
                 let outcome = simulate(
                     p,
                     &mut scaled(&load.specs, 1.0),
@@ -194,7 +215,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
                         slo,
                         gpu_hour_usd: args.slo.gpu_hour_usd,
                     },
-                    &mut csv,
+                    &mut sinks,
                 )
                 .map_err(|f| {
                     failure(
@@ -204,6 +225,11 @@ fn compare(args: &Args) -> Result<(), Failure> {
                 })?;
                 csv.finish()
                     .map_err(|e| failure(2, format!("writing {dir}/requests.csv failed: {e}")))?;
+                if let Some(trace) = perfetto {
+                    trace.finish().map_err(|e| {
+                        failure(2, format!("writing {dir}/perfetto.json failed: {e}"))
+                    })?;
+                }
                 let json = serde_json::to_string_pretty(&outcome.summary)
                     .map_err(|e| failure(2, e))?
                     + "\n";
