@@ -99,7 +99,7 @@ impl Document {
     }
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px}td{text-align:right}td:first-child{text-align:left}th{background:#f3f3f3}figure{margin:1em 0}code{background:#f3f3f3;padding:0 3px}h2{border-bottom:1px solid #ddd;padding-bottom:4px}";
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px}td{text-align:right}td:first-child{text-align:left}th{background:#f3f3f3}figure{margin:1em 0}code{background:#f3f3f3;padding:0 3px}h2{border-bottom:1px solid #ddd;padding-bottom:4px}pre{white-space:pre-wrap;font-size:13px}";
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
