@@ -3,13 +3,13 @@
 //! a report that explains the difference.
 
 use crate::session::{
-    Failure, How, Loaded, Prepared, SloArgs, Staging, WorkloadChoice, failure, load_all, prepare,
-    print_failure, results_readme, scaled, simulate,
+    Failure, How, Loaded, Prepared, SloArgs, Staging, WorkloadChoice, failure, load_all, pool,
+    prepare, print_failure, progress, results_readme, scaled, simulate,
 };
 use pdsim_report::page::compare_report;
 use pdsim_report::perfetto::PerfettoSink;
 use pdsim_report::table::{ComparedRun, text_table, verdict};
-use pdsim_report::{ClassNames, CsvSink, Metric, Summary, Tee};
+use pdsim_report::{ClassNames, CsvSink, Fanout, Metric, Summary};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::io::Write;
@@ -95,35 +95,6 @@ pub fn folder_names(names: &[String]) -> Vec<String> {
     out
 }
 
-/// A thread pool of `jobs` threads (the cores when `None`).
-pub fn pool(jobs: Option<usize>) -> Result<rayon::ThreadPool, Failure> {
-    if jobs == Some(0) {
-        return Err(failure(2, "--jobs must be at least 1"));
-    }
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs.unwrap_or(0))
-        .build()
-        .map_err(|e| failure(2, format!("cannot start worker threads: {e}")))
-}
-
-pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
-    // Drawn on stderr, and hidden when stderr is not a terminal.
-    let bar = indicatif::ProgressBar::with_draw_target(
-        (len > 0).then_some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    let template = if len == 0 {
-        "{prefix} [{elapsed_precise}] {spinner} {human_pos} requests read"
-    } else {
-        "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}"
-    };
-    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
-        bar.set_style(style);
-    }
-    bar.set_prefix(what.to_string());
-    bar
-}
-
 #[derive(Serialize)]
 struct CompareJson<'a> {
     pdsim_version: &'a str,
@@ -138,7 +109,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
     if args.seeds == 0 {
         return Err(failure(2, "--seeds must be at least 1"));
     }
-    args.slo.parse()?;
+    let (all_slo, _) = args.slo.parse()?;
     let mut prepared: Vec<Prepared> = Vec::new();
     for d in &args.deployments {
         let p = prepare(&args.catalog, &args.scenario, d)?;
@@ -197,14 +168,10 @@ fn compare(args: &Args) -> Result<(), Failure> {
                 } else {
                     None
                 };
-                let mut no_trace = crate::session::Discard;
-                let mut sinks = Tee {
-                    first: &mut csv,
-                    second: match perfetto.as_mut() {
-                        Some(t) => t,
-                        None => &mut no_trace,
-                    },
-                };
+                let mut sinks: Vec<&mut dyn pdsim_cluster::RecordSink> = vec![&mut csv];
+                if let Some(t) = perfetto.as_mut() {
+                    sinks.push(t);
+                }
                 let outcome = simulate(
                     p,
                     &mut scaled(&load.specs, 1.0),
@@ -215,7 +182,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
                         slo,
                         gpu_hour_usd: args.slo.gpu_hour_usd,
                     },
-                    &mut sinks,
+                    &mut Fanout(sinks),
                 )
                 .map_err(|f| {
                     failure(
@@ -272,7 +239,6 @@ fn compare(args: &Args) -> Result<(), Failure> {
     }
     let table = text_table(&runs);
     let verdict_text = verdict(&runs);
-    let (all_slo, _) = args.slo.parse()?;
     let doc = compare_report(
         &runs,
         &prepared[0].scenario,

@@ -3,10 +3,9 @@
 //! nodes for a target rate. `--shard I/N` runs one deterministic slice of
 //! the layouts; `pdsim plan merge` joins the slices into the whole plan.
 
-use crate::compare_cmd::{pool, progress};
 use crate::session::{
     Failure, How, Prepared, SloArgs, Staging, WithDefaults, WorkloadChoice, failure, load_all,
-    poisson, prepare_in, print_failure, results_readme, scaled, simulate,
+    poisson, pool, prepare_in, print_failure, progress, results_readme, scaled, simulate,
 };
 use pdsim_report::plan::{LayoutResult, Plan, PlanQuestion, Probe, plan_report, ranking_table};
 use pdsim_report::{ClassNames, Slo};
@@ -179,6 +178,11 @@ fn candidates(
     overlay: &mut Overlay,
 ) -> Result<Vec<Candidate>, Failure> {
     let mut out = Vec::new();
+    let (nodes, gpus_per_node) = if args.vary_nodes || args.vary_parallel {
+        cluster_shape(scenario)?
+    } else {
+        (0, 0)
+    };
     for d in &args.deployments {
         if !args.vary_nodes && !args.vary_parallel {
             out.push(Candidate {
@@ -211,7 +215,6 @@ fn candidates(
                     .collect()
             })
             .unwrap_or_default();
-        let (nodes, gpus_per_node) = cluster_shape(scenario)?;
         let name = doc
             .get("name")
             .and_then(|n| n.as_str())
@@ -397,7 +400,7 @@ fn search(
                 slo,
                 gpu_hour_usd: args.slo.gpu_hour_usd,
             },
-            &mut crate::session::Discard,
+            &mut pdsim_report::Fanout(Vec::new()),
         )?;
         let s = &outcome.summary;
         let met = s.goodput.as_ref().map_or(0.0, |g| g.met_share);

@@ -11,7 +11,7 @@ use crate::session::{
 use pdsim_report::page::run_report;
 use pdsim_report::perfetto::PerfettoSink;
 use pdsim_report::series::SeriesSink;
-use pdsim_report::{CsvSink, LinkCsvSink, Tee, render_text};
+use pdsim_report::{CsvSink, Fanout, LinkCsvSink, render_text};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -126,27 +126,16 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         )),
         None => None,
     };
-    let mut no_trace = crate::session::Discard;
     // A spinner counting requests on stderr (hidden when it is not a
     // terminal): a long trace takes seconds.
-    let bar = crate::compare_cmd::progress(0, "run");
+    let bar = crate::session::progress(0, "run");
     let mut counted = source.requests.by_ref().inspect(|_| bar.inc(1));
     let outcome = {
-        let mut files = Tee {
-            first: &mut csv,
-            second: &mut links,
-        };
-        let mut traced = Tee {
-            first: &mut files,
-            second: match perfetto.as_mut() {
-                Some(p) => p,
-                None => &mut no_trace,
-            },
-        };
-        let mut all = Tee {
-            first: &mut series,
-            second: &mut traced,
-        };
+        let mut sinks: Vec<&mut dyn pdsim_cluster::RecordSink> =
+            vec![&mut series, &mut csv, &mut links];
+        if let Some(p) = perfetto.as_mut() {
+            sinks.push(p);
+        }
         simulate(
             &prepared,
             &mut counted,
@@ -157,7 +146,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
                 slo,
                 gpu_hour_usd: args.slo.gpu_hour_usd,
             },
-            &mut all,
+            &mut Fanout(sinks),
         )
     };
     bar.finish_and_clear();

@@ -480,15 +480,8 @@ pub fn simulate(
     let mut series: SeriesSink<std::io::Sink> =
         SeriesSink::new(p.pools.iter().map(|x| x.name.clone()).collect(), None);
     let result = {
-        let mut both = pdsim_report::Tee {
-            first: &mut series,
-            second: extra,
-        };
-        let mut tee = pdsim_report::Tee {
-            first: &mut aggregator,
-            second: &mut both,
-        };
-        pdsim_cluster::run(&p.cluster, requests, seed, check, &mut tee)
+        let mut sinks = pdsim_report::Fanout(vec![&mut aggregator, &mut series, extra]);
+        pdsim_cluster::run(&p.cluster, requests, seed, check, &mut sinks)
     };
     let stats = result.map_err(|e| {
         let code = if matches!(e, pdsim_cluster::RunError::Invariant(_)) {
@@ -701,12 +694,33 @@ pub fn results_readme(
     out
 }
 
-/// A sink that keeps nothing (the plan's probes need only the summary).
-pub struct Discard;
+/// A thread pool of `jobs` threads (the cores when `None`).
+pub fn pool(jobs: Option<usize>) -> Result<rayon::ThreadPool, Failure> {
+    if jobs == Some(0) {
+        return Err(failure(2, "--jobs must be at least 1"));
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs.unwrap_or(0))
+        .build()
+        .map_err(|e| failure(2, format!("cannot start worker threads: {e}")))
+}
 
-impl RecordSink for Discard {
-    fn record(&mut self, _r: &pdsim_cluster::RequestRecord) {}
-    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    // Drawn on stderr, and hidden when stderr is not a terminal.
+    let bar = indicatif::ProgressBar::with_draw_target(
+        (len > 0).then_some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    let template = if len == 0 {
+        "{prefix} [{elapsed_precise}] {spinner} {human_pos} requests read"
+    } else {
+        "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}"
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar.set_prefix(what.to_string());
+    bar
 }
 
 #[cfg(test)]

@@ -776,32 +776,25 @@ impl<W: Write> RecordSink for CsvSink<W> {
     fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
 }
 
-/// Sends every record to two sinks.
-pub struct Tee<'a> {
-    pub first: &'a mut dyn RecordSink,
-    pub second: &'a mut dyn RecordSink,
-}
+/// Sends everything to each of its sinks, in order. An empty fan-out
+/// keeps nothing.
+pub struct Fanout<'a>(pub Vec<&'a mut dyn RecordSink>);
 
-impl RecordSink for Tee<'_> {
+impl RecordSink for Fanout<'_> {
     fn record(&mut self, r: &RequestRecord) {
-        self.first.record(r);
-        self.second.record(r);
+        self.0.iter_mut().for_each(|s| s.record(r));
     }
     fn emission(&mut self, gap_ns: u64, tokens: u32) {
-        self.first.emission(gap_ns, tokens);
-        self.second.emission(gap_ns, tokens);
+        self.0.iter_mut().for_each(|s| s.emission(gap_ns, tokens));
     }
     fn link_window(&mut self, window: pdsim_cluster::LinkWindow) {
-        self.first.link_window(window);
-        self.second.link_window(window);
+        self.0.iter_mut().for_each(|s| s.link_window(window));
     }
     fn core_sample(&mut self, sample: &pdsim_cluster::CoreSample) {
-        self.first.core_sample(sample);
-        self.second.core_sample(sample);
+        self.0.iter_mut().for_each(|s| s.core_sample(sample));
     }
     fn step(&mut self, step: &pdsim_cluster::StepSample) {
-        self.first.step(step);
-        self.second.step(step);
+        self.0.iter_mut().for_each(|s| s.step(step));
     }
 }
 

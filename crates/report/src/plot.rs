@@ -3,6 +3,7 @@
 //! no network or side file. Coordinates are whole pixels, so the same data
 //! gives the same bytes on every machine.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 /// Colour-blind-safe palette (Okabe–Ito), then four darker tones, in
@@ -61,6 +62,24 @@ fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
 
 fn err(e: impl std::fmt::Display) -> String {
     format!("plot: {e}")
+}
+
+/// A legend key: a short line in the series' style.
+fn line_key(style: ShapeStyle) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style)
+}
+
+/// The legend box every chart uses.
+fn draw_legend<'a, DB: DrawingBackend + 'a>(
+    c: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
+    c.configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .draw()
+        .map_err(err)
 }
 
 /// Draws a line chart as SVG.
@@ -128,36 +147,35 @@ pub fn line_chart(chart: &LineChart) -> Result<String, String> {
             ))
             .map_err(err)?
             .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+            .legend(line_key(style));
         }
-        if let Some((y, label)) = &chart.h_line {
+        // The reference lines (an SLO), across the whole plot.
+        let references = chart
+            .h_line
+            .iter()
+            .map(|(y, label)| ([(x0, fy(*y)), (x1, fy(*y))], label))
+            .chain(
+                chart
+                    .v_line
+                    .iter()
+                    .map(|(x, label)| ([(fx(*x), y0), (fx(*x), y1)], label)),
+            );
+        for (ends, label) in references {
             let style = RED.stroke_width(1);
-            c.draw_series(LineSeries::new([(x0, fy(*y)), (x1, fy(*y))], style))
+            c.draw_series(LineSeries::new(ends, style))
                 .map_err(err)?
                 .label(label.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
-        }
-        if let Some((x, label)) = &chart.v_line {
-            let style = RED.stroke_width(1);
-            c.draw_series(LineSeries::new([(fx(*x), y0), (fx(*x), y1)], style))
-                .map_err(err)?
-                .label(label.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+                .legend(line_key(style));
         }
         if !chart.series.is_empty() {
-            c.configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(180, 180, 180))
-                .draw()
-                .map_err(err)?;
+            draw_legend(&mut c, SeriesLabelPosition::LowerRight)?;
         }
         root.present().map_err(err)?;
     }
     Ok(svg)
 }
 
-/// Stacked horizontal-free bars: one bar per category, one stack segment
+/// Stacked vertical bars: one bar per category, one stack segment
 /// per named part (e.g. where the time to first token went).
 #[derive(Clone, Debug, Default)]
 pub struct StackedBars {
@@ -227,12 +245,7 @@ pub fn stacked_bars(bars: &StackedBars) -> Result<String, String> {
                 .label(name.as_str())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], style));
         }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut c, SeriesLabelPosition::UpperRight)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -283,7 +296,7 @@ pub fn scatter(s: &Scatter) -> Result<String, String> {
             c.draw_series(LineSeries::new(front, style))
                 .map_err(err)?
                 .label("Pareto front")
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+                .legend(line_key(style));
         }
         c.draw_series(s.points.iter().map(|(label, x, y, on)| {
             let fill = if *on { color(1) } else { color(0) };
@@ -293,12 +306,7 @@ pub fn scatter(s: &Scatter) -> Result<String, String> {
         }))
         .map_err(err)?;
         if s.points.iter().filter(|p| p.3).count() > 1 {
-            c.configure_series_labels()
-                .position(SeriesLabelPosition::LowerRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(180, 180, 180))
-                .draw()
-                .map_err(err)?;
+            draw_legend(&mut c, SeriesLabelPosition::LowerRight)?;
         }
         root.present().map_err(err)?;
     }
