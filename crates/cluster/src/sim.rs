@@ -183,6 +183,28 @@ struct InFlight {
     queued: bool,
 }
 
+impl InFlight {
+    /// A request that just arrived, not yet routed.
+    fn new(record: RequestRecord, spec: RequestSpec, queued: bool) -> InFlight {
+        InFlight {
+            record,
+            prompt: Some(spec.prompt),
+            priority: spec.priority,
+            max_output: spec.output_tokens,
+            prefill_core: None,
+            decode_core: 0,
+            held: false,
+            missing_tokens: 0,
+            flows_left: 0,
+            load_core: 0,
+            load_tokens: 0,
+            load_flows_left: 0,
+            ticket: pdsim_router::Ticket::default(),
+            queued,
+        }
+    }
+}
+
 /// Requests in flight, indexed by id. Ids are handed out in arrival order,
 /// so the live ones form a window: the table keeps only the span from the
 /// oldest live id to the newest, and drops ended requests from its front.
@@ -202,8 +224,8 @@ impl InFlightTable {
             id.0 >= self.base + self.slots.len() as u32,
             "ids arrive in order"
         );
-        // Ids of requests that ended at arrival (refused by the EPP) never
-        // enter the table; their slots stay empty.
+        // Every arriving request enters the table, even one the EPP then
+        // refuses at once; a gap in the ids would still leave empty slots.
         while self.base + (self.slots.len() as u32) < id.0 {
             self.slots.push_back(None);
         }
@@ -274,8 +296,6 @@ struct Sim<'a> {
     pods: Vec<(usize, usize)>,
     /// What the EPP saw at each pod's last scrape.
     views: Vec<pdsim_router::EndpointView>,
-    /// Requests the EPP could not route, handed to the sink next event.
-    rejected_records: Vec<RequestRecord>,
     /// Each pod's scrape phase within the refresh interval.
     scrape_phase: Vec<u64>,
     scrape_interval: u64,
@@ -325,7 +345,7 @@ pub fn run(
         }
         match event {
             Event::Arrival => {
-                sim.arrive();
+                sim.arrive(sink);
                 sim.pull_arrival(source)?;
             }
             Event::Admit { id, core } => sim.admit(id, core as usize, sink),
@@ -336,14 +356,11 @@ pub fn run(
             Event::HoldExpiry { id } => sim.hold_expiry(id, sink),
             Event::Scrape { pod } => sim.scrape(pod as usize),
             Event::Sample => sim.sample(sink),
-            Event::FlowTick => sim.flow_tick(),
+            Event::FlowTick => sim.flow_tick(sink),
             Event::FlowSweep => sim.flow_sweep(sink),
         }
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
-        }
-        for record in sim.rejected_records.drain(..) {
-            sink.record(&record);
         }
     }
     // Anything still in flight could not make progress: abort it, counted.
@@ -542,7 +559,6 @@ impl<'a> Sim<'a> {
             sampling: false,
             steps_buf: Vec::new(),
             batches_buf: Vec::new(),
-            rejected_records: Vec::new(),
         }
     }
 
@@ -706,12 +722,18 @@ impl<'a> Sim<'a> {
         )
     }
 
-    fn reject_unrouted(&mut self, id: RequestId, spec: &RequestSpec) {
+    /// A request the EPP refused before routing it anywhere: it ends now,
+    /// counted, and nothing it never took (a ticket, a queue slot) is
+    /// released.
+    fn reject(&mut self, id: RequestId, reason: &'static str, sink: &mut dyn RecordSink) {
+        let Some(mut flight) = self.in_flight.remove(&id) else {
+            return;
+        };
         self.stats.rejected += 1;
-        let mut record = self.arrival_record(id, spec, (0, 0, 0));
-        record.outcome = Outcome::Rejected;
-        record.reason = "no-endpoints";
-        self.rejected_records.push(record);
+        flight.record.outcome = Outcome::Rejected;
+        flight.record.reason = reason;
+        flight.record.finished = self.now;
+        sink.record(&flight.record);
     }
 
     fn location(&self, core: usize) -> (u16, u32, u16) {
@@ -733,7 +755,7 @@ impl<'a> Sim<'a> {
         (prefill.unwrap_or(decode), prefill.map(|p| p as u32), decode)
     }
 
-    fn arrive(&mut self) {
+    fn arrive(&mut self, sink: &mut dyn RecordSink) {
         let Some(spec) = self.next_arrival.take() else {
             return;
         };
@@ -744,52 +766,13 @@ impl<'a> Sim<'a> {
             self.start_scraping();
         }
         if self.flow.is_some() {
-            self.arrive_flow_controlled(id, spec);
+            self.arrive_flow_controlled(id, spec, sink);
             return;
         }
-        let mut ticket = pdsim_router::Ticket::default();
-        self.epp.advance(self.now.as_ns());
-        let routed = self.epp.pick(&spec.prompt, &self.views).map(|d| {
-            ticket = d.ticket;
-            self.place(&d)
-        });
-        let Some((first_core, prefill_core, decode_core)) = routed else {
-            // No endpoint survived the filters: the EPP answers 503.
-            self.reject_unrouted(id, &spec);
-            return;
-        };
-        self.cores[first_core].pending += 1;
-        let mut record = self.arrival_record(id, &spec, self.location(decode_core));
-        let delay = self.cluster.pools[self.cores[first_core].pool]
-            .cost
-            .admission_delay(record.prompt_tokens);
-        record.prefill = prefill_core.map(|p| self.location(p as usize));
-        self.in_flight.insert(
-            id,
-            InFlight {
-                record,
-                prompt: Some(spec.prompt),
-                priority: spec.priority,
-                max_output: spec.output_tokens,
-                prefill_core,
-                decode_core: decode_core as u32,
-                held: false,
-                missing_tokens: 0,
-                flows_left: 0,
-                load_core: 0,
-                load_tokens: 0,
-                load_flows_left: 0,
-                ticket,
-                queued: false,
-            },
-        );
-        self.push(
-            self.now + delay,
-            Event::Admit {
-                id,
-                core: first_core as u32,
-            },
-        );
+        let record = self.arrival_record(id, &spec, (0, 0, 0));
+        self.in_flight
+            .insert(id, InFlight::new(record, spec, false));
+        self.route(id, sink);
     }
 
     /// With the `flowControl` gate on, admission is
@@ -798,41 +781,27 @@ impl<'a> Sim<'a> {
     /// refused at once when a global or band limit is full
     /// (`QueueOutcomeRejectedCapacity`, a 429) — and the processor runs a
     /// dispatch cycle right after the enqueue (`processor.go`, `Run`).
-    fn arrive_flow_controlled(&mut self, id: RequestId, spec: RequestSpec) {
+    fn arrive_flow_controlled(
+        &mut self,
+        id: RequestId,
+        spec: RequestSpec,
+        sink: &mut dyn RecordSink,
+    ) {
         let now = self.now.as_ns();
         let bytes = pdsim_router::FlowController::request_bytes(spec.prompt.tokens());
-        let mut record = self.arrival_record(id, &spec, (0, 0, 0));
+        let record = self.arrival_record(id, &spec, (0, 0, 0));
         let Some(flow) = self.flow.as_mut() else {
             return;
         };
-        if flow.enqueue(id.0, now, bytes).is_err() {
-            self.stats.rejected += 1;
-            record.outcome = Outcome::Rejected;
-            record.reason = "flow-control-capacity";
-            self.rejected_records.push(record);
+        let queued = flow.enqueue(id.0, now, bytes).is_ok();
+        self.in_flight
+            .insert(id, InFlight::new(record, spec, queued));
+        if !queued {
+            self.reject(id, "flow-control-capacity", sink);
             return;
         }
-        self.in_flight.insert(
-            id,
-            InFlight {
-                record,
-                prompt: Some(spec.prompt),
-                priority: spec.priority,
-                max_output: spec.output_tokens,
-                prefill_core: None,
-                decode_core: 0,
-                held: false,
-                missing_tokens: 0,
-                flows_left: 0,
-                load_core: 0,
-                load_tokens: 0,
-                load_flows_left: 0,
-                ticket: pdsim_router::Ticket::default(),
-                queued: true,
-            },
-        );
         self.schedule_sweep();
-        self.flow_cycle();
+        self.flow_cycle(sink);
     }
 
     /// The first tick of a ticker with `phase` and `period` at or after
@@ -872,18 +841,18 @@ impl<'a> Sim<'a> {
         self.request_flow_tick(at);
     }
 
-    fn flow_tick(&mut self) {
+    fn flow_tick(&mut self, sink: &mut dyn RecordSink) {
         if self.flow_tick_at == Some(self.now) {
             self.flow_tick_at = None;
         }
-        self.flow_cycle();
+        self.flow_cycle(sink);
     }
 
     /// One dispatch cycle. After a dispatch the ticker's next tick may
     /// dispatch again; while the head of the line is held, only a change of
     /// the detector's inputs (a scrape, the in-flight counters, a view
     /// turning stale) can release it, and those queue the next tick.
-    fn flow_cycle(&mut self) {
+    fn flow_cycle(&mut self, sink: &mut dyn RecordSink) {
         let now = self.now.as_ns();
         let Some(flow) = self.flow.as_mut() else {
             return;
@@ -893,7 +862,7 @@ impl<'a> Sim<'a> {
         let waiting = !flow.is_empty();
         let tick = pdsim_router::flowcontrol::DISPATCH_TICK_NS;
         if let Some(token) = dispatched {
-            self.route_queued(RequestId(token));
+            self.route(RequestId(token), sink);
             if waiting {
                 self.request_flow_tick(Self::tick_at(now + 1, self.flow_tick_phase, tick));
             }
@@ -902,24 +871,22 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// A request the flow controller released goes through the scheduling
-    /// cycle now, as a request admitted at once would.
-    fn route_queued(&mut self, id: RequestId) {
+    /// The EPP's scheduling cycle for a request admitted now (at arrival,
+    /// or when the flow controller releases it), then the trip to the
+    /// first engine through the frontend's admission delay. The router's
+    /// clock moves to now first, so KV events and speculative entries due
+    /// by now count.
+    fn route(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
         let Some(flight) = self.in_flight.get_mut(&id) else {
             return;
         };
         flight.queued = false;
         let prompt = flight.prompt.take().unwrap_or_default();
+        self.epp.advance(self.now.as_ns());
         let decision = self.epp.pick(&prompt, &self.views);
         let Some(d) = decision else {
             // No endpoint survived the filters: the EPP answers 503.
-            if let Some(mut flight) = self.in_flight.remove(&id) {
-                self.stats.rejected += 1;
-                flight.record.outcome = Outcome::Rejected;
-                flight.record.reason = "no-endpoints";
-                flight.record.finished = self.now;
-                self.rejected_records.push(flight.record);
-            }
+            self.reject(id, "no-endpoints", sink);
             return;
         };
         let (first_core, prefill_core, decode_core) = self.place(&d);
