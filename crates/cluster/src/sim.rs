@@ -15,7 +15,11 @@
 //! blocks; the sidecar then sends the request to the decode engine, which
 //! allocates, keeps its own prefix hit, pulls only the missing blocks over
 //! the fabric, and decodes. The client's first token comes from the decode
-//! engine.
+//! engine. The sidecar's side is `handleNIXLV2` in llm-d-router's
+//! `pkg/sidecar/proxy/connector_nixlv2.go` (prefill with `max_tokens` 1 and
+//! `do_remote_decode`, then decode with the prefill's `kv_transfer_params`);
+//! the engines' side is vLLM's
+//! `vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`.
 
 use crate::build::Cluster;
 use crate::fabric::Network;
@@ -85,7 +89,6 @@ pub struct RunStats {
     pub completed: u64,
     pub rejected: u64,
     pub aborted: u64,
-    pub first_arrival: SimTime,
     pub end: SimTime,
     pub events: u64,
     pub cores: Vec<CoreStats>,
@@ -579,9 +582,6 @@ impl<'a> Sim<'a> {
             Some(Err(e)) => return Err(RunError::Trace(e)),
             Some(Ok(spec)) => {
                 let at = spec.arrival.max(self.now);
-                if self.next_id == 0 {
-                    self.stats.first_arrival = spec.arrival;
-                }
                 self.next_arrival = Some(spec);
                 self.push(at, Event::Arrival);
             }
@@ -610,11 +610,7 @@ impl<'a> Sim<'a> {
             }
             let phase = self.scrape_phase[pod];
             let now = self.now.as_ns();
-            let next = if now <= phase {
-                phase
-            } else {
-                phase + (now - phase).div_ceil(interval) * interval
-            };
+            let next = Self::tick_at(now, phase, interval).as_ns();
             // The EPP scrapes from its start, long before the first
             // request: under flow control, whose detector treats a pod
             // never scraped as saturated, the pod's view is what its last
@@ -665,9 +661,10 @@ impl<'a> Sim<'a> {
     }
 
     /// The EPP scrapes a pod's metrics (rank 0's series: with equal sample
-    /// times the extractor keeps the first series it reads). The loop stops
-    /// when nothing is left to route or serve, or when nothing but scrapes
-    /// is queued (a stall), so a run always ends.
+    /// times the extractor keeps the first series it reads:
+    /// `pkg/epp/framework/plugins/datalayer/extractor/metrics/extractor.go`).
+    /// The loop stops when nothing is left to route or serve, or when
+    /// nothing but scrapes is queued (a stall), so a run always ends.
     fn scrape(&mut self, pod: usize) {
         let now = self.now.as_ns();
         if self.read_metrics(pod, now) {
@@ -777,10 +774,12 @@ impl<'a> Sim<'a> {
 
     /// With the `flowControl` gate on, admission is
     /// `FlowControlAdmissionController.Admit` (`requestcontrol/
-    /// admission.go`): the request is enqueued in the flow controller —
+    /// admission.go`, under llm-d-router's `pkg/epp/`): the request is
+    /// enqueued in the flow controller —
     /// refused at once when a global or band limit is full
     /// (`QueueOutcomeRejectedCapacity`, a 429) — and the processor runs a
-    /// dispatch cycle right after the enqueue (`processor.go`, `Run`).
+    /// dispatch cycle right after the enqueue (`pkg/epp/flowcontrol/
+    /// controller/internal/processor.go`, `Run`).
     fn arrive_flow_controlled(
         &mut self,
         id: RequestId,
@@ -1214,7 +1213,8 @@ impl<'a> Sim<'a> {
             return;
         };
         // The prefill engine's one token is discarded by the sidecar; the
-        // client's tokens come from the decode engine.
+        // client's tokens come from the decode engine (`handleNIXLV2`,
+        // `connector_nixlv2.go`, streams the decode response only).
         if f.prefill_core == Some(core as u32) && f.decode_core != core as u32 {
             return;
         }
@@ -1238,7 +1238,10 @@ impl<'a> Sim<'a> {
     }
 
     /// The prefill engine finished the prompt and holds the blocks; the
-    /// sidecar sends the request to the decode engine.
+    /// sidecar sends the request to the decode engine (`handleNIXLV2`,
+    /// `connector_nixlv2.go`). The hold lasts until the read or
+    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (`vllm/envs.py`; the deadline set
+    /// in `request_finished`, `nixl_connector.py`).
     fn prefill_done(&mut self, id: RequestId) {
         let Some(f) = self.in_flight.get_mut(&id) else {
             return;
@@ -1310,6 +1313,10 @@ impl<'a> Sim<'a> {
         f.record.transfer_bytes = total.round() as u64;
         f.flows_left = flows as u32;
         let gpn = self.cluster.gpus_per_node;
+        // One flow per GPU pair: with equal tensor-parallel sizes each
+        // decode rank reads its own prefill rank; with unequal ones this
+        // spreads the bytes over both sides' GPUs, an approximation of the
+        // `tp_ratio` mapping of remote ranks in `nixl_connector.py`.
         for j in 0..flows {
             let src = p_first + j % p_count;
             let dst = d_first + j % d_count;
@@ -1430,7 +1437,10 @@ impl<'a> Sim<'a> {
     }
 
     /// The prefill engine's hold timed out: if the read has not started, the
-    /// blocks are freed and the decode side will recompute.
+    /// blocks are freed (`_reqs_need_send` expiry, `nixl_connector.py`) and
+    /// the decode side's load fails and recomputes the prompt (the
+    /// `kv_load_failure_policy` recompute path, `vllm/v1/core/sched/
+    /// scheduler.py` `_handle_invalid_blocks`).
     fn hold_expiry(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
         let Some(f) = self.in_flight.get_mut(&id) else {
             return;

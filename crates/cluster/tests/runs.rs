@@ -160,8 +160,19 @@ fn pd_cluster_from(
     router_path: &str,
     router_text: &str,
 ) -> pdsim_cluster::Cluster {
+    cluster_from(H200, deployment, router_path, router_text)
+}
+
+/// A deployment on `scenario`, validated and built with the router inputs
+/// it names; `router_path` holds `router_text`.
+fn cluster_from(
+    scenario: &str,
+    deployment: &str,
+    router_path: &str,
+    router_text: &str,
+) -> pdsim_cluster::Cluster {
     let files = MemoryFiles::new()
-        .with("s.yaml", H200)
+        .with("s.yaml", scenario)
         .with("d.yaml", deployment)
         .with(router_path, router_text);
     let report = validate(&Request {
@@ -334,27 +345,18 @@ fn the_epp_disaggregates_only_what_the_decode_side_lacks() {
 /// The default deployment (eight single-GPU engines) routed by an EPP
 /// configuration in `epp.yaml`.
 fn colocated_with_router(epp: &str) -> pdsim_cluster::Cluster {
-    let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n");
-    let files = MemoryFiles::new()
-        .with("s.yaml", SCENARIO)
-        .with("d.yaml", &deployment)
-        .with("epp.yaml", epp);
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec![],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
-    assert!(report.valid, "{:#?}", report.problems);
-    let inputs = report.loaded[0].1.router.as_ref().map(|block| {
-        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block)).expect("router loads")
-    });
-    pdsim_cluster::build_with_router(
-        &report.deployments[0],
-        report.scenario.as_ref().unwrap(),
-        inputs,
-    )
-    .unwrap()
+    colocated_with_router_flags(epp, "")
+}
+
+/// The same with EPP flags (`epp_flags: [...]`, or "" for none).
+fn colocated_with_router_flags(epp: &str, flags: &str) -> pdsim_cluster::Cluster {
+    let flags = if flags.is_empty() {
+        String::new()
+    } else {
+        format!("  epp_flags: [{flags}]\n")
+    };
+    let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n{flags}");
+    cluster_from(SCENARIO, &deployment, "epp.yaml", epp)
 }
 
 /// `n` requests arriving together: 1000-token prompts with nothing shared,
@@ -581,29 +583,7 @@ plugins:
 flowControl:
   defaultRequestTTL: 0s
 ";
-    let deployment = format!(
-        "{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [--refresh-metrics-interval=1s]\n"
-    );
-    let files = MemoryFiles::new()
-        .with("s.yaml", SCENARIO)
-        .with("d.yaml", &deployment)
-        .with("epp.yaml", epp);
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec![],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
-    assert!(report.valid, "{:#?}", report.problems);
-    let inputs = report.loaded[0].1.router.as_ref().map(|block| {
-        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block)).expect("router loads")
-    });
-    let cluster = pdsim_cluster::build_with_router(
-        &report.deployments[0],
-        report.scenario.as_ref().unwrap(),
-        inputs,
-    )
-    .unwrap();
+    let cluster = colocated_with_router_flags(epp, "--refresh-metrics-interval=1s");
     let mut sink = MemorySink::default();
     let stats = run(
         &cluster,
@@ -670,29 +650,7 @@ schedulingProfiles:
 /// The default 8-engine deployment routed by `router_text`; the prefix
 /// hit rate of a 400-request run of the bundled trace.
 fn hit_rate(router_text: &str) -> f64 {
-    let deployment = format!(
-        "{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [--pool-name=x]\n"
-    );
-    let files = MemoryFiles::new()
-        .with("s.yaml", SCENARIO)
-        .with("d.yaml", &deployment)
-        .with("epp.yaml", router_text);
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec![],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
-    assert!(report.valid, "{:#?}", report.problems);
-    let inputs = report.loaded[0].1.router.as_ref().map(|block| {
-        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block)).expect("router loads")
-    });
-    let cluster = pdsim_cluster::build_with_router(
-        &report.deployments[0],
-        report.scenario.as_ref().unwrap(),
-        inputs,
-    )
-    .unwrap();
+    let cluster = colocated_with_router_flags(router_text, "--pool-name=x");
     let mut sink = MemorySink::default();
     let stats = run(&cluster, &mut trace(400), 5, true, &mut sink).unwrap();
     assert_eq!(stats.completed, 400);
