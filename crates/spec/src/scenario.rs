@@ -111,5 +111,13 @@ pub const TIME_UNITS: &[&str] = &[
     "seconds",
 ];
 
+/// The TraceV2 versions pdsim's reader reads.
+pub const TRACE_V2_VERSIONS: std::ops::RangeInclusive<i64> = 1..=3;
+
+/// The time units pdsim's TraceV2 reader reads: the timestamp columns are
+/// integer microseconds (`arrival_time_us`), so a header naming another
+/// unit contradicts its own columns and is refused rather than guessed.
+pub const TRACE_V2_READ_TIME_UNITS: &[&str] = &["us", "microseconds"];
+
 /// The modes a TraceV2 header may name.
 pub const TRACE_MODES: &[&str] = &["real", "generated", "replayed"];

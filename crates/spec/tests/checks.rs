@@ -1039,7 +1039,7 @@ mod load_errors {
 /// A workload `trace` entry (under `workload:`) reading `data`.
 fn trace(data: &str) -> String {
     format!(
-        "  trace:\n    data: {data}\n    header: {{trace_version: 2, time_unit: ms, mode: real}}\n"
+        "  trace:\n    data: {data}\n    header: {{trace_version: 2, time_unit: us, mode: real}}\n"
     )
 }
 
@@ -1069,6 +1069,13 @@ mod scenario_checks {
             edit(&[("  shape: chatbot\n", &trace("traces/missing.csv"))]),
             BASE_DEPLOYMENT
             => [err("trace-file-missing", "workload.trace.data")];
+        /// A unit the BLIS schema allows but pdsim's reader refuses (the
+        /// timestamp columns are microseconds): `validate` says what
+        /// `run` would.
+        trace_time_unit_not_read:
+            edit(&[("  shape: chatbot\n", &trace("traces/missing.csv").replace("time_unit: us", "time_unit: ms"))]),
+            BASE_DEPLOYMENT
+            => [err("trace-file-missing", "workload.trace.data"), err("trace-time-unit", "workload.trace.header.time_unit")];
         /// No rules pack: the rules are skipped with a warning on the
         /// scenario's engine_version, and the bundle stays valid.
         engine_version_unknown:

@@ -8,7 +8,9 @@ use crate::files::{FileKind, Files};
 use crate::load::Source;
 use crate::model::Model;
 use crate::problem::Problems;
-use crate::scenario::{Scenario, TIME_UNITS, TRACE_MODES};
+use crate::scenario::{
+    Scenario, TIME_UNITS, TRACE_MODES, TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS,
+};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -171,12 +173,34 @@ pub fn check(
                         "trace-version",
                         "trace_version must be at least 1",
                     ));
+                } else if !TRACE_V2_VERSIONS.contains(&header.trace_version) {
+                    // `pdsim run` would refuse it: say so here.
+                    problems.push(source.error(
+                        "workload.trace.header.trace_version",
+                        "trace-version",
+                        format!(
+                            "version {} is not one pdsim reads ({} to {})",
+                            header.trace_version,
+                            TRACE_V2_VERSIONS.start(),
+                            TRACE_V2_VERSIONS.end()
+                        ),
+                    ));
                 }
                 if !TIME_UNITS.contains(&header.time_unit.as_str()) {
                     problems.push(source.error(
                         "workload.trace.header.time_unit",
                         "trace-time-unit",
                         format!("time_unit must be one of {}", TIME_UNITS.join(", ")),
+                    ));
+                } else if !TRACE_V2_READ_TIME_UNITS.contains(&header.time_unit.as_str()) {
+                    problems.push(source.error(
+                        "workload.trace.header.time_unit",
+                        "trace-time-unit",
+                        format!(
+                            "is `{}`, but TraceV2 timestamp columns are integer microseconds (`arrival_time_us`); pdsim reads only {} rather than guess which of the two is wrong",
+                            header.time_unit,
+                            TRACE_V2_READ_TIME_UNITS.join(" or ")
+                        ),
                     ));
                 }
                 if !TRACE_MODES.contains(&header.mode.as_str()) {
