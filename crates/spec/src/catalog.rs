@@ -451,7 +451,7 @@ impl<'f> Catalog<'f> {
 /// Loads a file whose top level may carry `_comment` and `_comment_*` keys
 /// (chips, fabrics, shapes): the comments are dropped, everything else is
 /// strict.
-fn load_commented<T: DeserializeOwned>(source: &Source) -> Result<T, Problems> {
+pub(crate) fn load_commented<T: DeserializeOwned>(source: &Source) -> Result<T, Problems> {
     let raw: serde_yaml::Value = load(source)?;
     from_value_commented(source, "", raw)
 }

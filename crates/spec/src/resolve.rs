@@ -149,7 +149,7 @@ fn batch_defaults(pack: &RulesPack, chip_name: &str, chip: &Chip) -> (u64, u64) 
 pub fn generated_capture_sizes(max: u64) -> Vec<u64> {
     // The field checks refuse larger sizes; the clamp keeps this function
     // total for any caller.
-    let max = max.min(1 << 16);
+    let max = max.min(crate::validate::deployment::ABSURD_CAPTURE_SIZE as u64);
     let mut sizes: Vec<u64> = [1, 2, 4].into_iter().filter(|s| *s <= max).collect();
     sizes.extend((8..=248).step_by(8).filter(|s| *s <= max));
     sizes.extend((256..=max.max(256)).step_by(16).filter(|s| *s <= max));
@@ -621,12 +621,7 @@ pub fn resolve_pool(
 }
 
 /// Weights one rank loads, in bytes.
-fn weights_per_rank(
-    layout: &PoolLayout,
-    model: &Model,
-    engine: &EngineConfig,
-    pack: &RulesPack,
-) -> (f64, f64) {
+fn weights_per_rank(layout: &PoolLayout, model: &Model, engine: &EngineConfig) -> (f64, f64) {
     let p = &model.params;
     let bytes = engine.weight_bits as f64 / 8.0;
     let tp = layout.tp as f64;
@@ -653,7 +648,7 @@ fn weights_per_rank(
         if mtp_like && model.mtp_layers > 0 {
             // The checkpoint's MTP layers load on every rank that drafts.
             draft = p.mtp as f64 * bytes / expert_share.max(1.0);
-        } else if pack.eagle_style_spec_methods.contains(method) || method == "draft_model" {
+        } else if engine.spec_eagle_style || method == "draft_model" {
             // An EAGLE head: one decoder layer, a fusion projection and its
             // own output head, in 16 bits, replicated per rank [estimate].
             let h = model.hidden_size as f64;
@@ -675,7 +670,7 @@ fn memory_and_kv(
 ) -> (MemoryBreakdown, KvCapacity) {
     let device = chip.memory_gib * GIB;
     let requested = (device * engine.gpu_memory_utilization).ceil();
-    let (weights, draft) = weights_per_rank(layout, model, engine, pack);
+    let (weights, draft) = weights_per_rank(layout, model, engine);
     // Profile run: max_num_batched_tokens tokens through one layer's widest
     // tensors (residual stream, attention output, gate+up of the MLP or of
     // the routed experts), plus fp32 logits for up to max_num_seqs rows
@@ -717,7 +712,7 @@ fn memory_and_kv(
     if let Some(method) = &engine.spec_method {
         if method.ends_with("mtp") {
             draft_layers = model.mtp_layers.max(1) as f64;
-        } else if pack.eagle_style_spec_methods.contains(method) {
+        } else if engine.spec_eagle_style {
             draft_layers = 1.0;
         }
     }

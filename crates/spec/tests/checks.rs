@@ -1431,3 +1431,22 @@ fn a_coefficient_set_file_is_checked() {
     );
     assert!(!report.valid);
 }
+
+/// A coefficient set given as a file loads as the catalog loads it: its
+/// top-level `_comment` keys are dropped, as in the built-in sets.
+#[test]
+fn a_coefficient_set_file_may_carry_comments_as_in_the_catalog() {
+    let set = "_comment: measured on our cluster\nkind: CoefficientSet\nname: mine\ncoefficients:\n  - host_admission_per_token:\n      value: 0.35\n      units: us_per_token\n      method: assumed\n      fitted: false\n      rationale: r\n";
+    let files = MemoryFiles::new().with("c.yaml", set);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: None,
+        documents: vec!["c.yaml".into()],
+    });
+    assert!(
+        !report.problems.iter().any(|p| p.code == "unknown-key"),
+        "{:?}",
+        report.problems
+    );
+}

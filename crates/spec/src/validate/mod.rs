@@ -124,14 +124,16 @@ pub fn validate(request: &Request<'_>) -> Report {
             )),
             // A coefficient set given directly is checked as the registry
             // validator checks it; it plays no part in the bundle.
-            Some("CoefficientSet") => match load::<crate::catalog::CoefficientSet>(&source) {
-                Ok(set) => {
-                    if let Err(found) = catalog::check_coefficient_set(&source, &set) {
-                        problems.extend(found);
+            Some("CoefficientSet") => {
+                match crate::catalog::load_commented::<crate::catalog::CoefficientSet>(&source) {
+                    Ok(set) => {
+                        if let Err(found) = catalog::check_coefficient_set(&source, &set) {
+                            problems.extend(found);
+                        }
                     }
+                    Err(found) => problems.extend(found),
                 }
-                Err(found) => problems.extend(found),
-            },
+            }
             _ => deployment_sources.push(source),
         }
     }
