@@ -51,9 +51,11 @@ pub struct EngineConfig {
     /// 0 leaves prefills uncapped.
     pub long_prefill_token_threshold: u64,
     pub long_prefill_waiver_when_alone: bool,
-    /// Admission reserves blocks for the whole remaining prompt.
+    /// Admission reserves blocks for the whole remaining prompt
+    /// (`scheduler_reserve_full_isl`, `vllm/config/scheduler.py`).
     pub reserve_full_prompt: bool,
-    /// Freed blocks without a hash are reused first.
+    /// Freed blocks without a hash are reused first (`BlockPool.free_blocks`,
+    /// `vllm/v1/core/block_pool.py`).
     pub unhashed_blocks_to_front: bool,
     pub gpu_memory_utilization: f64,
     pub scheduling_policy: String,
@@ -440,7 +442,8 @@ pub fn resolve_pool(
         value: allreduce.clone(),
         origin: "derived",
     });
-    // vLLM's ParallelConfig.use_sequence_parallel_moe: expert parallelism on,
+    // vLLM's ParallelConfig.use_sequence_parallel_moe (`vllm/config/
+    // parallel.py`): expert parallelism on,
     // an SP-MoE all2all backend, and both tp and dp above 1.
     let sequence_parallel_moe = model.is_moe()
         && pool.parallel.enable_expert_parallel

@@ -35,7 +35,12 @@ pub struct Features {
     pub pp_excludes_dp: bool,
     pub has_swa_bounded_replay: bool,
     pub has_engram_config: bool,
+    /// `SchedulerConfig.scheduler_reserve_full_isl` (`vllm/config/
+    /// scheduler.py`): admission needs blocks for the whole prompt, not
+    /// its first chunk (`allocate_slots(..., full_sequence_must_fit)`).
     pub reserve_full_prompt: bool,
+    /// Freed blocks without a hash go to the front of the free queue
+    /// (`BlockPool.free_blocks`, `vllm/v1/core/block_pool.py`).
     pub unhashed_blocks_to_front: bool,
     pub cuda_graphs: bool,
     #[serde(default)]
@@ -58,6 +63,8 @@ pub struct Defaults {
     pub data_parallel_load_balancing: String,
     pub all2all_backend: String,
     pub cache_dtype: String,
+    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (`vllm/envs.py`): how long a
+    /// prefill engine keeps a request's blocks for the decode side's read.
     pub kv_hold_timeout_s: f64,
     pub batch_defaults: Vec<BatchDefault>,
 }
