@@ -39,8 +39,8 @@
 
 use crate::lines::{Line, Lines};
 use crate::{
-    MAX_TOKENS, MOONCAKE_SALT, MOONCAKE_UNIQUE_SALT, RequestSource, RequestSpec, TraceError,
-    default_classes, raise_output,
+    ArrivalOrder, MOONCAKE_SALT, MOONCAKE_UNIQUE_SALT, RequestSource, RequestSpec, TraceError,
+    check_tokens, default_classes, raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimTime};
@@ -61,10 +61,9 @@ pub struct MooncakeReader<R> {
 struct State {
     name: String,
     block_tokens: u32,
-    /// Timestamp (ms) of the first valid row: the origin of arrivals.
-    origin_ms: Option<u64>,
-    /// Timestamp (ms) and line of the latest valid row.
-    last: Option<(u64, u64)>,
+    /// Timestamps (ms) of the first valid row, the origin of arrivals, and
+    /// of the latest.
+    order: ArrivalOrder,
     classes: Vec<String>,
     raised: u64,
 }
@@ -77,8 +76,7 @@ impl<R: BufRead> MooncakeReader<R> {
             state: State {
                 name: name.into(),
                 block_tokens: MOONCAKE_BLOCK_TOKENS,
-                origin_ms: None,
-                last: None,
+                order: ArrivalOrder::default(),
                 classes: default_classes(),
                 raised: 0,
             },
@@ -163,19 +161,9 @@ impl State {
                 "must be at least 1 (vLLM refuses an empty prompt)".into(),
             )));
         }
-        if input > MAX_TOKENS {
-            return Err(key_error((
-                "input_length",
-                format!("{input} tokens is more than the {MAX_TOKENS} pdsim accepts"),
-            )));
-        }
+        check_tokens(input).map_err(|message| key_error(("input_length", message)))?;
         let output = uint(&row, "output_length").map_err(key_error)?;
-        if output > MAX_TOKENS {
-            return Err(key_error((
-                "output_length",
-                format!("{output} tokens is more than the {MAX_TOKENS} pdsim accepts"),
-            )));
-        }
+        check_tokens(output).map_err(|message| key_error(("output_length", message)))?;
         let ids = match row.get("hash_ids") {
             None => return Err(key_error(("hash_ids", "is missing".into()))),
             Some(Value::Array(ids)) => ids,
@@ -223,9 +211,7 @@ impl State {
             });
         }
 
-        if let Some((previous, previous_line)) = self.last
-            && timestamp < previous
-        {
+        if let Err((previous, previous_line)) = self.order.check(timestamp) {
             return Err(key_error((
                 "timestamp",
                 format!(
@@ -234,11 +220,10 @@ impl State {
                 ),
             )));
         }
-        let origin = *self.origin_ms.get_or_insert(timestamp);
-        self.last = Some((timestamp, line));
+        let since_first = self.order.accept(timestamp, line);
 
         Ok(RequestSpec {
-            arrival: SimTime::from_ms(timestamp - origin),
+            arrival: SimTime::from_ms(since_first),
             prompt: Prompt::new(segments),
             output_tokens: raise_output(output, &mut self.raised),
             priority: 0,

@@ -56,8 +56,8 @@
 
 use crate::lines::{CsvRecords, Fields};
 use crate::{
-    MAX_TOKENS, RequestSource, RequestSpec, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT, TraceError,
-    default_classes, fnv1a64, raise_output,
+    ArrivalOrder, MAX_TOKENS, RequestSource, RequestSpec, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT,
+    TraceError, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimTime};
@@ -116,7 +116,7 @@ struct State {
     classes: Vec<String>,
     class_index: BTreeMap<String, u16>,
     /// Arrival (µs) and line of the latest valid row.
-    last: Option<(u64, u64)>,
+    order: ArrivalOrder,
     raised: u64,
 }
 
@@ -207,7 +207,7 @@ impl<R: BufRead> TraceV2Reader<R> {
             name,
             classes: default_classes(),
             class_index: BTreeMap::new(),
-            last: None,
+            order: ArrivalOrder::default(),
             raised: 0,
         };
         Ok(TraceV2Reader { records, state })
@@ -278,19 +278,11 @@ impl<'r> Row<'_, 'r> {
     }
 
     fn count(&self, column: usize) -> Result<u64, TraceError> {
-        let value = self.int(column)?;
-        u64::try_from(value).map_err(|_| self.error(column, format!("{value} is negative")))
+        parse_count(self.text(column)?).map_err(|message| self.error(column, message))
     }
 
     fn tokens(&self, column: usize) -> Result<u64, TraceError> {
-        let value = self.count(column)?;
-        if value > MAX_TOKENS {
-            return Err(self.error(
-                column,
-                format!("{value} tokens is more than the {MAX_TOKENS} pdsim accepts"),
-            ));
-        }
-        Ok(value)
+        check_tokens(self.count(column)?).map_err(|message| self.error(column, message))
     }
 }
 
@@ -407,9 +399,7 @@ impl State {
                 ),
             ));
         }
-        if let Some((previous, previous_line)) = self.last
-            && arrival < previous
-        {
+        if let Err((previous, previous_line)) = self.order.check(arrival) {
             return Err(row.error(
                 arrival_column,
                 format!(
@@ -442,7 +432,8 @@ impl State {
                 tokens: tail as u32,
             },
         ];
-        self.last = Some((arrival, line));
+        // TraceV2 arrivals keep the trace's own origin.
+        self.order.accept(arrival, line);
         Ok(RequestSpec {
             arrival: SimTime::from_us(arrival),
             prompt: Prompt::new(segments),
