@@ -43,7 +43,6 @@ struct State {
     columns: [usize; 3],
     /// Nanoseconds since 1970 of the first and the latest valid row.
     order: ArrivalOrder,
-    classes: Vec<String>,
     raised: u64,
 }
 
@@ -71,7 +70,6 @@ impl<R: BufRead> AzureReader<R> {
             name,
             columns,
             order: ArrivalOrder::default(),
-            classes: default_classes(),
             raised: 0,
         };
         Ok(AzureReader { records, state })
@@ -94,7 +92,7 @@ impl<R: BufRead> Iterator for AzureReader<R> {
 
 impl<R: BufRead> RequestSource for AzureReader<R> {
     fn slo_classes(&self) -> &[String] {
-        &self.state.classes
+        default_classes()
     }
 
     fn outputs_raised(&self) -> u64 {

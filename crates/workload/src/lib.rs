@@ -221,10 +221,12 @@ pub trait RequestSource: Iterator<Item = Result<RequestSpec, TraceError>> {
     }
 }
 
+static UNNAMED: [String; 1] = [String::new()];
+
 /// The list of class names every source starts with: only the unnamed
-/// default class.
-pub(crate) fn default_classes() -> Vec<String> {
-    vec![String::new()]
+/// default class. Sources that name no classes keep it as their list.
+pub(crate) fn default_classes() -> &'static [String] {
+    &UNNAMED
 }
 
 /// Output lengths of 0 become 1 (see [`RequestSource::outputs_raised`]).

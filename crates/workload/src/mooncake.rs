@@ -64,7 +64,6 @@ struct State {
     /// Timestamps (ms) of the first valid row, the origin of arrivals, and
     /// of the latest.
     order: ArrivalOrder,
-    classes: Vec<String>,
     raised: u64,
 }
 
@@ -77,7 +76,6 @@ impl<R: BufRead> MooncakeReader<R> {
                 name: name.into(),
                 block_tokens: MOONCAKE_BLOCK_TOKENS,
                 order: ArrivalOrder::default(),
-                classes: default_classes(),
                 raised: 0,
             },
         }
@@ -120,7 +118,7 @@ impl<R: BufRead> Iterator for MooncakeReader<R> {
 
 impl<R: BufRead> RequestSource for MooncakeReader<R> {
     fn slo_classes(&self) -> &[String] {
-        &self.state.classes
+        default_classes()
     }
 
     fn outputs_raised(&self) -> u64 {

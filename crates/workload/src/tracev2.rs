@@ -205,7 +205,7 @@ impl<R: BufRead> TraceV2Reader<R> {
             slo_target: position("slo_target_us"),
             layout,
             name,
-            classes: default_classes(),
+            classes: default_classes().to_vec(),
             class_index: BTreeMap::new(),
             order: ArrivalOrder::default(),
             raised: 0,
