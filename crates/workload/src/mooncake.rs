@@ -60,7 +60,6 @@ pub struct MooncakeReader<R> {
 /// parsed while the state is updated.
 struct State {
     name: String,
-    block_tokens: u32,
     /// Timestamps (ms) of the first valid row, the origin of arrivals, and
     /// of the latest.
     order: ArrivalOrder,
@@ -74,23 +73,10 @@ impl<R: BufRead> MooncakeReader<R> {
             lines: Lines::new(input),
             state: State {
                 name: name.into(),
-                block_tokens: MOONCAKE_BLOCK_TOKENS,
                 order: ArrivalOrder::default(),
                 raised: 0,
             },
         }
-    }
-
-    /// Reads `hash_ids` as blocks of `tokens` tokens instead of 512, for
-    /// files written in Mooncake's format by tools with another block size.
-    ///
-    /// # Panics
-    ///
-    /// If `tokens` is 0.
-    pub fn with_block_tokens(mut self, tokens: u32) -> MooncakeReader<R> {
-        assert!(tokens > 0, "a block holds at least one token");
-        self.state.block_tokens = tokens;
-        self
     }
 }
 
@@ -172,7 +158,7 @@ impl State {
                 )));
             }
         };
-        let block = self.block_tokens as u64;
+        let block = MOONCAKE_BLOCK_TOKENS as u64;
         let blocks = ids.len() as u64;
         if blocks > 0 && input <= block.saturating_mul(blocks - 1) {
             return Err(key_error((
@@ -318,14 +304,12 @@ mod tests {
     }
 
     #[test]
-    fn block_size_can_be_changed() {
-        let text = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 3, \"hash_ids\": [1, 2, 3]}";
-        let all: Vec<_> = MooncakeReader::new(text.as_bytes(), "t")
-            .with_block_tokens(16)
-            .collect();
+    fn blocks_are_512_tokens_and_the_last_may_be_partial() {
+        let text = "{\"timestamp\": 0, \"input_length\": 1064, \"output_length\": 3, \"hash_ids\": [1, 2, 3]}";
+        let all: Vec<_> = MooncakeReader::new(text.as_bytes(), "t").collect();
         let r = all[0].as_ref().unwrap();
         let lengths: Vec<u32> = r.prompt.segments.iter().map(|s| s.tokens).collect();
-        assert_eq!(lengths, [16, 16, 8]);
+        assert_eq!(lengths, [512, 512, 40]);
     }
 
     #[test]
