@@ -23,7 +23,8 @@
 
 use crate::lines::{CsvRecords, Fields};
 use crate::{
-    AZURE_SALT, MAX_TOKENS, RequestSource, RequestSpec, TraceError, default_classes, raise_output,
+    AZURE_SALT, ArrivalOrder, RequestSource, RequestSpec, TraceError, check_tokens,
+    default_classes, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimTime};
@@ -40,11 +41,8 @@ struct State {
     name: String,
     /// Indices of `TIMESTAMP`, `ContextTokens`, `GeneratedTokens`.
     columns: [usize; 3],
-    /// Nanoseconds since 1970 of the first valid row.
-    origin_ns: Option<u64>,
-    /// Nanoseconds since 1970 and line of the latest valid row.
-    last: Option<(u64, u64)>,
-    classes: Vec<String>,
+    /// Nanoseconds since 1970 of the first and the latest valid row.
+    order: ArrivalOrder,
     raised: u64,
 }
 
@@ -71,9 +69,7 @@ impl<R: BufRead> AzureReader<R> {
         let state = State {
             name,
             columns,
-            origin_ns: None,
-            last: None,
-            classes: default_classes(),
+            order: ArrivalOrder::default(),
             raised: 0,
         };
         Ok(AzureReader { records, state })
@@ -96,7 +92,7 @@ impl<R: BufRead> Iterator for AzureReader<R> {
 
 impl<R: BufRead> RequestSource for AzureReader<R> {
     fn slo_classes(&self) -> &[String] {
-        &self.state.classes
+        default_classes()
     }
 
     fn outputs_raised(&self) -> u64 {
@@ -129,18 +125,9 @@ impl State {
         })?;
         let mut counts = [0u64; 2];
         for (i, count) in counts.iter_mut().enumerate() {
-            let text = fields[i + 1].trim();
-            *count = match text.parse::<i64>() {
-                Ok(v) if v < 0 => return Err(error(i + 1, format!("{v} is negative"))),
-                Ok(v) if v as u64 > MAX_TOKENS => {
-                    return Err(error(
-                        i + 1,
-                        format!("{v} tokens is more than the {MAX_TOKENS} pdsim accepts"),
-                    ));
-                }
-                Ok(v) => v as u64,
-                Err(_) => return Err(error(i + 1, format!("`{text}` is not an integer"))),
-            };
+            *count = parse_count(fields[i + 1].trim())
+                .and_then(check_tokens)
+                .map_err(|message| error(i + 1, message))?;
         }
         let [input, output] = counts;
         if input == 0 {
@@ -149,9 +136,7 @@ impl State {
                 "must be at least 1 (vLLM refuses an empty prompt)".into(),
             ));
         }
-        if let Some((previous, previous_line)) = self.last
-            && time < previous
-        {
+        if let Err((_, previous_line)) = self.order.check(time) {
             return Err(error(
                 0,
                 format!(
@@ -161,10 +146,9 @@ impl State {
                 ),
             ));
         }
-        let origin = *self.origin_ns.get_or_insert(time);
-        self.last = Some((time, line));
+        let since_first = self.order.accept(time, line);
         Ok(RequestSpec {
-            arrival: SimTime(time - origin),
+            arrival: SimTime(since_first),
             prompt: Prompt::new(vec![Segment {
                 id: content_id(line, AZURE_SALT),
                 tokens: input as u32,

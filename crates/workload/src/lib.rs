@@ -62,6 +62,53 @@ use std::fmt;
 /// and refusing it keeps token sums far from overflow.
 pub const MAX_TOKENS: u64 = 10_000_000;
 
+/// A count written as text (a CSV field): a non-negative integer, or the
+/// message saying why the text is not one.
+pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
+    let value = text
+        .parse::<i64>()
+        .map_err(|_| format!("`{text}` is not an integer"))?;
+    u64::try_from(value).map_err(|_| format!("{value} is negative"))
+}
+
+/// `tokens` if it is at most [`MAX_TOKENS`], else the message saying it is
+/// too many.
+pub(crate) fn check_tokens(tokens: u64) -> Result<u64, String> {
+    if tokens > MAX_TOKENS {
+        return Err(format!(
+            "{tokens} tokens is more than the {MAX_TOKENS} pdsim accepts"
+        ));
+    }
+    Ok(tokens)
+}
+
+/// Keeps rows in arrival order: remembers the time and line of the latest
+/// accepted row, and the time of the first, the origin of relative arrivals.
+#[derive(Default)]
+pub(crate) struct ArrivalOrder {
+    first: Option<u64>,
+    last: Option<(u64, u64)>,
+}
+
+impl ArrivalOrder {
+    /// `Err((time, line))` of the latest accepted row if `time` is earlier
+    /// than it.
+    pub(crate) fn check(&self, time: u64) -> Result<(), (u64, u64)> {
+        match self.last {
+            Some((previous, previous_line)) if time < previous => Err((previous, previous_line)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a valid row at `time` on `line` and returns its time since
+    /// the first recorded row. Call [`ArrivalOrder::check`] first.
+    pub(crate) fn accept(&mut self, time: u64, line: u64) -> u64 {
+        let first = *self.first.get_or_insert(time);
+        self.last = Some((time, line));
+        time.saturating_sub(first)
+    }
+}
+
 /// Salt of segment ids derived from Mooncake `hash_ids`, so they can never
 /// collide with ids another source derives from the same small integers.
 pub const MOONCAKE_SALT: u64 = u64::from_be_bytes(*b"mooncake");
@@ -174,10 +221,12 @@ pub trait RequestSource: Iterator<Item = Result<RequestSpec, TraceError>> {
     }
 }
 
+static UNNAMED: [String; 1] = [String::new()];
+
 /// The list of class names every source starts with: only the unnamed
-/// default class.
-pub(crate) fn default_classes() -> Vec<String> {
-    vec![String::new()]
+/// default class. Sources that name no classes keep it as their list.
+pub(crate) fn default_classes() -> &'static [String] {
+    &UNNAMED
 }
 
 /// Output lengths of 0 become 1 (see [`RequestSource::outputs_raised`]).

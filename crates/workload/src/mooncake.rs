@@ -39,8 +39,8 @@
 
 use crate::lines::{Line, Lines};
 use crate::{
-    MAX_TOKENS, MOONCAKE_SALT, MOONCAKE_UNIQUE_SALT, RequestSource, RequestSpec, TraceError,
-    default_classes, raise_output,
+    ArrivalOrder, MOONCAKE_SALT, MOONCAKE_UNIQUE_SALT, RequestSource, RequestSpec, TraceError,
+    check_tokens, default_classes, raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimTime};
@@ -60,12 +60,9 @@ pub struct MooncakeReader<R> {
 /// parsed while the state is updated.
 struct State {
     name: String,
-    block_tokens: u32,
-    /// Timestamp (ms) of the first valid row: the origin of arrivals.
-    origin_ms: Option<u64>,
-    /// Timestamp (ms) and line of the latest valid row.
-    last: Option<(u64, u64)>,
-    classes: Vec<String>,
+    /// Timestamps (ms) of the first valid row, the origin of arrivals, and
+    /// of the latest.
+    order: ArrivalOrder,
     raised: u64,
 }
 
@@ -76,25 +73,10 @@ impl<R: BufRead> MooncakeReader<R> {
             lines: Lines::new(input),
             state: State {
                 name: name.into(),
-                block_tokens: MOONCAKE_BLOCK_TOKENS,
-                origin_ms: None,
-                last: None,
-                classes: default_classes(),
+                order: ArrivalOrder::default(),
                 raised: 0,
             },
         }
-    }
-
-    /// Reads `hash_ids` as blocks of `tokens` tokens instead of 512, for
-    /// files written in Mooncake's format by tools with another block size.
-    ///
-    /// # Panics
-    ///
-    /// If `tokens` is 0.
-    pub fn with_block_tokens(mut self, tokens: u32) -> MooncakeReader<R> {
-        assert!(tokens > 0, "a block holds at least one token");
-        self.state.block_tokens = tokens;
-        self
     }
 }
 
@@ -122,7 +104,7 @@ impl<R: BufRead> Iterator for MooncakeReader<R> {
 
 impl<R: BufRead> RequestSource for MooncakeReader<R> {
     fn slo_classes(&self) -> &[String] {
-        &self.state.classes
+        default_classes()
     }
 
     fn outputs_raised(&self) -> u64 {
@@ -163,19 +145,9 @@ impl State {
                 "must be at least 1 (vLLM refuses an empty prompt)".into(),
             )));
         }
-        if input > MAX_TOKENS {
-            return Err(key_error((
-                "input_length",
-                format!("{input} tokens is more than the {MAX_TOKENS} pdsim accepts"),
-            )));
-        }
+        check_tokens(input).map_err(|message| key_error(("input_length", message)))?;
         let output = uint(&row, "output_length").map_err(key_error)?;
-        if output > MAX_TOKENS {
-            return Err(key_error((
-                "output_length",
-                format!("{output} tokens is more than the {MAX_TOKENS} pdsim accepts"),
-            )));
-        }
+        check_tokens(output).map_err(|message| key_error(("output_length", message)))?;
         let ids = match row.get("hash_ids") {
             None => return Err(key_error(("hash_ids", "is missing".into()))),
             Some(Value::Array(ids)) => ids,
@@ -186,7 +158,7 @@ impl State {
                 )));
             }
         };
-        let block = self.block_tokens as u64;
+        let block = MOONCAKE_BLOCK_TOKENS as u64;
         let blocks = ids.len() as u64;
         if blocks > 0 && input <= block.saturating_mul(blocks - 1) {
             return Err(key_error((
@@ -223,9 +195,7 @@ impl State {
             });
         }
 
-        if let Some((previous, previous_line)) = self.last
-            && timestamp < previous
-        {
+        if let Err((previous, previous_line)) = self.order.check(timestamp) {
             return Err(key_error((
                 "timestamp",
                 format!(
@@ -234,11 +204,10 @@ impl State {
                 ),
             )));
         }
-        let origin = *self.origin_ms.get_or_insert(timestamp);
-        self.last = Some((timestamp, line));
+        let since_first = self.order.accept(timestamp, line);
 
         Ok(RequestSpec {
-            arrival: SimTime::from_ms(timestamp - origin),
+            arrival: SimTime::from_ms(since_first),
             prompt: Prompt::new(segments),
             output_tokens: raise_output(output, &mut self.raised),
             priority: 0,
@@ -335,14 +304,12 @@ mod tests {
     }
 
     #[test]
-    fn block_size_can_be_changed() {
-        let text = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 3, \"hash_ids\": [1, 2, 3]}";
-        let all: Vec<_> = MooncakeReader::new(text.as_bytes(), "t")
-            .with_block_tokens(16)
-            .collect();
+    fn blocks_are_512_tokens_and_the_last_may_be_partial() {
+        let text = "{\"timestamp\": 0, \"input_length\": 1064, \"output_length\": 3, \"hash_ids\": [1, 2, 3]}";
+        let all: Vec<_> = MooncakeReader::new(text.as_bytes(), "t").collect();
         let r = all[0].as_ref().unwrap();
         let lengths: Vec<u32> = r.prompt.segments.iter().map(|s| s.tokens).collect();
-        assert_eq!(lengths, [16, 16, 8]);
+        assert_eq!(lengths, [512, 512, 40]);
     }
 
     #[test]

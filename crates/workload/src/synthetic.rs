@@ -50,7 +50,6 @@ pub struct Synthetic {
     tail_salt: u64,
     arrivals: Stream,
     lengths: Stream,
-    classes: Vec<String>,
 }
 
 /// One length distribution, checked and ready to draw from.
@@ -163,7 +162,6 @@ impl Synthetic {
             tail_salt: SYNTHETIC_TAIL_SALT ^ mix64(seed),
             arrivals: Stream::new(seed, Purpose::Arrivals, 0),
             lengths: Stream::new(seed, Purpose::Lengths, 0),
-            classes: default_classes(),
         })
     }
 }
@@ -211,7 +209,7 @@ impl Iterator for Synthetic {
 
 impl RequestSource for Synthetic {
     fn slo_classes(&self) -> &[String] {
-        &self.classes
+        default_classes()
     }
 }
 

@@ -56,8 +56,8 @@
 
 use crate::lines::{CsvRecords, Fields};
 use crate::{
-    MAX_TOKENS, RequestSource, RequestSpec, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT, TraceError,
-    default_classes, fnv1a64, raise_output,
+    ArrivalOrder, MAX_TOKENS, RequestSource, RequestSpec, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT,
+    TraceError, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimTime};
@@ -96,6 +96,53 @@ const CORE_COLUMNS: [&str; 27] = [
     "finish_reason",
 ];
 
+/// The index in [`CORE_COLUMNS`] of the column `name`. Used only to define
+/// the constants below, at compile time, so a name that is not a core column
+/// fails the build.
+const fn core(name: &str) -> usize {
+    let mut i = 0;
+    while i < CORE_COLUMNS.len() {
+        let (a, b) = (CORE_COLUMNS[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    panic!("not a core TraceV2 column")
+}
+
+// Indices in `CORE_COLUMNS` of the core columns a row is checked against.
+const REQUEST_ID: usize = core("request_id");
+const SLO_CLASS: usize = core("slo_class");
+const ROUND_INDEX: usize = core("round_index");
+const PREFIX_GROUP: usize = core("prefix_group");
+const PREFIX_LENGTH: usize = core("prefix_length");
+const STREAMING: usize = core("streaming");
+const INPUT_TOKENS: usize = core("input_tokens");
+const OUTPUT_TOKENS: usize = core("output_tokens");
+const MODALITY_TOKENS: [usize; 4] = [
+    core("text_tokens"),
+    core("image_tokens"),
+    core("audio_tokens"),
+    core("video_tokens"),
+];
+const REASON_RATIO: usize = core("reason_ratio");
+const DEADLINE_US: usize = core("deadline_us");
+const SERVER_INPUT_TOKENS: usize = core("server_input_tokens");
+const ARRIVAL_TIME_US: usize = core("arrival_time_us");
+const CLIENT_TIMES_US: [usize; 3] = [
+    core("send_time_us"),
+    core("first_chunk_time_us"),
+    core("last_chunk_time_us"),
+];
+const NUM_CHUNKS: usize = core("num_chunks");
+
 /// The newest TraceV2 version whose layout this reader knows.
 const NEWEST_VERSION: i64 = 3;
 
@@ -111,12 +158,15 @@ struct State {
     /// The column names the layout expects, in order (core plus the
     /// optional columns the header row has).
     layout: Vec<&'static str>,
+    /// Where each core column is in the layout, by its index in
+    /// [`CORE_COLUMNS`].
+    core: Box<[usize; CORE_COLUMNS.len()]>,
     priority: Option<usize>,
     slo_target: Option<usize>,
     classes: Vec<String>,
     class_index: BTreeMap<String, u16>,
     /// Arrival (µs) and line of the latest valid row.
-    last: Option<(u64, u64)>,
+    order: ArrivalOrder,
     raised: u64,
 }
 
@@ -160,7 +210,9 @@ impl<R: BufRead> TraceV2Reader<R> {
         )?;
         let has = |column: &str| names.iter().any(|n| n == column);
         let mut layout = Vec::with_capacity(CORE_COLUMNS.len() + 2);
-        for column in CORE_COLUMNS {
+        let mut core = [0; CORE_COLUMNS.len()];
+        for (at, column) in core.iter_mut().zip(CORE_COLUMNS) {
+            *at = layout.len();
             layout.push(column);
             if column == "slo_class" && has("vllm_priority") {
                 layout.push("vllm_priority");
@@ -204,10 +256,11 @@ impl<R: BufRead> TraceV2Reader<R> {
             priority: position("vllm_priority"),
             slo_target: position("slo_target_us"),
             layout,
+            core: Box::new(core),
             name,
-            classes: default_classes(),
+            classes: default_classes().to_vec(),
             class_index: BTreeMap::new(),
-            last: None,
+            order: ArrivalOrder::default(),
             raised: 0,
         };
         Ok(TraceV2Reader { records, state })
@@ -278,37 +331,22 @@ impl<'r> Row<'_, 'r> {
     }
 
     fn count(&self, column: usize) -> Result<u64, TraceError> {
-        let value = self.int(column)?;
-        u64::try_from(value).map_err(|_| self.error(column, format!("{value} is negative")))
+        parse_count(self.text(column)?).map_err(|message| self.error(column, message))
     }
 
     fn tokens(&self, column: usize) -> Result<u64, TraceError> {
-        let value = self.count(column)?;
-        if value > MAX_TOKENS {
-            return Err(self.error(
-                column,
-                format!("{value} tokens is more than the {MAX_TOKENS} pdsim accepts"),
-            ));
-        }
-        Ok(value)
+        check_tokens(self.count(column)?).map_err(|message| self.error(column, message))
     }
 }
 
 impl State {
-    fn column(&self, name: &str) -> usize {
-        self.layout
-            .iter()
-            .position(|c| *c == name)
-            .expect("a core column")
-    }
-
     fn parse(&mut self, line: u64, record: &Fields) -> Result<RequestSpec, TraceError> {
         let row = Row {
             state: self,
             line,
             record,
         };
-        let c = |name: &str| self.column(name);
+        let c = |core: usize| self.core[core];
         if record.len() < self.layout.len() {
             return Err(row.error(
                 record.len(),
@@ -319,8 +357,8 @@ impl State {
                 ),
             ));
         }
-        row.int(c("request_id"))?;
-        let slo_class = row.text(c("slo_class"))?;
+        row.int(c(REQUEST_ID))?;
+        let slo_class = row.text(c(SLO_CLASS))?;
         let priority = match self.priority {
             None => 0,
             Some(column) => {
@@ -329,47 +367,42 @@ impl State {
                     .map_err(|_| row.error(column, format!("{value} is too large")))?
             }
         };
-        row.int(c("round_index"))?;
-        let group = row.text(c("prefix_group"))?;
-        let prefix = row.tokens(c("prefix_length"))?;
-        let streaming = c("streaming");
+        row.int(c(ROUND_INDEX))?;
+        let group = row.text(c(PREFIX_GROUP))?;
+        let prefix = row.tokens(c(PREFIX_LENGTH))?;
+        let streaming = c(STREAMING);
         let text = row.text(streaming)?;
         if go_bool(text).is_none() {
             return Err(row.error(streaming, format!("`{text}` is not a boolean")));
         }
-        let input = row.tokens(c("input_tokens"))?;
-        let output = row.tokens(c("output_tokens"))?;
-        for name in [
-            "text_tokens",
-            "image_tokens",
-            "audio_tokens",
-            "video_tokens",
-        ] {
-            row.count(c(name))?;
+        let input = row.tokens(c(INPUT_TOKENS))?;
+        let output = row.tokens(c(OUTPUT_TOKENS))?;
+        for column in MODALITY_TOKENS {
+            row.count(c(column))?;
         }
-        let ratio_column = c("reason_ratio");
+        let ratio_column = c(REASON_RATIO);
         let text = row.text(ratio_column)?;
         match text.parse::<f64>() {
             Ok(ratio) if (0.0..=1.0).contains(&ratio) => {}
             _ => return Err(row.error(ratio_column, format!("`{text}` is not a number in [0, 1]"))),
         }
-        let deadline = row.count(c("deadline_us"))?;
+        let deadline = row.count(c(DEADLINE_US))?;
         if let Some(column) = self.slo_target {
             row.count(column)?;
         }
-        let server_input = row.tokens(c("server_input_tokens"))?;
-        let arrival_column = c("arrival_time_us");
+        let server_input = row.tokens(c(SERVER_INPUT_TOKENS))?;
+        let arrival_column = c(ARRIVAL_TIME_US);
         let arrival = row.count(arrival_column)?;
         if arrival > u64::MAX / 1_000 {
             return Err(row.error(arrival_column, format!("{arrival} µs is too large")));
         }
-        for name in ["send_time_us", "first_chunk_time_us", "last_chunk_time_us"] {
-            row.int(c(name))?;
+        for column in CLIENT_TIMES_US {
+            row.int(c(column))?;
         }
-        row.count(c("num_chunks"))?;
+        row.count(c(NUM_CHUNKS))?;
         if deadline > 0 && arrival > 0 && deadline < arrival {
             return Err(row.error(
-                c("deadline_us"),
+                c(DEADLINE_US),
                 format!("{deadline} µs is before the arrival, {arrival} µs"),
             ));
         }
@@ -377,7 +410,7 @@ impl State {
         let (prefix, tail) = if group.is_empty() {
             if prefix > 0 {
                 return Err(row.error(
-                    c("prefix_length"),
+                    c(PREFIX_LENGTH),
                     format!("is {prefix} but prefix_group is empty; a shared prefix needs a group"),
                 ));
             }
@@ -394,22 +427,20 @@ impl State {
         };
         if prefix + tail == 0 {
             return Err(row.error(
-                c("input_tokens"),
+                c(INPUT_TOKENS),
                 "the prompt is empty (no prefix and no input tokens); vLLM refuses an empty prompt",
             ));
         }
         if prefix + tail > MAX_TOKENS {
             return Err(row.error(
-                c("input_tokens"),
+                c(INPUT_TOKENS),
                 format!(
                     "the prompt, {prefix} prefix + {tail} tokens, is more than the {MAX_TOKENS} \
                      pdsim accepts"
                 ),
             ));
         }
-        if let Some((previous, previous_line)) = self.last
-            && arrival < previous
-        {
+        if let Err((previous, previous_line)) = self.order.check(arrival) {
             return Err(row.error(
                 arrival_column,
                 format!(
@@ -424,7 +455,7 @@ impl State {
             self.class_index.get(slo_class).copied()
         };
         if known.is_none() && self.classes.len() > u16::MAX as usize {
-            return Err(row.error(c("slo_class"), "more than 65535 distinct SLO classes"));
+            return Err(row.error(c(SLO_CLASS), "more than 65535 distinct SLO classes"));
         }
         let class = known.unwrap_or_else(|| {
             let index = self.classes.len() as u16;
@@ -442,7 +473,8 @@ impl State {
                 tokens: tail as u32,
             },
         ];
-        self.last = Some((arrival, line));
+        // TraceV2 arrivals keep the trace's own origin.
+        self.order.accept(arrival, line);
         Ok(RequestSpec {
             arrival: SimTime::from_us(arrival),
             prompt: Prompt::new(segments),
