@@ -61,7 +61,7 @@ use crate::{
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimTime};
-use pdsim_spec::scenario::TraceHeader;
+use pdsim_spec::scenario::{TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS, TraceHeader};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 
@@ -143,9 +143,6 @@ const CLIENT_TIMES_US: [usize; 3] = [
 ];
 const NUM_CHUNKS: usize = core("num_chunks");
 
-/// The newest TraceV2 version whose layout this reader knows.
-const NEWEST_VERSION: i64 = 3;
-
 /// Reads a TraceV2 CSV one row at a time.
 pub struct TraceV2Reader<R> {
     records: CsvRecords<R>,
@@ -179,18 +176,22 @@ impl<R: BufRead> TraceV2Reader<R> {
         name: impl Into<String>,
     ) -> Result<TraceV2Reader<R>, TraceError> {
         let name = name.into();
-        if !(1..=NEWEST_VERSION).contains(&header.trace_version) {
+        // The same rules as the scenario check (`validate` refuses these
+        // headers too); here for callers that bring their own header.
+        if !TRACE_V2_VERSIONS.contains(&header.trace_version) {
             return Err(TraceError::new(
                 &name,
                 0,
                 Some("trace_version"),
                 format!(
-                    "version {} is not one pdsim reads (1 to {NEWEST_VERSION})",
-                    header.trace_version
+                    "version {} is not one pdsim reads ({} to {})",
+                    header.trace_version,
+                    TRACE_V2_VERSIONS.start(),
+                    TRACE_V2_VERSIONS.end()
                 ),
             ));
         }
-        if !matches!(header.time_unit.as_str(), "us" | "microseconds") {
+        if !TRACE_V2_READ_TIME_UNITS.contains(&header.time_unit.as_str()) {
             return Err(TraceError::new(
                 &name,
                 0,
