@@ -1731,7 +1731,7 @@ fn check_precise(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p: &Mappi
     if let Some(ttl) = p.get("speculativeTTL") {
         let parsed = ttl
             .as_str()
-            .map(|t| t.is_empty() || crate::precise::parse_go_duration(t).is_some());
+            .map(|t| t.is_empty() || parse_go_duration(t).is_some());
         if parsed != Some(true) {
             bad(
                 loader,
@@ -1794,7 +1794,7 @@ fn check_token_producer(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p:
             if let Some(t) = v.get(key)
                 && !t
                     .as_str()
-                    .is_some_and(|t| t.is_empty() || crate::precise::parse_go_duration(t).is_some())
+                    .is_some_and(|t| t.is_empty() || parse_go_duration(t).is_some())
             {
                 bad(
                     loader,
@@ -2701,6 +2701,13 @@ mod tests {
             ),
             (
                 "{speculativeTTL: soon}",
+                vllm,
+                "epp-plugin-parameter",
+                "plugins[1].parameters.speculativeTTL",
+            ),
+            // Go's `time.ParseDuration` refuses overflow (`prerequest.go`).
+            (
+                "{speculativeTTL: 9999999999h}",
                 vllm,
                 "epp-plugin-parameter",
                 "plugins[1].parameters.speculativeTTL",

@@ -471,9 +471,9 @@ fn build_precise(plugin: &Plugin, endpoints: usize) -> Precise {
         .get("speculativeTTL")
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
-        .and_then(crate::precise::parse_go_duration)
+        .and_then(crate::flags::parse_go_duration)
         .filter(|t| *t > 0)
-        .map_or(2_000_000_000, |t| t.min(u64::MAX as i128) as u64);
+        .map_or(2_000_000_000, |t| t as u64);
     Precise::new(
         plugin.name.clone(),
         block.min(u32::MAX as i64) as u32,
