@@ -638,6 +638,7 @@ impl Session {
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Standard base64 with padding (Go's `base64.StdEncoding`).
+#[cfg(test)]
 fn base64_encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
@@ -981,25 +982,12 @@ impl Router {
         }
     }
 
-    /// The precise producer's index, for inspection.
-    pub fn precise_index(&self) -> Option<&crate::precise::Index> {
-        self.precise.as_ref().map(|p| &p.index)
-    }
-
-    /// The precise producer's matched blocks for the last request.
-    pub fn precise_matches(&self) -> Option<&[u32]> {
-        self.precise.as_ref().map(|p| &p.matches[..])
-    }
-
-    /// The id the EPP knows endpoint `e` by.
-    pub fn endpoint_id(&self, e: usize) -> &str {
-        &self.ids[e]
-    }
-
     /// The `x-session-token` value the session-affinity-scorer's
     /// `encoded_endpoint_header` strategy writes on a response served by
     /// `e` (`util/sessionaffinity/header.go`, `WriteResponseHeader`):
     /// base64 of the endpoint id. A client that echoes it is routed back.
+    /// pdsim's clients never echo it; only the tests do.
+    #[cfg(test)]
     pub fn session_token(&self, e: usize) -> String {
         base64_encode(self.ids[e].as_bytes())
     }
