@@ -12,6 +12,7 @@ use crate::config::{
     prefill_header_writers,
 };
 use crate::precise::{Precise, Weights};
+use crate::role;
 use pdsim_core::kv_events::KvEventBatch;
 use pdsim_core::prompt::BlockHasher;
 use pdsim_core::{Prompt, Purpose, Stream};
@@ -748,17 +749,6 @@ fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
     p.parameters.get(key).and_then(Value::as_f64)
 }
 
-/// Role labels `decode-filter` keeps (`bylabel/roles.go`).
-const DECODE_ROLES: &[&str] = &["decode", "prefill-decode", "both", "encode-prefill-decode"];
-const PREFILL_ROLES: &[&str] = &[
-    "prefill",
-    "encode-prefill",
-    "prefill-decode",
-    "both",
-    "encode-prefill-decode",
-];
-const ROLE: &str = "llm-d.ai/role";
-
 impl Router {
     /// A router over endpoints with these labels.
     pub fn new(inputs: &RouterInputs, labels: Vec<BTreeMap<String, String>>, seed: u64) -> Router {
@@ -1042,7 +1032,6 @@ impl Router {
         };
         let plugin_type = plugin.plugin_type.as_str();
         let labels = &self.labels[endpoint];
-        let role = labels.get(ROLE).map(String::as_str);
         match plugin_type {
             // A Kubernetes LabelSelector: every matchLabels pair and every
             // matchExpressions requirement must hold.
@@ -1117,8 +1106,8 @@ impl Router {
                     }),
                 }
             }
-            "decode-filter" => role.is_none_or(|r| DECODE_ROLES.contains(&r)),
-            "prefill-filter" => role.is_some_and(|r| PREFILL_ROLES.contains(&r)),
+            "decode-filter" => role::decode(labels),
+            "prefill-filter" => role::prefill(labels),
             _ => true,
         }
     }

@@ -32,6 +32,7 @@
 //! `now ≥ enqueue + TTL` (`isExpired`).
 
 use crate::cycle::{EndpointView, Router};
+use crate::role;
 use std::collections::{BTreeMap, VecDeque};
 
 /// The processor's dispatch ticker (`processor.go`, `Run`:
@@ -310,16 +311,6 @@ pub enum Refusal {
     Capacity,
 }
 
-/// Where each endpoint counts for the stage saturations
-/// (`processor.go`, `partitionEndpoints`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    Prefill,
-    Decode,
-    Both,
-    None,
-}
-
 /// The flow controller's state: the priority-0 band's single flow.
 #[derive(Clone, Debug)]
 pub struct FlowController {
@@ -338,19 +329,15 @@ impl FlowController {
     /// A controller over endpoints with these labels.
     pub fn new(settings: &FlowControl, labels: &[BTreeMap<String, String>]) -> FlowController {
         let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+        // Where each endpoint counts for the stage saturations
+        // (`flowcontrol/controller/internal/processor.go`,
+        // `partitionEndpoints`); encode-only and unknown roles get no
+        // traffic and count nowhere.
         for (e, l) in labels.iter().enumerate() {
-            let stage = match l.get("llm-d.ai/role").map(String::as_str).unwrap_or("") {
-                "prefill" | "encode-prefill" => Stage::Prefill,
-                "decode" | "" => Stage::Decode,
-                "prefill-decode" | "both" | "encode-prefill-decode" => Stage::Both,
-                // Encode-only and unknown roles get no traffic and count
-                // nowhere.
-                _ => Stage::None,
-            };
-            if matches!(stage, Stage::Prefill | Stage::Both) {
+            if role::prefill(l) {
                 prefill.push(e);
             }
-            if matches!(stage, Stage::Decode | Stage::Both) {
+            if role::decode_stage(l) {
                 decode.push(e);
             }
         }
