@@ -379,6 +379,9 @@ pub struct Router {
     sessions: BTreeMap<String, Session>,
     /// utilization-filter instances by plugin name.
     utilization: BTreeMap<String, Utilization>,
+    /// Per filter that reads only endpoint labels, by plugin name: whether
+    /// it keeps each endpoint ([`label_filter_passes`], once per run).
+    label_filters: FxHashMap<String, Vec<bool>>,
     handler: Handler,
     /// The profile whose first target `x-prefiller-host-port` names, when
     /// some plugin writes that header (the loader refuses writers that
@@ -745,6 +748,92 @@ fn context_range_score(l: i64, (lo, hi): (i64, i64)) -> f64 {
     FALLBACK / (1.0 + distance as f64 / 1000.0)
 }
 
+/// The pass lists of the label-only filters the profiles name, by plugin
+/// name: whether each keeps each endpoint.
+fn label_filters(
+    config: &EndpointPickerConfig,
+    labels: &[BTreeMap<String, String>],
+) -> FxHashMap<String, Vec<bool>> {
+    let mut out = FxHashMap::default();
+    for filter in config.profiles.iter().flat_map(|p| &p.filters) {
+        // The type alone decides whether a filter reads only labels.
+        if let Some(plugin) = config.plugin(filter)
+            && label_filter_passes(plugin, &BTreeMap::new()).is_some()
+            && !out.contains_key(filter)
+        {
+            let pass = labels
+                .iter()
+                .map(|l| label_filter_passes(plugin, l) == Some(true))
+                .collect();
+            out.insert(filter.clone(), pass);
+        }
+    }
+    out
+}
+
+/// Whether a filter that reads only the endpoint's labels keeps an
+/// endpoint with `labels`; `None` for every other filter type. Labels are
+/// fixed for a run, so [`Router::new`] evaluates these once per endpoint.
+fn label_filter_passes(plugin: &Plugin, labels: &BTreeMap<String, String>) -> Option<bool> {
+    let p = &plugin.parameters;
+    Some(match plugin.plugin_type.as_str() {
+        // A Kubernetes LabelSelector: every matchLabels pair and every
+        // matchExpressions requirement must hold.
+        "label-selector-filter" | "by-label-selector" => {
+            let labels_ok = p
+                .get("matchLabels")
+                .and_then(Value::as_mapping)
+                .is_none_or(|m| {
+                    m.iter().all(|(k, v)| {
+                        labels.get(k.as_str().unwrap_or("")).map(String::as_str) == v.as_str()
+                    })
+                });
+            let expressions_ok = p
+                .get("matchExpressions")
+                .and_then(Value::as_sequence)
+                .is_none_or(|list| {
+                    list.iter().all(|e| {
+                        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+                        let values: Vec<&str> = e
+                            .get("values")
+                            .and_then(Value::as_sequence)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .collect();
+                        let value = labels.get(key).map(String::as_str);
+                        match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+                            "In" => value.is_some_and(|v| values.contains(&v)),
+                            "NotIn" => value.is_none_or(|v| !values.contains(&v)),
+                            "Exists" => value.is_some(),
+                            "DoesNotExist" => value.is_none(),
+                            _ => false,
+                        }
+                    })
+                });
+            labels_ok && expressions_ok
+        }
+        // by-label: keep a listed value, or an absent label when allowed.
+        "by-label" => {
+            let key = p.get("label").and_then(Value::as_str).unwrap_or("");
+            let allow_none = p
+                .get("allowsNoLabel")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            match labels.get(key) {
+                None => allow_none,
+                Some(v) => p
+                    .get("validValues")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|vals| vals.iter().any(|x| x.as_str() == Some(v.as_str()))),
+            }
+        }
+        "decode-filter" => role::decode(labels),
+        "prefill-filter" => role::prefill(labels),
+        _ => return None,
+    })
+}
+
 fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
     p.parameters.get(key).and_then(Value::as_f64)
 }
@@ -878,6 +967,7 @@ impl Router {
             .map(|p| (p.name.clone(), Utilization::new(p)))
             .collect();
         let precise = precise_plugin(&config.plugins).map(|p| build_precise(p, n));
+        let label_filters = label_filters(&config, &labels);
         // Events reach the index through a subscriber: one on the global
         // `zmqEndpoint`, or per pod when `discoverPods` (default true) and
         // the producer is an extractor of the endpoint-notification-source,
@@ -925,6 +1015,7 @@ impl Router {
             no_hit,
             sessions,
             utilization,
+            label_filters,
             handler,
             header_profile,
             ids: (0..n).map(|i| format!("pdsim/endpoint-{i}")).collect(),
@@ -970,6 +1061,14 @@ impl Router {
         if let Some(precise) = &mut self.precise {
             precise.advance(self.clock);
         }
+    }
+
+    /// Relabels the endpoints, as a test may mid-run; the label filters'
+    /// pass lists follow.
+    #[cfg(test)]
+    fn set_labels(&mut self, labels: Vec<BTreeMap<String, String>>) {
+        self.label_filters = label_filters(&self.config, &labels);
+        self.labels = labels;
     }
 
     /// The `x-session-token` value the session-affinity-scorer's
@@ -1026,66 +1125,18 @@ impl Router {
         self.hashes.extend(hasher.hashes);
     }
 
+    /// Whether `filter` keeps `endpoint`, evaluated afresh: the label
+    /// filters as [`label_filter_passes`], context-length-aware against
+    /// the request's length; an unknown name or any other type keeps it.
     fn passes(&self, filter: &str, endpoint: usize) -> bool {
         let Some(plugin) = self.config.plugin(filter) else {
             return true;
         };
-        let plugin_type = plugin.plugin_type.as_str();
         let labels = &self.labels[endpoint];
-        match plugin_type {
-            // A Kubernetes LabelSelector: every matchLabels pair and every
-            // matchExpressions requirement must hold.
-            "label-selector-filter" | "by-label-selector" => {
-                let p = &plugin.parameters;
-                let labels_ok = p
-                    .get("matchLabels")
-                    .and_then(Value::as_mapping)
-                    .is_none_or(|m| {
-                        m.iter().all(|(k, v)| {
-                            labels.get(k.as_str().unwrap_or("")).map(String::as_str) == v.as_str()
-                        })
-                    });
-                let expressions_ok = p
-                    .get("matchExpressions")
-                    .and_then(Value::as_sequence)
-                    .is_none_or(|list| {
-                        list.iter().all(|e| {
-                            let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-                            let values: Vec<&str> = e
-                                .get("values")
-                                .and_then(Value::as_sequence)
-                                .into_iter()
-                                .flatten()
-                                .filter_map(Value::as_str)
-                                .collect();
-                            let value = labels.get(key).map(String::as_str);
-                            match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-                                "In" => value.is_some_and(|v| values.contains(&v)),
-                                "NotIn" => value.is_none_or(|v| !values.contains(&v)),
-                                "Exists" => value.is_some(),
-                                "DoesNotExist" => value.is_none(),
-                                _ => false,
-                            }
-                        })
-                    });
-                labels_ok && expressions_ok
-            }
-            // by-label: keep a listed value, or an absent label when allowed.
-            "by-label" => {
-                let p = &plugin.parameters;
-                let key = p.get("label").and_then(Value::as_str).unwrap_or("");
-                let allow_none = p
-                    .get("allowsNoLabel")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
-                match labels.get(key) {
-                    None => allow_none,
-                    Some(v) => p
-                        .get("validValues")
-                        .and_then(Value::as_sequence)
-                        .is_some_and(|vals| vals.iter().any(|x| x.as_str() == Some(v.as_str()))),
-                }
-            }
+        if let Some(pass) = label_filter_passes(plugin, labels) {
+            return pass;
+        }
+        match plugin.plugin_type.as_str() {
             // context-length-aware as a filter, only with enableFiltering:
             // keep unlabelled endpoints and those whose range holds the
             // request's length; drop unparsable labels.
@@ -1106,8 +1157,6 @@ impl Router {
                     }),
                 }
             }
-            "decode-filter" => role::decode(labels),
-            "prefill-filter" => role::prefill(labels),
             _ => true,
         }
     }
@@ -1140,14 +1189,15 @@ impl Router {
     /// none qualifies, or their in-flight prefill backlog would cost more
     /// TTFT than `maxTTFTPenaltyMs` over the best other endpoint.
     fn affinity_filter(&mut self, filter: &str, candidates: &mut Vec<usize>) {
-        let Some(plugin) = self.config.plugin(filter).cloned() else {
+        let config = std::sync::Arc::clone(&self.config);
+        let Some(plugin) = config.plugin(filter) else {
             return;
         };
-        let threshold = param_f64(&plugin, "affinityThreshold").unwrap_or(0.80);
+        let threshold = param_f64(plugin, "affinityThreshold").unwrap_or(0.80);
         if candidates.len() <= 1 || threshold <= 0.0 {
             return;
         }
-        let explore = param_f64(&plugin, "explorationProbability").unwrap_or(0.0);
+        let explore = param_f64(plugin, "explorationProbability").unwrap_or(0.0);
         if explore > 0.0 && self.rng.bernoulli(explore) {
             return;
         }
@@ -1164,9 +1214,9 @@ impl Router {
         if sticky.is_empty() {
             return;
         }
-        let penalty_ms = param_f64(&plugin, "maxTTFTPenaltyMs").unwrap_or(18_000.0);
+        let penalty_ms = param_f64(plugin, "maxTTFTPenaltyMs").unwrap_or(18_000.0);
         if penalty_ms > 0.0 && !other.is_empty() {
-            let peak = param_f64(&plugin, "peakPrefillThroughput")
+            let peak = param_f64(plugin, "peakPrefillThroughput")
                 .filter(|p| *p > 0.0)
                 .unwrap_or(15_928.0);
             let tokens = |e: usize| self.inflight.as_ref().map_or(0, |(_, t)| t[e]) as f64;
@@ -1433,22 +1483,21 @@ impl Router {
         let profile = config.profiles.iter().find(|p| p.name == name)?;
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
         for filter in &profile.filters {
-            if self
-                .config
-                .plugin(filter)
-                .is_some_and(|p| p.plugin_type == "prefix-cache-affinity-filter")
-            {
-                self.affinity_filter(filter, &mut candidates);
-            } else if self
-                .config
-                .plugin(filter)
-                .is_some_and(|p| p.plugin_type == "session-affinity-filter")
-            {
-                self.session_filter(filter, request, &mut candidates);
-            } else if self.utilization.contains_key(filter) {
-                self.utilization_filter(filter, endpoints, &mut candidates);
-            } else {
-                candidates.retain(|e| self.passes(filter, *e));
+            let plugin = config.plugin(filter);
+            match plugin.map(|p| p.plugin_type.as_str()) {
+                Some("prefix-cache-affinity-filter") => {
+                    self.affinity_filter(filter, &mut candidates);
+                }
+                Some("session-affinity-filter") => {
+                    self.session_filter(filter, request, &mut candidates);
+                }
+                _ if self.utilization.contains_key(filter) => {
+                    self.utilization_filter(filter, endpoints, &mut candidates);
+                }
+                _ => match self.label_filters.get(filter) {
+                    Some(pass) => candidates.retain(|e| pass[*e]),
+                    None => candidates.retain(|e| self.passes(filter, *e)),
+                },
             }
             if candidates.is_empty() {
                 return None;
@@ -1463,11 +1512,9 @@ impl Router {
             }
             self.note_scored(scorer, &candidates, request);
         }
-        let picker_type = self
-            .config
+        let picker_type = config
             .plugin(&profile.picker)
-            .map_or("max-score-picker", |p| p.plugin_type.as_str())
-            .to_string();
+            .map_or("max-score-picker", |p| p.plugin_type.as_str());
         // Shuffle (the EPP's PCG shuffle), then pick.
         self.order.clear();
         self.order.extend(0..candidates.len());
@@ -1475,7 +1522,7 @@ impl Router {
             let j = self.rng.below(i as u64 + 1) as usize;
             self.order.swap(i, j);
         }
-        let chosen = match picker_type.as_str() {
+        let chosen = match picker_type {
             "random-picker" => self.order[0],
             "weighted-random-picker" if totals.iter().any(|t| *t > 0.0) => {
                 // A-Res: key = U^(1/score), largest key wins.
@@ -2675,7 +2722,7 @@ mod tests {
         );
         // Endpoint 1 filtered out upstream: the session moves to 0 and
         // stays there once 1 is back.
-        router.labels = up(&["yes", "no"]);
+        router.set_labels(up(&["yes", "no"]));
         assert_eq!(
             router
                 .pick_request(&prompt(11, 16), &request, &views)
@@ -2683,7 +2730,7 @@ mod tests {
                 .decode,
             0
         );
-        router.labels = up(&["yes", "yes"]);
+        router.set_labels(up(&["yes", "yes"]));
         assert_eq!(
             router
                 .pick_request(&prompt(12, 16), &request, &views)
