@@ -368,8 +368,9 @@ pub struct Router {
     pub disaggregated: u64,
     /// Scratch: per endpoint, matched blocks for the current request.
     matches: Vec<u32>,
-    total_blocks: u32,
     block_size: u32,
+    /// The current request's block hashes, as the approx producer hashed
+    /// them (capped); their count is the match info's total.
     hashes: VecDeque<u64>,
     prompt_tokens: u64,
     /// no-hit-lru-scorer instances by plugin name.
@@ -1008,7 +1009,6 @@ impl Router {
             routed: 0,
             disaggregated: 0,
             matches: vec![0; n],
-            total_blocks: 0,
             block_size: 16,
             hashes: VecDeque::new(),
             prompt_tokens: 0,
@@ -1034,7 +1034,7 @@ impl Router {
                 precise.block_size,
             );
         }
-        (&self.matches, self.total_blocks, self.block_size)
+        (&self.matches, self.hashes.len() as u32, self.block_size)
     }
 
     /// Whether a precise producer reads the engines' KV events; without
@@ -1096,7 +1096,6 @@ impl Router {
         }
         self.matches.iter_mut().for_each(|m| *m = 0);
         self.hashes.clear();
-        self.total_blocks = 0;
         let Some(approx) = &self.approx else { return };
         let block = approx.block_size(endpoints);
         let max_blocks = approx.max_blocks(block);
@@ -1109,7 +1108,6 @@ impl Router {
             }
         }
         hasher.hashes.truncate(max_blocks);
-        self.total_blocks = hasher.hashes.len() as u32;
         for hash in &hasher.hashes {
             let mut any = false;
             for (e, m) in self.matches.iter_mut().enumerate() {
@@ -2122,7 +2120,7 @@ mod tests {
         // Endpoint 0 holds the prefix, but it is not a candidate: the
         // request is cold over 1 and 2, both never used: 1 − i/(n−1).
         router.matches = vec![4, 0, 0];
-        router.total_blocks = 4;
+        router.hashes = [0; 4].into();
         router.score("no-hit-lru-scorer", &[1, 2], &views, &request, &mut out);
         assert_eq!(out, vec![1.0, 0.0]);
         // With 0 among the candidates it is warm: 0.5 everywhere.
