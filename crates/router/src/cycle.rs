@@ -86,7 +86,8 @@ impl Default for RequestContext<'_> {
 /// How the configured profile handler runs the profiles.
 #[derive(Clone, Debug)]
 enum Handler {
-    /// single-profile-handler: the one profile.
+    /// single-profile-handler (`single/single_profile_handler.go`): the
+    /// one profile.
     Single,
     /// disagg-profile-handler (`disagg/disagg_profile_handler.go`).
     Disagg(DisaggParams),
@@ -697,7 +698,8 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 }
 
 /// The label context-length-aware reads, `llm-d.ai/context-length-range`
-/// unless set.
+/// (`DefaultContextLengthLabel`) unless set
+/// (`scorer/contextlengthaware/context_length_aware.go`).
 fn context_label(plugin: &Plugin) -> &str {
     plugin
         .parameters
@@ -706,7 +708,8 @@ fn context_label(plugin: &Plugin) -> &str {
         .unwrap_or("llm-d.ai/context-length-range")
 }
 
-/// A `min-max` range label (`parseContextRange`): exactly one `-`, both
+/// A `min-max` range label (`parseContextRange` in
+/// `scorer/contextlengthaware/context_length_aware.go`): exactly one `-`, both
 /// sides decimal integers after trimming (Go's `strconv.Atoi`, sign
 /// allowed), min not above max; anything else is unparsable.
 fn parse_context_range(text: &str) -> Option<(i64, i64)> {
@@ -726,7 +729,8 @@ fn parse_context_range(text: &str) -> Option<(i64, i64)> {
     (lo <= hi).then_some((lo, hi))
 }
 
-/// How well a range fits a request of `l` tokens (`calculateRangeScore`):
+/// How well a range fits a request of `l` tokens (`calculateRangeScore` in
+/// `scorer/contextlengthaware/context_length_aware.go`):
 /// in range, 0.3 + 0.7·(0.7/(1 + width/10000) + 0.3·headroom/width), a
 /// zero-width range 1; out of range, 0.3/(1 + distance/1000), so any
 /// in-range endpoint outscores every out-of-range one.
@@ -778,8 +782,8 @@ fn label_filters(
 fn label_filter_passes(plugin: &Plugin, labels: &BTreeMap<String, String>) -> Option<bool> {
     let p = &plugin.parameters;
     Some(match plugin.plugin_type.as_str() {
-        // A Kubernetes LabelSelector: every matchLabels pair and every
-        // matchExpressions requirement must hold.
+        // A Kubernetes LabelSelector (`filter/bylabel/selector.go`): every
+        // matchLabels pair and every matchExpressions requirement must hold.
         "label-selector-filter" | "by-label-selector" => {
             let labels_ok = p
                 .get("matchLabels")
@@ -814,7 +818,8 @@ fn label_filter_passes(plugin: &Plugin, labels: &BTreeMap<String, String>) -> Op
                 });
             labels_ok && expressions_ok
         }
-        // by-label: keep a listed value, or an absent label when allowed.
+        // by-label (`filter/bylabel/filter.go`): keep a listed value, or an
+        // absent label when allowed.
         "by-label" => {
             let key = p.get("label").and_then(Value::as_str).unwrap_or("");
             let allow_none = p
@@ -829,6 +834,7 @@ fn label_filter_passes(plugin: &Plugin, labels: &BTreeMap<String, String>) -> Op
                     .is_some_and(|vals| vals.iter().any(|x| x.as_str() == Some(v.as_str()))),
             }
         }
+        // `NewDecodeRole` / `NewPrefillRole` (`filter/bylabel/roles.go`).
         "decode-filter" => role::decode(labels),
         "prefill-filter" => role::prefill(labels),
         _ => return None,
@@ -1135,9 +1141,11 @@ impl Router {
             return pass;
         }
         match plugin.plugin_type.as_str() {
-            // context-length-aware as a filter, only with enableFiltering:
-            // keep unlabelled endpoints and those whose range holds the
-            // request's length; drop unparsable labels.
+            // context-length-aware as a filter (`Filter` in
+            // `scorer/contextlengthaware/context_length_aware.go`), only
+            // with enableFiltering: keep unlabelled endpoints and those
+            // whose range holds the request's length; drop unparsable
+            // labels.
             "context-length-aware" => {
                 let p = &plugin.parameters;
                 if !p
@@ -1160,7 +1168,8 @@ impl Router {
     }
 
     /// The request's context length for context-length-aware: the token
-    /// count of the tokenized prompt (`getContextLength`), which the
+    /// count of the tokenized prompt (`getContextLength` in
+    /// `scorer/contextlengthaware/context_length_aware.go`), which the
     /// loader only lets a real tokenizer (`vllm` or UDS) produce, so it is
     /// the prompt's tokens.
     fn context_length(&self) -> i64 {
@@ -1182,7 +1191,7 @@ impl Router {
         (total - matches[endpoint].min(total)) as u64 * block_size as u64 + tail
     }
 
-    /// prefix-cache-affinity-filter (`prefixcacheaffinity`): keep the
+    /// prefix-cache-affinity-filter (`filter/prefixcacheaffinity/plugin.go`): keep the
     /// endpoints whose prefix match reaches the threshold, unless exploring,
     /// none qualifies, or their in-flight prefill backlog would cost more
     /// TTFT than `maxTTFTPenaltyMs` over the best other endpoint.
@@ -1319,17 +1328,25 @@ impl Router {
             );
         };
         match plugin.plugin_type.as_str() {
+            // Min-max over the candidates' waiting queues, shortest 1
+            // (`scorer/queuedepth/queue.go`).
             "queue-scorer" => minmax(
                 &mut candidates.iter().map(|c| endpoints[*c].waiting as f64),
                 out,
             ),
+            // The same over running requests
+            // (`scorer/runningrequests/runningrequest.go`).
             "running-requests-size-scorer" => minmax(
                 &mut candidates.iter().map(|c| endpoints[*c].running as f64),
                 out,
             ),
+            // 1 − KV-cache usage
+            // (`scorer/kvcacheutilization/kvcache_utilization.go`).
             "kv-cache-utilization-scorer" => {
                 out.extend(candidates.iter().map(|c| 1.0 - endpoints[*c].kv_usage))
             }
+            // An empty queue 0.5, falling linearly to 0 at `threshold`
+            // waiting (`scorer/loadaware/load_aware.go`).
             "load-aware-scorer" => {
                 let threshold = param_f64(plugin, "threshold")
                     .filter(|t| *t > 0.0)
@@ -1343,6 +1360,9 @@ impl Router {
                     }
                 }));
             }
+            // In-flight tokens plus the uncached prompt, 1 when idle,
+            // falling linearly to 0 at `queueThresholdTokens`
+            // (`scorer/tokenload/token_load.go`).
             "token-load-scorer" => {
                 let threshold = param_f64(plugin, "queueThresholdTokens")
                     .filter(|t| *t > 0.0)
@@ -1357,6 +1377,9 @@ impl Router {
                     }
                 }));
             }
+            // In-flight requests: at most `idleThreshold` 1, else
+            // (max − n)/max · `maxBusyScore`
+            // (`scorer/activerequest/active_request.go`).
             "active-request-scorer" => {
                 let idle = param_f64(plugin, "idleThreshold").unwrap_or(0.0);
                 let max_busy = param_f64(plugin, "maxBusyScore").unwrap_or(1.0);
@@ -1409,6 +1432,10 @@ impl Router {
                     }
                 }
             }
+            // Matched blocks over total, blended with the match length
+            // (`scorer/prefix/plugin.go`); the legacy precise scorer's
+            // inner one has neither length parameter
+            // (`scorer/preciseprefixcache/precise_prefix_cache.go`).
             "prefix-cache-scorer" | "precise-prefix-cache-scorer" => {
                 let (matches, total, block_size) = self.match_info(scorer);
                 let legacy = plugin.plugin_type == "precise-prefix-cache-scorer";
@@ -1451,7 +1478,8 @@ impl Router {
             "session-affinity-scorer" => {
                 // The session's endpoint 1, every other candidate 0; no
                 // session, or its endpoint not a candidate: 0 everywhere
-                // (`encoded_endpoint_header.go`, `session_id_header.go`).
+                // (`scorer/sessionaffinity/{encoded_endpoint_header,
+                // session_id_header}.go`).
                 // pdsim's requests carry no session header, so in a run
                 // every request is a new session and scores 0 everywhere,
                 // as the EPP scores a client that sends none.
@@ -1469,8 +1497,9 @@ impl Router {
         }
     }
 
-    /// Runs one profile: filters, scorers, picker. `None` when the filters
-    /// leave nothing.
+    /// Runs one profile: filters, scorers, picker
+    /// (`pkg/epp/scheduling/scheduler_profile.go`, `Run`). `None` when the
+    /// filters leave nothing.
     fn run_profile(
         &mut self,
         name: &str,
@@ -1501,6 +1530,8 @@ impl Router {
                 return None;
             }
         }
+        // The weighted sum of the scores, each clamped to [0, 1]
+        // (`scheduler_profile.go`, `runScorerPlugins`, `enforceScoreRange`).
         let mut totals = vec![0.0; candidates.len()];
         let mut scores = Vec::new();
         for (scorer, weight) in &profile.scorers {
@@ -1513,7 +1544,8 @@ impl Router {
         let picker_type = config
             .plugin(&profile.picker)
             .map_or("max-score-picker", |p| p.plugin_type.as_str());
-        // Shuffle (the EPP's PCG shuffle), then pick.
+        // Shuffle (the EPP's PCG shuffle, `ShuffleScoredEndpoints` in
+        // `picker/common.go`), then pick.
         self.order.clear();
         self.order.extend(0..candidates.len());
         for i in (1..self.order.len()).rev() {
@@ -1521,9 +1553,12 @@ impl Router {
             self.order.swap(i, j);
         }
         let chosen = match picker_type {
+            // `picker/random/picker.go`: the first after the shuffle.
             "random-picker" => self.order[0],
             "weighted-random-picker" if totals.iter().any(|t| *t > 0.0) => {
-                // A-Res: key = U^(1/score), largest key wins.
+                // A-Res: key = U^(1/score), largest key wins
+                // (`picker/weightedrandom/picker.go`); with every score 0
+                // it falls back to the random picker.
                 let mut best = (f64::MIN, self.order[0]);
                 for &i in &self.order {
                     let u = self.rng.unit().max(1e-10);
@@ -1539,8 +1574,9 @@ impl Router {
                 best.1
             }
             "weighted-random-picker" => self.order[0],
-            // max-score-picker: stable sort by score descending after the
-            // shuffle, so ties fall uniformly at random.
+            // max-score-picker (`picker/maxscore/picker.go`): stable sort
+            // by score descending after the shuffle, so ties fall
+            // uniformly at random.
             _ => {
                 let mut best = self.order[0];
                 for &i in &self.order {
@@ -1723,7 +1759,9 @@ impl Router {
         };
         // PreRequest: `x-prefiller-host-port` is the first target of the
         // profile its writer reads (the disagg handler's own prefill
-        // profile, or a prefill-header-handler's `prefillProfile`). The
+        // profile, `disagg/disagg_profile_handler.go`, or a
+        // prefill-header-handler's `prefillProfile`,
+        // `disagg/disagg_headers_handler.go`). The
         // deprecated pd-profile-handler writes no header: without a header
         // handler its prefill profile runs and is counted, but the sidecar
         // serves the request whole on the decode endpoint.
@@ -1745,7 +1783,8 @@ impl Router {
             ticket: Ticket::default(),
         };
         // PreRequest: the in-flight load of each profile's target grows by
-        // one request and by the prompt tokens its index lacks.
+        // one request and by the prompt tokens its index lacks
+        // (`requestcontrol/dataproducer/inflightload/producer.go`).
         if self.inflight.is_some() {
             let prompt_tokens = self.prompt_tokens;
             let add = |router: &mut Router, e: usize| {
@@ -1761,7 +1800,8 @@ impl Router {
             decision.ticket.prefill_named = named_prefill.is_some();
         }
         // PreRequest: the approx producer indexes the prompt on the primary
-        // target and on the `prefill` profile's target.
+        // target and on the `prefill` profile's target
+        // (`requestcontrol/dataproducer/approximateprefix/plugin.go`).
         if let Some(approx) = self.approx.clone() {
             for target in [Some(decode), named_prefill].into_iter().flatten() {
                 let capacity = if approx.auto_tune {
@@ -1777,7 +1817,8 @@ impl Router {
                 }
             }
         }
-        // The precise producer's PreRequest (speculative indexing).
+        // The precise producer's PreRequest (speculative indexing,
+        // `requestcontrol/dataproducer/preciseprefixcache/prerequest.go`).
         if let Some(precise) = &mut self.precise {
             let targets: Vec<usize> = [Some(decode), named_prefill]
                 .into_iter()
@@ -1786,7 +1827,8 @@ impl Router {
             precise.speculate(self.clock, &targets);
         }
         // no-hit-lru-scorer's PreRequest: a request its last Score found
-        // cold touches the primary target, then the `prefill` profile's.
+        // cold touches the primary target, then the `prefill` profile's
+        // (`scorer/nohitlru/no_hit_lru.go`).
         for state in self.no_hit.values_mut() {
             if state.cold != Some(true) {
                 continue;
@@ -1799,9 +1841,10 @@ impl Router {
                 }
             }
         }
-        // session-affinity-scorer's PreRequest (`session_id` strategy):
-        // bind the session to the target of `profileName` (default the
-        // primary).
+        // session-affinity-scorer's PreRequest (`session_id` strategy,
+        // `scorer/sessionaffinity/session_affinity.go` and
+        // `util/sessionaffinity/session_id.go`): bind the session to the
+        // target of `profileName` (default the primary).
         for session in self.sessions.values_mut() {
             let target = if session.profile.is_empty() || session.profile == decode_name {
                 Some(decode)
