@@ -415,7 +415,8 @@ pub fn load_config(
         profiles.push(profile);
     }
     if declared.is_empty() {
-        // No profiles: one `default` with every filter, scorer and picker.
+        // No profiles: one `default` with every filter, scorer and picker
+        // (`config/loader/defaults.go`, `ensureSchedulingLayer`).
         let mut profile = Profile {
             name: "default".into(),
             filters: Vec::new(),
@@ -440,7 +441,8 @@ pub fn load_config(
         profiles.push(profile);
     }
     // A profile without a picker gets the first picker defined, else a
-    // max-score-picker.
+    // max-score-picker (`ensureSchedulingLayer` in `config/loader/defaults.go`;
+    // it takes the first picker of a Go map, pdsim the first declared).
     let first_picker = plugins
         .iter()
         .find(|p| role_of(&plugins, &p.name) == Some(Role::Picker))
@@ -462,7 +464,11 @@ pub fn load_config(
         });
     }
 
-    // Exactly one profile handler.
+    // Exactly one profile handler: a lone profile without one gets a
+    // single-profile-handler (`ensureSchedulingLayer`,
+    // `config/loader/defaults.go`); none for several, more than one, or a
+    // single-profile-handler over several profiles is an error
+    // (`config/loader/configloader.go`).
     let handlers: Vec<&Plugin> = plugins
         .iter()
         .filter(|p| role_of(&plugins, &p.name) == Some(Role::ProfileHandler))
@@ -1238,11 +1244,14 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         );
     };
     match plugin_type {
+        // `disagg/prefix_based_pd_decider.go`.
         "prefix-based-pd-decider"
             if number(parameters, "nonCachedTokens").is_some_and(|v| v < 0.0) =>
         {
             bad("nonCachedTokens", "nonCachedTokens must not be negative");
         }
+        // `requestcontrol/dataproducer/approximateprefix/plugin.go`
+        // (`ApproxPrefixCacheFactory`, `newDataProducer`).
         "approx-prefix-cache-producer" => {
             if parameters.contains_key("blockSize") && !parameters.contains_key("blockSizeTokens") {
                 bad(
@@ -1264,7 +1273,9 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         // Parameters the loader knows but the simulation does not honour
         // are refused, never ignored: estimated output tokens need an
         // output-length estimator pdsim does not model, and the latency
-        // predictor is a separate service.
+        // predictor is a separate service
+        // (`requestcontrol/dataproducer/inflightload/producer.go`,
+        // `filter/prefixcacheaffinity/plugin.go`).
         "inflight-load-producer" => {
             let adds = parameters
                 .get("addEstimatedOutputTokens")
@@ -1731,7 +1742,7 @@ fn check_precise(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p: &Mappi
     if let Some(ttl) = p.get("speculativeTTL") {
         let parsed = ttl
             .as_str()
-            .map(|t| t.is_empty() || crate::precise::parse_go_duration(t).is_some());
+            .map(|t| t.is_empty() || parse_go_duration(t).is_some());
         if parsed != Some(true) {
             bad(
                 loader,
@@ -1794,7 +1805,7 @@ fn check_token_producer(loader: &mut Loader<'_>, at: &str, plugin_type: &str, p:
             if let Some(t) = v.get(key)
                 && !t
                     .as_str()
-                    .is_some_and(|t| t.is_empty() || crate::precise::parse_go_duration(t).is_some())
+                    .is_some_and(|t| t.is_empty() || parse_go_duration(t).is_some())
             {
                 bad(
                     loader,
@@ -2701,6 +2712,13 @@ mod tests {
             ),
             (
                 "{speculativeTTL: soon}",
+                vllm,
+                "epp-plugin-parameter",
+                "plugins[1].parameters.speculativeTTL",
+            ),
+            // Go's `time.ParseDuration` refuses overflow (`prerequest.go`).
+            (
+                "{speculativeTTL: 9999999999h}",
                 vllm,
                 "epp-plugin-parameter",
                 "plugins[1].parameters.speculativeTTL",

@@ -12,6 +12,7 @@ use crate::config::{
     prefill_header_writers,
 };
 use crate::precise::{Precise, Weights};
+use crate::role;
 use pdsim_core::kv_events::KvEventBatch;
 use pdsim_core::prompt::BlockHasher;
 use pdsim_core::{Prompt, Purpose, Stream};
@@ -85,7 +86,8 @@ impl Default for RequestContext<'_> {
 /// How the configured profile handler runs the profiles.
 #[derive(Clone, Debug)]
 enum Handler {
-    /// single-profile-handler: the one profile.
+    /// single-profile-handler (`single/single_profile_handler.go`): the
+    /// one profile.
     Single,
     /// disagg-profile-handler (`disagg/disagg_profile_handler.go`).
     Disagg(DisaggParams),
@@ -367,8 +369,9 @@ pub struct Router {
     pub disaggregated: u64,
     /// Scratch: per endpoint, matched blocks for the current request.
     matches: Vec<u32>,
-    total_blocks: u32,
     block_size: u32,
+    /// The current request's block hashes, as the approx producer hashed
+    /// them (capped); their count is the match info's total.
     hashes: VecDeque<u64>,
     prompt_tokens: u64,
     /// no-hit-lru-scorer instances by plugin name.
@@ -378,6 +381,9 @@ pub struct Router {
     sessions: BTreeMap<String, Session>,
     /// utilization-filter instances by plugin name.
     utilization: BTreeMap<String, Utilization>,
+    /// Per filter that reads only endpoint labels, by plugin name: whether
+    /// it keeps each endpoint ([`label_filter_passes`], once per run).
+    label_filters: FxHashMap<String, Vec<bool>>,
     handler: Handler,
     /// The profile whose first target `x-prefiller-host-port` names, when
     /// some plugin writes that header (the loader refuses writers that
@@ -471,9 +477,9 @@ fn build_precise(plugin: &Plugin, endpoints: usize) -> Precise {
         .get("speculativeTTL")
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
-        .and_then(crate::precise::parse_go_duration)
+        .and_then(crate::flags::parse_go_duration)
         .filter(|t| *t > 0)
-        .map_or(2_000_000_000, |t| t.min(u64::MAX as i128) as u64);
+        .map_or(2_000_000_000, |t| t as u64);
     Precise::new(
         plugin.name.clone(),
         block.min(u32::MAX as i64) as u32,
@@ -638,6 +644,7 @@ impl Session {
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Standard base64 with padding (Go's `base64.StdEncoding`).
+#[cfg(test)]
 fn base64_encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
@@ -691,7 +698,8 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 }
 
 /// The label context-length-aware reads, `llm-d.ai/context-length-range`
-/// unless set.
+/// (`DefaultContextLengthLabel`) unless set
+/// (`scorer/contextlengthaware/context_length_aware.go`).
 fn context_label(plugin: &Plugin) -> &str {
     plugin
         .parameters
@@ -700,7 +708,8 @@ fn context_label(plugin: &Plugin) -> &str {
         .unwrap_or("llm-d.ai/context-length-range")
 }
 
-/// A `min-max` range label (`parseContextRange`): exactly one `-`, both
+/// A `min-max` range label (`parseContextRange` in
+/// `scorer/contextlengthaware/context_length_aware.go`): exactly one `-`, both
 /// sides decimal integers after trimming (Go's `strconv.Atoi`, sign
 /// allowed), min not above max; anything else is unparsable.
 fn parse_context_range(text: &str) -> Option<(i64, i64)> {
@@ -720,7 +729,8 @@ fn parse_context_range(text: &str) -> Option<(i64, i64)> {
     (lo <= hi).then_some((lo, hi))
 }
 
-/// How well a range fits a request of `l` tokens (`calculateRangeScore`):
+/// How well a range fits a request of `l` tokens (`calculateRangeScore` in
+/// `scorer/contextlengthaware/context_length_aware.go`):
 /// in range, 0.3 + 0.7·(0.7/(1 + width/10000) + 0.3·headroom/width), a
 /// zero-width range 1; out of range, 0.3/(1 + distance/1000), so any
 /// in-range endpoint outscores every out-of-range one.
@@ -743,20 +753,97 @@ fn context_range_score(l: i64, (lo, hi): (i64, i64)) -> f64 {
     FALLBACK / (1.0 + distance as f64 / 1000.0)
 }
 
+/// The pass lists of the label-only filters the profiles name, by plugin
+/// name: whether each keeps each endpoint.
+fn label_filters(
+    config: &EndpointPickerConfig,
+    labels: &[BTreeMap<String, String>],
+) -> FxHashMap<String, Vec<bool>> {
+    let mut out = FxHashMap::default();
+    for filter in config.profiles.iter().flat_map(|p| &p.filters) {
+        // The type alone decides whether a filter reads only labels.
+        if let Some(plugin) = config.plugin(filter)
+            && label_filter_passes(plugin, &BTreeMap::new()).is_some()
+            && !out.contains_key(filter)
+        {
+            let pass = labels
+                .iter()
+                .map(|l| label_filter_passes(plugin, l) == Some(true))
+                .collect();
+            out.insert(filter.clone(), pass);
+        }
+    }
+    out
+}
+
+/// Whether a filter that reads only the endpoint's labels keeps an
+/// endpoint with `labels`; `None` for every other filter type. Labels are
+/// fixed for a run, so [`Router::new`] evaluates these once per endpoint.
+fn label_filter_passes(plugin: &Plugin, labels: &BTreeMap<String, String>) -> Option<bool> {
+    let p = &plugin.parameters;
+    Some(match plugin.plugin_type.as_str() {
+        // A Kubernetes LabelSelector (`filter/bylabel/selector.go`): every
+        // matchLabels pair and every matchExpressions requirement must hold.
+        "label-selector-filter" | "by-label-selector" => {
+            let labels_ok = p
+                .get("matchLabels")
+                .and_then(Value::as_mapping)
+                .is_none_or(|m| {
+                    m.iter().all(|(k, v)| {
+                        labels.get(k.as_str().unwrap_or("")).map(String::as_str) == v.as_str()
+                    })
+                });
+            let expressions_ok = p
+                .get("matchExpressions")
+                .and_then(Value::as_sequence)
+                .is_none_or(|list| {
+                    list.iter().all(|e| {
+                        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+                        let values: Vec<&str> = e
+                            .get("values")
+                            .and_then(Value::as_sequence)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .collect();
+                        let value = labels.get(key).map(String::as_str);
+                        match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+                            "In" => value.is_some_and(|v| values.contains(&v)),
+                            "NotIn" => value.is_none_or(|v| !values.contains(&v)),
+                            "Exists" => value.is_some(),
+                            "DoesNotExist" => value.is_none(),
+                            _ => false,
+                        }
+                    })
+                });
+            labels_ok && expressions_ok
+        }
+        // by-label (`filter/bylabel/filter.go`): keep a listed value, or an
+        // absent label when allowed.
+        "by-label" => {
+            let key = p.get("label").and_then(Value::as_str).unwrap_or("");
+            let allow_none = p
+                .get("allowsNoLabel")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            match labels.get(key) {
+                None => allow_none,
+                Some(v) => p
+                    .get("validValues")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|vals| vals.iter().any(|x| x.as_str() == Some(v.as_str()))),
+            }
+        }
+        // `NewDecodeRole` / `NewPrefillRole` (`filter/bylabel/roles.go`).
+        "decode-filter" => role::decode(labels),
+        "prefill-filter" => role::prefill(labels),
+        _ => return None,
+    })
+}
+
 fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
     p.parameters.get(key).and_then(Value::as_f64)
 }
-
-/// Role labels `decode-filter` keeps (`bylabel/roles.go`).
-const DECODE_ROLES: &[&str] = &["decode", "prefill-decode", "both", "encode-prefill-decode"];
-const PREFILL_ROLES: &[&str] = &[
-    "prefill",
-    "encode-prefill",
-    "prefill-decode",
-    "both",
-    "encode-prefill-decode",
-];
-const ROLE: &str = "llm-d.ai/role";
 
 impl Router {
     /// A router over endpoints with these labels.
@@ -887,6 +974,7 @@ impl Router {
             .map(|p| (p.name.clone(), Utilization::new(p)))
             .collect();
         let precise = precise_plugin(&config.plugins).map(|p| build_precise(p, n));
+        let label_filters = label_filters(&config, &labels);
         // Events reach the index through a subscriber: one on the global
         // `zmqEndpoint`, or per pod when `discoverPods` (default true) and
         // the producer is an extractor of the endpoint-notification-source,
@@ -927,13 +1015,13 @@ impl Router {
             routed: 0,
             disaggregated: 0,
             matches: vec![0; n],
-            total_blocks: 0,
             block_size: 16,
             hashes: VecDeque::new(),
             prompt_tokens: 0,
             no_hit,
             sessions,
             utilization,
+            label_filters,
             handler,
             header_profile,
             ids: (0..n).map(|i| format!("pdsim/endpoint-{i}")).collect(),
@@ -952,7 +1040,7 @@ impl Router {
                 precise.block_size,
             );
         }
-        (&self.matches, self.total_blocks, self.block_size)
+        (&self.matches, self.hashes.len() as u32, self.block_size)
     }
 
     /// Whether a precise producer reads the engines' KV events; without
@@ -981,25 +1069,20 @@ impl Router {
         }
     }
 
-    /// The precise producer's index, for inspection.
-    pub fn precise_index(&self) -> Option<&crate::precise::Index> {
-        self.precise.as_ref().map(|p| &p.index)
-    }
-
-    /// The precise producer's matched blocks for the last request.
-    pub fn precise_matches(&self) -> Option<&[u32]> {
-        self.precise.as_ref().map(|p| &p.matches[..])
-    }
-
-    /// The id the EPP knows endpoint `e` by.
-    pub fn endpoint_id(&self, e: usize) -> &str {
-        &self.ids[e]
+    /// Relabels the endpoints, as a test may mid-run; the label filters'
+    /// pass lists follow.
+    #[cfg(test)]
+    fn set_labels(&mut self, labels: Vec<BTreeMap<String, String>>) {
+        self.label_filters = label_filters(&self.config, &labels);
+        self.labels = labels;
     }
 
     /// The `x-session-token` value the session-affinity-scorer's
     /// `encoded_endpoint_header` strategy writes on a response served by
     /// `e` (`util/sessionaffinity/header.go`, `WriteResponseHeader`):
     /// base64 of the endpoint id. A client that echoes it is routed back.
+    /// pdsim's clients never echo it; only the tests do.
+    #[cfg(test)]
     pub fn session_token(&self, e: usize) -> String {
         base64_encode(self.ids[e].as_bytes())
     }
@@ -1019,7 +1102,6 @@ impl Router {
         }
         self.matches.iter_mut().for_each(|m| *m = 0);
         self.hashes.clear();
-        self.total_blocks = 0;
         let Some(approx) = &self.approx else { return };
         let block = approx.block_size(endpoints);
         let max_blocks = approx.max_blocks(block);
@@ -1032,7 +1114,6 @@ impl Router {
             }
         }
         hasher.hashes.truncate(max_blocks);
-        self.total_blocks = hasher.hashes.len() as u32;
         for hash in &hasher.hashes {
             let mut any = false;
             for (e, m) in self.matches.iter_mut().enumerate() {
@@ -1048,70 +1129,23 @@ impl Router {
         self.hashes.extend(hasher.hashes);
     }
 
+    /// Whether `filter` keeps `endpoint`, evaluated afresh: the label
+    /// filters as [`label_filter_passes`], context-length-aware against
+    /// the request's length; an unknown name or any other type keeps it.
     fn passes(&self, filter: &str, endpoint: usize) -> bool {
         let Some(plugin) = self.config.plugin(filter) else {
             return true;
         };
-        let plugin_type = plugin.plugin_type.as_str();
         let labels = &self.labels[endpoint];
-        let role = labels.get(ROLE).map(String::as_str);
-        match plugin_type {
-            // A Kubernetes LabelSelector: every matchLabels pair and every
-            // matchExpressions requirement must hold.
-            "label-selector-filter" | "by-label-selector" => {
-                let p = &plugin.parameters;
-                let labels_ok = p
-                    .get("matchLabels")
-                    .and_then(Value::as_mapping)
-                    .is_none_or(|m| {
-                        m.iter().all(|(k, v)| {
-                            labels.get(k.as_str().unwrap_or("")).map(String::as_str) == v.as_str()
-                        })
-                    });
-                let expressions_ok = p
-                    .get("matchExpressions")
-                    .and_then(Value::as_sequence)
-                    .is_none_or(|list| {
-                        list.iter().all(|e| {
-                            let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-                            let values: Vec<&str> = e
-                                .get("values")
-                                .and_then(Value::as_sequence)
-                                .into_iter()
-                                .flatten()
-                                .filter_map(Value::as_str)
-                                .collect();
-                            let value = labels.get(key).map(String::as_str);
-                            match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-                                "In" => value.is_some_and(|v| values.contains(&v)),
-                                "NotIn" => value.is_none_or(|v| !values.contains(&v)),
-                                "Exists" => value.is_some(),
-                                "DoesNotExist" => value.is_none(),
-                                _ => false,
-                            }
-                        })
-                    });
-                labels_ok && expressions_ok
-            }
-            // by-label: keep a listed value, or an absent label when allowed.
-            "by-label" => {
-                let p = &plugin.parameters;
-                let key = p.get("label").and_then(Value::as_str).unwrap_or("");
-                let allow_none = p
-                    .get("allowsNoLabel")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
-                match labels.get(key) {
-                    None => allow_none,
-                    Some(v) => p
-                        .get("validValues")
-                        .and_then(Value::as_sequence)
-                        .is_some_and(|vals| vals.iter().any(|x| x.as_str() == Some(v.as_str()))),
-                }
-            }
-            // context-length-aware as a filter, only with enableFiltering:
-            // keep unlabelled endpoints and those whose range holds the
-            // request's length; drop unparsable labels.
+        if let Some(pass) = label_filter_passes(plugin, labels) {
+            return pass;
+        }
+        match plugin.plugin_type.as_str() {
+            // context-length-aware as a filter (`Filter` in
+            // `scorer/contextlengthaware/context_length_aware.go`), only
+            // with enableFiltering: keep unlabelled endpoints and those
+            // whose range holds the request's length; drop unparsable
+            // labels.
             "context-length-aware" => {
                 let p = &plugin.parameters;
                 if !p
@@ -1129,14 +1163,13 @@ impl Router {
                     }),
                 }
             }
-            "decode-filter" => role.is_none_or(|r| DECODE_ROLES.contains(&r)),
-            "prefill-filter" => role.is_some_and(|r| PREFILL_ROLES.contains(&r)),
             _ => true,
         }
     }
 
     /// The request's context length for context-length-aware: the token
-    /// count of the tokenized prompt (`getContextLength`), which the
+    /// count of the tokenized prompt (`getContextLength` in
+    /// `scorer/contextlengthaware/context_length_aware.go`), which the
     /// loader only lets a real tokenizer (`vllm` or UDS) produce, so it is
     /// the prompt's tokens.
     fn context_length(&self) -> i64 {
@@ -1158,19 +1191,20 @@ impl Router {
         (total - matches[endpoint].min(total)) as u64 * block_size as u64 + tail
     }
 
-    /// prefix-cache-affinity-filter (`prefixcacheaffinity`): keep the
+    /// prefix-cache-affinity-filter (`filter/prefixcacheaffinity/plugin.go`): keep the
     /// endpoints whose prefix match reaches the threshold, unless exploring,
     /// none qualifies, or their in-flight prefill backlog would cost more
     /// TTFT than `maxTTFTPenaltyMs` over the best other endpoint.
     fn affinity_filter(&mut self, filter: &str, candidates: &mut Vec<usize>) {
-        let Some(plugin) = self.config.plugin(filter).cloned() else {
+        let config = std::sync::Arc::clone(&self.config);
+        let Some(plugin) = config.plugin(filter) else {
             return;
         };
-        let threshold = param_f64(&plugin, "affinityThreshold").unwrap_or(0.80);
+        let threshold = param_f64(plugin, "affinityThreshold").unwrap_or(0.80);
         if candidates.len() <= 1 || threshold <= 0.0 {
             return;
         }
-        let explore = param_f64(&plugin, "explorationProbability").unwrap_or(0.0);
+        let explore = param_f64(plugin, "explorationProbability").unwrap_or(0.0);
         if explore > 0.0 && self.rng.bernoulli(explore) {
             return;
         }
@@ -1187,9 +1221,9 @@ impl Router {
         if sticky.is_empty() {
             return;
         }
-        let penalty_ms = param_f64(&plugin, "maxTTFTPenaltyMs").unwrap_or(18_000.0);
+        let penalty_ms = param_f64(plugin, "maxTTFTPenaltyMs").unwrap_or(18_000.0);
         if penalty_ms > 0.0 && !other.is_empty() {
-            let peak = param_f64(&plugin, "peakPrefillThroughput")
+            let peak = param_f64(plugin, "peakPrefillThroughput")
                 .filter(|p| *p > 0.0)
                 .unwrap_or(15_928.0);
             let tokens = |e: usize| self.inflight.as_ref().map_or(0, |(_, t)| t[e]) as f64;
@@ -1294,17 +1328,25 @@ impl Router {
             );
         };
         match plugin.plugin_type.as_str() {
+            // Min-max over the candidates' waiting queues, shortest 1
+            // (`scorer/queuedepth/queue.go`).
             "queue-scorer" => minmax(
                 &mut candidates.iter().map(|c| endpoints[*c].waiting as f64),
                 out,
             ),
+            // The same over running requests
+            // (`scorer/runningrequests/runningrequest.go`).
             "running-requests-size-scorer" => minmax(
                 &mut candidates.iter().map(|c| endpoints[*c].running as f64),
                 out,
             ),
+            // 1 − KV-cache usage
+            // (`scorer/kvcacheutilization/kvcache_utilization.go`).
             "kv-cache-utilization-scorer" => {
                 out.extend(candidates.iter().map(|c| 1.0 - endpoints[*c].kv_usage))
             }
+            // An empty queue 0.5, falling linearly to 0 at `threshold`
+            // waiting (`scorer/loadaware/load_aware.go`).
             "load-aware-scorer" => {
                 let threshold = param_f64(plugin, "threshold")
                     .filter(|t| *t > 0.0)
@@ -1318,6 +1360,9 @@ impl Router {
                     }
                 }));
             }
+            // In-flight tokens plus the uncached prompt, 1 when idle,
+            // falling linearly to 0 at `queueThresholdTokens`
+            // (`scorer/tokenload/token_load.go`).
             "token-load-scorer" => {
                 let threshold = param_f64(plugin, "queueThresholdTokens")
                     .filter(|t| *t > 0.0)
@@ -1332,6 +1377,9 @@ impl Router {
                     }
                 }));
             }
+            // In-flight requests: at most `idleThreshold` 1, else
+            // (max − n)/max · `maxBusyScore`
+            // (`scorer/activerequest/active_request.go`).
             "active-request-scorer" => {
                 let idle = param_f64(plugin, "idleThreshold").unwrap_or(0.0);
                 let max_busy = param_f64(plugin, "maxBusyScore").unwrap_or(1.0);
@@ -1384,6 +1432,10 @@ impl Router {
                     }
                 }
             }
+            // Matched blocks over total, blended with the match length
+            // (`scorer/prefix/plugin.go`); the legacy precise scorer's
+            // inner one has neither length parameter
+            // (`scorer/preciseprefixcache/precise_prefix_cache.go`).
             "prefix-cache-scorer" | "precise-prefix-cache-scorer" => {
                 let (matches, total, block_size) = self.match_info(scorer);
                 let legacy = plugin.plugin_type == "precise-prefix-cache-scorer";
@@ -1426,7 +1478,8 @@ impl Router {
             "session-affinity-scorer" => {
                 // The session's endpoint 1, every other candidate 0; no
                 // session, or its endpoint not a candidate: 0 everywhere
-                // (`encoded_endpoint_header.go`, `session_id_header.go`).
+                // (`scorer/sessionaffinity/{encoded_endpoint_header,
+                // session_id_header}.go`).
                 // pdsim's requests carry no session header, so in a run
                 // every request is a new session and scores 0 everywhere,
                 // as the EPP scores a client that sends none.
@@ -1444,8 +1497,9 @@ impl Router {
         }
     }
 
-    /// Runs one profile: filters, scorers, picker. `None` when the filters
-    /// leave nothing.
+    /// Runs one profile: filters, scorers, picker
+    /// (`pkg/epp/scheduling/scheduler_profile.go`, `Run`). `None` when the
+    /// filters leave nothing.
     fn run_profile(
         &mut self,
         name: &str,
@@ -1456,27 +1510,28 @@ impl Router {
         let profile = config.profiles.iter().find(|p| p.name == name)?;
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
         for filter in &profile.filters {
-            if self
-                .config
-                .plugin(filter)
-                .is_some_and(|p| p.plugin_type == "prefix-cache-affinity-filter")
-            {
-                self.affinity_filter(filter, &mut candidates);
-            } else if self
-                .config
-                .plugin(filter)
-                .is_some_and(|p| p.plugin_type == "session-affinity-filter")
-            {
-                self.session_filter(filter, request, &mut candidates);
-            } else if self.utilization.contains_key(filter) {
-                self.utilization_filter(filter, endpoints, &mut candidates);
-            } else {
-                candidates.retain(|e| self.passes(filter, *e));
+            let plugin = config.plugin(filter);
+            match plugin.map(|p| p.plugin_type.as_str()) {
+                Some("prefix-cache-affinity-filter") => {
+                    self.affinity_filter(filter, &mut candidates);
+                }
+                Some("session-affinity-filter") => {
+                    self.session_filter(filter, request, &mut candidates);
+                }
+                _ if self.utilization.contains_key(filter) => {
+                    self.utilization_filter(filter, endpoints, &mut candidates);
+                }
+                _ => match self.label_filters.get(filter) {
+                    Some(pass) => candidates.retain(|e| pass[*e]),
+                    None => candidates.retain(|e| self.passes(filter, *e)),
+                },
             }
             if candidates.is_empty() {
                 return None;
             }
         }
+        // The weighted sum of the scores, each clamped to [0, 1]
+        // (`scheduler_profile.go`, `runScorerPlugins`, `enforceScoreRange`).
         let mut totals = vec![0.0; candidates.len()];
         let mut scores = Vec::new();
         for (scorer, weight) in &profile.scorers {
@@ -1486,22 +1541,24 @@ impl Router {
             }
             self.note_scored(scorer, &candidates, request);
         }
-        let picker_type = self
-            .config
+        let picker_type = config
             .plugin(&profile.picker)
-            .map_or("max-score-picker", |p| p.plugin_type.as_str())
-            .to_string();
-        // Shuffle (the EPP's PCG shuffle), then pick.
+            .map_or("max-score-picker", |p| p.plugin_type.as_str());
+        // Shuffle (the EPP's PCG shuffle, `ShuffleScoredEndpoints` in
+        // `picker/common.go`), then pick.
         self.order.clear();
         self.order.extend(0..candidates.len());
         for i in (1..self.order.len()).rev() {
             let j = self.rng.below(i as u64 + 1) as usize;
             self.order.swap(i, j);
         }
-        let chosen = match picker_type.as_str() {
+        let chosen = match picker_type {
+            // `picker/random/picker.go`: the first after the shuffle.
             "random-picker" => self.order[0],
             "weighted-random-picker" if totals.iter().any(|t| *t > 0.0) => {
-                // A-Res: key = U^(1/score), largest key wins.
+                // A-Res: key = U^(1/score), largest key wins
+                // (`picker/weightedrandom/picker.go`); with every score 0
+                // it falls back to the random picker.
                 let mut best = (f64::MIN, self.order[0]);
                 for &i in &self.order {
                     let u = self.rng.unit().max(1e-10);
@@ -1517,8 +1574,9 @@ impl Router {
                 best.1
             }
             "weighted-random-picker" => self.order[0],
-            // max-score-picker: stable sort by score descending after the
-            // shuffle, so ties fall uniformly at random.
+            // max-score-picker (`picker/maxscore/picker.go`): stable sort
+            // by score descending after the shuffle, so ties fall
+            // uniformly at random.
             _ => {
                 let mut best = self.order[0];
                 for &i in &self.order {
@@ -1701,7 +1759,9 @@ impl Router {
         };
         // PreRequest: `x-prefiller-host-port` is the first target of the
         // profile its writer reads (the disagg handler's own prefill
-        // profile, or a prefill-header-handler's `prefillProfile`). The
+        // profile, `disagg/disagg_profile_handler.go`, or a
+        // prefill-header-handler's `prefillProfile`,
+        // `disagg/disagg_headers_handler.go`). The
         // deprecated pd-profile-handler writes no header: without a header
         // handler its prefill profile runs and is counted, but the sidecar
         // serves the request whole on the decode endpoint.
@@ -1723,7 +1783,8 @@ impl Router {
             ticket: Ticket::default(),
         };
         // PreRequest: the in-flight load of each profile's target grows by
-        // one request and by the prompt tokens its index lacks.
+        // one request and by the prompt tokens its index lacks
+        // (`requestcontrol/dataproducer/inflightload/producer.go`).
         if self.inflight.is_some() {
             let prompt_tokens = self.prompt_tokens;
             let add = |router: &mut Router, e: usize| {
@@ -1739,7 +1800,8 @@ impl Router {
             decision.ticket.prefill_named = named_prefill.is_some();
         }
         // PreRequest: the approx producer indexes the prompt on the primary
-        // target and on the `prefill` profile's target.
+        // target and on the `prefill` profile's target
+        // (`requestcontrol/dataproducer/approximateprefix/plugin.go`).
         if let Some(approx) = self.approx.clone() {
             for target in [Some(decode), named_prefill].into_iter().flatten() {
                 let capacity = if approx.auto_tune {
@@ -1755,7 +1817,8 @@ impl Router {
                 }
             }
         }
-        // The precise producer's PreRequest (speculative indexing).
+        // The precise producer's PreRequest (speculative indexing,
+        // `requestcontrol/dataproducer/preciseprefixcache/prerequest.go`).
         if let Some(precise) = &mut self.precise {
             let targets: Vec<usize> = [Some(decode), named_prefill]
                 .into_iter()
@@ -1764,7 +1827,8 @@ impl Router {
             precise.speculate(self.clock, &targets);
         }
         // no-hit-lru-scorer's PreRequest: a request its last Score found
-        // cold touches the primary target, then the `prefill` profile's.
+        // cold touches the primary target, then the `prefill` profile's
+        // (`scorer/nohitlru/no_hit_lru.go`).
         for state in self.no_hit.values_mut() {
             if state.cold != Some(true) {
                 continue;
@@ -1777,9 +1841,10 @@ impl Router {
                 }
             }
         }
-        // session-affinity-scorer's PreRequest (`session_id` strategy):
-        // bind the session to the target of `profileName` (default the
-        // primary).
+        // session-affinity-scorer's PreRequest (`session_id` strategy,
+        // `scorer/sessionaffinity/session_affinity.go` and
+        // `util/sessionaffinity/session_id.go`): bind the session to the
+        // target of `profileName` (default the primary).
         for session in self.sessions.values_mut() {
             let target = if session.profile.is_empty() || session.profile == decode_name {
                 Some(decode)
@@ -2098,7 +2163,7 @@ mod tests {
         // Endpoint 0 holds the prefix, but it is not a candidate: the
         // request is cold over 1 and 2, both never used: 1 − i/(n−1).
         router.matches = vec![4, 0, 0];
-        router.total_blocks = 4;
+        router.hashes = [0; 4].into();
         router.score("no-hit-lru-scorer", &[1, 2], &views, &request, &mut out);
         assert_eq!(out, vec![1.0, 0.0]);
         // With 0 among the candidates it is warm: 0.5 everywhere.
@@ -2698,7 +2763,7 @@ mod tests {
         );
         // Endpoint 1 filtered out upstream: the session moves to 0 and
         // stays there once 1 is back.
-        router.labels = up(&["yes", "no"]);
+        router.set_labels(up(&["yes", "no"]));
         assert_eq!(
             router
                 .pick_request(&prompt(11, 16), &request, &views)
@@ -2706,7 +2771,7 @@ mod tests {
                 .decode,
             0
         );
-        router.labels = up(&["yes", "yes"]);
+        router.set_labels(up(&["yes", "yes"]));
         assert_eq!(
             router
                 .pick_request(&prompt(12, 16), &request, &views)

@@ -369,6 +369,10 @@ mod tests {
         assert_eq!(parse_go_duration("3\u{b5}s"), Some(3_000));
         assert_eq!(parse_go_duration("1h1ns"), Some(3_600_000_000_001));
         assert_eq!(parse_go_duration("9999999999h"), None, "overflow");
+        assert_eq!(parse_go_duration("2s"), Some(2_000_000_000));
+        assert_eq!(parse_go_duration("1.5ms"), Some(1_500_000));
+        assert_eq!(parse_go_duration("2"), None);
+        assert_eq!(parse_go_duration("s"), None);
         // Zero and negative intervals are clamped to the minimum.
         for text in ["0", "-1s"] {
             let flags =

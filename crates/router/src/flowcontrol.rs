@@ -32,6 +32,7 @@
 //! `now ≥ enqueue + TTL` (`isExpired`).
 
 use crate::cycle::{EndpointView, Router};
+use crate::role;
 use std::collections::{BTreeMap, VecDeque};
 
 /// The processor's dispatch ticker (`processor.go`, `Run`:
@@ -93,14 +94,25 @@ pub enum Fairness {
 
 impl Fairness {
     /// The queue to serve next among `flows` (index), given the index the
-    /// policy picked last (round-robin's cursor). `None`: every flow is
-    /// empty.
-    fn pick(self, flows: &[FlowQueue], ordering: Ordering, last: Option<usize>) -> Option<usize> {
+    /// policy picked last (round-robin's cursor) and the items' TTL. `None`:
+    /// every flow is empty.
+    fn pick(
+        self,
+        flows: &[FlowQueue],
+        ordering: Ordering,
+        ttl_ns: u64,
+        last: Option<usize>,
+    ) -> Option<usize> {
         let busy = |i: &usize| !flows[*i].items.is_empty();
         match self {
-            Fairness::GlobalStrict | Fairness::ProgramAware => (0..flows.len())
-                .filter(busy)
-                .min_by_key(|i| flows[*i].items.front().map(|item| item.key(ordering))),
+            Fairness::GlobalStrict | Fairness::ProgramAware => {
+                (0..flows.len()).filter(busy).min_by_key(|i| {
+                    flows[*i]
+                        .items
+                        .front()
+                        .map(|item| item.key(ordering, ttl_ns))
+                })
+            }
             Fairness::RoundRobin => {
                 let n = flows.len();
                 let start = last.map_or(0, |l| (l + 1) % n.max(1));
@@ -262,19 +274,19 @@ pub struct Item {
     pub bytes: u64,
     /// Arrival order, breaking enqueue-time ties.
     seq: u64,
-    ttl_ns: u64,
 }
 
 impl Item {
     /// The ordering policy's key: smaller is served first (its `Less`).
-    fn key(&self, ordering: Ordering) -> (u64, u64, u64) {
+    /// `ttl_ns` is the request TTL (every item has the configured one).
+    fn key(&self, ordering: Ordering, ttl_ns: u64) -> (u64, u64, u64) {
         match ordering {
             Ordering::Fcfs => (self.enqueued_ns, self.seq, 0),
             Ordering::Edf => {
-                let deadline = if self.ttl_ns == 0 {
+                let deadline = if ttl_ns == 0 {
                     u64::MAX
                 } else {
-                    self.enqueued_ns.saturating_add(self.ttl_ns)
+                    self.enqueued_ns.saturating_add(ttl_ns)
                 };
                 (deadline, self.enqueued_ns, self.seq)
             }
@@ -299,16 +311,6 @@ pub enum Refusal {
     Capacity,
 }
 
-/// Where each endpoint counts for the stage saturations
-/// (`processor.go`, `partitionEndpoints`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    Prefill,
-    Decode,
-    Both,
-    None,
-}
-
 /// The flow controller's state: the priority-0 band's single flow.
 #[derive(Clone, Debug)]
 pub struct FlowController {
@@ -327,19 +329,15 @@ impl FlowController {
     /// A controller over endpoints with these labels.
     pub fn new(settings: &FlowControl, labels: &[BTreeMap<String, String>]) -> FlowController {
         let (mut prefill, mut decode) = (Vec::new(), Vec::new());
+        // Where each endpoint counts for the stage saturations
+        // (`flowcontrol/controller/internal/processor.go`,
+        // `partitionEndpoints`); encode-only and unknown roles get no
+        // traffic and count nowhere.
         for (e, l) in labels.iter().enumerate() {
-            let stage = match l.get("llm-d.ai/role").map(String::as_str).unwrap_or("") {
-                "prefill" | "encode-prefill" => Stage::Prefill,
-                "decode" | "" => Stage::Decode,
-                "prefill-decode" | "both" | "encode-prefill-decode" => Stage::Both,
-                // Encode-only and unknown roles get no traffic and count
-                // nowhere.
-                _ => Stage::None,
-            };
-            if matches!(stage, Stage::Prefill | Stage::Both) {
+            if role::prefill(l) {
                 prefill.push(e);
             }
-            if matches!(stage, Stage::Decode | Stage::Both) {
+            if role::decode_stage(l) {
                 decode.push(e);
             }
         }
@@ -392,7 +390,6 @@ impl FlowController {
             enqueued_ns: now_ns,
             bytes,
             seq: self.seq,
-            ttl_ns: s.ttl_ns,
         });
         self.bytes += bytes;
         self.len += 1;
@@ -434,7 +431,12 @@ impl FlowController {
             return None; // Head-of-line blocking.
         }
         let s = &self.settings.band;
-        let flow = s.fairness.pick(&self.flows, s.ordering, self.last_flow)?;
+        let flow = s.fairness.pick(
+            &self.flows,
+            s.ordering,
+            self.settings.ttl_ns,
+            self.last_flow,
+        )?;
         self.last_flow = Some(flow);
         let item = self.flows[flow].items.pop_front()?;
         self.bytes -= item.bytes;
@@ -446,9 +448,10 @@ impl FlowController {
     /// (`now ≥ enqueue + TTL`; a zero TTL never expires) is evicted;
     /// returns their tokens in queue order.
     pub fn expire(&mut self, now_ns: u64, out: &mut Vec<u32>) {
+        let ttl_ns = self.settings.ttl_ns;
         for flow in &mut self.flows {
             while let Some(head) = flow.items.front() {
-                if head.ttl_ns == 0 || now_ns < head.enqueued_ns.saturating_add(head.ttl_ns) {
+                if ttl_ns == 0 || now_ns < head.enqueued_ns.saturating_add(ttl_ns) {
                     break;
                 }
                 self.bytes -= head.bytes;
@@ -461,11 +464,14 @@ impl FlowController {
 
     /// When the oldest waiting item's budget runs out, if it can.
     pub fn next_expiry_ns(&self) -> Option<u64> {
+        let ttl_ns = self.settings.ttl_ns;
+        if ttl_ns == 0 {
+            return None;
+        }
         self.flows
             .iter()
             .filter_map(|f| f.items.front())
-            .filter(|i| i.ttl_ns > 0)
-            .map(|i| i.enqueued_ns.saturating_add(i.ttl_ns))
+            .map(|i| i.enqueued_ns.saturating_add(ttl_ns))
             .min()
     }
 
@@ -694,7 +700,6 @@ mod tests {
                 enqueued_ns: 5,
                 bytes: 0,
                 seq: 1,
-                ttl_ns: DEFAULT_TTL_NS,
             };
             let b = Item {
                 token: 2,
@@ -702,7 +707,10 @@ mod tests {
                 seq: 2,
                 ..a
             };
-            assert!(a.key(ordering) < b.key(ordering), "{ordering:?}");
+            assert!(
+                a.key(ordering, DEFAULT_TTL_NS) < b.key(ordering, DEFAULT_TTL_NS),
+                "{ordering:?}"
+            );
         }
     }
 
@@ -714,7 +722,6 @@ mod tests {
             enqueued_ns: 0,
             bytes: 0,
             seq: 1,
-            ttl_ns: 0,
         };
         flows[1].items.push_back(item);
         for f in [
@@ -722,12 +729,12 @@ mod tests {
             Fairness::RoundRobin,
             Fairness::ProgramAware,
         ] {
-            assert_eq!(f.pick(&flows, Ordering::Fcfs, None), Some(1), "{f:?}");
-            assert_eq!(f.pick(&flows, Ordering::Fcfs, Some(1)), Some(1), "{f:?}");
+            assert_eq!(f.pick(&flows, Ordering::Fcfs, 0, None), Some(1), "{f:?}");
+            assert_eq!(f.pick(&flows, Ordering::Fcfs, 0, Some(1)), Some(1), "{f:?}");
         }
         flows[1].items.clear();
         assert_eq!(
-            Fairness::RoundRobin.pick(&flows, Ordering::Fcfs, None),
+            Fairness::RoundRobin.pick(&flows, Ordering::Fcfs, 0, None),
             None
         );
     }

@@ -18,6 +18,7 @@ pub mod precise;
 pub mod registry;
 
 mod inputs;
+mod role;
 pub use inputs::{RouterInputs, check_router_inputs};
 
 pub use config::{EndpointPickerConfig, load_config};

@@ -541,53 +541,9 @@ impl Precise {
     }
 }
 
-/// A Go duration string (`time.ParseDuration`) in nanoseconds: a sequence
-/// of decimal numbers with units ns, us, µs, ms, s, m, h, optionally signed;
-/// `"0"` alone is zero. `None` when it does not parse.
-pub fn parse_go_duration(text: &str) -> Option<i128> {
-    let (negative, mut rest) = match text.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number = &rest[..number_len];
-        if number.is_empty() || number == "." {
-            return None;
-        }
-        let value: f64 = number.parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += value * scale;
-    }
-    let ns = total.round() as i128;
-    Some(if negative { -ns } else { ns })
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Entry, Precise, Weights, parse_go_duration};
+    use super::{Entry, Precise, Weights};
     use pdsim_core::kv_events::{KvEvent, KvEventBatch, Medium, Piece};
     use pdsim_core::prompt::block_hashes;
     use pdsim_core::{Prompt, Segment};
@@ -834,16 +790,5 @@ mod tests {
             tier: None,
             speculative: true,
         };
-    }
-
-    #[test]
-    fn go_durations_parse() {
-        assert_eq!(parse_go_duration("2s"), Some(2_000_000_000));
-        assert_eq!(parse_go_duration("1m30s"), Some(90_000_000_000));
-        assert_eq!(parse_go_duration("1.5ms"), Some(1_500_000));
-        assert_eq!(parse_go_duration("0"), Some(0));
-        assert_eq!(parse_go_duration("2"), None);
-        assert_eq!(parse_go_duration("s"), None);
-        assert_eq!(parse_go_duration(""), None);
     }
 }
