@@ -1253,17 +1253,19 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         // `requestcontrol/dataproducer/approximateprefix/plugin.go`
         // (`ApproxPrefixCacheFactory`, `newDataProducer`).
         "approx-prefix-cache-producer" => {
-            if parameters.contains_key("blockSize") && !parameters.contains_key("blockSizeTokens") {
-                bad(
-                    "blockSize",
-                    "blockSize (characters) is deprecated and needs blockSizeTokens",
-                );
-            }
             let auto_tune = parameters
                 .get("autoTune")
                 .and_then(Value::as_bool)
                 .unwrap_or(true);
-            if !auto_tune && !number(parameters, "blockSizeTokens").is_some_and(|v| v > 0.0) {
+            // Decoded over the defaults (blockSizeTokens 16), with a
+            // positive deprecated blockSize standing in for a default one.
+            let mut block = number(parameters, "blockSizeTokens").unwrap_or(16.0);
+            if let Some(deprecated) = number(parameters, "blockSize").filter(|v| *v > 0.0)
+                && block == 16.0
+            {
+                block = deprecated;
+            }
+            if !auto_tune && block <= 0.0 {
                 bad(
                     "blockSizeTokens",
                     "with autoTune false, blockSizeTokens must be above 0",

@@ -873,8 +873,16 @@ impl Router {
         // it and none is configured (`CreateMissingDataProducers`).
         let approx = (consumes_prefix || producer.is_some()).then(|| {
             let get = |k: &str| producer.and_then(|p| param_f64(p, k));
-            let block_size_tokens =
+            // The deprecated `blockSize` is taken as `blockSizeTokens` when
+            // that is left at its default of 16 (`ApproxPrefixCacheFactory`,
+            // `approximateprefix/plugin.go`; the default in `types.go`).
+            let mut block_size_tokens =
                 get("blockSizeTokens").filter(|v| *v > 0.0).unwrap_or(16.0) as u32;
+            if let Some(deprecated) = get("blockSize").filter(|v| *v > 0.0)
+                && block_size_tokens == 16
+            {
+                block_size_tokens = deprecated as u32;
+            }
             let max_prefix_tokens =
                 get("maxPrefixTokensToMatch").unwrap_or(131_072.0).max(0.0) as u64;
             let max_prefix_blocks = get("maxPrefixBlocksToMatch").unwrap_or(2048.0).max(0.0) as u64;
@@ -1968,6 +1976,29 @@ mod tests {
             ..approx
         };
         assert_eq!(uncapped.max_blocks(64), usize::MAX);
+    }
+
+    #[test]
+    fn the_deprecated_block_size_stands_in_for_a_default_block_size_tokens() {
+        let approx_block = |params: &str| {
+            let text = format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-scorer\n- type: approx-prefix-cache-producer\n  parameters: {params}\n"
+            );
+            let router = Router::new(&inputs(&text), labels(&["prefill-decode"; 2]), 1);
+            router.approx.as_ref().map(|a| a.block_size_tokens)
+        };
+        assert_eq!(approx_block("{autoTune: false, blockSize: 128}"), Some(128));
+        // An explicit blockSizeTokens other than the default wins.
+        assert_eq!(
+            approx_block("{autoTune: false, blockSize: 128, blockSizeTokens: 256}"),
+            Some(256)
+        );
+        // At its default value it is overridden, as `ApproxPrefixCacheFactory`
+        // cannot tell it from an omitted one.
+        assert_eq!(
+            approx_block("{autoTune: false, blockSize: 128, blockSizeTokens: 16}"),
+            Some(128)
+        );
     }
 
     #[test]
