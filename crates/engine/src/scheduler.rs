@@ -133,12 +133,6 @@ pub enum EngineEvent {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Status {
-    Waiting,
-    Running,
-}
-
 #[derive(Clone, Debug)]
 struct Req {
     id: RequestId,
@@ -150,7 +144,6 @@ struct Req {
     computed: u32,
     /// Draft tokens proposed for the next step.
     drafts: u32,
-    status: Status,
     admitted_once: bool,
     blocks: Vec<u32>,
     /// Prefix-reuse units of the request whose hash is registered in the pool.
@@ -454,7 +447,6 @@ impl Engine {
             output: 0,
             computed: 0,
             drafts: 0,
-            status: Status::Waiting,
             admitted_once: false,
             blocks: Vec::new(),
             cached_units: 0,
@@ -747,7 +739,6 @@ impl Engine {
             let req = self.req_mut(slot);
             req.computed = 0;
             req.drafts = 0;
-            req.status = Status::Waiting;
             req.id
         };
         self.preemptions += 1;
@@ -893,7 +884,6 @@ impl Engine {
                     }
                     self.pop_waiting();
                     self.running.push(slot);
-                    self.req_mut(slot).status = Status::Running;
                     self.scheduled.push(Scheduled {
                         slot,
                         tokens: n,
@@ -948,7 +938,6 @@ impl Engine {
                 self.running.push(slot);
                 let id = {
                     let req = self.req_mut(slot);
-                    req.status = Status::Running;
                     req.computed = hit_tokens;
                     req.admitted_once = true;
                     req.id
@@ -1074,7 +1063,6 @@ impl Engine {
                     // decode side has read the blocks.
                     let req = self.req_mut(s.slot);
                     req.holding = true;
-                    req.status = Status::Waiting;
                     let blocks = req.blocks.len() as u32;
                     self.events.push(EngineEvent::Held { id, blocks });
                 } else {
