@@ -13,6 +13,7 @@
 
 use pdsim_core::kv_events::{KvEventBatch, Medium};
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 
 const NONE: u32 = u32::MAX;
 
@@ -213,8 +214,11 @@ impl BlockPool {
                 let first = (block * self.units_per_block) as usize;
                 for unit in 0..self.units_per_block as usize {
                     let hash = std::mem::take(&mut self.unit_hash[first + unit]);
-                    if hash != 0 && self.cached.get(&hash).is_some_and(|(b, _)| *b == block) {
-                        self.cached.remove(&hash);
+                    if hash != 0
+                        && let Entry::Occupied(entry) = self.cached.entry(hash)
+                        && entry.get().0 == block
+                    {
+                        entry.remove();
                     }
                     // `_maybe_evict_cached_block` (`vllm/v1/core/block_pool.py`)
                     // queues `BlockRemoved(medium="GPU")` for every cached

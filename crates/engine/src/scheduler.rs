@@ -262,8 +262,14 @@ fn stored_event(log: &mut KvEventBatch, req: &Req, from: u32, to: u32, unit: u32
         .extend_from_slice(&req.hasher.hashes[from as usize..to as usize]);
     let first_piece = log.pieces.len() as u32;
     let (start, end) = (from * unit, to * unit);
+    // Blocks wholly in the output have no prompt piece: skip the segments.
+    let prompt_segments = if start < req.prompt_tokens {
+        &req.segments[..]
+    } else {
+        &[]
+    };
     let mut offset = 0u32;
-    for segment in &req.segments {
+    for segment in prompt_segments {
         let (lo, hi) = (offset, offset + segment.tokens);
         offset = hi;
         if hi <= start {
@@ -293,6 +299,29 @@ fn stored_event(log: &mut KvEventBatch, req: &Req, from: u32, to: u32, unit: u32
         hashes: at..at + (to - from),
         pieces: first_piece..log.pieces.len() as u32,
     });
+}
+
+/// The chance that draft position `i` is accepted once position `i − 1` was
+/// (position 0 always follows an accepted token), for each of the
+/// `num_spec_tokens` positions: vLLM's acceptance rates count over all
+/// drafts, so each is divided by the one before it. A position past the
+/// given rates, or after a rate of 0, is never accepted.
+fn conditional_acceptance(spec: &SpecConfig) -> Vec<f64> {
+    (0..spec.num_spec_tokens as usize)
+        .map(|pos| {
+            let p_here = spec.acceptance.get(pos).copied().unwrap_or(0.0);
+            let p_before = if pos == 0 {
+                1.0
+            } else {
+                spec.acceptance.get(pos - 1).copied().unwrap_or(0.0)
+            };
+            if p_before > 0.0 {
+                p_here / p_before
+            } else {
+                0.0
+            }
+        })
+        .collect()
 }
 
 /// Waiting requests in policy order.
@@ -338,6 +367,10 @@ pub struct Engine {
     /// always drain.
     holding: VecDeque<u32>,
     offload: Option<OffloadTier>,
+    /// Per draft position, the probability that it is accepted given the
+    /// one before it was: `acceptance[i] / acceptance[i - 1]`, computed once
+    /// here rather than per draft per step.
+    draft_accept: Vec<f64>,
     /// Tokens found in the offload tier (`vllm:external_prefix_cache_hits`).
     pub external_hits_tokens: u64,
     /// Counters, as vLLM's metrics expose them.
@@ -351,6 +384,10 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
         let offload = config.offload_blocks.map(OffloadTier::new);
+        let draft_accept = config
+            .spec
+            .as_ref()
+            .map_or_else(Vec::new, conditional_acceptance);
         let units = (config.block_size / config.prefix_unit.max(1)).max(1);
         let pool = BlockPool::with_units(config.num_blocks, units, config.unhashed_blocks_to_front);
         let waiting = match config.policy {
@@ -372,6 +409,7 @@ impl Engine {
             remote_waiting: 0,
             holding: VecDeque::new(),
             offload,
+            draft_accept,
             external_hits_tokens: 0,
             preemptions: 0,
             prefix_queries_tokens: 0,
@@ -438,6 +476,11 @@ impl Engine {
         for segment in &request.prompt.segments {
             hasher.feed_segment(*segment);
         }
+        let segments = if self.pool.kv_events.is_some() {
+            request.prompt.segments
+        } else {
+            Vec::new()
+        };
         let req = Req {
             id: request.id,
             arrival: request.arrival,
@@ -457,11 +500,7 @@ impl Engine {
             remote_done: false,
             holding: false,
             loading: 0,
-            segments: if self.pool.kv_events.is_some() {
-                request.prompt.segments.clone()
-            } else {
-                Vec::new()
-            },
+            segments,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -1019,24 +1058,11 @@ impl Engine {
                 if req.computed >= req.tokens() {
                     // The prompt (or a decode step) is complete: sample.
                     let mut accepted = 0;
-                    if let Some(spec) = &spec {
-                        for pos in 0..s.drafts as usize {
-                            let p_here = spec.acceptance.get(pos).copied().unwrap_or(0.0);
-                            let p_before = if pos == 0 {
-                                1.0
-                            } else {
-                                spec.acceptance[pos - 1]
-                            };
-                            let conditional = if p_before > 0.0 {
-                                p_here / p_before
-                            } else {
-                                0.0
-                            };
-                            if acceptance.bernoulli(conditional) {
-                                accepted += 1;
-                            } else {
-                                break;
-                            }
+                    for &conditional in self.draft_accept.iter().take(s.drafts as usize) {
+                        if acceptance.bernoulli(conditional) {
+                            accepted += 1;
+                        } else {
+                            break;
                         }
                     }
                     emit = (1 + accepted).min(req.max_output - req.output);
@@ -1310,11 +1336,7 @@ impl Engine {
 
     /// Computed tokens of a live request (for tests).
     pub fn computed_tokens(&self, id: RequestId) -> Option<u32> {
-        self.reqs
-            .iter()
-            .flatten()
-            .find(|r| r.id == id)
-            .map(|r| r.computed)
+        self.slot_of.get(&id).map(|&slot| self.req(slot).computed)
     }
 
     /// Tokens each request got in the last scheduled step (for tests).
