@@ -362,17 +362,6 @@ pub struct Roofline {
     provenance: Vec<Provenance>,
 }
 
-/// Speculative methods whose drafter runs decoder layers on the GPU
-/// (`vllm/config/speculative.py`; ngram runs on the CPU, medusa and
-/// mlp_speculator heads are small MLPs on the target's hidden states).
-fn drafts_on_gpu(method: &str) -> bool {
-    method.ends_with("mtp")
-        || matches!(
-            method,
-            "eagle" | "eagle3" | "dflash" | "dspark" | "draft_model"
-        )
-}
-
 impl Roofline {
     /// Builds the cost model of one pool. `chip_name` is the chip's catalog
     /// name (coefficient scopes and collective names key on it);
@@ -634,10 +623,17 @@ impl Roofline {
             None
         };
 
+        // A drafter that runs decoder layers on the GPU: the rules pack's
+        // EAGLE-style methods (EAGLE heads, MTP layers, dflash, dspark) or a
+        // separate draft model (`vllm/config/speculative.py`; ngram runs on
+        // the CPU, medusa and mlp_speculator heads are small MLPs on the
+        // target's hidden states).
         let draft_extra_passes = engine
             .spec_method
             .as_deref()
-            .filter(|m| drafts_on_gpu(m) && engine.num_spec_tokens > 0)
+            .filter(|m| {
+                (engine.spec_eagle_style || *m == "draft_model") && engine.num_spec_tokens > 0
+            })
             .map(|_| (engine.num_spec_tokens - 1) as f64);
 
         let admission_per_token_us = if engine.frontend == "rust" {

@@ -169,7 +169,7 @@ impl BlockPool {
 
     /// The cached block holding unit `hash`, if any.
     pub fn lookup(&self, hash: u64) -> Option<u32> {
-        self.cached.get(&hash.max(1)).map(|(block, _)| *block)
+        self.lookup_unit(hash).map(|(block, _)| block)
     }
 
     /// The cached block and unit slot holding unit `hash`, if any.

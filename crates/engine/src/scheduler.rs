@@ -10,7 +10,7 @@
 use crate::graph::{Dbo, Graphs};
 use crate::kv::BlockPool;
 use pdsim_core::Segment;
-use pdsim_core::kv_events::{KvEvent, KvEventBatch, Medium, Piece};
+use pdsim_core::kv_events::{KvEventBatch, Medium, Piece};
 use pdsim_core::prompt::{BlockHasher, content_id};
 use pdsim_core::{Prompt, RequestId, SimTime, Stream};
 use pdsim_cost::Batch;
@@ -232,15 +232,7 @@ impl OffloadTier {
                 }
             }
             if let Some(log) = log {
-                let at = log.hashes.len() as u32;
-                log.hashes.push(hash);
-                let pieces = log.pieces.len() as u32;
-                log.events.push(KvEvent::Stored {
-                    medium: Medium::Cpu,
-                    parent: None,
-                    hashes: at..at + 1,
-                    pieces: pieces..pieces,
-                });
+                log.stored(Medium::Cpu, None, &[hash], []);
             }
         }
         self.touch(hash);
@@ -257,10 +249,6 @@ impl OffloadTier {
 /// before them as parent (none for the first block), and their tokens (prompt
 /// segments, then the request's output).
 fn stored_event(log: &mut KvEventBatch, req: &Req, from: u32, to: u32, unit: u32) {
-    let at = log.hashes.len() as u32;
-    log.hashes
-        .extend_from_slice(&req.hasher.hashes[from as usize..to as usize]);
-    let first_piece = log.pieces.len() as u32;
     let (start, end) = (from * unit, to * unit);
     // Blocks wholly in the output have no prompt piece: skip the segments.
     let prompt_segments = if start < req.prompt_tokens {
@@ -268,37 +256,37 @@ fn stored_event(log: &mut KvEventBatch, req: &Req, from: u32, to: u32, unit: u32
     } else {
         &[]
     };
-    let mut offset = 0u32;
-    for segment in prompt_segments {
-        let (lo, hi) = (offset, offset + segment.tokens);
-        offset = hi;
-        if hi <= start {
-            continue;
-        }
-        if lo >= end {
-            break;
-        }
-        let (a, b) = (lo.max(start), hi.min(end));
-        log.pieces.push(Piece {
-            id: segment.id,
-            start: a - lo,
-            len: b - a,
+    let prompt_pieces = prompt_segments
+        .iter()
+        .scan(0u32, |offset, segment| {
+            let lo = *offset;
+            *offset += segment.tokens;
+            Some((lo, lo + segment.tokens, segment.id))
+        })
+        .skip_while(|&(_, hi, _)| hi <= start)
+        .take_while(|&(lo, _, _)| lo < end)
+        .map(|(lo, hi, id)| {
+            let (a, b) = (lo.max(start), hi.min(end));
+            Piece {
+                id,
+                start: a - lo,
+                len: b - a,
+            }
         });
-    }
-    if end > req.prompt_tokens {
+    let output_piece = (end > req.prompt_tokens).then(|| {
         let a = start.max(req.prompt_tokens);
-        log.pieces.push(Piece {
+        Piece {
             id: req.output_segment,
             start: a - req.prompt_tokens,
             len: end - a,
-        });
-    }
-    log.events.push(KvEvent::Stored {
-        medium: Medium::Gpu,
-        parent: (from > 0).then(|| req.hasher.hashes[from as usize - 1]),
-        hashes: at..at + (to - from),
-        pieces: first_piece..log.pieces.len() as u32,
+        }
     });
+    log.stored(
+        Medium::Gpu,
+        (from > 0).then(|| req.hasher.hashes[from as usize - 1]),
+        &req.hasher.hashes[from as usize..to as usize],
+        prompt_pieces.chain(output_piece),
+    );
 }
 
 /// The chance that draft position `i` is accepted once position `i − 1` was
