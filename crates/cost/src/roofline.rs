@@ -150,7 +150,8 @@ const FP8_DISPATCH_BYTES: f64 = 1.0 + 4.0 / 128.0;
 pub enum All2AllFamily {
     /// `allgather_reducescatter` (vLLM's default): every rank all-gathers
     /// every replica's tokens before the experts and reduce-scatters after,
-    /// so each token reaches every rank (`all2all.py`,
+    /// so each token reaches every rank
+    /// (`vllm/distributed/device_communicators/all2all.py`,
     /// `AgRsAll2AllManager`). Priced on the registry's all-gather and
     /// reduce-scatter curves.
     AllGatherReduceScatter,

@@ -55,7 +55,9 @@ pub struct BlockPool {
     /// iterated, so its order cannot leak into results.
     cached: FxHashMap<u64, (u32, u32)>,
     /// Whether freed blocks without a hash go to the head of the queue
-    /// (reused first, vLLM 0.31 and later) or to the tail like the rest.
+    /// (reused first, vLLM 0.31 and later: `BlockPool.free_blocks` in
+    /// `vllm/v1/core/block_pool.py` prepends them) or to the tail like the
+    /// rest.
     unhashed_to_front: bool,
     /// Cached blocks evicted so far (a hash dropped on reuse).
     pub evictions: u64,
@@ -257,8 +259,10 @@ impl BlockPool {
     }
 
     /// Releases a request's blocks, tail block first, as
-    /// `KVCacheManager.free` does, so within one request the blocks least
-    /// likely to be shared are evicted first.
+    /// `SingleTypeKVCacheManager.free`
+    /// (`vllm/v1/core/single_type_kv_cache_manager.py`) hands them to
+    /// `BlockPool.free_blocks` in reverse, so within one request the blocks
+    /// least likely to be shared are evicted first.
     pub fn release(&mut self, blocks: &[u32]) {
         for &block in blocks.iter().rev() {
             let b = block as usize;

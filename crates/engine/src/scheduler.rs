@@ -316,7 +316,9 @@ fn conditional_acceptance(spec: &SpecConfig) -> Vec<f64> {
 #[derive(Clone, Debug)]
 enum WaitQueue {
     Fcfs(VecDeque<u32>),
-    /// (priority, arrival, id) ascending: vLLM's `Request.__lt__`.
+    /// (priority, arrival, id) ascending: vLLM's `Request.__lt__`
+    /// (`vllm/v1/request.py`) in the heap of `PriorityRequestQueue`
+    /// (`vllm/v1/core/sched/request_queue.py`).
     Priority(BinaryHeap<Reverse<(i32, SimTime, RequestId, u32)>>),
 }
 
@@ -447,9 +449,11 @@ impl Engine {
         self.events.drain(..)
     }
 
-    /// Adds a request to the waiting queue. A prompt that reaches
-    /// max_model_len is rejected at once, as vLLM's input processor
-    /// refuses it; the output budget is capped so prompt + output fits.
+    /// Adds a request to the waiting queue. An empty prompt or one that
+    /// reaches max_model_len is rejected at once, as vLLM's input processor
+    /// refuses it (`InputProcessor._validate_prompt_len` in
+    /// `vllm/v1/engine/input_processor.py`, `processor.py` before the
+    /// rename); the output budget is capped so prompt + output fits.
     pub fn add_request(&mut self, request: NewRequest) {
         let prompt_tokens = request.prompt.tokens().min(u32::MAX as u64) as u32;
         if prompt_tokens == 0 || prompt_tokens >= self.config.max_model_len {
@@ -548,7 +552,9 @@ impl Engine {
         }
     }
 
-    /// Lookahead KV slots a running request reserves beyond its tokens.
+    /// Lookahead KV slots a running request reserves beyond its tokens
+    /// (`num_lookahead_tokens` in `vllm/v1/core/sched/scheduler.py`: the
+    /// draft count for EAGLE-style drafters, else none).
     fn lookahead(&self) -> u32 {
         match &self.config.spec {
             Some(spec) if spec.eagle_style => spec.num_spec_tokens,
@@ -557,7 +563,10 @@ impl Engine {
     }
 
     /// Longest cached prefix of a request with nothing computed
-    /// (`KVCacheManager.get_computed_blocks`): stops at the first miss,
+    /// (`KVCacheManager.get_computed_blocks` in
+    /// `vllm/v1/core/kv_cache_manager.py`, walking
+    /// `find_longest_cache_hit` in
+    /// `vllm/v1/core/single_type_kv_cache_manager.py`): stops at the first miss,
     /// keeps at least one token to compute, and drops the last block (unit)
     /// for EAGLE-style drafters. Returns the hit in units and how many
     /// leading blocks can be shared as they are. With one unit per block the
@@ -657,7 +666,8 @@ impl Engine {
 
     /// Blocks a request lacks for `tokens` more tokens after `base`
     /// computed ones (and the lookahead), beyond the `have` it holds or is
-    /// about to share.
+    /// about to share (the block count of `KVCacheManager.allocate_slots`,
+    /// `vllm/v1/core/kv_cache_manager.py`).
     fn blocks_short(&self, base: u32, tokens: u32, have: u32) -> u32 {
         let want = (base + tokens + self.lookahead()).min(self.config.max_model_len);
         want.div_ceil(self.config.block_size).saturating_sub(have)
@@ -666,9 +676,9 @@ impl Engine {
     /// Allocates KV for `new_tokens` more tokens of a request (after any
     /// prefix-hit blocks, which are touched first), or returns false without
     /// changing anything when the free blocks do not suffice
-    /// (`KVCacheManager.allocate_slots`). `must_fit` is the number of tokens
-    /// whose blocks must be free at admission (the whole prompt when the
-    /// release reserves it).
+    /// (`KVCacheManager.allocate_slots`, `vllm/v1/core/kv_cache_manager.py`).
+    /// `must_fit` is the number of tokens whose blocks must be free at
+    /// admission (the whole prompt when the release reserves it).
     ///
     /// Most calls are a running request's decode step whose token still fits
     /// in the blocks it holds: no hit to touch, and as no more tokens are
@@ -748,7 +758,9 @@ impl Engine {
         true
     }
 
-    /// Frees a request's blocks (tail first) and forgets them.
+    /// Frees a request's blocks (tail first, as `SingleTypeKVCacheManager.free`
+    /// in `vllm/v1/core/single_type_kv_cache_manager.py` does) and forgets
+    /// them.
     fn free_blocks(&mut self, slot: u32) {
         let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
         self.pool.release(&blocks);
@@ -1107,8 +1119,12 @@ impl Engine {
 
     /// Prefill side: the decode side has read the blocks (or the lease ran
     /// out), so the held blocks go back to the free queue, hashes kept, and
-    /// the request ends here. Returns false if `id` holds nothing, so a
-    /// second release is a no-op: blocks are freed exactly once.
+    /// the request ends here: NixlConnector's `request_finished` delays the
+    /// free until then
+    /// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`,
+    /// `nixl/scheduler.py` in later releases). Returns false if `id` holds
+    /// nothing, so a second release is a no-op: blocks are freed exactly
+    /// once.
     pub fn release(&mut self, id: RequestId) -> bool {
         let Some(&slot) = self.slot_of.get(&id) else {
             return false;
@@ -1149,7 +1165,10 @@ impl Engine {
     }
 
     /// The offload tier's blocks arrived: the request continues after them
-    /// and goes to the holding queue.
+    /// and goes to the holding queue (the OffloadingConnector's finished
+    /// loads, `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`,
+    /// as `_update_waiting_for_remote_kv` in `vllm/v1/core/sched/scheduler.py`
+    /// takes them).
     pub fn kv_loaded(&mut self, id: RequestId) {
         let Some(&slot) = self.slot_of.get(&id) else {
             return;
@@ -1167,8 +1186,9 @@ impl Engine {
         self.holding.push_back(slot);
     }
 
-    /// Registers a request's full, computed units in the prefix cache (and
-    /// stores them in the offload tier).
+    /// Registers a request's full, computed units in the prefix cache
+    /// (`BlockPool.cache_full_blocks` in `vllm/v1/core/block_pool.py`) and
+    /// stores them in the offload tier.
     ///
     /// Called for every request after every step, but a decode step fills a
     /// unit only once every `prefix_unit` tokens: no unit can become full
