@@ -58,6 +58,27 @@ impl KvEventBatch {
         self.pieces.clear();
     }
 
+    /// Queues a store of the blocks `hashes`, chained after `parent`, holding
+    /// `pieces` of content (none for the offload tier).
+    pub fn stored(
+        &mut self,
+        medium: Medium,
+        parent: Option<u64>,
+        hashes: &[u64],
+        pieces: impl IntoIterator<Item = Piece>,
+    ) {
+        let at = self.hashes.len() as u32;
+        self.hashes.extend_from_slice(hashes);
+        let first_piece = self.pieces.len() as u32;
+        self.pieces.extend(pieces);
+        self.events.push(KvEvent::Stored {
+            medium,
+            parent,
+            hashes: at..self.hashes.len() as u32,
+            pieces: first_piece..self.pieces.len() as u32,
+        });
+    }
+
     /// Queues a removal of one block.
     pub fn removed(&mut self, medium: Medium, hash: u64) {
         let at = self.hashes.len() as u32;
@@ -83,5 +104,42 @@ impl KvEventBatch {
 
     pub fn pieces_of(&self, range: &Range<u32>) -> &[Piece] {
         &self.pieces[range.start as usize..range.end as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KvEvent, KvEventBatch, Medium, Piece};
+
+    #[test]
+    fn stored_events_index_their_hashes_and_pieces() {
+        let mut batch = KvEventBatch::default();
+        batch.removed(Medium::Gpu, 9);
+        let piece = Piece {
+            id: 4,
+            start: 0,
+            len: 32,
+        };
+        batch.stored(Medium::Gpu, Some(9), &[1, 2], [piece]);
+        batch.stored(Medium::Cpu, None, &[3], []);
+        assert_eq!(
+            batch.events[1..],
+            [
+                KvEvent::Stored {
+                    medium: Medium::Gpu,
+                    parent: Some(9),
+                    hashes: 1..3,
+                    pieces: 0..1,
+                },
+                KvEvent::Stored {
+                    medium: Medium::Cpu,
+                    parent: None,
+                    hashes: 3..4,
+                    pieces: 1..1,
+                },
+            ]
+        );
+        assert_eq!(batch.hashes_of(&(1..3)), [1, 2]);
+        assert_eq!(batch.pieces_of(&(0..1)), [piece]);
     }
 }

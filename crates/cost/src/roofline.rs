@@ -150,7 +150,8 @@ const FP8_DISPATCH_BYTES: f64 = 1.0 + 4.0 / 128.0;
 pub enum All2AllFamily {
     /// `allgather_reducescatter` (vLLM's default): every rank all-gathers
     /// every replica's tokens before the experts and reduce-scatters after,
-    /// so each token reaches every rank (`all2all.py`,
+    /// so each token reaches every rank
+    /// (`vllm/distributed/device_communicators/all2all.py`,
     /// `AgRsAll2AllManager`). Priced on the registry's all-gather and
     /// reduce-scatter curves.
     AllGatherReduceScatter,
@@ -360,17 +361,6 @@ pub struct Roofline {
     draft_extra_passes: Option<f64>,
 
     provenance: Vec<Provenance>,
-}
-
-/// Speculative methods whose drafter runs decoder layers on the GPU
-/// (`vllm/config/speculative.py`; ngram runs on the CPU, medusa and
-/// mlp_speculator heads are small MLPs on the target's hidden states).
-fn drafts_on_gpu(method: &str) -> bool {
-    method.ends_with("mtp")
-        || matches!(
-            method,
-            "eagle" | "eagle3" | "dflash" | "dspark" | "draft_model"
-        )
 }
 
 impl Roofline {
@@ -634,10 +624,17 @@ impl Roofline {
             None
         };
 
+        // A drafter that runs decoder layers on the GPU: the rules pack's
+        // EAGLE-style methods (EAGLE heads, MTP layers, dflash, dspark) or a
+        // separate draft model (`vllm/config/speculative.py`; ngram runs on
+        // the CPU, medusa and mlp_speculator heads are small MLPs on the
+        // target's hidden states).
         let draft_extra_passes = engine
             .spec_method
             .as_deref()
-            .filter(|m| drafts_on_gpu(m) && engine.num_spec_tokens > 0)
+            .filter(|m| {
+                (engine.spec_eagle_style || *m == "draft_model") && engine.num_spec_tokens > 0
+            })
             .map(|_| (engine.num_spec_tokens - 1) as f64);
 
         let admission_per_token_us = if engine.frontend == "rust" {

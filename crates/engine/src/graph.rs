@@ -6,7 +6,8 @@
 
 use pdsim_cost::GraphMode;
 
-/// The capture strategy, `cudagraph_mode`.
+/// The capture strategy, `cudagraph_mode` (`CUDAGraphMode` in
+/// `vllm/config/compilation.py`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CudaGraphMode {
     None,

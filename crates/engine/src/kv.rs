@@ -13,6 +13,7 @@
 
 use pdsim_core::kv_events::{KvEventBatch, Medium};
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 
 const NONE: u32 = u32::MAX;
 
@@ -54,7 +55,9 @@ pub struct BlockPool {
     /// iterated, so its order cannot leak into results.
     cached: FxHashMap<u64, (u32, u32)>,
     /// Whether freed blocks without a hash go to the head of the queue
-    /// (reused first, vLLM 0.31 and later) or to the tail like the rest.
+    /// (reused first, vLLM 0.31 and later: `BlockPool.free_blocks` in
+    /// `vllm/v1/core/block_pool.py` prepends them) or to the tail like the
+    /// rest.
     unhashed_to_front: bool,
     /// Cached blocks evicted so far (a hash dropped on reuse).
     pub evictions: u64,
@@ -168,7 +171,7 @@ impl BlockPool {
 
     /// The cached block holding unit `hash`, if any.
     pub fn lookup(&self, hash: u64) -> Option<u32> {
-        self.cached.get(&hash.max(1)).map(|(block, _)| *block)
+        self.lookup_unit(hash).map(|(block, _)| block)
     }
 
     /// The cached block and unit slot holding unit `hash`, if any.
@@ -213,8 +216,11 @@ impl BlockPool {
                 let first = (block * self.units_per_block) as usize;
                 for unit in 0..self.units_per_block as usize {
                     let hash = std::mem::take(&mut self.unit_hash[first + unit]);
-                    if hash != 0 && self.cached.get(&hash).is_some_and(|(b, _)| *b == block) {
-                        self.cached.remove(&hash);
+                    if hash != 0
+                        && let Entry::Occupied(entry) = self.cached.entry(hash)
+                        && entry.get().0 == block
+                    {
+                        entry.remove();
                     }
                     // `_maybe_evict_cached_block` (`vllm/v1/core/block_pool.py`)
                     // queues `BlockRemoved(medium="GPU")` for every cached
@@ -253,8 +259,10 @@ impl BlockPool {
     }
 
     /// Releases a request's blocks, tail block first, as
-    /// `KVCacheManager.free` does, so within one request the blocks least
-    /// likely to be shared are evicted first.
+    /// `SingleTypeKVCacheManager.free`
+    /// (`vllm/v1/core/single_type_kv_cache_manager.py`) hands them to
+    /// `BlockPool.free_blocks` in reverse, so within one request the blocks
+    /// least likely to be shared are evicted first.
     pub fn release(&mut self, blocks: &[u32]) {
         for &block in blocks.iter().rev() {
             let b = block as usize;

@@ -10,7 +10,7 @@
 use crate::graph::{Dbo, Graphs};
 use crate::kv::BlockPool;
 use pdsim_core::Segment;
-use pdsim_core::kv_events::{KvEvent, KvEventBatch, Medium, Piece};
+use pdsim_core::kv_events::{KvEventBatch, Medium, Piece};
 use pdsim_core::prompt::{BlockHasher, content_id};
 use pdsim_core::{Prompt, RequestId, SimTime, Stream};
 use pdsim_cost::Batch;
@@ -133,12 +133,6 @@ pub enum EngineEvent {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Status {
-    Waiting,
-    Running,
-}
-
 #[derive(Clone, Debug)]
 struct Req {
     id: RequestId,
@@ -150,7 +144,6 @@ struct Req {
     computed: u32,
     /// Draft tokens proposed for the next step.
     drafts: u32,
-    status: Status,
     admitted_once: bool,
     blocks: Vec<u32>,
     /// Prefix-reuse units of the request whose hash is registered in the pool.
@@ -239,15 +232,7 @@ impl OffloadTier {
                 }
             }
             if let Some(log) = log {
-                let at = log.hashes.len() as u32;
-                log.hashes.push(hash);
-                let pieces = log.pieces.len() as u32;
-                log.events.push(KvEvent::Stored {
-                    medium: Medium::Cpu,
-                    parent: None,
-                    hashes: at..at + 1,
-                    pieces: pieces..pieces,
-                });
+                log.stored(Medium::Cpu, None, &[hash], []);
             }
         }
         self.touch(hash);
@@ -264,49 +249,76 @@ impl OffloadTier {
 /// before them as parent (none for the first block), and their tokens (prompt
 /// segments, then the request's output).
 fn stored_event(log: &mut KvEventBatch, req: &Req, from: u32, to: u32, unit: u32) {
-    let at = log.hashes.len() as u32;
-    log.hashes
-        .extend_from_slice(&req.hasher.hashes[from as usize..to as usize]);
-    let first_piece = log.pieces.len() as u32;
     let (start, end) = (from * unit, to * unit);
-    let mut offset = 0u32;
-    for segment in &req.segments {
-        let (lo, hi) = (offset, offset + segment.tokens);
-        offset = hi;
-        if hi <= start {
-            continue;
-        }
-        if lo >= end {
-            break;
-        }
-        let (a, b) = (lo.max(start), hi.min(end));
-        log.pieces.push(Piece {
-            id: segment.id,
-            start: a - lo,
-            len: b - a,
+    // Blocks wholly in the output have no prompt piece: skip the segments.
+    let prompt_segments = if start < req.prompt_tokens {
+        &req.segments[..]
+    } else {
+        &[]
+    };
+    let prompt_pieces = prompt_segments
+        .iter()
+        .scan(0u32, |offset, segment| {
+            let lo = *offset;
+            *offset += segment.tokens;
+            Some((lo, lo + segment.tokens, segment.id))
+        })
+        .skip_while(|&(_, hi, _)| hi <= start)
+        .take_while(|&(lo, _, _)| lo < end)
+        .map(|(lo, hi, id)| {
+            let (a, b) = (lo.max(start), hi.min(end));
+            Piece {
+                id,
+                start: a - lo,
+                len: b - a,
+            }
         });
-    }
-    if end > req.prompt_tokens {
+    let output_piece = (end > req.prompt_tokens).then(|| {
         let a = start.max(req.prompt_tokens);
-        log.pieces.push(Piece {
+        Piece {
             id: req.output_segment,
             start: a - req.prompt_tokens,
             len: end - a,
-        });
-    }
-    log.events.push(KvEvent::Stored {
-        medium: Medium::Gpu,
-        parent: (from > 0).then(|| req.hasher.hashes[from as usize - 1]),
-        hashes: at..at + (to - from),
-        pieces: first_piece..log.pieces.len() as u32,
+        }
     });
+    log.stored(
+        Medium::Gpu,
+        (from > 0).then(|| req.hasher.hashes[from as usize - 1]),
+        &req.hasher.hashes[from as usize..to as usize],
+        prompt_pieces.chain(output_piece),
+    );
+}
+
+/// The chance that draft position `i` is accepted once position `i − 1` was
+/// (position 0 always follows an accepted token), for each of the
+/// `num_spec_tokens` positions: vLLM's acceptance rates count over all
+/// drafts, so each is divided by the one before it. A position past the
+/// given rates, or after a rate of 0, is never accepted.
+fn conditional_acceptance(spec: &SpecConfig) -> Vec<f64> {
+    (0..spec.num_spec_tokens as usize)
+        .map(|pos| {
+            let p_here = spec.acceptance.get(pos).copied().unwrap_or(0.0);
+            let p_before = if pos == 0 {
+                1.0
+            } else {
+                spec.acceptance.get(pos - 1).copied().unwrap_or(0.0)
+            };
+            if p_before > 0.0 {
+                p_here / p_before
+            } else {
+                0.0
+            }
+        })
+        .collect()
 }
 
 /// Waiting requests in policy order.
 #[derive(Clone, Debug)]
 enum WaitQueue {
     Fcfs(VecDeque<u32>),
-    /// (priority, arrival, id) ascending: vLLM's `Request.__lt__`.
+    /// (priority, arrival, id) ascending: vLLM's `Request.__lt__`
+    /// (`vllm/v1/request.py`) in the heap of `PriorityRequestQueue`
+    /// (`vllm/v1/core/sched/request_queue.py`).
     Priority(BinaryHeap<Reverse<(i32, SimTime, RequestId, u32)>>),
 }
 
@@ -345,6 +357,10 @@ pub struct Engine {
     /// always drain.
     holding: VecDeque<u32>,
     offload: Option<OffloadTier>,
+    /// Per draft position, the probability that it is accepted given the
+    /// one before it was: `acceptance[i] / acceptance[i - 1]`, computed once
+    /// here rather than per draft per step.
+    draft_accept: Vec<f64>,
     /// Tokens found in the offload tier (`vllm:external_prefix_cache_hits`).
     pub external_hits_tokens: u64,
     /// Counters, as vLLM's metrics expose them.
@@ -358,6 +374,10 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
         let offload = config.offload_blocks.map(OffloadTier::new);
+        let draft_accept = config
+            .spec
+            .as_ref()
+            .map_or_else(Vec::new, conditional_acceptance);
         let units = (config.block_size / config.prefix_unit.max(1)).max(1);
         let pool = BlockPool::with_units(config.num_blocks, units, config.unhashed_blocks_to_front);
         let waiting = match config.policy {
@@ -379,6 +399,7 @@ impl Engine {
             remote_waiting: 0,
             holding: VecDeque::new(),
             offload,
+            draft_accept,
             external_hits_tokens: 0,
             preemptions: 0,
             prefix_queries_tokens: 0,
@@ -428,9 +449,11 @@ impl Engine {
         self.events.drain(..)
     }
 
-    /// Adds a request to the waiting queue. A prompt that reaches
-    /// max_model_len is rejected at once, as vLLM's input processor
-    /// refuses it; the output budget is capped so prompt + output fits.
+    /// Adds a request to the waiting queue. An empty prompt or one that
+    /// reaches max_model_len is rejected at once, as vLLM's input processor
+    /// refuses it (`InputProcessor._validate_prompt_len` in
+    /// `vllm/v1/engine/input_processor.py`, `processor.py` before the
+    /// rename); the output budget is capped so prompt + output fits.
     pub fn add_request(&mut self, request: NewRequest) {
         let prompt_tokens = request.prompt.tokens().min(u32::MAX as u64) as u32;
         if prompt_tokens == 0 || prompt_tokens >= self.config.max_model_len {
@@ -445,6 +468,11 @@ impl Engine {
         for segment in &request.prompt.segments {
             hasher.feed_segment(*segment);
         }
+        let segments = if self.pool.kv_events.is_some() {
+            request.prompt.segments
+        } else {
+            Vec::new()
+        };
         let req = Req {
             id: request.id,
             arrival: request.arrival,
@@ -454,7 +482,6 @@ impl Engine {
             output: 0,
             computed: 0,
             drafts: 0,
-            status: Status::Waiting,
             admitted_once: false,
             blocks: Vec::new(),
             cached_units: 0,
@@ -465,11 +492,7 @@ impl Engine {
             remote_done: false,
             holding: false,
             loading: 0,
-            segments: if self.pool.kv_events.is_some() {
-                request.prompt.segments.clone()
-            } else {
-                Vec::new()
-            },
+            segments,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -529,7 +552,9 @@ impl Engine {
         }
     }
 
-    /// Lookahead KV slots a running request reserves beyond its tokens.
+    /// Lookahead KV slots a running request reserves beyond its tokens
+    /// (`num_lookahead_tokens` in `vllm/v1/core/sched/scheduler.py`: the
+    /// draft count for EAGLE-style drafters, else none).
     fn lookahead(&self) -> u32 {
         match &self.config.spec {
             Some(spec) if spec.eagle_style => spec.num_spec_tokens,
@@ -538,7 +563,10 @@ impl Engine {
     }
 
     /// Longest cached prefix of a request with nothing computed
-    /// (`KVCacheManager.get_computed_blocks`): stops at the first miss,
+    /// (`KVCacheManager.get_computed_blocks` in
+    /// `vllm/v1/core/kv_cache_manager.py`, walking
+    /// `find_longest_cache_hit` in
+    /// `vllm/v1/core/single_type_kv_cache_manager.py`): stops at the first miss,
     /// keeps at least one token to compute, and drops the last block (unit)
     /// for EAGLE-style drafters. Returns the hit in units and how many
     /// leading blocks can be shared as they are. With one unit per block the
@@ -638,7 +666,8 @@ impl Engine {
 
     /// Blocks a request lacks for `tokens` more tokens after `base`
     /// computed ones (and the lookahead), beyond the `have` it holds or is
-    /// about to share.
+    /// about to share (the block count of `KVCacheManager.allocate_slots`,
+    /// `vllm/v1/core/kv_cache_manager.py`).
     fn blocks_short(&self, base: u32, tokens: u32, have: u32) -> u32 {
         let want = (base + tokens + self.lookahead()).min(self.config.max_model_len);
         want.div_ceil(self.config.block_size).saturating_sub(have)
@@ -647,9 +676,9 @@ impl Engine {
     /// Allocates KV for `new_tokens` more tokens of a request (after any
     /// prefix-hit blocks, which are touched first), or returns false without
     /// changing anything when the free blocks do not suffice
-    /// (`KVCacheManager.allocate_slots`). `must_fit` is the number of tokens
-    /// whose blocks must be free at admission (the whole prompt when the
-    /// release reserves it).
+    /// (`KVCacheManager.allocate_slots`, `vllm/v1/core/kv_cache_manager.py`).
+    /// `must_fit` is the number of tokens whose blocks must be free at
+    /// admission (the whole prompt when the release reserves it).
     ///
     /// Most calls are a running request's decode step whose token still fits
     /// in the blocks it holds: no hit to touch, and as no more tokens are
@@ -729,7 +758,9 @@ impl Engine {
         true
     }
 
-    /// Frees a request's blocks (tail first) and forgets them.
+    /// Frees a request's blocks (tail first, as `SingleTypeKVCacheManager.free`
+    /// in `vllm/v1/core/single_type_kv_cache_manager.py` does) and forgets
+    /// them.
     fn free_blocks(&mut self, slot: u32) {
         let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
         self.pool.release(&blocks);
@@ -747,7 +778,6 @@ impl Engine {
             let req = self.req_mut(slot);
             req.computed = 0;
             req.drafts = 0;
-            req.status = Status::Waiting;
             req.id
         };
         self.preemptions += 1;
@@ -893,7 +923,6 @@ impl Engine {
                     }
                     self.pop_waiting();
                     self.running.push(slot);
-                    self.req_mut(slot).status = Status::Running;
                     self.scheduled.push(Scheduled {
                         slot,
                         tokens: n,
@@ -948,7 +977,6 @@ impl Engine {
                 self.running.push(slot);
                 let id = {
                     let req = self.req_mut(slot);
-                    req.status = Status::Running;
                     req.computed = hit_tokens;
                     req.admitted_once = true;
                     req.id
@@ -1030,24 +1058,11 @@ impl Engine {
                 if req.computed >= req.tokens() {
                     // The prompt (or a decode step) is complete: sample.
                     let mut accepted = 0;
-                    if let Some(spec) = &spec {
-                        for pos in 0..s.drafts as usize {
-                            let p_here = spec.acceptance.get(pos).copied().unwrap_or(0.0);
-                            let p_before = if pos == 0 {
-                                1.0
-                            } else {
-                                spec.acceptance[pos - 1]
-                            };
-                            let conditional = if p_before > 0.0 {
-                                p_here / p_before
-                            } else {
-                                0.0
-                            };
-                            if acceptance.bernoulli(conditional) {
-                                accepted += 1;
-                            } else {
-                                break;
-                            }
+                    for &conditional in self.draft_accept.iter().take(s.drafts as usize) {
+                        if acceptance.bernoulli(conditional) {
+                            accepted += 1;
+                        } else {
+                            break;
                         }
                     }
                     emit = (1 + accepted).min(req.max_output - req.output);
@@ -1074,7 +1089,6 @@ impl Engine {
                     // decode side has read the blocks.
                     let req = self.req_mut(s.slot);
                     req.holding = true;
-                    req.status = Status::Waiting;
                     let blocks = req.blocks.len() as u32;
                     self.events.push(EngineEvent::Held { id, blocks });
                 } else {
@@ -1105,8 +1119,12 @@ impl Engine {
 
     /// Prefill side: the decode side has read the blocks (or the lease ran
     /// out), so the held blocks go back to the free queue, hashes kept, and
-    /// the request ends here. Returns false if `id` holds nothing, so a
-    /// second release is a no-op: blocks are freed exactly once.
+    /// the request ends here: NixlConnector's `request_finished` delays the
+    /// free until then
+    /// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`,
+    /// `nixl/scheduler.py` in later releases). Returns false if `id` holds
+    /// nothing, so a second release is a no-op: blocks are freed exactly
+    /// once.
     pub fn release(&mut self, id: RequestId) -> bool {
         let Some(&slot) = self.slot_of.get(&id) else {
             return false;
@@ -1147,7 +1165,10 @@ impl Engine {
     }
 
     /// The offload tier's blocks arrived: the request continues after them
-    /// and goes to the holding queue.
+    /// and goes to the holding queue (the OffloadingConnector's finished
+    /// loads, `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`,
+    /// as `_update_waiting_for_remote_kv` in `vllm/v1/core/sched/scheduler.py`
+    /// takes them).
     pub fn kv_loaded(&mut self, id: RequestId) {
         let Some(&slot) = self.slot_of.get(&id) else {
             return;
@@ -1165,8 +1186,9 @@ impl Engine {
         self.holding.push_back(slot);
     }
 
-    /// Registers a request's full, computed units in the prefix cache (and
-    /// stores them in the offload tier).
+    /// Registers a request's full, computed units in the prefix cache
+    /// (`BlockPool.cache_full_blocks` in `vllm/v1/core/block_pool.py`) and
+    /// stores them in the offload tier.
     ///
     /// Called for every request after every step, but a decode step fills a
     /// unit only once every `prefix_unit` tokens: no unit can become full
@@ -1322,11 +1344,7 @@ impl Engine {
 
     /// Computed tokens of a live request (for tests).
     pub fn computed_tokens(&self, id: RequestId) -> Option<u32> {
-        self.reqs
-            .iter()
-            .flatten()
-            .find(|r| r.id == id)
-            .map(|r| r.computed)
+        self.slot_of.get(&id).map(|&slot| self.req(slot).computed)
     }
 
     /// Tokens each request got in the last scheduled step (for tests).

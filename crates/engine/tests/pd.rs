@@ -3,55 +3,19 @@
 //! blocks until read, the decode side allocates for the whole prompt, keeps
 //! its own prefix hit and pulls only the rest.
 
-use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
-use pdsim_engine::{
-    CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, KvTransfer, NewRequest, Policy,
-};
+use pdsim_core::{Purpose, RequestId, Stream};
+use pdsim_engine::{Engine, EngineConfig, EngineEvent, KvTransfer};
+
+mod common;
+
+use common::request;
 
 fn config(usable_blocks: u32) -> EngineConfig {
     EngineConfig {
-        block_size: 16,
-        prefix_unit: 16,
         num_blocks: usable_blocks + 1,
         max_num_batched_tokens: 1000,
-        max_num_seqs: 8,
-        long_prefill_token_threshold: 0,
-        long_prefill_waiver_when_alone: true,
-        policy: Policy::Fcfs,
-        enable_prefix_caching: true,
-        max_model_len: 4096,
-        reserve_full_prompt: true,
         unhashed_blocks_to_front: true,
-        graphs: Graphs {
-            mode: CudaGraphMode::None,
-            sizes: vec![],
-        },
-        dbo: Dbo {
-            enabled: false,
-            decode_threshold: 32,
-            prefill_threshold: 512,
-        },
-        spec: None,
-        offload_blocks: None,
-    }
-}
-
-fn request(id: u32, segments: &[(u64, u32)], output: u32, kv: KvTransfer) -> NewRequest {
-    NewRequest {
-        id: RequestId(id),
-        arrival: SimTime(id as u64),
-        priority: 0,
-        prompt: Prompt::new(
-            segments
-                .iter()
-                .map(|(id, tokens)| Segment {
-                    id: *id,
-                    tokens: *tokens,
-                })
-                .collect(),
-        ),
-        max_output_tokens: output,
-        kv,
+        ..common::config()
     }
 }
 

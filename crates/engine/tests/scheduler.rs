@@ -2,56 +2,17 @@
 //! states the vLLM rule it checks (`vllm/v1/core/sched/scheduler.py`,
 //! `vllm/v1/core/kv_cache_manager.py`).
 
-use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
+use pdsim_core::{Purpose, RequestId, Stream};
 use pdsim_engine::{
-    CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, NewRequest, Policy, SpecConfig,
+    CudaGraphMode, Dbo, Engine, EngineEvent, Graphs, KvTransfer, NewRequest, Policy, SpecConfig,
 };
 
-fn config() -> EngineConfig {
-    EngineConfig {
-        block_size: 16,
-        prefix_unit: 16,
-        num_blocks: 1001,
-        max_num_batched_tokens: 100,
-        max_num_seqs: 8,
-        long_prefill_token_threshold: 0,
-        long_prefill_waiver_when_alone: true,
-        policy: Policy::Fcfs,
-        enable_prefix_caching: true,
-        max_model_len: 4096,
-        reserve_full_prompt: true,
-        unhashed_blocks_to_front: false,
-        graphs: Graphs {
-            mode: CudaGraphMode::None,
-            sizes: vec![],
-        },
-        dbo: Dbo {
-            enabled: false,
-            decode_threshold: 32,
-            prefill_threshold: 512,
-        },
-        spec: None,
-        offload_blocks: None,
-    }
-}
+mod common;
+
+use common::config;
 
 fn request(id: u32, segments: &[(u64, u32)], output: u32) -> NewRequest {
-    NewRequest {
-        id: RequestId(id),
-        arrival: SimTime(id as u64),
-        priority: 0,
-        prompt: Prompt::new(
-            segments
-                .iter()
-                .map(|(id, tokens)| Segment {
-                    id: *id,
-                    tokens: *tokens,
-                })
-                .collect(),
-        ),
-        max_output_tokens: output,
-        kv: pdsim_engine::KvTransfer::Local,
-    }
+    common::request(id, segments, output, KvTransfer::Local)
 }
 
 fn stream() -> Stream {
