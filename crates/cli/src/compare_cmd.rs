@@ -44,7 +44,9 @@ pub struct Args {
     /// Parallel simulations (default: the cores). Results do not depend on it.
     #[arg(long, short = 'j', value_name = "N")]
     jobs: Option<usize>,
-    /// The output folder (default: results/compare--<scenario>).
+    /// The output folder (default: results/compare--<scenario>--<trace>--<hash>,
+    /// the hash telling apart comparisons whose inputs or flags differ). An
+    /// existing folder is replaced only when it is an earlier pdsim result.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// A user catalog folder, searched after the built-in catalog. Repeatable.
@@ -95,6 +97,41 @@ pub fn folder_names(names: &[String]) -> Vec<String> {
     out
 }
 
+/// The default results folder name: the scenario and the trace in words,
+/// and a short hash of everything that changes the results.
+fn default_name(args: &Args, prepared: &[Prepared]) -> String {
+    let (trace_part, trace_id) = crate::flags::trace_parts(
+        &prepared[0],
+        args.trace.as_deref(),
+        args.rate,
+        args.requests,
+    );
+    let mut parts = vec![
+        "compare".to_string(),
+        format!("scenario {}", crate::flags::identity(&args.scenario)),
+    ];
+    parts.extend(
+        args.deployments
+            .iter()
+            .map(|d| format!("deployment {}", crate::flags::identity(d))),
+    );
+    parts.extend([
+        trace_id,
+        format!("seed {}", args.seed),
+        format!("seeds {}", args.seeds),
+        format!("perfetto {}", args.perfetto),
+    ]);
+    parts.extend(crate::flags::slo_and_catalog_parts(
+        &args.slo,
+        &args.catalog,
+    ));
+    format!(
+        "compare--{}--{trace_part}--{}",
+        crate::flags::safe_part(&prepared[0].scenario, 40),
+        crate::flags::short_hash(&parts)
+    )
+}
+
 #[derive(Serialize)]
 struct CompareJson<'a> {
     pdsim_version: &'a str,
@@ -106,10 +143,13 @@ struct CompareJson<'a> {
 }
 
 fn compare(args: &Args) -> Result<(), Failure> {
-    if args.seeds == 0 {
-        return Err(failure(2, "--seeds must be at least 1"));
-    }
+    // The numbers and `--out` are checked before anything is read or built.
+    crate::flags::seeds(args.seeds)?;
+    crate::flags::synthetic(args.rate, args.requests)?;
     let (all_slo, _) = args.slo.parse()?;
+    if let Some(out) = &args.out {
+        crate::output::check_out(out)?;
+    }
     let mut prepared: Vec<Prepared> = Vec::new();
     for d in &args.deployments {
         let p = prepare(&args.catalog, &args.scenario, d)?;
@@ -118,6 +158,12 @@ fn compare(args: &Args) -> Result<(), Failure> {
         }
         prepared.push(p);
     }
+    crate::flags::workload_flags(
+        &prepared[0],
+        args.trace.as_deref(),
+        args.rate,
+        args.requests,
+    )?;
     let seeds: Vec<u64> = (0..args.seeds).map(|i| args.seed.wrapping_add(i)).collect();
     // The requests, once per seed for a synthetic shape (the seed draws
     // them), once for all seeds for a trace.
@@ -142,15 +188,16 @@ fn compare(args: &Args) -> Result<(), Failure> {
     }
     let names: Vec<String> = prepared.iter().map(|p| p.deployment.clone()).collect();
     let folders = folder_names(&names);
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("results").join(format!("compare--{}", prepared[0].scenario))
-    });
-    let staging = Staging::new(&out)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(default_name(args, &prepared)));
+    let staging = Staging::new(&out, "compare")?;
     let tasks: Vec<(usize, usize)> = (0..prepared.len())
         .flat_map(|d| (0..seeds.len()).map(move |s| (d, s)))
         .collect();
     let bar = progress(tasks.len() as u64, "compare");
-    let pool = pool(args.jobs)?;
+    let pool = pool("compare", args.jobs)?;
     let results: Vec<Result<crate::session::Outcome, Failure>> = pool.install(|| {
         tasks
             .par_iter()
@@ -293,6 +340,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
         ),
     )?;
     let out = staging.commit()?;
+    crate::flags::warn_unknown_classes("compare", &args.slo, &loads[0].names);
     let mut stdout = std::io::stdout().lock();
     let _ = write!(
         stdout,

@@ -3,10 +3,16 @@
 //! Exit codes (documented in the README and in `--help`):
 //! - 0: success (for `validate`: every document is valid; warnings allowed);
 //! - 1: the inputs are invalid;
-//! - 2: a usage error, or a file that could not be read.
+//! - 2: a usage error, or a file that could not be read or written (an
+//!   `--out` that pdsim may not replace included);
+//! - 3: an engine invariant broke;
+//! - 130 / 143: interrupted by SIGINT / SIGTERM (unfinished results removed).
 
 mod compare_cmd;
 mod disk;
+mod flags;
+mod interrupt;
+mod output;
 mod plan_cmd;
 mod run_cmd;
 mod session;
@@ -30,6 +36,14 @@ fn pdsim_cli_run() -> ExitCode {
             return ExitCode::from(if error.use_stderr() { 2 } else { 0 });
         }
     };
+    // The commands that write results remove what they have not finished
+    // when interrupted; `validate` writes nothing and keeps the default.
+    match &cli.command {
+        Command::Validate(_) => {}
+        Command::Run(_) => interrupt::install("run"),
+        Command::Compare(_) => interrupt::install("compare"),
+        Command::Plan(_) => interrupt::install("plan"),
+    }
     match cli.command {
         Command::Validate(args) => validate_cmd::run(&args),
         Command::Run(args) => run_cmd::run_command(&args),
@@ -46,7 +60,7 @@ struct Cli {
     command: Command,
 }
 
-const EXIT_CODES: &str = "Exit codes: 0 success (valid), 1 invalid input, 2 usage or I/O error, 3 an invariant broke (run --check).";
+const EXIT_CODES: &str = "Exit codes: 0 success (valid), 1 invalid input, 2 usage or I/O error (including an --out that is not an earlier pdsim result), 3 an invariant broke (run --check), 130 / 143 interrupted by SIGINT / SIGTERM (unfinished results removed).";
 
 #[derive(clap::Subcommand, Debug)]
 enum Command {

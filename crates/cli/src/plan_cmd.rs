@@ -33,7 +33,9 @@ enum Sub {
         /// The shards' result folders (or their plan.json files).
         #[arg(required = true, value_name = "SHARD")]
         parts: Vec<PathBuf>,
-        /// The output folder (default: results/plan--<scenario>).
+        /// The output folder (default: the shards' folder name without its
+        /// `--shard-I-of-N`). An existing folder is replaced only when it is
+        /// an earlier pdsim result.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
@@ -85,7 +87,10 @@ pub struct PlanArgs {
     /// Parallel simulations (default: the cores). Results do not depend on it.
     #[arg(long, short = 'j', value_name = "N")]
     jobs: Option<usize>,
-    /// The output folder (default: results/plan--<scenario>[--shard-I-of-N]).
+    /// The output folder (default:
+    /// results/plan--<scenario>--<trace>--<hash>[--shard-I-of-N], the hash
+    /// telling apart plans whose inputs or flags differ). An existing folder
+    /// is replaced only when it is an earlier pdsim result.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// A user catalog folder. Repeatable.
@@ -358,19 +363,6 @@ fn cluster_shape(scenario: &Path) -> Result<(u64, u64), Failure> {
     Ok((get("nodes")?, get("gpus_per_node")?))
 }
 
-fn parse_shard(text: &str) -> Result<[usize; 2], Failure> {
-    let bad = || failure(2, format!("--shard {text}: expected I/N with 0 ≤ I < N"));
-    let (i, n) = text.split_once('/').ok_or_else(bad)?;
-    let (i, n): (usize, usize) = (
-        i.trim().parse().map_err(|_| bad())?,
-        n.trim().parse().map_err(|_| bad())?,
-    );
-    if n == 0 || i >= n {
-        return Err(bad());
-    }
-    Ok([i, n])
-}
-
 /// The bounded search of one layout: start at the trace's own rate, double
 /// or halve until the answer flips, then bisect (geometrically) between the
 /// highest sustained and the lowest unsustained rate.
@@ -468,7 +460,18 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
             format!("--attainment {}: must be in (0, 1]", args.attainment),
         ));
     }
-    let shard = args.shard.as_deref().map(parse_shard).transpose()?;
+    // The numbers and `--out` are checked before anything is read or run.
+    crate::flags::max_runs(args.max_runs)?;
+    if let Some(n) = args.max_requests {
+        crate::flags::max_requests(n)?;
+    }
+    if let Some(rate) = args.target_rate {
+        crate::flags::rate("--target-rate", rate)?;
+    }
+    let shard = args.shard.as_deref().map(crate::flags::shard).transpose()?;
+    if let Some(out) = &args.out {
+        crate::output::check_out(out)?;
+    }
     let mut overlay = Overlay {
         docs: BTreeMap::new(),
     };
@@ -490,6 +493,19 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
             format!("no candidate layout is valid:\n{}", reasons.join("\n")),
         ));
     };
+    // A plan scales a trace's arrivals; a workload shape has none until
+    // `run --rate` draws them, so it is refused rather than asked for flags
+    // `plan` does not have.
+    if args.trace.is_none()
+        && let crate::session::DefaultWorkload::Shape(name, _) = &first.workload
+    {
+        return Err(failure(
+            2,
+            format!(
+                "the scenario's workload is the shape `{name}`, and a plan replays a trace at scaled rates; give --trace FILE"
+            ),
+        ));
+    }
     let mut loaded = load_all(
         first,
         &WorkloadChoice {
@@ -500,6 +516,12 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         },
     )?;
     if let Some(n) = args.max_requests {
+        if n > loaded.specs.len() {
+            eprintln!(
+                "pdsim plan: note: --max-requests {n}: the trace has only {} requests, so all of them are used",
+                loaded.specs.len()
+            );
+        }
         loaded.specs.truncate(n);
     }
     if loaded.specs.len() < 2 {
@@ -557,8 +579,22 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let mine: Vec<usize> = (0..layouts.len())
         .filter(|i| shard.is_none_or(|[k, n]| i % n == k))
         .collect();
+    if let Some([k, n]) = shard
+        && mine.is_empty()
+    {
+        eprintln!(
+            "pdsim plan: note: --shard {k}/{n}: there are only {} layouts, so this shard has none to run",
+            layouts.len()
+        );
+    }
+    // The folder is checked before the simulations, not after them.
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(default_name(args, &question, shard)));
+    crate::output::check_out(&out)?;
     let bar = progress(mine.len() as u64 * u64::from(args.max_runs.max(1)), "plan");
-    let pool = pool(args.jobs)?;
+    let pool = pool("plan", args.jobs)?;
     let results: Vec<Result<LayoutResult, Failure>> = pool.install(|| {
         mine.par_iter()
             .map(|&i| {
@@ -610,21 +646,98 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         shard,
         layouts: done,
     };
-    let out = args.out.clone().unwrap_or_else(|| {
-        let mut name = format!("plan--{}", plan.question.scenario);
-        if let Some([i, n]) = shard {
-            name.push_str(&format!("--shard-{i}-of-{n}"));
-        }
-        PathBuf::from("results").join(name)
-    });
     let mut inputs = vec![scenario.clone()];
     inputs.extend(args.deployments.iter().cloned());
     inputs.extend(loaded.file.clone());
-    write_plan(&plan, &out, &inputs)
+    write_plan(&plan, &out, &inputs)?;
+    crate::flags::warn_unknown_classes("plan", &args.slo, &loaded.names);
+    Ok(())
+}
+
+/// The default results folder name: the scenario and trace in words and a
+/// short hash of every flag and input that changes the plan, the same for
+/// every shard of one plan (which then adds `--shard-I-of-N`).
+fn default_name(args: &PlanArgs, question: &PlanQuestion, shard: Option<[usize; 2]>) -> String {
+    use crate::flags::{identity, safe_part, short_hash, trace_stem};
+    let mut parts = vec!["plan".to_string()];
+    parts.extend(
+        args.scenario
+            .iter()
+            .map(|s| format!("scenario {}", identity(s))),
+    );
+    parts.extend(
+        args.deployments
+            .iter()
+            .map(|d| format!("deployment {}", identity(d))),
+    );
+    parts.extend([
+        format!(
+            "vary nodes {} parallel {}",
+            args.vary_nodes, args.vary_parallel
+        ),
+        format!(
+            "trace {}",
+            args.trace
+                .as_deref()
+                .map(identity)
+                .unwrap_or_else(|| question.trace.clone())
+        ),
+        format!("max requests {:?}", args.max_requests),
+        format!("arrivals {}", question.arrivals),
+        format!("attainment {}", args.attainment),
+        format!("max runs {}", args.max_runs),
+        format!("target rate {:?}", args.target_rate),
+        format!("seed {}", args.seed),
+    ]);
+    parts.extend(crate::flags::slo_and_catalog_parts(
+        &args.slo,
+        &args.catalog,
+    ));
+    let mut name = format!(
+        "plan--{}--{}--{}",
+        safe_part(&question.scenario, 40),
+        trace_stem(Path::new(&question.trace)),
+        short_hash(&parts)
+    );
+    if let Some([i, n]) = shard {
+        name.push_str(&format!("--shard-{i}-of-{n}"));
+    }
+    name
+}
+
+/// The default folder of a merged plan: the shards' own folder name
+/// without its `--shard-I-of-N` when every shard agrees on it (so merging
+/// the shards of a default-named plan gives the unsharded plan's name),
+/// else a name from the merged plan's question.
+fn merged_name(parts: &[PathBuf], plan: &Plan) -> String {
+    let unsharded = |part: &PathBuf| -> Option<String> {
+        let dir = if part.is_dir() {
+            part.as_path()
+        } else {
+            part.parent()?
+        };
+        let name = dir.file_name()?.to_str()?;
+        let (base, tail) = name.rsplit_once("--shard-")?;
+        let (i, n) = tail.split_once("-of-")?;
+        (i.parse::<usize>().is_ok() && n.parse::<usize>().is_ok()).then(|| base.to_string())
+    };
+    let bases: Vec<Option<String>> = parts.iter().map(unsharded).collect();
+    if let Some(Some(first)) = bases.first()
+        && bases.iter().all(|b| b.as_ref() == Some(first))
+    {
+        return first.clone();
+    }
+    let question = serde_json::to_string(&plan.question).unwrap_or_default();
+    format!(
+        "plan--{}--{}--{}",
+        crate::flags::safe_part(&plan.question.scenario, 40),
+        crate::flags::trace_stem(Path::new(&plan.question.trace)),
+        crate::flags::short_hash(&[question, plan.layout_names.join("\n")])
+    )
 }
 
 fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure> {
-    let staging = Staging::new(out)?;
+    let staging = Staging::new(out, "plan")?;
     let json = serde_json::to_string_pretty(plan).map_err(|e| failure(2, e))? + "\n";
     staging.write("plan.json", &json)?;
     let table = ranking_table(plan);
@@ -690,9 +803,9 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
         plans.push(plan);
     }
     let plan = Plan::merge(plans).map_err(|e| failure(1, e))?;
-    let out = out.map(Path::to_path_buf).unwrap_or_else(|| {
-        PathBuf::from("results").join(format!("plan--{}", plan.question.scenario))
-    });
+    let out = out
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("results").join(merged_name(parts, &plan)));
     write_plan(&plan, &out, parts)
 }
 

@@ -4,16 +4,18 @@
 //! so it works from any directory): `scenarios/default.yaml`,
 //! `deployments/default.yaml` and the bundled `traces/default.jsonl`.
 
+use crate::flags::{identity, safe_part, short_hash, slo_and_catalog_parts, trace_parts};
+use crate::output::OutFile;
 use crate::session::{
-    DEFAULT_DEPLOYMENT, DEFAULT_SCENARIO, Failure, How, SloArgs, Staging, WorkloadChoice, failure,
-    open_source, prepare, results_readme, simulate,
+    DEFAULT_DEPLOYMENT, DEFAULT_SCENARIO, Failure, How, Prepared, SloArgs, Staging, WorkloadChoice,
+    failure, open_source, prepare, results_readme, simulate,
 };
 use pdsim_report::page::run_report;
 use pdsim_report::perfetto::PerfettoSink;
 use pdsim_report::series::SeriesSink;
 use pdsim_report::{CsvSink, Fanout, LinkCsvSink, render_text};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
@@ -37,7 +39,10 @@ pub struct Args {
     /// The seed of every random stream.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The output folder (default: results/<deployment>--<scenario>--seed<N>).
+    /// The output folder (default:
+    /// results/<deployment>--<scenario>--<trace>--seed<N>--<hash>, the hash
+    /// telling apart runs whose inputs or SLOs differ). An existing folder
+    /// is replaced only when it is an earlier pdsim result.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Check the engines' invariants after every step.
@@ -80,10 +85,17 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         .deployment
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DEPLOYMENT));
+    // The numbers are checked before anything is read or built.
+    crate::flags::synthetic(args.rate, args.requests)?;
+    args.slo.parse()?;
+    if let Some(out) = &args.out {
+        crate::output::check_out(out)?;
+    }
     let prepared = prepare(&args.catalog, &scenario_path, &deployment_path)?;
     for note in &prepared.notes {
         eprintln!("{note}");
     }
+    crate::flags::workload_flags(&prepared, args.trace.as_deref(), args.rate, args.requests)?;
     let (mut source, trace_file) = open_source(
         &prepared,
         &WorkloadChoice {
@@ -95,36 +107,33 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     )?;
     let slo = args.slo.plan(&prepared, source.names.clone())?;
 
-    let name = format!(
-        "{}--{}--seed{}",
-        prepared.deployment, prepared.scenario, args.seed
-    );
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("results").join(&name));
-    let staging = Staging::new(&out)?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("results").join(default_name(
+            args,
+            &prepared,
+            &scenario_path,
+            &deployment_path,
+        ))
+    });
+    let staging = Staging::new(&out, "run")?;
     let mut csv = CsvSink::new(staging.file("requests.csv")?);
     let mut links = LinkCsvSink::new(staging.file("links.csv")?);
     let mut series = SeriesSink::new(
         prepared.pools.iter().map(|p| p.name.clone()).collect(),
         Some(staging.file("timeseries.csv")?),
     );
-    // The Perfetto trace goes beside its final name until the run ends.
-    let perfetto_partial = args.perfetto.as_ref().map(|p| {
-        let mut name = p.file_name().unwrap_or_default().to_os_string();
-        name.push(".partial");
-        p.with_file_name(name)
-    });
-    let mut perfetto = match &perfetto_partial {
-        Some(path) => Some(PerfettoSink::new(
-            std::io::BufWriter::new(
-                std::fs::File::create(path)
-                    .map_err(|e| failure(2, format!("cannot write {}: {e}", path.display())))?,
-            ),
-            prepared.pools.iter().map(|p| p.name.clone()).collect(),
-        )),
-        None => None,
+    // The Perfetto trace goes beside its final name until the run ends
+    // (a FIFO or a device is written directly).
+    let (perfetto_out, mut perfetto) = match &args.perfetto {
+        Some(path) => {
+            let (target, file) = OutFile::open("--perfetto", path, "run")?;
+            let sink = PerfettoSink::new(
+                std::io::BufWriter::new(file),
+                prepared.pools.iter().map(|p| p.name.clone()).collect(),
+            );
+            (Some(target), Some(sink))
+        }
+        None => (None, None),
     };
     // A spinner counting requests on stderr (hidden when it is not a
     // terminal): a long trace takes seconds.
@@ -153,21 +162,21 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     let outcome = match outcome {
         Ok(o) => o,
         Err(f) => {
-            if let Some(path) = &perfetto_partial {
-                let _ = std::fs::remove_file(path);
+            if let Some(target) = &perfetto_out {
+                target.discard();
             }
             return Err(f);
         }
     };
-    if let (Some(sink), Some(partial), Some(path)) = (perfetto, &perfetto_partial, &args.perfetto) {
-        sink.finish()
-            .map_err(|e| failure(2, format!("writing {} failed: {e}", partial.display())))?;
-        std::fs::rename(partial, path).map_err(|e| {
-            failure(
+    if let (Some(sink), Some(target)) = (perfetto, &perfetto_out) {
+        if let Err(e) = sink.finish() {
+            target.discard();
+            return Err(failure(
                 2,
-                format!("cannot move the trace to {}: {e}", path.display()),
-            )
-        })?;
+                format!("writing {} failed: {e}", target.writing.display()),
+            ));
+        }
+        target.commit("--perfetto")?;
     }
     csv.finish()
         .map_err(|e| failure(2, format!("writing requests.csv failed: {e}")))?;
@@ -204,12 +213,36 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         ),
     )?;
     let out = staging.commit()?;
+    crate::flags::warn_unknown_classes("run", &args.slo, &source.names.snapshot());
     let printed = match args.format {
         crate::validate_cmd::Format::Json => json,
         crate::validate_cmd::Format::Text => format!("{text}results: {}\n", out.display()),
     };
     let _ = std::io::stdout().lock().write_all(printed.as_bytes());
     Ok(())
+}
+
+/// The default results folder name: what tells runs apart in words
+/// (deployment, scenario, trace or shape, seed) and a short hash of every
+/// input that changes the results, so that two different runs never share
+/// a folder and the same command run again replaces its own.
+fn default_name(args: &Args, p: &Prepared, scenario: &Path, deployment: &Path) -> String {
+    let (trace_part, trace_id) = trace_parts(p, args.trace.as_deref(), args.rate, args.requests);
+    let mut parts = vec![
+        "run".to_string(),
+        format!("scenario {}", identity(scenario)),
+        format!("deployment {}", identity(deployment)),
+        trace_id,
+        format!("seed {}", args.seed),
+    ];
+    parts.extend(slo_and_catalog_parts(&args.slo, &args.catalog));
+    format!(
+        "{}--{}--{trace_part}--seed{}--{}",
+        safe_part(&p.deployment, 40),
+        safe_part(&p.scenario, 40),
+        args.seed,
+        short_hash(&parts)
+    )
 }
 
 /// What a run's results folder holds.

@@ -390,6 +390,9 @@ impl SloArgs {
                 None => (None, text.as_str()),
             };
             let slo = Slo::parse(body).map_err(|e| failure(2, format!("--slo {text}: {e}")))?;
+            crate::flags::slo_ms(text, "ttft_ms", slo.ttft_ms)?;
+            crate::flags::slo_ms(text, "itl_ms", slo.itl_ms)?;
+            crate::flags::slo_ms(text, "e2e_ms", slo.e2e_ms)?;
             match class {
                 None if all.is_some() => {
                     return Err(failure(
@@ -408,13 +411,8 @@ impl SloArgs {
                 }
             }
         }
-        if let Some(price) = self.gpu_hour_usd
-            && (!price.is_finite() || price <= 0.0)
-        {
-            return Err(failure(
-                2,
-                format!("--gpu-hour-usd {price}: must be a positive number of USD"),
-            ));
+        if let Some(price) = self.gpu_hour_usd {
+            crate::flags::gpu_hour_usd(price)?;
         }
         Ok((all, named))
     }
@@ -556,74 +554,49 @@ pub fn poisson(
 }
 
 /// A results folder written under a temporary name and renamed into place
-/// at the end, so a failed run never leaves a complete-looking result.
+/// at the end, so a failed run never leaves a complete-looking result. The
+/// rules for what may be replaced are in [`crate::output`].
 pub struct Staging {
-    pub dir: PathBuf,
-    out: PathBuf,
+    staged: crate::output::Staged,
     committed: bool,
 }
 
 impl Staging {
-    pub fn new(out: &Path) -> Result<Staging, Failure> {
-        let name = out
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "run".into());
-        let dir = out.with_file_name(format!(".{name}.partial-{}", std::process::id()));
-        if dir.exists() {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| failure(2, format!("cannot create {}: {e}", dir.display())))?;
+    /// Refuses an `out` that pdsim may not replace (exit 2), before any
+    /// simulation runs.
+    pub fn new(out: &Path, command: &'static str) -> Result<Staging, Failure> {
+        let staged = crate::output::Staged::new(out, command)?;
         Ok(Staging {
-            dir,
-            out: out.to_path_buf(),
+            staged,
             committed: false,
         })
     }
 
     pub fn write(&self, name: &str, bytes: impl AsRef<[u8]>) -> Result<(), Failure> {
-        let path = self.dir.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| failure(2, format!("cannot create {}: {e}", parent.display())))?;
-        }
+        let path = self.staged.path(name)?;
         std::fs::write(&path, bytes)
             .map_err(|e| failure(2, format!("cannot write {}: {e}", path.display())))
     }
 
     pub fn file(&self, name: &str) -> Result<std::io::BufWriter<std::fs::File>, Failure> {
-        let path = self.dir.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| failure(2, format!("cannot create {}: {e}", parent.display())))?;
-        }
+        let path = self.staged.path(name)?;
         std::fs::File::create(&path)
             .map(std::io::BufWriter::new)
             .map_err(|e| failure(2, format!("cannot write {}: {e}", path.display())))
     }
 
-    /// Moves the folder into place, replacing an older result.
+    /// Moves the folder into place, replacing an earlier pdsim result.
     pub fn commit(mut self) -> Result<PathBuf, Failure> {
-        if self.out.exists() {
-            std::fs::remove_dir_all(&self.out)
-                .map_err(|e| failure(2, format!("cannot replace {}: {e}", self.out.display())))?;
-        }
-        std::fs::rename(&self.dir, &self.out).map_err(|e| {
-            failure(
-                2,
-                format!("cannot move results into {}: {e}", self.out.display()),
-            )
-        })?;
+        let out = self.staged.commit()?;
         self.committed = true;
-        Ok(self.out.clone())
+        Ok(out)
     }
 }
 
 impl Drop for Staging {
     fn drop(&mut self) {
         if !self.committed {
-            let _ = std::fs::remove_dir_all(&self.dir);
+            self.staged.discard();
         }
     }
 }
@@ -694,13 +667,12 @@ pub fn results_readme(
     out
 }
 
-/// A thread pool of `jobs` threads (the cores when `None`).
-pub fn pool(jobs: Option<usize>) -> Result<rayon::ThreadPool, Failure> {
-    if jobs == Some(0) {
-        return Err(failure(2, "--jobs must be at least 1"));
-    }
+/// A thread pool of `--jobs` threads (the cores when not given; clamped
+/// to them, with a note, when more).
+pub fn pool(command: &str, jobs: Option<usize>) -> Result<rayon::ThreadPool, Failure> {
+    let threads = crate::flags::jobs(command, jobs)?;
     rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs.unwrap_or(0))
+        .num_threads(threads)
         .build()
         .map_err(|e| failure(2, format!("cannot start worker threads: {e}")))
 }
