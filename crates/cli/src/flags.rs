@@ -47,7 +47,8 @@ pub fn rate(flag: &str, rate_per_s: f64) -> Result<(), Failure> {
         return Err(failure(
             2,
             format!(
-                "{flag} {rate_per_s}: must lie between {MIN_RATE_PER_S:e} and {MAX_RATE_PER_S:e} requests per second"
+                "{flag} {}: must lie between {MIN_RATE_PER_S:e} and {MAX_RATE_PER_S:e} requests per second",
+                shown(rate_per_s)
             ),
         ));
     }
@@ -77,7 +78,8 @@ pub fn synthetic(rate_per_s: Option<f64>, requests: Option<u64>) -> Result<(), F
             return Err(failure(
                 2,
                 format!(
-                    "--rate {r} with --requests {n}: the requests would span about {span_s:.3e} s of simulated time, more than the {MAX_SPAN_S:e} s (about 31 years) pdsim simulates; raise the rate or draw fewer requests"
+                    "--rate {} with --requests {n}: the requests would span about {span_s:.3e} s of simulated time, more than the {MAX_SPAN_S:e} s (about 31 years) pdsim simulates; raise the rate or draw fewer requests",
+                    shown(r)
                 ),
             ));
         }
@@ -180,7 +182,10 @@ pub fn slo_ms(text: &str, key: &str, value_ms: Option<f64>) -> Result<(), Failur
     {
         return Err(failure(
             2,
-            format!("--slo {text}: {key} {v} is more than {MAX_SLO_MS:e} ms (about 11.6 days)"),
+            format!(
+                "--slo {text}: {key} {} is more than {MAX_SLO_MS:e} ms (about 11.6 days)",
+                shown(v)
+            ),
         ));
     }
     Ok(())
@@ -251,30 +256,49 @@ pub fn workload_flags(
     rate: Option<f64>,
     requests: Option<u64>,
 ) -> Result<(), Failure> {
-    let flag = match (rate.is_some(), requests.is_some()) {
-        (true, true) => "--rate and --requests",
-        (true, false) => "--rate",
-        (false, true) => "--requests",
+    let (flag, it) = match (rate.is_some(), requests.is_some()) {
+        (true, true) => ("--rate and --requests", "they apply"),
+        (true, false) => ("--rate", "it applies"),
+        (false, true) => ("--requests", "it applies"),
         (false, false) => return Ok(()),
     };
-    let why = match (trace, &p.workload) {
-        (Some(t), _) => format!(
-            "the requests come from --trace {}, whose rows carry their own arrival times and count",
-            t.display()
+    let (why, fix) = match (trace, &p.workload) {
+        (Some(t), _) => (
+            format!(
+                "the requests come from --trace {}, whose rows carry their own arrival times and count",
+                t.display()
+            ),
+            "remove the flag or --trace",
         ),
-        (None, DefaultWorkload::Trace(t)) => format!(
-            "the scenario's workload is the trace {}, whose rows carry their own arrival times and count",
-            t.display()
+        (None, DefaultWorkload::Trace(t)) => (
+            format!(
+                "the scenario's workload is the trace {}, whose rows carry their own arrival times and count",
+                t.display()
+            ),
+            "remove the flag",
         ),
         (None, DefaultWorkload::Shape(..)) => return Ok(()),
-        (None, DefaultWorkload::Bundled) => "the scenario has no workload, so the bundled trace is replayed with its own arrival times and count".to_string(),
+        (None, DefaultWorkload::Bundled) => (
+            "the scenario has no workload, so the bundled trace is replayed with its own arrival times and count".to_string(),
+            "remove the flag",
+        ),
     };
     Err(failure(
         2,
         format!(
-            "{flag} cannot apply: {why}; they apply only when the scenario's workload is a catalog shape (remove them, or drop --trace)"
+            "{flag} cannot apply: {why}; {it} only when the scenario's workload is a catalog shape ({fix})"
         ),
     ))
+}
+
+/// A number as a flag's message shows it: plainly when ordinary, in
+/// exponent form when tiny or huge (so 1e-300 is not 300 zeros).
+pub fn shown(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-4..1e9).contains(&x.abs()) {
+        x.to_string()
+    } else {
+        format!("{x:e}")
+    }
 }
 
 /// Where the requests come from, as a folder-name part and as it enters

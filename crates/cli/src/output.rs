@@ -29,7 +29,9 @@ const MARKER_HEAD: &str = "pdsim result:";
 const MARKER_LIMIT_BYTES: u64 = 64 << 20;
 
 /// How a Perfetto trace begins (see `pdsim_report::perfetto`): a stale
-/// partial file is removed only when it begins so.
+/// partial file is removed only when it begins so, or is empty (a run
+/// killed before its first buffered write reached the file; an empty file
+/// holds nothing to lose).
 const PERFETTO_HEAD: &[u8] = b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
 
 /// The marker's text: what wrote the folder, and every file in it.
@@ -301,7 +303,10 @@ pub fn clean_stale(parent: &Path, command: &str) {
                     path.display()
                 ),
             }
-        } else if meta.is_file() && kind == ".partial-" && starts_with(&path, PERFETTO_HEAD) {
+        } else if meta.is_file()
+            && kind == ".partial-"
+            && (meta.len() == 0 || starts_with(&path, PERFETTO_HEAD))
+        {
             match std::fs::remove_file(&path) {
                 Ok(()) => eprintln!(
                     "pdsim {command}: removed {}, a Perfetto trace left unfinished by a pdsim run (process {pid}) that was stopped",
@@ -356,7 +361,7 @@ impl Staged {
         std::fs::create_dir_all(&parent)
             .map_err(|e| failure(2, format!("cannot create {}: {e}", parent.display())))?;
         clean_stale(&parent, command);
-        let dir = parent.join(format!(
+        let dir = out.with_file_name(format!(
             ".{}.partial-{}",
             base_name(out),
             std::process::id()
@@ -436,7 +441,7 @@ impl Staged {
                         self.command,
                         out.display()
                     );
-                    let aside = parent_of(out).join(format!(
+                    let aside = out.with_file_name(format!(
                         ".{}.old-{}",
                         base_name(out),
                         std::process::id()
@@ -575,7 +580,7 @@ impl OutFile {
         }
         let parent = parent_of(target);
         clean_stale(&parent, command);
-        let partial = parent.join(format!(".{name}.partial-{}", std::process::id()));
+        let partial = target.with_file_name(format!(".{name}.partial-{}", std::process::id()));
         interrupt::remove_on_interrupt(&partial);
         let file = match std::fs::OpenOptions::new()
             .write(true)
