@@ -460,6 +460,17 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
             format!("--attainment {}: must be in (0, 1]", args.attainment),
         ));
     }
+    // A plan's probes and ranking carry no cost, so a price would be
+    // silently ignored.
+    if let Some(price) = args.slo.gpu_hour_usd {
+        return Err(failure(
+            2,
+            format!(
+                "--gpu-hour-usd {}: cannot apply to a plan, which ranks layouts by sustained requests per GPU and reports no cost; use it with `run` or `compare`",
+                crate::flags::shown(price)
+            ),
+        ));
+    }
     // The numbers and `--out` are checked before anything is read or run.
     crate::flags::max_runs(args.max_runs)?;
     if let Some(n) = args.max_requests {

@@ -689,6 +689,7 @@ fn absurd_numbers_and_flags_that_cannot_apply_are_usage_errors() {
         (plan(&["--attainment", "0"]), "--attainment"),
         (plan(&["--attainment", "NaN"]), "--attainment"),
         (plan(&["--jobs", "0"]), "--jobs"),
+        (plan(&["--gpu-hour-usd", "2"]), "--gpu-hour-usd"),
     ];
     for (args, flag) in &cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
