@@ -357,6 +357,9 @@ impl Staged {
     /// staging folder with its marker.
     pub fn new(out: &Path, command: &'static str) -> Result<Staged, Failure> {
         check_out(out)?;
+        // `x/`, `x/.` and `x` name one folder; the renames need the last.
+        let out: PathBuf = out.components().collect();
+        let out = out.as_path();
         let parent = parent_of(out);
         std::fs::create_dir_all(&parent)
             .map_err(|e| failure(2, format!("cannot create {}: {e}", parent.display())))?;
@@ -503,6 +506,9 @@ pub struct OutFile {
     pub writing: PathBuf,
     target: PathBuf,
     direct: bool,
+    /// A regular file was there when the run started.
+    replaces: bool,
+    command: String,
 }
 
 impl OutFile {
@@ -516,6 +522,7 @@ impl OutFile {
     ) -> Result<(OutFile, std::fs::File), Failure> {
         let shown = target.display();
         let refuse = |why: &str| failure(2, format!("{flag} {shown}: {why}"));
+        let mut replaces = false;
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -538,6 +545,8 @@ impl OutFile {
                             writing: target.to_path_buf(),
                             target: target.to_path_buf(),
                             direct: true,
+                            replaces: false,
+                            command: command.to_string(),
                         },
                         file,
                     ));
@@ -559,6 +568,8 @@ impl OutFile {
                                 writing: target.to_path_buf(),
                                 target: target.to_path_buf(),
                                 direct: true,
+                                replaces: false,
+                                command: command.to_string(),
                             },
                             file,
                         ));
@@ -575,7 +586,7 @@ impl OutFile {
                         "is neither a regular file, a FIFO nor a character device",
                     ));
                 }
-                eprintln!("pdsim {command}: {flag}: replacing the file {shown}");
+                replaces = true;
             }
         }
         let parent = parent_of(target);
@@ -601,6 +612,8 @@ impl OutFile {
                 writing: partial,
                 target: target.to_path_buf(),
                 direct: false,
+                replaces,
+                command: command.to_string(),
             },
             file,
         ))
@@ -625,6 +638,13 @@ impl OutFile {
                     self.target.display()
                 ),
             ));
+        }
+        if self.replaces || std::fs::symlink_metadata(&self.target).is_ok() {
+            eprintln!(
+                "pdsim {}: {flag}: replacing the file {}",
+                self.command,
+                self.target.display()
+            );
         }
         let result = interrupt::holding(|| std::fs::rename(&self.writing, &self.target));
         interrupt::keep(&self.writing);

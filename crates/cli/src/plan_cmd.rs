@@ -799,6 +799,38 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
     Ok(())
 }
 
+/// The most of a shard's `plan.json` that `plan merge` reads: thousands of
+/// layouts with every probe stay far below it.
+const PLAN_JSON_LIMIT_BYTES: u64 = 256 << 20;
+
+/// A shard's `plan.json`: a regular file, read within the limit.
+fn read_plan_json(file: &Path) -> Result<String, Failure> {
+    use std::io::Read;
+    let shown = file.display();
+    let meta = std::fs::metadata(file).map_err(|e| failure(2, format!("{shown}: {e}")))?;
+    if !meta.is_file() {
+        return Err(failure(
+            2,
+            format!("{shown}: not a regular file, so not a shard's plan.json"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(PLAN_JSON_LIMIT_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| failure(2, format!("{shown}: {e}")))?;
+    if bytes.len() as u64 > PLAN_JSON_LIMIT_BYTES {
+        return Err(failure(
+            2,
+            format!(
+                "{shown}: larger than {} MiB, more than any plan.json pdsim writes",
+                PLAN_JSON_LIMIT_BYTES >> 20
+            ),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| failure(1, format!("{shown}: not UTF-8, so not a pdsim plan")))
+}
+
 fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
     let mut plans = Vec::new();
     for part in parts {
@@ -807,8 +839,7 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
         } else {
             part.clone()
         };
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| failure(2, format!("{}: {e}", file.display())))?;
+        let text = read_plan_json(&file)?;
         let plan: Plan = serde_json::from_str(&text)
             .map_err(|e| failure(1, format!("{}: not a pdsim plan: {e}", file.display())))?;
         plans.push(plan);
