@@ -106,7 +106,13 @@ fn foreign_entries(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
             match entry.file_type() {
                 Ok(t) if t.is_dir() => {
                     let prefix = format!("{path}/");
-                    if listed.iter().any(|f| f.starts_with(&prefix)) {
+                    // The first listed name from the prefix on tells
+                    // whether any listed file lies inside.
+                    if listed
+                        .range(prefix.clone()..)
+                        .next()
+                        .is_some_and(|f| f.starts_with(&prefix))
+                    {
                         walk(root, &path, listed, out);
                     } else {
                         out.push(prefix);
