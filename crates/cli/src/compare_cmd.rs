@@ -147,6 +147,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
     crate::flags::seeds(args.seeds)?;
     crate::flags::synthetic(args.rate, args.requests)?;
     let (all_slo, _) = args.slo.parse()?;
+    crate::flags::catalogs(&args.catalog)?;
     if let Some(out) = &args.out {
         crate::output::check_out(out)?;
     }
@@ -164,6 +165,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
         args.rate,
         args.requests,
     )?;
+    crate::flags::note_trace_override("compare", &prepared[0], args.trace.as_deref());
     let seeds: Vec<u64> = (0..args.seeds).map(|i| args.seed.wrapping_add(i)).collect();
     // The requests, once per seed for a synthetic shape (the seed draws
     // them), once for all seeds for a trace.

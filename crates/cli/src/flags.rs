@@ -364,6 +364,41 @@ pub fn warn_unknown_classes(command: &str, slo: &SloArgs, names: &[String]) {
     }
 }
 
+/// Each `--catalog DIR` must be a folder: a missing one would otherwise be
+/// searched silently and find nothing.
+pub fn catalogs(dirs: &[PathBuf]) -> Result<(), Failure> {
+    for dir in dirs {
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(failure(
+                    2,
+                    format!("--catalog {}: not a folder", dir.display()),
+                ));
+            }
+            Err(e) => return Err(failure(2, format!("--catalog {}: {e}", dir.display()))),
+        }
+    }
+    Ok(())
+}
+
+/// Says when `--trace` takes the place of the scenario's own workload, so
+/// the scenario's trace or shape is not dropped silently.
+pub fn note_trace_override(command: &str, p: &Prepared, trace: Option<&Path>) {
+    let Some(t) = trace else {
+        return;
+    };
+    let replaced = match &p.workload {
+        DefaultWorkload::Trace(own) => format!("the scenario's workload trace {}", own.display()),
+        DefaultWorkload::Shape(name, _) => format!("the scenario's workload shape `{name}`"),
+        DefaultWorkload::Bundled => return,
+    };
+    eprintln!(
+        "pdsim {command}: note: --trace {} replaces {replaced}",
+        t.display()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -480,6 +480,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         crate::flags::rate("--target-rate", rate)?;
     }
     let shard = args.shard.as_deref().map(crate::flags::shard).transpose()?;
+    crate::flags::catalogs(&args.catalog)?;
     if let Some(out) = &args.out {
         crate::output::check_out(out)?;
     }
@@ -517,6 +518,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
             ),
         ));
     }
+    crate::flags::note_trace_override("plan", first, args.trace.as_deref());
     let mut loaded = load_all(
         first,
         &WorkloadChoice {

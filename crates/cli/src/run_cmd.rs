@@ -88,6 +88,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     // The numbers are checked before anything is read or built.
     crate::flags::synthetic(args.rate, args.requests)?;
     args.slo.parse()?;
+    crate::flags::catalogs(&args.catalog)?;
     if let Some(out) = &args.out {
         crate::output::check_out(out)?;
     }
@@ -96,6 +97,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         eprintln!("{note}");
     }
     crate::flags::workload_flags(&prepared, args.trace.as_deref(), args.rate, args.requests)?;
+    crate::flags::note_trace_override("run", &prepared, args.trace.as_deref());
     let (mut source, trace_file) = open_source(
         &prepared,
         &WorkloadChoice {

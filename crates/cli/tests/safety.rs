@@ -702,6 +702,12 @@ fn absurd_numbers_and_flags_that_cannot_apply_are_usage_errors() {
         ),
         (run(&["--trace", &trace, "--slo", "ttft_ms=1e300"]), "--slo"),
         (run(&["--trace", &trace, "--slo", "ttft_ms=NaN"]), "--slo"),
+        (
+            run(&["--trace", &trace, "--catalog", "no-such-catalog"]),
+            "--catalog",
+        ),
+        (compare(&["--catalog", "t.jsonl"]), "--catalog"),
+        (plan(&["--catalog", "no-such-catalog"]), "--catalog"),
         (compare(&["--seeds", "0"]), "--seeds"),
         (compare(&["--seeds", "100000000000"]), "--seeds"),
         (compare(&["--seeds", "1e11"]), "--seeds"),
@@ -734,6 +740,21 @@ fn absurd_numbers_and_flags_that_cannot_apply_are_usage_errors() {
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("--trace") && !stderr.contains("--rate"),
+        "{stderr}"
+    );
+    // A trace given over the scenario's own workload is said, not silent.
+    let (code, _, stderr) = dir.pdsim(&[
+        "run",
+        "--scenario",
+        &shape,
+        "--trace",
+        &trace,
+        "--out",
+        "over",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("replaces the scenario's workload shape `coding-agent`"),
         "{stderr}"
     );
     // Too many jobs is clamped, with a note, and the comparison runs.
