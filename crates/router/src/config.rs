@@ -9,6 +9,7 @@ use crate::RouterProblem;
 use crate::flags::parse_go_duration;
 use crate::flowcontrol::{self, Band, ConcurrencyMode, Detector, Fairness, FlowControl, Ordering};
 use crate::registry::{self, REMOVED, Role};
+use pdsim_spec::lines::LineIndex;
 use serde_yaml::{Mapping, Value};
 use std::collections::BTreeSet;
 
@@ -76,17 +77,48 @@ impl EndpointPickerConfig {
 
 struct Loader<'a> {
     file: &'a str,
+    /// The text as given, indexed for lines only when a problem needs one,
+    /// so text the YAML parser refuses is never walked a second time.
+    text: &'a str,
+    lines: std::cell::OnceCell<LineIndex>,
+    /// (plugin name, its index in `plugins`), for problems found after
+    /// the list was read that name a plugin.
+    declared: Vec<(String, usize)>,
     problems: Vec<RouterProblem>,
 }
 
 impl Loader<'_> {
     fn problem(&mut self, path: &str, code: &'static str, message: impl Into<String>) {
+        let line = if path.is_empty() {
+            None
+        } else {
+            self.lines
+                .get_or_init(|| LineIndex::build(self.text))
+                .line_of(path)
+        };
         self.problems.push(RouterProblem {
             file: self.file.to_string(),
             path: path.to_string(),
+            line,
             code,
             message: message.into(),
         });
+    }
+
+    /// Gives the last problem the line the YAML parser stopped at.
+    fn at_parser_line(&mut self, location: Option<serde_yaml::Location>) {
+        if let (Some(problem), Some(location)) = (self.problems.last_mut(), location) {
+            problem.line = Some(u32::try_from(location.line()).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// The key path of the plugin named `name` as the file writes it
+    /// (`plugins[2]`); `plugins` for one the loader added itself.
+    fn plugin_at(&self, name: &str) -> String {
+        self.declared
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or_else(|| "plugins".to_string(), |(_, i)| format!("plugins[{i}]"))
     }
 }
 
@@ -121,6 +153,9 @@ pub fn load_config(
 ) -> Result<EndpointPickerConfig, Vec<RouterProblem>> {
     let mut loader = Loader {
         file,
+        text,
+        lines: std::cell::OnceCell::new(),
+        declared: Vec::new(),
         problems: Vec::new(),
     };
     let text = if text.trim().is_empty() {
@@ -132,11 +167,26 @@ pub fn load_config(
         Ok(v) => v,
         Err(e) => {
             loader.problem("", "yaml-syntax", e.to_string());
+            loader.at_parser_line(e.location());
             return Err(loader.problems);
         }
     };
     let Some(top) = value.as_mapping() else {
-        loader.problem("", "config-shape", "an EndpointPickerConfig is a mapping");
+        loader.problem(
+            "",
+            "config-shape",
+            format!(
+                "an EndpointPickerConfig is a mapping (apiVersion, kind, plugins, ...); this file holds {}",
+                crate::manifests::yaml_type(&value)
+            ),
+        );
+        // The document as a whole is at fault: point at its first line
+        // of content, past comments and blank lines.
+        let first = text
+            .lines()
+            .position(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map_or(1, |i| i + 1);
+        loader.problems[0].line = Some(u32::try_from(first).unwrap_or(u32::MAX));
         return Err(loader.problems);
     };
     let api_version = str_of(top, "apiVersion").unwrap_or("").to_string();
@@ -285,6 +335,7 @@ pub fn load_config(
                 format!("pdsim does not simulate plugin `{name}` (type `{plugin_type}`): {why}"),
             );
         }
+        loader.declared.push((name.clone(), i));
         plugins.push(Plugin {
             name,
             plugin_type: plugin_type.to_string(),
@@ -1877,7 +1928,7 @@ fn check_token_consumers(loader: &mut Loader<'_>, plugins: &[Plugin]) {
         .filter(|p| p.plugin_type == "context-length-aware")
     {
         loader.problem(
-            &format!("plugins.{}.type", plugin.name),
+            &format!("{}.type", loader.plugin_at(&plugin.name)),
             "epp-not-simulated",
             format!("pdsim does not simulate plugin `{}` (type `context-length-aware`) without a token producer named `token-producer`: the EPP would auto-create one with the `estimate` backend, whose context length is the request's byte length over four, and pdsim's requests carry token counts, not text; configure a `token-producer` with the `vllm` or `udsTokenizerConfig` backend, whose count is the prompt's tokens", plugin.name),
         );
@@ -2054,7 +2105,10 @@ fn check_inflight_refs(loader: &mut Loader<'_>, plugins: &[Plugin]) {
                 .any(|p| p.name == name && p.plugin_type == "inflight-load-producer");
         if !ok {
             loader.problem(
-                &format!("plugins.{}.parameters.inFlightLoadProducerName", plugin.name),
+                &format!(
+                    "{}.parameters.inFlightLoadProducerName",
+                    loader.plugin_at(&plugin.name)
+                ),
                 "epp-plugin-ref",
                 format!("`{}`: no inflight-load-producer is named `{name}`, and the EPP auto-creates only the default one, so the InFlightLoad data it requires has no producer", plugin.name),
             );
@@ -2199,7 +2253,7 @@ fn check_disagg(
     profiles: &[Profile],
 ) {
     let p = &handler.parameters;
-    let at = format!("plugins.{}.parameters", handler.name);
+    let at = format!("{}.parameters", loader.plugin_at(&handler.name));
     let nested = p.contains_key("profiles") || p.contains_key("deciders");
     let flat = [
         "decodeProfile",
@@ -2264,7 +2318,7 @@ fn check_disagg(
 /// scheduler runs a missing profile as a nil one, which fails the request
 /// in the EPP; pdsim refuses such a configuration at load instead.
 fn check_pd(loader: &mut Loader<'_>, handler: &Plugin, plugins: &[Plugin], profiles: &[Profile]) {
-    let at = format!("plugins.{}.parameters", handler.name);
+    let at = format!("{}.parameters", loader.plugin_at(&handler.name));
     let params = pd_params(&handler.parameters);
     if params.decider.is_empty() {
         loader.problem(
@@ -2318,7 +2372,7 @@ fn check_prefill_header_writers(loader: &mut Loader<'_>, plugins: &[Plugin], han
             .map(|(name, profile)| format!("`{name}` reads `{profile}`"))
             .collect();
         loader.problem(
-            &format!("plugins.{first}"),
+            &loader.plugin_at(first),
             "epp-prefill-header",
             format!(
                 "plugins that set x-prefiller-host-port read different profiles ({}); the EPP runs them in map order, so which one wins is not determined",
@@ -2603,7 +2657,7 @@ mod tests {
             refused,
             vec![(
                 "epp-plugin-parameter",
-                "plugins.disagg-profile-handler.parameters.stageOrder".to_string()
+                "plugins[3].parameters.stageOrder".to_string()
             )]
         );
         let refused = codes(&config("{stageOrder: sideways}"), false);
@@ -2632,7 +2686,7 @@ mod tests {
             refused,
             vec![(
                 "epp-plugin-ref",
-                "plugins.pd-profile-handler.parameters.deciderPluginName".to_string()
+                "plugins[4].parameters.deciderPluginName".to_string()
             )]
         );
         for (params, code) in [
@@ -3041,7 +3095,7 @@ mod tests {
             with(&format!("{active}mine}}")),
             vec![(
                 "epp-plugin-ref",
-                "plugins.utilization-filter.parameters.inFlightLoadProducerName".to_string()
+                "plugins[0].parameters.inFlightLoadProducerName".to_string()
             )]
         );
         assert!(
@@ -3099,9 +3153,12 @@ mod tests {
         }
         // No token producer named `token-producer`: the EPP would create
         // the estimate backend, whose count needs the prompt text.
-        for producers in [
-            "",
-            "- type: token-producer\n  name: mine\n  parameters: {modelName: m}\n",
+        for (producers, path) in [
+            ("", "plugins[0].type"),
+            (
+                "- type: token-producer\n  name: mine\n  parameters: {modelName: m}\n",
+                "plugins[1].type",
+            ),
         ] {
             let found = codes(
                 &format!("{HEAD}{producers}- type: context-length-aware\n"),
@@ -3109,10 +3166,7 @@ mod tests {
             );
             assert_eq!(
                 found,
-                vec![(
-                    "epp-not-simulated",
-                    "plugins.context-length-aware.type".to_string()
-                )],
+                vec![("epp-not-simulated", path.to_string())],
                 "{producers}"
             );
         }

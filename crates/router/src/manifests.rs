@@ -3,6 +3,7 @@
 //! kinds are ignored, as the EPP ignores them.
 
 use crate::RouterProblem;
+use pdsim_spec::lines::LineIndex;
 use serde_yaml::{Mapping, Value};
 use std::collections::BTreeMap;
 
@@ -41,6 +42,7 @@ fn keys_only(
             problems.push(RouterProblem {
                 file: file.to_string(),
                 path: format!("{path}.{key}"),
+                line: None,
                 code: "unknown-key",
                 message: format!("unknown field `{key}`"),
             });
@@ -52,6 +54,8 @@ fn keys_only(
 pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterProblem>> {
     let mut out = Manifests::default();
     let mut problems = Vec::new();
+    // Built only when a document has a problem to locate.
+    let mut lines: Option<Vec<LineIndex>> = None;
     for (d, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value = match Value::deserialize(document) {
             Ok(v) => v,
@@ -59,13 +63,32 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                 problems.push(RouterProblem {
                     file: file.into(),
                     path: format!("document {d}"),
+                    line: e
+                        .location()
+                        .map(|l| u32::try_from(l.line()).unwrap_or(u32::MAX)),
                     code: "yaml-syntax",
                     message: e.to_string(),
                 });
                 break;
             }
         };
+        let first_of_document = problems.len();
         let Some(map) = value.as_mapping() else {
+            // An empty document (`---` at the end) is nothing; anything
+            // else that is not an object is not a manifest kubectl applies.
+            if !value.is_null() {
+                problems.push(RouterProblem {
+                    file: file.into(),
+                    path: format!("document {d}"),
+                    line: None,
+                    code: "epp-manifest",
+                    message: format!(
+                        "document {d} is {}, not a Kubernetes object (a mapping with apiVersion, kind, metadata and spec)",
+                        yaml_type(&value)
+                    ),
+                });
+                locate(&mut problems[first_of_document..], &mut lines, text, d, "");
+            }
             continue;
         };
         let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
@@ -81,7 +104,8 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
             .and_then(Value::as_mapping)
             .cloned()
             .unwrap_or_default();
-        let at = format!("{kind}/{name}.spec");
+        let prefix = format!("{kind}/{name}");
+        let at = format!("{prefix}.spec");
         match kind {
             "InferencePool" => {
                 keys_only(
@@ -134,6 +158,7 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                     problems.push(RouterProblem {
                         file: file.into(),
                         path: format!("{at}.targetPorts"),
+                        line: None,
                         code: "epp-manifest",
                         message: "an InferencePool lists at most 8 target ports".into(),
                     });
@@ -156,6 +181,7 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                     problems.push(RouterProblem {
                         file: file.into(),
                         path: format!("{at}.targetModels"),
+                        line: None,
                         code: "epp-not-simulated",
                         message: "`targetModels` sends requests to LoRA adapters; pdsim serves no adapters".into(),
                     });
@@ -182,12 +208,20 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                 problems.push(RouterProblem {
                     file: file.into(),
                     path: format!("{kind}/{name}"),
+                    line: None,
                     code: "epp-not-simulated",
                     message: "InferenceModelRewrite renames models; pdsim serves one model and does not simulate rewrites yet".into(),
                 });
             }
             other => out.ignored.push(other.to_string()),
         }
+        locate(
+            &mut problems[first_of_document..],
+            &mut lines,
+            text,
+            d,
+            &prefix,
+        );
     }
     if problems.is_empty() {
         Ok(out)
@@ -197,3 +231,43 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
 }
 
 use serde::Deserialize;
+
+/// What a YAML value is, for messages.
+pub(crate) fn yaml_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// Gives each problem of document `d` the line of its key path. A
+/// problem's path is `prefix` (`InferencePool/name`) then the path inside
+/// the document (`.spec.targetPorts`); the bare prefix is the document.
+fn locate(
+    problems: &mut [RouterProblem],
+    lines: &mut Option<Vec<LineIndex>>,
+    text: &str,
+    d: usize,
+    prefix: &str,
+) {
+    if problems.is_empty() {
+        return;
+    }
+    let documents = lines.get_or_insert_with(|| LineIndex::build_documents(text));
+    let Some(index) = documents.get(d) else {
+        return;
+    };
+    for problem in problems.iter_mut().filter(|p| p.line.is_none()) {
+        let inner = problem
+            .path
+            .strip_prefix(prefix)
+            .filter(|_| !prefix.is_empty())
+            .map_or("", |rest| rest.trim_start_matches('.'));
+        problem.line = index.line_of(inner).or_else(|| index.line_of(""));
+    }
+}
