@@ -189,6 +189,23 @@ pub fn load_config(
         loader.problems[0].line = Some(u32::try_from(first).unwrap_or(u32::MAX));
         return Err(loader.problems);
     };
+    // The EPP converts its YAML to JSON before decoding (the Kubernetes
+    // codec, `decodeRawConfig` in `config/loader/configloader.go`), and
+    // JSON holds no NaN or infinity: such a value anywhere refuses the
+    // whole file, so nothing below looks at it.
+    let mut non_finite = Vec::new();
+    crate::manifests::non_finite_numbers(&value, "", &mut non_finite);
+    if !non_finite.is_empty() {
+        for (path, number) in non_finite {
+            loader.problem(
+                &path,
+                "wrong-type",
+                crate::manifests::non_finite_message(number),
+            );
+        }
+        return Err(loader.problems);
+    }
+    check_shapes(&mut loader, top);
     let api_version = str_of(top, "apiVersion").unwrap_or("").to_string();
     if !API_VERSIONS.contains(&api_version.as_str()) {
         loader.problem(
@@ -265,6 +282,10 @@ pub fn load_config(
             }
         }
         let Some(plugin_type) = str_of(map, "type") else {
+            if map.get("type").is_some_and(|t| !t.is_null()) {
+                // Not a string: `check_shapes` named its type.
+                continue;
+            }
             loader.problem(
                 &format!("{at}.type"),
                 "missing-key",
@@ -327,6 +348,7 @@ pub fn load_config(
                 }
             }
         }
+        check_parameter_types(&mut loader, &at, plugin_type, &parameters);
         check_parameters(&mut loader, &at, plugin_type, &parameters);
         if let Some(why) = kind.not_simulated {
             loader.problem(
@@ -405,6 +427,14 @@ pub fn load_config(
         {
             let pat = format!("{at}.plugins[{j}]");
             let Some(slot) = slot.as_mapping() else {
+                loader.problem(
+                    &pat,
+                    "wrong-type",
+                    format!(
+                        "a profile's plugin is a mapping with pluginRef and weight, not {}",
+                        crate::manifests::yaml_type(slot)
+                    ),
+                );
                 continue;
             };
             for key in slot.keys() {
@@ -418,12 +448,19 @@ pub fn load_config(
                 }
             }
             let reference = str_of(slot, "pluginRef").unwrap_or("").to_string();
-            let weight = slot.get("weight").map_or(Some(1.0), Value::as_f64);
+            // `Weight *float64`: omitted or null is the default 1.
+            let weight = match slot.get("weight") {
+                None | Some(Value::Null) => Some(1.0),
+                Some(v) => v.as_f64(),
+            };
             let Some(weight) = weight.filter(|w| w.is_finite()) else {
                 loader.problem(
                     &format!("{pat}.weight"),
                     "wrong-type",
-                    "weight must be a number",
+                    format!(
+                        "weight must be a number (the EPP decodes it into a Go float64), not {}",
+                        crate::manifests::yaml_type(slot.get("weight").unwrap_or(&Value::Null))
+                    ),
                 );
                 continue;
             };
@@ -462,6 +499,18 @@ pub fn load_config(
                     format!("`{reference}` is not a filter, scorer or picker"),
                 ),
             }
+        }
+        // Go adds weight × score in float64 as pdsim does, so any finite
+        // weight gives the same totals, negative ones included; only a
+        // sum that can overflow to ±Inf (and NaN where both meet) would
+        // leave the order to the EPP's sort, which pdsim does not mimic.
+        let magnitude: f64 = profile.scorers.iter().map(|(_, w)| w.abs()).sum();
+        if !magnitude.is_finite() {
+            loader.problem(
+                &format!("{at}.plugins"),
+                "epp-not-simulated",
+                "the scorers' weights are so large that a weighted sum overflows to an infinity (or NaN), whose order in the EPP's picker pdsim does not reproduce; scale the weights down",
+            );
         }
         profiles.push(profile);
     }
@@ -1283,6 +1332,273 @@ fn detector_of(plugin: Option<&Plugin>) -> Detector {
 
 fn number(parameters: &Mapping, key: &str) -> Option<f64> {
     parameters.get(key).and_then(Value::as_f64)
+}
+
+/// The JSON types of the EPP's own structures around the plugins, as
+/// `EndpointPickerConfig` declares them (`apix/config/v1alpha1/
+/// endpointpickerconfig_types.go`). The strict JSON decoder refuses a
+/// value of another type; `null` leaves a field at its zero value. The
+/// loader below reads each field as if it had the right type, so every
+/// other type is named here rather than read as absent.
+fn check_shapes(loader: &mut Loader<'_>, top: &Mapping) {
+    use crate::manifests::yaml_type;
+    let expect = |loader: &mut Loader<'_>, path: &str, value: Option<&Value>, want: &str| {
+        let Some(value) = value else { return };
+        let ok = match want {
+            "a list" => value.is_sequence() || value.is_null(),
+            "a mapping" => value.is_mapping() || value.is_null(),
+            "a string" => value.is_string() || value.is_null(),
+            _ => true,
+        };
+        if !ok {
+            loader.problem(
+                path,
+                "wrong-type",
+                format!("{path} must be {want}, not {}", yaml_type(value)),
+            );
+        }
+    };
+    for (key, want) in [
+        ("apiVersion", "a string"),
+        ("kind", "a string"),
+        ("plugins", "a list"),
+        ("schedulingProfiles", "a list"),
+        ("featureGates", "a list"),
+        ("data", "a mapping"),
+        ("dataLayer", "a mapping"),
+        ("parser", "a mapping"),
+        ("requestHandler", "a mapping"),
+    ] {
+        expect(loader, key, top.get(key), want);
+    }
+    for (i, gate) in top
+        .get("featureGates")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        expect(
+            loader,
+            &format!("featureGates[{i}]"),
+            Some(gate),
+            "a string",
+        );
+    }
+    for (i, plugin) in top
+        .get("plugins")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for key in ["type", "name"] {
+            expect(
+                loader,
+                &format!("plugins[{i}].{key}"),
+                plugin.get(key).filter(|_| plugin.is_mapping()),
+                "a string",
+            );
+        }
+    }
+    for (i, profile) in top
+        .get("schedulingProfiles")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(map) = profile.as_mapping() else {
+            continue;
+        };
+        expect(
+            loader,
+            &format!("schedulingProfiles[{i}].name"),
+            map.get("name"),
+            "a string",
+        );
+        expect(
+            loader,
+            &format!("schedulingProfiles[{i}].plugins"),
+            map.get("plugins"),
+            "a list",
+        );
+        for (j, slot) in map
+            .get("plugins")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            expect(
+                loader,
+                &format!("schedulingProfiles[{i}].plugins[{j}].pluginRef"),
+                slot.get("pluginRef").filter(|_| slot.is_mapping()),
+                "a string",
+            );
+        }
+    }
+}
+
+/// A Go field type, as the JSON decoder fills it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GoType {
+    Int,
+    Float,
+    Bool,
+    Str,
+}
+
+/// The Go types of the parameters pdsim's simulation reads, from the
+/// factories' config structs (llm-d-router @ ebab687): `approximateprefix/
+/// types.go`, `picker/common.go`, `nohitlru/no_hit_lru.go`,
+/// `disagg/prefix_based_pd_decider.go`, `scorer/prefix/plugin.go`,
+/// `loadaware/load_aware.go`, `tokenload/token_load.go`,
+/// `activerequest/active_request.go`, `prefixcacheaffinity/plugin.go`,
+/// `inflightload/producer.go`, `probabilisticadmitter/plugin.go`.
+const PARAM_TYPES: &[(&str, &[(&str, GoType)])] = {
+    use GoType::{Bool, Float, Int, Str};
+    const PICKER: &[(&str, GoType)] = &[("maxNumOfEndpoints", Int)];
+    &[
+        (
+            "approx-prefix-cache-producer",
+            &[
+                ("autoTune", Bool),
+                ("blockSizeTokens", Int),
+                ("blockSize", Int),
+                ("maxPrefixBlocksToMatch", Int),
+                ("maxPrefixTokensToMatch", Int),
+                ("lruCapacityPerServer", Int),
+            ],
+        ),
+        ("max-score-picker", PICKER),
+        ("random-picker", PICKER),
+        ("weighted-random-picker", PICKER),
+        (
+            "no-hit-lru-scorer",
+            &[
+                ("lruSize", Int),
+                ("prefixPluginType", Str),
+                ("prefixPluginName", Str),
+                ("prefixMatchInfoProducerName", Str),
+            ],
+        ),
+        (
+            "prefix-based-pd-decider",
+            &[("nonCachedTokens", Int), ("promptTokens", Int)],
+        ),
+        (
+            "prefix-cache-scorer",
+            &[
+                ("matchLengthWeight", Float),
+                ("matchLengthScaleTokens", Int),
+                ("prefixMatchInfoProducerName", Str),
+            ],
+        ),
+        ("load-aware-scorer", &[("threshold", Int)]),
+        (
+            "token-load-scorer",
+            &[
+                ("queueThresholdTokens", Int),
+                ("inFlightLoadProducerName", Str),
+            ],
+        ),
+        (
+            "active-request-scorer",
+            &[
+                ("idleThreshold", Int),
+                ("maxBusyScore", Float),
+                ("requestTimeout", Str),
+            ],
+        ),
+        (
+            "prefix-cache-affinity-filter",
+            &[
+                ("affinityThreshold", Float),
+                ("explorationProbability", Float),
+                ("maxTTFTPenaltyMs", Float),
+                ("peakPrefillThroughput", Float),
+                ("ttftSource", Str),
+                ("prefixMatchInfoProducerName", Str),
+                ("inFlightLoadProducerName", Str),
+            ],
+        ),
+        (
+            "inflight-load-producer",
+            &[
+                ("addEstimatedOutputTokens", Bool),
+                ("outputRatio", Float),
+                ("maxEstimatedOutputTokens", Int),
+                ("prefixMatchInfoProducerName", Str),
+                ("syncCrossReplicaState", Bool),
+            ],
+        ),
+        (
+            "probabilistic-admitter",
+            &[
+                ("queueDepthThreshold", Int),
+                ("kvCacheUtilThreshold", Float),
+                ("power", Float),
+                ("k", Float),
+            ],
+        ),
+    ]
+};
+
+/// Whether Go's JSON decoder fills a field of type `want` from `value`
+/// once the EPP has turned the YAML into JSON: `null` leaves the zero
+/// value; an integer field takes a number written without fraction or
+/// exponent, which is what a whole float such as `16.0` becomes in that
+/// JSON (Go writes exponents only from 1e21), within int64.
+pub(crate) fn go_accepts(want: GoType, value: &Value) -> bool {
+    match (want, value) {
+        (_, Value::Null) => true,
+        (GoType::Int, Value::Number(n)) => {
+            n.as_i64().is_some()
+                || n.as_f64().is_some_and(|f| {
+                    f.is_finite() && f.fract() == 0.0 && f.abs() < 1e21 && f.abs() < 9.2e18
+                })
+        }
+        (GoType::Float, Value::Number(n)) => n.as_f64().is_some_and(f64::is_finite),
+        (GoType::Bool, Value::Bool(_)) => true,
+        (GoType::Str, Value::String(_)) => true,
+        _ => false,
+    }
+}
+
+/// Parameters of the wrong JSON type, which the factory's strict decoder
+/// refuses (`cannot unmarshal string into Go struct field ... of type int`).
+fn check_parameter_types(
+    loader: &mut Loader<'_>,
+    at: &str,
+    plugin_type: &str,
+    parameters: &Mapping,
+) {
+    let Some((_, fields)) = PARAM_TYPES.iter().find(|(t, _)| *t == plugin_type) else {
+        return;
+    };
+    for (key, want) in fields.iter() {
+        let Some(value) = parameters.get(*key) else {
+            continue;
+        };
+        if !go_accepts(*want, value) {
+            let expected = match want {
+                GoType::Int => "an integer (a Go int)",
+                GoType::Float => "a number (a Go float64)",
+                GoType::Bool => "true or false",
+                GoType::Str => "a string",
+            };
+            let found = match value {
+                Value::Number(_) => format!("the number {}", crate::manifests::quoted(value)),
+                other => crate::manifests::yaml_type(other).to_string(),
+            };
+            loader.problem(
+                &format!("{at}.parameters.{key}"),
+                "wrong-type",
+                format!("`{plugin_type}`: {key} must be {expected}, not {found}"),
+            );
+        }
+    }
 }
 
 /// Value checks the plugin factories make.

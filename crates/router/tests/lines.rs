@@ -57,7 +57,10 @@ fn an_unknown_type_a_bad_parameter_and_a_bad_reference_name_their_lines() {
     );
     // The text form is the one editors jump to.
     let shown = load_config("epp.yaml", CONFIG, false).unwrap_err()[0].to_string();
-    assert!(shown.starts_with("epp.yaml:6: plugins[1].type: "), "{shown}");
+    assert!(
+        shown.starts_with("epp.yaml:6: plugins[1].type: "),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -167,8 +170,8 @@ router:
 fn a_bad_flag_names_its_item_in_the_deployment() {
     let block = "  epp_flags:\n    - --pool-name=p\n    - --warp=9\n    - --refresh-metrics-interval=fast\n";
     let files = MemoryFiles::new().with("d/d.yaml", &format!("{DEPLOYMENT_HEAD}{block}"));
-    let problems =
-        check_router_inputs(&files, "d/d.yaml", Some(&router(&block.replace("  ", "")))).unwrap_err();
+    let problems = check_router_inputs(&files, "d/d.yaml", Some(&router(&block.replace("  ", ""))))
+        .unwrap_err();
     assert_eq!(
         located(&problems),
         vec![
@@ -192,17 +195,23 @@ fn a_bad_flag_names_its_item_in_the_deployment() {
 fn config_text_problems_point_at_the_flag_that_holds_the_text() {
     let block = "  epp_flags:\n    - --pool-name=p\n    - '--config-text=apiVersion: llm-d.ai/v1alpha1\n\n      kind: EndpointPickerConfig\n\n      plugins: [{type: warp-scorer}]'\n";
     let files = MemoryFiles::new().with("d.yaml", &format!("{DEPLOYMENT_HEAD}{block}"));
-    let parsed: Router = serde_yaml::from_str(&block.replacen("  epp_flags", "epp_flags", 1)).unwrap();
+    let parsed: Router =
+        serde_yaml::from_str(&block.replacen("  epp_flags", "epp_flags", 1)).unwrap();
     let problems = check_router_inputs(&files, "d.yaml", Some(&parsed)).unwrap_err();
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].file, "d.yaml (--config-text)");
     assert_eq!(problems[0].path, "plugins[0].type");
-    assert_eq!(problems[0].line, Some(9), "the line of the --config-text item");
+    assert_eq!(
+        problems[0].line,
+        Some(9),
+        "the line of the --config-text item"
+    );
 }
 
 #[test]
 fn router_files_that_cannot_be_used_are_problems_at_the_key_naming_them() {
-    let block = "  endpoint_picker_config: epp.yaml\n  manifests:\n    - pools.yaml\n    - folder\n";
+    let block =
+        "  endpoint_picker_config: epp.yaml\n  manifests:\n    - pools.yaml\n    - folder\n";
     let files = MemoryFiles::new()
         .with("d/d.yaml", &format!("{DEPLOYMENT_HEAD}{block}"))
         .with("d/folder/x.yaml", "kind: InferencePool\n");
@@ -238,5 +247,215 @@ fn router_files_that_cannot_be_used_are_problems_at_the_key_naming_them() {
         ]
     );
     assert!(problems[0].message.contains("d/epp.yaml"), "{problems:?}");
-    assert!(problems[2].message.contains("is a directory"), "{problems:?}");
+    assert!(
+        problems[2].message.contains("is a directory"),
+        "{problems:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Wrong types, decoded as the EPP's Go decoder would: the YAML becomes JSON
+// (no NaN or infinity), then strict `encoding/json` into typed structs.
+// ---------------------------------------------------------------------------
+
+const HEAD: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n";
+
+#[test]
+fn a_profile_s_plugins_given_as_a_scalar_is_refused_where_it_is_written() {
+    let text = format!(
+        "{HEAD}- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: queue-scorer\n"
+    );
+    assert_eq!(
+        config_problems(&text),
+        vec![(
+            "wrong-type",
+            "schedulingProfiles[0].plugins".to_string(),
+            Some(7)
+        )]
+    );
+    let message = &load_config("e", &text, false).unwrap_err()[0].message;
+    assert!(
+        message.contains("must be a list, not a string"),
+        "{message}"
+    );
+    // A slot that is not a mapping is refused too, not skipped.
+    let text = format!(
+        "{HEAD}- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - queue-scorer\n"
+    );
+    assert_eq!(
+        config_problems(&text),
+        vec![(
+            "wrong-type",
+            "schedulingProfiles[0].plugins[0]".to_string(),
+            Some(8)
+        )]
+    );
+}
+
+#[test]
+fn a_string_for_an_integer_and_a_fraction_are_refused_a_whole_float_is_not() {
+    let approx = |value: &str| {
+        format!(
+            "{HEAD}- type: approx-prefix-cache-producer\n  parameters:\n    autoTune: false\n    blockSizeTokens: {value}\n"
+        )
+    };
+    for bad in ["'16'", "16.5", "[16]", "1e30"] {
+        assert_eq!(
+            config_problems(&approx(bad)),
+            vec![(
+                "wrong-type",
+                "plugins[0].parameters.blockSizeTokens".to_string(),
+                Some(7)
+            )],
+            "{bad}"
+        );
+    }
+    // YAML's 16.0 is the JSON number 16, which a Go int takes.
+    for good in ["16", "16.0", "1e2", "~"] {
+        assert!(
+            load_config("e", &approx(good), false).is_ok(),
+            "{good}: {:?}",
+            load_config("e", &approx(good), false).err()
+        );
+    }
+    let text = format!("{HEAD}- type: queue-scorer\n  name: 7\n- type: 3\n");
+    assert_eq!(
+        config_problems(&text),
+        vec![
+            ("wrong-type", "plugins[0].name".to_string(), Some(5)),
+            ("wrong-type", "plugins[1].type".to_string(), Some(6)),
+        ]
+    );
+}
+
+#[test]
+fn nan_and_infinities_anywhere_refuse_the_file_as_its_json_conversion_does() {
+    let text = format!(
+        "{HEAD}- type: approx-prefix-cache-producer\n  parameters:\n    blockSizeTokens: .nan\n- type: max-score-picker\n  parameters: {{maxNumOfEndpoints: -.inf}}\n"
+    );
+    let problems = load_config("e", &text, false).unwrap_err();
+    let found: Vec<(&str, &str, Option<u32>)> = problems
+        .iter()
+        .map(|p| (p.code, p.path.as_str(), p.line))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (
+                "wrong-type",
+                "plugins[0].parameters.blockSizeTokens",
+                Some(6)
+            ),
+            (
+                "wrong-type",
+                "plugins[1].parameters.maxNumOfEndpoints",
+                Some(8)
+            ),
+        ]
+    );
+    assert!(
+        problems[0].message.starts_with(".nan is not a JSON number"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn weights_decode_as_go_float64s_and_overflowing_sums_are_refused() {
+    let profile = |weights: &[&str]| {
+        let slots: String = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| format!("  - pluginRef: s{i}\n    weight: {w}\n"))
+            .collect();
+        let plugins: String = (0..weights.len())
+            .map(|i| format!("- type: queue-scorer\n  name: s{i}\n"))
+            .collect();
+        format!("{HEAD}{plugins}schedulingProfiles:\n- name: default\n  plugins:\n{slots}")
+    };
+    // The EPP takes any float64 weight, a negative one included; pdsim's
+    // sums are the same float64 arithmetic, so it takes them too.
+    let config = load_config("e", &profile(&["-1e308", "2"]), false).unwrap();
+    assert_eq!(config.profiles[0].scorers[0].1, -1e308);
+    // null is the default weight 1, as a nil *float64 is.
+    let config = load_config("e", &profile(&["~"]), false).unwrap();
+    assert_eq!(config.profiles[0].scorers[0].1, 1.0);
+    assert_eq!(
+        config_problems(&profile(&["'2'"])),
+        vec![(
+            "wrong-type",
+            "schedulingProfiles[0].plugins[0].weight".to_string(),
+            Some(10)
+        )]
+    );
+    // Two weights whose magnitudes overflow a float64 sum.
+    assert_eq!(
+        config_problems(&profile(&["-1e308", "-1e308"])),
+        vec![(
+            "epp-not-simulated",
+            "schedulingProfiles[0].plugins".to_string(),
+            Some(10)
+        )]
+    );
+}
+
+#[test]
+fn manifest_fields_of_the_wrong_type_are_refused_where_they_are_written() {
+    let text = "\
+apiVersion: inference.networking.k8s.io/v1
+kind: InferencePool
+metadata:
+  name: pool
+spec:
+  selector:
+    matchLabels: {app: vllm, tier: 3}
+  targetPorts: [{number: '8000'}, {number: 8001}, {number: 70000}]
+---
+apiVersion: inference.networking.x-k8s.io/v1alpha2
+kind: InferenceObjective
+metadata:
+  name: chat
+spec:
+  priority: high
+  poolRef:
+    name: pool
+---
+kind: InferenceObjective
+metadata: {name: batch}
+spec: {priority: .inf}
+";
+    let found: Vec<(&str, String, Option<u32>)> = load_manifests("m.yaml", text)
+        .unwrap_err()
+        .into_iter()
+        .map(|p| (p.code, p.path, p.line))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (
+                "wrong-type",
+                "InferencePool/pool.spec.selector.matchLabels.tier".to_string(),
+                Some(7)
+            ),
+            (
+                "wrong-type",
+                "InferencePool/pool.spec.targetPorts[0].number".to_string(),
+                Some(8)
+            ),
+            (
+                "wrong-type",
+                "InferencePool/pool.spec.targetPorts[2].number".to_string(),
+                Some(8)
+            ),
+            (
+                "wrong-type",
+                "InferenceObjective/chat.spec.priority".to_string(),
+                Some(15)
+            ),
+            (
+                "wrong-type",
+                "document 2.spec.priority".to_string(),
+                Some(21)
+            ),
+        ]
+    );
 }
