@@ -1447,6 +1447,10 @@ pub(crate) enum GoType {
     Float,
     Bool,
     Str,
+    /// `[]string`.
+    StrList,
+    /// A struct whose fields, these, are all strings.
+    Strings(&'static [&'static str]),
 }
 
 /// The Go types of the parameters pdsim's simulation reads, from the
@@ -1455,11 +1459,47 @@ pub(crate) enum GoType {
 /// `disagg/prefix_based_pd_decider.go`, `scorer/prefix/plugin.go`,
 /// `loadaware/load_aware.go`, `tokenload/token_load.go`,
 /// `activerequest/active_request.go`, `prefixcacheaffinity/plugin.go`,
-/// `inflightload/producer.go`, `probabilisticadmitter/plugin.go`.
+/// `inflightload/producer.go`, `probabilisticadmitter/plugin.go`, and the
+/// handlers' `disagg/{disagg_profile_handler,pd_profile_handler,
+/// disagg_headers_handler}.go` and `filter/bylabel/filter.go` (a profile
+/// name that is not a string would otherwise read as the default one).
 const PARAM_TYPES: &[(&str, &[(&str, GoType)])] = {
-    use GoType::{Bool, Float, Int, Str};
+    use GoType::{Bool, Float, Int, Str, StrList, Strings};
     const PICKER: &[(&str, GoType)] = &[("maxNumOfEndpoints", Int)];
+    const HEADERS: &[(&str, GoType)] = &[("prefillProfile", Str), ("encodeProfile", Str)];
+    const BY_LABEL: &[(&str, GoType)] = &[
+        ("label", Str),
+        ("validValues", StrList),
+        ("allowsNoLabel", Bool),
+    ];
     &[
+        (
+            "disagg-profile-handler",
+            &[
+                ("profiles", Strings(&["decode", "prefill", "encode"])),
+                ("deciders", Strings(&["prefill", "encode"])),
+                ("decodeProfile", Str),
+                ("prefillProfile", Str),
+                ("encodeProfile", Str),
+                ("prefillDeciderPluginName", Str),
+                ("encodeDeciderPluginName", Str),
+                ("deciderPluginName", Str),
+            ],
+        ),
+        (
+            "pd-profile-handler",
+            &[
+                ("decodeProfile", Str),
+                ("prefillProfile", Str),
+                ("prefixPluginType", Str),
+                ("prefixPluginName", Str),
+                ("deciderPluginName", Str),
+                ("prefixMatchInfoProducerName", Str),
+            ],
+        ),
+        ("prefill-header-handler", HEADERS),
+        ("disagg-headers-handler", HEADERS),
+        ("by-label", BY_LABEL),
         (
             "approx-prefix-cache-producer",
             &[
@@ -1562,6 +1602,12 @@ pub(crate) fn go_accepts(want: GoType, value: &Value) -> bool {
         (GoType::Float, Value::Number(n)) => n.as_f64().is_some_and(f64::is_finite),
         (GoType::Bool, Value::Bool(_)) => true,
         (GoType::Str, Value::String(_)) => true,
+        (GoType::StrList, Value::Sequence(items)) => {
+            items.iter().all(|v| go_accepts(GoType::Str, v))
+        }
+        (GoType::Strings(fields), Value::Mapping(map)) => map.iter().all(|(k, v)| {
+            k.as_str().is_some_and(|k| fields.contains(&k)) && go_accepts(GoType::Str, v)
+        }),
         _ => false,
     }
 }
@@ -1583,10 +1629,14 @@ fn check_parameter_types(
         };
         if !go_accepts(*want, value) {
             let expected = match want {
-                GoType::Int => "an integer (a Go int)",
-                GoType::Float => "a number (a Go float64)",
-                GoType::Bool => "true or false",
-                GoType::Str => "a string",
+                GoType::Int => "an integer (a Go int)".to_string(),
+                GoType::Float => "a number (a Go float64)".to_string(),
+                GoType::Bool => "true or false".to_string(),
+                GoType::Str => "a string".to_string(),
+                GoType::StrList => "a list of strings".to_string(),
+                GoType::Strings(fields) => {
+                    format!("a mapping of {} to strings", fields.join(", "))
+                }
             };
             let found = match value {
                 Value::Number(_) => format!("the number {}", crate::manifests::quoted(value)),

@@ -459,3 +459,26 @@ spec: {priority: .inf}
         ]
     );
 }
+
+#[test]
+fn a_handler_s_profile_name_that_is_not_a_string_is_refused_not_defaulted() {
+    // Read as absent, `decodeProfile: 3` would quietly become `decode`.
+    let text = format!(
+        "{HEAD}- type: decode-filter\n- type: pd-profile-handler\n  parameters:\n    decodeProfile: 3\n- type: disagg-profile-handler\n  name: d\n  parameters:\n    profiles: {{decode: [x], prefil: p}}\n"
+    );
+    let found = config_problems(&text);
+    for expected in [
+        (
+            "wrong-type",
+            "plugins[1].parameters.decodeProfile".to_string(),
+            Some(7),
+        ),
+        (
+            "wrong-type",
+            "plugins[2].parameters.profiles".to_string(),
+            Some(11),
+        ),
+    ] {
+        assert!(found.contains(&expected), "{expected:?} not in {found:?}");
+    }
+}
