@@ -1401,6 +1401,66 @@ fn check_shapes(loader: &mut Loader<'_>, top: &Mapping) {
             );
         }
     }
+    // Lists of mappings with a string pluginRef: data-layer sources and
+    // their extractors, the request handler's parsers.
+    let refs =
+        |loader: &mut Loader<'_>, path: &str, list: Option<&Value>| -> Vec<(usize, Mapping)> {
+            expect(loader, path, list, "a list");
+            let mut out = Vec::new();
+            for (i, item) in list
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let at = format!("{path}[{i}]");
+                match item.as_mapping() {
+                    Some(map) => {
+                        expect(
+                            loader,
+                            &format!("{at}.pluginRef"),
+                            map.get("pluginRef"),
+                            "a string",
+                        );
+                        out.push((i, map.clone()));
+                    }
+                    None if item.is_null() => {}
+                    None => loader.problem(
+                        &at,
+                        "wrong-type",
+                        format!(
+                            "{at} must be a mapping with pluginRef, not {}",
+                            yaml_type(item)
+                        ),
+                    ),
+                }
+            }
+            out
+        };
+    for section in ["data", "dataLayer"] {
+        let Some(map) = top.get(section).and_then(Value::as_mapping) else {
+            continue;
+        };
+        let sources = refs(loader, &format!("{section}.sources"), map.get("sources"));
+        for (i, source) in &sources {
+            refs(
+                loader,
+                &format!("{section}.sources[{i}].extractors"),
+                source.get("extractors"),
+            );
+        }
+    }
+    if let Some(parser) = top.get("parser").and_then(Value::as_mapping) {
+        expect(
+            loader,
+            "parser.pluginRef",
+            parser.get("pluginRef"),
+            "a string",
+        );
+    }
+    if let Some(handler) = top.get("requestHandler").and_then(Value::as_mapping) {
+        refs(loader, "requestHandler.parsers", handler.get("parsers"));
+    }
     for (i, profile) in top
         .get("schedulingProfiles")
         .and_then(Value::as_sequence)

@@ -482,3 +482,35 @@ fn a_handler_s_profile_name_that_is_not_a_string_is_refused_not_defaulted() {
         assert!(found.contains(&expected), "{expected:?} not in {found:?}");
     }
 }
+
+#[test]
+fn data_layer_and_parser_references_of_the_wrong_type_are_refused() {
+    let text = "\
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+dataLayer:
+  sources:
+  - 3
+  - pluginRef: metrics-data-source
+    extractors: core-metrics-extractor
+parser:
+  pluginRef: 1
+";
+    assert_eq!(
+        config_problems(text),
+        vec![
+            ("wrong-type", "dataLayer.sources[0]".to_string(), Some(5)),
+            (
+                "wrong-type",
+                "dataLayer.sources[1].extractors".to_string(),
+                Some(7)
+            ),
+            ("wrong-type", "parser.pluginRef".to_string(), Some(9)),
+            (
+                "epp-plugin-ref",
+                "dataLayer.sources[1].pluginRef".to_string(),
+                Some(6)
+            ),
+        ]
+    );
+}
