@@ -137,53 +137,49 @@ pub fn prepare_in(
         scenario: Some(scenario_path.to_path_buf()),
         documents: vec![deployment_path.to_path_buf()],
     });
-    crate::validate_cmd::add_router_problems(files, &mut report);
+    let clusters = crate::validate_cmd::check_runnable(files, &mut report);
     let problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
     if report.io_error {
         return Err(failure(2, problems.join("\n")));
     }
-    let (Some(scenario), Some(bundle)) = (report.scenario.as_ref(), report.deployments.first())
-    else {
-        return Err(failure(
-            1,
+    let (Some(scenario), Some(bundle), Some(cluster)) = (
+        report.scenario.as_ref(),
+        report.deployments.first(),
+        clusters.into_iter().next(),
+    ) else {
+        let failed = if report.scenario.is_none() {
+            format!("the scenario {} did not resolve", scenario_path.display())
+        } else {
             format!(
-                "{}\nthe documents are invalid (see above)",
-                problems.join("\n")
-            ),
-        ));
+                "the deployment {} did not pass validation",
+                deployment_path.display()
+            )
+        };
+        let last =
+            crate::validate_cmd::refusal(&report.problems, "the documents are invalid", &failed);
+        let mut lines = problems;
+        lines.push(last);
+        return Err(failure(1, lines.join("\n")));
     };
     let mut notes = problems;
     let mut inputs = vec![scenario_path.to_path_buf(), deployment_path.to_path_buf()];
-    let router = match &bundle.deployment.router {
-        None => None,
-        Some(block) => {
-            match pdsim_router::check_router_inputs(files, &bundle.source.file, Some(block)) {
-                Ok(inputs) => Some(inputs),
-                Err(problems) => {
-                    let mut lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-                    lines.push("the router inputs are invalid (see above)".into());
-                    return Err(failure(1, lines.join("\n")));
-                }
-            }
-        }
-    };
-    if let Some(block) = &bundle.deployment.router
-        && let Some(config) = &block.endpoint_picker_config
-    {
+    if let Some(block) = &bundle.deployment.router {
         let base = deployment_path.parent().unwrap_or(Path::new(""));
-        inputs.push(base.join(config));
+        if let Some(config) = &block.endpoint_picker_config {
+            inputs.push(base.join(config));
+        }
     }
     // The specification routes a deployment without a router block with the
     // EPP's built-in configuration, which has no P/D profile: say so, since
     // a user who wrote prefill pools most likely meant them to be used.
-    if router.is_none() && bundle.deployment.pools.iter().any(|p| p.role == "prefill") {
+    if bundle.deployment.router.is_none()
+        && bundle.deployment.pools.iter().any(|p| p.role == "prefill")
+    {
         notes.push(format!(
             "{}: note: no router block, so the EPP's built-in configuration routes every request whole to any pod and none is disaggregated; name an EndpointPickerConfig with a disagg-profile-handler under `router` to run P/D",
             deployment_path.display()
         ));
     }
-    let cluster = pdsim_cluster::build_with_router(bundle, scenario, router)
-        .map_err(|e| failure(1, format!("{}: {e}", deployment_path.display())))?;
     let engines: u64 = cluster.pools.iter().map(|p| p.pods as u64).sum();
     let pools: Vec<PoolInfo> = bundle
         .deployment

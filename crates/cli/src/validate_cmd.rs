@@ -33,6 +33,14 @@ pub enum Format {
     Json,
 }
 
+/// Everything `validate` checks: the documents (the `pdsim-spec` crate),
+/// then what `run` checks before it simulates ([`check_runnable`]).
+pub fn check(request: &Request<'_>) -> pdsim_spec::validate::Report {
+    let mut report = validate(request);
+    check_runnable(request.files, &mut report);
+    report
+}
+
 pub fn run(args: &Args) -> ExitCode {
     let files = DiskFiles;
     let request = Request {
@@ -41,8 +49,7 @@ pub fn run(args: &Args) -> ExitCode {
         scenario: args.scenario.clone(),
         documents: args.files.clone(),
     };
-    let mut report = validate(&request);
-    add_router_problems(&files, &mut report);
+    let report = check(&request);
     let output = match args.format {
         Format::Json => {
             let resolution = args
@@ -207,30 +214,405 @@ fn render_pool(text: &mut String, pool: &PoolResolution) {
     );
 }
 
-/// Runs the router's checks (the `pdsim-router` crate) on every deployment
-/// that names router inputs, adding their problems to the report.
-pub fn add_router_problems(
+/// What `run` checks after the documents' own validation, run by
+/// `validate` too so the two agree: the router's inputs (the `pdsim-router`
+/// crate) of every deployment that names them, then the simulator's build
+/// of every deployment that passed (`pdsim_cluster::build_with_router`,
+/// which refuses by key what it cannot run faithfully yet). Problems are
+/// added to the report, deployments that fail either step leave
+/// `report.deployments`, and the clusters of those that remain come back
+/// in the same order, ready to run.
+pub fn check_runnable(
     files: &dyn pdsim_spec::files::Files,
     report: &mut pdsim_spec::validate::Report,
-) {
-    let mut found = Vec::new();
+) -> Vec<pdsim_cluster::Cluster> {
+    use pdsim_spec::problem::{Problem, Severity};
+    let mut found: Vec<Problem> = Vec::new();
+    let mut inputs: Vec<(String, pdsim_router::RouterInputs)> = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
     for (file, deployment) in &report.loaded {
-        if let Some(router) = &deployment.router
-            && let Err(problems) = pdsim_router::check_router_inputs(files, file, Some(router))
-        {
-            found.extend(problems);
+        let Some(router) = &deployment.router else {
+            continue;
+        };
+        match pdsim_router::check_router_inputs(files, file, Some(router)) {
+            Ok(loaded) => inputs.push((file.clone(), loaded)),
+            Err(problems) => {
+                failed.push(file.clone());
+                found.extend(problems);
+            }
         }
     }
-    if found.is_empty() {
-        return;
+    let mut clusters = Vec::new();
+    let mut kept = Vec::new();
+    for bundle in std::mem::take(&mut report.deployments) {
+        let file = &bundle.source.file;
+        if failed.contains(file) {
+            continue;
+        }
+        let Some(scenario) = report.scenario.as_ref() else {
+            continue;
+        };
+        let router = inputs
+            .iter()
+            .find(|(f, _)| f == file)
+            .map(|(_, loaded)| loaded.clone());
+        match pdsim_cluster::build_with_router(&bundle, scenario, router) {
+            Ok(cluster) => {
+                clusters.push(cluster);
+                kept.push(bundle);
+            }
+            Err(error) => found.push(Problem {
+                severity: Severity::Error,
+                file: file.clone(),
+                line: bundle.source.lines.line_of(&error.path),
+                path: error.path,
+                code: "run-refused".into(),
+                message: error.message,
+            }),
+        }
     }
-    let failed: Vec<String> = found.iter().map(|p| p.file.clone()).collect();
+    report.deployments = kept;
+    if found.is_empty() {
+        return clusters;
+    }
     for problem in found {
-        report.problems.push(problem);
+        // The spec's existence check and the router's read report a missing
+        // router file alike; say it once.
+        let repeated = report
+            .problems
+            .iter()
+            .any(|p| p.file == problem.file && p.path == problem.path && p.code == problem.code);
+        if !repeated {
+            report.problems.push(problem);
+        }
     }
     report.problems.sort();
     report.valid = !report.problems.has_errors();
-    report
-        .deployments
-        .retain(|d| !failed.iter().any(|f| f == &d.source.file));
+    clusters
+}
+
+/// The last line of a refusal after validation: "`what` (see above)" when
+/// errors are listed above it; otherwise, rather than point at nothing, it
+/// says what failed and that no check said why.
+pub fn refusal(problems: &pdsim_spec::problem::Problems, what: &str, failed: &str) -> String {
+    if problems.has_errors() {
+        format!("{what} (see above)")
+    } else {
+        format!(
+            "{what}: {failed}, and no check reported an error saying why; this is a bug in pdsim, please report it with the documents"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check, refusal};
+    use crate::session::{WithDefaults, prepare_in};
+    use pdsim_spec::files::{FileKind, Files, ReadError};
+    use pdsim_spec::problem::{Problem, Problems, Severity};
+    use pdsim_spec::validate::Request;
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    fn root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    /// The repository's files, with some replaced: a text, or a read
+    /// error (a file that is not UTF-8 or cannot be read).
+    struct Overlay {
+        replaced: BTreeMap<PathBuf, Result<String, ReadError>>,
+    }
+
+    impl Files for Overlay {
+        fn kind(&self, path: &Path) -> FileKind {
+            match self.replaced.get(path) {
+                Some(Err(ReadError::Missing)) => FileKind::Missing,
+                Some(Err(ReadError::IsDirectory)) => FileKind::Directory,
+                Some(_) => FileKind::File,
+                None => WithDefaults.kind(path),
+            }
+        }
+        fn read(&self, path: &Path) -> Result<String, ReadError> {
+            match self.replaced.get(path) {
+                Some(result) => result.clone(),
+                None => WithDefaults.read(path),
+            }
+        }
+        fn list(&self, path: &Path) -> Vec<String> {
+            WithDefaults.list(path)
+        }
+    }
+
+    fn bundled(folder: &str) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(root().join(folder))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// `validate`'s verdict and whether `run` would start, with the lines
+    /// `run` prints when it refuses.
+    fn verdicts(
+        files: &dyn Files,
+        scenario: &Path,
+        deployment: &Path,
+    ) -> (bool, Result<(), String>) {
+        let report = check(&Request {
+            files,
+            catalog_dirs: vec![],
+            scenario: Some(scenario.to_path_buf()),
+            documents: vec![deployment.to_path_buf()],
+        });
+        let run = prepare_in(files, &[], scenario, deployment)
+            .map(|_| ())
+            .map_err(|f| f.message);
+        (report.valid, run)
+    }
+
+    #[test]
+    fn validate_and_run_agree_on_every_bundled_pair() {
+        let files = Overlay {
+            replaced: BTreeMap::new(),
+        };
+        let (mut runs, mut refusals) = (0, 0);
+        for scenario in bundled("scenarios") {
+            for deployment in bundled("deployments") {
+                let (valid, run) = verdicts(&files, &scenario, &deployment);
+                assert_eq!(
+                    valid,
+                    run.is_ok(),
+                    "{} on {}: validate says {valid}, run says {run:?}",
+                    deployment.display(),
+                    scenario.display()
+                );
+                if let Err(message) = run {
+                    refusals += 1;
+                    assert_refusal_has_reasons(&message);
+                } else {
+                    runs += 1;
+                }
+            }
+        }
+        // Both outcomes occur, so the comparison tested something.
+        assert!(runs >= 5 && refusals >= 5, "{runs} run, {refusals} refused");
+    }
+
+    /// A refusal ends in "see above" only below at least one error line
+    /// naming a file and a line.
+    fn assert_refusal_has_reasons(message: &str) {
+        let lines: Vec<&str> = message.lines().collect();
+        let last = lines.last().copied().unwrap_or("");
+        if last.contains("see above") {
+            assert!(
+                lines.iter().any(|l| l.contains(": error: ")),
+                "nothing above: {message}"
+            );
+        }
+        assert!(
+            lines.iter().any(|l| l.contains(": error: ")),
+            "no reason given: {message}"
+        );
+    }
+
+    /// Refused variants of runnable documents: each must be refused by
+    /// both, with the reason at the expected file, line and key.
+    #[test]
+    fn what_run_refuses_validate_refuses_at_the_same_key_and_line() {
+        let scenario = root().join("scenarios/4x8-h200.yaml");
+        let deployment = root().join("deployments/1p3d-ep8-epp.yaml");
+        let epp = root().join("deployments/pd/epp-prefix-pd.yaml");
+        let text = std::fs::read_to_string(&deployment).unwrap();
+        let offload = "offload:\n  tiers:\n    - tier: cpu_dram\n      bytes: 549755813888\n";
+        assert!(text.contains(offload), "the base deployment changed");
+        let edit = |to: &str| text.replace(offload, to);
+        type Case = (
+            &'static str,
+            Vec<(PathBuf, Result<String, ReadError>)>,
+            &'static str,
+            &'static str,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "arc eviction",
+                vec![(
+                    deployment.clone(),
+                    Ok(edit(&format!("{offload}  eviction_policy: arc\n"))),
+                )],
+                "offload.eviction_policy",
+                "1p3d-ep8-epp.yaml:33:",
+            ),
+            (
+                "prefetching",
+                vec![(
+                    deployment.clone(),
+                    Ok(edit(&format!("{offload}  prefetch_depth: 2\n"))),
+                )],
+                "offload.prefetch_depth",
+                "1p3d-ep8-epp.yaml:33:",
+            ),
+            (
+                "a tier below host memory",
+                vec![(
+                    deployment.clone(),
+                    Ok(edit(&offload.replace("cpu_dram", "local_nvme"))),
+                )],
+                "offload.tiers[0].tier",
+                "1p3d-ep8-epp.yaml:31:",
+            ),
+            (
+                "LMCache",
+                vec![(
+                    deployment.clone(),
+                    Ok(edit(&format!("{offload}  connector: LMCacheConnectorV1\n"))),
+                )],
+                "offload.connector",
+                "1p3d-ep8-epp.yaml:33:",
+            ),
+            (
+                "an EPP config that is not UTF-8",
+                vec![(epp.clone(), Err(ReadError::NotUtf8))],
+                "router.endpoint_picker_config",
+                "1p3d-ep8-epp.yaml:36:",
+            ),
+            (
+                "an EPP config that cannot be read",
+                vec![(
+                    epp.clone(),
+                    Err(ReadError::Other("permission denied".into())),
+                )],
+                "router.endpoint_picker_config",
+                "1p3d-ep8-epp.yaml:36:",
+            ),
+            (
+                "an EPP config that is a folder",
+                vec![(epp.clone(), Err(ReadError::IsDirectory))],
+                "router.endpoint_picker_config",
+                "1p3d-ep8-epp.yaml:36:",
+            ),
+            (
+                "an EPP config that is missing",
+                vec![(epp.clone(), Err(ReadError::Missing))],
+                "router.endpoint_picker_config",
+                "1p3d-ep8-epp.yaml:36:",
+            ),
+            (
+                "an EPP config of the wrong type",
+                vec![(epp.clone(), Ok("- a\n- list\n".into()))],
+                "",
+                "epp-prefix-pd.yaml:1: error: an EndpointPickerConfig is a mapping (apiVersion, kind, plugins, ...); this file holds a list",
+            ),
+            (
+                "a manifest that is not UTF-8",
+                vec![
+                    (
+                        deployment.clone(),
+                        Ok(text.replace("router:\n", "router:\n  manifests: [pool.yaml]\n")),
+                    ),
+                    (
+                        root().join("deployments/pool.yaml"),
+                        Err(ReadError::NotUtf8),
+                    ),
+                ],
+                "router.manifests[0]",
+                "1p3d-ep8-epp.yaml:36:",
+            ),
+            (
+                "an engine version without a rules pack",
+                vec![(
+                    scenario.clone(),
+                    Ok(std::fs::read_to_string(&scenario)
+                        .unwrap()
+                        .replace("engine_version: \"0.31.0\"", "engine_version: \"9.9.9\"")),
+                )],
+                "engine_version",
+                "4x8-h200.yaml:10:",
+            ),
+        ];
+        for (what, replaced, path, at) in cases {
+            let files = Overlay {
+                replaced: replaced.into_iter().collect(),
+            };
+            let report = check(&Request {
+                files: &files,
+                catalog_dirs: vec![],
+                scenario: Some(scenario.clone()),
+                documents: vec![deployment.clone()],
+            });
+            assert!(!report.valid, "{what}: validate passed it");
+            let errors: Vec<String> = report
+                .problems
+                .iter()
+                .filter(|p| p.severity == Severity::Error)
+                .map(|p| p.to_string())
+                .collect();
+            let wanted = if path.is_empty() {
+                at.to_string()
+            } else {
+                format!("{at} error: {path}:")
+            };
+            assert!(
+                errors.iter().any(|e| e.contains(&wanted)),
+                "{what}: no error at `{wanted}` in {errors:#?}"
+            );
+            let message = prepare_in(&files, &[], &scenario, &deployment)
+                .err()
+                .unwrap_or_else(|| panic!("{what}: run would start"))
+                .message;
+            assert_refusal_has_reasons(&message);
+            assert!(message.contains(&wanted), "{what}: run says {message}");
+            // The same problems, once each: a missing file is not reported
+            // by the spec's check and the router's read both.
+            assert_eq!(
+                message.lines().filter(|l| l.contains(&wanted)).count(),
+                1,
+                "{what}: {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn see_above_only_points_at_an_error_above() {
+        let mut problems = Problems::new();
+        let bare = refusal(
+            &problems,
+            "the documents are invalid",
+            "no deployment passed",
+        );
+        assert!(!bare.contains("see above"), "{bare}");
+        assert!(bare.contains("no deployment passed"), "{bare}");
+        problems.push(Problem {
+            severity: Severity::Warning,
+            file: "d.yaml".into(),
+            line: Some(3),
+            path: "pools".into(),
+            code: "w".into(),
+            message: "a warning".into(),
+        });
+        let warned = refusal(
+            &problems,
+            "the documents are invalid",
+            "no deployment passed",
+        );
+        assert!(
+            !warned.contains("see above"),
+            "a warning is no reason: {warned}"
+        );
+        problems.push(Problem {
+            severity: Severity::Error,
+            ..problems.iter().next().unwrap().clone()
+        });
+        assert_eq!(
+            refusal(
+                &problems,
+                "the documents are invalid",
+                "no deployment passed"
+            ),
+            "the documents are invalid (see above)"
+        );
+    }
 }

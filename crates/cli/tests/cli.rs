@@ -50,7 +50,7 @@ fn the_readme_command_validates_the_bundled_layouts() {
 }
 
 #[test]
-fn the_rebel100_example_validates_and_resolves() {
+fn the_rebel100_example_resolves_and_is_refused_as_run_refuses_it() {
     let (code, stdout, stderr) = pdsim(&[
         "validate",
         "--resolve",
@@ -58,7 +58,13 @@ fn the_rebel100_example_validates_and_resolves() {
         "scenarios/rebel100-minimax.yaml",
         "deployments/rebel100-4p4d.yaml",
     ]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
+    // The layout resolves, but its LMCache connector is not simulated, so
+    // `run` refuses it; `validate` says the same, at the same key and line.
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("deployments/rebel100-4p4d.yaml:52: error: offload.connector:"),
+        "{stdout}"
+    );
     insta::assert_snapshot!("resolve_rebel100", stdout);
 }
 

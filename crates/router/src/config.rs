@@ -9,6 +9,7 @@ use crate::RouterProblem;
 use crate::flags::parse_go_duration;
 use crate::flowcontrol::{self, Band, ConcurrencyMode, Detector, Fairness, FlowControl, Ordering};
 use crate::registry::{self, REMOVED, Role};
+use pdsim_spec::lines::LineIndex;
 use serde_yaml::{Mapping, Value};
 use std::collections::BTreeSet;
 
@@ -76,17 +77,48 @@ impl EndpointPickerConfig {
 
 struct Loader<'a> {
     file: &'a str,
+    /// The text as given, indexed for lines only when a problem needs one,
+    /// so text the YAML parser refuses is never walked a second time.
+    text: &'a str,
+    lines: std::cell::OnceCell<LineIndex>,
+    /// (plugin name, its index in `plugins`), for problems found after
+    /// the list was read that name a plugin.
+    declared: Vec<(String, usize)>,
     problems: Vec<RouterProblem>,
 }
 
 impl Loader<'_> {
     fn problem(&mut self, path: &str, code: &'static str, message: impl Into<String>) {
+        let line = if path.is_empty() {
+            None
+        } else {
+            self.lines
+                .get_or_init(|| LineIndex::build(self.text))
+                .line_of(path)
+        };
         self.problems.push(RouterProblem {
             file: self.file.to_string(),
             path: path.to_string(),
+            line,
             code,
             message: message.into(),
         });
+    }
+
+    /// Gives the last problem the line the YAML parser stopped at.
+    fn at_parser_line(&mut self, location: Option<serde_yaml::Location>) {
+        if let (Some(problem), Some(location)) = (self.problems.last_mut(), location) {
+            problem.line = Some(u32::try_from(location.line()).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// The key path of the plugin named `name` as the file writes it
+    /// (`plugins[2]`); `plugins` for one the loader added itself.
+    fn plugin_at(&self, name: &str) -> String {
+        self.declared
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or_else(|| "plugins".to_string(), |(_, i)| format!("plugins[{i}]"))
     }
 }
 
@@ -121,6 +153,9 @@ pub fn load_config(
 ) -> Result<EndpointPickerConfig, Vec<RouterProblem>> {
     let mut loader = Loader {
         file,
+        text,
+        lines: std::cell::OnceCell::new(),
+        declared: Vec::new(),
         problems: Vec::new(),
     };
     let text = if text.trim().is_empty() {
@@ -132,13 +167,45 @@ pub fn load_config(
         Ok(v) => v,
         Err(e) => {
             loader.problem("", "yaml-syntax", e.to_string());
+            loader.at_parser_line(e.location());
             return Err(loader.problems);
         }
     };
     let Some(top) = value.as_mapping() else {
-        loader.problem("", "config-shape", "an EndpointPickerConfig is a mapping");
+        loader.problem(
+            "",
+            "config-shape",
+            format!(
+                "an EndpointPickerConfig is a mapping (apiVersion, kind, plugins, ...); this file holds {}",
+                crate::manifests::yaml_type(&value)
+            ),
+        );
+        // The document as a whole is at fault: point at its first line
+        // of content, past comments and blank lines.
+        let first = text
+            .lines()
+            .position(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map_or(1, |i| i + 1);
+        loader.problems[0].line = Some(u32::try_from(first).unwrap_or(u32::MAX));
         return Err(loader.problems);
     };
+    // The EPP converts its YAML to JSON before decoding (the Kubernetes
+    // codec, `decodeRawConfig` in `config/loader/configloader.go`), and
+    // JSON holds no NaN or infinity: such a value anywhere refuses the
+    // whole file, so nothing below looks at it.
+    let mut non_finite = Vec::new();
+    crate::manifests::non_finite_numbers(&value, "", &mut non_finite);
+    if !non_finite.is_empty() {
+        for (path, number) in non_finite {
+            loader.problem(
+                &path,
+                "wrong-type",
+                crate::manifests::non_finite_message(number),
+            );
+        }
+        return Err(loader.problems);
+    }
+    check_shapes(&mut loader, top);
     let api_version = str_of(top, "apiVersion").unwrap_or("").to_string();
     if !API_VERSIONS.contains(&api_version.as_str()) {
         loader.problem(
@@ -215,6 +282,10 @@ pub fn load_config(
             }
         }
         let Some(plugin_type) = str_of(map, "type") else {
+            if map.get("type").is_some_and(|t| !t.is_null()) {
+                // Not a string: `check_shapes` named its type.
+                continue;
+            }
             loader.problem(
                 &format!("{at}.type"),
                 "missing-key",
@@ -277,6 +348,7 @@ pub fn load_config(
                 }
             }
         }
+        check_parameter_types(&mut loader, &at, plugin_type, &parameters);
         check_parameters(&mut loader, &at, plugin_type, &parameters);
         if let Some(why) = kind.not_simulated {
             loader.problem(
@@ -285,6 +357,7 @@ pub fn load_config(
                 format!("pdsim does not simulate plugin `{name}` (type `{plugin_type}`): {why}"),
             );
         }
+        loader.declared.push((name.clone(), i));
         plugins.push(Plugin {
             name,
             plugin_type: plugin_type.to_string(),
@@ -354,6 +427,14 @@ pub fn load_config(
         {
             let pat = format!("{at}.plugins[{j}]");
             let Some(slot) = slot.as_mapping() else {
+                loader.problem(
+                    &pat,
+                    "wrong-type",
+                    format!(
+                        "a profile's plugin is a mapping with pluginRef and weight, not {}",
+                        crate::manifests::yaml_type(slot)
+                    ),
+                );
                 continue;
             };
             for key in slot.keys() {
@@ -367,12 +448,19 @@ pub fn load_config(
                 }
             }
             let reference = str_of(slot, "pluginRef").unwrap_or("").to_string();
-            let weight = slot.get("weight").map_or(Some(1.0), Value::as_f64);
+            // `Weight *float64`: omitted or null is the default 1.
+            let weight = match slot.get("weight") {
+                None | Some(Value::Null) => Some(1.0),
+                Some(v) => v.as_f64(),
+            };
             let Some(weight) = weight.filter(|w| w.is_finite()) else {
                 loader.problem(
                     &format!("{pat}.weight"),
                     "wrong-type",
-                    "weight must be a number",
+                    format!(
+                        "weight must be a number (the EPP decodes it into a Go float64), not {}",
+                        crate::manifests::yaml_type(slot.get("weight").unwrap_or(&Value::Null))
+                    ),
                 );
                 continue;
             };
@@ -411,6 +499,18 @@ pub fn load_config(
                     format!("`{reference}` is not a filter, scorer or picker"),
                 ),
             }
+        }
+        // Go adds weight × score in float64 as pdsim does, so any finite
+        // weight gives the same totals, negative ones included; only a
+        // sum that can overflow to ±Inf (and NaN where both meet) would
+        // leave the order to the EPP's sort, which pdsim does not mimic.
+        let magnitude: f64 = profile.scorers.iter().map(|(_, w)| w.abs()).sum();
+        if !magnitude.is_finite() {
+            loader.problem(
+                &format!("{at}.plugins"),
+                "epp-not-simulated",
+                "the scorers' weights are so large that a weighted sum overflows to an infinity (or NaN), whose order in the EPP's picker pdsim does not reproduce; scale the weights down",
+            );
         }
         profiles.push(profile);
     }
@@ -1234,6 +1334,383 @@ fn number(parameters: &Mapping, key: &str) -> Option<f64> {
     parameters.get(key).and_then(Value::as_f64)
 }
 
+/// The JSON types of the EPP's own structures around the plugins, as
+/// `EndpointPickerConfig` declares them (`apix/config/v1alpha1/
+/// endpointpickerconfig_types.go`). The strict JSON decoder refuses a
+/// value of another type; `null` leaves a field at its zero value. The
+/// loader below reads each field as if it had the right type, so every
+/// other type is named here rather than read as absent.
+fn check_shapes(loader: &mut Loader<'_>, top: &Mapping) {
+    use crate::manifests::yaml_type;
+    let expect = |loader: &mut Loader<'_>, path: &str, value: Option<&Value>, want: &str| {
+        let Some(value) = value else { return };
+        let ok = match want {
+            "a list" => value.is_sequence() || value.is_null(),
+            "a mapping" => value.is_mapping() || value.is_null(),
+            "a string" => value.is_string() || value.is_null(),
+            _ => true,
+        };
+        if !ok {
+            loader.problem(
+                path,
+                "wrong-type",
+                format!("{path} must be {want}, not {}", yaml_type(value)),
+            );
+        }
+    };
+    for (key, want) in [
+        ("apiVersion", "a string"),
+        ("kind", "a string"),
+        ("plugins", "a list"),
+        ("schedulingProfiles", "a list"),
+        ("featureGates", "a list"),
+        ("data", "a mapping"),
+        ("dataLayer", "a mapping"),
+        ("parser", "a mapping"),
+        ("requestHandler", "a mapping"),
+    ] {
+        expect(loader, key, top.get(key), want);
+    }
+    for (i, gate) in top
+        .get("featureGates")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        expect(
+            loader,
+            &format!("featureGates[{i}]"),
+            Some(gate),
+            "a string",
+        );
+    }
+    for (i, plugin) in top
+        .get("plugins")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for key in ["type", "name"] {
+            expect(
+                loader,
+                &format!("plugins[{i}].{key}"),
+                plugin.get(key).filter(|_| plugin.is_mapping()),
+                "a string",
+            );
+        }
+    }
+    // Lists of mappings with a string pluginRef: data-layer sources and
+    // their extractors, the request handler's parsers.
+    let refs =
+        |loader: &mut Loader<'_>, path: &str, list: Option<&Value>| -> Vec<(usize, Mapping)> {
+            expect(loader, path, list, "a list");
+            let mut out = Vec::new();
+            for (i, item) in list
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let at = format!("{path}[{i}]");
+                match item.as_mapping() {
+                    Some(map) => {
+                        expect(
+                            loader,
+                            &format!("{at}.pluginRef"),
+                            map.get("pluginRef"),
+                            "a string",
+                        );
+                        out.push((i, map.clone()));
+                    }
+                    None if item.is_null() => {}
+                    None => loader.problem(
+                        &at,
+                        "wrong-type",
+                        format!(
+                            "{at} must be a mapping with pluginRef, not {}",
+                            yaml_type(item)
+                        ),
+                    ),
+                }
+            }
+            out
+        };
+    for section in ["data", "dataLayer"] {
+        let Some(map) = top.get(section).and_then(Value::as_mapping) else {
+            continue;
+        };
+        let sources = refs(loader, &format!("{section}.sources"), map.get("sources"));
+        for (i, source) in &sources {
+            refs(
+                loader,
+                &format!("{section}.sources[{i}].extractors"),
+                source.get("extractors"),
+            );
+        }
+    }
+    if let Some(parser) = top.get("parser").and_then(Value::as_mapping) {
+        expect(
+            loader,
+            "parser.pluginRef",
+            parser.get("pluginRef"),
+            "a string",
+        );
+    }
+    if let Some(handler) = top.get("requestHandler").and_then(Value::as_mapping) {
+        refs(loader, "requestHandler.parsers", handler.get("parsers"));
+    }
+    for (i, profile) in top
+        .get("schedulingProfiles")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(map) = profile.as_mapping() else {
+            continue;
+        };
+        expect(
+            loader,
+            &format!("schedulingProfiles[{i}].name"),
+            map.get("name"),
+            "a string",
+        );
+        expect(
+            loader,
+            &format!("schedulingProfiles[{i}].plugins"),
+            map.get("plugins"),
+            "a list",
+        );
+        for (j, slot) in map
+            .get("plugins")
+            .and_then(Value::as_sequence)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            expect(
+                loader,
+                &format!("schedulingProfiles[{i}].plugins[{j}].pluginRef"),
+                slot.get("pluginRef").filter(|_| slot.is_mapping()),
+                "a string",
+            );
+        }
+    }
+}
+
+/// A Go field type, as the JSON decoder fills it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GoType {
+    Int,
+    Float,
+    Bool,
+    Str,
+    /// `[]string`.
+    StrList,
+    /// A struct whose fields, these, are all strings.
+    Strings(&'static [&'static str]),
+}
+
+/// The Go types of the parameters pdsim's simulation reads, from the
+/// factories' config structs (llm-d-router @ ebab687): `approximateprefix/
+/// types.go`, `picker/common.go`, `nohitlru/no_hit_lru.go`,
+/// `disagg/prefix_based_pd_decider.go`, `scorer/prefix/plugin.go`,
+/// `loadaware/load_aware.go`, `tokenload/token_load.go`,
+/// `activerequest/active_request.go`, `prefixcacheaffinity/plugin.go`,
+/// `inflightload/producer.go`, `probabilisticadmitter/plugin.go`, and the
+/// handlers' `disagg/{disagg_profile_handler,pd_profile_handler,
+/// disagg_headers_handler}.go` and `filter/bylabel/filter.go` (a profile
+/// name that is not a string would otherwise read as the default one).
+const PARAM_TYPES: &[(&str, &[(&str, GoType)])] = {
+    use GoType::{Bool, Float, Int, Str, StrList, Strings};
+    const PICKER: &[(&str, GoType)] = &[("maxNumOfEndpoints", Int)];
+    const HEADERS: &[(&str, GoType)] = &[("prefillProfile", Str), ("encodeProfile", Str)];
+    const BY_LABEL: &[(&str, GoType)] = &[
+        ("label", Str),
+        ("validValues", StrList),
+        ("allowsNoLabel", Bool),
+    ];
+    &[
+        (
+            "disagg-profile-handler",
+            &[
+                ("profiles", Strings(&["decode", "prefill", "encode"])),
+                ("deciders", Strings(&["prefill", "encode"])),
+                ("decodeProfile", Str),
+                ("prefillProfile", Str),
+                ("encodeProfile", Str),
+                ("prefillDeciderPluginName", Str),
+                ("encodeDeciderPluginName", Str),
+                ("deciderPluginName", Str),
+            ],
+        ),
+        (
+            "pd-profile-handler",
+            &[
+                ("decodeProfile", Str),
+                ("prefillProfile", Str),
+                ("prefixPluginType", Str),
+                ("prefixPluginName", Str),
+                ("deciderPluginName", Str),
+                ("prefixMatchInfoProducerName", Str),
+            ],
+        ),
+        ("prefill-header-handler", HEADERS),
+        ("disagg-headers-handler", HEADERS),
+        ("by-label", BY_LABEL),
+        (
+            "approx-prefix-cache-producer",
+            &[
+                ("autoTune", Bool),
+                ("blockSizeTokens", Int),
+                ("blockSize", Int),
+                ("maxPrefixBlocksToMatch", Int),
+                ("maxPrefixTokensToMatch", Int),
+                ("lruCapacityPerServer", Int),
+            ],
+        ),
+        ("max-score-picker", PICKER),
+        ("random-picker", PICKER),
+        ("weighted-random-picker", PICKER),
+        (
+            "no-hit-lru-scorer",
+            &[
+                ("lruSize", Int),
+                ("prefixPluginType", Str),
+                ("prefixPluginName", Str),
+                ("prefixMatchInfoProducerName", Str),
+            ],
+        ),
+        (
+            "prefix-based-pd-decider",
+            &[("nonCachedTokens", Int), ("promptTokens", Int)],
+        ),
+        (
+            "prefix-cache-scorer",
+            &[
+                ("matchLengthWeight", Float),
+                ("matchLengthScaleTokens", Int),
+                ("prefixMatchInfoProducerName", Str),
+            ],
+        ),
+        ("load-aware-scorer", &[("threshold", Int)]),
+        (
+            "token-load-scorer",
+            &[
+                ("queueThresholdTokens", Int),
+                ("inFlightLoadProducerName", Str),
+            ],
+        ),
+        (
+            "active-request-scorer",
+            &[
+                ("idleThreshold", Int),
+                ("maxBusyScore", Float),
+                ("requestTimeout", Str),
+            ],
+        ),
+        (
+            "prefix-cache-affinity-filter",
+            &[
+                ("affinityThreshold", Float),
+                ("explorationProbability", Float),
+                ("maxTTFTPenaltyMs", Float),
+                ("peakPrefillThroughput", Float),
+                ("ttftSource", Str),
+                ("prefixMatchInfoProducerName", Str),
+                ("inFlightLoadProducerName", Str),
+            ],
+        ),
+        (
+            "inflight-load-producer",
+            &[
+                ("addEstimatedOutputTokens", Bool),
+                ("outputRatio", Float),
+                ("maxEstimatedOutputTokens", Int),
+                ("prefixMatchInfoProducerName", Str),
+                ("syncCrossReplicaState", Bool),
+            ],
+        ),
+        (
+            "probabilistic-admitter",
+            &[
+                ("queueDepthThreshold", Int),
+                ("kvCacheUtilThreshold", Float),
+                ("power", Float),
+                ("k", Float),
+            ],
+        ),
+    ]
+};
+
+/// Whether Go's JSON decoder fills a field of type `want` from `value`
+/// once the EPP has turned the YAML into JSON: `null` leaves the zero
+/// value; an integer field takes a number written without fraction or
+/// exponent, which is what a whole float such as `16.0` becomes in that
+/// JSON (Go writes exponents only from 1e21), within int64.
+pub(crate) fn go_accepts(want: GoType, value: &Value) -> bool {
+    match (want, value) {
+        (_, Value::Null) => true,
+        (GoType::Int, Value::Number(n)) => {
+            n.as_i64().is_some()
+                || n.as_f64().is_some_and(|f| {
+                    f.is_finite() && f.fract() == 0.0 && f.abs() < 1e21 && f.abs() < 9.2e18
+                })
+        }
+        (GoType::Float, Value::Number(n)) => n.as_f64().is_some_and(f64::is_finite),
+        (GoType::Bool, Value::Bool(_)) => true,
+        (GoType::Str, Value::String(_)) => true,
+        (GoType::StrList, Value::Sequence(items)) => {
+            items.iter().all(|v| go_accepts(GoType::Str, v))
+        }
+        (GoType::Strings(fields), Value::Mapping(map)) => map.iter().all(|(k, v)| {
+            k.as_str().is_some_and(|k| fields.contains(&k)) && go_accepts(GoType::Str, v)
+        }),
+        _ => false,
+    }
+}
+
+/// Parameters of the wrong JSON type, which the factory's strict decoder
+/// refuses (`cannot unmarshal string into Go struct field ... of type int`).
+fn check_parameter_types(
+    loader: &mut Loader<'_>,
+    at: &str,
+    plugin_type: &str,
+    parameters: &Mapping,
+) {
+    let Some((_, fields)) = PARAM_TYPES.iter().find(|(t, _)| *t == plugin_type) else {
+        return;
+    };
+    for (key, want) in fields.iter() {
+        let Some(value) = parameters.get(*key) else {
+            continue;
+        };
+        if !go_accepts(*want, value) {
+            let expected = match want {
+                GoType::Int => "an integer (a Go int)".to_string(),
+                GoType::Float => "a number (a Go float64)".to_string(),
+                GoType::Bool => "true or false".to_string(),
+                GoType::Str => "a string".to_string(),
+                GoType::StrList => "a list of strings".to_string(),
+                GoType::Strings(fields) => {
+                    format!("a mapping of {} to strings", fields.join(", "))
+                }
+            };
+            let found = match value {
+                Value::Number(_) => format!("the number {}", crate::manifests::quoted(value)),
+                other => crate::manifests::yaml_type(other).to_string(),
+            };
+            loader.problem(
+                &format!("{at}.parameters.{key}"),
+                "wrong-type",
+                format!("`{plugin_type}`: {key} must be {expected}, not {found}"),
+            );
+        }
+    }
+}
+
 /// Value checks the plugin factories make.
 fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parameters: &Mapping) {
     let mut bad = |key: &str, message: &str| {
@@ -1877,7 +2354,7 @@ fn check_token_consumers(loader: &mut Loader<'_>, plugins: &[Plugin]) {
         .filter(|p| p.plugin_type == "context-length-aware")
     {
         loader.problem(
-            &format!("plugins.{}.type", plugin.name),
+            &format!("{}.type", loader.plugin_at(&plugin.name)),
             "epp-not-simulated",
             format!("pdsim does not simulate plugin `{}` (type `context-length-aware`) without a token producer named `token-producer`: the EPP would auto-create one with the `estimate` backend, whose context length is the request's byte length over four, and pdsim's requests carry token counts, not text; configure a `token-producer` with the `vllm` or `udsTokenizerConfig` backend, whose count is the prompt's tokens", plugin.name),
         );
@@ -2054,7 +2531,10 @@ fn check_inflight_refs(loader: &mut Loader<'_>, plugins: &[Plugin]) {
                 .any(|p| p.name == name && p.plugin_type == "inflight-load-producer");
         if !ok {
             loader.problem(
-                &format!("plugins.{}.parameters.inFlightLoadProducerName", plugin.name),
+                &format!(
+                    "{}.parameters.inFlightLoadProducerName",
+                    loader.plugin_at(&plugin.name)
+                ),
                 "epp-plugin-ref",
                 format!("`{}`: no inflight-load-producer is named `{name}`, and the EPP auto-creates only the default one, so the InFlightLoad data it requires has no producer", plugin.name),
             );
@@ -2199,7 +2679,7 @@ fn check_disagg(
     profiles: &[Profile],
 ) {
     let p = &handler.parameters;
-    let at = format!("plugins.{}.parameters", handler.name);
+    let at = format!("{}.parameters", loader.plugin_at(&handler.name));
     let nested = p.contains_key("profiles") || p.contains_key("deciders");
     let flat = [
         "decodeProfile",
@@ -2264,7 +2744,7 @@ fn check_disagg(
 /// scheduler runs a missing profile as a nil one, which fails the request
 /// in the EPP; pdsim refuses such a configuration at load instead.
 fn check_pd(loader: &mut Loader<'_>, handler: &Plugin, plugins: &[Plugin], profiles: &[Profile]) {
-    let at = format!("plugins.{}.parameters", handler.name);
+    let at = format!("{}.parameters", loader.plugin_at(&handler.name));
     let params = pd_params(&handler.parameters);
     if params.decider.is_empty() {
         loader.problem(
@@ -2318,7 +2798,7 @@ fn check_prefill_header_writers(loader: &mut Loader<'_>, plugins: &[Plugin], han
             .map(|(name, profile)| format!("`{name}` reads `{profile}`"))
             .collect();
         loader.problem(
-            &format!("plugins.{first}"),
+            &loader.plugin_at(first),
             "epp-prefill-header",
             format!(
                 "plugins that set x-prefiller-host-port read different profiles ({}); the EPP runs them in map order, so which one wins is not determined",
@@ -2603,7 +3083,7 @@ mod tests {
             refused,
             vec![(
                 "epp-plugin-parameter",
-                "plugins.disagg-profile-handler.parameters.stageOrder".to_string()
+                "plugins[3].parameters.stageOrder".to_string()
             )]
         );
         let refused = codes(&config("{stageOrder: sideways}"), false);
@@ -2632,7 +3112,7 @@ mod tests {
             refused,
             vec![(
                 "epp-plugin-ref",
-                "plugins.pd-profile-handler.parameters.deciderPluginName".to_string()
+                "plugins[4].parameters.deciderPluginName".to_string()
             )]
         );
         for (params, code) in [
@@ -3041,7 +3521,7 @@ mod tests {
             with(&format!("{active}mine}}")),
             vec![(
                 "epp-plugin-ref",
-                "plugins.utilization-filter.parameters.inFlightLoadProducerName".to_string()
+                "plugins[0].parameters.inFlightLoadProducerName".to_string()
             )]
         );
         assert!(
@@ -3099,9 +3579,12 @@ mod tests {
         }
         // No token producer named `token-producer`: the EPP would create
         // the estimate backend, whose count needs the prompt text.
-        for producers in [
-            "",
-            "- type: token-producer\n  name: mine\n  parameters: {modelName: m}\n",
+        for (producers, path) in [
+            ("", "plugins[0].type"),
+            (
+                "- type: token-producer\n  name: mine\n  parameters: {modelName: m}\n",
+                "plugins[1].type",
+            ),
         ] {
             let found = codes(
                 &format!("{HEAD}{producers}- type: context-length-aware\n"),
@@ -3109,10 +3592,7 @@ mod tests {
             );
             assert_eq!(
                 found,
-                vec![(
-                    "epp-not-simulated",
-                    "plugins.context-length-aware.type".to_string()
-                )],
+                vec![("epp-not-simulated", path.to_string())],
                 "{producers}"
             );
         }

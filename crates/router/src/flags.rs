@@ -197,6 +197,9 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
         problems.push(RouterProblem {
             file: file.to_string(),
             path,
+            // Flags are items of the deployment's `router.epp_flags`;
+            // `check_router_inputs` gives them the deployment's lines.
+            line: None,
             code,
             message,
         });

@@ -7,7 +7,8 @@ use crate::config::{DEFAULT_CONFIG, EndpointPickerConfig, load_config};
 use crate::flags::{EppFlags, parse_flags};
 use crate::manifests::{Manifests, load_manifests};
 use pdsim_spec::deployment::Router;
-use pdsim_spec::files::Files;
+use pdsim_spec::files::{Files, ReadError};
+use pdsim_spec::lines::LineIndex;
 use pdsim_spec::problem::{Problem, Severity};
 use std::path::Path;
 
@@ -46,19 +47,56 @@ impl RouterInputs {
     }
 }
 
-fn to_problem(p: RouterProblem) -> Problem {
+/// A router problem as the spec reports problems; a problem without a line
+/// of its own takes the line of its path in `lines` (the deployment's, for
+/// flags and the router block).
+fn to_problem(p: RouterProblem, lines: Option<&LineIndex>) -> Problem {
+    let line = p
+        .line
+        .or_else(|| lines.and_then(|index| index.line_of(&p.path)));
     Problem {
         severity: Severity::Error,
         file: p.file,
-        line: None,
+        line,
         path: p.path,
         code: p.code.to_string(),
         message: p.message,
     }
 }
 
+/// Why a file the router block names cannot be used, located at the key
+/// that names it. Missing files and folders share the code the spec's
+/// existence check uses (`router-file-missing`), so a caller running both
+/// checks can report each once.
+fn unreadable(
+    deployment_file: &str,
+    lines: &LineIndex,
+    key: &str,
+    full: &Path,
+    error: &ReadError,
+) -> Problem {
+    let code = match error {
+        ReadError::Missing | ReadError::IsDirectory => "router-file-missing",
+        ReadError::NotUtf8 => "router-file-not-utf8",
+        _ => "router-file-unreadable",
+    };
+    Problem {
+        severity: Severity::Error,
+        file: deployment_file.to_string(),
+        line: lines.line_of(key),
+        path: key.to_string(),
+        code: code.to_string(),
+        message: format!(
+            "`{}` {error} (paths are relative to the deployment file)",
+            full.display()
+        ),
+    }
+}
+
 /// Loads a deployment's router inputs; `router` absent means the EPP's
-/// built-in default configuration over every pod.
+/// built-in default configuration over every pod. Every refusal comes
+/// back as at least one problem naming the file, the key path and, where
+/// the file has one, the line: an `Err` is never empty.
 pub fn check_router_inputs(
     files: &dyn Files,
     deployment_file: &str,
@@ -68,50 +106,96 @@ pub fn check_router_inputs(
     let mut problems: Vec<Problem> = Vec::new();
     let empty = Router::default();
     let router = router.unwrap_or(&empty);
-    let flags = match parse_flags(deployment_file, router.epp_flags.as_deref().unwrap_or(&[])) {
+    // The deployment's lines locate the router block's own problems (its
+    // flags, the files it names). A deployment that cannot be read again
+    // leaves them without lines rather than without problems.
+    let deployment_lines = files
+        .read(Path::new(deployment_file))
+        .map(|text| LineIndex::build(&text))
+        .unwrap_or_default();
+    let flag_list = router.epp_flags.as_deref().unwrap_or(&[]);
+    let flags = match parse_flags(deployment_file, flag_list) {
         Ok(flags) => flags,
         Err(found) => {
             problems.extend(found.into_iter().map(|mut p| {
                 p.path = format!("router.{}", p.path);
-                to_problem(p)
+                to_problem(p, Some(&deployment_lines))
             }));
             EppFlags::default()
         }
     };
-    let (label, text) = if let Some(path) = &router.endpoint_picker_config {
+    // Where the configuration text comes from, and the lines its problems
+    // get: a file's own, or for `--config-text` the flag's line in the
+    // deployment (the text inside a flag has no lines of the file).
+    let source = if let Some(path) = &router.endpoint_picker_config {
         let full = base.join(path);
         match files.read(&full) {
-            Ok(text) => (full.display().to_string(), text),
-            // The spec's checks already reported a missing file.
-            Err(_) => return Err(problems),
+            Ok(text) => Some((full.display().to_string(), text, None)),
+            Err(error) => {
+                problems.push(unreadable(
+                    deployment_file,
+                    &deployment_lines,
+                    "router.endpoint_picker_config",
+                    &full,
+                    &error,
+                ));
+                None
+            }
         }
     } else if let Some(text) = &flags.config_text {
-        (format!("{deployment_file} (--config-text)"), text.clone())
+        let at = flag_list
+            .iter()
+            .position(|f| f.starts_with("--config-text"))
+            .map_or("router.epp_flags".to_string(), |i| {
+                format!("router.epp_flags[{i}]")
+            });
+        Some((
+            format!("{deployment_file} (--config-text)"),
+            text.clone(),
+            deployment_lines.line_of(&at),
+        ))
     } else if let Some(path) = &flags.config_file {
         problems.push(Problem {
             severity: Severity::Error,
             file: deployment_file.to_string(),
-            line: None,
+            line: deployment_lines.line_of("router.epp_flags"),
             path: "router.epp_flags".into(),
             code: "epp-config-file-flag".into(),
             message: format!("--config-file={path} names a path inside the EPP's container; name the file with router.endpoint_picker_config instead"),
         });
-        return Err(problems);
+        None
     } else {
-        (BUILTIN_ORIGIN.to_string(), DEFAULT_CONFIG.to_string())
+        Some((BUILTIN_ORIGIN.to_string(), DEFAULT_CONFIG.to_string(), None))
     };
-    let config = match load_config(&label, &text, flags.allow_experimental) {
-        Ok(config) => Some(config),
-        Err(found) => {
-            problems.extend(found.into_iter().map(to_problem));
-            None
+    let mut config = None;
+    let mut label = String::new();
+    if let Some((origin, text, flag_line)) = source {
+        match load_config(&origin, &text, flags.allow_experimental) {
+            Ok(loaded) => config = Some(loaded),
+            Err(found) => problems.extend(found.into_iter().map(|mut p| {
+                if flag_line.is_some() {
+                    p.line = flag_line;
+                }
+                to_problem(p, None)
+            })),
         }
-    };
+        label = origin;
+    }
     let mut manifests = Manifests::default();
-    for path in router.manifests.iter().flatten() {
+    for (i, path) in router.manifests.iter().flatten().enumerate() {
         let full = base.join(path);
-        let Ok(text) = files.read(&full) else {
-            continue;
+        let text = match files.read(&full) {
+            Ok(text) => text,
+            Err(error) => {
+                problems.push(unreadable(
+                    deployment_file,
+                    &deployment_lines,
+                    &format!("router.manifests[{i}]"),
+                    &full,
+                    &error,
+                ));
+                continue;
+            }
         };
         match load_manifests(&full.display().to_string(), &text) {
             Ok(m) => {
@@ -119,14 +203,14 @@ pub fn check_router_inputs(
                 manifests.objectives.extend(m.objectives);
                 manifests.ignored.extend(m.ignored);
             }
-            Err(found) => problems.extend(found.into_iter().map(to_problem)),
+            Err(found) => problems.extend(found.into_iter().map(|p| to_problem(p, None))),
         }
     }
     if flags.endpoint_selector.is_some() && !manifests.objectives.is_empty() {
         problems.push(Problem {
             severity: Severity::Error,
             file: deployment_file.to_string(),
-            line: None,
+            line: deployment_lines.line_of("router.manifests"),
             path: "router.manifests".into(),
             code: "epp-objectives-standalone".into(),
             message: "InferenceObjectives take effect only for an InferencePool (--pool-name); with --endpoint-selector the EPP does not reconcile them".into(),
@@ -139,6 +223,20 @@ pub fn check_router_inputs(
             config_origin: label,
             manifests,
         }),
+        (None, true) => {
+            // Every path above that leaves no configuration records why;
+            // this says so should one ever not, rather than refusing in
+            // silence.
+            problems.push(Problem {
+                severity: Severity::Error,
+                file: deployment_file.to_string(),
+                line: deployment_lines.line_of("router"),
+                path: "router".into(),
+                code: "epp-config-missing".into(),
+                message: "the router block's EndpointPickerConfig could not be loaded".into(),
+            });
+            Err(problems)
+        }
         _ => Err(problems),
     }
 }

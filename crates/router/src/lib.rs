@@ -34,13 +34,20 @@ pub struct RouterProblem {
     /// The key path inside the file (`plugins[3].parameters.foo`), or the
     /// flag name.
     pub path: String,
+    /// The line `path` is written on (1-based), or its nearest written
+    /// ancestor's; `None` when the file has no such place (a default).
+    pub line: Option<u32>,
     pub code: &'static str,
     pub message: String,
 }
 
 impl std::fmt::Display for RouterProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: ", self.file)?;
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        write!(f, ": ")?;
         if !self.path.is_empty() {
             write!(f, "{}: ", self.path)?;
         }

@@ -3,6 +3,8 @@
 //! kinds are ignored, as the EPP ignores them.
 
 use crate::RouterProblem;
+use crate::config::GoType;
+use pdsim_spec::lines::LineIndex;
 use serde_yaml::{Mapping, Value};
 use std::collections::BTreeMap;
 
@@ -41,6 +43,7 @@ fn keys_only(
             problems.push(RouterProblem {
                 file: file.to_string(),
                 path: format!("{path}.{key}"),
+                line: None,
                 code: "unknown-key",
                 message: format!("unknown field `{key}`"),
             });
@@ -52,6 +55,8 @@ fn keys_only(
 pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterProblem>> {
     let mut out = Manifests::default();
     let mut problems = Vec::new();
+    // Built only when a document has a problem to locate.
+    let mut lines: Option<Vec<LineIndex>> = None;
     for (d, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value = match Value::deserialize(document) {
             Ok(v) => v,
@@ -59,16 +64,89 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                 problems.push(RouterProblem {
                     file: file.into(),
                     path: format!("document {d}"),
+                    line: e
+                        .location()
+                        .map(|l| u32::try_from(l.line()).unwrap_or(u32::MAX)),
                     code: "yaml-syntax",
                     message: e.to_string(),
                 });
                 break;
             }
         };
+        let first_of_document = problems.len();
         let Some(map) = value.as_mapping() else {
+            // An empty document (`---` at the end) is nothing; anything
+            // else that is not an object is not a manifest kubectl applies.
+            if !value.is_null() {
+                problems.push(RouterProblem {
+                    file: file.into(),
+                    path: format!("document {d}"),
+                    line: None,
+                    code: "epp-manifest",
+                    message: format!(
+                        "document {d} is {}, not a Kubernetes object (a mapping with apiVersion, kind, metadata and spec)",
+                        yaml_type(&value)
+                    ),
+                });
+                locate(&mut problems[first_of_document..], &mut lines, text, d, "");
+            }
             continue;
         };
         let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
+        let mut non_finite = Vec::new();
+        non_finite_numbers(&value, "", &mut non_finite);
+        let mut wrong = |path: String, message: String| {
+            problems.push(RouterProblem {
+                file: file.into(),
+                path,
+                line: None,
+                code: "wrong-type",
+                message,
+            });
+        };
+        let document = format!("document {d}");
+        if !non_finite.is_empty() {
+            // The document does not convert to JSON, so nothing in it is
+            // read (`kubectl` stops at the same conversion).
+            for (path, number) in non_finite {
+                wrong(format!("{document}.{path}"), non_finite_message(number));
+            }
+            locate(&mut problems[first_of_document..], &mut lines, text, d, "");
+            continue;
+        }
+        // The fields pdsim reads, typed as the Kubernetes API types them
+        // (`metadata.name` a string, `spec` an object).
+        if let Some(v) = map.get("kind").filter(|v| !v.is_string()) {
+            wrong(
+                format!("{document}.kind"),
+                format!("kind must be a string, not {}", yaml_type(v)),
+            );
+        }
+        if let Some(v) = map
+            .get("metadata")
+            .filter(|v| !(v.is_mapping() || v.is_null()))
+        {
+            wrong(
+                format!("{document}.metadata"),
+                format!("metadata must be a mapping, not {}", yaml_type(v)),
+            );
+        }
+        if let Some(v) = map
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .filter(|v| !v.is_string())
+        {
+            wrong(
+                format!("{document}.metadata.name"),
+                format!("metadata.name must be a string, not {}", yaml_type(v)),
+            );
+        }
+        if let Some(v) = map.get("spec").filter(|v| !(v.is_mapping() || v.is_null())) {
+            wrong(
+                format!("{document}.spec"),
+                format!("spec must be a mapping, not {}", yaml_type(v)),
+            );
+        }
         let name = map
             .get("metadata")
             .and_then(Value::as_mapping)
@@ -81,7 +159,8 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
             .and_then(Value::as_mapping)
             .cloned()
             .unwrap_or_default();
-        let at = format!("{kind}/{name}.spec");
+        let prefix = format!("{kind}/{name}");
+        let at = format!("{prefix}.spec");
         match kind {
             "InferencePool" => {
                 keys_only(
@@ -109,31 +188,84 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                     .and_then(Value::as_mapping)
                     .cloned()
                     .unwrap_or(selector.clone());
+                let labels_at = if selector.contains_key("matchLabels") {
+                    format!("{at}.selector.matchLabels")
+                } else {
+                    format!("{at}.selector")
+                };
                 let mut match_labels = BTreeMap::new();
                 for (k, v) in &labels {
-                    if let (Some(k), Some(v)) = (k.as_str(), v.as_str()) {
-                        match_labels.insert(k.to_string(), v.to_string());
+                    match (k.as_str(), v.as_str()) {
+                        (Some(k), Some(v)) => {
+                            match_labels.insert(k.to_string(), v.to_string());
+                        }
+                        // A label value is a string in the API; 8000 or
+                        // true must be quoted.
+                        _ => problems.push(RouterProblem {
+                            file: file.into(),
+                            path: format!("{labels_at}.{}", quoted(k)),
+                            line: None,
+                            code: "wrong-type",
+                            message: format!(
+                                "a label is a string key with a string value; this one's value is {}",
+                                yaml_type(v)
+                            ),
+                        }),
                     }
                 }
-                let mut target_ports: Vec<u32> = spec
-                    .get("targetPorts")
-                    .and_then(Value::as_sequence)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|p| {
-                        p.as_mapping()
-                            .and_then(|m| m.get("number"))
-                            .and_then(Value::as_u64)
-                    })
-                    .map(|p| p as u32)
-                    .collect();
-                if let Some(port) = spec.get("targetPortNumber").and_then(Value::as_u64) {
-                    target_ports.push(port as u32);
+                // `PortNumber`: an int32 the CRD bounds to 1..=65535.
+                let mut port_of = |value: Option<&Value>, path: String| -> Option<u32> {
+                    let value = value?;
+                    let port = value
+                        .as_i64()
+                        .filter(|p| (1..=65_535).contains(p))
+                        .filter(|_| crate::config::go_accepts(GoType::Int, value));
+                    if port.is_none() {
+                        problems.push(RouterProblem {
+                            file: file.into(),
+                            path,
+                            line: None,
+                            code: "wrong-type",
+                            message: format!(
+                                "a target port is an integer from 1 to 65535, not {}",
+                                match value {
+                                    Value::Number(_) | Value::String(_) => quoted(value),
+                                    other => yaml_type(other).to_string(),
+                                }
+                            ),
+                        });
+                    }
+                    port.map(|p| p as u32)
+                };
+                let mut target_ports: Vec<u32> = Vec::new();
+                match spec.get("targetPorts") {
+                    None | Some(Value::Null) => {}
+                    Some(Value::Sequence(list)) => {
+                        for (i, entry) in list.iter().enumerate() {
+                            let path = format!("{at}.targetPorts[{i}].number");
+                            let number = entry.as_mapping().and_then(|m| m.get("number"));
+                            let number = number.or(Some(&Value::Null));
+                            if let Some(port) = port_of(number, path) {
+                                target_ports.push(port);
+                            }
+                        }
+                    }
+                    Some(other) => {
+                        // Not a list: refused, and no port is taken from it.
+                        let _ = port_of(Some(other), format!("{at}.targetPorts"));
+                    }
+                }
+                if let Some(port) = port_of(
+                    spec.get("targetPortNumber"),
+                    format!("{at}.targetPortNumber"),
+                ) {
+                    target_ports.push(port);
                 }
                 if target_ports.len() > 8 {
                     problems.push(RouterProblem {
                         file: file.into(),
                         path: format!("{at}.targetPorts"),
+                        line: None,
                         code: "epp-manifest",
                         message: "an InferencePool lists at most 8 target ports".into(),
                     });
@@ -156,22 +288,47 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                     problems.push(RouterProblem {
                         file: file.into(),
                         path: format!("{at}.targetModels"),
+                        line: None,
                         code: "epp-not-simulated",
                         message: "`targetModels` sends requests to LoRA adapters; pdsim serves no adapters".into(),
                     });
                 }
-                let priority = spec
-                    .get("priority")
-                    .and_then(Value::as_i64)
+                // `Priority *int`; omitted or null is 0.
+                let priority_value = spec.get("priority").unwrap_or(&Value::Null);
+                if !crate::config::go_accepts(GoType::Int, priority_value) {
+                    problems.push(RouterProblem {
+                        file: file.into(),
+                        path: format!("{at}.priority"),
+                        line: None,
+                        code: "wrong-type",
+                        message: format!(
+                            "priority must be an integer, not {}",
+                            match priority_value {
+                                Value::Number(_) | Value::String(_) => quoted(priority_value),
+                                other => yaml_type(other).to_string(),
+                            }
+                        ),
+                    });
+                }
+                let priority = priority_value
+                    .as_i64()
+                    .or_else(|| priority_value.as_f64().map(|f| f as i64))
                     .unwrap_or(0)
                     .clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-                let pool = spec
-                    .get("poolRef")
-                    .and_then(Value::as_mapping)
-                    .and_then(|m| m.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
+                let pool_ref = spec.get("poolRef").unwrap_or(&Value::Null);
+                let pool_name = pool_ref.get("name").unwrap_or(&Value::Null);
+                if !(pool_ref.is_mapping() || pool_ref.is_null())
+                    || !(pool_name.is_string() || pool_name.is_null())
+                {
+                    problems.push(RouterProblem {
+                        file: file.into(),
+                        path: format!("{at}.poolRef"),
+                        line: None,
+                        code: "wrong-type",
+                        message: "poolRef is a mapping whose name is a string".into(),
+                    });
+                }
+                let pool = pool_name.as_str().unwrap_or("").to_string();
                 out.objectives.push(InferenceObjective {
                     name,
                     priority,
@@ -182,12 +339,20 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                 problems.push(RouterProblem {
                     file: file.into(),
                     path: format!("{kind}/{name}"),
+                    line: None,
                     code: "epp-not-simulated",
                     message: "InferenceModelRewrite renames models; pdsim serves one model and does not simulate rewrites yet".into(),
                 });
             }
             other => out.ignored.push(other.to_string()),
         }
+        locate(
+            &mut problems[first_of_document..],
+            &mut lines,
+            text,
+            d,
+            &prefix,
+        );
     }
     if problems.is_empty() {
         Ok(out)
@@ -197,3 +362,104 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
 }
 
 use serde::Deserialize;
+
+/// Every NaN or infinity in `value`, with its key path under `path`.
+/// Kubernetes objects and the EPP's configuration are JSON once decoded,
+/// and JSON has no such numbers.
+pub(crate) fn non_finite_numbers(value: &Value, path: &str, out: &mut Vec<(String, f64)>) {
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|f| !f.is_finite()) {
+                out.push((path.to_string(), f));
+            }
+        }
+        Value::Sequence(items) => {
+            for (i, item) in items.iter().enumerate() {
+                non_finite_numbers(item, &format!("{path}[{i}]"), out);
+            }
+        }
+        Value::Mapping(map) => {
+            for (key, item) in map {
+                let key = key.as_str().map_or_else(|| quoted(key), str::to_string);
+                let child = if path.is_empty() {
+                    key
+                } else {
+                    format!("{path}.{key}")
+                };
+                non_finite_numbers(item, &child, out);
+            }
+        }
+        Value::Tagged(tagged) => non_finite_numbers(&tagged.value, path, out),
+        _ => {}
+    }
+}
+
+pub(crate) fn non_finite_message(number: f64) -> String {
+    let written = if number.is_nan() {
+        ".nan"
+    } else if number > 0.0 {
+        ".inf (or a number too large for a float64)"
+    } else {
+        "-.inf (or a number too large for a float64)"
+    };
+    format!(
+        "{written} is not a JSON number: the file is converted to JSON before it is decoded, and JSON holds no NaN or infinity"
+    )
+}
+
+/// A short rendering of a scalar for messages, at most 40 characters.
+pub(crate) fn quoted(value: &Value) -> String {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => serde_yaml::to_string(other)
+            .unwrap_or_default()
+            .trim_end()
+            .to_string(),
+    };
+    if text.chars().count() > 40 {
+        format!("{}…", text.chars().take(40).collect::<String>())
+    } else {
+        text
+    }
+}
+
+/// What a YAML value is, for messages.
+pub(crate) fn yaml_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// Gives each problem of document `d` the line of its key path. A
+/// problem's path is `prefix` (`InferencePool/name`) then the path inside
+/// the document (`.spec.targetPorts`); the bare prefix is the document.
+fn locate(
+    problems: &mut [RouterProblem],
+    lines: &mut Option<Vec<LineIndex>>,
+    text: &str,
+    d: usize,
+    prefix: &str,
+) {
+    if problems.is_empty() {
+        return;
+    }
+    let documents = lines.get_or_insert_with(|| LineIndex::build_documents(text));
+    let Some(index) = documents.get(d) else {
+        return;
+    };
+    let document = format!("document {d}");
+    for problem in problems.iter_mut().filter(|p| p.line.is_none()) {
+        let inner = [prefix, document.as_str()]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .find_map(|p| problem.path.strip_prefix(p))
+            .map_or("", |rest| rest.trim_start_matches('.'));
+        problem.line = index.line_of(inner).or_else(|| index.line_of(""));
+    }
+}

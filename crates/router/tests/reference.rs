@@ -28,9 +28,12 @@ const EXPECTED: &[(&str, &str)] = &[
         "llm-d-inference-scheduler@v0.2.0__deploy__config__epp-prefix-cache-tracking-config.yaml",
         "kv-cache-scorer",
     ),
+    // A kustomize/envsubst template: its `number: ${TARGET_PORTS}` is a
+    // string until substituted, which the API (and pdsim) refuses as a
+    // port rather than reading the pool as having none.
     (
         "llm-d-inference-scheduler__deploy__components__inference-gateway__inference-pools.yaml",
-        "load",
+        "${TARGET_PORTS}",
     ),
     (
         "llm-d-inference-scheduler__test__sidecar__config__nixl__inferencepool.yaml",

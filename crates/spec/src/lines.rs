@@ -107,6 +107,40 @@ impl LineIndex {
         }
     }
 
+    /// One index per document of a multi-document text (`---` separated,
+    /// as Kubernetes manifests are written), each with the lines of the
+    /// whole text. A text without documents yields one empty index.
+    pub fn build_documents(text: &str) -> Vec<LineIndex> {
+        let mut starts: Vec<usize> = Vec::new();
+        for item in Parser::new_from_str(text) {
+            let Ok((event, span)) = item else { break };
+            if let Event::DocumentStart(..) = event {
+                starts.push(span.start.line().max(1));
+            }
+        }
+        if starts.is_empty() {
+            return vec![LineIndex::default()];
+        }
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let mut out = Vec::with_capacity(starts.len());
+        for (i, start) in starts.iter().enumerate() {
+            let end = starts.get(i + 1).copied().unwrap_or(lines.len() + 1);
+            let from = (*start - 1).min(lines.len());
+            let to = (end.max(*start) - 1).min(lines.len());
+            let slice: String = lines[from..to].concat();
+            let offset = u32::try_from(from).unwrap_or(u32::MAX);
+            let mut index = LineIndex::build(&slice);
+            for line in index.lines.values_mut() {
+                *line = line.saturating_add(offset);
+            }
+            // The empty path is the document itself, for a problem with
+            // the document as a whole (a scalar where an object belongs).
+            index.lines.insert(String::new(), offset.saturating_add(1));
+            out.push(index);
+        }
+        out
+    }
+
     /// The line of `path`, or of its nearest ancestor that is written down.
     pub fn line_of(&self, path: &str) -> Option<u32> {
         let mut current = path;
@@ -140,5 +174,27 @@ mod tests {
         // An omitted key falls back to its nearest written ancestor.
         assert_eq!(index.line_of("pools[1].parallel.dp_local"), Some(6));
         assert_eq!(index.line_of("pd_transfer"), None);
+    }
+
+    #[test]
+    fn each_document_of_a_stream_gets_its_own_lines() {
+        let text = "# pools\nkind: InferencePool\nspec:\n  targetPorts: [{number: 8000}]\n---\nkind: InferenceObjective\nspec:\n  priority: 1\n  poolRef:\n    name: p\n";
+        let docs = LineIndex::build_documents(text);
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].line_of("kind"), Some(2));
+        assert_eq!(docs[0].line_of("spec.targetPorts"), Some(4));
+        assert_eq!(docs[1].line_of("kind"), Some(6));
+        assert_eq!(docs[1].line_of("spec.poolRef.name"), Some(10));
+        assert_eq!(
+            docs[1].line_of("spec.targetPorts"),
+            Some(7),
+            "not the first document's"
+        );
+        assert_eq!(
+            docs[1].line_of(""),
+            Some(5),
+            "the document starts at its `---`"
+        );
+        assert_eq!(LineIndex::build_documents("").len(), 1);
     }
 }

@@ -1076,11 +1076,12 @@ mod scenario_checks {
             edit(&[("  shape: chatbot\n", &trace("traces/missing.csv").replace("time_unit: us", "time_unit: ms"))]),
             BASE_DEPLOYMENT
             => [err("trace-file-missing", "workload.trace.data"), err("trace-time-unit", "workload.trace.header.time_unit")];
-        /// No rules pack: the rules are skipped with a warning on the
-        /// scenario's engine_version, and the bundle stays valid.
+        /// No rules pack: nothing resolves the engine's settings, so `run`
+        /// could not build the deployment; `validate` says so as an error
+        /// on the scenario's engine_version.
         engine_version_unknown:
             release("9.9.9"), BASE_DEPLOYMENT
-            => [warn("engine-version-known", "engine_version")];
+            => [err("engine-version-known", "engine_version")];
     }
 }
 

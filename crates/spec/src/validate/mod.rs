@@ -198,14 +198,17 @@ pub fn validate(request: &Request<'_>) -> Report {
         if let (true, Some(resolved)) = (field_layer_ok, &resolved_scenario) {
             let version = &resolved.scenario.engine_version;
             match pack::for_version(version) {
+                // Without a pack nothing resolves the engine's settings,
+                // so `run` cannot build the deployment: an error here,
+                // where the reason can be named, not a bare refusal later.
                 None => found.push(Problem {
-                    severity: Severity::Warning,
+                    severity: Severity::Error,
                     file: scenario_source.as_ref().map_or(String::new(), |s| s.file.clone()),
                     line: scenario_source.as_ref().and_then(|s| s.lines.line_of("engine_version")),
                     path: "engine_version".into(),
                     code: "engine-version-known".into(),
                     message: format!(
-                        "no rules pack for engine version `{version}`, so this deployment is unvalidated against the release (packs: {})",
+                        "no rules pack for engine version `{version}`: pdsim can neither check nor run a deployment on a release it has no rules for (packs: {})",
                         pack::known_versions().join(", ")
                     ),
                 }),
