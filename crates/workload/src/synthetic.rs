@@ -174,6 +174,16 @@ impl Synthetic {
     }
 }
 
+/// A rate for messages: plain when it reads well that way, else in
+/// scientific notation (`1e-300`, not three hundred zeros).
+fn rate_text(rate: f64) -> String {
+    if (1e-3..1e6).contains(&rate) {
+        format!("{rate}")
+    } else {
+        format!("{rate:e}")
+    }
+}
+
 impl Iterator for Synthetic {
     type Item = Result<RequestSpec, TraceError>;
 
@@ -203,7 +213,7 @@ impl Iterator for Synthetic {
                      too low a rate for {} requests",
                     index + 1,
                     ARRIVAL_HORIZON.as_ns() / 1_000_000_000,
-                    self.rate_per_s,
+                    rate_text(self.rate_per_s),
                     self.requests
                 ),
             )));

@@ -150,7 +150,7 @@ fn shape() -> Shape {
 
 #[test]
 fn a_synthetic_rate_too_low_for_its_requests_is_an_error_naming_the_rate() {
-    for rate in [1e-300, 1e-320, 1e-12] {
+    for rate in [1e-300, 1e-320, 5e-324, 1e-12] {
         let items: Vec<_> = Synthetic::new("chat", &shape(), 5, rate, 0)
             .unwrap()
             .collect();
@@ -162,6 +162,7 @@ fn a_synthetic_rate_too_low_for_its_requests_is_an_error_naming_the_rate() {
             ("chat", 0, Some("rate"))
         );
         assert!(e.message.contains("too low a rate"), "{e}");
+        assert!(e.message.len() < 250, "{e}");
     }
     // 10^-4 per second for 20 requests is about 2.3 days: it fits.
     let items: Vec<_> = Synthetic::new("chat", &shape(), 20, 1e-4, 0)
