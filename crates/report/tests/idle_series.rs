@@ -62,6 +62,9 @@ fn series(dense: bool) -> (Vec<PoolSeries>, String) {
     (pools, String::from_utf8(csv.unwrap()).unwrap())
 }
 
+/// A figure of a pool point.
+type Value = fn(&PoolPoint) -> f64;
+
 #[test]
 fn compressed_idle_stretches_give_the_dense_means_and_plots() {
     let (sparse, sparse_csv) = series(false);
@@ -102,7 +105,7 @@ fn compressed_idle_stretches_give_the_dense_means_and_plots() {
     assert_eq!(&expanded, &dense.points);
     // Per-pool means over time, computed from the dense points directly
     // and from the sparse series with its idle stretches weighted.
-    let values: [(&str, fn(&PoolPoint) -> f64); 5] = [
+    let values: [(&str, Value); 5] = [
         ("kv_usage", |p| p.kv_usage),
         ("busy_share", |p| p.busy_share),
         ("waiting", |p| p.waiting as f64),
