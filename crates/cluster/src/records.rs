@@ -83,14 +83,15 @@ pub trait RecordSink {
     /// One engine core's state at a sample time, every [`SAMPLE_NS`] on a
     /// grid from time zero while the run is busy, cores in order.
     ///
-    /// Over an idle stretch (no request anywhere, no step or transfer
-    /// running, the next arrival more than one sample away) the first
-    /// sample of the stretch is sent and the next ones are not, until the
-    /// first grid time at or after the next arrival. A skipped sample would
-    /// have been the one before it again, its window empty: no request
-    /// waiting or running, the same KV usage and cumulative counters, so no
-    /// prefix query and no busy time in its window. Samples further apart
-    /// than [`SAMPLE_NS`] mark such a stretch.
+    /// Over an idle stretch (no step or transfer running, no request
+    /// anywhere or none that can move, the next arrival more than one
+    /// sample away) the first sample of the stretch is sent and the next
+    /// ones are not, until the first grid time at or after the next
+    /// arrival. A skipped sample would have been the one before it again:
+    /// the same requests waiting and running (none, unless some are
+    /// stuck), the same KV usage and cumulative counters, so no prefix
+    /// query and no busy time in its window. Samples further apart than
+    /// [`SAMPLE_NS`] mark such a stretch.
     fn core_sample(&mut self, _sample: &CoreSample) {}
     /// An engine core started a step (cores of a lockstep group share its
     /// duration).

@@ -723,11 +723,22 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Nothing is happening and nothing will until the next arrival: no
-    /// request anywhere (routed, queued, in an engine or in transfer), no
-    /// step and no transfer running. Engine state cannot change.
+    /// Nothing is happening and nothing can until the next arrival, so
+    /// engine state cannot change: no step and no transfer running, and
+    /// either no request anywhere (routed, queued, in an engine or in
+    /// transfer) or none that anything queued could move — nothing live
+    /// queued but the next arrival itself, and the EPP's flow-control queue
+    /// empty (the only thing a scrape or dispatch tick could release). The
+    /// second case is a stall that a later arrival may end; the first is
+    /// the common idle gap between requests.
     fn idle(&self) -> bool {
-        self.in_flight.is_empty() && self.busy_groups == 0 && self.network.is_idle()
+        if self.busy_groups > 0 || !self.network.is_idle() {
+            return false;
+        }
+        self.in_flight.is_empty()
+            || (self.next_arrival.is_some()
+                && self.live_events == 1
+                && self.flow.as_ref().is_none_or(|f| f.is_empty()))
     }
 
     /// Whether an observation loop whose tick at `now` just ran, and whose
@@ -986,7 +997,11 @@ impl<'a> Sim<'a> {
         if let Some(token) = dispatched {
             self.route(RequestId(token), sink);
             if waiting {
-                self.request_flow_tick(Self::tick_at(now + 1, self.flow_tick_phase, tick));
+                self.request_flow_tick(Self::tick_at(
+                    now.saturating_add(1),
+                    self.flow_tick_phase,
+                    tick,
+                ));
             }
         } else if let (true, Some(at)) = (waiting, stale) {
             self.request_flow_tick(Self::tick_at(at, self.flow_tick_phase, tick));

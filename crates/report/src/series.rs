@@ -3,13 +3,14 @@
 //! aggregates the plots draw, kept in memory (a few numbers per pool per
 //! second).
 //!
-//! Idle stretches are written once. While the cluster is idle (no request
-//! anywhere, no step or transfer running) the event loop sends the
-//! stretch's first sample and skips the rest until activity resumes (see
-//! `RecordSink::core_sample`), so the output grows with the work done, not
-//! with simulated idle time. Rows more than one second apart therefore mark
-//! an idle stretch: every second between them had the earlier row's KV
-//! usage, nothing waiting or running, no prefix query and no busy time.
+//! Idle stretches are written once. While the cluster is idle (no step or
+//! transfer running, no request anywhere or none that can move) the event
+//! loop sends the stretch's first sample and skips the rest until activity
+//! resumes (see `RecordSink::core_sample`), so the output grows with the
+//! work done, not with simulated idle time. Rows more than one second apart
+//! therefore mark an idle stretch: every second between them had the
+//! earlier row's requests waiting and running (none, unless some are
+//! stuck) and KV usage, no prefix query and no busy time.
 //! [`PoolSeries::stretches`] gives the seconds back with that meaning, and
 //! [`PoolSeries::mean`] weights them as the dense series would.
 
@@ -53,8 +54,8 @@ impl PoolSeries {
     /// Every second from the first point to the last, as stretches: each
     /// point is one second; the seconds between a point and a later one
     /// more than a second after it are one idle stretch, with the earlier
-    /// point's KV usage and nothing waiting, running, queried or busy —
-    /// what the skipped samples would have said.
+    /// point's waiting, running and KV usage and no prefix query or busy
+    /// time — what the skipped samples would have said.
     pub fn stretches(&self) -> impl Iterator<Item = Stretch> + '_ {
         let next_times = self
             .points
@@ -67,11 +68,9 @@ impl PoolSeries {
             let idle = (gap_s > 0).then_some(Stretch {
                 point: PoolPoint {
                     time_s: p.time_s + 1.0,
-                    waiting: 0,
-                    running: 0,
-                    kv_usage: p.kv_usage,
                     prefix_hit_rate: 0.0,
                     busy_share: 0.0,
+                    ..*p
                 },
                 seconds: gap_s,
             });
