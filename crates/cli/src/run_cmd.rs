@@ -256,11 +256,11 @@ pub const RUN_FILES: [(&str, &str); 8] = [
     ),
     (
         "timeseries.csv",
-        "every engine core once per simulated second: queue, running, KV usage, prefix hits, busy share",
+        "every engine core once per simulated second: queue, running, KV usage, prefix hits, busy share; an idle stretch is written once, at its first second, so rows more than a second apart mean the seconds between were idle",
     ),
     (
         "links.csv",
-        "each link KV transfers used, utilisation per second",
+        "each link KV transfers used, utilisation per second it carried bytes",
     ),
     ("report.md", "the report, plots linked"),
     (

@@ -19,4 +19,4 @@ pub use records::{
     CoreSample, LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord,
     SAMPLE_NS, StepSample,
 };
-pub use sim::{CoreStats, RunError, RunStats, run};
+pub use sim::{CoreStats, RunError, RunStats, run, run_without_idle_pauses};

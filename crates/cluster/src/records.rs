@@ -80,8 +80,18 @@ pub trait RecordSink {
     /// GPU it belongs to, what kind it is, and the share of its capacity
     /// used. Windows come in time order; idle links are left out.
     fn link_window(&mut self, _window: LinkWindow) {}
-    /// One engine core's state at a sample time, every [`SAMPLE_NS`] while
-    /// the run is busy, cores in order.
+    /// One engine core's state at a sample time, every [`SAMPLE_NS`] on a
+    /// grid from time zero while the run is busy, cores in order.
+    ///
+    /// Over an idle stretch (no step or transfer running, no request
+    /// anywhere or none that can move, the next arrival more than one
+    /// sample away) the first sample of the stretch is sent and the next
+    /// ones are not, until the first grid time at or after the next
+    /// arrival. A skipped sample would have been the one before it again:
+    /// the same requests waiting and running (none, unless some are
+    /// stuck), the same KV usage and cumulative counters, so no prefix
+    /// query and no busy time in its window. Samples further apart than
+    /// [`SAMPLE_NS`] mark such a stretch.
     fn core_sample(&mut self, _sample: &CoreSample) {}
     /// An engine core started a step (cores of a lockstep group share its
     /// duration).

@@ -317,6 +317,17 @@ struct Sim<'a> {
     expired_buf: Vec<u32>,
     /// Whether the sample loop is running.
     sampling: bool,
+    /// Whether the observation loops pause over idle stretches (always,
+    /// but for the tests that compare against the dense series).
+    pause_when_idle: bool,
+    /// Whether the sample loop paused over an idle stretch, and the time of
+    /// its last sample.
+    sample_paused: bool,
+    last_sample: Option<SimTime>,
+    /// Pods whose scrape loop paused over an idle stretch.
+    scrape_paused: Vec<bool>,
+    /// Groups with a step running.
+    busy_groups: usize,
     /// The steps a group starts, reused.
     steps_buf: Vec<StepSample>,
     /// The batches a group's cores scheduled, reused.
@@ -325,6 +336,14 @@ struct Sim<'a> {
 
 /// Runs `source` through `cluster` to the end, handing every request's
 /// record to `sink` as it ends.
+///
+/// The observation loops (the EPP's metric scrapes, the per-second core
+/// samples) pause while the cluster is idle — no request anywhere, no step
+/// or transfer running — until the next arrival, when they resume on their
+/// own grids: every observation they skip would have read the same engine
+/// state. So an idle stretch costs nothing, however long, and the time
+/// series gets one row per core for its first second only (see
+/// [`RecordSink::core_sample`]).
 pub fn run(
     cluster: &Cluster,
     source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
@@ -332,7 +351,34 @@ pub fn run(
     check: bool,
     sink: &mut dyn RecordSink,
 ) -> Result<RunStats, RunError> {
+    run_observed(cluster, source, seed, check, sink, true)
+}
+
+/// [`run`] with the observation loops running through idle stretches, as
+/// they did before they learned to pause: a scrape and a sample at every
+/// tick. For tests that check pausing changes nothing else; a long idle
+/// stretch costs time and output in proportion to its length.
+#[doc(hidden)]
+pub fn run_without_idle_pauses(
+    cluster: &Cluster,
+    source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
+    seed: u64,
+    check: bool,
+    sink: &mut dyn RecordSink,
+) -> Result<RunStats, RunError> {
+    run_observed(cluster, source, seed, check, sink, false)
+}
+
+fn run_observed(
+    cluster: &Cluster,
+    source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
+    seed: u64,
+    check: bool,
+    sink: &mut dyn RecordSink,
+    pause_when_idle: bool,
+) -> Result<RunStats, RunError> {
     let mut sim = Sim::new(cluster, seed, check);
+    sim.pause_when_idle = pause_when_idle;
     sim.pull_arrival(source)?;
     while let Some(Reverse((time, _, event))) = sim.queue.pop() {
         if time < sim.now {
@@ -550,6 +596,7 @@ impl<'a> Sim<'a> {
             pods,
             views,
             scrape_running: vec![false; scrape_phase.len()],
+            scrape_paused: vec![false; scrape_phase.len()],
             scrape_phase,
             scrape_interval,
             scraping: 0,
@@ -560,6 +607,10 @@ impl<'a> Sim<'a> {
             flow_sweep_at: None,
             expired_buf: Vec::new(),
             sampling: false,
+            pause_when_idle: true,
+            sample_paused: false,
+            last_sample: None,
+            busy_groups: 0,
             steps_buf: Vec::new(),
             batches_buf: Vec::new(),
         }
@@ -581,6 +632,22 @@ impl<'a> Sim<'a> {
             None => {}
             Some(Err(e)) => return Err(RunError::Trace(e)),
             Some(Ok(spec)) => {
+                // Every source refuses such an arrival with its own file and
+                // line; this guards a source that does not (a replay that
+                // rescales arrival times).
+                if spec.arrival > pdsim_core::ARRIVAL_HORIZON {
+                    return Err(RunError::Trace(TraceError {
+                        file: "the request stream".into(),
+                        line: spec.source_line,
+                        column: None,
+                        message: format!(
+                            "request {} arrives {:.3e} s after the start, beyond the one year \
+                             of simulated time pdsim replays",
+                            spec.source_line,
+                            spec.arrival.as_ns() as f64 / 1e9
+                        ),
+                    }));
+                }
                 let at = spec.arrival.max(self.now);
                 self.next_arrival = Some(spec);
                 self.push(at, Event::Arrival);
@@ -601,7 +668,8 @@ impl<'a> Sim<'a> {
             .unwrap_or(first)
     }
 
-    /// Starts every stopped pod's scrape loop at its phase.
+    /// Starts every stopped pod's scrape loop at its phase, and the sample
+    /// loop on its grid.
     fn start_scraping(&mut self) {
         let interval = self.scrape_interval;
         for pod in 0..self.pods.len() {
@@ -610,12 +678,27 @@ impl<'a> Sim<'a> {
             }
             let phase = self.scrape_phase[pod];
             let now = self.now.as_ns();
-            let next = Self::tick_at(now, phase, interval).as_ns();
-            // The EPP scrapes from its start, long before the first
-            // request: under flow control, whose detector treats a pod
-            // never scraped as saturated, the pod's view is what its last
-            // scrape before now read (the engine has been idle since).
-            if self.flow.is_some() && self.views[pod].updated_ns.is_none() {
+            let mut next = Self::tick_at(now, phase, interval).as_ns();
+            if std::mem::take(&mut self.scrape_paused[pod]) {
+                // The loop paused over an idle stretch, in which every
+                // scrape would have read the same engine state: the view is
+                // what the last of them, on the tick before `next`, read,
+                // and the loop goes on from `next` (never again at or before
+                // a tick it ran).
+                let last = self.views[pod].updated_ns;
+                if let Some(last) = last.filter(|last| next <= *last) {
+                    next = last.saturating_add(interval);
+                }
+                let skipped = next.saturating_sub(interval);
+                if last.is_some_and(|last| skipped > last) {
+                    self.read_metrics(pod, skipped);
+                }
+            } else if self.flow.is_some() && self.views[pod].updated_ns.is_none() {
+                // The EPP scrapes from its start, long before the first
+                // request: under flow control, whose detector treats a pod
+                // never scraped as saturated, the pod's view is what its
+                // last scrape before now read (the engine has been idle
+                // since).
                 let last = next.saturating_sub(interval).min(now);
                 self.read_metrics(pod, last);
             }
@@ -625,9 +708,52 @@ impl<'a> Sim<'a> {
         self.scraping = self.pods.len();
         if !self.sampling {
             self.sampling = true;
-            let next = self.now.as_ns().div_ceil(SAMPLE_NS) * SAMPLE_NS;
-            self.push(SimTime(next), Event::Sample);
+            let mut next = SimTime(
+                self.now
+                    .as_ns()
+                    .div_ceil(SAMPLE_NS)
+                    .saturating_mul(SAMPLE_NS),
+            );
+            if std::mem::take(&mut self.sample_paused)
+                && let Some(last) = self.last_sample
+            {
+                next = next.max(last + SimDuration(SAMPLE_NS));
+            }
+            self.push(next, Event::Sample);
         }
+    }
+
+    /// Nothing is happening and nothing can until the next arrival, so
+    /// engine state cannot change: no step and no transfer running, and
+    /// either no request anywhere (routed, queued, in an engine or in
+    /// transfer) or none that anything queued could move — nothing live
+    /// queued but the next arrival itself, and the EPP's flow-control queue
+    /// empty (the only thing a scrape or dispatch tick could release). The
+    /// second case is a stall that a later arrival may end; the first is
+    /// the common idle gap between requests.
+    fn idle(&self) -> bool {
+        if self.busy_groups > 0 || !self.network.is_idle() {
+            return false;
+        }
+        self.in_flight.is_empty()
+            || (self.next_arrival.is_some()
+                && self.live_events == 1
+                && self.flow.as_ref().is_none_or(|f| f.is_empty()))
+    }
+
+    /// Whether an observation loop whose tick at `now` just ran, and whose
+    /// next tick would be `period_ns` later, pauses: the cluster is idle and
+    /// the next arrival comes after that next tick (so the pause skips at
+    /// least one observation, and the arrival, which resumes the loop, is
+    /// processed before any tick the loop would have run at its time).
+    fn pauses(&self, period_ns: u64) -> bool {
+        if !self.pause_when_idle || !self.idle() {
+            return false;
+        }
+        let next_tick = self.now.as_ns().saturating_add(period_ns);
+        self.next_arrival
+            .as_ref()
+            .is_some_and(|spec| spec.arrival.as_ns() > next_tick)
     }
 
     /// Whether anything is left to route or serve: the observation loops
@@ -653,9 +779,15 @@ impl<'a> Sim<'a> {
                 busy_ns: core.stats.busy_ns,
             });
         }
-        if self.busy() {
-            self.push(self.now + SimDuration(SAMPLE_NS), Event::Sample);
+        self.last_sample = Some(self.now);
+        let next = self.now.checked_add(SimDuration(SAMPLE_NS));
+        if self.pauses(SAMPLE_NS) {
+            self.sampling = false;
+            self.sample_paused = true;
+        } else if let (true, Some(next)) = (self.busy(), next) {
+            self.push(next, Event::Sample);
         } else {
+            // Not busy, or simulated time ran out of nanoseconds.
             self.sampling = false;
         }
     }
@@ -670,11 +802,13 @@ impl<'a> Sim<'a> {
         if self.read_metrics(pod, now) {
             self.flow_wake(true);
         }
-        if self.busy() {
-            self.push(
-                self.now + SimDuration(self.scrape_interval),
-                Event::Scrape { pod: pod as u32 },
-            );
+        let next = self.now.checked_add(SimDuration(self.scrape_interval));
+        if self.pauses(self.scrape_interval) {
+            self.scraping -= 1;
+            self.scrape_running[pod] = false;
+            self.scrape_paused[pod] = true;
+        } else if let (true, Some(next)) = (self.busy(), next) {
+            self.push(next, Event::Scrape { pod: pod as u32 });
         } else {
             self.scraping -= 1;
             self.scrape_running[pod] = false;
@@ -759,7 +893,7 @@ impl<'a> Sim<'a> {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.stats.requests += 1;
-        if self.scraping < self.pods.len() {
+        if self.scraping < self.pods.len() || !self.sampling {
             self.start_scraping();
         }
         if self.flow.is_some() {
@@ -809,7 +943,7 @@ impl<'a> Sim<'a> {
         SimTime(if t <= phase {
             phase
         } else {
-            phase + (t - phase).div_ceil(period) * period
+            phase.saturating_add((t - phase).div_ceil(period).saturating_mul(period))
         })
     }
 
@@ -863,7 +997,11 @@ impl<'a> Sim<'a> {
         if let Some(token) = dispatched {
             self.route(RequestId(token), sink);
             if waiting {
-                self.request_flow_tick(Self::tick_at(now + 1, self.flow_tick_phase, tick));
+                self.request_flow_tick(Self::tick_at(
+                    now.saturating_add(1),
+                    self.flow_tick_phase,
+                    tick,
+                ));
             }
         } else if let (true, Some(at)) = (waiting, stale) {
             self.request_flow_tick(Self::tick_at(at, self.flow_tick_phase, tick));
@@ -1005,6 +1143,18 @@ impl<'a> Sim<'a> {
         self.wake(core, sink);
     }
 
+    /// Marks a group stepping or not, keeping the count of busy groups.
+    fn set_busy(&mut self, group: usize, busy: bool) {
+        if self.groups[group].busy != busy {
+            self.groups[group].busy = busy;
+            if busy {
+                self.busy_groups += 1;
+            } else {
+                self.busy_groups -= 1;
+            }
+        }
+    }
+
     /// Starts a step on a core's group if the group is idle.
     fn wake(&mut self, core: usize, sink: &mut dyn RecordSink) {
         let group = self.group_of[core] as usize;
@@ -1066,7 +1216,7 @@ impl<'a> Sim<'a> {
             any = true;
         }
         self.batches_buf = batches;
-        self.groups[group].busy = any;
+        self.set_busy(group, any);
         if any {
             let duration = SimDuration(longest.total.as_ns().max(1));
             for core in first..first + len {
@@ -1109,7 +1259,7 @@ impl<'a> Sim<'a> {
                     .map_err(|e| RunError::Invariant(format!("core {core}: {e}")))?;
             }
         }
-        self.groups[group].busy = false;
+        self.set_busy(group, false);
         self.start_step(group, sink);
         Ok(())
     }

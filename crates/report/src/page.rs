@@ -260,6 +260,53 @@ pub fn thin(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// The line of one pool's series: at most `max` points. A short series
+/// keeps every sampled second and draws each idle stretch flat at its idle
+/// value (its first and last second); a long one averages consecutive
+/// seconds in equal groups, idle seconds counted one by one as in the dense
+/// series (a point every second), so the thinned line is the dense
+/// series' thinned line whether or not idle seconds were written.
+pub fn pool_line(
+    pool: &PoolSeries,
+    value: fn(&crate::series::PoolPoint) -> f64,
+    max: usize,
+) -> Vec<(f64, f64)> {
+    let seconds: u64 = pool.stretches().map(|s| s.seconds).sum();
+    let mut line = Vec::new();
+    if seconds <= max as u64 || max == 0 {
+        for s in pool.stretches() {
+            let (t, y) = (s.point.time_s, value(&s.point));
+            line.push((t, y));
+            if s.seconds > 1 {
+                line.push((t + (s.seconds - 1) as f64, y));
+            }
+        }
+        return line;
+    }
+    let group = seconds.div_ceil(max as u64);
+    let (mut sum_x, mut sum_y, mut filled) = (0.0, 0.0, 0u64);
+    for s in pool.stretches() {
+        let (mut t, y, mut left) = (s.point.time_s, value(&s.point), s.seconds);
+        while left > 0 {
+            let take = left.min(group - filled);
+            // Σ of t, t+1, …, t+take−1; for one second, exactly t.
+            sum_x += take as f64 * t + (take * (take - 1) / 2) as f64;
+            sum_y += take as f64 * y;
+            filled += take;
+            t += take as f64;
+            left -= take;
+            if filled == group {
+                line.push((sum_x / filled as f64, sum_y / filled as f64));
+                (sum_x, sum_y, filled) = (0.0, 0.0, 0);
+            }
+        }
+    }
+    if filled > 0 {
+        line.push((sum_x / filled as f64, sum_y / filled as f64));
+    }
+    line
+}
+
 /// A per-pool series plot (one line per run and pool).
 pub fn pool_plot(
     title: &str,
@@ -275,9 +322,7 @@ pub fn pool_plot(
             } else {
                 pool.name.clone()
             };
-            let points: Vec<(f64, f64)> =
-                pool.points.iter().map(|p| (p.time_s, value(p))).collect();
-            series.push((name, thin(&points, MAX_POINTS)));
+            series.push((name, pool_line(pool, value, MAX_POINTS)));
         }
     }
     plot::line_chart(&LineChart {
@@ -371,7 +416,7 @@ pub fn pool_section(doc: &mut Document, runs: &[(&str, &[PoolSeries])]) {
     {
         return;
     }
-    doc.text("## Pools over time\n\nOne sample per simulated second, averaged in groups on long runs; `timeseries.csv` has every engine core at every second.\n\n");
+    doc.text("## Pools over time\n\nOne sample per simulated second, averaged in groups on long runs; an idle stretch counts as its seconds at its idle value. `timeseries.csv` has every engine core at every second the cluster works, and once at the start of each idle stretch.\n\n");
     doc.plot(
         "kv_usage",
         pool_plot(
@@ -493,6 +538,70 @@ mod tests {
         assert_eq!(
             thin(&pts, 5),
             vec![(0.5, 0.5), (2.5, 2.5), (4.5, 4.5), (6.5, 6.5), (8.5, 8.5)]
+        );
+    }
+
+    fn point(time_s: f64, busy_share: f64) -> crate::series::PoolPoint {
+        crate::series::PoolPoint {
+            time_s,
+            busy_share,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pool_line_is_the_dense_series_thinned_idle_seconds_included() {
+        // Dense: seconds 0-999 with busy share 0.5 for the first 100 and
+        // the last 100, idle (0) between; sparse: the idle stretch written
+        // once, at second 100.
+        let busy = |t: u64| if !(100..900).contains(&t) { 0.5 } else { 0.0 };
+        let dense = PoolSeries {
+            name: "p".into(),
+            points: (0..1000).map(|t| point(t as f64, busy(t))).collect(),
+        };
+        let sparse = PoolSeries {
+            name: "p".into(),
+            points: dense
+                .points
+                .iter()
+                .filter(|p| !(101.0..900.0).contains(&p.time_s))
+                .copied()
+                .collect(),
+        };
+        assert_eq!(sparse.points.len(), 201);
+        let value: fn(&crate::series::PoolPoint) -> f64 = |p| p.busy_share;
+        let expected: Vec<(f64, f64)> = thin(
+            &dense
+                .points
+                .iter()
+                .map(|p| (p.time_s, p.busy_share))
+                .collect::<Vec<_>>(),
+            MAX_POINTS,
+        );
+        assert_eq!(pool_line(&dense, value, MAX_POINTS), expected);
+        let thinned = pool_line(&sparse, value, MAX_POINTS);
+        assert_eq!(thinned.len(), expected.len());
+        for (a, b) in thinned.iter().zip(&expected) {
+            assert!(
+                (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-12,
+                "{a:?} {b:?}"
+            );
+        }
+        // Short: every point, the idle stretch flat from its first second
+        // to its last.
+        let short = PoolSeries {
+            name: "p".into(),
+            points: vec![point(3.0, 0.5), point(4.0, 0.0), point(60.0, 0.25)],
+        };
+        assert_eq!(
+            pool_line(&short, value, MAX_POINTS),
+            vec![
+                (3.0, 0.5),
+                (4.0, 0.0),
+                (5.0, 0.0),
+                (59.0, 0.0),
+                (60.0, 0.25)
+            ]
         );
     }
 

@@ -4,8 +4,14 @@
 //! KV transfers as async slices on a "KV transfers" process; and one
 //! counter track per link with its utilisation per second. Open it in
 //! ui.perfetto.dev or chrome://tracing. Written as events happen.
+//!
+//! A counter holds its value until its next event, and the event loop
+//! reports only the windows a link carried bytes in; so after a link's
+//! last busy window before a quiet one the track gets a 0 at the quiet
+//! window's start. A quiet stretch costs one event, however long.
 
-use pdsim_cluster::{LinkWindow, RecordSink, RequestRecord, StepSample};
+use pdsim_cluster::{LINK_WINDOW_NS, LinkWindow, RecordSink, RequestRecord, StepSample};
+use std::collections::BTreeMap;
 use std::io::Write;
 
 /// The process id of the KV-transfer tracks and of the link counters.
@@ -19,6 +25,9 @@ pub struct PerfettoSink<W: Write> {
     pool_names: Vec<String>,
     named_pools: Vec<bool>,
     named_cores: Vec<bool>,
+    /// Each link's (GPU, kind) last window with bytes, which its counter
+    /// still shows.
+    link_last_window: BTreeMap<(u32, &'static str), u64>,
 }
 
 /// Microseconds with nanosecond precision, printed the same everywhere.
@@ -39,6 +48,7 @@ impl<W: Write> PerfettoSink<W> {
             named_pools: vec![false; pool_names.len()],
             pool_names,
             named_cores: Vec::new(),
+            link_last_window: BTreeMap::new(),
         };
         sink.raw("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
         for (pid, name) in [(TRANSFERS_PID, "KV transfers"), (LINKS_PID, "links")] {
@@ -66,8 +76,22 @@ impl<W: Write> PerfettoSink<W> {
         self.raw(json);
     }
 
-    /// Closes the JSON and flushes; reports the first write error.
+    /// A link's utilisation counter at the start of `window`.
+    fn link_counter(&mut self, gpu: u32, kind: &str, window: u64, utilization: f64) {
+        self.event(&format!(
+            "{{\"ph\":\"C\",\"name\":{},\"pid\":{LINKS_PID},\"ts\":{},\"args\":{{\"utilization\":{:.4}}}}}",
+            json_string(&format!("gpu {gpu} {kind}")),
+            us(window.saturating_mul(LINK_WINDOW_NS)),
+            utilization
+        ));
+    }
+
+    /// Closes the JSON and flushes; reports the first write error. Every
+    /// link's counter drops to 0 after its last busy window.
     pub fn finish(mut self) -> Result<W, String> {
+        for ((gpu, kind), last) in std::mem::take(&mut self.link_last_window) {
+            self.link_counter(gpu, kind, last + 1, 0.0);
+        }
         self.raw("\n]}\n");
         if let Some(e) = self.error.take() {
             return Err(e);
@@ -102,12 +126,12 @@ impl<W: Write> RecordSink for PerfettoSink<W> {
     fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
 
     fn link_window(&mut self, w: LinkWindow) {
-        self.event(&format!(
-            "{{\"ph\":\"C\",\"name\":{},\"pid\":{LINKS_PID},\"ts\":{},\"args\":{{\"utilization\":{:.4}}}}}",
-            json_string(&format!("gpu {} {}", w.gpu, w.kind)),
-            us(w.window_start.as_ns()),
-            w.utilization
-        ));
+        let window = w.window_start.as_ns() / LINK_WINDOW_NS;
+        let last = self.link_last_window.insert((w.gpu, w.kind), window);
+        if let Some(last) = last.filter(|last| last + 1 < window) {
+            self.link_counter(w.gpu, w.kind, last + 1, 0.0);
+        }
+        self.link_counter(w.gpu, w.kind, window, w.utilization);
     }
 
     fn step(&mut self, s: &StepSample) {
@@ -190,5 +214,55 @@ mod tests {
             1
         );
         assert!(text.contains("pool decode") && text.contains("pod 1 rank 2"));
+    }
+
+    #[test]
+    fn a_link_counter_drops_to_zero_when_the_link_goes_quiet() {
+        let mut sink = PerfettoSink::new(Vec::new(), vec![]);
+        let window = |s: u64, gpu: u32, utilization: f64| LinkWindow {
+            window_start: SimTime(s * LINK_WINDOW_NS),
+            gpu,
+            kind: "nic-out",
+            bytes: 1.0,
+            utilization,
+        };
+        // Busy at 0 and 1, quiet for a year, busy again; another link once.
+        sink.link_window(window(0, 0, 0.5));
+        sink.link_window(window(1, 0, 0.25));
+        sink.link_window(window(1, 3, 0.125));
+        sink.link_window(window(31_536_000, 0, 1.0));
+        let text = String::from_utf8(sink.finish().unwrap()).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let counters: Vec<(String, f64, f64)> = json["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "C")
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_string(),
+                    e["ts"].as_f64().unwrap() / 1e6,
+                    e["args"]["utilization"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        let on = |gpu: &str| -> Vec<(f64, f64)> {
+            counters
+                .iter()
+                .filter(|c| c.0 == gpu)
+                .map(|c| (c.1, c.2))
+                .collect()
+        };
+        assert_eq!(
+            on("gpu 0 nic-out"),
+            [
+                (0.0, 0.5),
+                (1.0, 0.25),
+                (2.0, 0.0),
+                (31_536_000.0, 1.0),
+                (31_536_001.0, 0.0)
+            ]
+        );
+        assert_eq!(on("gpu 3 nic-out"), [(1.0, 0.125), (2.0, 0.0)]);
     }
 }

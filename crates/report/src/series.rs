@@ -2,6 +2,17 @@
 //! (`timeseries.csv`, written as samples arrive) and the per-pool
 //! aggregates the plots draw, kept in memory (a few numbers per pool per
 //! second).
+//!
+//! Idle stretches are written once. While the cluster is idle (no step or
+//! transfer running, no request anywhere or none that can move) the event
+//! loop sends the stretch's first sample and skips the rest until activity
+//! resumes (see `RecordSink::core_sample`), so the output grows with the
+//! work done, not with simulated idle time. Rows more than one second apart
+//! therefore mark an idle stretch: every second between them had the
+//! earlier row's requests waiting and running (none, unless some are
+//! stuck) and KV usage, no prefix query and no busy time.
+//! [`PoolSeries::stretches`] gives the seconds back with that meaning, and
+//! [`PoolSeries::mean`] weights them as the dense series would.
 
 use pdsim_cluster::{CoreSample, RecordSink, RequestRecord, SAMPLE_NS};
 use serde::Serialize;
@@ -22,11 +33,80 @@ pub struct PoolPoint {
     pub busy_share: f64,
 }
 
-/// One pool's series.
+/// One pool's series: a point per sampled second, in time order. Points
+/// more than a second apart bound an idle stretch (see the module
+/// documentation).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PoolSeries {
     pub name: String,
     pub points: Vec<PoolPoint>,
+}
+
+/// A run of seconds a pool series stands for: `seconds` consecutive
+/// seconds from `point.time_s`, each with `point`'s values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stretch {
+    pub point: PoolPoint,
+    pub seconds: u64,
+}
+
+impl PoolSeries {
+    /// Every second from the first point to the last, as stretches: each
+    /// point is one second; the seconds between a point and a later one
+    /// more than a second after it are one idle stretch, with the earlier
+    /// point's waiting, running and KV usage and no prefix query or busy
+    /// time — what the skipped samples would have said.
+    pub fn stretches(&self) -> impl Iterator<Item = Stretch> + '_ {
+        let next_times = self
+            .points
+            .iter()
+            .skip(1)
+            .map(|p| Some(p.time_s))
+            .chain([None]);
+        self.points.iter().zip(next_times).flat_map(|(p, next)| {
+            let gap_s = next.map_or(0, |next| (next - p.time_s).round().max(1.0) as u64 - 1);
+            let idle = (gap_s > 0).then_some(Stretch {
+                point: PoolPoint {
+                    time_s: p.time_s + 1.0,
+                    prefix_hit_rate: 0.0,
+                    busy_share: 0.0,
+                    ..*p
+                },
+                seconds: gap_s,
+            });
+            [
+                Some(Stretch {
+                    point: *p,
+                    seconds: 1,
+                }),
+                idle,
+            ]
+            .into_iter()
+            .flatten()
+        })
+    }
+
+    /// The mean of `value` over every second from the first point to the
+    /// last, idle stretches weighted by their length: what the mean over
+    /// the dense series (a point every second) gives. 0 without points.
+    pub fn mean(&self, value: fn(&PoolPoint) -> f64) -> f64 {
+        let (mut sum, mut seconds) = (0.0, 0u64);
+        for stretch in self.stretches() {
+            sum += value(&stretch.point) * stretch.seconds as f64;
+            seconds += stretch.seconds;
+        }
+        if seconds == 0 {
+            0.0
+        } else {
+            sum / seconds as f64
+        }
+    }
+}
+
+/// A sample time in seconds: exact for every whole second, however late
+/// (`ns as f64 / 1e9` would round past 2^53 ns, about 104 days).
+fn seconds(time_ns: u64) -> f64 {
+    (time_ns / SAMPLE_NS) as f64 + (time_ns % SAMPLE_NS) as f64 / 1e9
 }
 
 /// Collects [`CoreSample`]s; optionally writes them as CSV rows.
@@ -91,7 +171,7 @@ impl<W: Write> SeriesSink<W> {
                 let point = pool
                     .points
                     .last_mut()
-                    .filter(|p| p.time_s == time_ns as f64 / 1e9);
+                    .filter(|p| p.time_s == seconds(time_ns));
                 if let Some(point) = point {
                     point.kv_usage = kv / cores as f64;
                     point.prefix_hit_rate = if queries > 0 {
@@ -143,7 +223,10 @@ impl<W: Write> RecordSink for SeriesSink<W> {
         let hits = s.prefix_hits_tokens.saturating_sub(h0);
         // A step's whole duration is booked when it starts, so a step
         // longer than the window spills: the excess is carried into the
-        // next windows rather than lost.
+        // next windows rather than lost. (What is carried never exceeds
+        // what the core's last step has still to run, so it is zero at
+        // the first sample of an idle stretch and nothing is owed to the
+        // seconds skipped after it.)
         let owed = s.busy_ns.saturating_sub(b0) + carried;
         let used = owed.min(SAMPLE_NS);
         self.previous[i] = (
@@ -160,7 +243,7 @@ impl<W: Write> RecordSink for SeriesSink<W> {
         };
         let pool = s.pool as usize;
         if let (Some(series), Some(acc)) = (self.pools.get_mut(pool), self.round.get_mut(pool)) {
-            let time_s = time_ns as f64 / 1e9;
+            let time_s = seconds(time_ns);
             if series.points.last().is_none_or(|p| p.time_s != time_s) {
                 series.points.push(PoolPoint {
                     time_s,
@@ -238,6 +321,91 @@ mod tests {
         let text = String::from_utf8(csv.unwrap()).unwrap();
         assert_eq!(text.lines().count(), 7);
         assert!(text.starts_with("time_s,pool,pod,rank,waiting"));
+    }
+
+    #[test]
+    fn an_idle_stretch_counts_as_the_seconds_the_dense_series_has() {
+        // A core busy for seconds 1-2, idle from 3 (KV 0.25 held by the
+        // prefix cache), busy again at 9. The dense series samples every
+        // second; the sparse one skips seconds 4-8 as the event loop does.
+        let at = |t_s: u64, waiting: u32, kv: f64, busy_s: u64, q: u64| CoreSample {
+            time: SimTime(t_s * SAMPLE_NS),
+            pool: 0,
+            pod: 0,
+            rank: 0,
+            waiting,
+            running: u32::from(waiting > 0),
+            kv_usage: kv,
+            prefix_queries_tokens: q,
+            prefix_hits_tokens: q / 2,
+            busy_ns: busy_s * SAMPLE_NS / 2,
+        };
+        let mut dense_samples = vec![at(1, 3, 0.5, 1, 100), at(2, 1, 0.75, 2, 200)];
+        dense_samples.extend((3..=8).map(|t| at(t, 0, 0.25, 3, 300)));
+        dense_samples.extend([at(9, 2, 0.5, 4, 400), at(10, 0, 0.25, 5, 400)]);
+        let sparse_samples: Vec<CoreSample> = dense_samples
+            .iter()
+            .filter(|s| !(4..=8).contains(&(s.time.as_ns() / SAMPLE_NS)))
+            .copied()
+            .collect();
+        let collect = |samples: &[CoreSample]| {
+            let mut sink = SeriesSink::new(vec!["p".into()], Some(Vec::new()));
+            for s in samples {
+                sink.core_sample(s);
+            }
+            let (pools, csv) = sink.finish().unwrap();
+            (pools, String::from_utf8(csv.unwrap()).unwrap())
+        };
+        let (dense, dense_csv) = collect(&dense_samples);
+        let (sparse, sparse_csv) = collect(&sparse_samples);
+        assert_eq!(dense[0].points.len(), 10);
+        assert_eq!(sparse[0].points.len(), 5);
+        // The sparse CSV is the dense one without the skipped rows.
+        let kept: Vec<&str> = dense_csv
+            .lines()
+            .filter(|l| {
+                !["4,", "5,", "6,", "7,", "8,"]
+                    .iter()
+                    .any(|t| l.starts_with(t))
+            })
+            .collect();
+        assert_eq!(sparse_csv.lines().collect::<Vec<_>>(), kept);
+        // The stretches give the dense series back, second by second.
+        let expanded: Vec<PoolPoint> = sparse[0]
+            .stretches()
+            .flat_map(|s| {
+                (0..s.seconds).map(move |i| PoolPoint {
+                    time_s: s.point.time_s + i as f64,
+                    ..s.point
+                })
+            })
+            .collect();
+        assert_eq!(expanded, dense[0].points);
+        // Time means weight the idle seconds: a plain mean over the sparse
+        // points would not.
+        let values: [fn(&PoolPoint) -> f64; 5] = [
+            |p| p.kv_usage,
+            |p| p.busy_share,
+            |p| p.waiting as f64,
+            |p| p.running as f64,
+            |p| p.prefix_hit_rate,
+        ];
+        for value in values {
+            let plain = dense[0].points.iter().map(value).sum::<f64>() / 10.0;
+            assert!((sparse[0].mean(value) - plain).abs() < 1e-12);
+            assert!((dense[0].mean(value) - plain).abs() < 1e-12);
+        }
+        let naive = sparse[0].points.iter().map(|p| p.busy_share).sum::<f64>() / 5.0;
+        assert!((naive - sparse[0].mean(|p| p.busy_share)).abs() > 0.05);
+    }
+
+    #[test]
+    fn late_seconds_stay_whole() {
+        // Past 2^53 ns (about 104 days), `ns as f64 / 1e9` is not a whole
+        // number of seconds any more.
+        let t = 300 * 86_400 + 1;
+        assert_eq!(seconds(t * SAMPLE_NS), t as f64);
+        assert_eq!(seconds(1_500_000_000), 1.5);
     }
 
     #[test]

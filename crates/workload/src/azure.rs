@@ -27,7 +27,7 @@ use crate::{
     default_classes, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
-use pdsim_core::{Prompt, Segment, SimTime};
+use pdsim_core::{ARRIVAL_HORIZON, Prompt, Segment, SimTime};
 use std::io::BufRead;
 
 /// Reads an Azure LLM inference trace one row at a time.
@@ -146,9 +146,21 @@ impl State {
                 ),
             ));
         }
-        let since_first = self.order.accept(time, line);
+        let arrival = SimTime(self.order.offset(time));
+        if arrival > ARRIVAL_HORIZON {
+            return Err(error(
+                0,
+                format!(
+                    "`{}` is {} days after the first row, beyond the 365 days (one year) of \
+                     simulated time pdsim replays",
+                    fields[0],
+                    arrival.as_ns() / (86_400 * 1_000_000_000)
+                ),
+            ));
+        }
+        self.order.accept(time, line);
         Ok(RequestSpec {
-            arrival: SimTime(since_first),
+            arrival,
             prompt: Prompt::new(vec![Segment {
                 id: content_id(line, AZURE_SALT),
                 tokens: input as u32,

@@ -53,7 +53,7 @@ pub use sniff::{TraceFormat, TraceReader};
 pub use synthetic::Synthetic;
 pub use tracev2::TraceV2Reader;
 
-use pdsim_core::{Prompt, SimTime};
+use pdsim_core::{ARRIVAL_HORIZON, Prompt, SimTime};
 use std::fmt;
 
 /// The largest prompt or output length, in tokens, any reader accepts.
@@ -100,12 +100,38 @@ impl ArrivalOrder {
         }
     }
 
+    /// The time since the first recorded row a row at `time` would have
+    /// (0 for the first row), without recording it.
+    pub(crate) fn offset(&self, time: u64) -> u64 {
+        time.saturating_sub(self.first.unwrap_or(time))
+    }
+
     /// Records a valid row at `time` on `line` and returns its time since
     /// the first recorded row. Call [`ArrivalOrder::check`] first.
     pub(crate) fn accept(&mut self, time: u64, line: u64) -> u64 {
         let first = *self.first.get_or_insert(time);
         self.last = Some((time, line));
         time.saturating_sub(first)
+    }
+}
+
+/// The arrival of a row `offset` units of `unit_ns` nanoseconds after its
+/// origin (`unit` names the unit and `origin` the origin in messages: "after
+/// the first row"), or the message saying why it cannot be simulated: it
+/// does not fit in nanoseconds, or it lies beyond [`ARRIVAL_HORIZON`].
+pub(crate) fn arrival_at(
+    offset: u64,
+    unit_ns: u64,
+    unit: &str,
+    origin: &str,
+) -> Result<SimTime, String> {
+    let horizon = ARRIVAL_HORIZON.as_ns() / unit_ns;
+    match SimTime::checked_from_units(offset, unit_ns) {
+        Some(at) if at <= ARRIVAL_HORIZON => Ok(at),
+        _ => Err(format!(
+            "{offset} {unit} {origin} is beyond the {horizon} {unit} (one year) of \
+             simulated time pdsim replays; is the column in {unit}?"
+        )),
     }
 }
 

@@ -40,10 +40,10 @@
 use crate::lines::{Line, Lines};
 use crate::{
     ArrivalOrder, MOONCAKE_SALT, MOONCAKE_UNIQUE_SALT, RequestSource, RequestSpec, TraceError,
-    check_tokens, default_classes, raise_output,
+    arrival_at, check_tokens, default_classes, raise_output,
 };
 use pdsim_core::prompt::content_id;
-use pdsim_core::{Prompt, Segment, SimTime};
+use pdsim_core::{Prompt, Segment};
 use serde_json::{Map, Value};
 use std::io::BufRead;
 
@@ -204,10 +204,17 @@ impl State {
                 ),
             )));
         }
-        let since_first = self.order.accept(timestamp, line);
+        let arrival = arrival_at(
+            self.order.offset(timestamp),
+            1_000_000,
+            "ms",
+            "after the first row",
+        )
+        .map_err(|message| key_error(("timestamp", message)))?;
+        self.order.accept(timestamp, line);
 
         Ok(RequestSpec {
-            arrival: SimTime::from_ms(since_first),
+            arrival,
             prompt: Prompt::new(segments),
             output_tokens: raise_output(output, &mut self.raised),
             priority: 0,

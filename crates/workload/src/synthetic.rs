@@ -10,7 +10,9 @@
 //! - Arrivals are a Poisson process started at time zero: gaps are
 //!   exponential with mean `1 / rate`, drawn from
 //!   `Stream::new(seed, Purpose::Arrivals, 0)` and rounded to whole
-//!   nanoseconds, so the first request arrives after one gap.
+//!   nanoseconds, so the first request arrives after one gap. An arrival
+//!   past [`pdsim_core::ARRIVAL_HORIZON`] (one year) is an error naming the
+//!   rate, and the stream ends there.
 //! - Lengths are drawn from `Stream::new(seed, Purpose::Lengths, 0)`, the
 //!   prompt before the output for each request: a normal with the shape's
 //!   mean and standard deviation, clipped to `[tokens_min, tokens_max]`
@@ -33,12 +35,16 @@ use crate::{
     default_classes,
 };
 use pdsim_core::prompt::{content_id, mix64};
-use pdsim_core::{Prompt, Purpose, Segment, SimDuration, SimTime, Stream};
+use pdsim_core::{ARRIVAL_HORIZON, Prompt, Purpose, Segment, SimDuration, SimTime, Stream};
 use pdsim_spec::catalog::{LengthDistribution, Shape};
 use rand_distr::{Distribution, Exp, Normal};
 
 /// A finite stream of requests drawn from a workload shape.
 pub struct Synthetic {
+    /// The shape's name and the rate, for the message about an arrival
+    /// beyond the horizon.
+    name: String,
+    rate_per_s: f64,
     requests: u64,
     emitted: u64,
     now: SimTime,
@@ -151,6 +157,8 @@ impl Synthetic {
             ));
         }
         Ok(Synthetic {
+            name: name.to_string(),
+            rate_per_s,
             requests,
             emitted: 0,
             now: SimTime::ZERO,
@@ -166,6 +174,16 @@ impl Synthetic {
     }
 }
 
+/// A rate for messages: plain when it reads well that way, else in
+/// scientific notation (`1e-300`, not three hundred zeros).
+fn rate_text(rate: f64) -> String {
+    if (1e-3..1e6).contains(&rate) {
+        format!("{rate}")
+    } else {
+        format!("{rate:e}")
+    }
+}
+
 impl Iterator for Synthetic {
     type Item = Result<RequestSpec, TraceError>;
 
@@ -175,7 +193,32 @@ impl Iterator for Synthetic {
         }
         let index = self.emitted;
         self.emitted += 1;
-        self.now += SimDuration::from_secs_f64(self.gap.sample(self.arrivals.rng()));
+        let gap_s = self.gap.sample(self.arrivals.rng());
+        // A gap too long for nanoseconds, or an arrival past the horizon,
+        // means the rate is too low for the run to be simulated: an input
+        // error, after which the stream ends.
+        let at = SimDuration::checked_from_secs_f64(gap_s)
+            .and_then(|gap| self.now.checked_add(gap))
+            .filter(|at| *at <= ARRIVAL_HORIZON);
+        let Some(at) = at else {
+            self.emitted = self.requests;
+            let after_s = self.now.as_ns() as f64 / 1e9 + gap_s;
+            return Some(Err(TraceError::new(
+                &self.name,
+                0,
+                Some("rate"),
+                format!(
+                    "request {} would arrive {after_s:.3e} s after the start, beyond the one \
+                     year ({} s) of simulated time pdsim replays: {} requests per second is \
+                     too low a rate for {} requests",
+                    index + 1,
+                    ARRIVAL_HORIZON.as_ns() / 1_000_000_000,
+                    rate_text(self.rate_per_s),
+                    self.requests
+                ),
+            )));
+        };
+        self.now = at;
         let prompt = self
             .prompt
             .draw(&mut self.lengths)

@@ -57,10 +57,10 @@
 use crate::lines::{CsvRecords, Fields};
 use crate::{
     ArrivalOrder, MAX_TOKENS, RequestSource, RequestSpec, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT,
-    TraceError, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
+    TraceError, arrival_at, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
-use pdsim_core::{Prompt, Segment, SimTime};
+use pdsim_core::{Prompt, Segment};
 use pdsim_spec::scenario::{TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS, TraceHeader};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -397,6 +397,8 @@ impl State {
         if arrival > u64::MAX / 1_000 {
             return Err(row.error(arrival_column, format!("{arrival} µs is too large")));
         }
+        let arrival_time = arrival_at(arrival, 1_000, "µs", "from the trace's origin")
+            .map_err(|message| row.error(arrival_column, message))?;
         for column in CLIENT_TIMES_US {
             row.int(c(column))?;
         }
@@ -477,7 +479,7 @@ impl State {
         // TraceV2 arrivals keep the trace's own origin.
         self.order.accept(arrival, line);
         Ok(RequestSpec {
-            arrival: SimTime::from_us(arrival),
+            arrival: arrival_time,
             prompt: Prompt::new(segments),
             output_tokens: raise_output(output, &mut self.raised),
             priority,
