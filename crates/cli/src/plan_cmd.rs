@@ -683,7 +683,8 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
         } else {
             part.clone()
         };
-        let text = std::fs::read_to_string(&file)
+        let text = crate::disk::read_limited(&file, crate::disk::MAX_PLAN_BYTES)
+            .and_then(pdsim_spec::files::decode)
             .map_err(|e| failure(2, format!("{}: {e}", file.display())))?;
         let plan: Plan = serde_json::from_str(&text)
             .map_err(|e| failure(1, format!("{}: not a pdsim plan: {e}", file.display())))?;

@@ -56,6 +56,11 @@ impl LineIndex {
                 }
                 Event::Alias(_) => Self::value_done(&mut stack, &mut lines, line),
                 Event::MappingStart(..) | Event::SequenceStart(..) => {
+                    // Deeper text is refused by `check_yaml` before it is
+                    // loaded; indexing it would only build longer paths.
+                    if stack.len() >= crate::load::MAX_YAML_DEPTH {
+                        break;
+                    }
                     let is_map = matches!(event, Event::MappingStart(..));
                     let path = match stack.last_mut() {
                         None => Some(String::new()),
