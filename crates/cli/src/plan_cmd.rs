@@ -196,8 +196,8 @@ fn candidates(
         let text = WithDefaults
             .read(d)
             .map_err(|e| failure(2, format!("{}: {e:?}", d.display())))?;
-        let doc: serde_yaml::Value =
-            serde_yaml::from_str(&text).map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
+        let doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
+            .map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
         let pools: Vec<(String, u64)> = doc
             .get("pools")
             .and_then(|p| p.as_sequence())
@@ -328,7 +328,7 @@ fn smaller_cluster(scenario: &Path, nodes: u64, overlay: &mut Overlay) -> Result
     let text = WithDefaults
         .read(scenario)
         .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
-    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text)
+    let mut doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
         .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
     if let Some(cluster) = doc.get_mut("cluster").and_then(|c| c.as_mapping_mut()) {
         cluster.insert("nodes".into(), serde_yaml::Value::from(nodes));
@@ -342,7 +342,7 @@ fn cluster_shape(scenario: &Path) -> Result<(u64, u64), Failure> {
     let text = WithDefaults
         .read(scenario)
         .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text)
+    let doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
         .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
     let get = |key: &str| {
         doc.get("cluster")

@@ -52,6 +52,18 @@ fn keys_only(
 pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterProblem>> {
     let mut out = Manifests::default();
     let mut problems = Vec::new();
+    // Bounds the parser's work (nesting depth, alias expansion) first.
+    let text = match pdsim_spec::load::check_yaml(text) {
+        Ok(text) => text,
+        Err(refusal) => {
+            return Err(vec![RouterProblem {
+                file: file.into(),
+                path: String::new(),
+                code: refusal.code,
+                message: refusal.to_string(),
+            }]);
+        }
+    };
     for (d, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value = match Value::deserialize(document) {
             Ok(v) => v,

@@ -61,14 +61,17 @@ fn too_deep(line: Option<u32>) -> YamlRefusal {
 
 /// Checks, in time linear in its length, that `text` stays within
 /// [`MAX_YAML_DEPTH`] and [`MAX_ALIAS_NODES`], so the parsers that follow do
-/// bounded work. Every YAML text pdsim parses goes through this first.
+/// bounded work, and returns the text to parse: `text` without a leading
+/// UTF-8 byte-order mark, which the YAML parser would take for the start
+/// of a second document. Every YAML text pdsim parses goes through this
+/// first.
 ///
 /// The check walks the events of `saphyr_parser`, which limits flow nesting
 /// itself and stops as soon as a limit is crossed. A text that this parser
 /// rejects for another reason (a syntax error, which the real parse then
 /// reports) is checked by a conservative scan of its brackets instead, so
 /// no text reaches `serde_yaml` without a bound on its nesting.
-pub fn check_yaml(text: &str) -> Result<(), YamlRefusal> {
+pub fn check_yaml(text: &str) -> Result<&str, YamlRefusal> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     // For each open collection: its anchor (0 for none) and the nodes in
     // it so far, with aliases counted as the nodes they repeat.
@@ -83,7 +86,7 @@ pub fn check_yaml(text: &str) -> Result<(), YamlRefusal> {
             Err(e) if e.info().contains("recursion limit") => {
                 return Err(too_deep(line_of(e.marker().line())));
             }
-            Err(_) => return scan_brackets(text),
+            Err(_) => return scan_brackets(text).map(|()| text),
         };
         let nodes = match event {
             Event::MappingStart(anchor, _) | Event::SequenceStart(anchor, _) => {
@@ -130,7 +133,7 @@ pub fn check_yaml(text: &str) -> Result<(), YamlRefusal> {
             *total = total.saturating_add(nodes);
         }
     }
-    Ok(())
+    Ok(text)
 }
 
 /// The fallback of [`check_yaml`]: counts flow brackets outside comments and
@@ -189,8 +192,8 @@ fn scan_brackets(text: &str) -> Result<(), YamlRefusal> {
 /// message: library errors quote the input, and values are cut to a few
 /// hundred characters.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    check_yaml(text).map_err(|e| e.to_string())?;
-    serde_yaml::from_str(text.strip_prefix('\u{feff}').unwrap_or(text))
+    let text = check_yaml(text).map_err(|e| e.to_string())?;
+    serde_yaml::from_str(text)
         .map_err(|e| bound_message(&shorten_quotes(&e.to_string())).into_owned())
 }
 

@@ -87,7 +87,7 @@ fn read(
 
 /// Reads the `kind` of a document without committing to a type.
 fn kind_of(source: &Source) -> Option<String> {
-    let value: serde_yaml::Value = serde_yaml::from_str(&source.text).ok()?;
+    let value: serde_yaml::Value = crate::load::from_str(&source.text).ok()?;
     value.get("kind")?.as_str().map(str::to_string)
 }
 
