@@ -69,17 +69,43 @@ pub fn bound_message(text: &str) -> Cow<'_, str> {
     cut(text, MESSAGE_CHARS)
 }
 
+/// Room for the `… (N bytes)` a cut appends: a text at most this much
+/// longer than the limit is kept whole, so cutting what was already cut
+/// (a message shortened when it was made, and again when it is shown)
+/// changes nothing.
+const CUT_SLACK_CHARS: usize = 32;
+
 /// The first `max_chars` characters of `text` and `… (N bytes)` when it is
-/// longer; `text` itself otherwise. Looks at no more of `text` than it keeps.
+/// longer (by more than [`CUT_SLACK_CHARS`]); `text` itself otherwise. Looks
+/// at no more of `text` than it keeps.
 fn cut(text: &str, max_chars: usize) -> Cow<'_, str> {
-    match text.char_indices().nth(max_chars) {
-        None => Cow::Borrowed(text),
-        Some((end, _)) => Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len())),
+    if text
+        .char_indices()
+        .nth(max_chars + CUT_SLACK_CHARS)
+        .is_none()
+    {
+        return Cow::Borrowed(text);
     }
+    let end = text
+        .char_indices()
+        .nth(max_chars)
+        .map_or(text.len(), |(i, _)| i);
+    Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+}
+
+/// `text` as a message shows it: every quoted part cut by
+/// [`shorten_quotes`], and the whole cut by [`bound_message`]. Problems and
+/// trace errors are shown through this, so no check can make one quote a
+/// value whole, however it built its message.
+pub fn shorten(text: &str) -> Cow<'_, str> {
+    if text.len() <= QUOTE_CHARS {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(bound_message(&shorten_quotes(text)).into_owned())
 }
 
 fn serialize_bounded<S: serde::Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&bound_message(text))
+    serializer.serialize_str(&shorten(text))
 }
 
 /// How bad a problem is. Errors make a bundle invalid; warnings do not.
@@ -104,8 +130,9 @@ impl Severity {
 /// `path` is the dotted key path (`pools[1].parallel.dp_local`), empty for the
 /// document as a whole. `code` is a stable kebab-case identifier that tests and
 /// scripts match on; `message` is for people. Both the path and the message
-/// are shown (displayed or serialized) cut to [`MESSAGE_CHARS`] characters,
-/// whatever a check put in them.
+/// are shown (displayed or serialized) through [`shorten`]: quoted values cut
+/// to [`QUOTE_CHARS`] characters and the whole to [`MESSAGE_CHARS`], whatever
+/// a check put in them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Problem {
     pub severity: Severity,
@@ -127,9 +154,9 @@ impl std::fmt::Display for Problem {
         }
         write!(f, ": {}: ", self.severity.as_str())?;
         if !self.path.is_empty() {
-            write!(f, "{}: ", bound_message(&self.path))?;
+            write!(f, "{}: ", shorten(&self.path))?;
         }
-        write!(f, "{} [{}]", bound_message(&self.message), self.code)
+        write!(f, "{} [{}]", shorten(&self.message), self.code)
     }
 }
 
@@ -204,19 +231,20 @@ impl<'a> IntoIterator for &'a Problems {
 
 #[cfg(test)]
 mod tests {
-    use super::{MESSAGE_CHARS, Problem, QUOTE_CHARS, Severity, quote, shorten_quotes};
+    use super::{MESSAGE_CHARS, Problem, QUOTE_CHARS, Severity, quote, shorten, shorten_quotes};
 
     #[test]
     fn long_values_are_quoted_by_their_start_and_length() {
         assert_eq!(quote("short"), "short");
         let exact = "é".repeat(QUOTE_CHARS);
         assert_eq!(quote(&exact), exact.as_str());
+        assert_eq!(quote(&quote(&"q".repeat(5_000))), quote(&"q".repeat(5_000)));
         let long = "k".repeat(1_000_000);
         let quoted = quote(&long);
         assert!(quoted.chars().count() <= QUOTE_CHARS + 20, "{quoted}");
         assert!(quoted.ends_with("… (1000000 bytes)"), "{quoted}");
         // A cut never splits a character.
-        let wide = "é".repeat(QUOTE_CHARS + 1);
+        let wide = "é".repeat(QUOTE_CHARS + 100);
         assert!(quote(&wide).starts_with(&"é".repeat(QUOTE_CHARS)));
     }
 
@@ -244,7 +272,7 @@ mod tests {
     #[test]
     fn a_problem_shows_at_most_a_bounded_message_and_path() {
         let huge = "x".repeat(1_000_000);
-        let problem = Problem {
+        let mut problem = Problem {
             severity: Severity::Error,
             file: "a.yaml".into(),
             line: Some(3),
@@ -253,17 +281,34 @@ mod tests {
             message: format!("unknown field `{huge}`"),
         };
         let shown = problem.to_string();
-        assert!(shown.len() < 2 * MESSAGE_CHARS + 100, "{}", shown.len());
+        assert!(
+            shown.len() < MESSAGE_CHARS + QUOTE_CHARS + 100,
+            "{}",
+            shown.len()
+        );
         assert!(
             shown.starts_with("a.yaml:3: error: xxx"),
             "{}",
             &shown[..40]
         );
+        // The quoted key is cut to a quote's length ...
         assert!(
-            shown.ends_with("(1000016 bytes) [unknown-key]"),
+            shown.ends_with("(1000000 bytes)` [unknown-key]"),
             "{}",
             &shown[shown.len() - 60..]
         );
+        // ... and a message that quotes nothing is cut as a whole.
+        problem.message = huge.replace('x', "y ");
+        let shown = problem.to_string();
+        assert!(
+            shown.ends_with("… (2000000 bytes) [unknown-key]"),
+            "{}",
+            &shown[shown.len() - 60..]
+        );
+        // Shortening is idempotent.
+        let once = shorten(&problem.message).into_owned();
+        assert_eq!(shorten(&once), once.as_str());
+        assert!(shown.len() < 2 * MESSAGE_CHARS + 100, "{}", shown.len());
         let json = serde_json::to_string(&problem).unwrap();
         assert!(json.len() < 2 * MESSAGE_CHARS + 200, "{}", json.len());
     }

@@ -54,7 +54,7 @@ pub use synthetic::Synthetic;
 pub use tracev2::TraceV2Reader;
 
 use pdsim_core::{Prompt, SimTime};
-use pdsim_spec::problem::{bound_message, quote};
+use pdsim_spec::problem::{quote, shorten};
 use std::fmt;
 
 /// The largest prompt or output length, in tokens, any reader accepts.
@@ -179,7 +179,7 @@ impl TraceError {
             file: file.to_string(),
             line,
             column: column.map(str::to_string),
-            message: bound_message(&message).into_owned(),
+            message: shorten(&message).into_owned(),
         }
     }
 }
@@ -195,7 +195,7 @@ impl fmt::Display for TraceError {
         if let Some(column) = &self.column {
             write!(f, ": {column}")?;
         }
-        write!(f, ": {}", bound_message(&self.message))
+        write!(f, ": {}", shorten(&self.message))
     }
 }
 
