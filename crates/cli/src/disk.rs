@@ -24,7 +24,8 @@ impl Files for DiskFiles {
     fn kind(&self, path: &Path) -> FileKind {
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => FileKind::Directory,
-            Ok(_) => FileKind::File,
+            Ok(meta) if meta.is_file() => FileKind::File,
+            Ok(meta) => FileKind::Special(type_name(&meta.file_type())),
             Err(_) => FileKind::Missing,
         }
     }
@@ -124,7 +125,7 @@ pub fn read_limited(path: &Path, limit_bytes: u64) -> Result<Vec<u8>, ReadError>
 #[cfg(test)]
 mod tests {
     use super::{DiskFiles, read_limited};
-    use pdsim_spec::files::{Files, MAX_DOCUMENT_BYTES, ReadError};
+    use pdsim_spec::files::{FileKind, Files, MAX_DOCUMENT_BYTES, ReadError};
     use std::path::{Path, PathBuf};
 
     fn temp(name: &str) -> PathBuf {
@@ -135,6 +136,10 @@ mod tests {
 
     #[test]
     fn dev_zero_is_refused_without_reading_it() {
+        assert_eq!(
+            DiskFiles.kind(Path::new("/dev/zero")),
+            FileKind::Special("a character device")
+        );
         let error = DiskFiles.read(Path::new("/dev/zero")).unwrap_err();
         assert_eq!(
             error,

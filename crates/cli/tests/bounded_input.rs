@@ -104,6 +104,36 @@ fn special_files_are_refused_without_reading_them() {
         format!("{out}{err}").contains("FIFO (named pipe), not a regular file"),
         "{out}{err}"
     );
+    // A scenario naming the FIFO as its trace: validate refuses it too, so
+    // validate and run agree.
+    let scenario = write(
+        &d.join("scenario.yaml"),
+        format!(
+            "{}workload:\n  trace:\n    data: trace.jsonl\n    header: {{trace_version: 2, time_unit: us, mode: real}}\n",
+            text("scenarios/default.yaml")
+        ),
+    );
+    let (code, out, err) = pdsim(&[
+        "validate",
+        "--scenario",
+        &scenario,
+        "deployments/default.yaml",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    let all = format!("{out}{err}");
+    assert!(
+        all.contains("workload.trace.data") && all.contains("file-not-regular"),
+        "{all}"
+    );
+    let (code, out, err) = pdsim(&[
+        "run",
+        "--scenario",
+        &scenario,
+        "--out",
+        &d.join("out").display().to_string(),
+    ]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(format!("{out}{err}").contains("FIFO"), "{out}{err}");
 }
 
 #[test]
@@ -206,6 +236,14 @@ fn a_utf8_bom_is_accepted_in_documents_router_files_and_traces() {
         &out_dir,
     ]);
     assert_eq!(code, 0, "{out}{err}");
+    // The README's digest of the trace is its SHA-256, hashed as streamed.
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(std::fs::read(&trace).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let readme = std::fs::read_to_string(d.join("out/README.md")).unwrap();
+    assert!(readme.contains(&format!("`{trace}`: `{sha}`")), "{readme}");
 }
 
 #[test]

@@ -9,15 +9,15 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 /// What is at a path.
-///
-/// `File` means "something that is not a directory": a regular file, or a
-/// device, FIFO or socket, which [`Files::read`] then refuses with
-/// [`ReadError::NotRegular`]. Checks that only ask whether a path names a
-/// file therefore pass a FIFO on to the read, whose message says what it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
+    /// A regular file.
     File,
     Directory,
+    /// Something else: a FIFO, a device, a socket, which pdsim never reads
+    /// (opening a FIFO blocks until a writer comes; `/dev/zero` never ends),
+    /// described in words ("a FIFO (named pipe)").
+    Special(&'static str),
     Missing,
 }
 
@@ -244,6 +244,7 @@ impl Files for MemoryFiles {
                 Ok(text.strip_prefix('\u{feff}').unwrap_or(text).to_string())
             }
             FileKind::Directory => Err(ReadError::IsDirectory),
+            FileKind::Special(kind) => Err(ReadError::NotRegular { kind }),
             FileKind::Missing => Err(ReadError::Missing),
         }
     }
