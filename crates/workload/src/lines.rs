@@ -41,11 +41,11 @@ pub(crate) enum Line<'a> {
     Failed(u64, std::io::Error),
 }
 
-/// Why a line (or record) of `bytes` bytes, or more, is refused.
-fn too_long(bytes: usize) -> String {
+/// Why a line (or a CSV record, `what`) of `bytes` bytes is refused.
+fn too_long(what: &str, bytes: usize) -> String {
     format!(
-        "the line is longer than {} MiB ({MAX_LINE_BYTES} bytes; {bytes} or more read), the most \
-         pdsim reads of one trace row",
+        "the {what} is longer than {} MiB ({MAX_LINE_BYTES} bytes), the most pdsim reads of one \
+         trace row: it has {bytes} bytes",
         MAX_LINE_BYTES / (1024 * 1024)
     )
 }
@@ -124,7 +124,7 @@ impl<R: BufRead> Lines<R> {
             Ok((read, over)) => {
                 self.line += 1;
                 if over {
-                    return Some(Line::Bad(self.line, too_long(read)));
+                    return Some(Line::Bad(self.line, too_long("line", read)));
                 }
                 let mut start = 0;
                 if self.line == 1 {
@@ -145,7 +145,7 @@ impl<R: BufRead> Lines<R> {
                     end -= 1;
                 }
                 if end - start > MAX_LINE_BYTES {
-                    return Some(Line::Bad(self.line, too_long(end - start)));
+                    return Some(Line::Bad(self.line, too_long("line", end - start)));
                 }
                 match std::str::from_utf8(&self.buf[start..end]) {
                     Ok(text) => Some(Line::Text(self.line, text)),
@@ -255,7 +255,7 @@ impl<R: BufRead> CsvRecords<R> {
             let (line, text) = match self.lines.next_line() {
                 None if start == 0 => return None,
                 None if length > MAX_LINE_BYTES => {
-                    return Some(Record::Bad(start, too_long(length)));
+                    return Some(Record::Bad(start, too_long("record", length)));
                 }
                 None => {
                     return Some(Record::Bad(start, "a quoted field is not closed".into()));
@@ -318,7 +318,7 @@ impl<R: BufRead> CsvRecords<R> {
             }
             if !quoted {
                 if !keep {
-                    return Some(Record::Bad(start, too_long(length)));
+                    return Some(Record::Bad(start, too_long("record", length)));
                 }
                 fields.ends.push(fields.text.len());
                 return Some(Record::Fields(start, &self.fields));
@@ -456,7 +456,7 @@ mod tests {
         );
         assert_eq!(got[0], ok(1, &["h"]));
         assert_eq!(got[1].0, 2);
-        assert!(got[1].1.as_ref().unwrap_err().contains("longer than 1 MiB"));
+        assert!(got[1].1.as_ref().unwrap_err().contains("record is longer than 1 MiB"));
         assert_eq!(got[2].0, (2 * MAX_LINE_BYTES / 100 + 3) as u64);
         assert_eq!(got[2].1, Ok(vec!["after".to_string()]));
         // An unclosed quote reaching the end of a long file says so too.
