@@ -29,12 +29,24 @@ pub const MAX_YAML_DEPTH: usize = 64;
 /// would build in memory.
 pub const MAX_ALIAS_NODES: u64 = 100_000;
 
+/// The most nodes (scalars, mappings, sequences, aliases) a YAML text may
+/// hold.
+///
+/// Parsing costs a few hundred bytes of memory per node (the parser's
+/// events, the value built from them, the line index), so a text under
+/// [`MAX_DOCUMENT_BYTES`](crate::files::MAX_DOCUMENT_BYTES) made of `[],`
+/// would take about 1 GB and ten seconds. A million nodes is ten megabytes
+/// of `key: value` lines, thousands of times pdsim's largest documents, and
+/// costs a few hundred megabytes at most.
+pub const MAX_YAML_NODES: u64 = 1_000_000;
+
 /// Why a YAML text was refused before it was parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct YamlRefusal {
     /// The 1-based line where the limit was crossed, when known.
     pub line: Option<u32>,
-    /// A stable problem code: `too-deep` or `too-many-aliases`.
+    /// A stable problem code: `too-deep`, `too-many-nodes` or
+    /// `too-many-aliases`.
     pub code: &'static str,
     pub message: String,
 }
@@ -72,7 +84,13 @@ fn too_deep(line: Option<u32>) -> YamlRefusal {
 /// reports) is checked by a conservative scan of its brackets instead, so
 /// no text reaches `serde_yaml` without a bound on its nesting.
 pub fn check_yaml(text: &str) -> Result<&str, YamlRefusal> {
+    check_within(text, MAX_YAML_NODES)
+}
+
+/// [`check_yaml`] with a node limit of `max_nodes`, so tests can reach it.
+fn check_within(text: &str, max_nodes: u64) -> Result<&str, YamlRefusal> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut seen: u64 = 0;
     // For each open collection: its anchor (0 for none) and the nodes in
     // it so far, with aliases counted as the nodes they repeat.
     let mut open: Vec<(usize, u64)> = Vec::new();
@@ -88,6 +106,25 @@ pub fn check_yaml(text: &str) -> Result<&str, YamlRefusal> {
             }
             Err(_) => return scan_brackets(text).map(|()| text),
         };
+        if matches!(
+            event,
+            Event::MappingStart(..)
+                | Event::SequenceStart(..)
+                | Event::Scalar(..)
+                | Event::Alias(_)
+        ) {
+            seen += 1;
+            if seen > max_nodes {
+                return Err(YamlRefusal {
+                    line: line_of(span.start.line()),
+                    code: "too-many-nodes",
+                    message: format!(
+                        "the document has more than {max_nodes} values (keys, items, \
+                         collections), more than pdsim reads"
+                    ),
+                });
+            }
+        }
         let nodes = match event {
             Event::MappingStart(anchor, _) | Event::SequenceStart(anchor, _) => {
                 if open.len() >= MAX_YAML_DEPTH {
@@ -363,7 +400,10 @@ fn classify(message: &str) -> (&'static str, String) {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_ALIAS_NODES, MAX_YAML_DEPTH, Source, check_yaml, from_str, load};
+    use super::{
+        MAX_ALIAS_NODES, MAX_YAML_DEPTH, MAX_YAML_NODES, Source, check_within, check_yaml,
+        from_str, load,
+    };
     use std::collections::BTreeMap;
 
     #[derive(Debug, serde::Deserialize)]
@@ -436,6 +476,17 @@ mod tests {
         // A few aliases are fine.
         let fine = "kind: x\nitems: [&a {b: 1}, *a, *a]\n";
         assert!(load::<Doc>(&Source::new("d.yaml", fine)).is_ok());
+    }
+
+    #[test]
+    fn a_document_of_too_many_nodes_is_refused_at_the_first_beyond() {
+        let text = format!("kind: x\nitems:\n{}", "- [a, b]\n".repeat(100));
+        // The mapping, two keys, a value and the list, then 3 nodes per item.
+        assert!(check_within(&text, 5 + 300).is_ok());
+        let error = check_within(&text, 5 + 299).unwrap_err();
+        assert_eq!((error.code, error.line), ("too-many-nodes", Some(102)));
+        assert!(error.message.contains("more than 304 values"), "{error}");
+        assert_eq!(MAX_YAML_NODES, 1_000_000);
     }
 
     #[test]

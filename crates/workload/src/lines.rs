@@ -456,7 +456,13 @@ mod tests {
         );
         assert_eq!(got[0], ok(1, &["h"]));
         assert_eq!(got[1].0, 2);
-        assert!(got[1].1.as_ref().unwrap_err().contains("record is longer than 1 MiB"));
+        assert!(
+            got[1]
+                .1
+                .as_ref()
+                .unwrap_err()
+                .contains("record is longer than 1 MiB")
+        );
         assert_eq!(got[2].0, (2 * MAX_LINE_BYTES / 100 + 3) as u64);
         assert_eq!(got[2].1, Ok(vec!["after".to_string()]));
         // An unclosed quote reaching the end of a long file says so too.
