@@ -195,7 +195,7 @@ fn candidates(
         }
         let text = WithDefaults
             .read(d)
-            .map_err(|e| failure(2, format!("{}: {e:?}", d.display())))?;
+            .map_err(|e| failure(2, format!("{}: {e}", d.display())))?;
         let doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
             .map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
         let pools: Vec<(String, u64)> = doc
@@ -327,7 +327,7 @@ fn smaller_cluster(scenario: &Path, nodes: u64, overlay: &mut Overlay) -> Result
     }
     let text = WithDefaults
         .read(scenario)
-        .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
+        .map_err(|e| failure(2, format!("{}: {e}", scenario.display())))?;
     let mut doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
         .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
     if let Some(cluster) = doc.get_mut("cluster").and_then(|c| c.as_mapping_mut()) {
@@ -341,7 +341,7 @@ fn smaller_cluster(scenario: &Path, nodes: u64, overlay: &mut Overlay) -> Result
 fn cluster_shape(scenario: &Path) -> Result<(u64, u64), Failure> {
     let text = WithDefaults
         .read(scenario)
-        .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
+        .map_err(|e| failure(2, format!("{}: {e}", scenario.display())))?;
     let doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
         .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
     let get = |key: &str| {
