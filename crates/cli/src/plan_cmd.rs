@@ -686,8 +686,10 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
         let text = crate::disk::read_limited(&file, crate::disk::MAX_PLAN_BYTES)
             .and_then(pdsim_spec::files::decode)
             .map_err(|e| failure(2, format!("{}: {e}", file.display())))?;
-        let plan: Plan = serde_json::from_str(&text)
-            .map_err(|e| failure(1, format!("{}: not a pdsim plan: {e}", file.display())))?;
+        let plan: Plan = serde_json::from_str(&text).map_err(|e| {
+            let why = pdsim_spec::problem::shorten(&e.to_string()).into_owned();
+            failure(1, format!("{}: not a pdsim plan: {why}", file.display()))
+        })?;
         plans.push(plan);
     }
     let plan = Plan::merge(plans).map_err(|e| failure(1, e))?;
