@@ -322,3 +322,29 @@ fn a_huge_value_or_key_is_quoted_short() {
         );
     }
 }
+
+#[test]
+fn plan_merge_reads_only_regular_plan_files_and_quotes_short() {
+    let d = dir("plan-merge");
+    let out = d.join("merged").display().to_string();
+    let (code, stdout, stderr) = pdsim(&["plan", "merge", "/dev/zero", "--out", &out]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("/dev/zero: is a character device, not a regular file"),
+        "{stderr}"
+    );
+    let bad = write(
+        &d.join("plan.json"),
+        format!("{{\"question\": \"{}\"}}", "q".repeat(1 << 20)),
+    );
+    let (code, stdout, stderr) = pdsim(&["plan", "merge", &bad, "--out", &out]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("not a pdsim plan"), "{stderr}");
+    assert!(
+        stderr.len() < 1_500,
+        "{} bytes: {}",
+        stderr.len(),
+        &stderr[..300]
+    );
+    assert!(!Path::new(&out).exists());
+}
