@@ -122,7 +122,9 @@ fn special_files_are_refused_without_reading_them() {
     assert_eq!(code, 1, "{out}{err}");
     let all = format!("{out}{err}");
     assert!(
-        all.contains("workload.trace.data") && all.contains("file-not-regular"),
+        all.contains("workload.trace.data")
+            && all.contains("is a FIFO (named pipe), not a regular file")
+            && all.contains("trace-file-missing"),
         "{all}"
     );
     let (code, out, err) = pdsim(&[

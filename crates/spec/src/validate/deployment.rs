@@ -477,7 +477,7 @@ fn check_router(
             )),
             FileKind::Special(kind) => problems.push(source.error(
                 path_key,
-                "file-not-regular",
+                "router-file-missing",
                 format!("`{}` is {kind}, not a regular file", path.display()),
             )),
             FileKind::Missing => problems.push(source.error(

@@ -142,7 +142,7 @@ pub fn check(
                         )),
                         FileKind::Special(kind) => problems.push(source.error(
                             "workload.trace.data",
-                            "file-not-regular",
+                            "trace-file-missing",
                             format!(
                                 "`{}` is {kind}, not a regular file; pdsim reads traces only \
                                  from regular files",
