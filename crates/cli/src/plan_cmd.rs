@@ -200,9 +200,9 @@ fn candidates(
         }
         let text = WithDefaults
             .read(d)
-            .map_err(|e| failure(2, format!("{}: {e:?}", d.display())))?;
-        let doc: serde_yaml::Value =
-            serde_yaml::from_str(&text).map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
+            .map_err(|e| failure(2, format!("{}: {e}", d.display())))?;
+        let doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
+            .map_err(|e| failure(1, format!("{}: {e}", d.display())))?;
         let pools: Vec<(String, u64)> = doc
             .get("pools")
             .and_then(|p| p.as_sequence())
@@ -332,8 +332,8 @@ fn smaller_cluster(scenario: &Path, nodes: u64, overlay: &mut Overlay) -> Result
     }
     let text = WithDefaults
         .read(scenario)
-        .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
-    let mut doc: serde_yaml::Value = serde_yaml::from_str(&text)
+        .map_err(|e| failure(2, format!("{}: {e}", scenario.display())))?;
+    let mut doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
         .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
     if let Some(cluster) = doc.get_mut("cluster").and_then(|c| c.as_mapping_mut()) {
         cluster.insert("nodes".into(), serde_yaml::Value::from(nodes));
@@ -346,8 +346,8 @@ fn smaller_cluster(scenario: &Path, nodes: u64, overlay: &mut Overlay) -> Result
 fn cluster_shape(scenario: &Path) -> Result<(u64, u64), Failure> {
     let text = WithDefaults
         .read(scenario)
-        .map_err(|e| failure(2, format!("{}: {e:?}", scenario.display())))?;
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text)
+        .map_err(|e| failure(2, format!("{}: {e}", scenario.display())))?;
+    let doc: serde_yaml::Value = pdsim_spec::load::from_str(&text)
         .map_err(|e| failure(1, format!("{}: {e}", scenario.display())))?;
     let get = |key: &str| {
         doc.get("cluster")
@@ -801,38 +801,6 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
     Ok(())
 }
 
-/// The most of a shard's `plan.json` that `plan merge` reads: thousands of
-/// layouts with every probe stay far below it.
-const PLAN_JSON_LIMIT_BYTES: u64 = 256 << 20;
-
-/// A shard's `plan.json`: a regular file, read within the limit.
-fn read_plan_json(file: &Path) -> Result<String, Failure> {
-    use std::io::Read;
-    let shown = file.display();
-    let meta = std::fs::metadata(file).map_err(|e| failure(2, format!("{shown}: {e}")))?;
-    if !meta.is_file() {
-        return Err(failure(
-            2,
-            format!("{shown}: not a regular file, so not a shard's plan.json"),
-        ));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(file)
-        .and_then(|f| f.take(PLAN_JSON_LIMIT_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| failure(2, format!("{shown}: {e}")))?;
-    if bytes.len() as u64 > PLAN_JSON_LIMIT_BYTES {
-        return Err(failure(
-            2,
-            format!(
-                "{shown}: larger than {} MiB, more than any plan.json pdsim writes",
-                PLAN_JSON_LIMIT_BYTES >> 20
-            ),
-        ));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| failure(1, format!("{shown}: not UTF-8, so not a pdsim plan")))
-}
-
 fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
     let mut plans = Vec::new();
     for part in parts {
@@ -841,9 +809,13 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
         } else {
             part.clone()
         };
-        let text = read_plan_json(&file)?;
-        let plan: Plan = serde_json::from_str(&text)
-            .map_err(|e| failure(1, format!("{}: not a pdsim plan: {e}", file.display())))?;
+        let text = crate::disk::read_limited(&file, crate::disk::MAX_PLAN_BYTES)
+            .and_then(pdsim_spec::files::decode)
+            .map_err(|e| failure(2, format!("{}: {e}", file.display())))?;
+        let plan: Plan = serde_json::from_str(&text).map_err(|e| {
+            let why = pdsim_spec::problem::shorten(&e.to_string()).into_owned();
+            failure(1, format!("{}: not a pdsim plan: {why}", file.display()))
+        })?;
         plans.push(plan);
     }
     let plan = Plan::merge(plans).map_err(|e| failure(1, e))?;

@@ -299,14 +299,30 @@ pub fn open_source(
         _ => None,
     });
     if let Some(path) = trace {
-        let file = match std::fs::File::open(&path) {
-            Ok(f) if f.metadata().map(|m| m.is_dir()).unwrap_or(false) => {
+        // A trace is read twice (replayed, then hashed for the results'
+        // README), so a FIFO or a device could not be read as a trace even
+        // if opening it did not block; only regular files are opened.
+        let file = match crate::disk::open_regular(&path) {
+            Ok(f) => f,
+            Err(ReadError::IsDirectory) => {
                 return Err(failure(
                     2,
                     format!("{}: is a directory, not a trace file", path.display()),
                 ));
             }
-            Ok(f) => f,
+            Err(ReadError::NotRegular { kind }) => {
+                return Err(failure(
+                    2,
+                    format!(
+                        "{}: is {kind}, not a regular file; pdsim reads traces only from regular \
+                         files (copy the trace to a file first)",
+                        path.display()
+                    ),
+                ));
+            }
+            Err(ReadError::Missing) => {
+                return Err(failure(2, format!("{}: no such file", path.display())));
+            }
             Err(e) => return Err(failure(2, format!("{}: {e}", path.display()))),
         };
         let name = path.display().to_string();
@@ -598,16 +614,33 @@ impl Drop for Staging {
 }
 
 /// SHA-256 of an input, as hex; built-in inputs hash their embedded text.
+/// A file is hashed as it is read, a buffer at a time, since a trace may be
+/// gigabytes.
 pub fn digest(path: &Path) -> String {
-    let bytes = match embedded(path) {
-        Some(text) => text.as_bytes().to_vec(),
-        None => match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) => return format!("(unreadable: {e})"),
-        },
-    };
-    let hash = Sha256::digest(&bytes);
-    hash.iter().map(|b| format!("{b:02x}")).collect()
+    let mut hasher = Sha256::new();
+    match embedded(path) {
+        Some(text) => hasher.update(text.as_bytes()),
+        None => {
+            let mut file = match crate::disk::open_regular(path) {
+                Ok(f) => f,
+                Err(e) => return format!("(unreadable: {e})"),
+            };
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match std::io::Read::read(&mut file, &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => hasher.update(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return format!("(unreadable: {e})"),
+                }
+            }
+        }
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The README of a results folder: how to replay it byte for byte.

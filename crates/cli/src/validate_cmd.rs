@@ -475,7 +475,13 @@ mod tests {
             ),
             (
                 "an EPP config that is not UTF-8",
-                vec![(epp.clone(), Err(ReadError::NotUtf8))],
+                vec![(
+                    epp.clone(),
+                    Err(ReadError::NotUtf8(pdsim_spec::files::Encoding::Invalid {
+                        offset: 0,
+                        line: 1,
+                    })),
+                )],
                 "router.endpoint_picker_config",
                 "1p3d-ep8-epp.yaml:36:",
             ),
@@ -515,7 +521,10 @@ mod tests {
                     ),
                     (
                         root().join("deployments/pool.yaml"),
-                        Err(ReadError::NotUtf8),
+                        Err(ReadError::NotUtf8(pdsim_spec::files::Encoding::Invalid {
+                            offset: 0,
+                            line: 1,
+                        })),
                     ),
                 ],
                 "router.manifests[0]",

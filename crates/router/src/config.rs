@@ -163,6 +163,17 @@ pub fn load_config(
     } else {
         text
     };
+    // Bounds the parser's work (nesting depth, alias expansion) first.
+    let text = match pdsim_spec::load::check_yaml(text) {
+        Ok(text) => text,
+        Err(refusal) => {
+            loader.problem("", refusal.code, refusal.to_string());
+            if let Some(problem) = loader.problems.last_mut() {
+                problem.line = refusal.line;
+            }
+            return Err(loader.problems);
+        }
+    };
     let value: Value = match serde_yaml::from_str(text) {
         Ok(v) => v,
         Err(e) => {

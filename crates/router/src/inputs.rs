@@ -77,7 +77,7 @@ fn unreadable(
 ) -> Problem {
     let code = match error {
         ReadError::Missing | ReadError::IsDirectory => "router-file-missing",
-        ReadError::NotUtf8 => "router-file-not-utf8",
+        ReadError::NotUtf8(_) => "router-file-not-utf8",
         _ => "router-file-unreadable",
     };
     Problem {

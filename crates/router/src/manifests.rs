@@ -57,6 +57,19 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
     let mut problems = Vec::new();
     // Built only when a document has a problem to locate.
     let mut lines: Option<Vec<LineIndex>> = None;
+    // Bounds the parser's work (nesting depth, alias expansion) first.
+    let text = match pdsim_spec::load::check_yaml(text) {
+        Ok(text) => text,
+        Err(refusal) => {
+            return Err(vec![RouterProblem {
+                file: file.into(),
+                path: String::new(),
+                line: refusal.line,
+                code: refusal.code,
+                message: refusal.to_string(),
+            }]);
+        }
+    };
     for (d, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value = match Value::deserialize(document) {
             Ok(v) => v,

@@ -255,7 +255,8 @@ impl<'f> Catalog<'f> {
             let Ok(text) = self.files.read(&path) else {
                 return Vec::new();
             };
-            let Ok(map) = serde_yaml::from_str::<BTreeMap<String, serde_yaml::Value>>(&text) else {
+            let Ok(map) = crate::load::from_str::<BTreeMap<String, serde_yaml::Value>>(&text)
+            else {
                 return Vec::new();
             };
             return map
@@ -391,7 +392,11 @@ impl<'f> Catalog<'f> {
         let config: HfConfig = if is_json {
             serde_json::from_str(&source.text).map_err(|e| {
                 let mut problems = Problems::new();
-                let mut problem = source.error("", "model-config-invalid", e.to_string());
+                let mut problem = source.error(
+                    "",
+                    "model-config-invalid",
+                    crate::problem::shorten_quotes(&e.to_string()),
+                );
                 problem.line = u32::try_from(e.line()).ok().filter(|l| *l > 0);
                 problems.push(problem);
                 ResolveError::Invalid(problems)
@@ -408,7 +413,7 @@ impl<'f> Catalog<'f> {
                     problems.push(source.error(
                         key,
                         "unknown-key",
-                        format!("unknown model key `{key}`; pdsim reads these Hugging Face config keys: {}", HF_KEYS.join(", ")),
+                        format!("unknown model key `{}`; pdsim reads these Hugging Face config keys: {}", crate::problem::quote(key), HF_KEYS.join(", ")),
                     ));
                 }
             }

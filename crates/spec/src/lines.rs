@@ -39,8 +39,15 @@ impl LineIndex {
     pub fn build(text: &str) -> LineIndex {
         let mut lines = BTreeMap::new();
         let mut stack: Vec<Frame> = Vec::new();
+        let mut events: u64 = 0;
         for item in Parser::new_from_str(text) {
             let Ok((event, span)) = item else { break };
+            // A text with more nodes than this is refused by `check_yaml`
+            // before it is loaded (a node is at most two events).
+            events += 1;
+            if events > 2 * crate::load::MAX_YAML_NODES + 8 {
+                break;
+            }
             let line = u32::try_from(span.start.line()).unwrap_or(u32::MAX);
             match event {
                 Event::Scalar(value, ..) => {
@@ -56,6 +63,11 @@ impl LineIndex {
                 }
                 Event::Alias(_) => Self::value_done(&mut stack, &mut lines, line),
                 Event::MappingStart(..) | Event::SequenceStart(..) => {
+                    // Deeper text is refused by `check_yaml` before it is
+                    // loaded; indexing it would only build longer paths.
+                    if stack.len() >= crate::load::MAX_YAML_DEPTH {
+                        break;
+                    }
                     let is_map = matches!(event, Event::MappingStart(..));
                     let path = match stack.last_mut() {
                         None => Some(String::new()),

@@ -5,6 +5,108 @@
 //! error per run.
 
 use serde::Serialize;
+use std::borrow::Cow;
+
+/// The most characters of one value (a key, a field, a line of a file) that
+/// a message quotes. A value longer than this is shown by its start and its
+/// length: a person can recognise it, and a 1 MB key cannot turn one error
+/// into a megabyte of terminal output.
+pub const QUOTE_CHARS: usize = 200;
+
+/// The most characters of one problem's message (and, separately, of its
+/// key path) that are ever shown: a safety net for messages built from
+/// several quoted values, or from a library's error text that quotes input.
+pub const MESSAGE_CHARS: usize = 1_000;
+
+/// `value` as a message should quote it: whole when it has at most
+/// [`QUOTE_CHARS`] characters, else its first [`QUOTE_CHARS`] and its length.
+pub fn quote(value: &str) -> Cow<'_, str> {
+    cut(value, QUOTE_CHARS)
+}
+
+/// `message` (typically a library's error text, which quotes the input: an
+/// unknown key, a value of the wrong type) with every quoted part, between
+/// backticks or double quotes, longer than [`QUOTE_CHARS`] cut by [`quote`].
+/// Inside double quotes a backslash escapes the next character, as Rust's
+/// `Debug` and JSON write strings.
+pub fn shorten_quotes(message: &str) -> String {
+    if message.len() <= QUOTE_CHARS {
+        return message.to_string();
+    }
+    let mut out = String::with_capacity(message.len().min(4 * MESSAGE_CHARS));
+    let bytes = message.as_bytes();
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let delimiter = bytes[i];
+        if delimiter != b'`' && delimiter != b'"' {
+            i += 1;
+            continue;
+        }
+        // Finds the closing delimiter (or the end of the message).
+        let start = i + 1;
+        let mut end = start;
+        while end < bytes.len() && bytes[end] != delimiter {
+            if delimiter == b'"' && bytes[end] == b'\\' {
+                end += 1;
+            }
+            end += 1;
+        }
+        let end = end.min(bytes.len());
+        // Delimiters are ASCII, so both cuts are on character boundaries.
+        let inner = &message[start..end];
+        out.push_str(&message[copied..start]);
+        out.push_str(&quote(inner));
+        copied = end;
+        i = end + 1;
+    }
+    out.push_str(&message[copied..]);
+    out
+}
+
+/// `text` with at most [`MESSAGE_CHARS`] characters, marked when cut.
+pub fn bound_message(text: &str) -> Cow<'_, str> {
+    cut(text, MESSAGE_CHARS)
+}
+
+/// Room for the `… (N bytes)` a cut appends: a text at most this much
+/// longer than the limit is kept whole, so cutting what was already cut
+/// (a message shortened when it was made, and again when it is shown)
+/// changes nothing.
+const CUT_SLACK_CHARS: usize = 32;
+
+/// The first `max_chars` characters of `text` and `… (N bytes)` when it is
+/// longer (by more than [`CUT_SLACK_CHARS`]); `text` itself otherwise. Looks
+/// at no more of `text` than it keeps.
+fn cut(text: &str, max_chars: usize) -> Cow<'_, str> {
+    if text
+        .char_indices()
+        .nth(max_chars + CUT_SLACK_CHARS)
+        .is_none()
+    {
+        return Cow::Borrowed(text);
+    }
+    let end = text
+        .char_indices()
+        .nth(max_chars)
+        .map_or(text.len(), |(i, _)| i);
+    Cow::Owned(format!("{}… ({} bytes)", &text[..end], text.len()))
+}
+
+/// `text` as a message shows it: every quoted part cut by
+/// [`shorten_quotes`], and the whole cut by [`bound_message`]. Problems and
+/// trace errors are shown through this, so no check can make one quote a
+/// value whole, however it built its message.
+pub fn shorten(text: &str) -> Cow<'_, str> {
+    if text.len() <= QUOTE_CHARS {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(bound_message(&shorten_quotes(text)).into_owned())
+}
+
+fn serialize_bounded<S: serde::Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&shorten(text))
+}
 
 /// How bad a problem is. Errors make a bundle invalid; warnings do not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -27,14 +129,19 @@ impl Severity {
 ///
 /// `path` is the dotted key path (`pools[1].parallel.dp_local`), empty for the
 /// document as a whole. `code` is a stable kebab-case identifier that tests and
-/// scripts match on; `message` is for people.
+/// scripts match on; `message` is for people. Both the path and the message
+/// are shown (displayed or serialized) through [`shorten`]: quoted values cut
+/// to [`QUOTE_CHARS`] characters and the whole to [`MESSAGE_CHARS`], whatever
+/// a check put in them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Problem {
     pub severity: Severity,
     pub file: String,
     pub line: Option<u32>,
+    #[serde(serialize_with = "serialize_bounded")]
     pub path: String,
     pub code: String,
+    #[serde(serialize_with = "serialize_bounded")]
     pub message: String,
 }
 
@@ -47,9 +154,9 @@ impl std::fmt::Display for Problem {
         }
         write!(f, ": {}: ", self.severity.as_str())?;
         if !self.path.is_empty() {
-            write!(f, "{}: ", self.path)?;
+            write!(f, "{}: ", shorten(&self.path))?;
         }
-        write!(f, "{} [{}]", self.message, self.code)
+        write!(f, "{} [{}]", shorten(&self.message), self.code)
     }
 }
 
@@ -119,5 +226,90 @@ impl<'a> IntoIterator for &'a Problems {
     type IntoIter = std::slice::Iter<'a, Problem>;
     fn into_iter(self) -> Self::IntoIter {
         self.items.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MESSAGE_CHARS, Problem, QUOTE_CHARS, Severity, quote, shorten, shorten_quotes};
+
+    #[test]
+    fn long_values_are_quoted_by_their_start_and_length() {
+        assert_eq!(quote("short"), "short");
+        let exact = "é".repeat(QUOTE_CHARS);
+        assert_eq!(quote(&exact), exact.as_str());
+        assert_eq!(quote(&quote(&"q".repeat(5_000))), quote(&"q".repeat(5_000)));
+        let long = "k".repeat(1_000_000);
+        let quoted = quote(&long);
+        assert!(quoted.chars().count() <= QUOTE_CHARS + 20, "{quoted}");
+        assert!(quoted.ends_with("… (1000000 bytes)"), "{quoted}");
+        // A cut never splits a character.
+        let wide = "é".repeat(QUOTE_CHARS + 100);
+        assert!(quote(&wide).starts_with(&"é".repeat(QUOTE_CHARS)));
+    }
+
+    #[test]
+    fn quoted_parts_of_library_messages_are_cut() {
+        let key = "k".repeat(1_000_000);
+        let message = format!("unknown field `{key}`, expected one of `kind`, `pools`");
+        let short = shorten_quotes(&message);
+        assert!(short.len() < 300, "{}", short.len());
+        assert!(short.starts_with("unknown field `kkk"), "{short}");
+        assert!(
+            short.ends_with("(1000000 bytes)`, expected one of `kind`, `pools`"),
+            "{short}"
+        );
+        let value = "v\\\"".repeat(100_000);
+        let message = format!("invalid type: string \"{value}\", expected u64");
+        let short = shorten_quotes(&message);
+        assert!(short.len() < 400, "{short}");
+        assert!(short.ends_with("\", expected u64"), "{short}");
+        assert_eq!(shorten_quotes("no `quotes` here"), "no `quotes` here");
+        // An unclosed quote is cut too.
+        assert!(shorten_quotes(&format!("found `{key}")).len() < 300);
+    }
+
+    #[test]
+    fn a_problem_shows_at_most_a_bounded_message_and_path() {
+        let huge = "x".repeat(1_000_000);
+        let mut problem = Problem {
+            severity: Severity::Error,
+            file: "a.yaml".into(),
+            line: Some(3),
+            path: huge.clone(),
+            code: "unknown-key".into(),
+            message: format!("unknown field `{huge}`"),
+        };
+        let shown = problem.to_string();
+        assert!(
+            shown.len() < MESSAGE_CHARS + QUOTE_CHARS + 100,
+            "{}",
+            shown.len()
+        );
+        assert!(
+            shown.starts_with("a.yaml:3: error: xxx"),
+            "{}",
+            &shown[..40]
+        );
+        // The quoted key is cut to a quote's length ...
+        assert!(
+            shown.ends_with("(1000000 bytes)` [unknown-key]"),
+            "{}",
+            &shown[shown.len() - 60..]
+        );
+        // ... and a message that quotes nothing is cut as a whole.
+        problem.message = huge.replace('x', "y ");
+        let shown = problem.to_string();
+        assert!(
+            shown.ends_with("… (2000000 bytes) [unknown-key]"),
+            "{}",
+            &shown[shown.len() - 60..]
+        );
+        // Shortening is idempotent.
+        let once = shorten(&problem.message).into_owned();
+        assert_eq!(shorten(&once), once.as_str());
+        assert!(shown.len() < 2 * MESSAGE_CHARS + 100, "{}", shown.len());
+        let json = serde_json::to_string(&problem).unwrap();
+        assert!(json.len() < 2 * MESSAGE_CHARS + 200, "{}", json.len());
     }
 }

@@ -28,6 +28,7 @@ use crate::{
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{ARRIVAL_HORIZON, Prompt, Segment, SimTime};
+use pdsim_spec::problem::quote;
 use std::io::BufRead;
 
 /// Reads an Azure LLM inference trace one row at a time.
@@ -119,7 +120,7 @@ impl State {
                 0,
                 format!(
                     "`{}` is not a time of the form YYYY-MM-DD HH:MM:SS.fffffff (years 1970 to 2500)",
-                    fields[0]
+                    quote(fields[0])
                 ),
             )
         })?;
@@ -142,7 +143,7 @@ impl State {
                 format!(
                     "`{}` is earlier than the row on line {previous_line}; rows must be in \
                      arrival order",
-                    fields[0]
+                    quote(fields[0])
                 ),
             ));
         }
@@ -359,5 +360,13 @@ mod tests {
             assert_eq!(e.column.as_deref(), Some(column), "{bad}: {e}");
             assert!(e.message.contains(needle), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_utf8_bom_is_accepted() {
+        let text = "\u{feff}TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:15:46.6805900,374,44\r\n";
+        let all = read(text);
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].as_ref().unwrap().prompt.tokens(), 374);
     }
 }

@@ -54,6 +54,7 @@ pub use synthetic::Synthetic;
 pub use tracev2::TraceV2Reader;
 
 use pdsim_core::{ARRIVAL_HORIZON, Prompt, SimTime};
+use pdsim_spec::problem::{quote, shorten};
 use std::fmt;
 
 /// The largest prompt or output length, in tokens, any reader accepts.
@@ -67,7 +68,7 @@ pub const MAX_TOKENS: u64 = 10_000_000;
 pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
     let value = text
         .parse::<i64>()
-        .map_err(|_| format!("`{text}` is not an integer"))?;
+        .map_err(|_| format!("`{}` is not an integer", quote(text)))?;
     u64::try_from(value).map_err(|_| format!("{value} is negative"))
 }
 
@@ -177,7 +178,8 @@ pub struct RequestSpec {
 }
 
 /// A problem with one row (or the header) of an input, located by file,
-/// line and column.
+/// line and column. Its message quotes at most a few hundred characters of
+/// the row and is shown cut to `pdsim_spec::problem::MESSAGE_CHARS`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceError {
     /// The display name of the input, as the caller passed it.
@@ -198,11 +200,12 @@ impl TraceError {
         column: Option<&str>,
         message: impl Into<String>,
     ) -> TraceError {
+        let message = message.into();
         TraceError {
             file: file.to_string(),
             line,
             column: column.map(str::to_string),
-            message: message.into(),
+            message: shorten(&message).into_owned(),
         }
     }
 }
@@ -218,7 +221,7 @@ impl fmt::Display for TraceError {
         if let Some(column) = &self.column {
             write!(f, ": {column}")?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", shorten(&self.message))
     }
 }
 

@@ -2,6 +2,11 @@
 //! 1 and treat invalid UTF-8 as a problem of that line rather than of the
 //! stream, which is what streaming trace readers need.
 //!
+//! Memory is bounded whatever the input: a line, or a CSV record spanning
+//! lines, longer than [`MAX_LINE_BYTES`] is reported as a problem of its
+//! line and skipped without being held. A UTF-8 byte-order mark at the start
+//! is dropped, and a file in UTF-16 or UTF-32 is refused at line 1 by name.
+//!
 //! CSV is split here rather than with the `csv` crate because messages must
 //! name the line a row starts on, and the `csv` crate's record positions
 //! are off after `\r\n` line endings (the Azure files use them) and after
@@ -12,16 +17,45 @@
 //! kept as text rather than refused.
 
 use crate::TraceError;
+use pdsim_spec::files::{UTF8_BOM, foreign_encoding};
 use std::io::BufRead;
+
+/// The longest trace line, or CSV record, in bytes (without its line
+/// ending).
+///
+/// The longest real rows are Mooncake rows listing the blocks of a
+/// 10-million-token prompt (`MAX_TOKENS` / 512 ids of up to a dozen
+/// characters, about 250 KB); a line longer than 1 MiB is not a trace row,
+/// and reading it whole could exhaust memory (a file with no line breaks at
+/// all is one line).
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 
 /// What reading one line produced.
 pub(crate) enum Line<'a> {
     /// A line's text without its line ending, and its 1-based number.
     Text(u64, &'a str),
-    /// A line that is not valid UTF-8.
-    NotUtf8(u64),
+    /// A line that cannot be read as text (not UTF-8, too long), and why.
+    /// Reading goes on with the next line.
+    Bad(u64, String),
     /// Reading failed; the stream is over.
     Failed(u64, std::io::Error),
+}
+
+/// Why a line (or a CSV record, `what`) of `bytes` bytes is refused.
+fn too_long(what: &str, bytes: usize) -> String {
+    format!(
+        "the {what} is longer than {} MiB ({MAX_LINE_BYTES} bytes), the most pdsim reads of one \
+         trace row: it has {bytes} bytes",
+        MAX_LINE_BYTES / (1024 * 1024)
+    )
+}
+
+/// Why bytes whose first `valid` bytes are UTF-8 are not.
+fn not_utf8(valid: usize) -> String {
+    format!(
+        "is not UTF-8 text (first invalid byte at byte {} of the line)",
+        valid + 1
+    )
 }
 
 /// Reads `input` one line at a time into one buffer.
@@ -42,32 +76,82 @@ impl<R: BufRead> Lines<R> {
         }
     }
 
+    /// Reads up to and including the next `\n` into `buf`, keeping at most
+    /// [`MAX_LINE_BYTES`] plus a line ending of it; returns the bytes read
+    /// and whether the line was longer than that (then `buf` is empty).
+    fn read_bounded(&mut self) -> std::io::Result<(usize, bool)> {
+        let (mut read, mut over) = (0usize, false);
+        loop {
+            let available = match self.input.fill_buf() {
+                Ok(available) => available,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if available.is_empty() {
+                return Ok((read, over));
+            }
+            let (take, end) = match available.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (available.len(), false),
+            };
+            if !over {
+                if self.buf.len() + take > MAX_LINE_BYTES + 2 {
+                    over = true;
+                    self.buf.clear();
+                } else {
+                    self.buf.extend_from_slice(&available[..take]);
+                }
+            }
+            self.input.consume(take);
+            read = read.saturating_add(take);
+            if end {
+                return Ok((read, over));
+            }
+        }
+    }
+
     /// The next line, or `None` at the end of the input or after a failure.
     pub(crate) fn next_line(&mut self) -> Option<Line<'_>> {
         if self.done {
             return None;
         }
         self.buf.clear();
-        match self.input.read_until(b'\n', &mut self.buf) {
-            Ok(0) => {
+        match self.read_bounded() {
+            Ok((0, _)) => {
                 self.done = true;
                 None
             }
-            Ok(_) => {
+            Ok((read, over)) => {
                 self.line += 1;
+                if over {
+                    return Some(Line::Bad(self.line, too_long("line", read)));
+                }
+                let mut start = 0;
+                if self.line == 1 {
+                    if let Some(encoding) = foreign_encoding(&self.buf) {
+                        // Nothing after this line could be read either.
+                        self.done = true;
+                        return Some(Line::Bad(1, format!("the file {encoding}")));
+                    }
+                    if self.buf.starts_with(UTF8_BOM) {
+                        start = UTF8_BOM.len();
+                    }
+                }
                 let mut end = self.buf.len();
-                if end > 0 && self.buf[end - 1] == b'\n' {
+                if end > start && self.buf[end - 1] == b'\n' {
                     end -= 1;
                 }
-                if end > 0 && self.buf[end - 1] == b'\r' {
+                if end > start && self.buf[end - 1] == b'\r' {
                     end -= 1;
                 }
-                match std::str::from_utf8(&self.buf[..end]) {
+                if end - start > MAX_LINE_BYTES {
+                    return Some(Line::Bad(self.line, too_long("line", end - start)));
+                }
+                match std::str::from_utf8(&self.buf[start..end]) {
                     Ok(text) => Some(Line::Text(self.line, text)),
-                    Err(_) => Some(Line::NotUtf8(self.line)),
+                    Err(e) => Some(Line::Bad(self.line, not_utf8(e.valid_up_to()))),
                 }
             }
-            // `read_until` already retries interrupted reads.
             Err(e) => {
                 self.done = true;
                 Some(Line::Failed(self.line + 1, e))
@@ -104,9 +188,9 @@ impl Fields {
 pub(crate) enum Record<'a> {
     /// A record and the line it starts on.
     Fields(u64, &'a Fields),
-    /// A record that cannot be split (bad UTF-8, an unclosed quote), with
-    /// the line it starts on and why.
-    Bad(u64, &'static str),
+    /// A record that cannot be split (bad UTF-8, an unclosed quote, too
+    /// long), with the line it starts on and why.
+    Bad(u64, String),
     /// Reading failed; the stream is over.
     Failed(u64, std::io::Error),
 }
@@ -135,9 +219,9 @@ pub(crate) struct CsvRecords<R> {
 }
 
 impl<R: BufRead> CsvRecords<R> {
-    /// Reads the header row: the column names trimmed, a UTF-8 byte-order
-    /// mark dropped from the first. `empty` says what the file should start
-    /// with when it has no row at all.
+    /// Reads the header row: the column names trimmed (a UTF-8 byte-order
+    /// mark is already gone). `empty` says what the file should start with
+    /// when it has no row at all.
     pub(crate) fn header(&mut self, file: &str, empty: &str) -> Result<Vec<String>, TraceError> {
         let Some(record) = self.next_record() else {
             return Err(TraceError::new(file, 1, None, empty));
@@ -145,15 +229,7 @@ impl<R: BufRead> CsvRecords<R> {
         let (_, fields) = record.fields(file)?;
         Ok(fields
             .iter()
-            .enumerate()
-            .map(|(i, field)| {
-                let field = if i == 0 {
-                    field.trim_start_matches('\u{feff}')
-                } else {
-                    field
-                };
-                field.trim().to_string()
-            })
+            .map(|field| field.trim().to_string())
             .collect())
     }
 
@@ -165,21 +241,31 @@ impl<R: BufRead> CsvRecords<R> {
     }
 
     /// The next record, or `None` at the end of the input or after a
-    /// failure.
+    /// failure. A record longer than [`MAX_LINE_BYTES`] is read to its end
+    /// without keeping its text, then reported.
     pub(crate) fn next_record(&mut self) -> Option<Record<'_>> {
         let fields = &mut self.fields;
         fields.text.clear();
         fields.ends.clear();
         let mut start = 0;
         let mut quoted = false;
+        // Bytes of the record so far, counted whether kept or not.
+        let mut length = 0usize;
         loop {
             let (line, text) = match self.lines.next_line() {
                 None if start == 0 => return None,
-                None => return Some(Record::Bad(start, "a quoted field is not closed")),
+                None if length > MAX_LINE_BYTES => {
+                    return Some(Record::Bad(start, too_long("record", length)));
+                }
+                None => {
+                    return Some(Record::Bad(start, "a quoted field is not closed".into()));
+                }
                 Some(Line::Failed(line, e)) => return Some(Record::Failed(line, e)),
-                Some(Line::NotUtf8(line)) => {
+                Some(Line::Bad(line, why)) => {
+                    // A line that cannot be read ends its record; the next
+                    // line starts a new one.
                     let first = if start == 0 { line } else { start };
-                    return Some(Record::Bad(first, "is not valid UTF-8"));
+                    return Some(Record::Bad(first, why));
                 }
                 Some(Line::Text(line, text)) => (line, text),
             };
@@ -190,7 +276,16 @@ impl<R: BufRead> CsvRecords<R> {
                 start = line;
             } else {
                 // A quoted field goes on over a line break.
-                fields.text.push('\n');
+                length = length.saturating_add(1);
+                if length <= MAX_LINE_BYTES {
+                    fields.text.push('\n');
+                }
+            }
+            length = length.saturating_add(text.len());
+            let keep = length <= MAX_LINE_BYTES;
+            if !keep {
+                fields.text.clear();
+                fields.ends.clear();
             }
             let mut chars = text.chars().peekable();
             let mut at_field_start = !quoted;
@@ -199,25 +294,32 @@ impl<R: BufRead> CsvRecords<R> {
                     if c == '"' {
                         if chars.peek() == Some(&'"') {
                             chars.next();
-                            fields.text.push('"');
+                            if keep {
+                                fields.text.push('"');
+                            }
                         } else {
                             quoted = false;
                         }
-                    } else {
+                    } else if keep {
                         fields.text.push(c);
                     }
                 } else if c == ',' {
-                    fields.ends.push(fields.text.len());
+                    if keep {
+                        fields.ends.push(fields.text.len());
+                    }
                     at_field_start = true;
                     continue;
                 } else if c == '"' && at_field_start {
                     quoted = true;
-                } else {
+                } else if keep {
                     fields.text.push(c);
                 }
                 at_field_start = false;
             }
             if !quoted {
+                if !keep {
+                    return Some(Record::Bad(start, too_long("record", length)));
+                }
                 fields.ends.push(fields.text.len());
                 return Some(Record::Fields(start, &self.fields));
             }
@@ -227,14 +329,16 @@ impl<R: BufRead> CsvRecords<R> {
 
 #[cfg(test)]
 mod tests {
-    use super::{CsvRecords, Line, Lines, Record};
+    use super::{CsvRecords, Line, Lines, MAX_LINE_BYTES, Record};
 
     #[test]
     fn counts_lines_strips_endings_and_flags_bad_utf8() {
         let input: &[u8] = b"a\r\n\xff\nlast";
         let mut lines = Lines::new(input);
         assert!(matches!(lines.next_line(), Some(Line::Text(1, "a"))));
-        assert!(matches!(lines.next_line(), Some(Line::NotUtf8(2))));
+        assert!(
+            matches!(lines.next_line(), Some(Line::Bad(2, why)) if why.contains("not UTF-8") && why.contains("byte 1"))
+        );
         assert!(matches!(lines.next_line(), Some(Line::Text(3, "last"))));
         assert!(lines.next_line().is_none());
         assert!(lines.next_line().is_none());
@@ -246,7 +350,7 @@ mod tests {
         while let Some(record) = reader.next_record() {
             out.push(match record {
                 Record::Fields(line, f) => (line, Ok(f.iter().map(str::to_string).collect())),
-                Record::Bad(line, why) => (line, Err(why.to_string())),
+                Record::Bad(line, why) => (line, Err(why)),
                 Record::Failed(line, e) => (line, Err(e.to_string())),
             });
         }
@@ -282,9 +386,93 @@ mod tests {
             records(b"x\n\xff,1\ny"),
             [
                 ok(1, &["x"]),
-                (2, Err("is not valid UTF-8".into())),
+                (
+                    2,
+                    Err("is not UTF-8 text (first invalid byte at byte 1 of the line)".into())
+                ),
                 ok(3, &["y"])
             ]
+        );
+    }
+
+    #[test]
+    fn a_bom_is_dropped_and_utf16_refused_at_line_1() {
+        let mut lines = Lines::new(&b"\xef\xbb\xbf{}\n\xef\xbb\xbf"[..]);
+        assert!(matches!(lines.next_line(), Some(Line::Text(1, "{}"))));
+        // Only the first line's mark is a byte-order mark.
+        assert!(matches!(lines.next_line(), Some(Line::Text(2, "\u{feff}"))));
+        let mut lines = Lines::new(&b"\xff\xfe{\0}\0\n\0"[..]);
+        assert!(
+            matches!(lines.next_line(), Some(Line::Bad(1, why)) if why.starts_with("the file is UTF-16 text"))
+        );
+        assert!(lines.next_line().is_none());
+        assert_eq!(
+            records(b"\xef\xbb\xbfh,i\n1,2"),
+            [ok(1, &["h", "i"]), ok(2, &["1", "2"])]
+        );
+    }
+
+    #[test]
+    fn over_long_lines_are_refused_by_number_and_skipped() {
+        let mut input = b"first\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 2 * MAX_LINE_BYTES));
+        input.extend(b"\nlast\n");
+        let mut lines = Lines::new(&input[..]);
+        assert!(matches!(lines.next_line(), Some(Line::Text(1, "first"))));
+        match lines.next_line() {
+            Some(Line::Bad(2, why)) => assert!(why.contains("1 MiB (1048576 bytes"), "{why}"),
+            _ => panic!("line 2 is refused"),
+        }
+        assert!(matches!(lines.next_line(), Some(Line::Text(3, "last"))));
+        // The buffer did not grow with the line.
+        assert!(
+            lines.buf.capacity() <= 2 * MAX_LINE_BYTES,
+            "{}",
+            lines.buf.capacity()
+        );
+        // Exactly the limit is fine, with either line ending.
+        let mut input = vec![b'y'; MAX_LINE_BYTES];
+        input.extend(b"\r\n");
+        let mut lines = Lines::new(&input[..]);
+        assert!(matches!(lines.next_line(), Some(Line::Text(1, t)) if t.len() == MAX_LINE_BYTES));
+    }
+
+    #[test]
+    fn over_long_csv_records_are_refused_even_across_lines() {
+        // One quoted field over many short lines: every line is short, the
+        // record is not.
+        let mut input = b"h\n\"".to_vec();
+        for _ in 0..(2 * MAX_LINE_BYTES / 100) {
+            input.extend(std::iter::repeat_n(b'q', 99));
+            input.push(b'\n');
+        }
+        input.extend(b"\"\nafter\n");
+        let got = records(&input);
+        assert_eq!(
+            got.len(),
+            3,
+            "{:?}",
+            got.iter().map(|r| r.0).collect::<Vec<_>>()
+        );
+        assert_eq!(got[0], ok(1, &["h"]));
+        assert_eq!(got[1].0, 2);
+        assert!(
+            got[1]
+                .1
+                .as_ref()
+                .unwrap_err()
+                .contains("record is longer than 1 MiB")
+        );
+        assert_eq!(got[2].0, (2 * MAX_LINE_BYTES / 100 + 3) as u64);
+        assert_eq!(got[2].1, Ok(vec!["after".to_string()]));
+        // An unclosed quote reaching the end of a long file says so too.
+        let mut input = b"h\n\"".to_vec();
+        input.extend(b"q\n".repeat(MAX_LINE_BYTES));
+        let got = records(&input);
+        assert!(
+            got[1].1.as_ref().unwrap_err().contains("longer than"),
+            "{:?}",
+            got[1]
         );
     }
 }

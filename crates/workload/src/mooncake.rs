@@ -44,6 +44,7 @@ use crate::{
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment};
+use pdsim_spec::problem::quote;
 use serde_json::{Map, Value};
 use std::io::BufRead;
 
@@ -91,7 +92,7 @@ impl<R: BufRead> Iterator for MooncakeReader<R> {
                 // rows) carry no request.
                 Line::Text(_, text) if text.trim().is_empty() => continue,
                 Line::Text(line, text) => Some(state.parse(line, text)),
-                Line::NotUtf8(line) => Some(Err(state.error(line, None, "is not valid UTF-8"))),
+                Line::Bad(line, why) => Some(Err(state.error(line, None, why))),
                 Line::Failed(line, e) => Some(Err(state.error(
                     line,
                     None,
@@ -177,7 +178,10 @@ impl State {
             let Some(id) = id.as_u64() else {
                 return Err(key_error((
                     "hash_ids",
-                    format!("element {i} ({id}) is not a non-negative integer"),
+                    format!(
+                        "element {i} ({}) is not a non-negative integer",
+                        quote(&id.to_string())
+                    ),
                 )));
             };
             let start = i as u64 * block;
@@ -231,7 +235,7 @@ fn uint<'a>(row: &Map<String, Value>, key: &'a str) -> Result<u64, (&'a str, Str
         Some(Value::Number(n)) => match n.as_u64() {
             Some(v) => Ok(v),
             None if n.as_i64().is_some() => Err((key, format!("{n} is negative"))),
-            None => Err((key, format!("{n} is not an integer"))),
+            None => Err((key, format!("{} is not an integer", quote(&n.to_string())))),
         },
         Some(other) => Err((key, format!("must be an integer, found {}", kind(other)))),
     }
@@ -433,5 +437,43 @@ mod tests {
             "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1, 2]}",
         );
         assert_eq!(e.column.as_deref(), Some("hash_ids"));
+    }
+
+    #[test]
+    fn a_utf8_bom_is_accepted() {
+        let text = "\u{feff}{\"timestamp\": 5, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1]}\n";
+        let all = read(text);
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].as_ref().unwrap().prompt.tokens(), 4);
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_refused_by_number_and_reading_goes_on() {
+        let good =
+            "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [9]}\n";
+        let huge = format!(
+            "{{\"timestamp\": 0, \"pad\": \"{}\"}}\n",
+            "p".repeat(2 << 20)
+        );
+        let all = read(&format!("{good}{huge}{good}"));
+        assert_eq!(all.len(), 3);
+        let e = all[1].clone().unwrap_err();
+        assert_eq!(
+            (e.file.as_str(), e.line, e.column.as_deref()),
+            ("t.jsonl", 2, None)
+        );
+        assert!(e.message.contains("1 MiB"), "{e}");
+        assert_eq!(all[2].as_ref().unwrap().source_line, 3);
+    }
+
+    #[test]
+    fn a_long_value_is_quoted_short() {
+        let ids = vec!["1"; 300_000].join(",");
+        let text = format!(
+            "{{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [[{ids}]]}}\n"
+        );
+        let e = only_error(&text);
+        assert_eq!(e.column.as_deref(), Some("hash_ids"));
+        assert!(e.to_string().len() < 300, "{e}");
     }
 }

@@ -9,6 +9,7 @@
 //! through [`BufRead::fill_buf`], so it consumes nothing and opens nothing.
 
 use crate::{AzureReader, MooncakeReader, RequestSource, RequestSpec, TraceError, TraceV2Reader};
+use pdsim_spec::files::{UTF8_BOM, foreign_encoding};
 use pdsim_spec::scenario::TraceHeader;
 use std::io::BufRead;
 
@@ -36,7 +37,15 @@ impl TraceFormat {
     /// The format of a file called `name` whose first bytes are `head`
     /// (any prefix of the file holding its first line will do).
     pub fn detect(name: &str, head: &[u8]) -> Result<TraceFormat, TraceError> {
-        let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
+        if let Some(encoding) = foreign_encoding(head) {
+            return Err(TraceError::new(
+                name,
+                1,
+                None,
+                format!("the file {encoding}"),
+            ));
+        }
+        let head = head.strip_prefix(UTF8_BOM).unwrap_or(head);
         let start = head
             .iter()
             .position(|b| !b.is_ascii_whitespace())
@@ -196,6 +205,12 @@ mod tests {
         ];
         for (name, head, format) in cases {
             assert_eq!(TraceFormat::detect(name, head).unwrap(), *format, "{name}");
+        }
+        for head in [&b"\xff\xfe{\0"[..], b"\xfe\xff\0{", b"r\0e\0q\0"] {
+            let e = TraceFormat::detect("a.jsonl", head).unwrap_err();
+            assert_eq!(e.line, 1);
+            assert!(e.message.starts_with("the file is UTF-16 text"), "{e}");
+            assert!(e.message.contains("pdsim reads UTF-8"), "{e}");
         }
         let e = TraceFormat::detect("a.csv", b"a,b,c\n").unwrap_err();
         assert_eq!((e.file.as_str(), e.line), ("a.csv", 1));

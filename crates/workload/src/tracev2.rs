@@ -61,6 +61,7 @@ use crate::{
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment};
+use pdsim_spec::problem::quote;
 use pdsim_spec::scenario::{TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS, TraceHeader};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -200,7 +201,7 @@ impl<R: BufRead> TraceV2Reader<R> {
                     "is `{}`, but TraceV2 timestamp columns are integer microseconds \
                      (`arrival_time_us`); pdsim reads only `us` or `microseconds` rather than \
                      guess which of the two is wrong",
-                    header.time_unit
+                    quote(&header.time_unit)
                 ),
             ));
         }
@@ -231,9 +232,10 @@ impl<R: BufRead> TraceV2Reader<R> {
                         1,
                         Some(expected),
                         format!(
-                            "column {} of the header row is `{found}`, but TraceV2 puts \
+                            "column {} of the header row is `{}`, but TraceV2 puts \
                              `{expected}` there (core columns are positional)",
-                            i + 1
+                            i + 1,
+                            quote(found)
                         ),
                     ));
                 }
@@ -328,7 +330,7 @@ impl<'r> Row<'_, 'r> {
     fn int(&self, column: usize) -> Result<i64, TraceError> {
         let text = self.text(column)?;
         text.parse::<i64>()
-            .map_err(|_| self.error(column, format!("`{text}` is not an integer")))
+            .map_err(|_| self.error(column, format!("`{}` is not an integer", quote(text))))
     }
 
     fn count(&self, column: usize) -> Result<u64, TraceError> {
@@ -374,7 +376,7 @@ impl State {
         let streaming = c(STREAMING);
         let text = row.text(streaming)?;
         if go_bool(text).is_none() {
-            return Err(row.error(streaming, format!("`{text}` is not a boolean")));
+            return Err(row.error(streaming, format!("`{}` is not a boolean", quote(text))));
         }
         let input = row.tokens(c(INPUT_TOKENS))?;
         let output = row.tokens(c(OUTPUT_TOKENS))?;
@@ -385,7 +387,12 @@ impl State {
         let text = row.text(ratio_column)?;
         match text.parse::<f64>() {
             Ok(ratio) if (0.0..=1.0).contains(&ratio) => {}
-            _ => return Err(row.error(ratio_column, format!("`{text}` is not a number in [0, 1]"))),
+            _ => {
+                return Err(row.error(
+                    ratio_column,
+                    format!("`{}` is not a number in [0, 1]", quote(text)),
+                ));
+            }
         }
         let deadline = row.count(c(DEADLINE_US))?;
         if let Some(column) = self.slo_target {
@@ -693,5 +700,21 @@ mod tests {
             assert_eq!(e.column.as_deref(), Some(*column), "{bad}: {e}");
             assert!(e.message.contains(needle), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_utf8_bom_is_accepted_and_long_fields_are_quoted_short() {
+        let text = format!("\u{feff}{HEAD}{}", row("", 0, "", 0, 5, 5, 200));
+        let all: Vec<_> = TraceV2Reader::new(&header(), text.as_bytes(), "t.csv")
+            .unwrap()
+            .collect();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].as_ref().unwrap().source_line, 2);
+        let huge = "9x".repeat(500_000);
+        let bad = row("", 0, "", 0, 5, 5, 200).replacen("7,", &format!("{huge},"), 1);
+        let e = read(&bad).pop().unwrap().unwrap_err();
+        assert_eq!((e.line, e.column.as_deref()), (2, Some("request_id")));
+        assert!(e.to_string().len() < 300, "{e}");
+        assert!(e.message.contains("(1000000 bytes)"), "{e}");
     }
 }

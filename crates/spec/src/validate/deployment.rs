@@ -475,6 +475,11 @@ fn check_router(
                 "router-file-missing",
                 format!("`{}` is a directory, not a file", path.display()),
             )),
+            FileKind::Special(kind) => problems.push(source.error(
+                path_key,
+                "router-file-missing",
+                format!("`{}` is {kind}, not a regular file", path.display()),
+            )),
             FileKind::Missing => problems.push(source.error(
                 path_key,
                 "router-file-missing",

@@ -9,7 +9,7 @@ pub mod scenario;
 
 use crate::catalog::Catalog;
 use crate::deployment::Deployment;
-use crate::files::{Files, ReadError};
+use crate::files::Files;
 use crate::layout::PoolLayout;
 use crate::load::{Source, load};
 use crate::problem::{Problem, Problems, Severity};
@@ -71,12 +71,7 @@ fn read(
         Ok(text) => Some(Source::new(label, text)),
         Err(error) => {
             *io_error = true;
-            let code = match error {
-                ReadError::Missing => "file-missing",
-                ReadError::IsDirectory => "file-is-directory",
-                ReadError::NotUtf8 => "file-not-utf8",
-                ReadError::Other(_) => "file-unreadable",
-            };
+            let code = error.code();
             problems.push(Problem {
                 severity: Severity::Error,
                 file: label.clone(),
@@ -92,7 +87,7 @@ fn read(
 
 /// Reads the `kind` of a document without committing to a type.
 fn kind_of(source: &Source) -> Option<String> {
-    let value: serde_yaml::Value = serde_yaml::from_str(&source.text).ok()?;
+    let value: serde_yaml::Value = crate::load::from_str(&source.text).ok()?;
     value.get("kind")?.as_str().map(str::to_string)
 }
 

@@ -140,6 +140,15 @@ pub fn check(
                             "trace-file-missing",
                             format!("`{}` is a directory, not a trace file", path.display()),
                         )),
+                        FileKind::Special(kind) => problems.push(source.error(
+                            "workload.trace.data",
+                            "trace-file-missing",
+                            format!(
+                                "`{}` is {kind}, not a regular file; pdsim reads traces only \
+                                 from regular files",
+                                path.display()
+                            ),
+                        )),
                         FileKind::Missing => problems.push(source.error(
                             "workload.trace.data",
                             "trace-file-missing",
