@@ -7,6 +7,7 @@
 
 mod compare_cmd;
 mod disk;
+mod engine_cmd;
 mod plan_cmd;
 mod run_cmd;
 mod session;
@@ -35,6 +36,7 @@ fn pdsim_cli_run() -> ExitCode {
         Command::Run(args) => run_cmd::run_command(&args),
         Command::Compare(args) => compare_cmd::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Engine(args) => engine_cmd::run(&args),
     }
 }
 
@@ -58,4 +60,6 @@ enum Command {
     Compare(compare_cmd::Args),
     /// Find each layout's highest request rate within an SLO; rank layouts; shard and merge.
     Plan(plan_cmd::Args),
+    /// Drive one engine directly: `engine replay` prints its decisions step by step.
+    Engine(engine_cmd::Args),
 }
