@@ -38,6 +38,12 @@ enum EngineCommand {
         /// The workload: JSONL, one request a line.
         #[arg(value_name = "WORKLOAD")]
         workload: PathBuf,
+        /// Override a feature switch of the release's rules pack, NAME=true|false
+        /// (reserve_full_prompt, unhashed_blocks_to_front,
+        /// long_prefill_waiver_when_alone), to see what a pack fix would change.
+        /// Repeatable.
+        #[arg(long = "feature", value_name = "NAME=BOOL")]
+        features: Vec<String>,
     },
 }
 
@@ -50,9 +56,13 @@ const TOKEN_SALT: u64 = 0x746f_6b65_6e5f_6964;
 
 pub fn run(args: &Args) -> ExitCode {
     match &args.command {
-        EngineCommand::Replay { config, workload } => {
+        EngineCommand::Replay {
+            config,
+            workload,
+            features,
+        } => {
             let mut out = std::io::stdout().lock();
-            match replay(config, workload, &mut out) {
+            match replay(config, workload, features, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(Failure::Input(msg)) => {
                     eprintln!("error: {msg}");
@@ -296,7 +306,33 @@ fn ids_map(pairs: impl IntoIterator<Item = (u32, u32)>) -> Value {
     Value::Object(map.into_iter().collect::<Map<String, Value>>())
 }
 
-fn replay(config: &Path, workload: &Path, out: &mut impl std::io::Write) -> Result<(), Failure> {
+/// Applies `--feature NAME=BOOL` overrides to a resolved engine config.
+fn apply_features(config: &mut EngineConfig, features: &[String]) -> Result<(), Failure> {
+    for f in features {
+        let bad = || {
+            Failure::Input(format!(
+                "--feature {f}: want NAME=true|false with NAME one of reserve_full_prompt, \
+                 unhashed_blocks_to_front, long_prefill_waiver_when_alone"
+            ))
+        };
+        let (name, value) = f.split_once('=').ok_or_else(bad)?;
+        let value: bool = value.parse().map_err(|_| bad())?;
+        match name {
+            "reserve_full_prompt" => config.reserve_full_prompt = value,
+            "unhashed_blocks_to_front" => config.unhashed_blocks_to_front = value,
+            "long_prefill_waiver_when_alone" => config.long_prefill_waiver_when_alone = value,
+            _ => return Err(bad()),
+        }
+    }
+    Ok(())
+}
+
+fn replay(
+    config: &Path,
+    workload: &Path,
+    features: &[String],
+    out: &mut impl std::io::Write,
+) -> Result<(), Failure> {
     let cfg = load_config(config)?;
     let reqs = load_workload(workload)?;
     let accepted = if cfg.speculative.is_some() {
@@ -305,7 +341,9 @@ fn replay(config: &Path, workload: &Path, out: &mut impl std::io::Write) -> Resu
         0
     };
     let num_spec = cfg.speculative.as_ref().map_or(0, |s| s.num_spec_tokens);
-    let mut engine = Engine::new(engine_config(&cfg, accepted));
+    let mut engine_cfg = engine_config(&cfg, accepted);
+    apply_features(&mut engine_cfg, features)?;
+    let mut engine = Engine::new(engine_cfg);
     // Unused draws: every acceptance rate is 0 or 1.
     let mut stream = Stream::new(0, Purpose::Acceptance, 0);
     let mut by_step: BTreeMap<u64, Vec<&ReplayRequest>> = BTreeMap::new();

@@ -49,6 +49,12 @@ fn parse_lines(text: &str) -> Vec<Value> {
 }
 
 fn first_divergence(case: &Path) -> Option<Divergence> {
+    first_divergence_with(case, &[])
+}
+
+/// The first divergence with rules-pack features overridden
+/// (`pdsim engine replay --feature`).
+fn first_divergence_with(case: &Path, features: &[&str]) -> Option<Divergence> {
     let config: Value = serde_json::from_str(
         &std::fs::read_to_string(case.join("config.json")).expect("config.json"),
     )
@@ -56,6 +62,7 @@ fn first_divergence(case: &Path) -> Option<Divergence> {
     let expected_text = std::fs::read_to_string(case.join("vllm.jsonl")).expect("vllm.jsonl");
     let run = Command::new(env!("CARGO_BIN_EXE_pdsim"))
         .args(["engine", "replay"])
+        .args(features.iter().flat_map(|f| ["--feature", f]))
         .arg(case.join("config.json"))
         .arg(case.join("workload.jsonl"))
         .output()
@@ -219,6 +226,39 @@ fn classify(
     "? unclassified".into()
 }
 
+/// The 0.29.0 rules pack sets `reserve_full_prompt` and
+/// `unhashed_blocks_to_front` to false where vLLM 0.29.0 has both
+/// (divergence 3). Replaying with both switched on tells for sure whether
+/// the pack is what this case trips on first: if the case then agrees, or
+/// first differs later, divergence 3 is the cause.
+fn relabel_by_counterfactual(case: &Path, d: &mut Divergence) {
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(case.join("config.json")).expect("config.json"),
+    )
+    .expect("config.json is JSON");
+    if config["release"] != "0.29.0" || d.field == "refused" {
+        return;
+    }
+    let fixed = first_divergence_with(
+        case,
+        &["reserve_full_prompt=true", "unhashed_blocks_to_front=true"],
+    );
+    let later = |f: &Divergence| {
+        let (a, b) = (f.step.parse::<usize>(), d.step.parse::<usize>());
+        matches!((a, b), (Ok(a), Ok(b)) if a > b)
+    };
+    match fixed {
+        None => d.cause = "3 0.29.0 rules pack (agrees once both switches are on)".into(),
+        Some(f) if later(&f) => {
+            d.cause = format!(
+                "3 0.29.0 rules pack (with it fixed, next: step {} {}, {})",
+                f.step, f.field, f.cause
+            )
+        }
+        Some(_) => {}
+    }
+}
+
 fn list_path() -> PathBuf {
     golden_dir().join("known-divergences.txt")
 }
@@ -289,7 +329,8 @@ fn golden_traces_match_vllm_or_are_listed() {
             let name = format!("{rel_name}/{}", case.file_name().unwrap().to_string_lossy());
             match first_divergence(case) {
                 None => agree += 1,
-                Some(d) => {
+                Some(mut d) => {
+                    relabel_by_counterfactual(case, &mut d);
                     found.insert(name, d);
                 }
             }
