@@ -23,6 +23,10 @@ Families, each aimed at one group of decisions:
                step
   async        async scheduling (AsyncScheduler) over mixed workloads
   mixed        everything drawn at random
+  pd           P/D through the scripted connector: prefill-side requests
+               (kv: produce, one output token, blocks held until
+               kv_ready_step), decode-side ones (kv: consume, KV arriving at
+               kv_ready_step) and local ones, a tight pool half the time
 """
 
 import argparse
@@ -40,6 +44,7 @@ FAMILIES = [
     "spec-vary",
     "async",
     "mixed",
+    "pd",
 ]
 
 
@@ -137,6 +142,9 @@ def case(rng, family, release):
             spec_k = rng.randint(1, 4)
             accept_mode = rng.choice(["const", "vary"])
         max_prompt = rng.choice([64, 160, 320])
+    elif family == "pd":
+        roles = rng.choice(["produce", "consume", "both"])
+        max_out = rng.choice([4, 12, 24])
     else:
         raise ValueError(family)
 
@@ -159,6 +167,13 @@ def case(rng, family, release):
         r = {"id": i, "arrive_step": arrive, "prompt": prompt, "max_tokens": max_tokens}
         if prio:
             r["priority"] = rng.randint(0, 3)
+        if family == "pd" and rng.random() < 0.75:
+            kind = roles if roles != "both" else rng.choice(["produce", "consume"])
+            r["kv"] = kind
+            if kind == "produce":
+                # The P/D proxy sends the prefill side max_tokens 1.
+                r["max_tokens"] = 1
+            r["kv_ready_step"] = arrive + rng.randint(0, 12)
         if spec_k:
             if accept_mode == "const":
                 r["accepted"] = [const_accept] * max_tokens
@@ -171,7 +186,9 @@ def case(rng, family, release):
     # one request alone (vLLM would wait forever; so would pdsim).
     need = max(-(-(len(r["prompt"]) + r["max_tokens"] + spec_k + 1) // bs) for r in reqs)
     total = sum(-(-(len(r["prompt"]) + r["max_tokens"]) // bs) for r in reqs)
-    if family in ("press-fcfs", "press-prio") or (family == "mixed" and rng.random() < 0.5):
+    if family in ("press-fcfs", "press-prio") or (
+        family in ("mixed", "pd") and rng.random() < 0.5
+    ):
         cfg["num_gpu_blocks"] = 1 + max(need + 1, rng.randint(need + 1, max(need + 2, total // 2)))
     else:
         cfg["num_gpu_blocks"] = 1 + max(need + 1, total + rng.randint(0, 50))
@@ -183,7 +200,7 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("release")
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--per-family", type=int, default=40)
+    ap.add_argument("--per-family", type=int, default=31)
     args = ap.parse_args()
     # One stream per (release, family, index): adding a family or changing
     # the count leaves the other cases as they were.

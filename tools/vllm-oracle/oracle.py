@@ -30,6 +30,8 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# fake_connector.py is imported by vLLM by module name.
+sys.path.insert(0, HERE)
 MODEL_DIR = os.path.join(HERE, "model")
 
 # Output token ids live far above any prompt token id the generator uses, and
@@ -128,9 +130,14 @@ def load_workload(path):
                     f"in 0..{OUTPUT_TOKEN_BASE}"
                 )
             if r.get("kv") is not None:
-                raise InputError(
-                    f"{path}:{lineno}: `kv` (P/D) is not supported by this oracle yet"
-                )
+                if r["kv"] not in ("produce", "consume"):
+                    raise InputError(f"{path}:{lineno}: `kv` must be produce or consume")
+                if not isinstance(r.get("kv_ready_step"), int):
+                    raise InputError(
+                        f"{path}:{lineno}: `kv_ready_step` (an integer) goes with `kv`"
+                    )
+            elif "kv_ready_step" in r:
+                raise InputError(f"{path}:{lineno}: `kv_ready_step` without `kv`")
             reqs.append(r)
     ids = [r["id"] for r in reqs]
     if len(set(ids)) != len(ids):
@@ -139,7 +146,7 @@ def load_workload(path):
 
 
 class Harness:
-    def __init__(self, cfg):
+    def __init__(self, cfg, reqs):
         import torch
         from vllm.config import (
             CacheConfig,
@@ -191,11 +198,29 @@ class Harness:
                 prompt_lookup_max=4,
                 prompt_lookup_min=1,
             )
+        # P/D: the scripted connector (fake_connector.py) stands in for
+        # NixlConnector when any request produces or consumes KV.
+        import fake_connector
+
+        fake_connector.SCRIPT.clear()
+        kv_transfer_config = None
+        if any(r.get("kv") for r in reqs):
+            from vllm.config import KVTransferConfig
+
+            for r in reqs:
+                if r.get("kv"):
+                    fake_connector.SCRIPT[f"{r['id']:010d}"] = (r["kv"], r["kv_ready_step"])
+            kv_transfer_config = KVTransferConfig(
+                kv_connector="FakeConnector",
+                kv_connector_module_path="fake_connector",
+                kv_role="kv_both",
+            )
         vllm_config = VllmConfig(
             model_config=model_config,
             scheduler_config=scheduler_config,
             cache_config=cache_config,
             speculative_config=speculative_config,
+            kv_transfer_config=kv_transfer_config,
         )
         # The CPU platform turns async scheduling off (vllm/platforms/cpu.py,
         # check_and_update_config); the class chosen below is what makes the
@@ -253,7 +278,7 @@ class Harness:
         """The ModelRunnerOutput for scheduler output `so`, built when the
         engine core would receive it. `samples[req_id]` says whether the
         request was past its prompt when scheduled (not a partial prefill)."""
-        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
         req_ids = list(so.num_scheduled_tokens.keys())
         sampled = []
@@ -277,10 +302,16 @@ class Harness:
                     for j in range(1 + accepted)
                 ]
             )
+        kv_out = None
+        connector = self.sched.connector
+        if connector is not None:
+            recv, send = connector.take_finished(connector.current_step)
+            kv_out = KVConnectorOutput(finished_recving=recv, finished_sending=send)
         return ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=sampled,
+            kv_connector_output=kv_out,
         )
 
     def propose_drafts(self, so, samples):
@@ -317,12 +348,19 @@ class Harness:
             # Done when every request has arrived and finished. (The engine
             # core calls schedule() once more to report the finished ids;
             # that call decides nothing and is not printed.)
-            if step > last_arrival and sched.get_num_unfinished_requests() == 0 and not queue:
+            # Requests held for a P/D transfer stay in `sched.requests`.
+            if (
+                step > last_arrival
+                and sched.get_num_unfinished_requests() == 0
+                and not sched.requests
+                and not queue
+            ):
                 break
             if step >= MAX_STEPS:
                 raise RuntimeError(f"not drained after {MAX_STEPS} steps")
             scheduled, drafts, preempted, finished = {}, {}, [], []
-            updated = None
+            if sched.connector is not None:
+                sched.connector.current_step = step
             if not self.async_mode:
                 if sched.has_requests():
                     so = sched.schedule()
@@ -393,7 +431,7 @@ class Harness:
 def run_case(config_path, workload_path, out):
     cfg = load_config(config_path)
     reqs = load_workload(workload_path)
-    Harness(cfg).run(reqs, out)
+    Harness(cfg, reqs).run(reqs, out)
 
 
 def main(argv):

@@ -195,10 +195,23 @@ fn load_workload(path: &Path) -> Result<Vec<ReplayRequest>, Failure> {
         if r.prompt.is_empty() {
             return Err(Failure::Input(format!("{at}: `prompt` is empty")));
         }
-        if r.kv.is_some() || r.kv_ready_step.is_some() {
-            return Err(Failure::Input(format!(
-                "{at}: `kv`: P/D replay is not supported yet (the oracle has no fake connector yet)"
-            )));
+        match (r.kv.as_deref(), r.kv_ready_step) {
+            (None, None) | (Some("produce" | "consume"), Some(_)) => {}
+            (Some("produce" | "consume"), None) => {
+                return Err(Failure::Input(format!(
+                    "{at}: `kv_ready_step` (an integer) goes with `kv`"
+                )));
+            }
+            (None, Some(_)) => {
+                return Err(Failure::Input(format!(
+                    "{at}: `kv_ready_step` without `kv`"
+                )));
+            }
+            (Some(other), _) => {
+                return Err(Failure::Input(format!(
+                    "{at}: `kv` must be produce or consume, not {other:?}"
+                )));
+            }
         }
         if !ids.insert(r.id) {
             return Err(Failure::Input(format!("{at}: `id` {} is repeated", r.id)));
@@ -355,6 +368,15 @@ fn replay(
     // holds drafts (it sampled since it was last admitted), to read the drafts
     // each step schedules back from its token count.
     let mut live: BTreeMap<u32, (u32, u32, bool)> = BTreeMap::new();
+    // P/D, scripted as the oracle's fake connector scripts it
+    // (tools/vllm-oracle/fake_connector.py): a consuming request's KV arrives
+    // at the first step >= its `kv_ready_step` once its load started (it was
+    // parked for it), and a producing request's held blocks are read at the
+    // first step >= `kv_ready_step` after the one it finished in.
+    let mut kv_ready: BTreeMap<u32, u64> = BTreeMap::new();
+    // id -> the first step the transfer may complete in.
+    let mut recv_pending: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut send_pending: BTreeMap<u32, u64> = BTreeMap::new();
     let mut text = String::new();
     let mut step: u64 = 0;
     loop {
@@ -365,12 +387,20 @@ fn replay(
                 priority: r.priority,
                 prompt: prompt_of(&r.prompt),
                 max_output_tokens: r.max_tokens,
-                kv: KvTransfer::Local,
+                kv: match r.kv.as_deref() {
+                    Some("produce") => KvTransfer::Produce,
+                    Some("consume") => KvTransfer::Consume,
+                    _ => KvTransfer::Local,
+                },
             });
+            if let Some(ready) = r.kv_ready_step {
+                kv_ready.insert(r.id, ready);
+            }
             live.insert(r.id, (r.prompt.len() as u32, 0, false));
         }
         let arrived_all = last_arrival.is_none_or(|last| step > last);
-        if arrived_all && !engine.has_work() {
+        let transfers = !recv_pending.is_empty() || !send_pending.is_empty();
+        if arrived_all && !engine.has_work() && !transfers {
             break;
         }
         if step >= MAX_STEPS {
@@ -390,6 +420,10 @@ fn replay(
             match event {
                 EngineEvent::Preempted { id } => preempted.push(id.0),
                 EngineEvent::Rejected { id } => rejected.push(id.0),
+                EngineEvent::NeedsKv { id, .. } => {
+                    let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
+                    recv_pending.insert(id.0, ready.max(step));
+                }
                 _ => {}
             }
         }
@@ -430,6 +464,14 @@ fn replay(
         for event in engine.drain_events() {
             match event {
                 EngineEvent::Finished { id, .. } => finished.push(id.0),
+                // A producing request finishes here for the engine core (vLLM
+                // reports it finished and delays only the free); its
+                // `Finished` comes with the release and is not reported again.
+                EngineEvent::Held { id, .. } => {
+                    finished.push(id.0);
+                    let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
+                    send_pending.insert(id.0, ready.max(step + 1));
+                }
                 EngineEvent::Emitted { id, tokens } => {
                     if let Some(entry) = live.get_mut(&id.0) {
                         entry.1 += tokens;
@@ -449,6 +491,25 @@ fn replay(
         for id in &finished {
             live.remove(id);
         }
+        let due = |pending: &mut BTreeMap<u32, u64>| {
+            let ids: Vec<u32> = pending
+                .iter()
+                .filter(|(_, at)| **at <= step)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &ids {
+                pending.remove(id);
+            }
+            ids
+        };
+        for id in due(&mut recv_pending) {
+            engine.kv_arrived(RequestId(id));
+        }
+        for id in due(&mut send_pending) {
+            engine.release(RequestId(id));
+        }
+        // The release's `Finished` was reported with `Held`.
+        engine.drain_events().for_each(drop);
         engine.check_full().map_err(Failure::Invariant)?;
         preempted.sort_unstable();
         finished.sort_unstable();

@@ -55,10 +55,15 @@ fn first_divergence(case: &Path) -> Option<Divergence> {
 /// The first divergence with rules-pack features overridden
 /// (`pdsim engine replay --feature`).
 fn first_divergence_with(case: &Path, features: &[&str]) -> Option<Divergence> {
-    let config: Value = serde_json::from_str(
+    let mut config: Value = serde_json::from_str(
         &std::fs::read_to_string(case.join("config.json")).expect("config.json"),
     )
     .expect("config.json is JSON");
+    // The classifier's one look at the workload: does it consume KV?
+    let consumers = std::fs::read_to_string(case.join("workload.jsonl"))
+        .expect("workload.jsonl")
+        .contains("\"kv\":\"consume\"");
+    config["__consumers"] = Value::from(consumers);
     let expected_text = std::fs::read_to_string(case.join("vllm.jsonl")).expect("vllm.jsonl");
     let run = Command::new(env!("CARGO_BIN_EXE_pdsim"))
         .args(["engine", "replay"])
@@ -223,6 +228,17 @@ fn classify(
     if async_on {
         return "6 async scheduling (one step ahead)".into();
     }
+    // P/D: a consumer parked for its KV holds blocks without appearing in
+    // `scheduled` or `computed`, so a parking decision shows first in the
+    // free blocks.
+    if field == "free_blocks" && has_consumers(config) {
+        let (ef, af) = (e["free_blocks"].as_u64(), a["free_blocks"].as_u64());
+        return if ef > af {
+            "7? P/D: vLLM parks fewer blocks for a consumer (reserve gate on async loads, or a same-step hit)".into()
+        } else {
+            "P? P/D: vLLM parks a consumer pdsim does not (or for more blocks)".into()
+        };
+    }
     "? unclassified".into()
 }
 
@@ -257,6 +273,12 @@ fn relabel_by_counterfactual(case: &Path, d: &mut Divergence) {
         }
         Some(_) => {}
     }
+}
+
+/// Whether the case's workload has decode-side (`kv: consume`) requests
+/// (noted in the config by `first_divergence_with`).
+fn has_consumers(config: &Value) -> bool {
+    config["__consumers"].as_bool().unwrap_or(false)
 }
 
 fn list_path() -> PathBuf {
