@@ -64,6 +64,23 @@ fn first_divergence_with(case: &Path, features: &[&str]) -> Option<Divergence> {
         .expect("workload.jsonl")
         .contains("\"kv\":\"consume\"");
     config["__consumers"] = Value::from(consumers);
+    // And each request's (priority, arrive_step), the key priority victims
+    // are chosen by.
+    let keys: serde_json::Map<String, Value> = std::fs::read_to_string(case.join("workload.jsonl"))
+        .expect("workload.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|r| {
+            (
+                r["id"].to_string(),
+                Value::from(vec![
+                    r["priority"].as_i64().unwrap_or(0),
+                    r["arrive_step"].as_i64().unwrap_or(0),
+                ]),
+            )
+        })
+        .collect();
+    config["__keys"] = Value::Object(keys);
     let expected_text = std::fs::read_to_string(case.join("vllm.jsonl")).expect("vllm.jsonl");
     let run = Command::new(env!("CARGO_BIN_EXE_pdsim"))
         .args(["engine", "replay"])
@@ -200,11 +217,27 @@ fn classify(
         return "6 async scheduling (one step ahead)".into();
     }
     if priority && (field == "scheduled" || field == "preempted") {
+        // Different victims of the same (priority, arrival): vLLM's max()
+        // keeps the earliest admitted of equals, pdsim the largest id.
+        let victims = |line: &Value| -> Vec<Value> {
+            line["preempted"]
+                .as_array()
+                .map(|v| {
+                    v.iter()
+                        .map(|id| config["__keys"][id.to_string()].clone())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (ev, av) = (victims(e), victims(a));
+        if e["preempted"] != a["preempted"] && ev.iter().any(|k| av.contains(k)) {
+            return "8 priority tie: a different victim of equal (priority, arrival)".into();
+        }
         let running_skipped = es.is_empty() && !as_.is_empty();
         if running_skipped {
             return "2 self-preemption ends the running loop".into();
         }
-        return "2/8 priority preemption (self-preemption or victim tie)".into();
+        return "2/8? priority preemption differs (self-preemption or victim order)".into();
     }
     // The 0.29.0 rules pack lets admission need blocks for the first chunk
     // only, where vLLM 0.29.0 reserves the whole prompt: pdsim admits a
