@@ -10,6 +10,7 @@
 
 mod compare_cmd;
 mod disk;
+mod engine_cmd;
 mod flags;
 mod interrupt;
 mod output;
@@ -37,9 +38,10 @@ fn pdsim_cli_run() -> ExitCode {
         }
     };
     // The commands that write results remove what they have not finished
-    // when interrupted; `validate` writes nothing and keeps the default.
+    // when interrupted; `validate` and `engine replay` write nothing and
+    // keep the default.
     match &cli.command {
-        Command::Validate(_) => {}
+        Command::Validate(_) | Command::Engine(_) => {}
         Command::Run(_) => interrupt::install("run"),
         Command::Compare(_) => interrupt::install("compare"),
         Command::Plan(_) => interrupt::install("plan"),
@@ -49,6 +51,7 @@ fn pdsim_cli_run() -> ExitCode {
         Command::Run(args) => run_cmd::run_command(&args),
         Command::Compare(args) => compare_cmd::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Engine(args) => engine_cmd::run(&args),
     }
 }
 
@@ -72,4 +75,6 @@ enum Command {
     Compare(compare_cmd::Args),
     /// Find each layout's highest request rate within an SLO; rank layouts; shard and merge.
     Plan(plan_cmd::Args),
+    /// Drive one engine directly: `engine replay` prints its decisions step by step.
+    Engine(engine_cmd::Args),
 }

@@ -1,0 +1,541 @@
+//! `pdsim engine replay CONFIG WORKLOAD`: drive one pdsim engine step by step
+//! through a workload of token-id prompts and print one canonical JSON line
+//! per step, in the format `tools/vllm-oracle/oracle.py` prints for vLLM's
+//! own scheduler (`tools/vllm-oracle/README.md`), so the two can be diffed
+//! byte for byte.
+//!
+//! The glue lives here, outside the engine: it maps token ids to pdsim's
+//! content-addressed segments (one single-token segment per token, so equal
+//! token prefixes give equal block hashes at any block size), resolves the
+//! release's rules pack, forces draft acceptance through a deterministic
+//! acceptance vector, and reads each step's decisions back from the
+//! engine's events and accessors.
+
+use pdsim_core::prompt::content_id;
+use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
+use pdsim_engine::{
+    CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, KvTransfer, NewRequest, Policy,
+    SpecConfig,
+};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    command: EngineCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum EngineCommand {
+    /// Replay a token-id workload through one engine and print its decisions, one JSON line a step.
+    Replay {
+        /// The engine config: one JSON object (tools/vllm-oracle/README.md).
+        #[arg(value_name = "CONFIG")]
+        config: PathBuf,
+        /// The workload: JSONL, one request a line.
+        #[arg(value_name = "WORKLOAD")]
+        workload: PathBuf,
+        /// Override a feature switch of the release's rules pack, NAME=true|false
+        /// (reserve_full_prompt, unhashed_blocks_to_front,
+        /// long_prefill_waiver_when_alone), to see what a pack fix would change.
+        /// Repeatable.
+        #[arg(long = "feature", value_name = "NAME=BOOL")]
+        features: Vec<String>,
+    },
+}
+
+/// The same cap as the oracle's: a run that has not drained by then is a
+/// livelock (a request that can never fit), reported instead of hanging.
+const MAX_STEPS: u64 = 100_000;
+
+/// Salt of the content ids standing for prompt token ids.
+const TOKEN_SALT: u64 = 0x746f_6b65_6e5f_6964;
+
+pub fn run(args: &Args) -> ExitCode {
+    match &args.command {
+        EngineCommand::Replay {
+            config,
+            workload,
+            features,
+        } => {
+            let mut out = std::io::stdout().lock();
+            match replay(config, workload, features, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(Failure::Input(msg)) => {
+                    eprintln!("error: {msg}");
+                    ExitCode::from(1)
+                }
+                Err(Failure::Io(msg)) => {
+                    eprintln!("error: {msg}");
+                    ExitCode::from(2)
+                }
+                Err(Failure::Invariant(msg)) => {
+                    eprintln!("error: engine invariant broke: {msg}");
+                    ExitCode::from(3)
+                }
+            }
+        }
+    }
+}
+
+enum Failure {
+    Input(String),
+    Io(String),
+    Invariant(String),
+}
+
+/// The engine config document.
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ReplayConfig {
+    release: String,
+    block_size: u32,
+    num_gpu_blocks: u32,
+    max_num_seqs: u32,
+    max_num_batched_tokens: u32,
+    max_model_len: u32,
+    long_prefill_token_threshold: u32,
+    enable_prefix_caching: bool,
+    scheduling_policy: String,
+    async_scheduling: bool,
+    #[serde(default)]
+    speculative: Option<Speculative>,
+}
+
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct Speculative {
+    method: String,
+    num_spec_tokens: u32,
+}
+
+/// One workload line.
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ReplayRequest {
+    id: u32,
+    arrive_step: u64,
+    prompt: Vec<u64>,
+    max_tokens: u32,
+    #[serde(default)]
+    priority: i32,
+    #[serde(default)]
+    accepted: Option<Vec<u32>>,
+    #[serde(default)]
+    kv: Option<String>,
+    #[serde(default)]
+    kv_ready_step: Option<u64>,
+}
+
+fn read(path: &Path) -> Result<String, Failure> {
+    std::fs::read_to_string(path).map_err(|e| Failure::Io(format!("{}: {e}", path.display())))
+}
+
+fn load_config(path: &Path) -> Result<ReplayConfig, Failure> {
+    let text = read(path)?;
+    let cfg: ReplayConfig = serde_json::from_str(&text)
+        .map_err(|e| Failure::Input(format!("{}: {e}", path.display())))?;
+    let bad = |key: &str, why: &str| Failure::Input(format!("{}: `{key}`: {why}", path.display()));
+    if cfg.block_size == 0 {
+        return Err(bad("block_size", "must be positive"));
+    }
+    if cfg.num_gpu_blocks < 2 {
+        return Err(bad(
+            "num_gpu_blocks",
+            "must be at least 2 (one is the null block)",
+        ));
+    }
+    if cfg.max_num_seqs == 0 || cfg.max_num_batched_tokens == 0 || cfg.max_model_len == 0 {
+        return Err(bad(
+            "max_num_seqs",
+            "max_num_seqs, max_num_batched_tokens and max_model_len must be positive",
+        ));
+    }
+    if !matches!(cfg.scheduling_policy.as_str(), "fcfs" | "priority") {
+        return Err(bad("scheduling_policy", "must be fcfs or priority"));
+    }
+    if let Some(spec) = &cfg.speculative {
+        if !matches!(spec.method.as_str(), "ngram" | "ngram_gpu") {
+            return Err(bad(
+                "speculative.method",
+                "only ngram and ngram_gpu are supported (as by the oracle)",
+            ));
+        }
+        if spec.num_spec_tokens == 0 {
+            return Err(bad("speculative.num_spec_tokens", "must be at least 1"));
+        }
+    }
+    if pdsim_spec::rules::pack::for_version(&cfg.release).is_none() {
+        return Err(bad(
+            "release",
+            &format!(
+                "pdsim has no rules pack for vLLM {} (known: {})",
+                cfg.release,
+                pdsim_spec::rules::pack::known_versions().join(", ")
+            ),
+        ));
+    }
+    Ok(cfg)
+}
+
+fn load_workload(path: &Path) -> Result<Vec<ReplayRequest>, Failure> {
+    let text = read(path)?;
+    let mut reqs = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = format!("{}:{}", path.display(), i + 1);
+        let r: ReplayRequest =
+            serde_json::from_str(line).map_err(|e| Failure::Input(format!("{at}: {e}")))?;
+        if r.prompt.is_empty() {
+            return Err(Failure::Input(format!("{at}: `prompt` is empty")));
+        }
+        match (r.kv.as_deref(), r.kv_ready_step) {
+            (None, None) | (Some("produce" | "consume"), Some(_)) => {}
+            (Some("produce" | "consume"), None) => {
+                return Err(Failure::Input(format!(
+                    "{at}: `kv_ready_step` (an integer) goes with `kv`"
+                )));
+            }
+            (None, Some(_)) => {
+                return Err(Failure::Input(format!(
+                    "{at}: `kv_ready_step` without `kv`"
+                )));
+            }
+            (Some(other), _) => {
+                return Err(Failure::Input(format!(
+                    "{at}: `kv` must be produce or consume, not {other:?}"
+                )));
+            }
+        }
+        if !ids.insert(r.id) {
+            return Err(Failure::Input(format!("{at}: `id` {} is repeated", r.id)));
+        }
+        reqs.push(r);
+    }
+    Ok(reqs)
+}
+
+/// The one number of accepted drafts every verification of every request
+/// uses. pdsim draws acceptance per draft position from a rate vector; rates
+/// of exactly 1 and 0 make the draw deterministic, so a constant count can be
+/// forced. A count that varies by request or step needs a hook in the engine
+/// that does not exist yet.
+fn constant_acceptance(reqs: &[ReplayRequest], path: &Path) -> Result<u32, Failure> {
+    let mut value: Option<u32> = None;
+    for r in reqs {
+        let list = r.accepted.as_deref().unwrap_or(&[]);
+        // A list shorter than the request's decode steps falls back to 0
+        // accepted (the oracle's rule), which is a second value.
+        let needed = r.max_tokens as usize;
+        let values = list
+            .iter()
+            .copied()
+            .chain((list.len() < needed).then_some(0));
+        for v in values {
+            match value {
+                None => value = Some(v),
+                Some(x) if x == v => {}
+                Some(x) => {
+                    return Err(Failure::Input(format!(
+                        "{}: `accepted` varies ({x} and {v}, request {}): pdsim's engine has no \
+                         hook to force per-step acceptance yet, only one count for every step",
+                        path.display(),
+                        r.id
+                    )));
+                }
+            }
+        }
+    }
+    Ok(value.unwrap_or(0))
+}
+
+fn engine_config(cfg: &ReplayConfig, accepted: u32) -> EngineConfig {
+    let pack = pdsim_spec::rules::pack::for_version(&cfg.release).expect("checked at load");
+    let spec = cfg.speculative.as_ref().map(|s| SpecConfig {
+        num_spec_tokens: s.num_spec_tokens,
+        acceptance: (0..s.num_spec_tokens)
+            .map(|i| if i < accepted { 1.0 } else { 0.0 })
+            .collect(),
+        eagle_style: false,
+    });
+    EngineConfig {
+        block_size: cfg.block_size,
+        prefix_unit: cfg.block_size,
+        num_blocks: cfg.num_gpu_blocks,
+        max_num_batched_tokens: cfg.max_num_batched_tokens,
+        max_num_seqs: cfg.max_num_seqs,
+        long_prefill_token_threshold: cfg.long_prefill_token_threshold,
+        long_prefill_waiver_when_alone: pack.features.long_prefill_waiver_when_alone,
+        policy: if cfg.scheduling_policy == "priority" {
+            Policy::Priority
+        } else {
+            Policy::Fcfs
+        },
+        enable_prefix_caching: cfg.enable_prefix_caching,
+        max_model_len: cfg.max_model_len,
+        reserve_full_prompt: pack.features.reserve_full_prompt,
+        unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
+        // Graphs and DBO change pricing, not decisions.
+        graphs: Graphs {
+            mode: CudaGraphMode::None,
+            sizes: vec![],
+        },
+        dbo: Dbo {
+            enabled: false,
+            decode_threshold: 0,
+            prefill_threshold: 0,
+        },
+        spec,
+        offload_blocks: None,
+    }
+}
+
+/// A token-id prompt as pdsim segments: one segment per token, its id a
+/// function of the token id alone, so prompts with equal token prefixes share
+/// exactly the blocks those prefixes fill.
+fn prompt_of(tokens: &[u64]) -> Prompt {
+    Prompt::new(
+        tokens
+            .iter()
+            .map(|&t| Segment {
+                id: content_id(t, TOKEN_SALT),
+                tokens: 1,
+            })
+            .collect(),
+    )
+}
+
+fn ids_map(pairs: impl IntoIterator<Item = (u32, u32)>) -> Value {
+    let map: BTreeMap<String, Value> = pairs
+        .into_iter()
+        .map(|(id, n)| (id.to_string(), Value::from(n)))
+        .collect();
+    Value::Object(map.into_iter().collect::<Map<String, Value>>())
+}
+
+/// Applies `--feature NAME=BOOL` overrides to a resolved engine config.
+fn apply_features(config: &mut EngineConfig, features: &[String]) -> Result<(), Failure> {
+    for f in features {
+        let bad = || {
+            Failure::Input(format!(
+                "--feature {f}: want NAME=true|false with NAME one of reserve_full_prompt, \
+                 unhashed_blocks_to_front, long_prefill_waiver_when_alone"
+            ))
+        };
+        let (name, value) = f.split_once('=').ok_or_else(bad)?;
+        let value: bool = value.parse().map_err(|_| bad())?;
+        match name {
+            "reserve_full_prompt" => config.reserve_full_prompt = value,
+            "unhashed_blocks_to_front" => config.unhashed_blocks_to_front = value,
+            "long_prefill_waiver_when_alone" => config.long_prefill_waiver_when_alone = value,
+            _ => return Err(bad()),
+        }
+    }
+    Ok(())
+}
+
+fn replay(
+    config: &Path,
+    workload: &Path,
+    features: &[String],
+    out: &mut impl std::io::Write,
+) -> Result<(), Failure> {
+    let cfg = load_config(config)?;
+    let reqs = load_workload(workload)?;
+    let accepted = if cfg.speculative.is_some() {
+        constant_acceptance(&reqs, workload)?
+    } else {
+        0
+    };
+    let num_spec = cfg.speculative.as_ref().map_or(0, |s| s.num_spec_tokens);
+    let mut engine_cfg = engine_config(&cfg, accepted);
+    apply_features(&mut engine_cfg, features)?;
+    let mut engine = Engine::new(engine_cfg);
+    // Unused draws: every acceptance rate is 0 or 1.
+    let mut stream = Stream::new(0, Purpose::Acceptance, 0);
+    let mut by_step: BTreeMap<u64, Vec<&ReplayRequest>> = BTreeMap::new();
+    for r in &reqs {
+        by_step.entry(r.arrive_step).or_default().push(r);
+    }
+    let last_arrival = by_step.keys().next_back().copied();
+    // Per live request: prompt tokens, output tokens so far, and whether it
+    // holds drafts (it sampled since it was last admitted), to read the drafts
+    // each step schedules back from its token count.
+    let mut live: BTreeMap<u32, (u32, u32, bool)> = BTreeMap::new();
+    // P/D, scripted as the oracle's fake connector scripts it
+    // (tools/vllm-oracle/fake_connector.py): a consuming request's KV arrives
+    // at the first step >= its `kv_ready_step` once its load started (it was
+    // parked for it), and a producing request's held blocks are read at the
+    // first step >= `kv_ready_step` after the one it finished in.
+    let mut kv_ready: BTreeMap<u32, u64> = BTreeMap::new();
+    // id -> the first step the transfer may complete in.
+    let mut recv_pending: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut send_pending: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut text = String::new();
+    let mut step: u64 = 0;
+    loop {
+        for r in by_step.get(&step).into_iter().flatten() {
+            engine.add_request(NewRequest {
+                id: RequestId(r.id),
+                arrival: SimTime(r.arrive_step),
+                priority: r.priority,
+                prompt: prompt_of(&r.prompt),
+                max_output_tokens: r.max_tokens,
+                kv: match r.kv.as_deref() {
+                    Some("produce") => KvTransfer::Produce,
+                    Some("consume") => KvTransfer::Consume,
+                    _ => KvTransfer::Local,
+                },
+            });
+            if let Some(ready) = r.kv_ready_step {
+                kv_ready.insert(r.id, ready);
+            }
+            live.insert(r.id, (r.prompt.len() as u32, 0, false));
+        }
+        let arrived_all = last_arrival.is_none_or(|last| step > last);
+        let transfers = !recv_pending.is_empty() || !send_pending.is_empty();
+        if arrived_all && !engine.has_work() && !transfers {
+            break;
+        }
+        if step >= MAX_STEPS {
+            return Err(Failure::Invariant(format!(
+                "not drained after {MAX_STEPS} steps"
+            )));
+        }
+        let mut preempted = Vec::new();
+        let mut finished = Vec::new();
+        let mut rejected = Vec::new();
+        let before: BTreeMap<u32, u32> = live
+            .keys()
+            .filter_map(|&id| engine.computed_tokens(RequestId(id)).map(|c| (id, c)))
+            .collect();
+        let batch = engine.schedule();
+        for event in engine.drain_events() {
+            match event {
+                EngineEvent::Preempted { id } => preempted.push(id.0),
+                EngineEvent::Rejected { id } => rejected.push(id.0),
+                EngineEvent::NeedsKv { id, .. } => {
+                    let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
+                    recv_pending.insert(id.0, ready.max(step));
+                }
+                _ => {}
+            }
+        }
+        for id in &preempted {
+            if let Some(entry) = live.get_mut(id) {
+                entry.2 = false;
+            }
+        }
+        let scheduled: Vec<(u32, u32)> = engine
+            .last_schedule()
+            .into_iter()
+            .map(|(id, n)| (id.0, n))
+            .collect();
+        let mut drafts = Vec::new();
+        for &(id, n) in &scheduled {
+            let (prompt, output, has_drafts) = live.get(&id).copied().unwrap_or((0, 0, false));
+            let computed = before.get(&id).copied().unwrap_or(0);
+            let behind = (prompt + output).saturating_sub(computed);
+            let d = if has_drafts {
+                num_spec.min(n.saturating_sub(behind))
+            } else {
+                0
+            };
+            if d > 0 {
+                drafts.push((id, d));
+            }
+        }
+        if let Some(batch) = &batch {
+            let total: u32 = drafts.iter().map(|d| d.1).sum();
+            if total != batch.spec_tokens {
+                return Err(Failure::Invariant(format!(
+                    "step {step}: drafts read back ({total}) differ from the batch's spec tokens ({})",
+                    batch.spec_tokens
+                )));
+            }
+        }
+        engine.complete_step(&mut stream);
+        for event in engine.drain_events() {
+            match event {
+                EngineEvent::Finished { id, .. } => finished.push(id.0),
+                // A producing request finishes here for the engine core (vLLM
+                // reports it finished and delays only the free); its
+                // `Finished` comes with the release and is not reported again.
+                EngineEvent::Held { id, .. } => {
+                    finished.push(id.0);
+                    let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
+                    send_pending.insert(id.0, ready.max(step + 1));
+                }
+                EngineEvent::Emitted { id, tokens } => {
+                    if let Some(entry) = live.get_mut(&id.0) {
+                        entry.1 += tokens;
+                        entry.2 = true;
+                    }
+                }
+                EngineEvent::Rejected { id } => rejected.push(id.0),
+                _ => {}
+            }
+        }
+        if !rejected.is_empty() {
+            return Err(Failure::Input(format!(
+                "{}: request(s) {rejected:?} rejected: prompt empty or not below max_model_len",
+                workload.display()
+            )));
+        }
+        for id in &finished {
+            live.remove(id);
+        }
+        let due = |pending: &mut BTreeMap<u32, u64>| {
+            let ids: Vec<u32> = pending
+                .iter()
+                .filter(|(_, at)| **at <= step)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &ids {
+                pending.remove(id);
+            }
+            ids
+        };
+        for id in due(&mut recv_pending) {
+            engine.kv_arrived(RequestId(id));
+        }
+        for id in due(&mut send_pending) {
+            engine.release(RequestId(id));
+        }
+        // The release's `Finished` was reported with `Held`.
+        engine.drain_events().for_each(drop);
+        engine.check_full().map_err(Failure::Invariant)?;
+        preempted.sort_unstable();
+        finished.sort_unstable();
+        let computed = engine
+            .running_ids()
+            .into_iter()
+            .filter_map(|id| engine.computed_tokens(id).map(|c| (id.0, c)));
+        let mut line = Map::new();
+        line.insert("computed".into(), ids_map(computed));
+        line.insert("drafts".into(), ids_map(drafts));
+        line.insert("finished".into(), Value::from(finished));
+        line.insert("free_blocks".into(), Value::from(engine.pool().free()));
+        line.insert("preempted".into(), Value::from(preempted));
+        line.insert("scheduled".into(), ids_map(scheduled));
+        line.insert("step".into(), Value::from(step));
+        text.clear();
+        text.push_str(&Value::Object(line).to_string());
+        text.push('\n');
+        out.write_all(text.as_bytes())
+            .map_err(|e| Failure::Io(format!("stdout: {e}")))?;
+        step += 1;
+    }
+    out.flush()
+        .map_err(|e| Failure::Io(format!("stdout: {e}")))?;
+    // pdsim's engine has no one-step-ahead (async) scheduling, divergence 6
+    // of issue 11: an async config replays synchronously, and differs.
+    let _ = cfg.async_scheduling;
+    Ok(())
+}

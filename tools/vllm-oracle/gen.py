@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Seeded random workloads for the differential oracle.
+
+    gen.py OUT_DIR RELEASE [--seed S] [--per-family N]
+
+writes OUT_DIR/<case>/config.json and OUT_DIR/<case>/workload.jsonl for
+every family below, N cases each (default 40), the case name being
+<family>-<index>. The same seed gives the same files byte for byte (Python's
+`random.Random` with an explicit seed, no clock). Only the standard library
+is used, so it runs without the virtual environment.
+
+Families, each aimed at one group of decisions:
+  share        same-step prefix sharing: bursts of requests over shared
+               prefixes (block-aligned and not), prefix caching on or off
+  press-fcfs   KV pressure under fcfs: a small pool, preemption and recompute
+  press-prio   KV pressure under priority: random priorities, victims
+  chunk        chunked prefill: small token budgets, long prompts, the
+               long-prefill cap (often on)
+  seqcap       the sequence cap: max_num_seqs 1..4, many requests
+  spec         speculative decoding (ngram), one acceptance count per case
+               (pdsim can force only that)
+  spec-vary    speculative decoding with acceptance varied per request and
+               step
+  async        async scheduling (AsyncScheduler) over mixed workloads
+  mixed        everything drawn at random
+  pd           P/D through the scripted connector: prefill-side requests
+               (kv: produce, one output token, blocks held until
+               kv_ready_step), decode-side ones (kv: consume, KV arriving at
+               kv_ready_step) and local ones, a tight pool half the time
+"""
+
+import argparse
+import json
+import os
+import random
+
+FAMILIES = [
+    "share",
+    "press-fcfs",
+    "press-prio",
+    "chunk",
+    "seqcap",
+    "spec",
+    "spec-vary",
+    "async",
+    "mixed",
+    "pd",
+]
+
+
+def prompt_pool(rng, n, lo, hi):
+    """Shared prefixes: random token lists the requests cut from."""
+    return [[rng.randrange(1, 9000) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+def make_prompt(rng, pool, bs, share_p, max_len):
+    """A prompt: maybe a cut of a shared prefix (block aligned half the
+    time), then a unique tail."""
+    prompt = []
+    if pool and rng.random() < share_p:
+        base = rng.choice(pool)
+        if rng.random() < 0.5:
+            cut = (rng.randint(0, len(base)) // bs) * bs
+        else:
+            cut = rng.randint(1, len(base))
+        prompt = base[:cut]
+    tail = rng.randint(1 if prompt else 2, max(2, max_len // 3))
+    prompt = prompt + [rng.randrange(1, 9000) for _ in range(tail)]
+    return prompt[:max_len]
+
+
+def base_config(rng, release):
+    bs = rng.choice([16, 16, 16, 8, 32])
+    return {
+        "release": release,
+        "block_size": bs,
+        "num_gpu_blocks": 2000,
+        "max_num_seqs": rng.choice([4, 8, 16, 32]),
+        "max_num_batched_tokens": rng.choice([64, 128, 256, 512, 1024]),
+        "max_model_len": 4096,
+        "long_prefill_token_threshold": 0,
+        "enable_prefix_caching": True,
+        "scheduling_policy": "fcfs",
+        "async_scheduling": False,
+    }
+
+
+def case(rng, family, release):
+    cfg = base_config(rng, release)
+    bs = cfg["block_size"]
+    n_req = rng.randint(4, 16)
+    max_prompt = 160
+    max_out = 24
+    arrive_span = rng.randint(0, 20)
+    share_p = 0.5
+    burst = rng.random() < 0.5
+    spec_k = 0
+    accept_mode = None
+    prio = False
+
+    if family == "share":
+        share_p = 0.9
+        burst = True
+        cfg["enable_prefix_caching"] = rng.random() < 0.85
+        cfg["max_num_batched_tokens"] = rng.choice([256, 512, 1024, 2048])
+    elif family in ("press-fcfs", "press-prio"):
+        prio = family == "press-prio"
+        cfg["scheduling_policy"] = "priority" if prio else "fcfs"
+        n_req = rng.randint(6, 16)
+        max_prompt = rng.choice([48, 96, 160])
+        max_out = rng.choice([16, 32, 48])
+    elif family == "chunk":
+        cfg["max_num_batched_tokens"] = rng.choice([16, 32, 48, 64, 100])
+        cfg["long_prefill_token_threshold"] = rng.choice([0, 8, 16, 24, 40])
+        max_prompt = rng.choice([200, 400, 600])
+        n_req = rng.randint(3, 10)
+        max_out = 12
+    elif family == "seqcap":
+        cfg["max_num_seqs"] = rng.randint(1, 4)
+        n_req = rng.randint(6, 16)
+        max_out = rng.choice([4, 12, 24])
+    elif family in ("spec", "spec-vary"):
+        spec_k = rng.randint(1, 5)
+        accept_mode = "const" if family == "spec" else "vary"
+        max_out = rng.choice([12, 24, 40])
+    elif family == "async":
+        cfg["async_scheduling"] = True
+        if rng.random() < 0.3:
+            cfg["scheduling_policy"] = "priority"
+            prio = True
+        if rng.random() < 0.3:
+            spec_k = rng.randint(1, 4)
+            accept_mode = "const"
+    elif family == "mixed":
+        cfg["scheduling_policy"] = rng.choice(["fcfs", "priority"])
+        prio = cfg["scheduling_policy"] == "priority"
+        cfg["long_prefill_token_threshold"] = rng.choice([0, 0, 16, 64])
+        cfg["enable_prefix_caching"] = rng.random() < 0.8
+        cfg["max_num_seqs"] = rng.randint(1, 16)
+        cfg["async_scheduling"] = rng.random() < 0.25
+        if rng.random() < 0.3:
+            spec_k = rng.randint(1, 4)
+            accept_mode = rng.choice(["const", "vary"])
+        max_prompt = rng.choice([64, 160, 320])
+    elif family == "pd":
+        roles = rng.choice(["produce", "consume", "both"])
+        max_out = rng.choice([4, 12, 24])
+    else:
+        raise ValueError(family)
+
+    if spec_k:
+        # vLLM refuses async scheduling with the CPU n-gram drafter; its GPU
+        # twin is allowed, and both reserve no lookahead slots.
+        method = "ngram_gpu" if cfg["async_scheduling"] else "ngram"
+        cfg["speculative"] = {"method": method, "num_spec_tokens": spec_k}
+
+    pool = prompt_pool(rng, rng.randint(1, 3), bs, max(bs + 1, max_prompt))
+    reqs = []
+    const_accept = rng.randint(0, spec_k) if spec_k else 0
+    for i in range(n_req):
+        prompt = make_prompt(rng, pool, bs, share_p, max_prompt)
+        max_tokens = rng.randint(1, max_out)
+        if burst and rng.random() < 0.6:
+            arrive = 0
+        else:
+            arrive = rng.randint(0, arrive_span)
+        r = {"id": i, "arrive_step": arrive, "prompt": prompt, "max_tokens": max_tokens}
+        if prio:
+            r["priority"] = rng.randint(0, 3)
+        if family == "pd" and rng.random() < 0.75:
+            kind = roles if roles != "both" else rng.choice(["produce", "consume"])
+            r["kv"] = kind
+            if kind == "produce":
+                # The P/D proxy sends the prefill side max_tokens 1.
+                r["max_tokens"] = 1
+            r["kv_ready_step"] = arrive + rng.randint(0, 12)
+        if spec_k:
+            if accept_mode == "const":
+                r["accepted"] = [const_accept] * max_tokens
+            else:
+                r["accepted"] = [rng.randint(0, spec_k) for _ in range(max_tokens)]
+        reqs.append(r)
+    reqs.sort(key=lambda r: (r["arrive_step"], r["id"]))
+
+    # The pool: plenty, or tight enough to preempt but never too small for
+    # one request alone (vLLM would wait forever; so would pdsim).
+    need = max(-(-(len(r["prompt"]) + r["max_tokens"] + spec_k + 1) // bs) for r in reqs)
+    total = sum(-(-(len(r["prompt"]) + r["max_tokens"]) // bs) for r in reqs)
+    if family in ("press-fcfs", "press-prio") or (
+        family in ("mixed", "pd") and rng.random() < 0.5
+    ):
+        cfg["num_gpu_blocks"] = 1 + max(need + 1, rng.randint(need + 1, max(need + 2, total // 2)))
+    else:
+        cfg["num_gpu_blocks"] = 1 + max(need + 1, total + rng.randint(0, 50))
+    return cfg, reqs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir")
+    ap.add_argument("release")
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--per-family", type=int, default=31)
+    args = ap.parse_args()
+    # One stream per (release, family, index): adding a family or changing
+    # the count leaves the other cases as they were.
+    for family in FAMILIES:
+        for i in range(args.per_family):
+            rng = random.Random(f"{args.seed}/{args.release}/{family}/{i}")
+            cfg, reqs = case(rng, family, args.release)
+            d = os.path.join(args.out_dir, f"{family}-{i:03d}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "config.json"), "w") as f:
+                f.write(json.dumps(cfg, sort_keys=True) + "\n")
+            with open(os.path.join(d, "workload.jsonl"), "w") as f:
+                for r in reqs:
+                    f.write(json.dumps(r, separators=(",", ":")) + "\n")
+
+
+if __name__ == "__main__":
+    main()

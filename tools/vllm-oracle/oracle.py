@@ -1,0 +1,469 @@
+#!/usr/bin/env python3
+"""Drive vLLM's own V1 Scheduler (or AsyncScheduler) step by step, with no
+model and no GPU, and print one canonical JSON line per step.
+
+    oracle.py CONFIG WORKLOAD            one case to stdout
+    oracle.py --batch CASES_DIR          every CASES_DIR/<case>/{config.json,
+                                         workload.jsonl} to CASES_DIR/<case>/vllm.jsonl
+                                         (one process: vLLM imports in ~20 s)
+
+The formats are described in README.md next to this file. Run it with the
+virtual environment that `setup` builds for the config's release; `run`
+picks it.
+
+What the harness plays: the engine core's loop (`EngineCore.step` for the
+synchronous scheduler, `EngineCore.step_with_batch_queue` with a queue of two
+for async scheduling, both in vllm/v1/engine/core.py) and the model runner
+(it samples one token for every request that is not a partial prefill, plus
+the drafts the workload says were accepted, and proposes `num_spec_tokens`
+drafts for every request that sampled, as an n-gram drafter that always
+finds a match would). Everything else is vLLM's code.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# fake_connector.py is imported by vLLM by module name.
+sys.path.insert(0, HERE)
+MODEL_DIR = os.path.join(HERE, "model")
+
+# Output token ids live far above any prompt token id the generator uses, and
+# are a function of (request, output position) only, so a request that is
+# preempted and recomputed regenerates the same tokens (and the same block
+# hashes), and no two requests share an output block: pdsim gives each
+# request's output its own content segment, which is the same thing.
+OUTPUT_TOKEN_BASE = 1_000_000
+
+# A run that has not drained by then is a livelock in the harness or the
+# workload (a request that can never fit); fail loudly instead of hanging.
+MAX_STEPS = 100_000
+
+CONFIG_KEYS = {
+    "release",
+    "block_size",
+    "num_gpu_blocks",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "long_prefill_token_threshold",
+    "enable_prefix_caching",
+    "scheduling_policy",
+    "async_scheduling",
+    "speculative",
+}
+REQUEST_KEYS = {
+    "id",
+    "arrive_step",
+    "prompt",
+    "max_tokens",
+    "priority",
+    "accepted",
+    "kv",
+    "kv_ready_step",
+}
+
+
+class InputError(Exception):
+    pass
+
+
+def load_config(path):
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: {e}")
+    if not isinstance(cfg, dict):
+        raise InputError(f"{path}: the engine config must be one JSON object")
+    unknown = set(cfg) - CONFIG_KEYS
+    if unknown:
+        raise InputError(f"{path}: unknown keys {sorted(unknown)}")
+    for key in CONFIG_KEYS - {"speculative"}:
+        if key not in cfg:
+            raise InputError(f"{path}: missing key `{key}`")
+    if cfg["scheduling_policy"] not in ("fcfs", "priority"):
+        raise InputError(f"{path}: `scheduling_policy` must be fcfs or priority")
+    spec = cfg.get("speculative")
+    if spec is not None:
+        if spec.get("method") not in ("ngram", "ngram_gpu"):
+            raise InputError(
+                f"{path}: `speculative.method`: only ngram and ngram_gpu are supported "
+                "(other drafters need a draft model)"
+            )
+        if not isinstance(spec.get("num_spec_tokens"), int) or spec["num_spec_tokens"] < 1:
+            raise InputError(f"{path}: `speculative.num_spec_tokens` must be >= 1")
+    return cfg
+
+
+def load_workload(path):
+    reqs = []
+    try:
+        f = open(path)
+    except OSError as e:
+        raise InputError(f"{path}: {e}")
+    with f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"{path}:{lineno}: {e}")
+            unknown = set(r) - REQUEST_KEYS
+            if unknown:
+                raise InputError(f"{path}:{lineno}: unknown keys {sorted(unknown)}")
+            for key in ("id", "arrive_step", "prompt", "max_tokens"):
+                if key not in r:
+                    raise InputError(f"{path}:{lineno}: missing key `{key}`")
+            if not r["prompt"] or not all(
+                isinstance(t, int) and 0 <= t < OUTPUT_TOKEN_BASE for t in r["prompt"]
+            ):
+                raise InputError(
+                    f"{path}:{lineno}: `prompt` must be a non-empty list of token ids "
+                    f"in 0..{OUTPUT_TOKEN_BASE}"
+                )
+            if r.get("kv") is not None:
+                if r["kv"] not in ("produce", "consume"):
+                    raise InputError(f"{path}:{lineno}: `kv` must be produce or consume")
+                if not isinstance(r.get("kv_ready_step"), int):
+                    raise InputError(
+                        f"{path}:{lineno}: `kv_ready_step` (an integer) goes with `kv`"
+                    )
+            elif "kv_ready_step" in r:
+                raise InputError(f"{path}:{lineno}: `kv_ready_step` without `kv`")
+            reqs.append(r)
+    ids = [r["id"] for r in reqs]
+    if len(set(ids)) != len(ids):
+        raise InputError(f"{path}: request ids must be unique")
+    return reqs
+
+
+class Harness:
+    def __init__(self, cfg, reqs):
+        import torch
+        from vllm.config import (
+            CacheConfig,
+            ModelConfig,
+            SchedulerConfig,
+            SpeculativeConfig,
+            VllmConfig,
+        )
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheConfig,
+            KVCacheGroupSpec,
+        )
+        from vllm.v1.structured_output import StructuredOutputManager
+        from vllm.utils.hashing import sha256
+
+        self.cfg = cfg
+        bs = cfg["block_size"]
+        model_config = ModelConfig(
+            model=MODEL_DIR,
+            skip_tokenizer_init=True,
+            max_model_len=cfg["max_model_len"],
+            dtype="float16",
+            seed=0,
+        )
+        scheduler_config = SchedulerConfig(
+            max_num_seqs=cfg["max_num_seqs"],
+            max_num_batched_tokens=cfg["max_num_batched_tokens"],
+            max_model_len=cfg["max_model_len"],
+            is_encoder_decoder=False,
+            long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
+            enable_chunked_prefill=True,
+            policy=cfg["scheduling_policy"],
+            async_scheduling=cfg["async_scheduling"],
+        )
+        cache_config = CacheConfig(
+            block_size=bs,
+            enable_prefix_caching=cfg["enable_prefix_caching"],
+        )
+        spec = cfg.get("speculative")
+        speculative_config = None
+        if spec is not None:
+            speculative_config = SpeculativeConfig(
+                method=spec["method"],
+                num_speculative_tokens=spec["num_spec_tokens"],
+                prompt_lookup_max=4,
+                prompt_lookup_min=1,
+            )
+        # P/D: the scripted connector (fake_connector.py) stands in for
+        # NixlConnector when any request produces or consumes KV.
+        import fake_connector
+
+        fake_connector.SCRIPT.clear()
+        kv_transfer_config = None
+        if any(r.get("kv") for r in reqs):
+            from vllm.config import KVTransferConfig
+
+            for r in reqs:
+                if r.get("kv"):
+                    fake_connector.SCRIPT[f"{r['id']:010d}"] = (r["kv"], r["kv_ready_step"])
+            kv_transfer_config = KVTransferConfig(
+                kv_connector="FakeConnector",
+                kv_connector_module_path="fake_connector",
+                kv_role="kv_both",
+            )
+        vllm_config = VllmConfig(
+            model_config=model_config,
+            scheduler_config=scheduler_config,
+            cache_config=cache_config,
+            speculative_config=speculative_config,
+            kv_transfer_config=kv_transfer_config,
+        )
+        # The CPU platform turns async scheduling off (vllm/platforms/cpu.py,
+        # check_and_update_config); the class chosen below is what makes the
+        # difference, and the flag is put back so the config says what runs.
+        vllm_config.scheduler_config.async_scheduling = cfg["async_scheduling"]
+        # The CPU platform may also override the block size; the oracle runs
+        # the block size asked for, as a GPU engine would.
+        vllm_config.cache_config.block_size = bs
+        cache_config.num_gpu_blocks = cfg["num_gpu_blocks"]
+        kv_cache_config = KVCacheConfig(
+            num_blocks=cfg["num_gpu_blocks"],
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer"],
+                    FullAttentionSpec(
+                        block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32
+                    ),
+                )
+            ],
+        )
+        cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
+        self.sched = cls(
+            vllm_config=vllm_config,
+            kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=bs,
+            hash_block_size=bs,
+            log_stats=False,
+        )
+        # sha256 over the pickled tokens: deterministic across processes.
+        init_none_hash(sha256)
+        self.block_hasher = get_request_block_hasher(bs, sha256)
+        self.num_spec = spec["num_spec_tokens"] if spec else 0
+        self.async_mode = cfg["async_scheduling"]
+
+    def make_request(self, r):
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True)
+        return Request(
+            # Zero-padded so vLLM's string comparison of ids (Request.__lt__,
+            # the last priority tie-break) orders them as the numbers do.
+            request_id=f"{r['id']:010d}",
+            prompt_token_ids=list(r["prompt"]),
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=float(r["arrive_step"]),
+            priority=r.get("priority", 0),
+            block_hasher=self.block_hasher,
+        )
+
+    def model_output(self, so, samples, accepted_of, verify_count):
+        """The ModelRunnerOutput for scheduler output `so`, built when the
+        engine core would receive it. `samples[req_id]` says whether the
+        request was past its prompt when scheduled (not a partial prefill)."""
+        from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+        req_ids = list(so.num_scheduled_tokens.keys())
+        sampled = []
+        for rid in req_ids:
+            if not samples[rid]:
+                sampled.append([])
+                continue
+            drafts = len(so.scheduled_spec_decode_tokens.get(rid, ()))
+            accepted = 0
+            if drafts:
+                idx = verify_count.get(rid, 0)
+                verify_count[rid] = idx + 1
+                forced = accepted_of.get(rid) or []
+                accepted = min(forced[idx] if idx < len(forced) else 0, drafts)
+            req = self.sched.requests.get(rid)
+            base = len(req.output_token_ids) if req is not None else 0
+            num = int(rid)
+            sampled.append(
+                [
+                    OUTPUT_TOKEN_BASE + num * 100_000 + base + j
+                    for j in range(1 + accepted)
+                ]
+            )
+        kv_out = None
+        connector = self.sched.connector
+        if connector is not None:
+            recv, send = connector.take_finished(connector.current_step)
+            kv_out = KVConnectorOutput(finished_recving=recv, finished_sending=send)
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=kv_out,
+        )
+
+    def propose_drafts(self, so, samples):
+        """Synchronous spec decoding: after each step the engine core hands the
+        drafter's proposals to the scheduler (EngineCore.post_step)."""
+        from vllm.v1.outputs import DraftTokenIds
+
+        if not self.num_spec or so.total_num_scheduled_tokens == 0:
+            return
+        ids, drafts = [], []
+        for rid in so.num_scheduled_tokens:
+            req = self.sched.requests.get(rid)
+            if req is None or req.is_finished():
+                continue
+            ids.append(rid)
+            # Placeholder token ids: the scheduler only counts them.
+            drafts.append([OUTPUT_TOKEN_BASE - 1] * self.num_spec)
+        if ids:
+            self.sched.update_draft_token_ids(DraftTokenIds(ids, drafts))
+
+    def run(self, reqs, out):
+        sched = self.sched
+        by_step = {}
+        for r in reqs:
+            by_step.setdefault(r["arrive_step"], []).append(r)
+        last_arrival = max(by_step) if by_step else -1
+        accepted_of = {f"{r['id']:010d}": r.get("accepted") for r in reqs}
+        verify_count = {}
+        queue = []  # async batch queue: (scheduler output, samples), oldest first
+        step = 0
+        while True:
+            for r in by_step.get(step, []):
+                sched.add_request(self.make_request(r))
+            # Done when every request has arrived and finished. (The engine
+            # core calls schedule() once more to report the finished ids;
+            # that call decides nothing and is not printed.)
+            # Requests held for a P/D transfer stay in `sched.requests`.
+            if (
+                step > last_arrival
+                and sched.get_num_unfinished_requests() == 0
+                and not sched.requests
+                and not queue
+            ):
+                break
+            if step >= MAX_STEPS:
+                raise RuntimeError(f"not drained after {MAX_STEPS} steps")
+            scheduled, drafts, preempted, finished = {}, {}, [], []
+            if sched.connector is not None:
+                sched.connector.current_step = step
+            if not self.async_mode:
+                if sched.has_requests():
+                    so = sched.schedule()
+                    samples = self.samples(so)
+                    scheduled, drafts, preempted = self.describe(so)
+                    finished = self.update(so, samples, accepted_of, verify_count)
+                    self.propose_drafts(so, samples)
+            else:
+                # EngineCore.step_with_batch_queue with batch_queue_size 2.
+                executed = False
+                if sched.has_requests():
+                    so = sched.schedule()
+                    executed = so.total_num_scheduled_tokens > 0
+                    queue.append((so, self.samples(so)))
+                    scheduled, drafts, preempted = self.describe(so)
+                    if len(queue) < 2 and (executed or sched.has_requests()):
+                        queue_done = True
+                    else:
+                        queue_done = False
+                else:
+                    queue_done = not queue
+                if not queue_done:
+                    old, samples = queue.pop(0)
+                    finished = self.update(old, samples, accepted_of, verify_count)
+            free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+            computed = {str(int(r.request_id)): r.num_computed_tokens for r in sched.running}
+            line = {
+                "step": step,
+                "scheduled": scheduled,
+                "drafts": drafts,
+                "preempted": preempted,
+                "finished": finished,
+                "computed": computed,
+                "free_blocks": free,
+            }
+            out.write(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
+            step += 1
+
+    def samples(self, so):
+        # `is_prefill_chunk` is set in _update_after_schedule: the request
+        # will not sample this step.
+        return {
+            rid: not self.sched.requests[rid].is_prefill_chunk
+            for rid in so.num_scheduled_tokens
+        }
+
+    def describe(self, so):
+        scheduled = {str(int(k)): v for k, v in so.num_scheduled_tokens.items()}
+        drafts = {
+            str(int(k)): len(v)
+            for k, v in so.scheduled_spec_decode_tokens.items()
+            if len(v) > 0
+        }
+        preempted = sorted(int(k) for k in (so.preempted_req_ids or ()))
+        return scheduled, drafts, preempted
+
+    def update(self, so, samples, accepted_of, verify_count):
+        mro = self.model_output(so, samples, accepted_of, verify_count)
+        outputs = self.sched.update_from_output(so, mro)
+        finished = []
+        for eco in outputs.values():
+            for o in eco.outputs:
+                if o.finish_reason is not None:
+                    finished.append(int(o.request_id))
+        return sorted(finished)
+
+
+def run_case(config_path, workload_path, out):
+    cfg = load_config(config_path)
+    reqs = load_workload(workload_path)
+    Harness(cfg, reqs).run(reqs, out)
+
+
+def main(argv):
+    import logging
+
+    logging.disable(logging.WARNING)
+    if len(argv) == 3 and argv[1] == "--batch":
+        cases_dir = argv[2]
+        names = sorted(
+            d
+            for d in os.listdir(cases_dir)
+            if os.path.isfile(os.path.join(cases_dir, d, "config.json"))
+        )
+        for i, name in enumerate(names):
+            d = os.path.join(cases_dir, name)
+            tmp = os.path.join(d, "vllm.jsonl.tmp")
+            with open(tmp, "w") as out:
+                run_case(os.path.join(d, "config.json"), os.path.join(d, "workload.jsonl"), out)
+            os.replace(tmp, os.path.join(d, "vllm.jsonl"))
+            if (i + 1) % 25 == 0 or i + 1 == len(names):
+                print(f"[{i + 1}/{len(names)}] {name}", file=sys.stderr)
+        return 0
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    run_case(argv[1], argv[2], sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv))
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
