@@ -1609,3 +1609,69 @@ fn catalog_entries_beyond_the_limits_are_refused_in_their_files() {
     assert!(found("endless.yaml", "output.tokens_max", 7), "{all}");
     assert!(!report.valid, "{all}");
 }
+
+/// What the resolution derives is held to the limits too: a model of a
+/// trillion-token window, and a chip whose memory holds more KV blocks than
+/// a block pool can number, are refused at the pool they would size.
+#[test]
+fn derived_sizes_beyond_the_limits_are_refused_at_the_pool() {
+    let llama = include_str!("../catalog/models/llama-3.1-8b.yaml");
+    let endless = replace_once(
+        llama,
+        "max_position_embeddings: 131072",
+        "max_position_embeddings: 1000000000000",
+    );
+    // One KV head of one dimension over one layer: two bytes per token.
+    let tiny = replace_once(
+        &replace_once(
+            &replace_once(llama, "num_key_value_heads: 8", "num_key_value_heads: 1"),
+            "num_hidden_layers: 32",
+            "num_hidden_layers: 1",
+        ),
+        "num_attention_heads: 32",
+        "num_attention_heads: 4096",
+    );
+    let chip = replace_once(
+        include_str!("../catalog/hardware/h200.yaml"),
+        "MemoryGiB: 141.0",
+        "MemoryGiB: 60000.0",
+    );
+    let scenario = |model: &str, hardware: &str| {
+        edit(&[
+            ("model: deepseek-v3", &format!("model: {model}")),
+            ("hardware: h200", &format!("hardware: {hardware}")),
+        ])
+        .unwrap()
+    };
+    let deployment = colocated("tp: 1, pp: 1, dp: 1", "block_size: 1");
+    for (scenario, expect) in [
+        (scenario("endless", "h200"), "max_position_embeddings"),
+        (scenario("tiny", "roomy"), "blocks of 1 tokens"),
+    ] {
+        let files = MemoryFiles::new()
+            .with("s.yaml", &scenario)
+            .with("d.yaml", &deployment)
+            .with("cat/models/endless.yaml", &endless)
+            .with("cat/models/tiny.yaml", &tiny)
+            .with("cat/hardware/roomy.yaml", &chip);
+        let report = validate(&Request {
+            files: &files,
+            catalog_dirs: vec!["cat".into()],
+            scenario: Some("s.yaml".into()),
+            documents: vec!["d.yaml".into()],
+        });
+        let all = listing(&report);
+        let problem = report
+            .problems
+            .iter()
+            .find(|p| p.code == "beyond-limit")
+            .unwrap_or_else(|| panic!("expected [beyond-limit]; found:\n{all}"));
+        assert_eq!(
+            (problem.file.as_str(), problem.path.as_str(), problem.line),
+            ("d.yaml", "pools[0]", Some(4)),
+            "{all}"
+        );
+        assert!(problem.message.contains(expect), "{all}");
+        assert!(!report.valid && report.deployments.is_empty(), "{all}");
+    }
+}

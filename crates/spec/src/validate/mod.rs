@@ -100,10 +100,22 @@ fn kind_of(source: &Source) -> Option<String> {
 /// Limits on what the resolution derives rather than what a document
 /// states: the KV blocks an engine rank's memory holds, which a chip with
 /// enormous memory or a tiny block could push past the block pool's 32-bit
-/// ids.
+/// ids, and the context window a model's `max_position_embeddings` gives
+/// when the deployment states none.
 fn check_derived(source: &Source, resolution: &Resolution) -> Problems {
     let mut problems = Problems::new();
     for (i, pool) in resolution.pools.iter().enumerate() {
+        if pool.kv.max_model_len > limits::MAX_TOKENS as u64 {
+            problems.push(source.error(
+                &format!("pools[{i}]"),
+                limits::CODE,
+                format!(
+                    "the model's context window of {} tokens (max_position_embeddings) is beyond any real deployment (at most {}); state engine.max_model_len",
+                    pool.kv.max_model_len,
+                    limits::MAX_TOKENS
+                ),
+            ));
+        }
         if pool.kv.num_gpu_blocks > limits::MAX_KV_BLOCKS {
             problems.push(source.error(
                 &format!("pools[{i}]"),
