@@ -42,8 +42,9 @@ pub struct Network {
     /// waiting to be handed out as (window, link, bytes).
     window: u64,
     window_bytes: Vec<f64>,
-    /// Whether any link carried bytes in the current window.
-    window_dirty: bool,
+    /// Links that carried bytes in the current window (possibly repeated),
+    /// so closing a window costs the links used, not every GPU's links.
+    window_touched: Vec<u32>,
     pub finished_windows: Vec<(u64, u32, f64)>,
     /// Bumped at every change; a completion event carries it, and a stale
     /// one is ignored.
@@ -104,27 +105,28 @@ impl Network {
         for flow in self.flows.iter_mut().flatten() {
             let moved = (flow.rate * dt).min(flow.remaining);
             flow.remaining -= moved;
-            self.window_dirty |= moved > 0.0;
             for link in flow.links {
                 self.links[link as usize].carried += moved;
+                if self.window_bytes[link as usize] == 0.0 {
+                    self.window_touched.push(link);
+                }
                 self.window_bytes[link as usize] += moved;
             }
         }
     }
 
+    /// Hands out the window's bytes per link, in link order.
     fn close_window(&mut self) {
-        // A window no flow moved bytes in has nothing to hand out; not
-        // scanning every link for it keeps a big cluster's quiet seconds
-        // cheap.
-        if std::mem::take(&mut self.window_dirty) {
-            for (link, bytes) in self.window_bytes.iter_mut().enumerate() {
-                if *bytes > 0.0 {
-                    self.finished_windows
-                        .push((self.window, link as u32, *bytes));
-                    *bytes = 0.0;
-                }
+        self.window_touched.sort_unstable();
+        self.window_touched.dedup();
+        for &link in &self.window_touched {
+            let bytes = &mut self.window_bytes[link as usize];
+            if *bytes > 0.0 {
+                self.finished_windows.push((self.window, link, *bytes));
+                *bytes = 0.0;
             }
         }
+        self.window_touched.clear();
         self.window += 1;
     }
 
@@ -142,13 +144,33 @@ impl Network {
     /// Max-min fair rates by progressive filling: repeatedly find the link
     /// whose remaining capacity per unfrozen flow is smallest, give its
     /// flows that share, freeze them, and take it from their other links.
+    /// Only the links some flow crosses take part, in index order, so the
+    /// cost follows the flows rather than the cluster's size and ties still
+    /// go to the lower index.
     fn reallocate(&mut self) {
-        let mut left: Vec<f64> = self.links.iter().map(|l| l.bytes_per_s).collect();
-        let mut unfrozen_on: Vec<u32> = vec![0; self.links.len()];
+        let mut loaded: Vec<u32> = self.flows.iter().flatten().flat_map(|f| f.links).collect();
+        loaded.sort_unstable();
+        loaded.dedup();
+        let at = |link: u32| {
+            loaded
+                .binary_search(&link)
+                .expect("a flow's link is loaded")
+        };
+        // Each flow's links as positions in `loaded`.
+        let slots: Vec<Option<[usize; 2]>> = self
+            .flows
+            .iter()
+            .map(|f| f.as_ref().map(|f| [at(f.links[0]), at(f.links[1])]))
+            .collect();
+        let mut left: Vec<f64> = loaded
+            .iter()
+            .map(|l| self.links[*l as usize].bytes_per_s)
+            .collect();
+        let mut unfrozen_on: Vec<u32> = vec![0; loaded.len()];
         let mut frozen: Vec<bool> = vec![false; self.flows.len()];
-        for flow in self.flows.iter().flatten() {
-            for link in flow.links {
-                unfrozen_on[link as usize] += 1;
+        for flow in slots.iter().flatten() {
+            for slot in flow {
+                unfrozen_on[*slot] += 1;
             }
         }
         let mut remaining = self.active;
@@ -168,16 +190,18 @@ impl Network {
                 break;
             };
             for (index, slot) in self.flows.iter_mut().enumerate() {
-                let Some(flow) = slot else { continue };
-                if frozen[index] || !flow.links.contains(&(bottleneck as u32)) {
+                let (Some(flow), Some(on)) = (slot, slots[index]) else {
+                    continue;
+                };
+                if frozen[index] || !on.contains(&bottleneck) {
                     continue;
                 }
                 flow.rate = share;
                 frozen[index] = true;
                 remaining -= 1;
-                for link in flow.links {
-                    left[link as usize] = (left[link as usize] - share).max(0.0);
-                    unfrozen_on[link as usize] -= 1;
+                for link in on {
+                    left[link] = (left[link] - share).max(0.0);
+                    unfrozen_on[link] -= 1;
                 }
             }
         }

@@ -520,13 +520,17 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        let epp = pdsim_router::Router::new(&cluster.epp, pod_labels.clone(), seed);
+        let endpoints = pod_labels.len();
         let flow = cluster
             .epp
             .config
             .flow_control
             .as_ref()
             .map(|settings| pdsim_router::FlowController::new(settings, &pod_labels));
+        // The router keeps the one copy of each endpoint's labels: on a
+        // cluster of thousands of pods a copy per view would be most of
+        // what an endpoint costs.
+        let epp = pdsim_router::Router::new(&cluster.epp, pod_labels, seed);
         // Engines publish KV events only when a precise producer reads them.
         let mut kv_endpoint = Vec::new();
         if epp.wants_kv_events() {
@@ -546,13 +550,10 @@ impl<'a> Sim<'a> {
         let mut flow_phases = Stream::new(seed, Purpose::ScrapePhases, 1);
         let flow_tick_phase = flow_phases.below(pdsim_router::flowcontrol::DISPATCH_TICK_NS);
         let flow_sweep_phase = flow_phases.below(pdsim_router::flowcontrol::SWEEP_NS);
-        let views = pod_labels
-            .into_iter()
-            .map(|labels| pdsim_router::EndpointView {
-                labels,
-                ..Default::default()
-            })
-            .collect();
+        // What the EPP last scraped from each endpoint. No plugin reads
+        // labels from a view (the router holds them), so views carry
+        // metrics only.
+        let views = vec![pdsim_router::EndpointView::default(); endpoints];
         let mut network = Network::default();
         let mut gpu_links = Vec::new();
         if disaggregated || cluster.offload.is_some() {

@@ -6,16 +6,33 @@
 //!
 //! Block 0 is vLLM's null block and is never handed out, so an engine with
 //! `num_blocks` blocks has `num_blocks - 1` usable ones. Free blocks sit in a
-//! doubly linked queue threaded through two index arrays: allocation pops the
+//! doubly linked queue threaded through an index array: allocation pops the
 //! head; a released block with a hash goes to the tail, so cached blocks are
 //! evicted least recently released first, and a cached block stays a prefix
 //! hit until it is physically reused ("lazy eviction").
+//!
+//! The pool grows with the blocks an engine has used, not with its capacity:
+//! an H200 engine has hundreds of thousands of blocks and a 2,048-node
+//! cluster sixteen thousand engines, most of which touch a few hundred. vLLM
+//! starts its free queue with every block in id order; the blocks never
+//! handed out yet are always a contiguous id range `[next_unused,
+//! num_blocks)` in that order, because nothing can unlink or reorder a
+//! block nobody has held. So the queue is kept as its real entries with the
+//! whole untouched range standing in one place among them, represented by
+//! the null block's slot (which is never queued otherwise): what was pushed
+//! to the front since sits before it, what was released to the tail after
+//! it. Popping the stand-in hands out `next_unused` and materialises that
+//! block; once the range is exhausted the stand-in leaves the queue. The
+//! order blocks come out is exactly the eager queue's.
 
 use pdsim_core::kv_events::{KvEventBatch, Medium};
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 
 const NONE: u32 = u32::MAX;
+/// The queue node standing for the blocks never handed out: the null
+/// block's slot, which is never queued as a block.
+const UNTOUCHED: u32 = 0;
 
 /// The block pool: reference counts, hashes and the free queue.
 #[derive(Clone, Copy, Debug)]
@@ -39,17 +56,25 @@ impl Default for Meta {
 
 #[derive(Clone, Debug)]
 pub struct BlockPool {
-    /// Per block: free-queue links, reference count and membership, side
-    /// by side so that popping a cold block from the free queue touches one
-    /// cache line rather than four.
+    /// Per block ever handed out (ids below `next_unused`): free-queue
+    /// links, reference count and membership, side by side so that popping
+    /// a cold block from the free queue touches one cache line rather than
+    /// four. Slot 0 (the null block) is the stand-in for the untouched range
+    /// while that range is queued.
     meta: Vec<Meta>,
-    /// Hashes of the prefix-reuse units each block holds, `units_per_block`
-    /// per block, 0 for none. Units fill in order, so a block is cached iff
-    /// its first unit has a hash.
+    /// Hashes of the prefix-reuse units each materialised block holds,
+    /// `units_per_block` per block, 0 for none. Units fill in order, so a
+    /// block is cached iff its first unit has a hash.
     unit_hash: Vec<u64>,
     units_per_block: u32,
+    /// Blocks in the pool, the null block included.
+    num_blocks: u32,
+    /// The lowest id never handed out: `[next_unused, num_blocks)` are free,
+    /// unhashed, and queued in id order where the stand-in sits.
+    next_unused: u32,
     head: u32,
     tail: u32,
+    /// Free blocks: the queued real entries plus the untouched range.
     free_count: u32,
     /// Unit hash to the block and unit slot that hold it. Looked up, never
     /// iterated, so its order cannot leak into results.
@@ -81,12 +106,14 @@ impl BlockPool {
     /// where a prefix is reused in `max_num_batched_tokens` units inside
     /// much larger blocks (seeds/001).
     pub fn with_units(num_blocks: u32, units_per_block: u32, unhashed_to_front: bool) -> BlockPool {
-        let n = num_blocks.max(1) as usize;
+        let num_blocks = num_blocks.max(1);
         let units_per_block = units_per_block.max(1);
         let mut pool = BlockPool {
-            meta: vec![Meta::default(); n],
-            unit_hash: vec![0; n * units_per_block as usize],
+            meta: vec![Meta::default()],
+            unit_hash: vec![0; units_per_block as usize],
             units_per_block,
+            num_blocks,
+            next_unused: 1,
             head: NONE,
             tail: NONE,
             free_count: 0,
@@ -96,15 +123,22 @@ impl BlockPool {
             referenced: 0,
             kv_events: None,
         };
-        for block in 1..n as u32 {
-            pool.push_back(block);
+        if num_blocks > 1 {
+            // The whole queue is the untouched range 1..num_blocks.
+            pool.link_back(UNTOUCHED);
+            pool.free_count = num_blocks - 1;
         }
         pool
     }
 
     /// Usable blocks (the null block excluded).
     pub fn usable(&self) -> u32 {
-        self.meta.len() as u32 - 1
+        self.num_blocks - 1
+    }
+
+    /// Blocks handed out at least once: what the pool's memory grows with.
+    pub fn materialised(&self) -> u32 {
+        self.next_unused - 1
     }
 
     /// Free blocks, cached-but-unreferenced ones included.
@@ -122,7 +156,8 @@ impl BlockPool {
         }
     }
 
-    fn push_back(&mut self, block: u32) {
+    /// Links a node (a block or the stand-in) at the tail.
+    fn link_back(&mut self, block: u32) {
         let b = block as usize;
         self.meta[b].prev = self.tail;
         self.meta[b].next = NONE;
@@ -133,6 +168,10 @@ impl BlockPool {
         }
         self.tail = block;
         self.meta[b].in_free = true;
+    }
+
+    fn push_back(&mut self, block: u32) {
+        self.link_back(block);
         self.free_count += 1;
     }
 
@@ -150,7 +189,8 @@ impl BlockPool {
         self.free_count += 1;
     }
 
-    fn unlink(&mut self, block: u32) {
+    /// Unlinks a node (a block or the stand-in) from the queue.
+    fn unlink_node(&mut self, block: u32) {
         let b = block as usize;
         let (p, n) = (self.meta[b].prev, self.meta[b].next);
         if p != NONE {
@@ -166,7 +206,26 @@ impl BlockPool {
         self.meta[b].prev = NONE;
         self.meta[b].next = NONE;
         self.meta[b].in_free = false;
+    }
+
+    fn unlink(&mut self, block: u32) {
+        self.unlink_node(block);
         self.free_count -= 1;
+    }
+
+    /// Hands out the lowest never-used block, which the stand-in at the
+    /// head of the queue represents, and gives it its own slots.
+    fn take_untouched(&mut self) -> u32 {
+        let block = self.next_unused;
+        self.next_unused += 1;
+        self.meta.push(Meta::default());
+        self.unit_hash
+            .extend(std::iter::repeat_n(0, self.units_per_block as usize));
+        self.free_count -= 1;
+        if self.next_unused == self.num_blocks {
+            self.unlink_node(UNTOUCHED);
+        }
+        block
     }
 
     /// The cached block holding unit `hash`, if any.
@@ -189,7 +248,10 @@ impl BlockPool {
 
     /// Whether a block is in the free queue (reference count zero).
     pub fn is_free(&self, block: u32) -> bool {
-        self.meta[block as usize].in_free
+        match self.meta.get(block as usize) {
+            Some(meta) => block != UNTOUCHED && meta.in_free,
+            None => block < self.num_blocks,
+        }
     }
 
     /// Takes a reference on a prefix-hit block, pulling it out of the free
@@ -210,6 +272,14 @@ impl BlockPool {
             debug_assert!(block != NONE, "allocate beyond the free queue");
             if block == NONE {
                 return;
+            }
+            if block == UNTOUCHED {
+                // A never-used block: no hash to drop.
+                let block = self.take_untouched();
+                self.meta[block as usize].ref_cnt = 1;
+                self.referenced += 1;
+                out.push(block);
+                continue;
             }
             self.unlink(block);
             if self.is_hashed(block) {
@@ -286,11 +356,40 @@ impl BlockPool {
     /// blocks with reference count zero, and the count matches. For tests
     /// and `--check`; returns a description of the first violation.
     pub fn check(&self) -> Result<(), String> {
+        let untouched = self.num_blocks - self.next_unused;
+        if self.meta.len() != self.next_unused as usize
+            || self.unit_hash.len() != self.meta.len() * self.units_per_block as usize
+        {
+            return Err(format!(
+                "{} block slots for {} blocks handed out",
+                self.meta.len(),
+                self.next_unused
+            ));
+        }
+        if self.meta[UNTOUCHED as usize].in_free != (untouched > 0) {
+            return Err(format!(
+                "{untouched} never-used blocks but their place in the queue is {}",
+                if untouched > 0 {
+                    "missing"
+                } else {
+                    "still there"
+                }
+            ));
+        }
         let mut seen = 0u32;
         let mut block = self.head;
         let mut prev = NONE;
         while block != NONE {
             let b = block as usize;
+            if block == UNTOUCHED {
+                seen += untouched;
+                if self.meta[b].prev != prev {
+                    return Err("the never-used range's back link is broken".into());
+                }
+                prev = block;
+                block = self.meta[b].next;
+                continue;
+            }
             if self.meta[b].ref_cnt != 0 {
                 return Err(format!(
                     "block {block} is in the free queue with {} references",
@@ -315,7 +414,8 @@ impl BlockPool {
         }
         let unreferenced = (1..self.meta.len())
             .filter(|b| self.meta[*b].ref_cnt == 0)
-            .count() as u32;
+            .count() as u32
+            + untouched;
         if unreferenced != self.free_count {
             return Err(format!(
                 "{unreferenced} blocks unreferenced but {} free",
@@ -330,7 +430,11 @@ impl BlockPool {
         let mut order = Vec::new();
         let mut block = self.head;
         while block != NONE {
-            order.push(block);
+            if block == UNTOUCHED {
+                order.extend(self.next_unused..self.num_blocks);
+            } else {
+                order.push(block);
+            }
             block = self.meta[block as usize].next;
         }
         order
@@ -341,14 +445,229 @@ impl BlockPool {
         self.referenced
     }
 
+    /// Σ reference counts recounted block by block, for `check_full`:
+    /// O(blocks handed out), the never-used ones holding none.
+    pub fn recount_references(&self) -> u64 {
+        self.meta[1..].iter().map(|m| m.ref_cnt as u64).sum()
+    }
+
     pub fn ref_count(&self, block: u32) -> u32 {
-        self.meta[block as usize].ref_cnt
+        if block == UNTOUCHED {
+            return 0;
+        }
+        self.meta.get(block as usize).map_or(0, |m| m.ref_cnt)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::BlockPool;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, VecDeque};
+
+    /// The eager pool as vLLM builds it, as the reference the lazy one must
+    /// match: `FreeKVCacheBlockQueue` starts with every block but the null
+    /// block in id order, allocation pops the front, a released block goes
+    /// to the back (or to the front when it has no hash and the release
+    /// says so), and touching a free block removes it wherever it is.
+    struct Eager {
+        queue: VecDeque<u32>,
+        ref_cnt: Vec<u32>,
+        /// Unit hashes per block, `units` per block.
+        hashes: Vec<u64>,
+        units: u32,
+        cached: BTreeMap<u64, (u32, u32)>,
+        unhashed_to_front: bool,
+        evictions: u64,
+    }
+
+    impl Eager {
+        fn new(num_blocks: u32, units: u32, unhashed_to_front: bool) -> Eager {
+            let n = num_blocks.max(1);
+            Eager {
+                queue: (1..n).collect(),
+                ref_cnt: vec![0; n as usize],
+                hashes: vec![0; (n * units) as usize],
+                units,
+                cached: BTreeMap::new(),
+                unhashed_to_front,
+                evictions: 0,
+            }
+        }
+
+        fn allocate(&mut self, count: u32, out: &mut Vec<u32>) {
+            for _ in 0..count {
+                let block = self.queue.pop_front().expect("enough free blocks");
+                let first = (block * self.units) as usize;
+                if self.hashes[first] != 0 {
+                    for unit in 0..self.units as usize {
+                        let hash = std::mem::take(&mut self.hashes[first + unit]);
+                        if hash != 0 && self.cached.get(&hash).is_some_and(|e| e.0 == block) {
+                            self.cached.remove(&hash);
+                        }
+                    }
+                    self.evictions += 1;
+                }
+                self.ref_cnt[block as usize] = 1;
+                out.push(block);
+            }
+        }
+
+        fn cache_unit(&mut self, block: u32, unit: u32, hash: u64) {
+            let hash = hash.max(1);
+            let slot = (block * self.units + unit) as usize;
+            if self.hashes[slot] == 0 {
+                self.hashes[slot] = hash;
+                self.cached.entry(hash).or_insert((block, unit));
+            }
+        }
+
+        fn touch(&mut self, block: u32) {
+            if self.ref_cnt[block as usize] == 0 {
+                let at = self.queue.iter().position(|b| *b == block).unwrap();
+                self.queue.remove(at);
+            }
+            self.ref_cnt[block as usize] += 1;
+        }
+
+        fn release(&mut self, blocks: &[u32]) {
+            for &block in blocks.iter().rev() {
+                self.ref_cnt[block as usize] -= 1;
+                if self.ref_cnt[block as usize] == 0 {
+                    let hashed = self.hashes[(block * self.units) as usize] != 0;
+                    if !hashed && self.unhashed_to_front {
+                        self.queue.push_front(block);
+                    } else {
+                        self.queue.push_back(block);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step of a random workload on the pool: (kind, a, b).
+    /// kind 0 allocates a new request of `a % 6 + 1` blocks, 1 caches unit
+    /// `b` of one held block with a hash from a small set (so hashes
+    /// repeat), 2 starts a request on a prefix hit (touch), 3 releases a
+    /// request.
+    type Op = (u8, u32, u32);
+
+    fn compare(num_blocks: u32, units: u32, unhashed_to_front: bool, ops: &[Op]) {
+        let mut lazy = BlockPool::with_units(num_blocks, units, unhashed_to_front);
+        let mut eager = Eager::new(num_blocks, units, unhashed_to_front);
+        let mut requests: Vec<Vec<u32>> = Vec::new();
+        for (step, &(kind, a, b)) in ops.iter().enumerate() {
+            match kind {
+                0 => {
+                    let count = a % 6 + 1;
+                    if count <= eager.queue.len() as u32 {
+                        let (mut x, mut y) = (Vec::new(), Vec::new());
+                        lazy.allocate(count, &mut x);
+                        eager.allocate(count, &mut y);
+                        assert_eq!(x, y, "step {step}: blocks handed out");
+                        requests.push(x);
+                    }
+                }
+                1 if !requests.is_empty() => {
+                    let request = &requests[a as usize % requests.len()];
+                    let block = request[b as usize % request.len()];
+                    let unit = b % units;
+                    let hash = u64::from(a % 23);
+                    lazy.cache_unit(block, unit, hash);
+                    eager.cache_unit(block, unit, hash);
+                }
+                2 => {
+                    let hash = u64::from(a % 23).max(1);
+                    let hit = lazy.lookup_unit(hash);
+                    assert_eq!(hit, eager.cached.get(&hash).copied(), "step {step}: lookup");
+                    if let Some((block, _)) = hit {
+                        assert_eq!(lazy.is_free(block), eager.ref_cnt[block as usize] == 0);
+                        lazy.touch(block);
+                        eager.touch(block);
+                        requests.push(vec![block]);
+                    }
+                }
+                3 if !requests.is_empty() => {
+                    let request = requests.swap_remove(a as usize % requests.len());
+                    lazy.release(&request);
+                    eager.release(&request);
+                }
+                _ => {}
+            }
+            assert_eq!(
+                lazy.free_order(),
+                eager.queue.iter().copied().collect::<Vec<_>>(),
+                "step {step}: free queue"
+            );
+            assert_eq!(lazy.free(), eager.queue.len() as u32);
+            assert_eq!(lazy.evictions, eager.evictions);
+            assert_eq!(
+                lazy.referenced(),
+                eager.ref_cnt.iter().map(|r| u64::from(*r)).sum::<u64>()
+            );
+            assert_eq!(lazy.recount_references(), lazy.referenced());
+            for block in 0..num_blocks.max(1) {
+                assert_eq!(lazy.ref_count(block), eager.ref_cnt[block as usize]);
+            }
+            lazy.check().unwrap_or_else(|e| panic!("step {step}: {e}"));
+        }
+        for hash in 1..23 {
+            assert_eq!(lazy.lookup_unit(hash), eager.cached.get(&hash).copied());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The lazily materialised pool hands out the same block ids in the
+        /// same order as the eager queue, and keeps the same queue, hits
+        /// and evictions, under random allocate/cache/touch/release.
+        #[test]
+        fn the_lazy_pool_hands_out_blocks_in_the_eager_order(
+            num_blocks in prop_oneof![Just(0u32), Just(1), Just(2), 3u32..40],
+            units in prop_oneof![Just(1u32), Just(4)],
+            unhashed_to_front in any::<bool>(),
+            ops in prop::collection::vec((0u8..4, 0u32..1000, 0u32..1000), 0..200),
+        ) {
+            compare(num_blocks, units, unhashed_to_front, &ops);
+        }
+    }
+
+    #[test]
+    fn untouched_blocks_stay_between_front_pushes_and_tail_releases() {
+        // Freed unhashed blocks go before the never-used range, freed
+        // hashed ones after it, exactly where vLLM's queue has them.
+        let mut pool = BlockPool::new(8, true);
+        let mut a = Vec::new();
+        pool.allocate(3, &mut a);
+        assert_eq!(a, vec![1, 2, 3]);
+        assert_eq!(pool.materialised(), 3);
+        pool.cache(2, 42);
+        pool.release(&a);
+        assert_eq!(pool.free_order(), vec![1, 3, 4, 5, 6, 7, 2]);
+        let mut b = Vec::new();
+        pool.allocate(6, &mut b);
+        assert_eq!(b, vec![1, 3, 4, 5, 6, 7]);
+        assert_eq!(pool.materialised(), 7);
+        assert_eq!(pool.free_order(), vec![2]);
+        assert!(pool.check().is_ok());
+        pool.release(&b);
+        assert_eq!(pool.free_order(), vec![1, 3, 4, 5, 6, 7, 2]);
+        assert!(pool.check().is_ok());
+    }
+
+    #[test]
+    fn a_large_pool_costs_what_it_uses() {
+        // An H200's worth of blocks: only the blocks handed out get slots.
+        let mut pool = BlockPool::with_units(4_000_000, 8, false);
+        let mut a = Vec::new();
+        pool.allocate(10, &mut a);
+        assert_eq!(pool.usable(), 3_999_999);
+        assert_eq!(pool.free(), 3_999_989);
+        assert_eq!(pool.materialised(), 10);
+        assert!(pool.meta.len() <= 11 && pool.unit_hash.len() <= 88);
+        assert!(pool.is_free(3_999_999) && !pool.is_free(10));
+    }
 
     #[test]
     fn allocation_pops_the_head_and_release_goes_to_the_tail_in_reverse() {

@@ -186,6 +186,23 @@ pub fn place_dp_local(
 mod tests {
     use super::{Placement, place_dp_local};
 
+    /// The step bound is never reached by a bundle within the size limits
+    /// (`validate::limits`): the search tries at most one candidate per
+    /// node of the pool, and a pool holds at most `MAX_NODES` nodes. The
+    /// worst case: a prime world of ranks, so no node count divides it
+    /// early, over the most nodes allowed.
+    #[test]
+    fn the_placement_search_decides_within_the_limits() {
+        use crate::validate::limits::{MAX_NODES, MAX_PARALLEL_WIDTH};
+        const { assert!((MAX_NODES as u128) < super::PLACEMENT_SEARCH_STEPS) };
+        let prime_world = 32_749; // the largest prime below 32,768
+        assert!(prime_world <= MAX_PARALLEL_WIDTH as u128);
+        for gpus_per_node in [2, 8, 16, 1024] {
+            let verdict = place_dp_local(prime_world, 1, 1, gpus_per_node, MAX_NODES as u128);
+            assert_ne!(verdict, Placement::Unknown, "{gpus_per_node} GPUs per node");
+        }
+    }
+
     #[test]
     fn the_specification_example() {
         // 2 nodes × 8 GPUs, tp 4, dp 4: dp_local 4 starts its last replica

@@ -151,7 +151,7 @@ fn batch_defaults(pack: &RulesPack, chip_name: &str, chip: &Chip) -> (u64, u64) 
 pub fn generated_capture_sizes(max: u64) -> Vec<u64> {
     // The field checks refuse larger sizes; the clamp keeps this function
     // total for any caller.
-    let max = max.min(crate::validate::deployment::ABSURD_CAPTURE_SIZE as u64);
+    let max = max.min(crate::validate::limits::MAX_CAPTURE_SIZE as u64);
     let mut sizes: Vec<u64> = [1, 2, 4].into_iter().filter(|s| *s <= max).collect();
     sizes.extend((8..=248).step_by(8).filter(|s| *s <= max));
     sizes.extend((256..=max.max(256)).step_by(16).filter(|s| *s <= max));

@@ -41,7 +41,10 @@ use pdsim_spec::Severity;
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::layout::PLACEMENT_SEARCH_STEPS;
 use pdsim_spec::rules::RULE_CODES;
-use pdsim_spec::validate::deployment::{ABSURD_BATCHED_TOKENS, ABSURD_BLOCK_SIZE};
+use pdsim_spec::validate::limits::{
+    MAX_BATCHED_TOKENS, MAX_BLOCK_SIZE, MAX_NODES, MAX_NUM_SEQS, MAX_OFFLOAD_BYTES,
+    MAX_PARALLEL_WIDTH, MAX_TOKENS,
+};
 use pdsim_spec::validate::{Report, Request, validate};
 use std::collections::BTreeSet;
 
@@ -564,10 +567,13 @@ fn kebab_literals(source: &str) -> BTreeSet<&str> {
 /// source so that a new check without a case fails.
 #[test]
 fn every_field_check_has_a_case() {
-    // Router flag names the checks look for; not problem codes.
-    const NOT_CODES: &[&str] = &["config-file", "config-text"];
+    // Router flag names the checks look for; not problem codes. The
+    // placement search's step bound cannot be reached within the size
+    // limits, so its warning has no case that validation could produce.
+    const NOT_CODES: &[&str] = &["config-file", "config-text", "dp-local-fit-unverified"];
     let mut emitted = kebab_literals(include_str!("../src/validate/deployment.rs"));
     emitted.extend(kebab_literals(include_str!("../src/validate/cluster.rs")));
+    emitted.extend(kebab_literals(include_str!("../src/validate/limits.rs")));
     let mut all = field_checks::cases();
     all.extend(cluster_checks::cases());
     let covered = covered(&all);
@@ -622,6 +628,56 @@ fn a_field_problem_points_at_its_key() {
         Some(6),
         "the flow mapping `parallel: {{..}}` is on line 6:\n{doc}"
     );
+}
+
+/// A value beyond its limit is refused at its key's line, naming the value
+/// and the limit.
+#[test]
+fn a_value_beyond_its_limit_names_the_key_the_line_and_the_limit() {
+    let doc = deployment(&[("colocated", 1_000_000_000_000, TP8, "")], "");
+    let report = check(
+        base().as_deref(),
+        &doc,
+        &[(Severity::Error, "beyond-limit", "pools[0].nodes")],
+    );
+    let problem = report
+        .problems
+        .iter()
+        .find(|p| p.code == "beyond-limit")
+        .unwrap();
+    assert_eq!(problem.file, "d.yaml");
+    assert_eq!(problem.line, Some(5), "`nodes:` is on line 5:\n{doc}");
+    assert_eq!(
+        problem.message,
+        format!("1000000000000 is beyond any real deployment (at most {MAX_NODES})")
+    );
+    let scenario = edit(&[("  nodes: 4\n", "  nodes: 1000000000000\n")]);
+    let report = check(
+        scenario.as_deref(),
+        BASE_DEPLOYMENT,
+        &[(Severity::Error, "beyond-limit", "cluster.nodes")],
+    );
+    let problem = report
+        .problems
+        .iter()
+        .find(|p| p.code == "beyond-limit")
+        .unwrap();
+    assert_eq!((problem.file.as_str(), problem.line), ("s.yaml", Some(12)));
+    // A huge float is quoted short, not as three hundred digits.
+    let scenario = edit(&[(
+        "  shape: chatbot\n",
+        &trace("t.csv").replace(
+            "mode: real}",
+            "mode: real, goodput_slo_targets: {chat: {e2e_ms: 1e300}}}",
+        ),
+    )]);
+    let report = validate_bundle(scenario.as_deref(), BASE_DEPLOYMENT);
+    let problem = report
+        .problems
+        .iter()
+        .find(|p| p.code == "beyond-limit")
+        .expect("the SLO target is refused");
+    assert!(problem.message.starts_with("1e300 is beyond"), "{problem}");
 }
 
 // ---------------------------------------------------------------------------
@@ -728,13 +784,48 @@ mod field_checks {
             base(), colocated(TP8, "eplb: {window_size: -1}")
             => [err("engine-count-negative", "pools[0].engine.eplb.window_size")];
         /// Past these bounds derived quantities stop meaning anything.
-        block_size_absurd:
-            base(), colocated(TP8, &format!("block_size: {}", ABSURD_BLOCK_SIZE + 1))
-            => [err("engine-count-absurd", "pools[0].engine.block_size")];
-        cudagraph_capture_size_entry_absurd:
+        block_size_beyond_limit:
+            base(), colocated(TP8, &format!("block_size: {}", MAX_BLOCK_SIZE + 1))
+            => [err("beyond-limit", "pools[0].engine.block_size")];
+        cudagraph_capture_size_entry_beyond_limit:
             base(),
-            colocated(TP8, &format!("cudagraph_capture_sizes: [8, {}]", ABSURD_BATCHED_TOKENS + 1))
-            => [err("engine-count-absurd", "pools[0].engine.cudagraph_capture_sizes[1]")];
+            colocated(TP8, &format!("cudagraph_capture_sizes: [8, {}]", MAX_BATCHED_TOKENS + 1))
+            => [err("beyond-limit", "pools[0].engine.cudagraph_capture_sizes[1]")];
+        /// Values beyond any real deployment are refused by key before
+        /// anything is laid out or allocated for them: a pool of 10^12
+        /// nodes, a tensor-parallel width no cluster holds, a million and
+        /// more sequences, a context of 2^32 tokens, an exbibyte tier.
+        pool_nodes_beyond_limit:
+            base(), deployment(&[("colocated", 1_000_000_000_000, TP8, "")], "")
+            => [err("beyond-limit", "pools[0].nodes")];
+        tp_beyond_limit:
+            base(), colocated(&format!("tp: {}, pp: 1, dp: 1", MAX_PARALLEL_WIDTH + 1), "")
+            => [err("beyond-limit", "pools[0].parallel.tp")];
+        dp_local_beyond_limit:
+            base(), colocated("tp: 8, pp: 1, dp: 1, dp_local: 9223372036854775807", "")
+            => [err("beyond-limit", "pools[0].parallel.dp_local")];
+        max_num_seqs_beyond_limit:
+            base(), colocated(TP8, &format!("max_num_seqs: {}", MAX_NUM_SEQS + 1))
+            => [err("beyond-limit", "pools[0].engine.max_num_seqs")];
+        max_model_len_beyond_limit:
+            base(), colocated(TP8, &format!("max_model_len: {}", MAX_TOKENS * 2))
+            => [err("beyond-limit", "pools[0].engine.max_model_len")];
+        /// A suffixed length is checked as the count it comes to.
+        max_model_len_suffixed_beyond_limit:
+            base(), colocated(TP8, "max_model_len: 4T")
+            => [err("beyond-limit", "pools[0].engine.max_model_len")];
+        dbo_threshold_beyond_limit:
+            base(), colocated(TP8, "dbo: {dbo_decode_token_threshold: 99999999999}")
+            => [err("beyond-limit", "pools[0].engine.dbo.dbo_decode_token_threshold")];
+        offload_tier_bytes_beyond_limit:
+            base(), colocated_with(TP8, "", &offload(&[("cpu_dram", MAX_OFFLOAD_BYTES + 1)], ""))
+            => [err("beyond-limit", "offload.tiers[0].bytes")];
+        /// The limits sit above real hardware: large settings real
+        /// deployments use (4,096 sequences, 64K batched tokens) stay
+        /// within them.
+        real_maxima_stay_within_the_limits:
+            base(), colocated(TP8, "max_num_seqs: 4096, max_num_batched_tokens: 65536")
+            => [lacks("beyond-limit")];
         /// -1 means auto and loads; below it the field check names it.
         max_model_len_below_auto:
             base(), colocated(TP8, "max_model_len: -2")
@@ -964,13 +1055,18 @@ mod cluster_checks {
             deployment(&[("colocated", 2, "tp: 7, pp: 1, dp: 2, dp_local: 2", "")], "")
             => [err("dp-local-placement", "pools[0].parallel.dp_local")];
         /// A replica of a prime number of ranks must span k ≥ 2 nodes with k
-        /// dividing it; the search over k runs out of steps first. The
-        /// warning is the only problem the cluster layer has, so the bundle
-        /// stays valid (the rules add that tp is too wide for the custom
-        /// all-reduce).
-        dp_local_fit_unverified:
+        /// dividing it; over two million nodes the search over k would run
+        /// out of steps first. Such a cluster is beyond any real one, so it
+        /// is refused by its sizes before the search runs (within the
+        /// limits the search always decides: `layout.rs`,
+        /// `the_placement_search_decides_within_the_limits`).
+        undecidable_placement_is_beyond_the_limits:
             undecidable_cluster(), undecidable_engine()
-            => [warn("dp-local-fit-unverified", "pools[0].parallel.dp_local")];
+            => [err("beyond-limit", "cluster.nodes"),
+                err("beyond-limit", "cluster.gpus_per_node"),
+                err("beyond-limit", "pools[0].nodes"),
+                err("beyond-limit", "pools[0].parallel.tp"),
+                lacks("dp-local-fit-unverified")];
         /// s3 is a catalog storage class, but not one this cluster lists.
         offload_tier_not_in_cluster:
             base(), colocated_with(TP8, "", &offload(&[("cpu_dram", GIB), ("s3", GIB)], ""))
@@ -1076,6 +1172,31 @@ mod scenario_checks {
             edit(&[("  shape: chatbot\n", &trace("traces/missing.csv").replace("time_unit: us", "time_unit: ms"))]),
             BASE_DEPLOYMENT
             => [err("trace-file-missing", "workload.trace.data"), err("trace-time-unit", "workload.trace.header.time_unit")];
+        /// A cluster of 10^12 nodes, or of a million GPUs per node, is
+        /// refused before any layout is derived from it.
+        cluster_nodes_beyond_limit:
+            edit(&[("  nodes: 4\n", "  nodes: 1000000000000\n")]), BASE_DEPLOYMENT
+            => [err("beyond-limit", "cluster.nodes")];
+        cluster_gpus_per_node_beyond_limit:
+            edit(&[("  gpus_per_node: 8\n", "  gpus_per_node: 1048576\n")]), BASE_DEPLOYMENT
+            => [err("beyond-limit", "cluster.gpus_per_node")];
+        /// Each factor is within its limit, the product is not.
+        cluster_gpus_beyond_limit:
+            edit(&[("  nodes: 4\n", &format!("  nodes: {MAX_NODES}\n")),
+                   ("  gpus_per_node: 8\n", "  gpus_per_node: 1024\n")]),
+            BASE_DEPLOYMENT
+            => [err("beyond-limit", "cluster.nodes")];
+        /// 2,048 nodes of 8 GPUs is a real cluster: no limit applies (the
+        /// deployment, laid out for 4 nodes, is refused for that alone).
+        cluster_of_2048_nodes_is_within_the_limits:
+            edit(&[("  nodes: 4\n", "  nodes: 2048\n")]), BASE_DEPLOYMENT
+            => [err("pool-nodes-sum", "pools"), lacks("beyond-limit")];
+        slo_target_beyond_limit:
+            edit(&[("  shape: chatbot\n", &trace("traces/missing.csv").replace(
+                "mode: real}", "mode: real, goodput_slo_targets: {chat: {ttft_ms: 1e300}}}"))]),
+            BASE_DEPLOYMENT
+            => [err("trace-file-missing", "workload.trace.data"),
+                err("beyond-limit", "workload.trace.header.goodput_slo_targets.chat.ttft_ms")];
         /// No rules pack: nothing resolves the engine's settings, so `run`
         /// could not build the deployment; `validate` says so as an error
         /// on the scenario's engine_version.
@@ -1450,4 +1571,108 @@ fn a_coefficient_set_file_may_carry_comments_as_in_the_catalog() {
         "{:?}",
         report.problems
     );
+}
+
+/// Catalog entries in a user's folder are held to the same limits: a chip
+/// with a petabyte of memory and a workload shape of trillion-token prompts
+/// are refused in their own files, at their keys.
+#[test]
+fn catalog_entries_beyond_the_limits_are_refused_in_their_files() {
+    let chip = "Provenance: derived\nTFlopsPeak: 989.5\nBwPeakTBs: 4.8\nMemoryGiB: 1.0e9\nIntraNodeBwGBps: 450\nSMCount: 132\n";
+    let shape = "prefix_tokens: 0\nprompt:\n  tokens: 1.0e12\n  tokens_min: 1\noutput:\n  tokens: 256\n  tokens_max: 99999999999\n";
+    let scenario = edit(&[
+        ("hardware: h200", "hardware: huge"),
+        ("shape: chatbot", "shape: endless"),
+    ])
+    .unwrap();
+    let files = MemoryFiles::new()
+        .with("s.yaml", &scenario)
+        .with("d.yaml", BASE_DEPLOYMENT)
+        .with("cat/hardware/huge.yaml", chip)
+        .with("cat/workloads/endless.yaml", shape);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec!["cat".into()],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    let all = listing(&report);
+    let found = |file: &str, path: &str, line: u32| {
+        report.problems.iter().any(|p| {
+            p.code == "beyond-limit"
+                && p.file.ends_with(file)
+                && p.path == path
+                && p.line == Some(line)
+        })
+    };
+    assert!(found("huge.yaml", "MemoryGiB", 4), "{all}");
+    assert!(found("endless.yaml", "prompt.tokens", 3), "{all}");
+    assert!(found("endless.yaml", "output.tokens_max", 7), "{all}");
+    assert!(!report.valid, "{all}");
+}
+
+/// What the resolution derives is held to the limits too: a model of a
+/// trillion-token window, and a chip whose memory holds more KV blocks than
+/// a block pool can number, are refused at the pool they would size.
+#[test]
+fn derived_sizes_beyond_the_limits_are_refused_at_the_pool() {
+    let llama = include_str!("../catalog/models/llama-3.1-8b.yaml");
+    let endless = replace_once(
+        llama,
+        "max_position_embeddings: 131072",
+        "max_position_embeddings: 1000000000000",
+    );
+    // One KV head of one dimension over one layer: two bytes per token.
+    let tiny = replace_once(
+        &replace_once(
+            &replace_once(llama, "num_key_value_heads: 8", "num_key_value_heads: 1"),
+            "num_hidden_layers: 32",
+            "num_hidden_layers: 1",
+        ),
+        "num_attention_heads: 32",
+        "num_attention_heads: 4096",
+    );
+    let chip = replace_once(
+        include_str!("../catalog/hardware/h200.yaml"),
+        "MemoryGiB: 141.0",
+        "MemoryGiB: 60000.0",
+    );
+    let scenario = |model: &str, hardware: &str| {
+        edit(&[
+            ("model: deepseek-v3", &format!("model: {model}")),
+            ("hardware: h200", &format!("hardware: {hardware}")),
+        ])
+        .unwrap()
+    };
+    let deployment = colocated("tp: 1, pp: 1, dp: 1", "block_size: 1");
+    for (scenario, expect) in [
+        (scenario("endless", "h200"), "max_position_embeddings"),
+        (scenario("tiny", "roomy"), "blocks of 1 tokens"),
+    ] {
+        let files = MemoryFiles::new()
+            .with("s.yaml", &scenario)
+            .with("d.yaml", &deployment)
+            .with("cat/models/endless.yaml", &endless)
+            .with("cat/models/tiny.yaml", &tiny)
+            .with("cat/hardware/roomy.yaml", &chip);
+        let report = validate(&Request {
+            files: &files,
+            catalog_dirs: vec!["cat".into()],
+            scenario: Some("s.yaml".into()),
+            documents: vec!["d.yaml".into()],
+        });
+        let all = listing(&report);
+        let problem = report
+            .problems
+            .iter()
+            .find(|p| p.code == "beyond-limit")
+            .unwrap_or_else(|| panic!("expected [beyond-limit]; found:\n{all}"));
+        assert_eq!(
+            (problem.file.as_str(), problem.path.as_str(), problem.line),
+            ("d.yaml", "pools[0]", Some(4)),
+            "{all}"
+        );
+        assert!(problem.message.contains(expect), "{all}");
+        assert!(!report.valid && report.deployments.is_empty(), "{all}");
+    }
 }

@@ -4,6 +4,7 @@
 use crate::catalog::{Chip, CoefficientSet, Fabric, Shape, StorageClass};
 use crate::load::Source;
 use crate::problem::Problems;
+use crate::validate::limits::{self, check_f64};
 
 fn positive(source: &Source, problems: &mut Problems, path: &str, value: f64) {
     if !value.is_finite() || value <= 0.0 {
@@ -35,6 +36,13 @@ pub fn check_chip(source: &Source, chip: &Chip) -> Result<(), Problems> {
     positive(source, &mut problems, "TFlopsPeak", chip.t_flops_peak);
     positive(source, &mut problems, "BwPeakTBs", chip.bw_peak_tbs);
     positive(source, &mut problems, "MemoryGiB", chip.memory_gib);
+    check_f64(
+        source,
+        &mut problems,
+        "MemoryGiB",
+        chip.memory_gib,
+        limits::MAX_CHIP_MEMORY_GIB,
+    );
     positive(
         source,
         &mut problems,
@@ -130,6 +138,23 @@ pub fn check_storage(source: &Source, name: &str, class: &StorageClass) -> Resul
 pub fn check_shape(source: &Source, shape: &Shape) -> Result<(), Problems> {
     let mut problems = Problems::new();
     for (key, dist) in [("prompt", &shape.prompt), ("output", &shape.output)] {
+        // Lengths no model serves: a stream drawing them would build
+        // prompts of billions of tokens.
+        let max = limits::MAX_TOKENS as f64;
+        check_f64(
+            source,
+            &mut problems,
+            &format!("{key}.tokens"),
+            dist.tokens,
+            max,
+        );
+        for (field, value) in [
+            ("tokens_stdev", dist.tokens_stdev),
+            ("tokens_min", dist.tokens_min as f64),
+            ("tokens_max", dist.tokens_max as f64),
+        ] {
+            check_f64(source, &mut problems, &format!("{key}.{field}"), value, max);
+        }
         if !dist.tokens.is_finite() || dist.tokens < 1.0 {
             problems.push(source.error(
                 &format!("{key}.tokens"),
@@ -158,6 +183,13 @@ pub fn check_shape(source: &Source, shape: &Shape) -> Result<(), Problems> {
             ));
         }
     }
+    limits::check_int(
+        source,
+        &mut problems,
+        "prefix_tokens",
+        shape.prefix_tokens,
+        limits::MAX_TOKENS,
+    );
     if shape.prefix_tokens < 0 || shape.prefix_tokens as f64 > shape.prompt.tokens {
         problems.push(source.error(
             "prefix_tokens",

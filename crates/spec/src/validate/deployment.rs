@@ -7,16 +7,9 @@ use crate::files::{FileKind, Files};
 use crate::layout::expert_parallel_width;
 use crate::load::Source;
 use crate::problem::Problems;
+use crate::validate::limits::{self, check_int, check_opt};
 use std::collections::BTreeSet;
 use std::path::Path;
-
-/// Bounds past which a value is refused as absurd (`engine-count-absurd`).
-pub const ABSURD_BLOCK_SIZE: i64 = 1 << 20;
-pub const ABSURD_BATCHED_TOKENS: i64 = 1 << 24;
-pub const ABSURD_NUM_SEQS: i64 = 1 << 20;
-pub const ABSURD_CAPTURE_SIZE: i64 = 1 << 16;
-pub const ABSURD_CAPTURE_LIST: usize = 1 << 12;
-pub const ABSURD_SPEC_TOKENS: i64 = 1 << 10;
 
 /// Runs every field check of `deployment` and returns what it found.
 pub fn check(source: &Source, deployment: &Deployment, files: &dyn Files) -> Problems {
@@ -71,7 +64,30 @@ fn check_pool(source: &Source, index: usize, pool: &Pool, problems: &mut Problem
             format!("nodes must be at least 1, found {}", pool.nodes),
         ));
     }
+    check_int(
+        source,
+        problems,
+        &at("nodes"),
+        pool.nodes,
+        limits::MAX_NODES,
+    );
     let p = &pool.parallel;
+    for (key, value) in [
+        ("tp", p.tp),
+        ("pp", p.pp),
+        ("dp", p.dp),
+        ("dp_local", p.dp_local),
+        ("pcp", p.pcp),
+        ("dcp", p.dcp),
+    ] {
+        check_int(
+            source,
+            problems,
+            &at(&format!("parallel.{key}")),
+            value,
+            limits::MAX_PARALLEL_WIDTH,
+        );
+    }
     for (key, value) in [("tp", p.tp), ("pp", p.pp), ("dp", p.dp)] {
         if value < 1 {
             problems.push(source.error(
@@ -186,54 +202,99 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
         }
     }
     // Values no engine could run with. Beyond these bounds the derived
-    // quantities (capture-size lists, block tables) stop being meaningful,
-    // so they are refused rather than computed.
-    let absurd = [
-        ("block_size", engine.block_size, ABSURD_BLOCK_SIZE),
+    // quantities (capture-size lists, block tables, token counters) stop
+    // being meaningful, so they are refused rather than computed.
+    let bounded = [
+        ("block_size", engine.block_size, limits::MAX_BLOCK_SIZE),
         (
             "max_num_batched_tokens",
             engine.max_num_batched_tokens,
-            ABSURD_BATCHED_TOKENS,
+            limits::MAX_BATCHED_TOKENS,
         ),
-        ("max_num_seqs", engine.max_num_seqs, ABSURD_NUM_SEQS),
+        ("max_num_seqs", engine.max_num_seqs, limits::MAX_NUM_SEQS),
+        (
+            "long_prefill_token_threshold",
+            engine.long_prefill_token_threshold,
+            limits::MAX_TOKENS,
+        ),
+        (
+            "cp_kv_cache_interleave_size",
+            engine.cp_kv_cache_interleave_size,
+            limits::MAX_TOKENS,
+        ),
+        (
+            "max_model_len",
+            match engine.max_model_len {
+                Some(crate::quantity::MaxModelLen::Tokens(n)) => Some(n),
+                _ => None,
+            },
+            limits::MAX_TOKENS,
+        ),
         (
             "max_cudagraph_capture_size",
             engine.max_cudagraph_capture_size,
-            ABSURD_CAPTURE_SIZE,
+            limits::MAX_CAPTURE_SIZE,
         ),
         (
             "speculative.num_spec_tokens",
             engine.speculative.as_ref().map(|s| s.num_spec_tokens),
-            ABSURD_SPEC_TOKENS,
+            limits::MAX_SPEC_TOKENS,
+        ),
+        (
+            "dbo.dbo_decode_token_threshold",
+            engine
+                .dbo
+                .as_ref()
+                .and_then(|d| d.dbo_decode_token_threshold),
+            limits::MAX_TOKENS,
+        ),
+        (
+            "dbo.dbo_prefill_token_threshold",
+            engine
+                .dbo
+                .as_ref()
+                .and_then(|d| d.dbo_prefill_token_threshold),
+            limits::MAX_TOKENS,
+        ),
+        (
+            "eplb.num_redundant_experts",
+            engine.eplb.as_ref().and_then(|e| e.num_redundant_experts),
+            limits::MAX_EXPERTS,
+        ),
+        (
+            "eplb.window_size",
+            engine.eplb.as_ref().and_then(|e| e.window_size),
+            limits::MAX_STEPS,
+        ),
+        (
+            "eplb.step_interval",
+            engine.eplb.as_ref().and_then(|e| e.step_interval),
+            limits::MAX_STEPS,
         ),
     ];
-    for (key, value, bound) in absurd {
-        if let Some(value) = value.filter(|v| *v > bound) {
-            problems.push(source.error(
-                &at(key),
-                "engine-count-absurd",
-                format!("{key} {value} is beyond what any engine runs (at most {bound})"),
-            ));
-        }
+    for (key, value, limit) in bounded {
+        check_opt(source, problems, &at(key), value, limit);
     }
     if let Some(sizes) = &engine.cudagraph_capture_sizes {
-        if sizes.len() > ABSURD_CAPTURE_LIST {
+        if sizes.len() > limits::MAX_CAPTURE_LIST {
             problems.push(source.error(
                 &at("cudagraph_capture_sizes"),
-                "engine-count-absurd",
-                format!("{} capture sizes is beyond what any engine captures (at most {ABSURD_CAPTURE_LIST})", sizes.len()),
+                limits::CODE,
+                format!(
+                    "{} capture sizes is beyond what any engine captures (at most {})",
+                    sizes.len(),
+                    limits::MAX_CAPTURE_LIST
+                ),
             ));
         }
-        for (j, size) in sizes
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| **s > ABSURD_BATCHED_TOKENS)
-        {
-            problems.push(source.error(
+        for (j, size) in sizes.iter().enumerate() {
+            check_int(
+                source,
+                problems,
                 &at(&format!("cudagraph_capture_sizes[{j}]")),
-                "engine-count-absurd",
-                format!("capture size {size} is beyond what any engine runs (at most {ABSURD_BATCHED_TOKENS})"),
-            ));
+                *size,
+                limits::MAX_BATCHED_TOKENS,
+            );
         }
     }
     if let Some(crate::quantity::MaxModelLen::Tokens(n)) = engine.max_model_len
@@ -432,6 +493,13 @@ fn check_offload(source: &Source, offload: &crate::deployment::Offload, problems
                 format!("tier `{}` is named twice", tier.tier),
             ));
         }
+        check_int(
+            source,
+            problems,
+            &format!("offload.tiers[{i}].bytes"),
+            tier.bytes,
+            limits::MAX_OFFLOAD_BYTES,
+        );
         if tier.bytes < 1 {
             problems.push(source.error(
                 &format!("offload.tiers[{i}].bytes"),
@@ -440,6 +508,13 @@ fn check_offload(source: &Source, offload: &crate::deployment::Offload, problems
             ));
         }
     }
+    check_opt(
+        source,
+        problems,
+        "offload.prefetch_depth",
+        offload.prefetch_depth,
+        limits::MAX_PREFETCH_DEPTH,
+    );
     if let Some(depth) = offload.prefetch_depth.filter(|d| *d < 0) {
         problems.push(source.error(
             "offload.prefetch_depth",

@@ -5,6 +5,7 @@
 pub mod catalog;
 pub mod cluster;
 pub mod deployment;
+pub mod limits;
 pub mod scenario;
 
 use crate::catalog::Catalog;
@@ -89,6 +90,41 @@ fn read(
 fn kind_of(source: &Source) -> Option<String> {
     let value: serde_yaml::Value = crate::load::from_str(&source.text).ok()?;
     value.get("kind")?.as_str().map(str::to_string)
+}
+
+/// Limits on what the resolution derives rather than what a document
+/// states: the KV blocks an engine rank's memory holds, which a chip with
+/// enormous memory or a tiny block could push past the block pool's 32-bit
+/// ids, and the context window a model's `max_position_embeddings` gives
+/// when the deployment states none.
+fn check_derived(source: &Source, resolution: &Resolution) -> Problems {
+    let mut problems = Problems::new();
+    for (i, pool) in resolution.pools.iter().enumerate() {
+        if pool.kv.max_model_len > limits::MAX_TOKENS as u64 {
+            problems.push(source.error(
+                &format!("pools[{i}]"),
+                limits::CODE,
+                format!(
+                    "the model's context window of {} tokens (max_position_embeddings) is beyond any real deployment (at most {}); state engine.max_model_len",
+                    pool.kv.max_model_len,
+                    limits::MAX_TOKENS
+                ),
+            ));
+        }
+        if pool.kv.num_gpu_blocks > limits::MAX_KV_BLOCKS {
+            problems.push(source.error(
+                &format!("pools[{i}]"),
+                limits::CODE,
+                format!(
+                    "each rank's KV memory holds {} blocks of {} tokens, beyond any real deployment (at most {}); check the chip's MemoryGiB and engine.block_size",
+                    pool.kv.num_gpu_blocks,
+                    pool.engine.block_size,
+                    limits::MAX_KV_BLOCKS
+                ),
+            ));
+        }
+    }
+    problems
 }
 
 /// Validates a bundle and, for each deployment whose rules ran, resolves it.
@@ -209,6 +245,7 @@ pub fn validate(request: &Request<'_>) -> Report {
                 }),
                 Some(pack) => {
                     let resolution = resolve(&doc, resolved, pack, &layouts);
+                    found.extend(check_derived(source, &resolution));
                     let ctx = RuleContext {
                         source,
                         deployment: &doc,

@@ -11,6 +11,7 @@ use crate::problem::Problems;
 use crate::scenario::{
     Scenario, TIME_UNITS, TRACE_MODES, TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS,
 };
+use crate::validate::limits::{self, check_f64, check_int, check_opt};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,43 @@ pub fn check(
             format!(
                 "gpus_per_node must be at least 1, found {}",
                 cluster.gpus_per_node
+            ),
+        ));
+    }
+    check_int(
+        source,
+        &mut problems,
+        "cluster.nodes",
+        cluster.nodes,
+        limits::MAX_NODES,
+    );
+    check_int(
+        source,
+        &mut problems,
+        "cluster.gpus_per_node",
+        cluster.gpus_per_node,
+        limits::MAX_GPUS_PER_NODE,
+    );
+    check_opt(
+        source,
+        &mut problems,
+        "cluster.gpus_per_rack",
+        cluster.gpus_per_rack,
+        limits::MAX_GPUS_PER_RACK,
+    );
+    let gpus = cluster.nodes as i128 * cluster.gpus_per_node as i128;
+    if (1..=limits::MAX_NODES).contains(&cluster.nodes)
+        && (1..=limits::MAX_GPUS_PER_NODE).contains(&cluster.gpus_per_node)
+        && gpus > limits::MAX_CLUSTER_GPUS
+    {
+        problems.push(source.error(
+            "cluster.nodes",
+            limits::CODE,
+            format!(
+                "{} nodes × {} GPUs = {gpus} GPUs is beyond any real cluster (at most {})",
+                cluster.nodes,
+                cluster.gpus_per_node,
+                limits::MAX_CLUSTER_GPUS
             ),
         ));
     }
@@ -219,8 +257,36 @@ pub fn check(
                         format!("mode must be one of {}", TRACE_MODES.join(", ")),
                     ));
                 }
+                if let Some(server) = &header.server {
+                    let at = "workload.trace.header.server";
+                    for (key, value, limit) in [
+                        (
+                            "tensor_parallel",
+                            server.tensor_parallel,
+                            limits::MAX_PARALLEL_WIDTH,
+                        ),
+                        ("max_num_seqs", server.max_num_seqs, limits::MAX_NUM_SEQS),
+                        ("block_size", server.block_size, limits::MAX_BLOCK_SIZE),
+                        ("max_model_len", server.max_model_len, limits::MAX_TOKENS),
+                    ] {
+                        check_opt(source, &mut problems, &format!("{at}.{key}"), value, limit);
+                    }
+                }
                 for (class, target) in &header.goodput_slo_targets {
                     let at = format!("workload.trace.header.goodput_slo_targets.{class}");
+                    for (key, value) in [
+                        ("ttft_ms", target.ttft_ms),
+                        ("itl_ms", target.itl_ms),
+                        ("e2e_ms", target.e2e_ms),
+                    ] {
+                        check_f64(
+                            source,
+                            &mut problems,
+                            &format!("{at}.{key}"),
+                            value,
+                            limits::MAX_DURATION_MS,
+                        );
+                    }
                     let values = [target.ttft_ms, target.itl_ms, target.e2e_ms];
                     if values.iter().any(|v| !v.is_finite() || *v < 0.0) {
                         problems.push(source.error(
