@@ -1186,6 +1186,11 @@ mod scenario_checks {
                    ("  gpus_per_node: 8\n", "  gpus_per_node: 1024\n")]),
             BASE_DEPLOYMENT
             => [err("beyond-limit", "cluster.nodes")];
+        /// 65,536 nodes of 8 GPUs (524,288) is twice any cluster built:
+        /// refused on the total although each factor is within its limit.
+        cluster_of_half_a_million_gpus_beyond_limit:
+            edit(&[("  nodes: 4\n", "  nodes: 65536\n")]), BASE_DEPLOYMENT
+            => [err("beyond-limit", "cluster.nodes")];
         /// 2,048 nodes of 8 GPUs is a real cluster: no limit applies (the
         /// deployment, laid out for 4 nodes, is refused for that alone).
         cluster_of_2048_nodes_is_within_the_limits:
