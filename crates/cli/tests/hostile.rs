@@ -64,6 +64,7 @@
 //!   `PDSIM_FUZZ_CASES=N` the number of generated cases (0: fixtures only);
 //!   `PDSIM_FUZZ_CASE=K` replays generated case K alone;
 //!   `PDSIM_FUZZ_FIXTURE=NAME` replays one regression fixture alone;
+//!   `PDSIM_FUZZ_SKIP_FIXTURES=1` runs the generated cases only (to time them);
 //!   `PDSIM_FUZZ_THREADS=T` (default: the cores, 2 to 4);
 //!   `PDSIM_FUZZ_MAX_FAILURES=F` stops generating after F failing cases
 //!   (default 25: a failing run is failing already; raise it to list all).
@@ -273,6 +274,9 @@ fn hostile_inputs_never_crash_hang_or_lose_files() {
     let only_fixture = std::env::var("PDSIM_FUZZ_FIXTURE").ok();
     if let Some(k) = only_case {
         jobs.push(Job::Generated(k));
+    } else if std::env::var_os("PDSIM_FUZZ_SKIP_FIXTURES").is_some() {
+        println!("hostile: PDSIM_FUZZ_SKIP_FIXTURES is set: the regression fixtures are skipped");
+        jobs.extend((0..count).map(Job::Generated));
     } else {
         for f in fixtures() {
             let name = f.file_name().unwrap_or_default().to_string_lossy();

@@ -542,12 +542,10 @@ fn check_step(step: &Step, o: &Outcome, problems: &mut Vec<String>) {
             }
         )),
         (Some(code), None) => {
-            let allowed = match (code, &step.signal) {
-                (0..=2, _) => true,
-                (130, Some((Sig::Int, _))) => true,
-                (143, Some((Sig::Term, _))) => true,
-                _ => false,
-            };
+            let allowed = matches!(
+                (code, &step.signal),
+                (0..=2, _) | (130, Some((Sig::Int, _))) | (143, Some((Sig::Term, _)))
+            );
             if !allowed {
                 problems.push(format!(
                     "exit code {code}{}",
