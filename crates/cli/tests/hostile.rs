@@ -192,12 +192,18 @@ fn run_job(s: &Settings, job: &Job) -> (&'static str, String, Option<String>) {
         return (case.kind, case.label, None);
     }
     let _ = case.save(&dir.join("fixture"));
+    let pruned = exec::prune_large(&dir.join("run"));
     let mut report = format!("FAILED {}\n  problems:\n", case.label);
     for p in &problems {
         report.push_str(&format!("    - {p}\n"));
     }
     report.push_str(&format!(
-        "  folder (kept): {}\n  commands (run in that folder):\n",
+        "  folder (kept{}): {}\n  commands (run in that folder):\n",
+        if pruned > 0 {
+            format!(", {pruned} file(s) over 4 MiB removed")
+        } else {
+            String::new()
+        },
         dir.join("run").display()
     ));
     for o in &outcomes {

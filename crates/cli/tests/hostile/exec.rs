@@ -141,7 +141,10 @@ impl Captured {
     }
 }
 
-fn capture(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<Captured> {
+fn capture(
+    mut stream: impl Read + Send + 'static,
+    printed: Arc<std::sync::atomic::AtomicU64>,
+) -> std::thread::JoinHandle<Captured> {
     std::thread::spawn(move || {
         let mut c = Captured::default();
         let mut buf = vec![0u8; 64 << 10];
@@ -150,6 +153,7 @@ fn capture(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<Ca
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     c.total += n as u64;
+                    printed.fetch_add(n as u64, Ordering::Relaxed);
                     let room = CAPTURE_BYTES.saturating_sub(c.head.len());
                     c.head.extend_from_slice(&buf[..n.min(room)]);
                     if n > room {
@@ -439,8 +443,9 @@ fn run_step(env: &Env, case: &Case, step: &Step, dir: &Path, written_before: u64
             };
         }
     };
-    let out = capture(child.stdout.take().expect("piped"));
-    let err = capture(child.stderr.take().expect("piped"));
+    let printed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let out = capture(child.stdout.take().expect("piped"), printed.clone());
+    let err = capture(child.stderr.take().expect("piped"), printed.clone());
     let mut killed_for = None;
     let mut signalled = false;
     let mut last_size_check = Instant::now();
@@ -471,6 +476,13 @@ fn run_step(env: &Env, case: &Case, step: &Step, dir: &Path, written_before: u64
             killed_for = Some(format!(
                 "still running after {} s (killed): a hang",
                 env.wall_limit.as_secs()
+            ));
+            let _ = child.kill();
+            break child.wait().expect("wait after kill");
+        }
+        if printed.load(Ordering::Relaxed) > OUTPUT_LIMIT_BYTES {
+            killed_for = Some(format!(
+                "printed over {OUTPUT_LIMIT_BYTES} bytes (killed): unbounded output"
             ));
             let _ = child.kill();
             break child.wait().expect("wait after kill");
@@ -742,6 +754,29 @@ pub fn run_case(env: &Env, case: &Case, dir: &Path) -> (Vec<String>, Vec<Outcome
         ));
     }
     (problems, outcomes)
+}
+
+/// Removes files over 4 MiB under `dir` (a kept failure's outputs; its
+/// inputs are in the fixture copy); returns how many.
+pub fn prune_large(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            removed += prune_large(&entry.path());
+        } else if kind.is_file()
+            && entry.metadata().map(|m| m.len()).unwrap_or(0) > 4 << 20
+            && std::fs::remove_file(entry.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// A command line as a shell would take it.

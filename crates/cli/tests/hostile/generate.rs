@@ -940,6 +940,12 @@ fn value(rng: &mut Rng, kind: &str, files: &[&str]) -> String {
                 "",
             ])
             .to_string(),
+        // `--perfetto` may replace a regular file it is given, so it is
+        // never aimed at a user's file that must survive; folders and `.`
+        // must be refused.
+        "trace-out" => rng
+            .pick(&["trace.json", "deep/x/trace.json", "user", ".", "", "out"])
+            .to_string(),
         "dir" => rng
             .pick(&["cat", "adir", "missing-dir", "/dev/null", "s.yaml", "."])
             .to_string(),
@@ -961,7 +967,7 @@ const RUN_FLAGS: &[(&str, &str)] = &[
     ("--format", "format"),
     ("--slo", "slo"),
     ("--gpu-hour-usd", "f64"),
-    ("--perfetto", "out"),
+    ("--perfetto", "trace-out"),
 ];
 const VALIDATE_FLAGS: &[(&str, &str)] = &[
     ("--scenario", "file"),
@@ -1143,7 +1149,10 @@ fn command_line(rng: &mut Rng, b: &Bundle, case: &mut Case) {
     if rng.chance(0.05) {
         args.push(rng.pick(&files).to_string());
     }
-    let runs_shape = !given_trace && args.iter().any(|a| a == "shape.yaml");
+    // The 4x8 scenario has a workload shape too.
+    let runs_shape = !given_trace
+        && (args.iter().any(|a| a == "shape.yaml")
+            || (pair.0 == "4x8-h200.yaml" && args.iter().any(|a| a == "s.yaml")));
     let label = format!("command line for {sub}");
     let step = Step {
         args,
@@ -1463,7 +1472,7 @@ pub fn generate(b: &Bundle, seed: u64, index: u64) -> Case {
             let rate = *rng.pick(&[
                 "1e-300", "1e-4", "1e-9", "5e-324", "1e308", "0", "-1", "nan", "inf", "1e12",
             ]);
-            let requests = *rng.pick(&["1", "2", "5", "0"]);
+            let requests = *rng.pick(&["1", "2", "5", "0", "50"]);
             case.step(&[
                 "run",
                 "--scenario",
