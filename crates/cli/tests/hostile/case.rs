@@ -6,11 +6,12 @@
 //!   command (the commands run in order in the same folder); a line
 //!   starting with `@` is a directive for the current command (`@signal
 //!   INT|TERM|KILL MS`, `@agree`, `@unused --FLAG`, `@expect CODE`), `#`
-//!   starts a comment, `@empty` is an empty argument and a leading `\` is
+//!   starts a comment (`@signal` counts from the moment the staging folder
+//!   appears), `@empty` is an empty argument and a leading `\` is
 //!   dropped (for an argument that starts with `@`, `#` or `\`). `@ROOT@`
 //!   inside an argument is the repository root.
 //! - `setup.txt` (optional): special files made before the first command,
-//!   one per line: `fifo PATH drain|zeros|feed:FILE`, `dir PATH`, `symlink
+//!   one per line: `fifo PATH drain|zeros|feed:FILE|loop:FILE`, `dir PATH`, `symlink
 //!   PATH TARGET`, `keep PATH` (a user file or folder that must survive
 //!   unchanged), `home PATH` (HOME for the commands), `repeat PATH N TEXT`
 //!   (appends TEXT N times; `\n`, `\t`, `\\` and `\xHH` escapes).
@@ -52,6 +53,9 @@ pub enum FifoEnd {
     Zeros,
     /// A writer of one file's bytes, again each time the FIFO is reopened.
     Feed(String),
+    /// A writer of one file's bytes over and over, never closing (a line
+    /// without end, say).
+    Loop(String),
 }
 
 #[derive(Clone, Debug)]
@@ -77,7 +81,8 @@ pub enum Setup {
 #[derive(Clone, Debug, Default)]
 pub struct Step {
     pub args: Vec<String>,
-    /// A signal sent this many milliseconds after the command starts.
+    /// A signal sent this many milliseconds after the command's staging
+    /// folder (`.NAME.partial-PID`) appears, that is while it is writing.
     pub signal: Option<(Sig, u64)>,
     /// `validate` before this `run` on the same documents: they must agree.
     pub agree: bool,
@@ -133,6 +138,7 @@ impl Case {
                     FifoEnd::Drain => format!("fifo {path} drain\n"),
                     FifoEnd::Zeros => format!("fifo {path} zeros\n"),
                     FifoEnd::Feed(file) => format!("fifo {path} feed:{file}\n"),
+                    FifoEnd::Loop(file) => format!("fifo {path} loop:{file}\n"),
                 },
                 Setup::Dir(path) => format!("dir {path}\n"),
                 Setup::Symlink { path, target } => format!("symlink {path} {target}\n"),
@@ -190,6 +196,8 @@ impl Case {
         for line in args.lines() {
             if line == "----" {
                 case.steps.push(std::mem::take(&mut step));
+            } else if line.starts_with("@ROOT@") {
+                step.args.push(line.to_string());
             } else if line.starts_with('#') {
                 continue;
             } else if let Some(rest) = line.strip_prefix('\\') {
@@ -247,7 +255,10 @@ fn parse_setup(line: &str) -> Option<Setup> {
             let end = match end {
                 "drain" => FifoEnd::Drain,
                 "zeros" => FifoEnd::Zeros,
-                other => FifoEnd::Feed(other.strip_prefix("feed:")?.to_string()),
+                other => match other.strip_prefix("loop:") {
+                    Some(file) => FifoEnd::Loop(file.to_string()),
+                    None => FifoEnd::Feed(other.strip_prefix("feed:")?.to_string()),
+                },
             };
             Setup::Fifo {
                 path: path.to_string(),

@@ -189,9 +189,13 @@ fn fifo_end(path: PathBuf, end: FifoEnd, feed: Vec<u8>, stop: Arc<AtomicBool>) {
                 }
             }
         }
-        FifoEnd::Zeros | FifoEnd::Feed(_) => {
-            let zeros = matches!(end, FifoEnd::Zeros);
-            let chunk = if zeros { vec![0u8; 64 << 10] } else { feed };
+        FifoEnd::Zeros | FifoEnd::Feed(_) | FifoEnd::Loop(_) => {
+            // `zeros` and `loop` never close; `feed` closes after the file.
+            let zeros = !matches!(end, FifoEnd::Feed(_));
+            let chunk = match end {
+                FifoEnd::Zeros => vec![0u8; 64 << 10],
+                _ => feed,
+            };
             'open: while !stop.load(Ordering::Relaxed) {
                 // Opening for writing without blocking fails until a
                 // reader (pdsim) has the FIFO open.
@@ -395,7 +399,7 @@ fn run_step(env: &Env, case: &Case, step: &Step, dir: &Path, written_before: u64
     for s in &case.setup {
         if let Setup::Fifo { path, end } = s {
             let feed = match end {
-                FifoEnd::Feed(file) => case
+                FifoEnd::Feed(file) | FifoEnd::Loop(file) => case
                     .files
                     .iter()
                     .find(|(p, _)| p == file)
@@ -448,6 +452,7 @@ fn run_step(env: &Env, case: &Case, step: &Step, dir: &Path, written_before: u64
     let err = capture(child.stderr.take().expect("piped"), printed.clone());
     let mut killed_for = None;
     let mut signalled = false;
+    let mut staging_seen: Option<Instant> = None;
     let mut last_size_check = Instant::now();
     let mut peak_rss_bytes = 0;
     let status = loop {
@@ -462,9 +467,16 @@ fn run_step(env: &Env, case: &Case, step: &Step, dir: &Path, written_before: u64
             }
         }
         let elapsed = start.elapsed();
+        if step.signal.is_some() && staging_seen.is_none() {
+            let mut left = Vec::new();
+            partial_leftovers(dir, dir, &mut left);
+            if !left.is_empty() {
+                staging_seen = Some(Instant::now());
+            }
+        }
         if let Some((sig, ms)) = &step.signal
             && !signalled
-            && elapsed >= Duration::from_millis(*ms)
+            && staging_seen.is_some_and(|t| t.elapsed() >= Duration::from_millis(*ms))
         {
             signalled = true;
             let _ = Command::new("kill")
@@ -506,6 +518,12 @@ fn run_step(env: &Env, case: &Case, step: &Step, dir: &Path, written_before: u64
         });
     };
     let elapsed = start.elapsed();
+    if step.signal.is_some() && !signalled && killed_for.is_none() {
+        killed_for = Some(
+            "the command ended before its signal was sent: the case does not test what it should (a longer run is needed)"
+                .into(),
+        );
+    }
     stop.store(true, Ordering::Relaxed);
     for e in ends {
         let _ = e.join();

@@ -805,6 +805,14 @@ fn special(rng: &mut Rng, case: &mut Case, base: &str) -> (String, String) {
             });
             ("z.fifo".into(), "a FIFO of endless zeros".into())
         }
+        3 if rng.chance(0.3) => {
+            case.file("row.bin", "{\"timestamp\": 1, ");
+            case.setup.push(Setup::Fifo {
+                path: "l.fifo".into(),
+                end: FifoEnd::Loop("row.bin".into()),
+            });
+            ("l.fifo".into(), "a FIFO of one endless line".into())
+        }
         3 => {
             case.file("feed.bin", base.to_string());
             case.setup.push(Setup::Fifo {
@@ -1518,9 +1526,15 @@ pub fn generate(b: &Bundle, seed: u64, index: u64) -> Case {
         980..=982 => {
             case.kind = "signals";
             let sig = rng.pick(&[Sig::Int, Sig::Term, Sig::Kill]).clone();
-            let ms = rng.range(150, 1500) as u64;
+            // Milliseconds after the staging folder appears; the run is
+            // long enough (60,000 requests) to be still going.
+            let ms = rng.range(0, 300) as u64;
             small_trace(&mut rng, b, &mut case, 3);
-            case.step(&["run", "--out", "r"]).signal = Some((sig.clone(), ms));
+            case.file(
+                "shape.yaml",
+                SHAPE_SCENARIO.replace("@S@", b.scenario("default.yaml")),
+            );
+            case.step(&LONG_RUN).signal = Some((sig.clone(), ms));
             if sig == Sig::Kill {
                 case.step(&["run", "--trace", "t.jsonl", "--out", "r"]);
             }
@@ -1542,6 +1556,22 @@ pub fn generate(b: &Bundle, seed: u64, index: u64) -> Case {
     case.label = label;
     finish(case, seed, index)
 }
+
+/// The default scenario with a workload shape (`@S@` is its text).
+const SHAPE_SCENARIO: &str = "@S@\nworkload:\n  shape: chatbot\n";
+
+/// A run long enough to be interrupted while it writes.
+const LONG_RUN: [&str; 9] = [
+    "run",
+    "--scenario",
+    "shape.yaml",
+    "--rate",
+    "1000",
+    "--requests",
+    "60000",
+    "--out",
+    "r",
+];
 
 fn finish(mut case: Case, seed: u64, index: u64) -> Case {
     case.label = format!("seed {seed} case {index}: {}", case.label);
