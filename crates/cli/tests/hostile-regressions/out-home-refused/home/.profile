@@ -1,0 +1,1 @@
+export A=1
