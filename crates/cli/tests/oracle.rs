@@ -239,14 +239,14 @@ fn classify(
         }
         return "2/8? priority preemption differs (self-preemption or victim order)".into();
     }
-    // The 0.29.0 rules pack lets admission need blocks for the first chunk
-    // only, where vLLM 0.29.0 reserves the whole prompt: pdsim admits a
-    // request vLLM holds back.
+    // pdsim admits a waiting request vLLM holds back. The 0.29.0 rules pack
+    // once explained this (divergence 3, fixed); with consumers in the
+    // workload it is now the P/D side: which KV-holding request is promoted.
     let pdsim_admits_more = as_
         .keys()
         .any(|id| !running_before.contains(id) && !es.contains_key(id));
-    if config["release"] == "0.29.0" && pdsim_admits_more {
-        return "3 0.29.0 rules pack (reserve_full_prompt: false)".into();
+    if pdsim_admits_more && has_consumers(config) {
+        return "P? P/D: pdsim admits a waiting request vLLM does not (holding-queue order)".into();
     }
     // vLLM admitted a waiting request pdsim did not (or the reverse) with
     // every running request alike: its tokens or blocks went further, which

@@ -651,7 +651,11 @@ impl Engine {
         loading: u32,
     ) -> Option<RequestId> {
         let remaining = self.req(slot).tokens() - hit_tokens;
-        if !self.allocate(slot, hit_blocks, hit_tokens, remaining, remaining) {
+        // `allocate_slots(..., delay_cache_blocks=load_kv_async)`: the
+        // blocks being loaded are not cached until the load completes, so
+        // this goes to `allocate_blocks` directly, not through the caching
+        // `allocate` (the hit blocks it shares are cached already).
+        if !self.allocate_blocks(slot, hit_blocks, hit_tokens, remaining, remaining) {
             return None;
         }
         self.pop_waiting();
@@ -699,10 +703,32 @@ impl Engine {
             let base = req.computed.max(hit_tokens);
             let held = req.blocks.len() as u32;
             if self.blocks_short(base, new_tokens.max(must_fit), held) == 0 {
+                self.cache_scheduled(slot, base + new_tokens);
                 return true;
             }
         }
-        self.allocate_blocks(slot, hit_blocks, hit_tokens, new_tokens, must_fit)
+        if !self.allocate_blocks(slot, hit_blocks, hit_tokens, new_tokens, must_fit) {
+            return false;
+        }
+        let base = self.req(slot).computed.max(hit_tokens);
+        self.cache_scheduled(slot, base + new_tokens);
+        true
+    }
+
+    /// Caches the blocks a successful allocation covers, at schedule time,
+    /// as `KVCacheManager.allocate_slots` (`vllm/v1/core/kv_cache_manager.py`)
+    /// ends with `cache_blocks(request, min(total_computed_tokens +
+    /// num_new_tokens, request.num_tokens))`: the tokens scheduled this step
+    /// count, draft tokens (beyond `request.num_tokens`) and lookahead slots
+    /// do not. A request admitted later in the same step therefore hits the
+    /// blocks of one scheduled before it. `upto` is computed + new tokens.
+    #[inline]
+    fn cache_scheduled(&mut self, slot: u32, upto: u32) {
+        let req = self.req(slot);
+        if req.hasher.hashes.len() as u32 > req.cached_units {
+            let upto = upto.min(req.tokens());
+            self.cache_units(slot, upto);
+        }
     }
 
     /// [`Engine::allocate`] when blocks are shared or needed.
@@ -1041,7 +1067,8 @@ impl Engine {
 
     /// Applies the step's outcome (`update_from_output`): advances computed
     /// tokens, samples tokens for requests whose prompt is done, draws draft
-    /// acceptance, caches full blocks, finishes requests and frees them.
+    /// acceptance, finishes requests and frees them. Blocks are cached at
+    /// schedule time, in [`Engine::allocate`], not here.
     pub fn complete_step(&mut self, acceptance: &mut Stream) {
         if self.scheduled.is_empty() {
             return;
@@ -1076,8 +1103,10 @@ impl Engine {
                 let finished = req.output >= req.max_output;
                 (emit, finished, req.id, req.output)
             };
-            // Cache the units (blocks, in vLLM) that are now full and computed.
-            self.cache_computed(s.slot);
+            // No caching here: vLLM's `update_from_output` caches nothing;
+            // the blocks this step filled were cached when it was
+            // scheduled, and those its sampled tokens fill are cached when
+            // the next step is ([`Engine::cache_scheduled`]).
             if emit > 0 {
                 self.events.push(EngineEvent::Emitted { id, tokens: emit });
             }
@@ -1157,10 +1186,15 @@ impl Engine {
                 return;
             }
             req.remote_done = true;
-            req.computed = req.tokens() - 1;
         }
         self.remote_waiting -= 1;
-        self.cache_computed(slot);
+        // `_update_waiting_for_remote_kv` (`vllm/v1/core/sched/scheduler.py`)
+        // caches `num_computed_tokens` (the whole prompt, every token of it
+        // having arrived) and only then steps back to `num_tokens - 1` so
+        // that one token is computed to sample from.
+        let tokens = self.req(slot).tokens();
+        self.cache_units(slot, tokens);
+        self.req_mut(slot).computed = tokens - 1;
         self.holding.push_back(slot);
     }
 
@@ -1182,32 +1216,23 @@ impl Engine {
             req.loading = 0;
         }
         self.remote_waiting -= 1;
-        self.cache_computed(slot);
+        // `_update_waiting_for_remote_kv` caches `num_computed_tokens`.
+        let computed = self.req(slot).computed;
+        self.cache_units(slot, computed);
         self.holding.push_back(slot);
     }
 
-    /// Registers a request's full, computed units in the prefix cache
-    /// (`BlockPool.cache_full_blocks` in `vllm/v1/core/block_pool.py`) and
-    /// stores them in the offload tier.
-    ///
-    /// Called for every request after every step, but a decode step fills a
-    /// unit only once every `prefix_unit` tokens: no unit can become full
-    /// unless the request has a hash beyond the units it registered, and
-    /// that check is made here, inline, before [`Engine::cache_units`].
-    #[inline]
-    fn cache_computed(&mut self, slot: u32) {
-        let req = self.req(slot);
-        if req.hasher.hashes.len() as u32 > req.cached_units {
-            self.cache_units(slot);
-        }
-    }
-
-    /// [`Engine::cache_computed`] once a new unit may be full.
-    fn cache_units(&mut self, slot: u32) {
+    /// Registers the full units (blocks, in vLLM) among a request's first
+    /// `upto` tokens in the prefix cache (`BlockPool.cache_full_blocks` in
+    /// `vllm/v1/core/block_pool.py`, through
+    /// `SingleTypeKVCacheManager.cache_blocks`, which caches
+    /// `num_tokens // block_size` blocks), queues their `BlockStored`
+    /// event and stores them in the offload tier.
+    fn cache_units(&mut self, slot: u32, upto: u32) {
         let unit = self.config.prefix_unit.max(1);
         let per_block = self.pool.units_per_block();
         let req = self.reqs[slot as usize].as_mut().expect("live slot");
-        let full = (req.computed.min(req.tokens()) / unit)
+        let full = (upto.min(req.tokens()) / unit)
             .min(req.hasher.hashes.len() as u32)
             .min(req.blocks.len() as u32 * per_block);
         if full > req.cached_units {
