@@ -812,7 +812,12 @@ impl Engine {
     }
 
     /// The victim vLLM picks: the last admitted (fcfs) or the lowest
-    /// priority, latest arrival (priority).
+    /// priority, latest arrival (priority). Under priority vLLM takes
+    /// `max(self.running, key=lambda r: (r.priority, r.arrival_time))`
+    /// (`Scheduler.schedule`, `vllm/v1/core/sched/scheduler.py`): the key
+    /// has no request id, and Python's `max` keeps the first of equal keys,
+    /// so a tie goes to the earliest in running order; hence the strict `>`
+    /// on (priority, arrival) alone.
     fn victim(&self) -> usize {
         match self.config.policy {
             Policy::Fcfs => self.running.len() - 1,
@@ -821,7 +826,7 @@ impl Engine {
                 for (i, slot) in self.running.iter().enumerate() {
                     let r = self.req(*slot);
                     let b = self.req(self.running[best]);
-                    if (r.priority, r.arrival, r.id) > (b.priority, b.arrival, b.id) {
+                    if (r.priority, r.arrival) > (b.priority, b.arrival) {
                         best = i;
                     }
                 }
@@ -887,11 +892,13 @@ impl Engine {
                     i -= 1;
                 }
             }
+            // A request that preempted itself ends the running loop under
+            // either policy: vLLM breaks out of the allocation loop with
+            // `new_blocks` None and then out of the running loop
+            // (`if new_blocks is None: break` in `Scheduler.schedule`,
+            // `vllm/v1/core/sched/scheduler.py`).
             if self_preempted {
-                if self.config.policy == Policy::Fcfs {
-                    break;
-                }
-                continue;
+                break;
             }
             let drafts = drafts_avail.min(n.saturating_sub(tokens - computed));
             self.scheduled.push(Scheduled {
