@@ -92,11 +92,7 @@ fn first_divergence_with(case: &Path, features: &[&str]) -> Option<Divergence> {
     if !run.status.success() {
         let err = String::from_utf8_lossy(&run.stderr);
         let first = err.lines().next().unwrap_or("").to_string();
-        let cause = if first.contains("`accepted` varies") {
-            "H1 pdsim has no hook to force per-step draft acceptance".to_string()
-        } else {
-            "H? replay refused".to_string()
-        };
+        let cause = "H? replay refused".to_string();
         return Some(Divergence {
             step: "-".into(),
             field: "refused".into(),

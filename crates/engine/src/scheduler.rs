@@ -312,6 +312,14 @@ fn conditional_acceptance(spec: &SpecConfig) -> Vec<f64> {
         .collect()
 }
 
+/// Where a step's accepted drafts come from.
+enum Acceptance<'a> {
+    /// Drawn per draft position from the configured rates.
+    Draw(&'a mut Stream),
+    /// Given per request (see [`Engine::complete_step_forced`]).
+    Forced(&'a mut dyn FnMut(RequestId, u32) -> u32),
+}
+
 /// Waiting requests in policy order.
 #[derive(Clone, Debug)]
 enum WaitQueue {
@@ -1077,6 +1085,21 @@ impl Engine {
     /// acceptance, finishes requests and frees them. Blocks are cached at
     /// schedule time, in [`Engine::allocate`], not here.
     pub fn complete_step(&mut self, acceptance: &mut Stream) {
+        self.complete_step_with(Acceptance::Draw(acceptance));
+    }
+
+    /// [`Engine::complete_step`] with the accepted drafts given rather than
+    /// drawn: `accepted(id, drafts)` is asked once for each request that
+    /// verifies `drafts > 0` draft tokens this step and returns how many
+    /// were accepted (capped at `drafts`). This is how a replay of vLLM's
+    /// own decisions forces the acceptance vLLM was fed, step by step
+    /// (`pdsim engine replay`, as `tools/vllm-oracle` builds the
+    /// `ModelRunnerOutput` whose sampled tokens `update_from_output` counts).
+    pub fn complete_step_forced(&mut self, accepted: &mut dyn FnMut(RequestId, u32) -> u32) {
+        self.complete_step_with(Acceptance::Forced(accepted));
+    }
+
+    fn complete_step_with(&mut self, mut acceptance: Acceptance<'_>) {
         if self.scheduled.is_empty() {
             return;
         }
@@ -1092,12 +1115,20 @@ impl Engine {
                 if req.computed >= req.tokens() {
                     // The prompt (or a decode step) is complete: sample.
                     let mut accepted = 0;
-                    for &conditional in self.draft_accept.iter().take(s.drafts as usize) {
-                        if acceptance.bernoulli(conditional) {
-                            accepted += 1;
-                        } else {
-                            break;
+                    match &mut acceptance {
+                        Acceptance::Draw(stream) => {
+                            for &conditional in self.draft_accept.iter().take(s.drafts as usize) {
+                                if stream.bernoulli(conditional) {
+                                    accepted += 1;
+                                } else {
+                                    break;
+                                }
+                            }
                         }
+                        Acceptance::Forced(given) if s.drafts > 0 => {
+                            accepted = given(req.id, s.drafts).min(s.drafts);
+                        }
+                        Acceptance::Forced(_) => {}
                     }
                     emit = (1 + accepted).min(req.max_output - req.output);
                     // Rejected drafts are rolled back; accepted ones count.
