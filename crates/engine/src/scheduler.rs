@@ -161,6 +161,9 @@ struct Req {
     holding: bool,
     /// Tokens being loaded from the offload tier.
     loading: u32,
+    /// When the request was parked for outside KV (a counter), the order
+    /// of the holding queue under fcfs.
+    park_seq: u64,
     /// The prompt's segments, kept only while KV events are published (the
     /// tokens of a `BlockStored` event).
     segments: Vec<Segment>,
@@ -359,6 +362,8 @@ pub struct Engine {
     slot_of: rustc_hash::FxHashMap<RequestId, u32>,
     /// Consuming requests waiting for their KV.
     remote_waiting: u32,
+    /// Requests parked so far (the next `park_seq`).
+    parked: u64,
     /// Waiting requests that already hold KV blocks (their transfer
     /// arrived or failed); admitted before the waiting queue, as vLLM's
     /// `kv_holding_waiting` queue is, so blocks held outside `running`
@@ -405,6 +410,7 @@ impl Engine {
             finished_buf: Vec::new(),
             slot_of: rustc_hash::FxHashMap::default(),
             remote_waiting: 0,
+            parked: 0,
             holding: VecDeque::new(),
             offload,
             draft_accept,
@@ -500,6 +506,7 @@ impl Engine {
             remote_done: false,
             holding: false,
             loading: 0,
+            park_seq: 0,
             segments,
         };
         let slot = match self.free_slots.pop() {
@@ -668,10 +675,13 @@ impl Engine {
         }
         self.pop_waiting();
         self.remote_waiting += 1;
+        let park_seq = self.parked;
+        self.parked += 1;
         let req = self.req_mut(slot);
         req.computed = hit_tokens;
         req.local_hit = hit_tokens;
         req.loading = loading;
+        req.park_seq = park_seq;
         req.admitted_once = true;
         Some(req.id)
     }
@@ -1184,6 +1194,28 @@ impl Engine {
         self.config.spec = spec;
     }
 
+    /// Queues a request whose outside KV arrived (or failed) for admission.
+    /// vLLM keeps a parked request in its queue of KV-holding requests from
+    /// the step it is parked (`kv_holding_waiting` in 0.31.0,
+    /// `skipped_waiting` in 0.29.0; `vllm/v1/core/sched/scheduler.py`),
+    /// skipping it while its KV is in flight and re-queueing the skipped in
+    /// order. So the ready ones are admitted in the order they were parked,
+    /// not the order their KV arrived, under fcfs; under priority that
+    /// queue is a heap on (priority, arrival, id) like the waiting one.
+    fn push_holding(&mut self, slot: u32) {
+        let key = |r: &Req| match self.config.policy {
+            Policy::Fcfs => (0, SimTime(0), RequestId(0), r.park_seq),
+            Policy::Priority => (r.priority, r.arrival, r.id, r.park_seq),
+        };
+        let new = key(self.req(slot));
+        let at = self
+            .holding
+            .iter()
+            .position(|s| key(self.req(*s)) > new)
+            .unwrap_or(self.holding.len());
+        self.holding.insert(at, slot);
+    }
+
     /// Prefill side: the decode side has read the blocks (or the lease ran
     /// out), so the held blocks go back to the free queue, hashes kept, and
     /// the request ends here: NixlConnector's `request_finished` delays the
@@ -1233,7 +1265,7 @@ impl Engine {
         let tokens = self.req(slot).tokens();
         self.cache_units(slot, tokens);
         self.req_mut(slot).computed = tokens - 1;
-        self.holding.push_back(slot);
+        self.push_holding(slot);
     }
 
     /// The offload tier's blocks arrived: the request continues after them
@@ -1257,7 +1289,7 @@ impl Engine {
         // `_update_waiting_for_remote_kv` caches `num_computed_tokens`.
         let computed = self.req(slot).computed;
         self.cache_units(slot, computed);
-        self.holding.push_back(slot);
+        self.push_holding(slot);
     }
 
     /// Registers the full units (blocks, in vLLM) among a request's first
@@ -1330,7 +1362,7 @@ impl Engine {
             req.computed = req.local_hit;
         }
         self.remote_waiting -= 1;
-        self.holding.push_back(slot);
+        self.push_holding(slot);
     }
 
     /// Consuming requests waiting for their KV.
