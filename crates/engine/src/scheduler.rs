@@ -164,6 +164,9 @@ struct Req {
     /// When the request was parked for outside KV (a counter), the order
     /// of the holding queue under fcfs.
     park_seq: u64,
+    /// Tokens whose full blocks are to be cached when the request is next
+    /// taken up for admission (its outside KV arrived); 0 for none.
+    cache_pending: u32,
     /// The prompt's segments, kept only while KV events are published (the
     /// tokens of a `BlockStored` event).
     segments: Vec<Segment>,
@@ -507,6 +510,7 @@ impl Engine {
             holding: false,
             loading: 0,
             park_seq: 0,
+            cache_pending: 0,
             segments,
         };
         let slot = match self.free_slots.pop() {
@@ -963,7 +967,14 @@ impl Engine {
                 if holds_blocks {
                     // A consuming request whose KV arrived (or failed): it
                     // holds its prompt's blocks and continues from what it
-                    // has, one token after a transfer.
+                    // has, one token after a transfer. Reaching it is what
+                    // promotes it in vLLM, caching its arrived blocks
+                    // (`_update_waiting_for_remote_kv`), whether or not it
+                    // is then admitted.
+                    let pending = std::mem::take(&mut self.req_mut(slot).cache_pending);
+                    if pending > 0 {
+                        self.cache_units(slot, pending);
+                    }
                     let mut n = tokens - computed;
                     if long_cap > 0 {
                         n = n.min(long_cap);
@@ -1261,10 +1272,14 @@ impl Engine {
         // `_update_waiting_for_remote_kv` (`vllm/v1/core/sched/scheduler.py`)
         // caches `num_computed_tokens` (the whole prompt, every token of it
         // having arrived) and only then steps back to `num_tokens - 1` so
-        // that one token is computed to sample from.
-        let tokens = self.req(slot).tokens();
-        self.cache_units(slot, tokens);
-        self.req_mut(slot).computed = tokens - 1;
+        // that one token is computed to sample from. It runs when the
+        // waiting loop of a later `schedule()` reaches the request, after
+        // the running requests cached their blocks, so the caching waits
+        // for that too (`cache_pending`, done in `schedule`).
+        let req = self.req_mut(slot);
+        let tokens = req.tokens();
+        req.cache_pending = tokens;
+        req.computed = tokens - 1;
         self.push_holding(slot);
     }
 
@@ -1286,9 +1301,10 @@ impl Engine {
             req.loading = 0;
         }
         self.remote_waiting -= 1;
-        // `_update_waiting_for_remote_kv` caches `num_computed_tokens`.
-        let computed = self.req(slot).computed;
-        self.cache_units(slot, computed);
+        // `_update_waiting_for_remote_kv` caches `num_computed_tokens` when
+        // the waiting loop reaches the request (see `kv_arrived`).
+        let req = self.req_mut(slot);
+        req.cache_pending = req.computed;
         self.push_holding(slot);
     }
 
