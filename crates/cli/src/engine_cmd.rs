@@ -7,12 +7,12 @@
 //! The glue lives here, outside the engine: it maps token ids to pdsim's
 //! content-addressed segments (one single-token segment per token, so equal
 //! token prefixes give equal block hashes at any block size), resolves the
-//! release's rules pack, forces draft acceptance through a deterministic
-//! acceptance vector, and reads each step's decisions back from the
-//! engine's events and accessors.
+//! release's rules pack, forces each verification's accepted drafts from
+//! the workload (`Engine::complete_step_forced`), and reads each step's
+//! decisions back from the engine's events and accessors.
 
 use pdsim_core::prompt::content_id;
-use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
+use pdsim_core::{Prompt, RequestId, Segment, SimTime};
 use pdsim_engine::{
     CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, KvTransfer, NewRequest, Policy,
     SpecConfig,
@@ -221,47 +221,13 @@ fn load_workload(path: &Path) -> Result<Vec<ReplayRequest>, Failure> {
     Ok(reqs)
 }
 
-/// The one number of accepted drafts every verification of every request
-/// uses. pdsim draws acceptance per draft position from a rate vector; rates
-/// of exactly 1 and 0 make the draw deterministic, so a constant count can be
-/// forced. A count that varies by request or step needs a hook in the engine
-/// that does not exist yet.
-fn constant_acceptance(reqs: &[ReplayRequest], path: &Path) -> Result<u32, Failure> {
-    let mut value: Option<u32> = None;
-    for r in reqs {
-        let list = r.accepted.as_deref().unwrap_or(&[]);
-        // A list shorter than the request's decode steps falls back to 0
-        // accepted (the oracle's rule), which is a second value.
-        let needed = r.max_tokens as usize;
-        let values = list
-            .iter()
-            .copied()
-            .chain((list.len() < needed).then_some(0));
-        for v in values {
-            match value {
-                None => value = Some(v),
-                Some(x) if x == v => {}
-                Some(x) => {
-                    return Err(Failure::Input(format!(
-                        "{}: `accepted` varies ({x} and {v}, request {}): pdsim's engine has no \
-                         hook to force per-step acceptance yet, only one count for every step",
-                        path.display(),
-                        r.id
-                    )));
-                }
-            }
-        }
-    }
-    Ok(value.unwrap_or(0))
-}
-
-fn engine_config(cfg: &ReplayConfig, accepted: u32) -> EngineConfig {
+fn engine_config(cfg: &ReplayConfig) -> EngineConfig {
     let pack = pdsim_spec::rules::pack::for_version(&cfg.release).expect("checked at load");
+    // The rates are never drawn from: the replay forces each verification's
+    // accepted count (`Engine::complete_step_forced`).
     let spec = cfg.speculative.as_ref().map(|s| SpecConfig {
         num_spec_tokens: s.num_spec_tokens,
-        acceptance: (0..s.num_spec_tokens)
-            .map(|i| if i < accepted { 1.0 } else { 0.0 })
-            .collect(),
+        acceptance: vec![0.0; s.num_spec_tokens as usize],
         eagle_style: false,
     });
     EngineConfig {
@@ -348,17 +314,20 @@ fn replay(
 ) -> Result<(), Failure> {
     let cfg = load_config(config)?;
     let reqs = load_workload(workload)?;
-    let accepted = if cfg.speculative.is_some() {
-        constant_acceptance(&reqs, workload)?
-    } else {
-        0
-    };
     let num_spec = cfg.speculative.as_ref().map_or(0, |s| s.num_spec_tokens);
-    let mut engine_cfg = engine_config(&cfg, accepted);
+    let mut engine_cfg = engine_config(&cfg);
     apply_features(&mut engine_cfg, features)?;
     let mut engine = Engine::new(engine_cfg);
-    // Unused draws: every acceptance rate is 0 or 1.
-    let mut stream = Stream::new(0, Purpose::Acceptance, 0);
+    // Accepted drafts per request, forced as the oracle forces them
+    // (tools/vllm-oracle/oracle.py, `model_output`): the i-th verification
+    // of a request (a step that scheduled it drafts; the count survives
+    // preemption) accepts `accepted[i]` drafts, 0 past the list's end,
+    // never more than it verifies.
+    let accepted_of: BTreeMap<u32, &[u32]> = reqs
+        .iter()
+        .map(|r| (r.id, r.accepted.as_deref().unwrap_or(&[])))
+        .collect();
+    let mut verify_count: BTreeMap<u32, usize> = BTreeMap::new();
     let mut by_step: BTreeMap<u64, Vec<&ReplayRequest>> = BTreeMap::new();
     for r in &reqs {
         by_step.entry(r.arrive_step).or_default().push(r);
@@ -460,7 +429,12 @@ fn replay(
                 )));
             }
         }
-        engine.complete_step(&mut stream);
+        engine.complete_step_forced(&mut |id, _drafts| {
+            let idx = verify_count.entry(id.0).or_insert(0);
+            let forced = accepted_of.get(&id.0).and_then(|l| l.get(*idx)).copied();
+            *idx += 1;
+            forced.unwrap_or(0)
+        });
         for event in engine.drain_events() {
             match event {
                 EngineEvent::Finished { id, .. } => finished.push(id.0),

@@ -92,11 +92,7 @@ fn first_divergence_with(case: &Path, features: &[&str]) -> Option<Divergence> {
     if !run.status.success() {
         let err = String::from_utf8_lossy(&run.stderr);
         let first = err.lines().next().unwrap_or("").to_string();
-        let cause = if first.contains("`accepted` varies") {
-            "H1 pdsim has no hook to force per-step draft acceptance".to_string()
-        } else {
-            "H? replay refused".to_string()
-        };
+        let cause = "H? replay refused".to_string();
         return Some(Divergence {
             step: "-".into(),
             field: "refused".into(),
@@ -239,14 +235,14 @@ fn classify(
         }
         return "2/8? priority preemption differs (self-preemption or victim order)".into();
     }
-    // The 0.29.0 rules pack lets admission need blocks for the first chunk
-    // only, where vLLM 0.29.0 reserves the whole prompt: pdsim admits a
-    // request vLLM holds back.
+    // pdsim admits a waiting request vLLM holds back. The 0.29.0 rules pack
+    // once explained this (divergence 3, fixed); with consumers in the
+    // workload it is now the P/D side: which KV-holding request is promoted.
     let pdsim_admits_more = as_
         .keys()
         .any(|id| !running_before.contains(id) && !es.contains_key(id));
-    if config["release"] == "0.29.0" && pdsim_admits_more {
-        return "3 0.29.0 rules pack (reserve_full_prompt: false)".into();
+    if pdsim_admits_more && has_consumers(config) {
+        return "P? P/D: pdsim admits a waiting request vLLM does not (holding-queue order)".into();
     }
     // vLLM admitted a waiting request pdsim did not (or the reverse) with
     // every running request alike: its tokens or blocks went further, which

@@ -79,6 +79,13 @@ pub struct BlockPool {
     /// Unit hash to the block and unit slot that hold it. Looked up, never
     /// iterated, so its order cannot leak into results.
     cached: FxHashMap<u64, (u32, u32)>,
+    /// Further blocks holding a hash `cached` already maps, oldest first.
+    /// vLLM does not de-duplicate cached blocks: `BlockHashToBlockMap`
+    /// (`vllm/v1/core/block_pool.py`) keeps every block of a hash in
+    /// insertion order and `get_one_block` returns the first left, so when
+    /// the first is evicted the next one is still a hit. Two requests that
+    /// fill the same block in one step make such duplicates.
+    dups: FxHashMap<u64, Vec<(u32, u32)>>,
     /// Whether freed blocks without a hash go to the head of the queue
     /// (reused first, vLLM 0.31 and later: `BlockPool.free_blocks` in
     /// `vllm/v1/core/block_pool.py` prepends them) or to the tail like the
@@ -118,6 +125,7 @@ impl BlockPool {
             tail: NONE,
             free_count: 0,
             cached: FxHashMap::default(),
+            dups: FxHashMap::default(),
             unhashed_to_front,
             evictions: 0,
             referenced: 0,
@@ -286,11 +294,8 @@ impl BlockPool {
                 let first = (block * self.units_per_block) as usize;
                 for unit in 0..self.units_per_block as usize {
                     let hash = std::mem::take(&mut self.unit_hash[first + unit]);
-                    if hash != 0
-                        && let Entry::Occupied(entry) = self.cached.entry(hash)
-                        && entry.get().0 == block
-                    {
-                        entry.remove();
+                    if hash != 0 {
+                        self.uncache(hash, block);
                     }
                     // `_maybe_evict_cached_block` (`vllm/v1/core/block_pool.py`)
                     // queues `BlockRemoved(medium="GPU")` for every cached
@@ -311,8 +316,7 @@ impl BlockPool {
 
     /// Marks a full block as holding `hash` so later requests can hit it.
     /// When another block already holds the hash, the first one stays the
-    /// lookup target (vLLM keeps both; the difference only matters once the
-    /// first is evicted while the second is still cached).
+    /// lookup target and this one is kept behind it, as vLLM keeps both.
     pub fn cache(&mut self, block: u32, hash: u64) {
         self.cache_unit(block, 0, hash);
     }
@@ -325,7 +329,42 @@ impl BlockPool {
             return;
         }
         self.unit_hash[slot] = hash;
-        self.cached.entry(hash).or_insert((block, unit));
+        match self.cached.entry(hash) {
+            Entry::Vacant(entry) => {
+                entry.insert((block, unit));
+            }
+            Entry::Occupied(entry) if entry.get().0 != block => {
+                self.dups.entry(hash).or_default().push((block, unit));
+            }
+            Entry::Occupied(_) => {}
+        }
+    }
+
+    /// Drops `block` from the blocks holding `hash` (`BlockHashToBlockMap.pop`):
+    /// when it was the lookup target, the oldest duplicate takes its place.
+    fn uncache(&mut self, hash: u64, block: u32) {
+        if let Entry::Occupied(mut entry) = self.cached.entry(hash)
+            && entry.get().0 == block
+        {
+            match self.dups.get_mut(&hash) {
+                Some(dups) if !dups.is_empty() => {
+                    *entry.get_mut() = dups.remove(0);
+                    if dups.is_empty() {
+                        self.dups.remove(&hash);
+                    }
+                }
+                _ => {
+                    entry.remove();
+                }
+            }
+            return;
+        }
+        if let Some(dups) = self.dups.get_mut(&hash) {
+            dups.retain(|d| d.0 != block);
+            if dups.is_empty() {
+                self.dups.remove(&hash);
+            }
+        }
     }
 
     /// Releases a request's blocks, tail block first, as
@@ -476,7 +515,9 @@ mod tests {
         /// Unit hashes per block, `units` per block.
         hashes: Vec<u64>,
         units: u32,
-        cached: BTreeMap<u64, (u32, u32)>,
+        /// Every block holding a hash, in caching order; the first is the
+        /// lookup target.
+        cached: BTreeMap<u64, Vec<(u32, u32)>>,
         unhashed_to_front: bool,
         evictions: u64,
     }
@@ -502,8 +543,11 @@ mod tests {
                 if self.hashes[first] != 0 {
                     for unit in 0..self.units as usize {
                         let hash = std::mem::take(&mut self.hashes[first + unit]);
-                        if hash != 0 && self.cached.get(&hash).is_some_and(|e| e.0 == block) {
-                            self.cached.remove(&hash);
+                        if let Some(blocks) = self.cached.get_mut(&hash) {
+                            blocks.retain(|e| e.0 != block);
+                            if blocks.is_empty() {
+                                self.cached.remove(&hash);
+                            }
                         }
                     }
                     self.evictions += 1;
@@ -518,7 +562,7 @@ mod tests {
             let slot = (block * self.units + unit) as usize;
             if self.hashes[slot] == 0 {
                 self.hashes[slot] = hash;
-                self.cached.entry(hash).or_insert((block, unit));
+                self.cached.entry(hash).or_default().push((block, unit));
             }
         }
 
@@ -579,7 +623,11 @@ mod tests {
                 2 => {
                     let hash = u64::from(a % 23).max(1);
                     let hit = lazy.lookup_unit(hash);
-                    assert_eq!(hit, eager.cached.get(&hash).copied(), "step {step}: lookup");
+                    assert_eq!(
+                        hit,
+                        eager.cached.get(&hash).map(|b| b[0]),
+                        "step {step}: lookup"
+                    );
                     if let Some((block, _)) = hit {
                         assert_eq!(lazy.is_free(block), eager.ref_cnt[block as usize] == 0);
                         lazy.touch(block);
@@ -612,7 +660,10 @@ mod tests {
             lazy.check().unwrap_or_else(|e| panic!("step {step}: {e}"));
         }
         for hash in 1..23 {
-            assert_eq!(lazy.lookup_unit(hash), eager.cached.get(&hash).copied());
+            assert_eq!(
+                lazy.lookup_unit(hash),
+                eager.cached.get(&hash).map(|b| b[0])
+            );
         }
     }
 
@@ -722,5 +773,27 @@ mod tests {
         pool.release(&a);
         // Block 2 has no hash: reused first. Block 1 is cached: tail.
         assert_eq!(pool.free_order(), vec![2, 3, 4, 1]);
+    }
+
+    /// vLLM keeps every block of a hash (`BlockHashToBlockMap`): when the
+    /// first is evicted, the second still hits; when the second goes, the
+    /// first stays the target.
+    #[test]
+    fn a_duplicate_block_stays_a_hit_when_the_first_is_evicted() {
+        let mut pool = BlockPool::new(4, false);
+        let mut a = Vec::new();
+        pool.allocate(2, &mut a);
+        pool.cache(a[0], 7);
+        pool.cache(a[1], 7);
+        assert_eq!(pool.lookup(7), Some(a[0]));
+        // Free the first alone: it heads the free queue and is reused.
+        pool.release(&a[..1]);
+        let mut b = Vec::new();
+        pool.allocate(1, &mut b);
+        assert_eq!(b, vec![3], "the untouched block comes first");
+        pool.allocate(1, &mut b);
+        assert_eq!(b[1], a[0], "then the freed cached block, evicted");
+        assert_eq!(pool.lookup(7), Some(a[1]), "the duplicate still hits");
+        assert!(pool.check().is_ok());
     }
 }

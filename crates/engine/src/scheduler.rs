@@ -161,6 +161,12 @@ struct Req {
     holding: bool,
     /// Tokens being loaded from the offload tier.
     loading: u32,
+    /// When the request was parked for outside KV (a counter), the order
+    /// of the holding queue under fcfs.
+    park_seq: u64,
+    /// Tokens whose full blocks are to be cached when the request is next
+    /// taken up for admission (its outside KV arrived); 0 for none.
+    cache_pending: u32,
     /// The prompt's segments, kept only while KV events are published (the
     /// tokens of a `BlockStored` event).
     segments: Vec<Segment>,
@@ -312,6 +318,14 @@ fn conditional_acceptance(spec: &SpecConfig) -> Vec<f64> {
         .collect()
 }
 
+/// Where a step's accepted drafts come from.
+enum Acceptance<'a> {
+    /// Drawn per draft position from the configured rates.
+    Draw(&'a mut Stream),
+    /// Given per request (see [`Engine::complete_step_forced`]).
+    Forced(&'a mut dyn FnMut(RequestId, u32) -> u32),
+}
+
 /// Waiting requests in policy order.
 #[derive(Clone, Debug)]
 enum WaitQueue {
@@ -351,6 +365,8 @@ pub struct Engine {
     slot_of: rustc_hash::FxHashMap<RequestId, u32>,
     /// Consuming requests waiting for their KV.
     remote_waiting: u32,
+    /// Requests parked so far (the next `park_seq`).
+    parked: u64,
     /// Waiting requests that already hold KV blocks (their transfer
     /// arrived or failed); admitted before the waiting queue, as vLLM's
     /// `kv_holding_waiting` queue is, so blocks held outside `running`
@@ -397,6 +413,7 @@ impl Engine {
             finished_buf: Vec::new(),
             slot_of: rustc_hash::FxHashMap::default(),
             remote_waiting: 0,
+            parked: 0,
             holding: VecDeque::new(),
             offload,
             draft_accept,
@@ -492,6 +509,8 @@ impl Engine {
             remote_done: false,
             holding: false,
             loading: 0,
+            park_seq: 0,
+            cache_pending: 0,
             segments,
         };
         let slot = match self.free_slots.pop() {
@@ -651,15 +670,22 @@ impl Engine {
         loading: u32,
     ) -> Option<RequestId> {
         let remaining = self.req(slot).tokens() - hit_tokens;
-        if !self.allocate(slot, hit_blocks, hit_tokens, remaining, remaining) {
+        // `allocate_slots(..., delay_cache_blocks=load_kv_async)`: the
+        // blocks being loaded are not cached until the load completes, so
+        // this goes to `allocate_blocks` directly, not through the caching
+        // `allocate` (the hit blocks it shares are cached already).
+        if !self.allocate_blocks(slot, hit_blocks, hit_tokens, remaining, remaining) {
             return None;
         }
         self.pop_waiting();
         self.remote_waiting += 1;
+        let park_seq = self.parked;
+        self.parked += 1;
         let req = self.req_mut(slot);
         req.computed = hit_tokens;
         req.local_hit = hit_tokens;
         req.loading = loading;
+        req.park_seq = park_seq;
         req.admitted_once = true;
         Some(req.id)
     }
@@ -699,10 +725,32 @@ impl Engine {
             let base = req.computed.max(hit_tokens);
             let held = req.blocks.len() as u32;
             if self.blocks_short(base, new_tokens.max(must_fit), held) == 0 {
+                self.cache_scheduled(slot, base + new_tokens);
                 return true;
             }
         }
-        self.allocate_blocks(slot, hit_blocks, hit_tokens, new_tokens, must_fit)
+        if !self.allocate_blocks(slot, hit_blocks, hit_tokens, new_tokens, must_fit) {
+            return false;
+        }
+        let base = self.req(slot).computed.max(hit_tokens);
+        self.cache_scheduled(slot, base + new_tokens);
+        true
+    }
+
+    /// Caches the blocks a successful allocation covers, at schedule time,
+    /// as `KVCacheManager.allocate_slots` (`vllm/v1/core/kv_cache_manager.py`)
+    /// ends with `cache_blocks(request, min(total_computed_tokens +
+    /// num_new_tokens, request.num_tokens))`: the tokens scheduled this step
+    /// count, draft tokens (beyond `request.num_tokens`) and lookahead slots
+    /// do not. A request admitted later in the same step therefore hits the
+    /// blocks of one scheduled before it. `upto` is computed + new tokens.
+    #[inline]
+    fn cache_scheduled(&mut self, slot: u32, upto: u32) {
+        let req = self.req(slot);
+        if req.hasher.hashes.len() as u32 > req.cached_units {
+            let upto = upto.min(req.tokens());
+            self.cache_units(slot, upto);
+        }
     }
 
     /// [`Engine::allocate`] when blocks are shared or needed.
@@ -786,7 +834,12 @@ impl Engine {
     }
 
     /// The victim vLLM picks: the last admitted (fcfs) or the lowest
-    /// priority, latest arrival (priority).
+    /// priority, latest arrival (priority). Under priority vLLM takes
+    /// `max(self.running, key=lambda r: (r.priority, r.arrival_time))`
+    /// (`Scheduler.schedule`, `vllm/v1/core/sched/scheduler.py`): the key
+    /// has no request id, and Python's `max` keeps the first of equal keys,
+    /// so a tie goes to the earliest in running order; hence the strict `>`
+    /// on (priority, arrival) alone.
     fn victim(&self) -> usize {
         match self.config.policy {
             Policy::Fcfs => self.running.len() - 1,
@@ -795,7 +848,7 @@ impl Engine {
                 for (i, slot) in self.running.iter().enumerate() {
                     let r = self.req(*slot);
                     let b = self.req(self.running[best]);
-                    if (r.priority, r.arrival, r.id) > (b.priority, b.arrival, b.id) {
+                    if (r.priority, r.arrival) > (b.priority, b.arrival) {
                         best = i;
                     }
                 }
@@ -861,11 +914,13 @@ impl Engine {
                     i -= 1;
                 }
             }
+            // A request that preempted itself ends the running loop under
+            // either policy: vLLM breaks out of the allocation loop with
+            // `new_blocks` None and then out of the running loop
+            // (`if new_blocks is None: break` in `Scheduler.schedule`,
+            // `vllm/v1/core/sched/scheduler.py`).
             if self_preempted {
-                if self.config.policy == Policy::Fcfs {
-                    break;
-                }
-                continue;
+                break;
             }
             let drafts = drafts_avail.min(n.saturating_sub(tokens - computed));
             self.scheduled.push(Scheduled {
@@ -912,7 +967,14 @@ impl Engine {
                 if holds_blocks {
                     // A consuming request whose KV arrived (or failed): it
                     // holds its prompt's blocks and continues from what it
-                    // has, one token after a transfer.
+                    // has, one token after a transfer. Reaching it is what
+                    // promotes it in vLLM, caching its arrived blocks
+                    // (`_update_waiting_for_remote_kv`), whether or not it
+                    // is then admitted.
+                    let pending = std::mem::take(&mut self.req_mut(slot).cache_pending);
+                    if pending > 0 {
+                        self.cache_units(slot, pending);
+                    }
                     let mut n = tokens - computed;
                     if long_cap > 0 {
                         n = n.min(long_cap);
@@ -1041,8 +1103,24 @@ impl Engine {
 
     /// Applies the step's outcome (`update_from_output`): advances computed
     /// tokens, samples tokens for requests whose prompt is done, draws draft
-    /// acceptance, caches full blocks, finishes requests and frees them.
+    /// acceptance, finishes requests and frees them. Blocks are cached at
+    /// schedule time, in [`Engine::allocate`], not here.
     pub fn complete_step(&mut self, acceptance: &mut Stream) {
+        self.complete_step_with(Acceptance::Draw(acceptance));
+    }
+
+    /// [`Engine::complete_step`] with the accepted drafts given rather than
+    /// drawn: `accepted(id, drafts)` is asked once for each request that
+    /// verifies `drafts > 0` draft tokens this step and returns how many
+    /// were accepted (capped at `drafts`). This is how a replay of vLLM's
+    /// own decisions forces the acceptance vLLM was fed, step by step
+    /// (`pdsim engine replay`, as `tools/vllm-oracle` builds the
+    /// `ModelRunnerOutput` whose sampled tokens `update_from_output` counts).
+    pub fn complete_step_forced(&mut self, accepted: &mut dyn FnMut(RequestId, u32) -> u32) {
+        self.complete_step_with(Acceptance::Forced(accepted));
+    }
+
+    fn complete_step_with(&mut self, mut acceptance: Acceptance<'_>) {
         if self.scheduled.is_empty() {
             return;
         }
@@ -1058,12 +1136,20 @@ impl Engine {
                 if req.computed >= req.tokens() {
                     // The prompt (or a decode step) is complete: sample.
                     let mut accepted = 0;
-                    for &conditional in self.draft_accept.iter().take(s.drafts as usize) {
-                        if acceptance.bernoulli(conditional) {
-                            accepted += 1;
-                        } else {
-                            break;
+                    match &mut acceptance {
+                        Acceptance::Draw(stream) => {
+                            for &conditional in self.draft_accept.iter().take(s.drafts as usize) {
+                                if stream.bernoulli(conditional) {
+                                    accepted += 1;
+                                } else {
+                                    break;
+                                }
+                            }
                         }
+                        Acceptance::Forced(given) if s.drafts > 0 => {
+                            accepted = given(req.id, s.drafts).min(s.drafts);
+                        }
+                        Acceptance::Forced(_) => {}
                     }
                     emit = (1 + accepted).min(req.max_output - req.output);
                     // Rejected drafts are rolled back; accepted ones count.
@@ -1076,8 +1162,10 @@ impl Engine {
                 let finished = req.output >= req.max_output;
                 (emit, finished, req.id, req.output)
             };
-            // Cache the units (blocks, in vLLM) that are now full and computed.
-            self.cache_computed(s.slot);
+            // No caching here: vLLM's `update_from_output` caches nothing;
+            // the blocks this step filled were cached when it was
+            // scheduled, and those its sampled tokens fill are cached when
+            // the next step is ([`Engine::cache_scheduled`]).
             if emit > 0 {
                 self.events.push(EngineEvent::Emitted { id, tokens: emit });
             }
@@ -1115,6 +1203,28 @@ impl Engine {
         self.scheduled = scheduled;
         self.scheduled.clear();
         self.config.spec = spec;
+    }
+
+    /// Queues a request whose outside KV arrived (or failed) for admission.
+    /// vLLM keeps a parked request in its queue of KV-holding requests from
+    /// the step it is parked (`kv_holding_waiting` in 0.31.0,
+    /// `skipped_waiting` in 0.29.0; `vllm/v1/core/sched/scheduler.py`),
+    /// skipping it while its KV is in flight and re-queueing the skipped in
+    /// order. So the ready ones are admitted in the order they were parked,
+    /// not the order their KV arrived, under fcfs; under priority that
+    /// queue is a heap on (priority, arrival, id) like the waiting one.
+    fn push_holding(&mut self, slot: u32) {
+        let key = |r: &Req| match self.config.policy {
+            Policy::Fcfs => (0, SimTime(0), RequestId(0), r.park_seq),
+            Policy::Priority => (r.priority, r.arrival, r.id, r.park_seq),
+        };
+        let new = key(self.req(slot));
+        let at = self
+            .holding
+            .iter()
+            .position(|s| key(self.req(*s)) > new)
+            .unwrap_or(self.holding.len());
+        self.holding.insert(at, slot);
     }
 
     /// Prefill side: the decode side has read the blocks (or the lease ran
@@ -1157,11 +1267,20 @@ impl Engine {
                 return;
             }
             req.remote_done = true;
-            req.computed = req.tokens() - 1;
         }
         self.remote_waiting -= 1;
-        self.cache_computed(slot);
-        self.holding.push_back(slot);
+        // `_update_waiting_for_remote_kv` (`vllm/v1/core/sched/scheduler.py`)
+        // caches `num_computed_tokens` (the whole prompt, every token of it
+        // having arrived) and only then steps back to `num_tokens - 1` so
+        // that one token is computed to sample from. It runs when the
+        // waiting loop of a later `schedule()` reaches the request, after
+        // the running requests cached their blocks, so the caching waits
+        // for that too (`cache_pending`, done in `schedule`).
+        let req = self.req_mut(slot);
+        let tokens = req.tokens();
+        req.cache_pending = tokens;
+        req.computed = tokens - 1;
+        self.push_holding(slot);
     }
 
     /// The offload tier's blocks arrived: the request continues after them
@@ -1182,32 +1301,24 @@ impl Engine {
             req.loading = 0;
         }
         self.remote_waiting -= 1;
-        self.cache_computed(slot);
-        self.holding.push_back(slot);
+        // `_update_waiting_for_remote_kv` caches `num_computed_tokens` when
+        // the waiting loop reaches the request (see `kv_arrived`).
+        let req = self.req_mut(slot);
+        req.cache_pending = req.computed;
+        self.push_holding(slot);
     }
 
-    /// Registers a request's full, computed units in the prefix cache
-    /// (`BlockPool.cache_full_blocks` in `vllm/v1/core/block_pool.py`) and
-    /// stores them in the offload tier.
-    ///
-    /// Called for every request after every step, but a decode step fills a
-    /// unit only once every `prefix_unit` tokens: no unit can become full
-    /// unless the request has a hash beyond the units it registered, and
-    /// that check is made here, inline, before [`Engine::cache_units`].
-    #[inline]
-    fn cache_computed(&mut self, slot: u32) {
-        let req = self.req(slot);
-        if req.hasher.hashes.len() as u32 > req.cached_units {
-            self.cache_units(slot);
-        }
-    }
-
-    /// [`Engine::cache_computed`] once a new unit may be full.
-    fn cache_units(&mut self, slot: u32) {
+    /// Registers the full units (blocks, in vLLM) among a request's first
+    /// `upto` tokens in the prefix cache (`BlockPool.cache_full_blocks` in
+    /// `vllm/v1/core/block_pool.py`, through
+    /// `SingleTypeKVCacheManager.cache_blocks`, which caches
+    /// `num_tokens // block_size` blocks), queues their `BlockStored`
+    /// event and stores them in the offload tier.
+    fn cache_units(&mut self, slot: u32, upto: u32) {
         let unit = self.config.prefix_unit.max(1);
         let per_block = self.pool.units_per_block();
         let req = self.reqs[slot as usize].as_mut().expect("live slot");
-        let full = (req.computed.min(req.tokens()) / unit)
+        let full = (upto.min(req.tokens()) / unit)
             .min(req.hasher.hashes.len() as u32)
             .min(req.blocks.len() as u32 * per_block);
         if full > req.cached_units {
@@ -1267,7 +1378,7 @@ impl Engine {
             req.computed = req.local_hit;
         }
         self.remote_waiting -= 1;
-        self.holding.push_back(slot);
+        self.push_holding(slot);
     }
 
     /// Consuming requests waiting for their KV.

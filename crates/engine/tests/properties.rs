@@ -147,7 +147,21 @@ proptest! {
             segments.push(Segment { id: 5000 + i as u64, tokens: r.3 });
             (r.0, NewRequest {
                 id: RequestId(i as u32),
-                arrival: SimTime(r.0 as u64),
+                // Under priority without the full-prompt reservation, two
+                // requests of equal (priority, arrival) can preempt
+                // themselves in turn forever: vLLM's victim is the first of
+                // equal keys in running order, and the one preempted is
+                // re-admitted on its first chunk alone. vLLM 0.31.0 does
+                // exactly that (its Scheduler, run by tools/vllm-oracle with
+                // scheduler_reserve_full_isl=False, thrashed for 1,500 steps
+                // in step with pdsim on this file's regression case), so such
+                // cases get distinct arrivals; termination is not vLLM's
+                // behaviour there.
+                arrival: SimTime(if case.priority && !case.reserve_full {
+                    r.0 as u64 * 1000 + i as u64
+                } else {
+                    r.0 as u64
+                }),
                 priority: r.5,
                 prompt: Prompt::new(segments),
                 max_output_tokens: r.4,

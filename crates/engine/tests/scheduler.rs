@@ -465,3 +465,52 @@ fn whole_blocks_hit_under_sub_block_reuse_are_shared_not_copied() {
     assert_eq!(free_before - engine.pool().free(), 1);
     engine.check_full().unwrap();
 }
+
+/// vLLM caches full blocks when they are scheduled
+/// (`KVCacheManager.allocate_slots` ends with `cache_blocks(request,
+/// min(num_computed_tokens + num_new_tokens, request.num_tokens))`), so
+/// three requests sharing a 64-token prefix and admitted in one step get
+/// 84, 20 and 20 tokens: the second and third hit the first's four blocks.
+/// The `BlockStored` events of that step name each of those four blocks
+/// once, parent-linked, and every hash they name is in the pool's cache, so
+/// a precise prefix index built from the events sees what the pool has.
+#[test]
+fn requests_admitted_later_in_a_step_hit_the_blocks_scheduled_before_them() {
+    let mut engine = Engine::new(pdsim_engine::EngineConfig {
+        max_num_batched_tokens: 2048,
+        ..config()
+    });
+    engine.enable_kv_events();
+    for id in 0..3 {
+        engine.add_request(request(id, &[(7, 64), (100 + id as u64, 20)], 4));
+    }
+    engine.schedule().expect("a step");
+    assert_eq!(
+        engine.last_schedule(),
+        vec![(RequestId(0), 84), (RequestId(1), 20), (RequestId(2), 20)]
+    );
+    let log = engine.kv_events_mut().expect("events on").clone();
+    let mut stored = Vec::new();
+    for event in &log.events {
+        if let pdsim_core::kv_events::KvEvent::Stored { hashes, .. } = event {
+            stored.extend_from_slice(log.hashes_of(hashes));
+        }
+    }
+    // Request 0's five full blocks (80 of its 84 tokens); the others
+    // schedule 20 tokens past a 64-token hit: their fifth block (80 tokens)
+    // is full too and differs per request.
+    assert_eq!(stored.len(), 7, "{stored:?}");
+    let mut unique = stored.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), stored.len(), "a block stored twice");
+    for hash in &stored {
+        assert!(
+            engine.pool().lookup(*hash).is_some(),
+            "event names an uncached block"
+        );
+    }
+    let mut rng = stream();
+    engine.complete_step(&mut rng);
+    engine.check_full().expect("invariants hold");
+}
