@@ -481,10 +481,14 @@ fn start_long_run(dir: &Scratch, out: &str) -> (std::process::Child, String) {
         .unwrap();
     let staging = format!(".{out}.partial-{}", child.id());
     let start = Instant::now();
-    while !dir.path(&staging).join(".pdsim-result").exists() {
+    // The Perfetto partial is opened just after the staging folder, so wait
+    // for both: on a loaded machine a signal sent between the two would
+    // find no partial to check.
+    let partial = format!(".long.json.partial-{}", child.id());
+    while !dir.path(&staging).join(".pdsim-result").exists() || !dir.path(&partial).exists() {
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "the staging folder {staging} never appeared"
+            "the staging folder {staging} or the partial trace {partial} never appeared"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
