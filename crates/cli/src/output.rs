@@ -528,6 +528,24 @@ impl OutFile {
     ) -> Result<(OutFile, std::fs::File), Failure> {
         let shown = target.display();
         let refuse = |why: &str| failure(2, format!("{flag} {shown}: {why}"));
+        // A FIFO or a device is opened and written where it is, never
+        // renamed over.
+        let in_place = || -> Result<(OutFile, std::fs::File), Failure> {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(target)
+                .map_err(|e| refuse(&format!("cannot open it for writing: {e}")))?;
+            Ok((
+                OutFile {
+                    writing: target.to_path_buf(),
+                    target: target.to_path_buf(),
+                    direct: true,
+                    replaces: false,
+                    command: command.to_string(),
+                },
+                file,
+            ))
+        };
         let mut replaces = false;
         let name = target
             .file_name()
@@ -542,20 +560,7 @@ impl OutFile {
                 if t.is_fifo() || t.is_char_device() {
                     // Written in place: renaming a file over a FIFO or a
                     // device would replace it with a regular file.
-                    let file = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(target)
-                        .map_err(|e| refuse(&format!("cannot open it for writing: {e}")))?;
-                    return Ok((
-                        OutFile {
-                            writing: target.to_path_buf(),
-                            target: target.to_path_buf(),
-                            direct: true,
-                            replaces: false,
-                            command: command.to_string(),
-                        },
-                        file,
-                    ));
+                    return in_place();
                 }
                 if t.is_symlink() {
                     // A link to a FIFO or device (such as /dev/stdout) is
@@ -565,20 +570,7 @@ impl OutFile {
                     if let Some(m) = followed
                         && (m.file_type().is_fifo() || m.file_type().is_char_device())
                     {
-                        let file = std::fs::OpenOptions::new()
-                            .write(true)
-                            .open(target)
-                            .map_err(|e| refuse(&format!("cannot open it for writing: {e}")))?;
-                        return Ok((
-                            OutFile {
-                                writing: target.to_path_buf(),
-                                target: target.to_path_buf(),
-                                direct: true,
-                                replaces: false,
-                                command: command.to_string(),
-                            },
-                            file,
-                        ));
+                        return in_place();
                     }
                     return Err(refuse(
                         "is a symbolic link; pdsim does not replace a link or write through it to a file",
