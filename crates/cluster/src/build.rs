@@ -80,7 +80,7 @@ pub struct Cluster {
     pub intra_node_bytes_per_s: f64,
     pub transfer: pdsim_cost::TransferModel,
     /// How long a prefill engine holds blocks nobody has read.
-    pub kv_hold_timeout: pdsim_core::SimDuration,
+    pub kv_lease: KvLease,
     pub offload: Option<OffloadRuntime>,
     /// The Endpoint Picker's inputs: the deployment's, or the EPP's
     /// built-in configuration over every pod when it has no router block.
@@ -443,7 +443,7 @@ pub fn build_with_router(
         nic_bytes_per_s: fabric_gbps * 1e9 * transfer.overhead,
         intra_node_bytes_per_s: scenario.chip.value.intra_node_bw_gbps * 1e9,
         transfer,
-        kv_hold_timeout: pdsim_core::SimDuration::from_secs_f64(pack.defaults.kv_hold_timeout_s),
+        kv_lease: KvLease::from_pack(&pack.defaults),
         offload: offload.map(|(_, class)| OffloadRuntime {
             read_bytes_per_s: class.read_bandwidth_mb_s * 1e6,
             // Chips without a stated host link get PCIe Gen4 x16 [assumed].
@@ -458,4 +458,44 @@ pub fn build_with_router(
             .map(|p| p.labels.clone())
             .collect(),
     })
+}
+
+/// The prefill engine's lease on a finished request's blocks (NixlConnector,
+/// `nixl/base_scheduler.py` and `nixl/base_worker.py`): it runs `duration`
+/// from prefill completion; with heartbeats on, the decode side renews it
+/// every `heartbeat_interval` while it holds the request, each renewal
+/// pushing the expiry to `extension` past it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLease {
+    pub duration: pdsim_core::SimDuration,
+    pub heartbeats: bool,
+    pub heartbeat_interval: pdsim_core::SimDuration,
+    pub extension: pdsim_core::SimDuration,
+}
+
+impl KvLease {
+    /// vLLM derives the interval and the extension from the integer lease in
+    /// seconds with integer division (`kv_lease_duration // 6`,
+    /// `kv_lease_duration * 2 // 3`), so they are computed the same way.
+    pub fn from_pack(defaults: &pdsim_spec::rules::pack::Defaults) -> KvLease {
+        let lease_s = defaults.kv_lease_duration_s;
+        KvLease {
+            duration: pdsim_core::SimDuration::from_secs_f64(lease_s as f64),
+            heartbeats: defaults.kv_lease_heartbeats,
+            heartbeat_interval: pdsim_core::SimDuration::from_secs_f64((lease_s / 6) as f64),
+            extension: pdsim_core::SimDuration::from_secs_f64(
+                (lease_s.saturating_mul(2) / 3) as f64,
+            ),
+        }
+    }
+
+    /// A fixed hold of `duration` that nothing renews.
+    pub fn fixed(duration: pdsim_core::SimDuration) -> KvLease {
+        KvLease {
+            duration,
+            heartbeats: false,
+            heartbeat_interval: pdsim_core::SimDuration(0),
+            extension: pdsim_core::SimDuration(0),
+        }
+    }
 }

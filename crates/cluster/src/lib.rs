@@ -14,7 +14,9 @@ mod fabric;
 mod records;
 mod sim;
 
-pub use build::{BuildError, Cluster, PoolRuntime, build, build_with_router, default_acceptance};
+pub use build::{
+    BuildError, Cluster, KvLease, PoolRuntime, build, build_with_router, default_acceptance,
+};
 pub use records::{
     CoreSample, LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord,
     SAMPLE_NS, StepSample,

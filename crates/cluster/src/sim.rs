@@ -3,10 +3,10 @@
 //! Events move a request: its arrival at the router, its admission into an
 //! engine core once the frontend has rendered and tokenized the prompt, the
 //! end of an engine step, and — under P/D — the start and progress of its KV
-//! transfer and the prefill engine's hold timeout. Events are ordered by
-//! (time, sequence), so simultaneous events keep the order in which they
-//! were scheduled (DESIGN decision 2). Arrivals are read from the source one
-//! ahead, so a trace is streamed rather than loaded.
+//! transfer and the end of the prefill engine's lease on its blocks. Events
+//! are ordered by (time, sequence), so simultaneous events keep the order in
+//! which they were scheduled (DESIGN decision 2). Arrivals are read from the
+//! source one ahead, so a trace is streamed rather than loaded.
 //!
 //! The simulated Endpoint Picker routes every request (the deployment's
 //! configuration, or the EPP's built-in one). A request its P/D profile
@@ -174,6 +174,12 @@ struct InFlight {
     decode_core: u32,
     /// The prefill engine still holds the request's blocks.
     held: bool,
+    /// When the prefill engine's lease on those blocks runs out unless a
+    /// heartbeat renews it first.
+    lease_expiry: SimTime,
+    /// When the decode core received the request and began heartbeating
+    /// for its lease (`on_new_request` from `add_request`).
+    decode_received: Option<SimTime>,
     missing_tokens: u32,
     flows_left: u32,
     /// An offload-tier load: the core loading and its flows still running.
@@ -197,6 +203,8 @@ impl InFlight {
             prefill_core: None,
             decode_core: 0,
             held: false,
+            lease_expiry: SimTime(0),
+            decode_received: None,
             missing_tokens: 0,
             flows_left: 0,
             load_core: 0,
@@ -1118,6 +1126,9 @@ impl<'a> Sim<'a> {
             )
         } else if flight.prefill_core.is_some() {
             flight.record.enqueued = Some(self.now);
+            // From here the decode scheduler heartbeats for the prefill
+            // side's lease (`on_new_request`, `nixl/base_scheduler.py`).
+            flight.decode_received = Some(self.now);
             (
                 KvTransfer::Consume,
                 flight.prompt.take().unwrap_or_default(),
@@ -1390,15 +1401,17 @@ impl<'a> Sim<'a> {
 
     /// The prefill engine finished the prompt and holds the blocks; the
     /// sidecar sends the request to the decode engine (`handleNIXLV2`,
-    /// `connector_nixlv2.go`). The hold lasts until the read or
-    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (`vllm/envs.py`; the deadline set
-    /// in `request_finished`, `nixl_connector.py`).
+    /// `connector_nixlv2.go`). The hold lasts until the read or the end of
+    /// the release's lease, which starts here (the deadline set in
+    /// `request_finished`, `nixl/pull_scheduler.py`).
     fn prefill_done(&mut self, id: RequestId) {
         let Some(f) = self.in_flight.get_mut(&id) else {
             return;
         };
         f.record.prefill_done = Some(self.now);
         f.held = true;
+        let expiry = self.now + self.cluster.kv_lease.duration;
+        f.lease_expiry = expiry;
         let decode = f.decode_core as usize;
         let prompt_tokens = f.record.prompt_tokens;
         self.cores[decode].pending += 1;
@@ -1412,10 +1425,7 @@ impl<'a> Sim<'a> {
                 core: decode as u32,
             },
         );
-        self.push(
-            self.now + self.cluster.kv_hold_timeout,
-            Event::HoldExpiry { id },
-        );
+        self.push(expiry, Event::HoldExpiry { id });
     }
 
     /// The decode engine admitted the request and waits for its KV.
@@ -1598,6 +1608,29 @@ impl<'a> Sim<'a> {
         };
         if !f.held || f.record.transfer_start.is_some() {
             return;
+        }
+        // While the decode core holds the request its scheduler sends a
+        // heartbeat every `heartbeat_interval` (throttled in
+        // `build_connector_meta`, `nixl/base_scheduler.py`), the first with
+        // its first step after receiving it; each one moves the expiry to
+        // `extension` past its arrival, never earlier (`_handle_heartbeat`,
+        // `nixl/base_worker.py`). The beat is taken as steady from the
+        // moment of receipt; the transport's delay is not modelled.
+        let lease = self.cluster.kv_lease;
+        if let (true, Some(received)) = (lease.heartbeats, f.decode_received)
+            && received <= self.now
+        {
+            let since = self.now.since(received).0;
+            let interval = lease.heartbeat_interval.0;
+            // An interval of zero (a lease under 6 s) beats every step,
+            // taken here as continuously.
+            let beats = since.checked_div(interval).map_or(since, |n| n * interval);
+            let renewed = (received + SimDuration(beats)) + lease.extension;
+            if renewed > self.now && renewed > f.lease_expiry {
+                f.lease_expiry = renewed;
+                self.push(renewed, Event::HoldExpiry { id });
+                return;
+            }
         }
         f.record.kv_hold_expired = true;
         self.stats.kv_hold_expiries += 1;

@@ -411,7 +411,7 @@ fn durations_at_the_end_of_time_end_the_run_without_overflow() {
     // instead of wrapping (which the event loop would report as time
     // going back).
     let mut cluster = pd();
-    cluster.kv_hold_timeout = SimDuration(u64::MAX);
+    cluster.kv_lease = pdsim_cluster::KvLease::fixed(SimDuration(u64::MAX));
     cluster.epp.flags.refresh_interval_ns = u64::MAX / 2;
     let text = rows(&[0, 3, 2_000, 2_000_000]);
     for pauses in [true, false] {

@@ -226,7 +226,10 @@ fn pd_transfers_exactly_the_blocks_the_decode_side_lacks() {
 fn an_expired_prefill_hold_frees_once_and_the_decode_side_recomputes() {
     let mut cluster = pd_cluster();
     // Holds expire long before the decode side can start reading.
-    cluster.kv_hold_timeout = pdsim_core::SimDuration(1);
+    cluster.kv_lease = pdsim_cluster::KvLease {
+        duration: pdsim_core::SimDuration(1),
+        ..cluster.kv_lease
+    };
     let mut sink = MemorySink::default();
     let stats = run(&cluster, &mut trace(100), 3, true, &mut sink).unwrap();
     assert_eq!(stats.completed, 100, "nothing lost");
@@ -245,7 +248,10 @@ fn a_lone_request_whose_hold_expired_is_recomputed_and_the_run_ends() {
     // The only request: its decode engine must be woken to recompute it
     // (it once slept forever while the scrape loop kept the run alive).
     let mut cluster = pd_cluster();
-    cluster.kv_hold_timeout = pdsim_core::SimDuration(1);
+    cluster.kv_lease = pdsim_cluster::KvLease {
+        duration: pdsim_core::SimDuration(1),
+        ..cluster.kv_lease
+    };
     let mut sink = MemorySink::default();
     let stats = run(&cluster, &mut trace(1), 3, true, &mut sink).unwrap();
     assert_eq!(stats.completed, 1);
@@ -686,4 +692,167 @@ fn the_precise_producer_routes_to_the_engines_that_hold_the_prefix() {
         precise > unwired + 0.02,
         "precise {precise:.3} against unwired {unwired:.3}"
     );
+}
+
+/// A decode pool's cost model with a fixed extra delay before the decode
+/// engine receives a request and a fixed extra time on every step: ways to
+/// make the decode side late that the bundled cost models cannot express.
+struct LateDecode {
+    inner: Box<dyn pdsim_cost::CostModel>,
+    admission: pdsim_core::SimDuration,
+    step: pdsim_core::SimDuration,
+}
+
+impl pdsim_cost::CostModel for LateDecode {
+    fn step(&self, batch: &pdsim_cost::Batch) -> pdsim_cost::StepCost {
+        let mut cost = self.inner.step(batch);
+        cost.total += self.step;
+        cost
+    }
+    fn admission_delay(&self, prompt_tokens: u32) -> pdsim_core::SimDuration {
+        self.inner.admission_delay(prompt_tokens) + self.admission
+    }
+}
+
+/// Stands in for a pool's cost model while it is being wrapped.
+struct Placeholder;
+
+impl pdsim_cost::CostModel for Placeholder {
+    fn step(&self, _batch: &pdsim_cost::Batch) -> pdsim_cost::StepCost {
+        unreachable!("replaced before the run")
+    }
+    fn admission_delay(&self, _prompt_tokens: u32) -> pdsim_core::SimDuration {
+        unreachable!("replaced before the run")
+    }
+}
+
+/// The P/D cluster with every decode pool made late by `admission` and
+/// `step`, and its decode engines limited to `max_num_seqs`.
+fn late_decode_cluster(
+    admission: pdsim_core::SimDuration,
+    step: pdsim_core::SimDuration,
+    max_num_seqs: Option<u32>,
+) -> pdsim_cluster::Cluster {
+    let mut cluster = pd_cluster();
+    for pool in cluster
+        .pools
+        .iter_mut()
+        .filter(|p| p.role == pdsim_spec::deployment::Role::Decode)
+    {
+        // The pool's own model moves into the wrapper; an empty one holds
+        // its place for the moment between.
+        let inner = std::mem::replace(&mut pool.cost, Box::new(Placeholder));
+        pool.cost = Box::new(LateDecode {
+            inner,
+            admission,
+            step,
+        });
+        if let Some(seqs) = max_num_seqs {
+            pool.engine.max_num_seqs = seqs;
+        }
+    }
+    cluster
+}
+
+/// `n` requests with distinct prompts arriving 1 ms apart.
+fn distinct_requests(n: usize, output: u32) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": {i}, \"input_length\": 1000, \"output_length\": {output}, \"hash_ids\": [{}, {}]}}\n",
+                2 * i,
+                2 * i + 1
+            )
+        })
+        .collect()
+}
+
+fn source(text: &str) -> Box<dyn Iterator<Item = Result<RequestSpec, TraceError>> + '_> {
+    Box::new(MooncakeReader::new(
+        std::io::Cursor::new(text.as_bytes()),
+        "t.jsonl",
+    ))
+}
+
+#[test]
+fn the_releases_lease_is_thirty_seconds_renewed_by_heartbeats() {
+    // The figures of `kv_lease_duration` (30 s) and the integer arithmetic
+    // vLLM derives from it: a heartbeat every 30 // 6 s, each extending the
+    // lease to 30 * 2 // 3 s past it.
+    let lease = pd_cluster().kv_lease;
+    assert_eq!(lease.duration, pdsim_core::SimDuration::from_secs_f64(30.0));
+    assert!(lease.heartbeats);
+    assert_eq!(
+        lease.heartbeat_interval,
+        pdsim_core::SimDuration::from_secs_f64(5.0)
+    );
+    assert_eq!(
+        lease.extension,
+        pdsim_core::SimDuration::from_secs_f64(20.0)
+    );
+}
+
+#[test]
+fn a_hold_the_decode_side_never_received_in_time_is_freed_thirty_seconds_after_prefill() {
+    // The decode engine receives each request just after or just before
+    // the lease from prefill completion runs out. Before receipt nothing
+    // heartbeats, so the first hold is freed at 30 s (not the old fixed
+    // 480 s, under which the read would still have found the blocks) and
+    // the decode side recomputes; received in time, the heartbeats keep the
+    // hold and the read happens.
+    let text = distinct_requests(1, 8);
+    let ms = |v: f64| pdsim_core::SimDuration::from_secs_f64(v / 1e3);
+    for (late_ms, expires) in [(30_001.0, true), (29_999.0, false)] {
+        let cluster = late_decode_cluster(ms(late_ms), pdsim_core::SimDuration(0), None);
+        let mut sink = MemorySink::default();
+        let stats = run(&cluster, &mut source(&text), 3, true, &mut sink).unwrap();
+        assert_eq!(stats.completed, 1, "received after {late_ms} ms");
+        let r = &sink.records[0];
+        assert_eq!(
+            r.kv_hold_expired, expires,
+            "received after {late_ms} ms: {r:?}"
+        );
+        assert_eq!(stats.kv_hold_expiries, u64::from(expires));
+        assert_eq!(r.transfer_start.is_some(), !expires, "{r:?}");
+        assert!(r.first_token.is_some());
+    }
+}
+
+#[test]
+fn heartbeats_keep_a_hold_alive_past_the_lease_while_the_decode_queue_is_long() {
+    // One sequence per decode engine and one second a step: a request that
+    // arrives behind another waits far longer than 30 s before its read.
+    // Its decode engine holds it all that time, so heartbeats renew the
+    // lease and nothing expires; the same run with a fixed 30 s hold does
+    // expire, so the renewal is what kept the blocks.
+    let text = distinct_requests(60, 40);
+    let cluster = late_decode_cluster(
+        pdsim_core::SimDuration(0),
+        pdsim_core::SimDuration::from_secs_f64(1.0),
+        Some(1),
+    );
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut source(&text), 3, true, &mut sink).unwrap();
+    assert_eq!(stats.completed, 60);
+    assert_eq!(stats.kv_hold_expiries, 0);
+    let longest_wait_ns = sink
+        .records
+        .iter()
+        .map(|r| {
+            assert!(!r.kv_hold_expired, "{r:?}");
+            r.transfer_start.unwrap().since(r.prefill_done.unwrap()).0
+        })
+        .max()
+        .unwrap();
+    assert!(
+        longest_wait_ns > 30_000_000_000,
+        "a read waited only {longest_wait_ns} ns"
+    );
+
+    let mut fixed = cluster;
+    fixed.kv_lease = pdsim_cluster::KvLease::fixed(fixed.kv_lease.duration);
+    let mut sink = MemorySink::default();
+    let stats = run(&fixed, &mut source(&text), 3, true, &mut sink).unwrap();
+    assert_eq!(stats.completed, 60);
+    assert!(stats.kv_hold_expiries > 0);
 }

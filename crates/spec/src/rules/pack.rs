@@ -63,9 +63,17 @@ pub struct Defaults {
     pub data_parallel_load_balancing: String,
     pub all2all_backend: String,
     pub cache_dtype: String,
-    /// `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (`vllm/envs.py`): how long a
-    /// prefill engine keeps a request's blocks for the decode side's read.
-    pub kv_hold_timeout_s: f64,
+    /// The prefill engine's lease on a finished request's blocks, held for
+    /// the decode side's read: NixlConnector's `kv_connector_extra_config`
+    /// key `kv_lease_duration` (integer seconds, as vLLM reads it). It starts
+    /// when the prefill finishes (`request_finished`) and, at its end, the
+    /// blocks are freed unless the read happened or a heartbeat renewed it.
+    pub kv_lease_duration_s: u64,
+    /// Whether the decode side renews the lease with heartbeats while it
+    /// holds the request (every `kv_lease_duration // 6` s, each pushing the
+    /// expiry to `kv_lease_duration * 2 // 3` s past its arrival). Without
+    /// them the lease is a fixed timeout from prefill completion.
+    pub kv_lease_heartbeats: bool,
     pub batch_defaults: Vec<BatchDefault>,
 }
 
