@@ -1464,8 +1464,17 @@ impl<'a> Sim<'a> {
         }
         let decode_pool = &self.cluster.pools[self.cores[decode].pool];
         let prefill_pool = &self.cluster.pools[self.cores[prefill].pool];
-        // Each decode GPU needs its share of every missing token's KV.
-        let per_gpu = f.missing_tokens as f64 * decode_pool.kv_bytes_per_token_gpu;
+        // Each decode GPU reads its share of every block it lacks, whole:
+        // NixlConnector's decode side pulls the remote blocks matching its
+        // unhashed local ones (`update_state_after_alloc` in
+        // `vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py`
+        // hands `blocks.get_unhashed_block_ids_all_groups()` to the worker's
+        // `_read_blocks`), so a partly filled last block moves in full.
+        let block_size = u64::from(decode_pool.engine.block_size.max(1));
+        let cached = u64::from(f.record.cached_tokens);
+        let blocks =
+            (cached + u64::from(f.missing_tokens)).div_ceil(block_size) - cached / block_size;
+        let per_gpu = (blocks * block_size) as f64 * decode_pool.kv_bytes_per_token_gpu;
         let (d_first, d_count) = (self.cores[decode].first_gpu, decode_pool.world);
         let (p_first, p_count) = (self.cores[prefill].first_gpu, prefill_pool.world);
         let total = per_gpu * d_count as f64;

@@ -206,11 +206,16 @@ fn pd_transfers_exactly_the_blocks_the_decode_side_lacks() {
             r.prefill.is_some() && r.prefill_done.is_some() && r.transfer_end.is_some(),
             "{r:?}"
         );
-        // Every missing token moves, on every GPU of the decode rank; a
-        // decode-side prefix hit takes exactly its tokens off the bill.
-        let missing = (r.prompt_tokens - r.cached_tokens) as f64;
-        let expected =
-            (missing * decode.kv_bytes_per_token_gpu * decode.world as f64).round() as u64;
+        // Every block the decode side lacks moves whole, on every GPU of
+        // the decode rank (NixlConnector reads the remote blocks matching
+        // its unhashed local ones, `nixl/pull_scheduler.py`); a decode-side
+        // prefix hit takes exactly its blocks off the bill.
+        let block = decode.engine.block_size as u64;
+        let lacking = (r.prompt_tokens as u64).div_ceil(block) - r.cached_tokens as u64 / block;
+        let expected = ((lacking * block) as f64
+            * decode.kv_bytes_per_token_gpu
+            * decode.world as f64)
+            .round() as u64;
         assert_eq!(r.transfer_bytes, expected, "{r:?}");
         saw_hit |= r.cached_tokens > 0;
         // The client's first token comes from decode, after the transfer.

@@ -674,6 +674,14 @@ impl Engine {
         // blocks being loaded are not cached until the load completes, so
         // this goes to `allocate_blocks` directly, not through the caching
         // `allocate` (the hit blocks it shares are cached already).
+        //
+        // vLLM allocates no lookahead slots for an async load
+        // (`limit_lookahead_tokens` in `Scheduler.schedule`,
+        // `vllm/v1/core/sched/scheduler.py`) but gates it on free blocks
+        // less `reserved_blocks` (in-flight prefills' remaining blocks, and
+        // in 0.31.0 one spec decode step's). Until that reservation is
+        // modelled the lookahead stays counted here: dropping it alone lets
+        // a load take the last block and leaves the request unable to run.
         if !self.allocate_blocks(slot, hit_blocks, hit_tokens, remaining, remaining) {
             return None;
         }
@@ -691,12 +699,36 @@ impl Engine {
     }
 
     /// Blocks a request lacks for `tokens` more tokens after `base`
-    /// computed ones (and the lookahead), beyond the `have` it holds or is
+    /// computed ones and `lookahead` slots, beyond the `have` it holds or is
     /// about to share (the block count of `KVCacheManager.allocate_slots`,
     /// `vllm/v1/core/kv_cache_manager.py`).
-    fn blocks_short(&self, base: u32, tokens: u32, have: u32) -> u32 {
-        let want = (base + tokens + self.lookahead()).min(self.config.max_model_len);
+    fn blocks_short_with(&self, base: u32, tokens: u32, lookahead: u32, have: u32) -> u32 {
+        let want = (base + tokens + lookahead).min(self.config.max_model_len);
         want.div_ceil(self.config.block_size).saturating_sub(have)
+    }
+
+    /// Blocks that must be free for an allocation of `new_tokens` slots
+    /// (plus `lookahead`) with `must_fit` tokens gated. vLLM makes two
+    /// checks in `KVCacheManager.allocate_slots`
+    /// (`vllm/v1/core/kv_cache_manager.py`): with `full_sequence_must_fit`
+    /// the whole sequence, `min(request.num_tokens, max_model_len)` tokens
+    /// and no lookahead, must fit; then the chunk's slots,
+    /// `num_new_tokens + num_lookahead_tokens` past the computed ones, must.
+    /// Both must pass, so the larger count decides.
+    fn blocks_needed(
+        &self,
+        base: u32,
+        new_tokens: u32,
+        must_fit: u32,
+        lookahead: u32,
+        have: u32,
+    ) -> u32 {
+        let chunk = self.blocks_short_with(base, new_tokens, lookahead, have);
+        if must_fit > new_tokens {
+            chunk.max(self.blocks_short_with(base, must_fit, 0, have))
+        } else {
+            chunk
+        }
     }
 
     /// Allocates KV for `new_tokens` more tokens of a request (after any
@@ -724,7 +756,7 @@ impl Engine {
             let req = self.req(slot);
             let base = req.computed.max(hit_tokens);
             let held = req.blocks.len() as u32;
-            if self.blocks_short(base, new_tokens.max(must_fit), held) == 0 {
+            if self.blocks_needed(base, new_tokens, must_fit, self.lookahead(), held) == 0 {
                 self.cache_scheduled(slot, base + new_tokens);
                 return true;
             }
@@ -762,6 +794,7 @@ impl Engine {
         new_tokens: u32,
         must_fit: u32,
     ) -> bool {
+        let lookahead = self.lookahead();
         let per_block = self.pool.units_per_block() as usize;
         let (held, computed) = {
             let req = self.req(slot);
@@ -769,7 +802,7 @@ impl Engine {
         };
         let base = computed.max(hit_tokens);
         let have = held + hit_blocks;
-        let need_new = self.blocks_short(base, new_tokens.max(must_fit), have);
+        let need_new = self.blocks_needed(base, new_tokens, must_fit, lookahead, have);
         // Hit blocks sitting in the free queue leave it when touched. Only
         // admissions have hits, so running requests skip this walk.
         let mut hit_free = 0;
@@ -784,7 +817,7 @@ impl Engine {
         if need_new + hit_free > self.pool.free() {
             return false;
         }
-        let alloc_new = self.blocks_short(base, new_tokens, have);
+        let alloc_new = self.blocks_short_with(base, new_tokens, lookahead, have);
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         if hit_blocks > 0 {

@@ -514,3 +514,32 @@ fn requests_admitted_later_in_a_step_hit_the_blocks_scheduled_before_them() {
     engine.complete_step(&mut rng);
     engine.check_full().expect("invariants hold");
 }
+
+/// The full-prompt admission gate counts the prompt alone, not the EAGLE
+/// lookahead: `KVCacheManager.allocate_slots(full_sequence_must_fit=True)`
+/// (`vllm/v1/core/kv_cache_manager.py`) checks `min(request.num_tokens,
+/// max_model_len)` tokens, and adds `num_lookahead_tokens` only to the slots
+/// of the chunk being scheduled. A 64-token prompt in four free blocks, with
+/// a 32-token budget and three lookahead slots, is admitted: the prompt
+/// needs four blocks, the chunk plus lookahead (35 tokens) three.
+#[test]
+fn the_full_prompt_check_leaves_out_the_lookahead_slots() {
+    let mut c = config();
+    c.num_blocks = 1 + 4;
+    c.max_num_batched_tokens = 32;
+    c.enable_prefix_caching = false;
+    c.reserve_full_prompt = true;
+    c.spec = Some(SpecConfig {
+        num_spec_tokens: 3,
+        acceptance: vec![1.0, 1.0, 1.0],
+        eagle_style: true,
+    });
+    let mut engine = Engine::new(c);
+    engine.add_request(request(0, &[(1, 64)], 2));
+    assert!(
+        engine.schedule().is_some(),
+        "the prompt fits without lookahead"
+    );
+    assert_eq!(engine.last_schedule(), vec![(RequestId(0), 32)]);
+    assert_eq!(engine.pool().free(), 1);
+}
