@@ -34,6 +34,7 @@ fn engine() -> Engine {
         },
         spec: None,
         offload_blocks: None,
+        async_scheduling: false,
     })
 }
 

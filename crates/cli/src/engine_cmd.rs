@@ -259,6 +259,7 @@ fn engine_config(cfg: &ReplayConfig) -> EngineConfig {
         },
         spec,
         offload_blocks: None,
+        async_scheduling: cfg.async_scheduling,
     }
 }
 
@@ -314,7 +315,6 @@ fn replay(
 ) -> Result<(), Failure> {
     let cfg = load_config(config)?;
     let reqs = load_workload(workload)?;
-    let num_spec = cfg.speculative.as_ref().map_or(0, |s| s.num_spec_tokens);
     let mut engine_cfg = engine_config(&cfg);
     apply_features(&mut engine_cfg, features)?;
     let mut engine = Engine::new(engine_cfg);
@@ -333,10 +333,6 @@ fn replay(
         by_step.entry(r.arrive_step).or_default().push(r);
     }
     let last_arrival = by_step.keys().next_back().copied();
-    // Per live request: prompt tokens, output tokens so far, and whether it
-    // holds drafts (it sampled since it was last admitted), to read the drafts
-    // each step schedules back from its token count.
-    let mut live: BTreeMap<u32, (u32, u32, bool)> = BTreeMap::new();
     // P/D, scripted as the oracle's fake connector scripts it
     // (tools/vllm-oracle/fake_connector.py): a consuming request's KV arrives
     // at the first step >= its `kv_ready_step` once its load started (it was
@@ -365,11 +361,10 @@ fn replay(
             if let Some(ready) = r.kv_ready_step {
                 kv_ready.insert(r.id, ready);
             }
-            live.insert(r.id, (r.prompt.len() as u32, 0, false));
         }
         let arrived_all = last_arrival.is_none_or(|last| step > last);
         let transfers = !recv_pending.is_empty() || !send_pending.is_empty();
-        if arrived_all && !engine.has_work() && !transfers {
+        if arrived_all && !engine.has_work() && engine.steps_in_flight() == 0 && !transfers {
             break;
         }
         if step >= MAX_STEPS {
@@ -380,61 +375,61 @@ fn replay(
         let mut preempted = Vec::new();
         let mut finished = Vec::new();
         let mut rejected = Vec::new();
-        let before: BTreeMap<u32, u32> = live
-            .keys()
-            .filter_map(|&id| engine.computed_tokens(RequestId(id)).map(|c| (id, c)))
-            .collect();
-        let batch = engine.schedule();
-        for event in engine.drain_events() {
-            match event {
-                EngineEvent::Preempted { id } => preempted.push(id.0),
-                EngineEvent::Rejected { id } => rejected.push(id.0),
-                EngineEvent::NeedsKv { id, .. } => {
-                    let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
-                    recv_pending.insert(id.0, ready.max(step));
+        let mut scheduled: Vec<(u32, u32)> = Vec::new();
+        let mut drafts: Vec<(u32, u32)> = Vec::new();
+        // The engine core's loop, as the oracle plays it: `EngineCore.step`
+        // schedules and applies the output in one call; under async
+        // scheduling `EngineCore.step_with_batch_queue` (queue of two,
+        // `vllm/v1/engine/core.py`) schedules only while the engine has
+        // requests, and applies the oldest step's output only once the
+        // queue is full or nothing more could be scheduled.
+        let schedules = !cfg.async_scheduling || engine.has_requests();
+        let mut complete = !cfg.async_scheduling || engine.steps_in_flight() > 0;
+        if schedules {
+            let batch = engine.schedule();
+            for event in engine.drain_events() {
+                match event {
+                    EngineEvent::Preempted { id } => preempted.push(id.0),
+                    EngineEvent::Rejected { id } => rejected.push(id.0),
+                    EngineEvent::NeedsKv { id, .. } => {
+                        let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
+                        recv_pending.insert(id.0, ready.max(step));
+                    }
+                    _ => {}
                 }
-                _ => {}
+            }
+            scheduled = engine
+                .last_schedule()
+                .into_iter()
+                .map(|(id, n)| (id.0, n))
+                .collect();
+            drafts = engine
+                .last_schedule_drafts()
+                .into_iter()
+                .map(|(id, n)| (id.0, n))
+                .collect();
+            if let Some(batch) = &batch {
+                let total: u32 = drafts.iter().map(|d| d.1).sum();
+                if total != batch.spec_tokens {
+                    return Err(Failure::Invariant(format!(
+                        "step {step}: drafts scheduled ({total}) differ from the batch's spec tokens ({})",
+                        batch.spec_tokens
+                    )));
+                }
+            }
+            if cfg.async_scheduling {
+                let executed = batch.is_some();
+                complete = !(engine.steps_in_flight() < 2 && (executed || engine.has_requests()));
             }
         }
-        for id in &preempted {
-            if let Some(entry) = live.get_mut(id) {
-                entry.2 = false;
-            }
+        if complete {
+            engine.complete_step_forced(&mut |id, _drafts| {
+                let idx = verify_count.entry(id.0).or_insert(0);
+                let forced = accepted_of.get(&id.0).and_then(|l| l.get(*idx)).copied();
+                *idx += 1;
+                forced.unwrap_or(0)
+            });
         }
-        let scheduled: Vec<(u32, u32)> = engine
-            .last_schedule()
-            .into_iter()
-            .map(|(id, n)| (id.0, n))
-            .collect();
-        let mut drafts = Vec::new();
-        for &(id, n) in &scheduled {
-            let (prompt, output, has_drafts) = live.get(&id).copied().unwrap_or((0, 0, false));
-            let computed = before.get(&id).copied().unwrap_or(0);
-            let behind = (prompt + output).saturating_sub(computed);
-            let d = if has_drafts {
-                num_spec.min(n.saturating_sub(behind))
-            } else {
-                0
-            };
-            if d > 0 {
-                drafts.push((id, d));
-            }
-        }
-        if let Some(batch) = &batch {
-            let total: u32 = drafts.iter().map(|d| d.1).sum();
-            if total != batch.spec_tokens {
-                return Err(Failure::Invariant(format!(
-                    "step {step}: drafts read back ({total}) differ from the batch's spec tokens ({})",
-                    batch.spec_tokens
-                )));
-            }
-        }
-        engine.complete_step_forced(&mut |id, _drafts| {
-            let idx = verify_count.entry(id.0).or_insert(0);
-            let forced = accepted_of.get(&id.0).and_then(|l| l.get(*idx)).copied();
-            *idx += 1;
-            forced.unwrap_or(0)
-        });
         for event in engine.drain_events() {
             match event {
                 EngineEvent::Finished { id, .. } => finished.push(id.0),
@@ -446,12 +441,6 @@ fn replay(
                     let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
                     send_pending.insert(id.0, ready.max(step + 1));
                 }
-                EngineEvent::Emitted { id, tokens } => {
-                    if let Some(entry) = live.get_mut(&id.0) {
-                        entry.1 += tokens;
-                        entry.2 = true;
-                    }
-                }
                 EngineEvent::Rejected { id } => rejected.push(id.0),
                 _ => {}
             }
@@ -461,9 +450,6 @@ fn replay(
                 "{}: request(s) {rejected:?} rejected: prompt empty or not below max_model_len",
                 workload.display()
             )));
-        }
-        for id in &finished {
-            live.remove(id);
         }
         let due = |pending: &mut BTreeMap<u32, u64>| {
             let ids: Vec<u32> = pending
@@ -508,8 +494,5 @@ fn replay(
     }
     out.flush()
         .map_err(|e| Failure::Io(format!("stdout: {e}")))?;
-    // pdsim's engine has no one-step-ahead (async) scheduling, divergence 6
-    // of issue 11: an async config replays synchronously, and differs.
-    let _ = cfg.async_scheduling;
     Ok(())
 }

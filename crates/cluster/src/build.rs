@@ -183,6 +183,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         },
         spec,
         offload_blocks: None,
+        async_scheduling: false,
     }
 }
 

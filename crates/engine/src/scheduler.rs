@@ -67,6 +67,12 @@ pub struct EngineConfig {
     /// A host-memory offload tier (vLLM's OffloadingConnector with
     /// CPUOffloadingSpec), in blocks; `None` without offload.
     pub offload_blocks: Option<u64>,
+    /// vLLM's `AsyncScheduler` (`vllm/v1/core/sched/async_scheduler.py`):
+    /// a step is scheduled while the one before it still runs, so each
+    /// sampling request carries output placeholders, and the caller keeps
+    /// up to two steps in flight (`EngineCore.step_with_batch_queue`,
+    /// `vllm/v1/engine/core.py`), completing the oldest.
+    pub async_scheduling: bool,
 }
 
 /// A request handed to the engine.
@@ -170,6 +176,18 @@ struct Req {
     /// The prompt's segments, kept only while KV events are published (the
     /// tokens of a `BlockStored` event).
     segments: Vec<Segment>,
+    /// Async scheduling: tokens scheduled whose output is not back yet
+    /// (`num_output_placeholders` in `vllm/v1/request.py`); counted in
+    /// `computed`, not in `tokens()`.
+    placeholders: u32,
+    /// Tokens scheduled in steps still in flight (`num_in_flight_tokens`).
+    in_flight: u32,
+    /// Of those, the tokens of steps scheduled before a preemption, whose
+    /// output is still delivered but changes no counter
+    /// (`num_stale_output_tokens`, set in `Scheduler._preempt_request`).
+    stale: u32,
+    /// In `running` (status RUNNING).
+    is_running: bool,
 }
 
 impl Req {
@@ -340,10 +358,16 @@ enum WaitQueue {
 #[derive(Clone, Copy, Debug)]
 struct Scheduled {
     slot: u32,
+    /// The request, so that a step completing after its request finished
+    /// (and the slot was reused) leaves the new occupant alone.
+    id: RequestId,
     tokens: u32,
     drafts: u32,
     /// Computed tokens before the step (for attention context).
     context: u32,
+    /// The step samples for the request: it is not a partial prefill
+    /// (`not request.is_prefill_chunk` after `_update_after_schedule`).
+    samples: bool,
 }
 
 /// One engine core.
@@ -356,6 +380,20 @@ pub struct Engine {
     running: Vec<u32>,
     waiting: WaitQueue,
     scheduled: Vec<Scheduled>,
+    /// Scheduled steps whose output is not applied yet, oldest first: one
+    /// at most without async scheduling, two with it. Under async
+    /// scheduling an empty step is queued too, as the engine core queues
+    /// it.
+    in_flight: VecDeque<Vec<Scheduled>>,
+    /// Emptied step buffers, reused so that a step allocates nothing.
+    spare: Vec<Vec<Scheduled>>,
+    /// Waiting requests passed over in this `schedule()` (stale output in
+    /// flight), put back at the head in order when it ends.
+    skipped: Vec<u32>,
+    /// A request finished (or was held) since the last `schedule()`:
+    /// vLLM's `finished_req_ids`, which keeps `has_requests()` true so the
+    /// engine core schedules once more to report it.
+    finished_unreported: bool,
     events: Vec<EngineEvent>,
     /// Scratch for allocations.
     scratch: Vec<u32>,
@@ -408,6 +446,10 @@ impl Engine {
             running: Vec::new(),
             waiting,
             scheduled: Vec::new(),
+            in_flight: VecDeque::new(),
+            spare: Vec::new(),
+            skipped: Vec::new(),
+            finished_unreported: false,
             events: Vec::new(),
             scratch: Vec::new(),
             finished_buf: Vec::new(),
@@ -461,6 +503,19 @@ impl Engine {
         !self.running.is_empty() || self.num_waiting() > 0
     }
 
+    /// `Scheduler.has_requests` (`vllm/v1/core/sched/interface.py`):
+    /// unfinished requests, or finished ones not yet reported by a
+    /// `schedule()`. The engine core calls `schedule()` only when this
+    /// holds.
+    pub fn has_requests(&self) -> bool {
+        self.has_work() || self.finished_unreported
+    }
+
+    /// Steps scheduled whose output is not applied yet.
+    pub fn steps_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
     /// Events produced since the last call, in order.
     pub fn drain_events(&mut self) -> std::vec::Drain<'_, EngineEvent> {
         self.events.drain(..)
@@ -512,6 +567,10 @@ impl Engine {
             park_seq: 0,
             cache_pending: 0,
             segments,
+            placeholders: 0,
+            in_flight: 0,
+            stale: 0,
+            is_running: false,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -859,6 +918,13 @@ impl Engine {
             let req = self.req_mut(slot);
             req.computed = 0;
             req.drafts = 0;
+            req.is_running = false;
+            // `Scheduler._preempt_request`: output of steps still in flight
+            // is stale; it will be delivered but changes no counter. (A
+            // connector that `requires_kv_delivery` drops it instead; no
+            // connector pdsim runs under async scheduling does.)
+            req.stale = req.in_flight;
+            req.placeholders = 0;
             req.id
         };
         self.preemptions += 1;
@@ -907,24 +973,39 @@ impl Engine {
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let slot = self.running[i];
-            let (mut n, drafts_avail, computed, tokens) = {
+            let (mut n, drafts_avail, computed, tokens, placeholders) = {
                 let r = self.req(slot);
+                // Async scheduling: a request whose step in flight is sure
+                // to reach max_tokens, even if every draft is rejected, gets
+                // no further step (`Scheduler.schedule`,
+                // `vllm/v1/core/sched/scheduler.py`: `num_computed_tokens + 2
+                // - num_output_placeholders >= num_prompt_tokens +
+                // max_tokens`).
+                if r.placeholders > 0
+                    && r.computed + 2 >= r.placeholders + r.prompt_tokens + r.max_output
+                {
+                    i += 1;
+                    continue;
+                }
+                // `num_tokens_with_spec + num_output_placeholders -
+                // num_computed_tokens`.
                 (
-                    r.tokens() + r.drafts - r.computed,
+                    (r.tokens() + r.drafts + r.placeholders).saturating_sub(r.computed),
                     r.drafts,
                     r.computed,
                     r.tokens(),
+                    r.placeholders,
                 )
             };
             if long_cap > 0 {
                 n = n.min(long_cap);
             }
-            n = n.min(budget).min(
-                self.config
-                    .max_model_len
-                    .saturating_sub(computed + 1)
-                    .max(1),
-            );
+            // The input position stays below max_model_len, one sampled
+            // token included (`max_model_len - num_computed_tokens -
+            // num_sampled_tokens_per_step`); none left means no step.
+            n = n
+                .min(budget)
+                .min(self.config.max_model_len.saturating_sub(computed + 1));
             if n == 0 {
                 i += 1;
                 continue;
@@ -955,12 +1036,17 @@ impl Engine {
             if self_preempted {
                 break;
             }
-            let drafts = drafts_avail.min(n.saturating_sub(tokens - computed));
+            // `num_new_tokens + num_computed_tokens - num_tokens -
+            // num_output_placeholders` of the request's drafts are scheduled.
+            let drafts = drafts_avail.min((n + computed).saturating_sub(tokens + placeholders));
+            let id = self.req(slot).id;
             self.scheduled.push(Scheduled {
                 slot,
+                id,
                 tokens: n,
                 drafts,
                 context: computed,
+                samples: false,
             });
             budget -= n;
             i += 1;
@@ -972,6 +1058,15 @@ impl Engine {
                 let Some(slot) = self.peek_waiting() else {
                     break;
                 };
+                if self.req(slot).stale > 0 {
+                    // Async scheduling: a preempted request whose stale
+                    // output is still in flight is passed over, as resuming
+                    // it could resample a position that output delivers
+                    // (`skip_request` in `Scheduler.schedule`).
+                    self.pop_waiting();
+                    self.skipped.push(slot);
+                    continue;
+                }
                 let first = !self.req(slot).admitted_once;
                 let (kv, remote_done, holds_blocks, computed) = {
                     let r = self.req(slot);
@@ -1018,11 +1113,18 @@ impl Engine {
                     }
                     self.pop_waiting();
                     self.running.push(slot);
+                    let id = {
+                        let req = self.req_mut(slot);
+                        req.is_running = true;
+                        req.id
+                    };
                     self.scheduled.push(Scheduled {
                         slot,
+                        id,
                         tokens: n,
                         drafts: 0,
                         context: computed,
+                        samples: false,
                     });
                     budget -= n;
                     continue;
@@ -1074,6 +1176,7 @@ impl Engine {
                     let req = self.req_mut(slot);
                     req.computed = hit_tokens;
                     req.admitted_once = true;
+                    req.is_running = true;
                     req.id
                 };
                 if first {
@@ -1086,17 +1189,57 @@ impl Engine {
                 }
                 self.scheduled.push(Scheduled {
                     slot,
+                    id,
                     tokens: n,
                     drafts: 0,
                     context: hit_tokens,
+                    samples: false,
                 });
                 budget -= n;
             }
+            // The passed-over requests go back to the head, in order
+            // (`self.waiting.prepend_requests(step_skipped_waiting)`).
+            while let Some(slot) = self.skipped.pop() {
+                self.push_waiting(slot, true);
+            }
         }
+        self.update_after_schedule();
         if self.scheduled.is_empty() {
             return None;
         }
         Some(self.describe_batch())
+    }
+
+    /// `Scheduler._update_after_schedule` and, under async scheduling,
+    /// `AsyncScheduler._update_after_schedule`: each scheduled request's
+    /// computed tokens advance by what it was scheduled (drafts included;
+    /// rejected ones roll back when the output comes), it samples unless it
+    /// is a partial prefill, and under async scheduling a sampling request
+    /// gets placeholders for its sampled token and drafts, and placeholder
+    /// drafts for the next step. The step is queued for completion.
+    fn update_after_schedule(&mut self) {
+        let num_spec = self.config.spec.as_ref().map_or(0, |s| s.num_spec_tokens);
+        let async_scheduling = self.config.async_scheduling;
+        for s in self.scheduled.iter_mut() {
+            let req = self.reqs[s.slot as usize].as_mut().expect("live slot");
+            req.computed += s.tokens;
+            req.in_flight += s.tokens;
+            s.samples = req.computed >= req.tokens() + req.placeholders;
+            // The drafts a request held are used up by this step (the
+            // running loop's `request.spec_token_ids = []`).
+            req.drafts = 0;
+            if async_scheduling && s.samples {
+                req.placeholders += 1 + s.drafts;
+                req.drafts = num_spec;
+            }
+        }
+        self.finished_unreported = false;
+        if async_scheduling || !self.scheduled.is_empty() {
+            let mut step = self.spare.pop().unwrap_or_default();
+            step.clear();
+            step.extend_from_slice(&self.scheduled);
+            self.in_flight.push_back(step);
+        }
     }
 
     /// The batch the cost model prices, with CUDA-graph padding and the DBO
@@ -1154,61 +1297,107 @@ impl Engine {
     }
 
     fn complete_step_with(&mut self, mut acceptance: Acceptance<'_>) {
-        if self.scheduled.is_empty() {
+        let Some(scheduled) = self.in_flight.pop_front() else {
+            return;
+        };
+        if scheduled.is_empty() {
+            self.spare.push(scheduled);
             return;
         }
         self.steps += 1;
+        let async_scheduling = self.config.async_scheduling;
         // Borrowed out and put back, so a step allocates nothing.
         let spec = self.config.spec.take();
-        let scheduled = std::mem::take(&mut self.scheduled);
         for s in &scheduled {
-            let (emit, finished, id, output) = {
-                let req = self.reqs[s.slot as usize].as_mut().expect("live slot");
-                req.computed += s.tokens - s.drafts;
-                let mut emit = 0;
-                if req.computed >= req.tokens() {
-                    // The prompt (or a decode step) is complete: sample.
-                    let mut accepted = 0;
-                    match &mut acceptance {
-                        Acceptance::Draw(stream) => {
-                            for &conditional in self.draft_accept.iter().take(s.drafts as usize) {
-                                if stream.bernoulli(conditional) {
-                                    accepted += 1;
-                                } else {
-                                    break;
-                                }
+            let Some(req) = self.reqs[s.slot as usize].as_mut() else {
+                continue;
+            };
+            // A request that finished (or is held for the decode side)
+            // while this step ran takes nothing from it: `request is None
+            // or request.is_finished()` in `update_from_output`.
+            if req.id != s.id || req.holding {
+                continue;
+            }
+            req.in_flight -= s.tokens;
+            let stale = req.stale > 0;
+            if stale {
+                req.stale -= s.tokens;
+            }
+            if !s.samples {
+                continue;
+            }
+            let mut accepted = 0;
+            if s.drafts > 0 {
+                match &mut acceptance {
+                    Acceptance::Draw(stream) => {
+                        for &conditional in self.draft_accept.iter().take(s.drafts as usize) {
+                            if stream.bernoulli(conditional) {
+                                accepted += 1;
+                            } else {
+                                break;
                             }
                         }
-                        Acceptance::Forced(given) if s.drafts > 0 => {
-                            accepted = given(req.id, s.drafts).min(s.drafts);
-                        }
-                        Acceptance::Forced(_) => {}
                     }
-                    emit = (1 + accepted).min(req.max_output - req.output);
-                    // Rejected drafts are rolled back; accepted ones count.
-                    req.computed += emit - 1;
-                    let start = req.output;
-                    req.hasher.feed(req.output_segment, start, emit);
-                    req.output += emit;
-                    req.drafts = spec.as_ref().map_or(0, |sp| sp.num_spec_tokens);
+                    Acceptance::Forced(given) => {
+                        accepted = given(req.id, s.drafts).min(s.drafts);
+                    }
                 }
-                let finished = req.output >= req.max_output;
-                (emit, finished, req.id, req.output)
-            };
-            // No caching here: vLLM's `update_from_output` caches nothing;
-            // the blocks this step filled were cached when it was
-            // scheduled, and those its sampled tokens fill are cached when
-            // the next step is ([`Engine::cache_scheduled`]).
+                // Rejected drafts roll back the computed tokens and, under
+                // async scheduling, the placeholders; a stale step's do not
+                // (the preemption reset them).
+                if !stale {
+                    let rejected = s.drafts - accepted;
+                    if req.computed > 0 {
+                        req.computed -= rejected;
+                    }
+                    req.placeholders = req.placeholders.saturating_sub(rejected);
+                }
+            }
+            // `_update_request_with_output`: tokens are appended until the
+            // request stops (`check_stop`, `vllm/v1/core/sched/utils.py`).
+            let emit = (1 + accepted).min(req.max_output - req.output);
+            if async_scheduling && !stale {
+                req.placeholders = req.placeholders.saturating_sub(emit);
+            }
+            let start = req.output;
+            req.hasher.feed(req.output_segment, start, emit);
+            req.output += emit;
+            if !async_scheduling {
+                // The drafter proposes after every sampling step
+                // (`EngineCore.post_step` → `update_draft_token_ids`).
+                req.drafts = spec.as_ref().map_or(0, |sp| sp.num_spec_tokens);
+            }
+            let (id, output, running) = (req.id, req.output, req.is_running);
+            let finished = req.output >= req.max_output;
+            if async_scheduling && running {
+                // `AsyncScheduler._update_request_with_output` caches the
+                // blocks its delivered tokens filled, up to the computed
+                // tokens without the placeholders still out.
+                let upto = req.computed - req.placeholders;
+                self.cache_units(s.slot, upto);
+            }
+            // Without async scheduling `update_from_output` caches nothing:
+            // the blocks this step filled were cached when it was scheduled,
+            // and those its sampled tokens fill are cached when the next
+            // step is ([`Engine::cache_scheduled`]).
             if emit > 0 {
                 self.events.push(EngineEvent::Emitted { id, tokens: emit });
             }
             if finished {
-                self.finished_buf.push(s.slot);
-                let produce = self.req(s.slot).kv == KvTransfer::Produce;
+                self.finished_unreported = true;
+                if running {
+                    self.finished_buf.push(s.slot);
+                } else {
+                    // Stale output finished a preempted request: it leaves
+                    // the waiting queue (`stopped_preempted_reqs`).
+                    self.remove_waiting(s.slot);
+                }
+                let req = self.req_mut(s.slot);
+                req.is_running = false;
+                let produce = req.kv == KvTransfer::Produce;
                 if produce {
                     // NixlConnector's request_finished: free later, when the
                     // decode side has read the blocks.
-                    let req = self.req_mut(s.slot);
                     req.holding = true;
                     let blocks = req.blocks.len() as u32;
                     self.events.push(EngineEvent::Held { id, blocks });
@@ -1233,9 +1422,16 @@ impl Engine {
             self.running.retain(|r| done.binary_search(r).is_err());
             self.finished_buf.clear();
         }
-        self.scheduled = scheduled;
-        self.scheduled.clear();
+        self.spare.push(scheduled);
         self.config.spec = spec;
+    }
+
+    /// Takes a request out of the waiting queue wherever it is.
+    fn remove_waiting(&mut self, slot: u32) {
+        match &mut self.waiting {
+            WaitQueue::Fcfs(q) => q.retain(|s| *s != slot),
+            WaitQueue::Priority(h) => h.retain(|Reverse((_, _, _, s))| *s != slot),
+        }
     }
 
     /// Queues a request whose outside KV arrived (or failed) for admission.
@@ -1492,9 +1688,16 @@ impl Engine {
 
     /// Tokens each request got in the last scheduled step (for tests).
     pub fn last_schedule(&self) -> Vec<(RequestId, u32)> {
+        self.scheduled.iter().map(|s| (s.id, s.tokens)).collect()
+    }
+
+    /// Draft tokens each request got in the last scheduled step, for those
+    /// that got any (vLLM's `scheduled_spec_decode_tokens`).
+    pub fn last_schedule_drafts(&self) -> Vec<(RequestId, u32)> {
         self.scheduled
             .iter()
-            .map(|s| (self.req(s.slot).id, s.tokens))
+            .filter(|s| s.drafts > 0)
+            .map(|s| (s.id, s.drafts))
             .collect()
     }
 }

@@ -131,6 +131,7 @@ fn engine_for(case: &Case) -> Engine {
             0 => Some(case.usable_blocks as u64 / 2),
             _ => None,
         },
+        async_scheduling: false,
     })
 }
 

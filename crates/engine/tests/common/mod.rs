@@ -32,6 +32,7 @@ pub fn config() -> EngineConfig {
         },
         spec: None,
         offload_blocks: None,
+        async_scheduling: false,
     }
 }
 
