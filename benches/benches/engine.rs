@@ -35,6 +35,10 @@ fn engine() -> Engine {
         spec: None,
         offload_blocks: None,
         async_scheduling: false,
+        defer_block_free: false,
+        drop_stale_output: false,
+        pad_spec_decode: pdsim_engine::PadSpecDecode::Never,
+        victim_blocks_must_be_freeable: true,
     })
 }
 

@@ -22,6 +22,11 @@ Families, each aimed at one group of decisions:
   spec-vary    speculative decoding with acceptance varied per request and
                step
   async        async scheduling (AsyncScheduler) over mixed workloads
+  async-press  async scheduling under KV pressure: preemption while a step
+               is in flight (stale output), fcfs and priority, drafts often
+  async-chunk  async scheduling with chunked prefill: small budgets, long
+               prompts, the long-prefill cap, the sequence cap
+  async-pd     async scheduling with P/D through the scripted connector
   mixed        everything drawn at random
   pd           P/D through the scripted connector: prefill-side requests
                (kv: produce, one output token, blocks held until
@@ -44,6 +49,9 @@ FAMILIES = [
     "spec-vary",
     "async",
     "mixed",
+    "async-press",
+    "async-chunk",
+    "async-pd",
     "pd",
 ]
 
@@ -131,6 +139,28 @@ def case(rng, family, release):
         if rng.random() < 0.3:
             spec_k = rng.randint(1, 4)
             accept_mode = "const"
+    elif family == "async-press":
+        cfg["async_scheduling"] = True
+        prio = rng.random() < 0.5
+        cfg["scheduling_policy"] = "priority" if prio else "fcfs"
+        n_req = rng.randint(6, 16)
+        max_prompt = rng.choice([48, 96, 160])
+        max_out = rng.choice([16, 32, 48])
+        if rng.random() < 0.4:
+            spec_k = rng.randint(1, 4)
+            accept_mode = rng.choice(["const", "vary"])
+    elif family == "async-chunk":
+        cfg["async_scheduling"] = True
+        cfg["max_num_batched_tokens"] = rng.choice([16, 32, 48, 64, 100])
+        cfg["long_prefill_token_threshold"] = rng.choice([0, 8, 16, 24, 40])
+        cfg["max_num_seqs"] = rng.randint(1, 8)
+        max_prompt = rng.choice([200, 400, 600])
+        n_req = rng.randint(3, 10)
+        max_out = 12
+    elif family == "async-pd":
+        cfg["async_scheduling"] = True
+        roles = rng.choice(["produce", "consume", "both"])
+        max_out = rng.choice([4, 12, 24])
     elif family == "mixed":
         cfg["scheduling_policy"] = rng.choice(["fcfs", "priority"])
         prio = cfg["scheduling_policy"] == "priority"
@@ -167,7 +197,7 @@ def case(rng, family, release):
         r = {"id": i, "arrive_step": arrive, "prompt": prompt, "max_tokens": max_tokens}
         if prio:
             r["priority"] = rng.randint(0, 3)
-        if family == "pd" and rng.random() < 0.75:
+        if family in ("pd", "async-pd") and rng.random() < 0.75:
             kind = roles if roles != "both" else rng.choice(["produce", "consume"])
             r["kv"] = kind
             if kind == "produce":
@@ -186,8 +216,8 @@ def case(rng, family, release):
     # one request alone (vLLM would wait forever; so would pdsim).
     need = max(-(-(len(r["prompt"]) + r["max_tokens"] + spec_k + 1) // bs) for r in reqs)
     total = sum(-(-(len(r["prompt"]) + r["max_tokens"]) // bs) for r in reqs)
-    if family in ("press-fcfs", "press-prio") or (
-        family in ("mixed", "pd") and rng.random() < 0.5
+    if family in ("press-fcfs", "press-prio", "async-press") or (
+        family in ("mixed", "pd", "async-pd") and rng.random() < 0.5
     ):
         cfg["num_gpu_blocks"] = 1 + max(need + 1, rng.randint(need + 1, max(need + 2, total // 2)))
     else:

@@ -221,7 +221,7 @@ fn load_workload(path: &Path) -> Result<Vec<ReplayRequest>, Failure> {
     Ok(reqs)
 }
 
-fn engine_config(cfg: &ReplayConfig) -> EngineConfig {
+fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
     let pack = pdsim_spec::rules::pack::for_version(&cfg.release).expect("checked at load");
     // The rates are never drawn from: the replay forces each verification's
     // accepted count (`Engine::complete_step_forced`).
@@ -260,6 +260,13 @@ fn engine_config(cfg: &ReplayConfig) -> EngineConfig {
         spec,
         offload_blocks: None,
         async_scheduling: cfg.async_scheduling,
+        // The oracle's scripted connector (`kv_role: kv_both`) is there
+        // when any request moves KV: it consumes, so frees are deferred
+        // under async scheduling, and produces, so it requires delivery.
+        defer_block_free: connector && cfg.async_scheduling,
+        drop_stale_output: connector,
+        pad_spec_decode: pack.features.pad_spec_decode,
+        victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
     }
 }
 
@@ -315,7 +322,8 @@ fn replay(
 ) -> Result<(), Failure> {
     let cfg = load_config(config)?;
     let reqs = load_workload(workload)?;
-    let mut engine_cfg = engine_config(&cfg);
+    let connector = reqs.iter().any(|r| r.kv.is_some());
+    let mut engine_cfg = engine_config(&cfg, connector);
     apply_features(&mut engine_cfg, features)?;
     let mut engine = Engine::new(engine_cfg);
     // Accepted drafts per request, forced as the oracle forces them
@@ -462,11 +470,16 @@ fn replay(
             }
             ids
         };
-        for id in due(&mut recv_pending) {
-            engine.kv_arrived(RequestId(id));
-        }
-        for id in due(&mut send_pending) {
-            engine.release(RequestId(id));
+        // Finished transfers come with a step's output
+        // (`KVConnectorOutput` in the `ModelRunnerOutput`), so only a step
+        // whose output is applied brings them.
+        if complete {
+            for id in due(&mut recv_pending) {
+                engine.kv_arrived(RequestId(id));
+            }
+            for id in due(&mut send_pending) {
+                engine.release(RequestId(id));
+            }
         }
         // The release's `Finished` was reported with `Held`.
         engine.drain_events().for_each(drop);

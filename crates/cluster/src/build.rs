@@ -183,7 +183,12 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         },
         spec,
         offload_blocks: None,
-        async_scheduling: false,
+        async_scheduling: e.async_scheduling,
+        // Set for P/D pools once the layout is known (`build`).
+        defer_block_free: false,
+        drop_stale_output: false,
+        pad_spec_decode: e.pad_spec_decode,
+        victim_blocks_must_be_freeable: e.victim_blocks_must_be_freeable,
     }
 }
 
@@ -410,6 +415,15 @@ pub fn build_with_router(
         message,
     })?;
     if disaggregated {
+        // llm-d runs NixlConnector with `kv_role: kv_both` on both sides: a
+        // consumer, so under async scheduling frees wait for the steps in
+        // flight (`defer_block_free`), and a producer, so a preempted
+        // request's output in flight is dropped (`requires_kv_delivery`);
+        // `Scheduler.__init__`, `vllm/v1/core/sched/scheduler.py`.
+        for pool in pools.iter_mut() {
+            pool.engine.defer_block_free = pool.engine.async_scheduling;
+            pool.engine.drop_stale_output = true;
+        }
         let connector = deployment
             .pd_transfer
             .as_ref()

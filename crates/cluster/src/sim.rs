@@ -161,6 +161,15 @@ struct Group {
     first: usize,
     len: usize,
     busy: bool,
+    /// The engine cores run vLLM's async scheduling: each keeps up to two
+    /// steps in flight (`EngineCore.step_with_batch_queue`).
+    asynchronous: bool,
+    /// Under async scheduling, the steps scheduled whose output is not
+    /// applied yet, oldest first: when each is done on the GPU, and whether
+    /// it scheduled any token.
+    in_flight: std::collections::VecDeque<(SimTime, bool)>,
+    /// When the GPU finishes the last step queued on it.
+    gpu_free: SimTime,
 }
 
 struct InFlight {
@@ -338,6 +347,10 @@ struct Sim<'a> {
     busy_groups: usize,
     /// The steps a group starts, reused.
     steps_buf: Vec<StepSample>,
+    /// An invariant that broke where the caller cannot return it (an
+    /// engine woken from inside another handler); the event loop stops on
+    /// it after the event.
+    failure: Option<RunError>,
     /// The batches a group's cores scheduled, reused.
     batches_buf: Vec<(usize, pdsim_cost::Batch)>,
 }
@@ -419,6 +432,9 @@ fn run_observed(
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
         }
+        if let Some(failure) = sim.failure.take() {
+            return Err(failure);
+        }
     }
     // Anything still in flight could not make progress: abort it, counted.
     // A request still in the EPP's queue (its TTL disabled, the detector
@@ -490,21 +506,21 @@ impl<'a> Sim<'a> {
                     });
                 }
                 let len = pool.ranks as usize;
+                let group = |first: usize, len: usize| Group {
+                    first,
+                    len,
+                    busy: false,
+                    asynchronous: pool.engine.async_scheduling,
+                    in_flight: std::collections::VecDeque::new(),
+                    gpu_free: SimTime::ZERO,
+                };
                 if pool.lockstep {
                     group_of.extend(std::iter::repeat_n(groups.len() as u32, len));
-                    groups.push(Group {
-                        first,
-                        len,
-                        busy: false,
-                    });
+                    groups.push(group(first, len));
                 } else {
                     for core in first..first + len {
                         group_of.push(groups.len() as u32);
-                        groups.push(Group {
-                            first: core,
-                            len: 1,
-                            busy: false,
-                        });
+                        groups.push(group(core, 1));
                     }
                 }
                 pods.push((first, len));
@@ -621,6 +637,7 @@ impl<'a> Sim<'a> {
             last_sample: None,
             busy_groups: 0,
             steps_buf: Vec::new(),
+            failure: None,
             batches_buf: Vec::new(),
         }
     }
@@ -1171,13 +1188,115 @@ impl<'a> Sim<'a> {
     fn wake(&mut self, core: usize, sink: &mut dyn RecordSink) {
         let group = self.group_of[core] as usize;
         if !self.groups[group].busy {
-            self.start_step(group, sink);
+            if self.groups[group].asynchronous {
+                if let Err(e) = self.core_loop(group, false, sink) {
+                    self.failure.get_or_insert(e);
+                }
+            } else {
+                self.start_step(group, sink);
+            }
         }
     }
 
-    /// Schedules a step on every core of a group and prices it; the group's
-    /// step takes as long as its slowest core.
+    /// Without async scheduling: schedules a step on every core of a group
+    /// and runs it (`EngineCore.step`, `vllm/v1/engine/core.py`).
     fn start_step(&mut self, group: usize, sink: &mut dyn RecordSink) {
+        let duration = self.schedule_group(group, self.now, sink);
+        self.set_busy(group, duration.is_some());
+        if let Some(duration) = duration {
+            self.push(
+                self.now + duration,
+                Event::StepDone {
+                    group: group as u32,
+                },
+            );
+        }
+    }
+
+    /// Under async scheduling, the engine core's loop
+    /// (`EngineCore.step_with_batch_queue` with a queue of two,
+    /// `vllm/v1/engine/core.py`), played from `now` until it blocks: while
+    /// the cores have requests, schedule a step and queue it on the GPU
+    /// behind the one running; go on scheduling while the queue has room
+    /// and the step ran something or more could be scheduled; otherwise wait
+    /// for the oldest step and apply its output, then go round again. So a
+    /// step is scheduled while the one before it runs, seeing the outputs of
+    /// the steps before that, and a request that arrives while the GPU is
+    /// busy first runs in the step after the next.
+    ///
+    /// vLLM spins when nothing can be scheduled (a request waiting for its
+    /// KV, say); those empty steps change nothing, so here the cores go idle
+    /// instead until an event (an arrival, a transfer) wakes them.
+    ///
+    /// `resume` is set when the step the loop blocked on is done: its output
+    /// is applied first, as the engine core returns from waiting on it.
+    fn core_loop(
+        &mut self,
+        group: usize,
+        resume: bool,
+        sink: &mut dyn RecordSink,
+    ) -> Result<(), RunError> {
+        let (first, len) = (self.groups[group].first, self.groups[group].len);
+        let has_requests =
+            |sim: &Sim| (first..first + len).any(|c| sim.cores[c].engine.has_requests());
+        if resume {
+            self.groups[group].in_flight.pop_front();
+            self.complete_group(group, sink)?;
+        }
+        loop {
+            if has_requests(self) {
+                let start = self.now.max(self.groups[group].gpu_free);
+                let duration = self.schedule_group(group, start, sink);
+                let g = &mut self.groups[group];
+                let executed = duration.is_some();
+                if let Some(duration) = duration {
+                    g.gpu_free = start + duration;
+                }
+                g.in_flight.push_back((g.gpu_free.max(self.now), executed));
+                if !executed && g.in_flight.iter().all(|(_, ran)| !ran) {
+                    // Nothing in flight runs anything: the loop would only
+                    // spin. Apply the empty steps and wait for an event.
+                    while self.groups[group].in_flight.pop_front().is_some() {
+                        self.complete_group(group, sink)?;
+                    }
+                    self.set_busy(group, false);
+                    return Ok(());
+                }
+                if self.groups[group].in_flight.len() < 2 && (executed || has_requests(self)) {
+                    continue;
+                }
+            } else if self.groups[group].in_flight.is_empty() {
+                self.set_busy(group, false);
+                return Ok(());
+            }
+            let (done, _) = *self.groups[group]
+                .in_flight
+                .front()
+                .expect("a step in flight");
+            if done > self.now {
+                self.set_busy(group, true);
+                self.push(
+                    done,
+                    Event::StepDone {
+                        group: group as u32,
+                    },
+                );
+                return Ok(());
+            }
+            self.groups[group].in_flight.pop_front();
+            self.complete_group(group, sink)?;
+        }
+    }
+
+    /// Schedules a step on every core of a group and prices it, the step
+    /// starting on the GPU at `start`; the group's step takes as long as its
+    /// slowest core. `None` when no core scheduled anything.
+    fn schedule_group(
+        &mut self,
+        group: usize,
+        start: SimTime,
+        sink: &mut dyn RecordSink,
+    ) -> Option<SimDuration> {
         let (first, len) = (self.groups[group].first, self.groups[group].len);
         let mut longest = StepCost::default();
         let mut any = false;
@@ -1206,7 +1325,7 @@ impl<'a> Sim<'a> {
                 pool: c.stats.pool,
                 pod: c.stats.pod,
                 rank: c.stats.rank,
-                start: self.now,
+                start,
                 duration: SimDuration::ZERO,
                 requests: batch.num_reqs,
                 prefill_requests: batch.prefill_reqs,
@@ -1228,9 +1347,10 @@ impl<'a> Sim<'a> {
             any = true;
         }
         self.batches_buf = batches;
-        self.set_busy(group, any);
+        let mut scheduled = None;
         if any {
             let duration = SimDuration(longest.total.as_ns().max(1));
+            scheduled = Some(duration);
             for core in first..first + len {
                 let c = &mut self.cores[core];
                 let usage = c.engine.kv_usage();
@@ -1243,18 +1363,25 @@ impl<'a> Sim<'a> {
                 step.duration = duration;
                 sink.step(step);
             }
-            self.push(
-                self.now + duration,
-                Event::StepDone {
-                    group: group as u32,
-                },
-            );
         }
         steps.clear();
         self.steps_buf = steps;
+        scheduled
     }
 
     fn step_done(&mut self, group: usize, sink: &mut dyn RecordSink) -> Result<(), RunError> {
+        if self.groups[group].asynchronous {
+            return self.core_loop(group, true, sink);
+        }
+        self.complete_group(group, sink)?;
+        self.set_busy(group, false);
+        self.start_step(group, sink);
+        Ok(())
+    }
+
+    /// Applies the oldest step's output on every core of a group
+    /// (`Scheduler.update_from_output`).
+    fn complete_group(&mut self, group: usize, sink: &mut dyn RecordSink) -> Result<(), RunError> {
         let (first, len) = (self.groups[group].first, self.groups[group].len);
         for core in first..first + len {
             let c = &mut self.cores[core];
@@ -1271,8 +1398,6 @@ impl<'a> Sim<'a> {
                     .map_err(|e| RunError::Invariant(format!("core {core}: {e}")))?;
             }
         }
-        self.set_busy(group, false);
-        self.start_step(group, sink);
         Ok(())
     }
 

@@ -13,5 +13,5 @@ pub mod scheduler;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};
 pub use scheduler::{
-    Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, Policy, SpecConfig,
+    Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, PadSpecDecode, Policy, SpecConfig,
 };

@@ -14,6 +14,7 @@ use pdsim_core::kv_events::{KvEventBatch, Medium, Piece};
 use pdsim_core::prompt::{BlockHasher, content_id};
 use pdsim_core::{Prompt, RequestId, SimTime, Stream};
 use pdsim_cost::Batch;
+pub use pdsim_spec::rules::pack::PadSpecDecode;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -73,6 +74,25 @@ pub struct EngineConfig {
     /// up to two steps in flight (`EngineCore.step_with_batch_queue`,
     /// `vllm/v1/engine/core.py`), completing the oldest.
     pub async_scheduling: bool,
+    /// Blocks a step in flight may still write are returned to the pool
+    /// only once that step's output is processed, and a victim whose blocks
+    /// cannot be freed yet is not preempted: vLLM's `defer_block_free`,
+    /// set when more than one batch can be in flight and a KV connector
+    /// consumes (`Scheduler.__init__`, `_free_request_blocks`,
+    /// `_drain_deferred_frees` in `vllm/v1/core/sched/scheduler.py`).
+    pub defer_block_free: bool,
+    /// A preempted request's output still in flight is dropped rather than
+    /// delivered: the connector's `requires_kv_delivery`, true for a KV
+    /// producer (`kv_producer` or `kv_both`;
+    /// `vllm/distributed/kv_transfer/kv_connector/v1/base.py`).
+    pub drop_stale_output: bool,
+    /// When a newly admitted one-token request is padded with placeholder
+    /// drafts (the rules pack's `pad_spec_decode`).
+    pub pad_spec_decode: PadSpecDecode,
+    /// With `defer_block_free`, a victim whose blocks cannot be freed yet is
+    /// spared and the request is not scheduled (the rules pack's
+    /// `victim_blocks_must_be_freeable`).
+    pub victim_blocks_must_be_freeable: bool,
 }
 
 /// A request handed to the engine.
@@ -188,6 +208,14 @@ struct Req {
     stale: u32,
     /// In `running` (status RUNNING).
     is_running: bool,
+    /// The last step that scheduled the request left it mid-prefill
+    /// (`is_prefill_chunk`).
+    prefill_chunk: bool,
+    /// The stale output is dropped, not delivered (`drop_stale_output`).
+    drop_stale: bool,
+    /// The last non-empty step that scheduled the request
+    /// (`last_sched_seq`), with `defer_block_free`.
+    last_sched_seq: u64,
 }
 
 impl Req {
@@ -394,6 +422,15 @@ pub struct Engine {
     /// vLLM's `finished_req_ids`, which keeps `has_requests()` true so the
     /// engine core schedules once more to report it.
     finished_unreported: bool,
+    /// Finished requests holding their blocks for the decode side.
+    held: u32,
+    /// Non-empty steps scheduled and processed so far (`sched_step_seq`,
+    /// `processed_step_seq`), and the frees waiting for a step to be
+    /// processed (`deferred_frees`: the fence step and the blocks), with
+    /// `defer_block_free`.
+    sched_step_seq: u64,
+    processed_step_seq: u64,
+    deferred_frees: VecDeque<(u64, Vec<u32>)>,
     events: Vec<EngineEvent>,
     /// Scratch for allocations.
     scratch: Vec<u32>,
@@ -450,6 +487,10 @@ impl Engine {
             spare: Vec::new(),
             skipped: Vec::new(),
             finished_unreported: false,
+            held: 0,
+            sched_step_seq: 0,
+            processed_step_seq: 0,
+            deferred_frees: VecDeque::new(),
             events: Vec::new(),
             scratch: Vec::new(),
             finished_buf: Vec::new(),
@@ -505,10 +546,13 @@ impl Engine {
 
     /// `Scheduler.has_requests` (`vllm/v1/core/sched/interface.py`):
     /// unfinished requests, or finished ones not yet reported by a
-    /// `schedule()`. The engine core calls `schedule()` only when this
-    /// holds.
+    /// `schedule()`, or (with a connector) finished ones whose blocks wait
+    /// for the connector (`Scheduler.has_finished_requests`,
+    /// `vllm/v1/core/sched/scheduler.py`: `len(self.requests) >
+    /// num_running + num_waiting`). The engine core calls `schedule()` only
+    /// when this holds.
     pub fn has_requests(&self) -> bool {
-        self.has_work() || self.finished_unreported
+        self.has_work() || self.finished_unreported || self.held > 0
     }
 
     /// Steps scheduled whose output is not applied yet.
@@ -571,6 +615,9 @@ impl Engine {
             in_flight: 0,
             stale: 0,
             is_running: false,
+            prefill_chunk: false,
+            drop_stale: false,
+            last_sched_seq: 0,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -901,7 +948,19 @@ impl Engine {
     /// Frees a request's blocks (tail first, as `SingleTypeKVCacheManager.free`
     /// in `vllm/v1/core/single_type_kv_cache_manager.py` does) and forgets
     /// them.
+    ///
+    /// With `defer_block_free`, blocks a step still in flight may write are
+    /// kept referenced until that step is processed
+    /// (`Scheduler._free_request_blocks`).
     fn free_blocks(&mut self, slot: u32) {
+        if !self.blocks_can_be_freed(slot) {
+            let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
+            self.req_mut(slot).cached_units = 0;
+            if !blocks.is_empty() {
+                self.deferred_frees.push_back((self.sched_step_seq, blocks));
+            }
+            return;
+        }
         let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
         self.pool.release(&blocks);
         let req = self.req_mut(slot);
@@ -910,10 +969,30 @@ impl Engine {
         req.blocks.clear();
     }
 
+    /// `Scheduler._request_blocks_can_be_freed`: no step that scheduled the
+    /// request is still in flight, or frees are not deferred.
+    fn blocks_can_be_freed(&self, slot: u32) -> bool {
+        !self.config.defer_block_free || self.req(slot).last_sched_seq <= self.processed_step_seq
+    }
+
+    /// `Scheduler._drain_deferred_frees`: returns the deferred blocks whose
+    /// fence step has been processed, in order, stopping at the first that
+    /// has not (tail blocks first within each, as every free).
+    fn drain_deferred_frees(&mut self) {
+        while let Some((fence, _)) = self.deferred_frees.front() {
+            if *fence > self.processed_step_seq {
+                break;
+            }
+            let (_, blocks) = self.deferred_frees.pop_front().expect("front");
+            self.pool.release(&blocks);
+        }
+    }
+
     /// Recompute preemption of the request in `running[index]`.
     fn preempt(&mut self, index: usize) {
         let slot = self.running.remove(index);
         self.free_blocks(slot);
+        let drop_stale_output = self.config.drop_stale_output;
         let id = {
             let req = self.req_mut(slot);
             req.computed = 0;
@@ -923,6 +1002,7 @@ impl Engine {
             // is stale; it will be delivered but changes no counter. (A
             // connector that `requires_kv_delivery` drops it instead; no
             // connector pdsim runs under async scheduling does.)
+            req.drop_stale = drop_stale_output || (req.drop_stale && req.stale > 0);
             req.stale = req.in_flight;
             req.placeholders = 0;
             req.id
@@ -968,6 +1048,8 @@ impl Engine {
             self.config.long_prefill_token_threshold
         };
         let mut preempted = false;
+        // A running request mid-prefill was scheduled (`prefill_scheduled`).
+        let mut prefill_scheduled = false;
 
         // Running requests first, in admission order.
         let mut i = 0;
@@ -1011,9 +1093,19 @@ impl Engine {
                 continue;
             }
             let mut self_preempted = false;
+            let mut stuck = false;
             while !self.allocate(slot, 0, 0, n, 0) {
                 let victim = self.victim();
                 let victim_slot = self.running[victim];
+                // A deferred free would not help this allocation: the
+                // request is not scheduled ("A deferred free will not help
+                // with immediate allocation", `Scheduler.schedule`).
+                if self.config.victim_blocks_must_be_freeable
+                    && !self.blocks_can_be_freed(victim_slot)
+                {
+                    stuck = true;
+                    break;
+                }
                 preempted = true;
                 if let Some(pos) = self.scheduled.iter().position(|s| s.slot == victim_slot) {
                     budget += self.scheduled[pos].tokens;
@@ -1033,13 +1125,14 @@ impl Engine {
             // `new_blocks` None and then out of the running loop
             // (`if new_blocks is None: break` in `Scheduler.schedule`,
             // `vllm/v1/core/sched/scheduler.py`).
-            if self_preempted {
+            if self_preempted || stuck {
                 break;
             }
             // `num_new_tokens + num_computed_tokens - num_tokens -
             // num_output_placeholders` of the request's drafts are scheduled.
             let drafts = drafts_avail.min((n + computed).saturating_sub(tokens + placeholders));
             let id = self.req(slot).id;
+            prefill_scheduled |= self.req(slot).prefill_chunk;
             self.scheduled.push(Scheduled {
                 slot,
                 id,
@@ -1051,6 +1144,7 @@ impl Engine {
             budget -= n;
             i += 1;
         }
+        let scheduled_running = !self.scheduled.is_empty();
 
         // Then waiting requests, only if nothing was preempted.
         if !preempted {
@@ -1058,7 +1152,7 @@ impl Engine {
                 let Some(slot) = self.peek_waiting() else {
                     break;
                 };
-                if self.req(slot).stale > 0 {
+                if self.req(slot).stale > 0 && !self.req(slot).drop_stale {
                     // Async scheduling: a preempted request whose stale
                     // output is still in flight is passed over, as resuming
                     // it could resample a position that output delivers
@@ -1104,6 +1198,12 @@ impl Engine {
                         self.cache_units(slot, pending);
                     }
                     let mut n = tokens - computed;
+                    let Some(pad) =
+                        self.pad_drafts(n, computed, budget, scheduled_running, prefill_scheduled)
+                    else {
+                        break;
+                    };
+                    n += pad;
                     if long_cap > 0 {
                         n = n.min(long_cap);
                     }
@@ -1122,7 +1222,7 @@ impl Engine {
                         slot,
                         id,
                         tokens: n,
-                        drafts: 0,
+                        drafts: pad,
                         context: computed,
                         samples: false,
                     });
@@ -1158,6 +1258,12 @@ impl Engine {
                 }
                 let remaining = tokens - hit_tokens;
                 let mut n = remaining;
+                let Some(pad) =
+                    self.pad_drafts(n, hit_tokens, budget, scheduled_running, prefill_scheduled)
+                else {
+                    break;
+                };
+                n += pad;
                 if long_cap > 0 {
                     n = n.min(long_cap);
                 }
@@ -1191,7 +1297,7 @@ impl Engine {
                     slot,
                     id,
                     tokens: n,
-                    drafts: 0,
+                    drafts: pad,
                     context: hit_tokens,
                     samples: false,
                 });
@@ -1210,6 +1316,46 @@ impl Engine {
         Some(self.describe_batch())
     }
 
+    /// `pad_spec_decode` (`Scheduler.schedule`,
+    /// `vllm/v1/core/sched/scheduler.py`): a waiting request with one token
+    /// to compute is scheduled with `num_spec_tokens` placeholder drafts
+    /// besides, keeping the step a uniform decode for the full CUDA graph,
+    /// when the drafter has a fixed draft count, no running partial prefill
+    /// was scheduled, and the release's condition holds (some running
+    /// request scheduled; in 0.31.0, or tokens already computed). Returns
+    /// the drafts to add (0 for none), or `None` when the padded request
+    /// does not fit the budget ("Prefer to not schedule than schedule
+    /// un-padded": the waiting loop ends).
+    fn pad_drafts(
+        &self,
+        n: u32,
+        computed: u32,
+        budget: u32,
+        scheduled_running: bool,
+        prefill_scheduled: bool,
+    ) -> Option<u32> {
+        let Some(spec) = &self.config.spec else {
+            return Some(0);
+        };
+        let condition = match self.config.pad_spec_decode {
+            PadSpecDecode::Never => false,
+            PadSpecDecode::WithRunning => scheduled_running,
+            PadSpecDecode::WithRunningOrComputed => scheduled_running || computed > 0,
+        };
+        if n != 1 || prefill_scheduled || !condition || spec.num_spec_tokens == 0 {
+            return Some(0);
+        }
+        let padded = 1 + spec.num_spec_tokens;
+        // Only when the sampled token still fits.
+        if computed + padded + 1 > self.config.max_model_len {
+            return Some(0);
+        }
+        if padded > budget {
+            return None;
+        }
+        Some(spec.num_spec_tokens)
+    }
+
     /// `Scheduler._update_after_schedule` and, under async scheduling,
     /// `AsyncScheduler._update_after_schedule`: each scheduled request's
     /// computed tokens advance by what it was scheduled (drafts included;
@@ -1225,6 +1371,7 @@ impl Engine {
             req.computed += s.tokens;
             req.in_flight += s.tokens;
             s.samples = req.computed >= req.tokens() + req.placeholders;
+            req.prefill_chunk = !s.samples;
             // The drafts a request held are used up by this step (the
             // running loop's `request.spec_token_ids = []`).
             req.drafts = 0;
@@ -1234,6 +1381,15 @@ impl Engine {
             }
         }
         self.finished_unreported = false;
+        if self.config.defer_block_free && !self.scheduled.is_empty() {
+            self.sched_step_seq += 1;
+            for s in &self.scheduled {
+                self.reqs[s.slot as usize]
+                    .as_mut()
+                    .expect("live slot")
+                    .last_sched_seq = self.sched_step_seq;
+            }
+        }
         if async_scheduling || !self.scheduled.is_empty() {
             let mut step = self.spare.pop().unwrap_or_default();
             step.clear();
@@ -1305,6 +1461,11 @@ impl Engine {
             return;
         }
         self.steps += 1;
+        // Every KV write of this step and the ones before it is done.
+        if self.config.defer_block_free {
+            self.processed_step_seq += 1;
+            self.drain_deferred_frees();
+        }
         let async_scheduling = self.config.async_scheduling;
         // Borrowed out and put back, so a step allocates nothing.
         let spec = self.config.spec.take();
@@ -1323,7 +1484,8 @@ impl Engine {
             if stale {
                 req.stale -= s.tokens;
             }
-            if !s.samples {
+            // Drop-mode stale output is discarded entirely.
+            if !s.samples || (stale && req.drop_stale) {
                 continue;
             }
             let mut accepted = 0;
@@ -1400,6 +1562,7 @@ impl Engine {
                     // decode side has read the blocks.
                     req.holding = true;
                     let blocks = req.blocks.len() as u32;
+                    self.held += 1;
                     self.events.push(EngineEvent::Held { id, blocks });
                 } else {
                     self.free_blocks(s.slot);
@@ -1472,6 +1635,7 @@ impl Engine {
             return false;
         }
         let output = self.req(slot).output;
+        self.held -= 1;
         self.free_blocks(slot);
         self.reqs[slot as usize] = None;
         self.slot_of.remove(&id);
@@ -1642,7 +1806,12 @@ impl Engine {
             .iter()
             .flatten()
             .map(|r| r.blocks.len() as u64)
-            .sum();
+            .sum::<u64>()
+            + self
+                .deferred_frees
+                .iter()
+                .map(|(_, b)| b.len() as u64)
+                .sum::<u64>();
         if held != self.pool.referenced() {
             return Err(format!(
                 "requests hold {held} block references but the pool counts {}",

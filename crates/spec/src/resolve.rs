@@ -51,6 +51,10 @@ pub struct EngineConfig {
     /// 0 leaves prefills uncapped.
     pub long_prefill_token_threshold: u64,
     pub long_prefill_waiver_when_alone: bool,
+    /// The release's `pad_spec_decode` condition.
+    pub pad_spec_decode: crate::rules::pack::PadSpecDecode,
+    /// The release's `victim_blocks_must_be_freeable`.
+    pub victim_blocks_must_be_freeable: bool,
     /// Admission reserves blocks for the whole remaining prompt
     /// (`scheduler_reserve_full_isl`, `vllm/config/scheduler.py`).
     pub reserve_full_prompt: bool,
@@ -578,6 +582,8 @@ pub fn resolve_pool(
         max_num_seqs,
         long_prefill_token_threshold: long_prefill,
         long_prefill_waiver_when_alone: pack.features.long_prefill_waiver_when_alone,
+        pad_spec_decode: pack.features.pad_spec_decode,
+        victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
         gpu_memory_utilization: gmu,

@@ -33,6 +33,10 @@ pub fn config() -> EngineConfig {
         spec: None,
         offload_blocks: None,
         async_scheduling: false,
+        defer_block_free: false,
+        drop_stale_output: false,
+        pad_spec_decode: pdsim_engine::PadSpecDecode::Never,
+        victim_blocks_must_be_freeable: true,
     }
 }
 

@@ -45,6 +45,35 @@ pub struct Features {
     pub cuda_graphs: bool,
     #[serde(default)]
     pub sub_block_prefix_reuse: bool,
+    /// When the scheduler pads a newly admitted one-token request to
+    /// `1 + num_spec_tokens` with placeholder drafts, so that the step stays
+    /// a uniform decode (`pad_spec_decode` in `Scheduler.schedule`,
+    /// `vllm/v1/core/sched/scheduler.py`).
+    pub pad_spec_decode: PadSpecDecode,
+    /// With deferred block frees (async scheduling and a consuming KV
+    /// connector), a preemption victim whose blocks a step in flight may
+    /// still write is not preempted, and the request is not scheduled
+    /// (`_request_blocks_can_be_freed` in `Scheduler.schedule`,
+    /// `vllm/v1/core/sched/scheduler.py`); without it the victim is
+    /// preempted and its blocks come back when that step is processed.
+    pub victim_blocks_must_be_freeable: bool,
+}
+
+/// The condition of `pad_spec_decode`, beyond a one-token request, a fixed
+/// draft count and no partial prefill among the running requests scheduled
+/// in the step.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PadSpecDecode {
+    /// The release has no such padding.
+    Never,
+    /// Some running request was scheduled in the step (0.29.0:
+    /// `scheduled_running_reqs and not prefill_scheduled`).
+    WithRunning,
+    /// Some running request was scheduled, or the request has computed
+    /// tokens (a prefix hit, or KV that arrived) (0.31.0:
+    /// `scheduled_running_reqs or num_computed_tokens > 0`).
+    WithRunningOrComputed,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
