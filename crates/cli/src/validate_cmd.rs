@@ -188,18 +188,11 @@ fn render_pool(text: &mut String, pool: &PoolResolution) {
         );
     }
     let m = &pool.memory;
-    let _ = writeln!(
-        text,
-        "    memory per rank: {} device, {} usable = weights {} + draft {} + activations {} + graphs {} + non-torch {} + KV {}",
-        gib(m.device_bytes as f64),
-        gib(m.requested_bytes as f64),
-        gib(m.weights_bytes as f64),
-        gib(m.draft_weights_bytes as f64),
-        gib(m.activation_peak_bytes as f64),
-        gib(m.cudagraph_bytes as f64),
-        gib(m.non_torch_bytes as f64),
-        gib(m.kv_bytes as f64),
-    );
+    if let Some(r) = &m.rbln {
+        render_rbln_memory(text, pool, r);
+    } else {
+        render_profiled_memory(text, m);
+    }
     let kv = &pool.kv;
     let _ = writeln!(
         text,
@@ -211,6 +204,64 @@ fn render_pool(text: &mut String, pool: &PoolResolution) {
         grouped(kv.tokens_per_engine),
         grouped(kv.max_model_len),
         kv.max_model_len_origin,
+    );
+}
+
+/// vllm-rbln's estimate, term by term in the order
+/// `estimate_available_memory` subtracts them, so a reader can redo it.
+fn render_rbln_memory(
+    text: &mut String,
+    pool: &PoolResolution,
+    r: &pdsim_spec::resolve::RblnMemory,
+) {
+    let m = &pool.memory;
+    let mib = |b: f64| format!("{} MiB", grouped((b / (1u64 << 20) as f64).round() as u64));
+    let buckets: Vec<String> = r.decode_batch_buckets.iter().map(u64::to_string).collect();
+    let _ = writeln!(
+        text,
+        "    memory per rank (vllm-rbln estimate): ({} device − {} system) × {} = {} usable = kernel {} + draft kernel {} + runtime buffers {} ({} runtimes × {} chiplets × {}; decode buckets [{}]{}) + KV {}",
+        gib(m.device_bytes as f64),
+        gib(r.system_reserved_bytes as f64),
+        pool.engine.gpu_memory_utilization,
+        mib(m.requested_bytes as f64),
+        mib(m.weights_bytes as f64),
+        mib(m.draft_weights_bytes as f64),
+        mib(m.cudagraph_bytes as f64),
+        r.num_runtimes,
+        r.chiplets,
+        mib(r.buffer_bytes_per_runtime_chiplet as f64),
+        buckets.join(", "),
+        if r.specialized_moe_decode {
+            ", each with a padded MoE twin"
+        } else {
+            ""
+        },
+        mib(m.kv_bytes as f64),
+    );
+    if r.kv_replicas > 1 || r.kv_heads_per_chiplet_uneven > 0 {
+        let _ = writeln!(
+            text,
+            "    KV over {} chiplets: {} before the split, {} cop(ies), fullest chiplet {} head(s)",
+            r.chiplets,
+            mib(r.kv_bytes_before_chiplet_split as f64),
+            r.kv_replicas,
+            r.kv_heads_per_chiplet_uneven,
+        );
+    }
+}
+
+fn render_profiled_memory(text: &mut String, m: &pdsim_spec::resolve::MemoryBreakdown) {
+    let _ = writeln!(
+        text,
+        "    memory per rank: {} device, {} usable = weights {} + draft {} + activations {} + graphs {} + non-torch {} + KV {}",
+        gib(m.device_bytes as f64),
+        gib(m.requested_bytes as f64),
+        gib(m.weights_bytes as f64),
+        gib(m.draft_weights_bytes as f64),
+        gib(m.activation_peak_bytes as f64),
+        gib(m.cudagraph_bytes as f64),
+        gib(m.non_torch_bytes as f64),
+        gib(m.kv_bytes as f64),
     );
 }
 

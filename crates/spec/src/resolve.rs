@@ -10,6 +10,10 @@
 //! tokens (`vllm/v1/core/kv_cache_utils.py`). The weights and KV figures are
 //! exact for the model structure; activation, graph and non-torch memory are
 //! estimates, labelled as such.
+//!
+//! A release whose rules pack carries `memory.rbln_estimate` (vllm-rbln)
+//! sizes KV by vllm-rbln's formula instead (`rbln_memory`): no profile run,
+//! kernel sizes aligned per layer, and a buffer per compiled runtime.
 
 use crate::catalog::Chip;
 use crate::deployment::{Deployment, Pool, ROLE_LABEL};
@@ -99,6 +103,37 @@ pub struct MemoryBreakdown {
     pub non_torch_bytes: u64,
     /// What is left for KV; negative when the rest does not fit.
     pub kv_bytes: i64,
+    /// vllm-rbln's estimate, when the release sizes KV that way; then
+    /// `requested_bytes` is the usable DRAM after the system reserve,
+    /// `weights_bytes` and `draft_weights_bytes` are the kernel sizes and
+    /// `cudagraph_bytes` is the runtime buffers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rbln: Option<RblnMemory>,
+}
+
+/// The terms of vllm-rbln's KV estimate for one rank
+/// (`vllm_rbln/v1/worker/utils.py` `estimate_available_memory`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RblnMemory {
+    /// DRAM the runtime keeps for itself, outside `requested_bytes`.
+    pub system_reserved_bytes: u64,
+    /// The decode batch buckets, each compiled as its own runtime.
+    pub decode_batch_buckets: Vec<u64>,
+    /// Whether each decode bucket has a second, padded MoE runtime.
+    pub specialized_moe_decode: bool,
+    /// Prefill, decode and draft runtimes that each reserve a buffer.
+    pub num_runtimes: u64,
+    pub chiplets: u64,
+    pub buffer_bytes_per_runtime_chiplet: u64,
+    /// What the subtraction leaves before the KV heads are spread over the
+    /// chiplets.
+    pub kv_bytes_before_chiplet_split: i64,
+    /// Chiplets that each hold a full copy of the KV (fewer KV heads than
+    /// chiplets), dividing the KV memory.
+    pub kv_replicas: u64,
+    /// KV heads of the fullest chiplet when the heads do not divide evenly;
+    /// 0 when they do.
+    pub kv_heads_per_chiplet_uneven: u64,
 }
 
 /// KV capacity of one data-parallel rank (one engine core's scheduler).
@@ -678,8 +713,13 @@ fn memory_and_kv(
     engine: &EngineConfig,
 ) -> (MemoryBreakdown, KvCapacity) {
     let device = chip.memory_gib * GIB;
-    let requested = (device * engine.gpu_memory_utilization).ceil();
     let (weights, draft) = weights_per_rank(layout, model, engine);
+    if let Some(rules) = &pack.memory.rbln_estimate {
+        let memory = rbln_memory(rules, layout, model, engine, device, weights, draft);
+        let kv = kv_capacity(pool, layout, model, engine, memory.kv_bytes as f64);
+        return (memory, kv);
+    }
+    let requested = (device * engine.gpu_memory_utilization).ceil();
     // Profile run: max_num_batched_tokens tokens through one layer's widest
     // tensors (residual stream, attention output, gate+up of the MLP or of
     // the routed experts), plus fp32 logits for up to max_num_seqs rows
@@ -704,7 +744,175 @@ fn memory_and_kv(
         };
     let non_torch = pack.memory.non_torch_bytes as f64;
     let kv_bytes = requested - weights - draft - activation - cudagraph - non_torch;
+    let memory = MemoryBreakdown {
+        device_bytes: device as u64,
+        requested_bytes: requested as u64,
+        weights_bytes: weights as u64,
+        draft_weights_bytes: draft as u64,
+        activation_peak_bytes: activation as u64,
+        cudagraph_bytes: cudagraph as u64,
+        non_torch_bytes: non_torch as u64,
+        kv_bytes: kv_bytes as i64,
+        rbln: None,
+    };
+    let kv = kv_capacity(pool, layout, model, engine, kv_bytes);
+    (memory, kv)
+}
 
+/// Rounds `x` up to a multiple of `unit` (`align` in vllm-rbln's utils).
+fn align_up(x: f64, unit: f64) -> f64 {
+    if unit <= 0.0 {
+        x
+    } else {
+        (x / unit).ceil() * unit
+    }
+}
+
+/// The decode batch buckets of vllm-rbln's default `exponential` strategy
+/// (`ExponentialBucketingManager._build_decode_buckets`): the largest is
+/// `max_num_seqs // pp`, each next one the previous divided by `step`, until
+/// `limit` buckets or one below `min`.
+pub fn rbln_decode_buckets(max_batch: u64, limit: u64, step: u64, min: u64) -> Vec<u64> {
+    let mut buckets = vec![max_batch.max(1)];
+    while (buckets.len() as u64) < limit && step > 1 {
+        let next = buckets[buckets.len() - 1] / step;
+        if next < min.max(1) {
+            break;
+        }
+        buckets.push(next);
+    }
+    buckets.sort_unstable();
+    buckets.dedup();
+    buckets
+}
+
+/// vllm-rbln's KV memory for one rank (`RBLNWorker.determine_available_memory`
+/// and `estimate_available_memory` in `vllm_rbln/v1/worker/`): the usable
+/// DRAM after the runtime's own reserve, less the target's and the drafter's
+/// kernel sizes and a buffer per runtime per chiplet, then spread over the
+/// chiplets' KV-head shares. No profile run, activation or graph-capture
+/// term enters it.
+fn rbln_memory(
+    rules: &crate::rules::pack::RblnEstimateRules,
+    layout: &PoolLayout,
+    model: &Model,
+    engine: &EngineConfig,
+    device: f64,
+    weights: f64,
+    draft: f64,
+) -> MemoryBreakdown {
+    let align = rules.kernel_alignment_bytes as f64;
+    let tp = layout.tp as f64;
+    let reserved = rules.system_reserved_bytes as f64;
+    // `int(available_dram_bytes * gpu_memory_utilization)`.
+    let usable = ((device - reserved).max(0.0) * engine.gpu_memory_utilization).floor();
+
+    // estimate_model_kernel_size: the LM head at lm_head_bits over a vocab
+    // padded to a multiple of 64, aligned per TP rank; the rest of the
+    // weights (what the rank holds less an LM head and a word embedding of
+    // that size) aligned per layer.
+    let lm_params = align_up(
+        model.vocab_size as f64,
+        rules.lm_head_vocab_alignment as f64,
+    ) * model.hidden_size as f64;
+    let lm_bytes = lm_params * rules.lm_head_bits as f64 / 8.0;
+    let lm_nbytes = align_up(lm_bytes / tp, align) * tp;
+    let kernel = |layer_bytes: f64, layers: f64| -> f64 {
+        align_up(layer_bytes.max(0.0) / layers.max(1.0), align) * layers.max(1.0) + lm_nbytes
+    };
+    let layers = model.layers.div_ceil(layout.pp) as f64;
+    let target_kernel = kernel(weights - 2.0 * lm_bytes, layers);
+
+    // The drafter's parameters include the embedding it shares with the
+    // target and its own head, so the same subtraction leaves its layers:
+    // an EAGLE head's estimate already counts its own head, an MTP
+    // module's does not.
+    let drafts = draft > 0.0;
+    let draft_kernel = if drafts {
+        let method = engine.spec_method.as_deref().unwrap_or("");
+        let (layer_bytes, n) = if method.ends_with("mtp") {
+            (draft, model.mtp_layers.max(1) as f64)
+        } else {
+            (draft - lm_bytes, 1.0)
+        };
+        kernel(layer_bytes, n)
+    } else {
+        0.0
+    };
+
+    // num_runtimes = 1 + (1 + specialized_moe_decode) * buckets, and a
+    // drafter adds 1 + buckets; each reserves a buffer on every chiplet.
+    let max_batch = (engine.max_num_seqs / layout.pp).max(1);
+    let buckets = rbln_decode_buckets(
+        max_batch,
+        rules.decode_batch_bucket_limit,
+        rules.decode_batch_bucket_step,
+        rules.decode_batch_bucket_min,
+    );
+    let b = buckets.len() as u64;
+    let specialized = layout.dp > 1 && rules.specialize_moe_decode;
+    let mut runtimes = 1 + (1 + u64::from(specialized)) * b;
+    if drafts {
+        runtimes += 1 + b;
+    }
+    let buffer =
+        (rules.buffer_bytes_per_runtime_chiplet * rules.chiplets_per_device * runtimes) as f64;
+    let before_split = usable - target_kernel - draft_kernel - buffer;
+
+    // The KV heads are spread over the chiplets: with fewer heads than
+    // chiplets each chiplet group holds a copy, and with heads that do not
+    // divide evenly the fullest chiplet decides.
+    let kv_heads = match model.attention {
+        Attention::Gqa { kv_heads, .. } => (kv_heads / layout.tp).max(1),
+        Attention::Mla { .. } => 1,
+    };
+    let chiplets = rules.chiplets_per_device.max(1);
+    let replicas = (chiplets / kv_heads).max(1);
+    let mut kv = if before_split > 0.0 {
+        (before_split as i64) / replicas as i64
+    } else {
+        before_split as i64
+    };
+    let mut uneven = 0;
+    if kv_heads % chiplets != 0 {
+        uneven = kv_heads.div_ceil(chiplets);
+        if kv > 0 {
+            kv = ((kv as i128 * kv_heads as i128) / (chiplets as i128 * uneven as i128)) as i64;
+        }
+    }
+    MemoryBreakdown {
+        device_bytes: device as u64,
+        requested_bytes: usable as u64,
+        weights_bytes: target_kernel as u64,
+        draft_weights_bytes: draft_kernel as u64,
+        activation_peak_bytes: 0,
+        cudagraph_bytes: buffer as u64,
+        non_torch_bytes: 0,
+        kv_bytes: kv,
+        rbln: Some(RblnMemory {
+            system_reserved_bytes: rules.system_reserved_bytes,
+            decode_batch_buckets: buckets,
+            specialized_moe_decode: specialized,
+            num_runtimes: runtimes,
+            chiplets,
+            buffer_bytes_per_runtime_chiplet: rules.buffer_bytes_per_runtime_chiplet,
+            kv_bytes_before_chiplet_split: before_split as i64,
+            kv_replicas: replicas,
+            kv_heads_per_chiplet_uneven: uneven,
+        }),
+    }
+}
+
+/// Blocks of `block_size` tokens that `kv_bytes` holds, with the draft's
+/// layers in every block (`vllm/v1/core/kv_cache_utils.py`
+/// `get_kv_cache_config`: memory // page size // layers).
+fn kv_capacity(
+    pool: &Pool,
+    layout: &PoolLayout,
+    model: &Model,
+    engine: &EngineConfig,
+    kv_bytes: f64,
+) -> KvCapacity {
     let per_layer = model
         .kv_bytes_per_token_layer(&engine.cache_dtype)
         .unwrap_or(0.0);
@@ -738,25 +946,14 @@ fn memory_and_kv(
         Some(MaxModelLen::Auto) => (model.max_position_embeddings.min(tokens_per_rank), "auto"),
         None => (model.max_position_embeddings, "model"),
     };
-    let memory = MemoryBreakdown {
-        device_bytes: device as u64,
-        requested_bytes: requested as u64,
-        weights_bytes: weights as u64,
-        draft_weights_bytes: draft as u64,
-        activation_peak_bytes: activation as u64,
-        cudagraph_bytes: cudagraph as u64,
-        non_torch_bytes: non_torch as u64,
-        kv_bytes: kv_bytes as i64,
-    };
-    let kv = KvCapacity {
+    KvCapacity {
         kv_bytes_per_token_rank: per_token_rank,
         num_gpu_blocks,
         tokens_per_rank,
         tokens_per_engine: tokens_per_rank.saturating_mul(layout.dp),
         max_model_len,
         max_model_len_origin: origin,
-    };
-    (memory, kv)
+    }
 }
 
 /// Resolves every pool of a deployment against a resolved scenario.
@@ -782,5 +979,21 @@ pub fn resolve(
             .zip(layouts)
             .map(|(pool, layout)| resolve_pool(pack, pool, layout, chip_name, chip, model))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rbln_decode_buckets;
+
+    /// `ExponentialBucketingManager` with its defaults (limit 1) keeps one
+    /// bucket; the docs' example (limit 4, step 2, max 8) gives 1, 2, 4, 8.
+    #[test]
+    fn decode_buckets_follow_the_exponential_strategy() {
+        assert_eq!(rbln_decode_buckets(8, 1, 2, 1), vec![8]);
+        assert_eq!(rbln_decode_buckets(8, 4, 2, 1), vec![1, 2, 4, 8]);
+        assert_eq!(rbln_decode_buckets(8, 10, 2, 1), vec![1, 2, 4, 8]);
+        assert_eq!(rbln_decode_buckets(8, 10, 2, 3), vec![4, 8]);
+        assert_eq!(rbln_decode_buckets(0, 1, 2, 1), vec![1]);
     }
 }

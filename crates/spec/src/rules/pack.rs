@@ -120,6 +120,44 @@ pub struct BatchDefault {
 pub struct MemoryDefaults {
     pub non_torch_bytes: u64,
     pub cudagraph_bytes_per_size: u64,
+    /// vllm-rbln's own KV sizing, which replaces the profile-run model
+    /// (`non_torch_bytes`, `cudagraph_bytes_per_size`) when present.
+    #[serde(default)]
+    pub rbln_estimate: Option<RblnEstimateRules>,
+}
+
+/// The constants of vllm-rbln's KV sizing for a REBEL device
+/// (`vllm_rbln/v1/worker/rbln_worker.py` `determine_available_memory` and
+/// `vllm_rbln/v1/worker/utils.py` `estimate_available_memory`,
+/// `estimate_model_kernel_size`), and the environment defaults that decide
+/// how many runtimes it reserves buffers for (`vllm_rbln/rbln_envs.py`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RblnEstimateRules {
+    /// Device DRAM the runtime keeps for itself (`REBEL_SYS_DRAM_NBYTES`).
+    pub system_reserved_bytes: u64,
+    /// Chiplets per device, each with its own share of DRAM and its own copy
+    /// of every runtime's buffer (`REBEL_CHIPLET_SIZE`, `rsd_size`).
+    pub chiplets_per_device: u64,
+    /// Buffer reserved per compiled runtime per chiplet
+    /// (`buffer_per_runtime_per_core`).
+    pub buffer_bytes_per_runtime_chiplet: u64,
+    /// Each layer's weights and the LM head are placed in units of this
+    /// many bytes (`align_2MB`).
+    pub kernel_alignment_bytes: u64,
+    /// Bits per LM-head weight in the kernel estimate
+    /// (`default_bits_per_param` for REBEL).
+    pub lm_head_bits: u32,
+    /// The vocabulary is padded to a multiple of this for the LM head.
+    pub lm_head_vocab_alignment: u64,
+    /// `VLLM_RBLN_DECODE_BATCH_BUCKET_LIMIT`, `_STEP`, `_MIN` defaults of the
+    /// default `exponential` strategy.
+    pub decode_batch_bucket_limit: u64,
+    pub decode_batch_bucket_step: u64,
+    pub decode_batch_bucket_min: u64,
+    /// `VLLM_RBLN_SPECIALIZE_MOE_DECODE` default: with data parallelism each
+    /// decode bucket gets a second, padded runtime.
+    pub specialize_moe_decode: bool,
 }
 
 const PACKS: &[(&str, &str)] = &[
