@@ -480,10 +480,16 @@ pub fn resolve_pool(
         },
     });
 
-    // Cascade attention is opt-in.
-    let mut cascade = e.disable_cascade_attn == Some(false);
-    if cascade && layout.dcp > 1 {
-        cascade = false;
+    // Cascade attention is opt-in, or opt-out where the release turns it
+    // on by default (vLLM 0.15.1).
+    // It never runs with decode-context parallelism
+    // (`use_cascade_attention` returns False); only a stated opt-in is
+    // reported as overridden.
+    let cascade = e
+        .disable_cascade_attn
+        .map_or(pack.features.cascade_attention_by_default, |off| !off)
+        && layout.dcp <= 1;
+    if e.disable_cascade_attn == Some(false) && layout.dcp > 1 {
         overrides.push(Override {
             field: "disable_cascade_attn".into(),
             requested: "false".into(),

@@ -21,6 +21,12 @@ pub struct RulesPack {
     /// Drafters that keep their own KV and reserve lookahead slots.
     pub eagle_style_spec_methods: Vec<String>,
     pub custom_allreduce_world_sizes: Vec<u64>,
+    /// Deployment keys (relative to a pool, e.g. `engine.moe_backend`) the
+    /// release has no flag or no support for, each with the reason and its
+    /// source. Stating one is an error (`key-unsupported-by-release`). Every
+    /// key must be one of [`UNSUPPORTABLE_KEYS`].
+    #[serde(default)]
+    pub unsupported_keys: BTreeMap<String, String>,
     pub features: Features,
     pub defaults: Defaults,
     pub memory: MemoryDefaults,
@@ -45,7 +51,31 @@ pub struct Features {
     pub cuda_graphs: bool,
     #[serde(default)]
     pub sub_block_prefix_reuse: bool,
+    /// The release refuses a `long_prefill_token_threshold` above
+    /// `max_model_len`. vLLM 0.15.1 checks it only with concurrent partial
+    /// prefills, which it does not support, so it accepts the threshold.
+    #[serde(default = "yes")]
+    pub long_prefill_refused_above_max_model_len: bool,
+    /// Cascade attention is on unless `disable_cascade_attn` says otherwise
+    /// (vLLM 0.15.1's `ModelConfig.disable_cascade_attn` defaults to False);
+    /// off, it is opt-in.
+    #[serde(default)]
+    pub cascade_attention_by_default: bool,
 }
+
+fn yes() -> bool {
+    true
+}
+
+/// The deployment keys a pack may list in `unsupported_keys`: the rule knows
+/// how to tell whether each is stated.
+pub const UNSUPPORTABLE_KEYS: &[&str] = &[
+    "engine.allreduce_backend",
+    "engine.dcp_comm_backend",
+    "engine.dcp_q_replicate",
+    "engine.moe_backend",
+    "parallel.pcp",
+];
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -95,6 +125,10 @@ pub struct MemoryDefaults {
 
 const PACKS: &[(&str, &str)] = &[
     (
+        "vllm-0.15.1.yaml",
+        include_str!("../../rules/vllm-0.15.1.yaml"),
+    ),
+    (
         "vllm-0.29.0.yaml",
         include_str!("../../rules/vllm-0.29.0.yaml"),
     ),
@@ -143,10 +177,28 @@ mod tests {
     #[test]
     fn every_pack_loads() {
         let packs = super::all();
-        assert_eq!(packs.len(), 3);
+        assert_eq!(packs.len(), 4);
+        assert!(super::for_version("0.15.1").is_some());
         assert!(super::for_version("0.29.0").is_some());
         assert!(super::for_version("0.31.0").is_some());
         assert!(super::for_version("vllm-rbln-0.12.0").is_some());
         assert!(super::for_version("0.30.0").is_none());
+        assert!(super::for_version("0.15.0").is_none());
+    }
+
+    /// Every key a pack calls unsupported is one the rule can check, so a
+    /// misspelt key cannot silently refuse nothing.
+    #[test]
+    fn unsupported_keys_are_checkable() {
+        for pack in super::all() {
+            for key in pack.unsupported_keys.keys() {
+                assert!(
+                    super::UNSUPPORTABLE_KEYS.contains(&key.as_str()),
+                    "{}: `{key}` is not one of {:?}",
+                    pack.name,
+                    super::UNSUPPORTABLE_KEYS
+                );
+            }
+        }
     }
 }
