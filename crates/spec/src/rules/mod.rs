@@ -185,7 +185,10 @@ fn pool_rules(
             problems.push(ctx.source.error(
                 &at(key),
                 "key-unsupported-by-release",
-                format!("{key}: {value} is not accepted by {}: {reason}", ctx.pack.name),
+                format!(
+                    "{key}: {value} is not accepted by {}: {reason}",
+                    ctx.pack.name
+                ),
             ));
         }
     }
