@@ -21,18 +21,39 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
         ("engine_versions", json!(["0.15.1"]), "vllm/_version.py"),
         (
             "enums.all2all_backend",
-            json!(["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
-                   "flashinfer_all2allv", "mori", "naive", "pplx"]),
+            json!([
+                "allgather_reducescatter",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "flashinfer_all2allv",
+                "mori",
+                "naive",
+                "pplx"
+            ]),
             "config/parallel.py:41 All2AllBackend",
         ),
         (
             "enums.cudagraph_mode",
-            json!(["FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "NONE", "PIECEWISE"]),
+            json!([
+                "FULL",
+                "FULL_AND_PIECEWISE",
+                "FULL_DECODE_ONLY",
+                "NONE",
+                "PIECEWISE"
+            ]),
             "config/compilation.py:55 CUDAGraphMode",
         ),
         (
             "enums.cache_dtype",
-            json!(["auto", "bfloat16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc"]),
+            json!([
+                "auto",
+                "bfloat16",
+                "fp8",
+                "fp8_ds_mla",
+                "fp8_e4m3",
+                "fp8_e5m2",
+                "fp8_inc"
+            ]),
             "config/cache.py:24 CacheDType",
         ),
         (
@@ -57,10 +78,26 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "enums.speculative_method",
-            json!(["deepseek_mtp", "draft_model", "eagle", "eagle3", "ernie_mtp",
-                   "exaone_moe_mtp", "glm4_moe_lite_mtp", "glm4_moe_mtp", "longcat_flash_mtp",
-                   "medusa", "mimo_mtp", "mlp_speculator", "mtp", "ngram",
-                   "pangu_ultra_moe_mtp", "qwen3_next_mtp", "step3p5_mtp", "suffix"]),
+            json!([
+                "deepseek_mtp",
+                "draft_model",
+                "eagle",
+                "eagle3",
+                "ernie_mtp",
+                "exaone_moe_mtp",
+                "glm4_moe_lite_mtp",
+                "glm4_moe_mtp",
+                "longcat_flash_mtp",
+                "medusa",
+                "mimo_mtp",
+                "mlp_speculator",
+                "mtp",
+                "ngram",
+                "pangu_ultra_moe_mtp",
+                "qwen3_next_mtp",
+                "step3p5_mtp",
+                "suffix"
+            ]),
             "config/speculative.py:32-53 SpeculativeMethod, MTPModelTypes, EagleModelTypes",
         ),
         (
@@ -80,19 +117,49 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "soft_enums.quantization",
-            json!(["awq", "awq_marlin", "bitblas", "bitsandbytes", "compressed-tensors",
-                   "cpu_awq", "experts_int8", "fbgemm_fp8", "fp8", "fp_quant", "gguf", "gptq",
-                   "gptq_bitblas", "gptq_marlin", "gptq_marlin_24", "inc", "ipex", "modelopt",
-                   "modelopt_fp4", "moe_wna16", "mxfp4", "petit_nvfp4", "ptpc_fp8", "quark",
-                   "torchao"]),
+            json!([
+                "awq",
+                "awq_marlin",
+                "bitblas",
+                "bitsandbytes",
+                "compressed-tensors",
+                "cpu_awq",
+                "experts_int8",
+                "fbgemm_fp8",
+                "fp8",
+                "fp_quant",
+                "gguf",
+                "gptq",
+                "gptq_bitblas",
+                "gptq_marlin",
+                "gptq_marlin_24",
+                "inc",
+                "ipex",
+                "modelopt",
+                "modelopt_fp4",
+                "moe_wna16",
+                "mxfp4",
+                "petit_nvfp4",
+                "ptpc_fp8",
+                "quark",
+                "torchao"
+            ]),
             "model_executor/layers/quantization/__init__.py:12 QuantizationMethods",
         ),
         (
             "soft_enums.connector",
-            json!(["DecodeBenchConnector", "ExampleConnector", "LMCacheConnectorV1",
-                   "LMCacheMPConnector", "MoRIIOConnector", "MooncakeConnector",
-                   "MultiConnector", "NixlConnector", "OffloadingConnector",
-                   "P2pNcclConnector"]),
+            json!([
+                "DecodeBenchConnector",
+                "ExampleConnector",
+                "LMCacheConnectorV1",
+                "LMCacheMPConnector",
+                "MoRIIOConnector",
+                "MooncakeConnector",
+                "MultiConnector",
+                "NixlConnector",
+                "OffloadingConnector",
+                "P2pNcclConnector"
+            ]),
             "distributed/kv_transfer/kv_connector/factory.py:146-203 register_connector",
         ),
         (
@@ -102,15 +169,25 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "unsupported_keys",
-            json!(["engine.allreduce_backend", "engine.dcp_comm_backend",
-                   "engine.dcp_q_replicate", "engine.moe_backend", "parallel.pcp"]),
+            json!([
+                "engine.allreduce_backend",
+                "engine.dcp_comm_backend",
+                "engine.dcp_q_replicate",
+                "engine.moe_backend",
+                "parallel.pcp"
+            ]),
             "no such field in config/parallel.py or engine/arg_utils.py; pcp: \
              v1/attention/backend.py:608 supports_pcp = False",
         ),
         (
             "sp_moe_backends",
-            json!(["allgather_reducescatter", "deepep_high_throughput", "deepep_low_latency",
-                   "mori", "naive"]),
+            json!([
+                "allgather_reducescatter",
+                "deepep_high_throughput",
+                "deepep_low_latency",
+                "mori",
+                "naive"
+            ]),
             "config/parallel.py:440 use_sequence_parallel_moe",
         ),
         (
@@ -120,9 +197,21 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
         ),
         (
             "eagle_style_spec_methods",
-            json!(["deepseek_mtp", "eagle", "eagle3", "ernie_mtp", "exaone_moe_mtp",
-                   "glm4_moe_lite_mtp", "glm4_moe_mtp", "longcat_flash_mtp", "mimo_mtp", "mtp",
-                   "pangu_ultra_moe_mtp", "qwen3_next_mtp", "step3p5_mtp"]),
+            json!([
+                "deepseek_mtp",
+                "eagle",
+                "eagle3",
+                "ernie_mtp",
+                "exaone_moe_mtp",
+                "glm4_moe_lite_mtp",
+                "glm4_moe_mtp",
+                "longcat_flash_mtp",
+                "mimo_mtp",
+                "mtp",
+                "pangu_ultra_moe_mtp",
+                "qwen3_next_mtp",
+                "step3p5_mtp"
+            ]),
             "config/speculative.py:705 use_eagle after the rename to mtp at :275-279",
         ),
         (
@@ -145,9 +234,21 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             json!(false),
             "no pcp-with-dp check; pcp refused outright",
         ),
-        ("features.pp_excludes_dp", json!(false), "no pp-with-dp check in config/parallel.py"),
-        ("features.has_swa_bounded_replay", json!(false), "engine/arg_utils.py has no such flag"),
-        ("features.has_engram_config", json!(false), "engine/arg_utils.py has no such flag"),
+        (
+            "features.pp_excludes_dp",
+            json!(false),
+            "no pp-with-dp check in config/parallel.py",
+        ),
+        (
+            "features.has_swa_bounded_replay",
+            json!(false),
+            "engine/arg_utils.py has no such flag",
+        ),
+        (
+            "features.has_engram_config",
+            json!(false),
+            "engine/arg_utils.py has no such flag",
+        ),
         (
             "features.reserve_full_prompt",
             json!(false),
@@ -158,7 +259,11 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             json!(false),
             "v1/core/block_pool.py:389-403 free_blocks append_n",
         ),
-        ("features.cuda_graphs", json!(true), "config/vllm.py:770 _set_cudagraph_sizes"),
+        (
+            "features.cuda_graphs",
+            json!(true),
+            "config/vllm.py:770 _set_cudagraph_sizes",
+        ),
         (
             "features.sub_block_prefix_reuse",
             json!(false),
@@ -175,11 +280,31 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             json!(true),
             "config/model.py:220 disable_cascade_attn = False",
         ),
-        ("defaults.block_size", json!(16), "platforms/cuda.py:160-161"),
-        ("defaults.mla_block_size", json!(64), "platforms/cuda.py:218-223 FlashMLA"),
-        ("defaults.gpu_memory_utilization", json!(0.9), "config/cache.py:51"),
-        ("defaults.dbo_decode_token_threshold", json!(32), "config/parallel.py:178"),
-        ("defaults.dbo_prefill_token_threshold", json!(512), "config/parallel.py:183"),
+        (
+            "defaults.block_size",
+            json!(16),
+            "platforms/cuda.py:160-161",
+        ),
+        (
+            "defaults.mla_block_size",
+            json!(64),
+            "platforms/cuda.py:218-223 FlashMLA",
+        ),
+        (
+            "defaults.gpu_memory_utilization",
+            json!(0.9),
+            "config/cache.py:51",
+        ),
+        (
+            "defaults.dbo_decode_token_threshold",
+            json!(32),
+            "config/parallel.py:178",
+        ),
+        (
+            "defaults.dbo_prefill_token_threshold",
+            json!(512),
+            "config/parallel.py:183",
+        ),
         (
             "defaults.cudagraph_mode",
             json!("FULL_AND_PIECEWISE"),
@@ -195,7 +320,11 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             json!(512),
             "config/vllm.py:1126-1134, no per-device cap",
         ),
-        ("defaults.scheduling_policy", json!("fcfs"), "config/scheduler.py:103"),
+        (
+            "defaults.scheduling_policy",
+            json!("fcfs"),
+            "config/scheduler.py:103",
+        ),
         ("defaults.frontend", json!("python"), "the only API server"),
         (
             "defaults.data_parallel_load_balancing",
@@ -308,21 +437,29 @@ fn the_pack() -> &'static pack::RulesPack {
 #[test]
 fn every_pack_value_is_the_figure_read_from_the_0_15_1_source() {
     let mut actual = BTreeMap::new();
-    flatten("", &serde_json::to_value(the_pack()).expect("serializes"), &mut actual);
+    flatten(
+        "",
+        &serde_json::to_value(the_pack()).expect("serializes"),
+        &mut actual,
+    );
     let expected = expected();
     let mut mismatches = Vec::new();
     for (key, value, source) in &expected {
         match actual.get(*key) {
-            None => mismatches.push(format!("{key}: expected {value} ({source}), not in the pack")),
-            Some(found) if found != value => {
-                mismatches.push(format!("{key}: pack says {found}, 0.15.1 has {value} ({source})"))
-            }
+            None => mismatches.push(format!(
+                "{key}: expected {value} ({source}), not in the pack"
+            )),
+            Some(found) if found != value => mismatches.push(format!(
+                "{key}: pack says {found}, 0.15.1 has {value} ({source})"
+            )),
             Some(_) => {}
         }
     }
     for key in actual.keys() {
         if !expected.iter().any(|(k, _, _)| k == key) {
-            mismatches.push(format!("{key}: in the pack with no sourced figure in this test"));
+            mismatches.push(format!(
+                "{key}: in the pack with no sourced figure in this test"
+            ));
         }
     }
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
@@ -340,14 +477,24 @@ fn the_0_15_1_pack_validates() {
         ("cudagraph_mode", &d.cudagraph_mode),
         ("scheduling_policy", &d.scheduling_policy),
         ("frontend", &d.frontend),
-        ("data_parallel_load_balancing", &d.data_parallel_load_balancing),
+        (
+            "data_parallel_load_balancing",
+            &d.data_parallel_load_balancing,
+        ),
         ("all2all_backend", &d.all2all_backend),
         ("cache_dtype", &d.cache_dtype),
     ] {
         let list = p.enums.get(set).unwrap_or_else(|| panic!("no enum {set}"));
-        assert!(list.contains(value), "default {set} {value} not in {list:?}");
+        assert!(
+            list.contains(value),
+            "default {set} {value} not in {list:?}"
+        );
     }
-    for method in p.async_incompatible_spec_methods.iter().chain(&p.eagle_style_spec_methods) {
+    for method in p
+        .async_incompatible_spec_methods
+        .iter()
+        .chain(&p.eagle_style_spec_methods)
+    {
         assert!(p.enums["speculative_method"].contains(method), "{method}");
     }
     for backend in &p.sp_moe_backends {
@@ -355,10 +502,16 @@ fn the_0_15_1_pack_validates() {
     }
     // A method is either drafted EAGLE-style (async-capable) or async-incompatible.
     for method in &p.eagle_style_spec_methods {
-        assert!(!p.async_incompatible_spec_methods.contains(method), "{method}");
+        assert!(
+            !p.async_incompatible_spec_methods.contains(method),
+            "{method}"
+        );
     }
     for (key, reason) in &p.unsupported_keys {
-        assert!(reason.contains("0.15.1") && reason.len() > 40, "{key}: {reason}");
+        assert!(
+            reason.contains("0.15.1") && reason.len() > 40,
+            "{key}: {reason}"
+        );
     }
     // Batch defaults are searched in order: the last must catch every chip.
     assert_eq!(d.batch_defaults.last().map(|b| b.min_memory_gib), Some(0.0));
