@@ -147,7 +147,19 @@ def load_workload(path):
 
 class Harness:
     def __init__(self, cfg, reqs):
+        import inspect
+
         import torch
+        import vllm.platforms
+
+        # vLLM 0.15.1 picks the CPU platform only for a CPU build or macOS
+        # (vllm/platforms/__init__.py cpu_platform_plugin), not from
+        # VLLM_TARGET_DEVICE as later releases do; without it the device type
+        # cannot be inferred. Later releases detect it themselves.
+        if vllm.platforms.cpu_platform_plugin() is None:
+            from vllm.platforms.cpu import CpuPlatform
+
+            vllm.platforms._current_platform = CpuPlatform()
         from vllm.config import (
             CacheConfig,
             ModelConfig,
@@ -243,14 +255,25 @@ class Harness:
             ],
         )
         cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
+        # `hash_block_size` is newer than 0.15.1's Scheduler.__init__.
+        extra = {}
+        if "hash_block_size" in inspect.signature(cls.__init__).parameters:
+            extra["hash_block_size"] = bs
         self.sched = cls(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
             block_size=bs,
-            hash_block_size=bs,
             log_stats=False,
+            **extra,
         )
+        # 0.15.1's Request.__init__ requires `eos_token_id` (None: the
+        # requests ignore EOS); later releases dropped the argument.
+        self.request_extra = {}
+        from vllm.v1.request import Request
+
+        if "eos_token_id" in inspect.signature(Request.__init__).parameters:
+            self.request_extra["eos_token_id"] = None
         # sha256 over the pickled tokens: deterministic across processes.
         init_none_hash(sha256)
         self.block_hasher = get_request_block_hasher(bs, sha256)
@@ -272,6 +295,7 @@ class Harness:
             arrival_time=float(r["arrive_step"]),
             priority=r.get("priority", 0),
             block_hasher=self.block_hasher,
+            **self.request_extra,
         )
 
     def model_output(self, so, samples, accepted_of, verify_count):
@@ -327,6 +351,12 @@ class Harness:
             if req is None or req.is_finished():
                 continue
             ids.append(rid)
+            # The n-gram proposer drafts nothing for a request that sampled
+            # nothing, a partial prefill (NgramProposer.propose,
+            # vllm/v1/spec_decode/ngram_proposer.py).
+            if not samples[rid]:
+                drafts.append([])
+                continue
             # Placeholder token ids: the scheduler only counts them.
             drafts.append([OUTPUT_TOKEN_BASE - 1] * self.num_spec)
         if ids:
@@ -402,9 +432,17 @@ class Harness:
     def samples(self, so):
         # `is_prefill_chunk` is set in _update_after_schedule: the request
         # will not sample this step.
+        # 0.15.1 has no such flag: there the model runner samples for a
+        # request whose computed tokens reach its tokens after the step
+        # (v1/worker/gpu_model_runner.py, `discard_request_mask`).
         return {
-            rid: not self.sched.requests[rid].is_prefill_chunk
+            rid: (
+                not req.is_prefill_chunk
+                if hasattr(req, "is_prefill_chunk")
+                else req.num_computed_tokens >= req.num_tokens
+            )
             for rid in so.num_scheduled_tokens
+            for req in (self.sched.requests[rid],)
         }
 
     def describe(self, so):

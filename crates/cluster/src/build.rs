@@ -420,9 +420,10 @@ pub fn build_with_router(
         // flight (`defer_block_free`), and a producer, so a preempted
         // request's output in flight is dropped (`requires_kv_delivery`);
         // `Scheduler.__init__`, `vllm/v1/core/sched/scheduler.py`.
-        for pool in pools.iter_mut() {
-            pool.engine.defer_block_free = pool.engine.async_scheduling;
-            pool.engine.drop_stale_output = true;
+        for (pool, resolved) in pools.iter_mut().zip(&bundle.resolution.pools) {
+            let deferred = resolved.engine.deferred_block_frees;
+            pool.engine.defer_block_free = deferred && pool.engine.async_scheduling;
+            pool.engine.drop_stale_output = deferred;
         }
         let connector = deployment
             .pd_transfer

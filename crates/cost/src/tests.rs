@@ -653,6 +653,7 @@ fn every_pool_of_a_validated_deployment_gets_a_roofline() {
 fn every_built_in_chip_and_model_prices_finite_steps() {
     let models = [
         "codellama-34b",
+        "codellama-34b-instruct",
         "deepseek-v3",
         "llama-2-70b",
         "llama-2-7b",

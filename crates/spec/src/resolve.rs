@@ -59,6 +59,8 @@ pub struct EngineConfig {
     pub pad_spec_decode: crate::rules::pack::PadSpecDecode,
     /// The release's `victim_blocks_must_be_freeable`.
     pub victim_blocks_must_be_freeable: bool,
+    /// The release's `deferred_block_frees`.
+    pub deferred_block_frees: bool,
     /// Admission reserves blocks for the whole remaining prompt
     /// (`scheduler_reserve_full_isl`, `vllm/config/scheduler.py`).
     pub reserve_full_prompt: bool,
@@ -519,10 +521,16 @@ pub fn resolve_pool(
         },
     });
 
-    // Cascade attention is opt-in.
-    let mut cascade = e.disable_cascade_attn == Some(false);
-    if cascade && layout.dcp > 1 {
-        cascade = false;
+    // Cascade attention is opt-in, or opt-out where the release turns it
+    // on by default (vLLM 0.15.1).
+    // It never runs with decode-context parallelism
+    // (`use_cascade_attention` returns False); only a stated opt-in is
+    // reported as overridden.
+    let cascade = e
+        .disable_cascade_attn
+        .map_or(pack.features.cascade_attention_by_default, |off| !off)
+        && layout.dcp <= 1;
+    if e.disable_cascade_attn == Some(false) && layout.dcp > 1 {
         overrides.push(Override {
             field: "disable_cascade_attn".into(),
             requested: "false".into(),
@@ -619,6 +627,7 @@ pub fn resolve_pool(
         long_prefill_waiver_when_alone: pack.features.long_prefill_waiver_when_alone,
         pad_spec_decode: pack.features.pad_spec_decode,
         victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
+        deferred_block_frees: pack.features.deferred_block_frees,
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
         gpu_memory_utilization: gmu,

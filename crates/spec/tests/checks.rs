@@ -1459,6 +1459,44 @@ mod rule_checks {
             base(), colocated(TP8, "engram_config: {cpu_offload: true}")
             => [err("engram-config-without-engram", "pools[0].engine.engram_config")];
 
+        /// vLLM 0.15.1 has no --moe-backend, --allreduce-backend,
+        /// --dcp-comm-backend or --dcp-q-replicate flag.
+        moe_backend_on_0_15:
+            release("0.15.1"), colocated(TP8, "moe_backend: triton")
+            => [err("key-unsupported-by-release", "pools[0].engine.moe_backend")];
+        allreduce_backend_on_0_15:
+            release("0.15.1"), colocated(TP8, "allreduce_backend: nccl")
+            => [err("key-unsupported-by-release", "pools[0].engine.allreduce_backend")];
+        dcp_keys_on_0_15:
+            release("0.15.1"), colocated(DCP8, "dcp_comm_backend: a2a, dcp_q_replicate: true")
+            => [err("key-unsupported-by-release", "pools[0].engine.dcp_comm_backend"),
+                err("key-unsupported-by-release", "pools[0].engine.dcp_q_replicate")];
+        /// The same keys are flags of 0.31.0.
+        moe_backend_on_0_31:
+            base(), colocated(TP8, "moe_backend: triton, allreduce_backend: nccl")
+            => [];
+        /// No 0.15.1 attention backend supports prefill context parallelism;
+        /// its refusal replaces 0.29.0's pcp-with-dp rule.
+        pcp_on_0_15:
+            release("0.15.1"), colocated("tp: 8, pp: 1, dp: 2, pcp: 2", "")
+            => [err("key-unsupported-by-release", "pools[0].parallel.pcp"),
+                lacks("pcp-excludes-data-parallelism")];
+        /// 0.15.1 has no Rust frontend.
+        rust_frontend_on_0_15:
+            release("0.15.1"), colocated(TP8, "frontend: rust")
+            => [err("enum-values-known", "pools[0].engine.frontend")];
+        /// 0.15.1 checks the threshold against max_model_len only with
+        /// concurrent partial prefills, which it refuses; it accepts it.
+        long_prefill_above_max_model_len_on_0_15:
+            release("0.15.1"),
+            colocated(TP8, "long_prefill_token_threshold: 8192, max_model_len: 4096")
+            => [];
+        /// Cascade attention is on by default in 0.15.1: stating it is no
+        /// opt-in.
+        cascade_attention_stated_on_0_15:
+            release("0.15.1"), colocated(TP8, "disable_cascade_attn: false")
+            => [];
+
         /// External load balancing is for MoE models; Llama-3.1-8B is dense.
         external_load_balancing_on_a_dense_model:
             model("llama-3.1-8b"),

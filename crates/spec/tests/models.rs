@@ -64,6 +64,7 @@ fn parameter_counts_match_published_sizes() {
         ("llama-2-7b", 6.74e9),
         ("llama-2-70b", 69.0e9),
         ("codellama-34b", 33.7e9),
+        ("codellama-34b-instruct", 33.7e9),
         ("mixtral-8x7b", 46.7e9),
         ("qwen3-14b", 14.8e9),
         ("qwen3-30b-a3b", 30.5e9),
@@ -128,6 +129,54 @@ impl Files for Disk {
             .unwrap_or_default();
         names.sort();
         names
+    }
+}
+
+/// The models of the inference-sim real runs against inference-sim's own
+/// copies of their `config.json` (`blis-data/model_configs/`), loaded as a
+/// user catalog: every derived figure, the weight dtype included, agrees.
+#[test]
+fn real_run_models_agree_with_inference_sims_config_json() {
+    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
+        eprintln!("skipped: PDSIM_SHARED is not set");
+        return;
+    };
+    let configs =
+        std::path::Path::new(&shared).join("reference/inference-sim/blis-data/model_configs");
+    assert!(configs.is_dir(), "PDSIM_SHARED={shared} has no {configs:?}");
+    let pairs = [
+        ("llama-2-7b", "llama-2-7b-hf"),
+        ("codellama-34b-instruct", "codellama-34b-instruct-hf"),
+        ("codellama-34b", "codellama-34b-instruct-hf"),
+    ];
+    let mut files = MemoryFiles::new();
+    for (_, reference) in pairs {
+        let path = configs.join(reference).join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        files.insert(&format!("cat/models/{reference}/config.json"), &text);
+    }
+    let catalog = Catalog::new(&files, vec!["cat".into()]);
+    for (ours, reference) in pairs {
+        let real = match catalog.model(reference) {
+            Ok(entry) => entry.value,
+            Err(e) => panic!("reference config {reference} does not load: {e:?}"),
+        };
+        let mine = builtin(ours);
+        assert_eq!(mine.layers, real.layers, "{ours} layers");
+        assert_eq!(mine.hidden_size, real.hidden_size, "{ours} hidden");
+        assert_eq!(mine.attention, real.attention, "{ours} attention");
+        assert_eq!(
+            mine.intermediate_size, real.intermediate_size,
+            "{ours} intermediate"
+        );
+        assert_eq!(mine.vocab_size, real.vocab_size, "{ours} vocab");
+        assert_eq!(
+            mine.max_position_embeddings, real.max_position_embeddings,
+            "{ours} window"
+        );
+        assert_eq!(mine.weight_bits, real.weight_bits, "{ours} dtype");
+        assert_eq!(mine.params, real.params, "{ours} parameter counts");
     }
 }
 

@@ -58,6 +58,7 @@ pub const RULE_CODES: &[&str] = &[
     "max-model-len-exceeds-model",
     "weights-exceed-memory",
     "kv-capacity-below-max-model-len",
+    "key-unsupported-by-release",
 ];
 
 /// Runs every rule of the pack.
@@ -167,6 +168,30 @@ fn pool_rules(
     let features = &ctx.pack.features;
     let model = ctx.model;
     let at = |key: &str| format!("pools[{index}].{key}");
+
+    // Keys this release has no flag or no support for.
+    for (key, reason) in &ctx.pack.unsupported_keys {
+        let stated = match key.as_str() {
+            "engine.allreduce_backend" => e.allreduce_backend.clone(),
+            "engine.dcp_comm_backend" => e.dcp_comm_backend.clone(),
+            "engine.dcp_q_replicate" => e.dcp_q_replicate.map(|v| v.to_string()),
+            "engine.moe_backend" => e.moe_backend.clone(),
+            "parallel.pcp" => (p.pcp > 1).then(|| p.pcp.to_string()),
+            // `pack::tests::unsupported_keys_are_checkable` keeps the packs
+            // to the keys above.
+            _ => None,
+        };
+        if let Some(value) = stated {
+            problems.push(ctx.source.error(
+                &at(key),
+                "key-unsupported-by-release",
+                format!(
+                    "{key}: {value} is not accepted by {}: {reason}",
+                    ctx.pack.name
+                ),
+            ));
+        }
+    }
 
     // Names this release knows.
     let hard: [(&str, &str, Option<&String>, &str); 9] = [
@@ -385,7 +410,7 @@ fn pool_rules(
             ),
         ));
     }
-    if e.disable_cascade_attn == Some(false) {
+    if e.disable_cascade_attn == Some(false) && !features.cascade_attention_by_default {
         problems.push(ctx.source.warning(
             &at("engine.disable_cascade_attn"),
             "cascade-attention-is-opt-in",
@@ -436,10 +461,12 @@ fn pool_rules(
     // The engine compares the threshold with max_model_len as it resolved
     // it: stated, fitted (`auto`) or the model's whole window.
     let resolved_len = resolved.kv.max_model_len;
-    if let Some(threshold) = e
-        .long_prefill_token_threshold
-        .filter(|t| *t > 0 && resolved_len > 0 && *t as u64 > resolved_len)
-    {
+    if let Some(threshold) = e.long_prefill_token_threshold.filter(|t| {
+        features.long_prefill_refused_above_max_model_len
+            && *t > 0
+            && resolved_len > 0
+            && *t as u64 > resolved_len
+    }) {
         problems.push(ctx.source.error(
             &at("engine.long_prefill_token_threshold"),
             "long-prefill-above-max-model-len",

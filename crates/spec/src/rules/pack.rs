@@ -21,6 +21,12 @@ pub struct RulesPack {
     /// Drafters that keep their own KV and reserve lookahead slots.
     pub eagle_style_spec_methods: Vec<String>,
     pub custom_allreduce_world_sizes: Vec<u64>,
+    /// Deployment keys (relative to a pool, e.g. `engine.moe_backend`) the
+    /// release has no flag or no support for, each with the reason and its
+    /// source. Stating one is an error (`key-unsupported-by-release`). Every
+    /// key must be one of [`UNSUPPORTABLE_KEYS`].
+    #[serde(default)]
+    pub unsupported_keys: BTreeMap<String, String>,
     pub features: Features,
     pub defaults: Defaults,
     pub memory: MemoryDefaults,
@@ -57,6 +63,22 @@ pub struct Features {
     /// `vllm/v1/core/sched/scheduler.py`); without it the victim is
     /// preempted and its blocks come back when that step is processed.
     pub victim_blocks_must_be_freeable: bool,
+    /// Under async scheduling with a consuming KV connector, frees wait for
+    /// the steps in flight (`defer_block_free`), and a preempted request's
+    /// output in flight is stale (`num_stale_output_tokens`), in
+    /// `vllm/v1/core/sched/scheduler.py`. vLLM 0.15.1 has neither.
+    #[serde(default = "yes")]
+    pub deferred_block_frees: bool,
+    /// The release refuses a `long_prefill_token_threshold` above
+    /// `max_model_len`. vLLM 0.15.1 checks it only with concurrent partial
+    /// prefills, which it does not support, so it accepts the threshold.
+    #[serde(default = "yes")]
+    pub long_prefill_refused_above_max_model_len: bool,
+    /// Cascade attention is on unless `disable_cascade_attn` says otherwise
+    /// (vLLM 0.15.1's `ModelConfig.disable_cascade_attn` defaults to False);
+    /// off, it is opt-in.
+    #[serde(default)]
+    pub cascade_attention_by_default: bool,
 }
 
 /// The condition of `pad_spec_decode`, beyond a one-token request, a fixed
@@ -75,6 +97,20 @@ pub enum PadSpecDecode {
     /// `scheduled_running_reqs or num_computed_tokens > 0`).
     WithRunningOrComputed,
 }
+
+fn yes() -> bool {
+    true
+}
+
+/// The deployment keys a pack may list in `unsupported_keys`: the rule knows
+/// how to tell whether each is stated.
+pub const UNSUPPORTABLE_KEYS: &[&str] = &[
+    "engine.allreduce_backend",
+    "engine.dcp_comm_backend",
+    "engine.dcp_q_replicate",
+    "engine.moe_backend",
+    "parallel.pcp",
+];
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -122,7 +158,7 @@ pub struct MemoryDefaults {
     pub cudagraph_bytes_per_size: u64,
     /// vllm-rbln's own KV sizing, which replaces the profile-run model
     /// (`non_torch_bytes`, `cudagraph_bytes_per_size`) when present.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rbln_estimate: Option<RblnEstimateRules>,
 }
 
@@ -161,6 +197,10 @@ pub struct RblnEstimateRules {
 }
 
 const PACKS: &[(&str, &str)] = &[
+    (
+        "vllm-0.15.1.yaml",
+        include_str!("../../rules/vllm-0.15.1.yaml"),
+    ),
     (
         "vllm-0.29.0.yaml",
         include_str!("../../rules/vllm-0.29.0.yaml"),
@@ -210,10 +250,28 @@ mod tests {
     #[test]
     fn every_pack_loads() {
         let packs = super::all();
-        assert_eq!(packs.len(), 3);
+        assert_eq!(packs.len(), 4);
+        assert!(super::for_version("0.15.1").is_some());
         assert!(super::for_version("0.29.0").is_some());
         assert!(super::for_version("0.31.0").is_some());
         assert!(super::for_version("vllm-rbln-0.12.0").is_some());
         assert!(super::for_version("0.30.0").is_none());
+        assert!(super::for_version("0.15.0").is_none());
+    }
+
+    /// Every key a pack calls unsupported is one the rule can check, so a
+    /// misspelt key cannot silently refuse nothing.
+    #[test]
+    fn unsupported_keys_are_checkable() {
+        for pack in super::all() {
+            for key in pack.unsupported_keys.keys() {
+                assert!(
+                    super::UNSUPPORTABLE_KEYS.contains(&key.as_str()),
+                    "{}: `{key}` is not one of {:?}",
+                    pack.name,
+                    super::UNSUPPORTABLE_KEYS
+                );
+            }
+        }
     }
 }
