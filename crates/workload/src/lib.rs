@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 mod azure;
+mod inference_perf;
 mod lines;
 mod mooncake;
 mod sniff;
@@ -48,6 +49,10 @@ mod synthetic;
 mod tracev2;
 
 pub use azure::AzureReader;
+pub use inference_perf::{
+    AIOHTTP_DEFAULT_TIMEOUT_S, DEFAULT_MAX_TOKENS, IP_QUESTION_SALT, IP_RANDOM_SALT,
+    IP_SONNET_SALT, IP_SYSTEM_SALT, InferencePerf, StagePlan,
+};
 pub use mooncake::{MOONCAKE_BLOCK_TOKENS, MooncakeReader};
 pub use sniff::{TraceFormat, TraceReader};
 pub use synthetic::Synthetic;
