@@ -230,6 +230,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
                         check: args.check,
                         slo,
                         gpu_hour_usd: args.slo.gpu_hour_usd,
+                        stages: &load.stages,
                     },
                     &mut Fanout(sinks),
                 )

@@ -391,6 +391,9 @@ fn search(
                 check: false,
                 slo,
                 gpu_hour_usd: args.slo.gpu_hour_usd,
+                // Rates are searched by scaling the arrivals, which moves
+                // requests across the stages' times: no per-stage results.
+                stages: &[],
             },
             &mut pdsim_report::Fanout(Vec::new()),
         )?;

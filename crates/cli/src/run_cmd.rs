@@ -107,6 +107,9 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
             seed: args.seed,
         },
     )?;
+    for note in &source.notes {
+        eprintln!("{note}");
+    }
     let slo = args.slo.plan(&prepared, source.names.clone())?;
 
     let out = args.out.clone().unwrap_or_else(|| {
@@ -156,6 +159,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
                 check: args.check,
                 slo,
                 gpu_hour_usd: args.slo.gpu_hour_usd,
+                stages: &source.stages,
             },
             &mut Fanout(sinks),
         )
