@@ -358,9 +358,13 @@ pub fn open_source(
         }
         _ => {
             let text = embedded(Path::new(DEFAULT_TRACE)).unwrap_or_default();
-            let reader =
-                TraceReader::sniff(std::io::Cursor::new(text.as_bytes()), DEFAULT_TRACE, None, 0)
-                    .map_err(|e| failure(1, e))?;
+            let reader = TraceReader::sniff(
+                std::io::Cursor::new(text.as_bytes()),
+                DEFAULT_TRACE,
+                None,
+                0,
+            )
+            .map_err(|e| failure(1, e))?;
             Ok((tapped(DEFAULT_TRACE.to_string(), reader), None))
         }
     }

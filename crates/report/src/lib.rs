@@ -662,7 +662,11 @@ impl Aggregator {
             .iter()
             .map(|st| {
                 let span_ns = st.last_finish_ns.saturating_sub(st.first_arrival_ns);
-                let span_s = if st.seen > 0 { span_ns as f64 / 1e9 } else { 0.0 };
+                let span_s = if st.seen > 0 {
+                    span_ns as f64 / 1e9
+                } else {
+                    0.0
+                };
                 let per_s = |x: u64| if span_s > 0.0 { x as f64 / span_s } else { 0.0 };
                 let h = st.histograms.as_deref();
                 let lat = |f: fn(&StageHistograms) -> &Histogram<u64>| {

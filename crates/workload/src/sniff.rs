@@ -167,7 +167,12 @@ impl<R: BufRead> TraceReader<R> {
                     .take(MAX_DOCUMENT_BYTES + 1)
                     .read_to_string(&mut text)
                     .map_err(|e| {
-                        TraceError::new(name, 0, None, format!("cannot read the configuration: {e}"))
+                        TraceError::new(
+                            name,
+                            0,
+                            None,
+                            format!("cannot read the configuration: {e}"),
+                        )
                     })?;
                 if read as u64 > MAX_DOCUMENT_BYTES {
                     return Err(TraceError::new(
@@ -299,7 +304,11 @@ mod tests {
             ),
             ("a.jsonl", b"", TraceFormat::Mooncake),
             ("config.yml", b"", TraceFormat::InferencePerf),
-            ("c.txt", b"# load test\napi:\n  type: completion\n", TraceFormat::InferencePerf),
+            (
+                "c.txt",
+                b"# load test\napi:\n  type: completion\n",
+                TraceFormat::InferencePerf,
+            ),
             (
                 "profile",
                 b"{\"api\":{\"streaming\":true},\"load\":{}}\n",
@@ -328,7 +337,8 @@ mod tests {
     #[test]
     fn sniffing_consumes_nothing() {
         let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n";
-        let reader = TraceReader::sniff(BufReader::new(text.as_bytes()), "az.csv", None, 0).unwrap();
+        let reader =
+            TraceReader::sniff(BufReader::new(text.as_bytes()), "az.csv", None, 0).unwrap();
         assert_eq!(reader.format(), TraceFormat::Azure);
         assert_eq!(reader.count(), 1);
         let e = TraceReader::new(TraceFormat::TraceV2, text.as_bytes(), "t.csv", None, 0)
