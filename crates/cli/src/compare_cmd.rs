@@ -175,8 +175,11 @@ fn compare(args: &Args) -> Result<(), Failure> {
             crate::session::DefaultWorkload::Shape(..)
         );
     let mut loads: Vec<Loaded> = Vec::new();
+    // An inference-perf configuration (a source with load stages) draws
+    // its shuffle, arrivals and lengths from the seed, as a shape does.
+    let mut per_seed = synthetic;
     for (i, seed) in seeds.iter().enumerate() {
-        if i == 0 || synthetic {
+        if i == 0 || per_seed {
             loads.push(load_all(
                 &prepared[0],
                 &WorkloadChoice {
@@ -186,6 +189,12 @@ fn compare(args: &Args) -> Result<(), Failure> {
                     seed: *seed,
                 },
             )?);
+            if i == 0 {
+                for note in &loads[0].notes {
+                    eprintln!("{note}");
+                }
+                per_seed |= !loads[0].stages.is_empty();
+            }
         }
     }
     let names: Vec<String> = prepared.iter().map(|p| p.deployment.clone()).collect();
@@ -205,7 +214,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
             .par_iter()
             .map(|&(d, s)| {
                 let p = &prepared[d];
-                let load = &loads[if synthetic { s } else { 0 }];
+                let load = &loads[if per_seed { s } else { 0 }];
                 let slo = args.slo.plan(p, ClassNames::new(&load.names))?;
                 let dir = format!("runs/{}/seed{}", folders[d], seeds[s]);
                 let mut csv = CsvSink::new(staging.file(&format!("{dir}/requests.csv"))?);

@@ -531,6 +531,9 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
             seed: args.seed,
         },
     )?;
+    for note in &loaded.notes {
+        eprintln!("{note}");
+    }
     if let Some(n) = args.max_requests {
         if n > loaded.specs.len() {
             eprintln!(

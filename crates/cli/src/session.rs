@@ -377,14 +377,14 @@ pub struct Loaded {
     pub names: Vec<String>,
     pub file: Option<PathBuf>,
     pub stages: Vec<StagePlan>,
+    /// What the source approximates, for the command to print once.
+    pub notes: Vec<String>,
 }
 
 pub fn load_all(p: &Prepared, choice: &WorkloadChoice) -> Result<Loaded, Failure> {
     let (source, file) = open_source(p, choice)?;
-    for note in &source.notes {
-        eprintln!("{note}");
-    }
     let stages = source.stages.clone();
+    let notes = source.notes.clone();
     let specs = source
         .requests
         .collect::<Result<Vec<_>, _>>()
@@ -396,6 +396,7 @@ pub fn load_all(p: &Prepared, choice: &WorkloadChoice) -> Result<Loaded, Failure
         names,
         file,
         stages,
+        notes,
     })
 }
 

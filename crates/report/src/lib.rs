@@ -1153,3 +1153,99 @@ pub fn render_text(summary: &Summary) -> String {
     ));
     out
 }
+
+#[cfg(test)]
+mod stage_tests {
+    use super::{Aggregator, RunInfo};
+    use pdsim_cluster::{Outcome, RecordSink, RequestRecord, RunStats};
+    use pdsim_core::{RequestId, SimTime};
+    use pdsim_workload::StagePlan;
+
+    fn plan(index: u16, first_request: u64, requests: u64) -> StagePlan {
+        StagePlan {
+            index,
+            rate_per_s: 1.0,
+            duration_s: requests,
+            requests,
+            first_request,
+        }
+    }
+
+    /// A request numbered `line` that arrived at `arrival_ms`, had its first
+    /// token 10 ms later and its second 5 ms after that.
+    fn done(line: u64, arrival_ms: u64) -> RequestRecord {
+        let mut r = RequestRecord::arrived(
+            RequestId(line as u32),
+            line,
+            0,
+            SimTime::from_ms(arrival_ms),
+            100,
+            (0, 0, 0),
+        );
+        r.first_token = Some(SimTime::from_ms(arrival_ms + 10));
+        r.last_token = Some(SimTime::from_ms(arrival_ms + 15));
+        r.finished = SimTime::from_ms(arrival_ms + 15);
+        r.output_tokens = 2;
+        r
+    }
+
+    fn info() -> RunInfo {
+        RunInfo {
+            scenario: "s".into(),
+            deployment: "d".into(),
+            trace: "t".into(),
+            seed: 0,
+            router: "r".into(),
+            engines: 1,
+            gpus: 1,
+            pools: Vec::new(),
+            gpu_hour_usd: None,
+        }
+    }
+
+    #[test]
+    fn records_and_gaps_count_in_the_stage_of_their_request_number() {
+        // Stage 0 holds requests 1–2, stage 1 requests 3–5.
+        let mut a = Aggregator::default().with_stages(&[plan(0, 1, 2), plan(1, 3, 3)]);
+        for (line, at) in [(1, 0), (2, 1000), (3, 5000), (4, 6000)] {
+            let r = done(line, at);
+            a.emission_of(&r, 5_000_000, 1);
+            a.record(&r);
+        }
+        let mut rejected =
+            RequestRecord::arrived(RequestId(5), 5, 0, SimTime::from_ms(7000), 100, (0, 0, 0));
+        rejected.outcome = Outcome::Rejected;
+        a.record(&rejected);
+        // A request numbered outside every stage counts only in the run.
+        a.record(&done(9, 8000));
+        let s = a.summary(&RunStats::default(), info());
+        assert_eq!(s.stages.len(), 2);
+        let (s0, s1) = (&s.stages[0], &s.stages[1]);
+        assert_eq!((s0.count, s0.completed, s0.rejected), (2, 2, 0));
+        assert_eq!((s1.count, s1.completed, s1.rejected), (3, 2, 1));
+        assert_eq!((s0.ttft_ms.count, s1.ttft_ms.count), (2, 2));
+        assert_eq!((s0.itl_ms.count, s1.itl_ms.count), (2, 2));
+        assert!((s0.ttft_ms.mean - 10.0).abs() < 0.01);
+        assert!((s1.itl_ms.p50 - 5.0).abs() < 0.01);
+        // Stage 0 spans 0 to 1.015 s: 2 requests in 1.015 s.
+        assert!((s0.span_s - 1.015).abs() < 1e-9);
+        assert!((s0.requests_per_s - 2.0 / 1.015).abs() < 1e-9);
+        // Stage 1 spans its first arrival (5 s) to its last finish (7 s).
+        assert!((s1.span_s - 2.0).abs() < 1e-9, "{}", s1.span_s);
+        // The whole run saw all six.
+        assert_eq!(s.ttft_ms.count, 5);
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"stages\":[{\"index\":0"));
+    }
+
+    #[test]
+    fn without_stages_the_summary_has_no_stages_key() {
+        let mut a = Aggregator::default();
+        a.record(&done(1, 0));
+        let s = a.summary(&RunStats::default(), info());
+        assert!(s.stages.is_empty());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(!json.contains("stages"));
+        assert!(!super::render_text(&s).contains("stage "));
+    }
+}

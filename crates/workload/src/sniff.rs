@@ -225,6 +225,16 @@ impl<R: BufRead> TraceReader<R> {
         }
     }
 
+    /// The client's per-request timeout in seconds of an inference-perf
+    /// configuration (`load.request_timeout`, else aiohttp's 300 s); `None`
+    /// for the recorded traces, whose rows carry their own deadlines if any.
+    pub fn client_timeout_s(&self) -> Option<f64> {
+        match self {
+            TraceReader::InferencePerf(r) => Some(r.client_timeout_s()),
+            _ => None,
+        }
+    }
+
     /// What the reader approximates, one message each, for the run to print
     /// (only an inference-perf configuration has any).
     pub fn notes(&self) -> &[String] {
