@@ -24,7 +24,8 @@ pub struct Args {
     /// The deployments to compare (the first is the baseline for deltas).
     #[arg(required = true, value_name = "DEPLOYMENT")]
     deployments: Vec<PathBuf>,
-    /// A trace (default: the scenario's workload, else the bundled trace).
+    /// A trace, or an inference-perf configuration (default: the scenario's workload, else the
+    /// bundled trace).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Requests per second, for a scenario whose workload is a shape.

@@ -57,7 +57,8 @@ pub struct PlanArgs {
     /// divide a node's GPUs) for all pools of each candidate.
     #[arg(long)]
     vary_parallel: bool,
-    /// A trace (default: the scenario's workload, else the bundled trace).
+    /// A trace, or an inference-perf configuration (default: the scenario's workload, else the
+    /// bundled trace).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Use only the first N requests of the trace.

@@ -117,7 +117,11 @@ fn inference_perf_keys(head: &[u8]) -> bool {
         return false;
     };
     let key = if let Some(rest) = first.strip_prefix(b"{") {
-        let rest = rest.trim_ascii_start();
+        // Pretty-printed JSON puts the first key on the next line.
+        let rest = match rest.trim_ascii_start() {
+            b"" => lines.next().unwrap_or_default(),
+            rest => rest,
+        };
         let Some(rest) = rest.strip_prefix(b"\"") else {
             return false;
         };
@@ -328,6 +332,11 @@ mod tests {
                 "m.jsonl",
                 b"{\"timestamp\": 0, \"input_length\": 3}\n",
                 TraceFormat::Mooncake,
+            ),
+            (
+                "c.json",
+                b"{\n  \"load\": {\"stages\": []}\n}\n",
+                TraceFormat::InferencePerf,
             ),
         ];
         for (name, head, format) in cases {
