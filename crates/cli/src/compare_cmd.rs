@@ -24,7 +24,8 @@ pub struct Args {
     /// The deployments to compare (the first is the baseline for deltas).
     #[arg(required = true, value_name = "DEPLOYMENT")]
     deployments: Vec<PathBuf>,
-    /// A trace (default: the scenario's workload, else the bundled trace).
+    /// A trace, or an inference-perf configuration (default: the scenario's workload, else the
+    /// bundled trace).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Requests per second, for a scenario whose workload is a shape.
@@ -175,8 +176,11 @@ fn compare(args: &Args) -> Result<(), Failure> {
             crate::session::DefaultWorkload::Shape(..)
         );
     let mut loads: Vec<Loaded> = Vec::new();
+    // An inference-perf configuration (a source with load stages) draws
+    // its shuffle, arrivals and lengths from the seed, as a shape does.
+    let mut per_seed = synthetic;
     for (i, seed) in seeds.iter().enumerate() {
-        if i == 0 || synthetic {
+        if i == 0 || per_seed {
             loads.push(load_all(
                 &prepared[0],
                 &WorkloadChoice {
@@ -186,6 +190,12 @@ fn compare(args: &Args) -> Result<(), Failure> {
                     seed: *seed,
                 },
             )?);
+            if i == 0 {
+                for note in &loads[0].notes {
+                    eprintln!("{note}");
+                }
+                per_seed |= !loads[0].stages.is_empty();
+            }
         }
     }
     let names: Vec<String> = prepared.iter().map(|p| p.deployment.clone()).collect();
@@ -205,7 +215,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
             .par_iter()
             .map(|&(d, s)| {
                 let p = &prepared[d];
-                let load = &loads[if synthetic { s } else { 0 }];
+                let load = &loads[if per_seed { s } else { 0 }];
                 let slo = args.slo.plan(p, ClassNames::new(&load.names))?;
                 let dir = format!("runs/{}/seed{}", folders[d], seeds[s]);
                 let mut csv = CsvSink::new(staging.file(&format!("{dir}/requests.csv"))?);
@@ -230,6 +240,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
                         check: args.check,
                         slo,
                         gpu_hour_usd: args.slo.gpu_hour_usd,
+                        stages: &load.stages,
                     },
                     &mut Fanout(sinks),
                 )

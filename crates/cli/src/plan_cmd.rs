@@ -57,7 +57,8 @@ pub struct PlanArgs {
     /// divide a node's GPUs) for all pools of each candidate.
     #[arg(long)]
     vary_parallel: bool,
-    /// A trace (default: the scenario's workload, else the bundled trace).
+    /// A trace, or an inference-perf configuration (default: the scenario's workload, else the
+    /// bundled trace).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Use only the first N requests of the trace.
@@ -391,6 +392,9 @@ fn search(
                 check: false,
                 slo,
                 gpu_hour_usd: args.slo.gpu_hour_usd,
+                // Rates are searched by scaling the arrivals, which moves
+                // requests across the stages' times: no per-stage results.
+                stages: &[],
             },
             &mut pdsim_report::Fanout(Vec::new()),
         )?;
@@ -528,6 +532,9 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
             seed: args.seed,
         },
     )?;
+    for note in &loaded.notes {
+        eprintln!("{note}");
+    }
     if let Some(n) = args.max_requests {
         if n > loaded.specs.len() {
             eprintln!(

@@ -26,7 +26,8 @@ pub struct Args {
     /// The Deployment (default: the built-in eight single-GPU colocated engines).
     #[arg(long, value_name = "FILE")]
     deployment: Option<PathBuf>,
-    /// A trace: Mooncake JSONL, TraceV2 CSV (header from the scenario) or Azure 2023 CSV.
+    /// A trace: Mooncake JSONL, TraceV2 CSV (header from the scenario), Azure 2023 CSV, or an
+    /// inference-perf configuration (YAML, or its one-line JSON profile).
     /// Default: the scenario's workload, else the bundled default trace.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -107,6 +108,9 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
             seed: args.seed,
         },
     )?;
+    for note in &source.notes {
+        eprintln!("{note}");
+    }
     let slo = args.slo.plan(&prepared, source.names.clone())?;
 
     let out = args.out.clone().unwrap_or_else(|| {
@@ -156,6 +160,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
                 check: args.check,
                 slo,
                 gpu_hour_usd: args.slo.gpu_hour_usd,
+                stages: &source.stages,
             },
             &mut Fanout(sinks),
         )

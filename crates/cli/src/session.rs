@@ -7,7 +7,7 @@ use pdsim_report::series::{PoolSeries, SeriesSink};
 use pdsim_report::{Aggregator, ClassNames, Metric, PoolInfo, RunInfo, Slo, SloPlan, Summary};
 use pdsim_spec::files::{FileKind, Files, ReadError};
 use pdsim_spec::validate::{Request, validate};
-use pdsim_workload::{RequestSource, RequestSpec, Synthetic, TraceError, TraceReader};
+use pdsim_workload::{RequestSource, RequestSpec, StagePlan, Synthetic, TraceError, TraceReader};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::BufReader;
@@ -248,6 +248,11 @@ pub struct Source {
     pub label: String,
     pub requests: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>> + Send>,
     pub names: ClassNames,
+    /// The source's load stages (an inference-perf configuration's), for
+    /// per-stage results; empty for traces and shapes.
+    pub stages: Vec<StagePlan>,
+    /// What the source approximates, to print before the run.
+    pub notes: Vec<String>,
 }
 
 /// Tells the SLO class names a streamed source has learnt after each row.
@@ -277,6 +282,8 @@ where
             names: names.clone(),
         }),
         names,
+        stages: Vec::new(),
+        notes: Vec::new(),
     }
 }
 
@@ -326,9 +333,14 @@ pub fn open_source(
             Err(e) => return Err(failure(2, format!("{}: {e}", path.display()))),
         };
         let name = path.display().to_string();
-        let reader =
-            TraceReader::sniff(BufReader::new(file), &name, header).map_err(|e| failure(1, e))?;
-        return Ok((tapped(name, reader), Some(path)));
+        let reader = TraceReader::sniff(BufReader::new(file), &name, header, choice.seed)
+            .map_err(|e| failure(1, e))?;
+        let stages = reader.stages().to_vec();
+        let notes = reader.notes().to_vec();
+        let mut source = tapped(name, reader);
+        source.stages = stages;
+        source.notes = notes;
+        return Ok((source, Some(path)));
     }
     match &p.workload {
         DefaultWorkload::Shape(name, shape) => {
@@ -346,9 +358,13 @@ pub fn open_source(
         }
         _ => {
             let text = embedded(Path::new(DEFAULT_TRACE)).unwrap_or_default();
-            let reader =
-                TraceReader::sniff(std::io::Cursor::new(text.as_bytes()), DEFAULT_TRACE, None)
-                    .map_err(|e| failure(1, e))?;
+            let reader = TraceReader::sniff(
+                std::io::Cursor::new(text.as_bytes()),
+                DEFAULT_TRACE,
+                None,
+                0,
+            )
+            .map_err(|e| failure(1, e))?;
             Ok((tapped(DEFAULT_TRACE.to_string(), reader), None))
         }
     }
@@ -360,10 +376,15 @@ pub struct Loaded {
     pub specs: Vec<RequestSpec>,
     pub names: Vec<String>,
     pub file: Option<PathBuf>,
+    pub stages: Vec<StagePlan>,
+    /// What the source approximates, for the command to print once.
+    pub notes: Vec<String>,
 }
 
 pub fn load_all(p: &Prepared, choice: &WorkloadChoice) -> Result<Loaded, Failure> {
     let (source, file) = open_source(p, choice)?;
+    let stages = source.stages.clone();
+    let notes = source.notes.clone();
     let specs = source
         .requests
         .collect::<Result<Vec<_>, _>>()
@@ -374,6 +395,8 @@ pub fn load_all(p: &Prepared, choice: &WorkloadChoice) -> Result<Loaded, Failure
         specs,
         names,
         file,
+        stages,
+        notes,
     })
 }
 
@@ -469,6 +492,9 @@ pub struct How<'a> {
     pub check: bool,
     pub slo: SloPlan,
     pub gpu_hour_usd: Option<f64>,
+    /// The source's load stages, for per-stage results (none: no
+    /// breakdown, and the summary is as without stages).
+    pub stages: &'a [StagePlan],
 }
 
 /// Runs `requests` through the prepared cluster; `extra` also sees every
@@ -485,8 +511,9 @@ pub fn simulate(
         check,
         slo,
         gpu_hour_usd,
+        stages,
     } = how;
-    let mut aggregator = Aggregator::with_slo(slo);
+    let mut aggregator = Aggregator::with_slo(slo).with_stages(stages);
     let mut series: SeriesSink<std::io::Sink> =
         SeriesSink::new(p.pools.iter().map(|x| x.name.clone()).collect(), None);
     let result = {

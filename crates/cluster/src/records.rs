@@ -76,6 +76,12 @@ pub trait RecordSink {
     /// A request got `tokens` more output tokens `gap` after its previous
     /// ones (not called for the first token).
     fn emission(&mut self, gap_ns: u64, tokens: u32);
+    /// [`RecordSink::emission`] with the record of the request emitting,
+    /// as it stands (for sinks that break results down by request, such
+    /// as per load stage); by default only the emission is passed on.
+    fn emission_of(&mut self, _record: &RequestRecord, gap_ns: u64, tokens: u32) {
+        self.emission(gap_ns, tokens);
+    }
     /// A link's utilisation over one window of [`LINK_WINDOW_NS`]: which
     /// GPU it belongs to, what kind it is, and the share of its capacity
     /// used. Windows come in time order; idle links are left out.

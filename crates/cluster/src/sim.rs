@@ -1512,7 +1512,7 @@ impl<'a> Sim<'a> {
                 true
             }
             Some(last) => {
-                sink.emission(self.now.since(last).as_ns(), tokens);
+                sink.emission_of(&f.record, self.now.since(last).as_ns(), tokens);
                 false
             }
         };

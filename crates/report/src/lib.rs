@@ -63,6 +63,45 @@ pub struct Aggregator {
     any: bool,
     slo: SloPlan,
     goodput: slo::GoodputCounter,
+    /// Per load stage, when the source has stages (an inference-perf
+    /// configuration); empty otherwise, and then nothing else changes.
+    stages: Vec<StageAggregate>,
+}
+
+/// One load stage's share of the run: its plan and the latencies of the
+/// requests it sent. Histograms are made on the stage's first record, so a
+/// configuration with many stages costs memory only for those that ran.
+struct StageAggregate {
+    plan: pdsim_workload::StagePlan,
+    seen: u64,
+    completed: u64,
+    rejected: u64,
+    aborted: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    first_arrival_ns: u64,
+    last_finish_ns: u64,
+    histograms: Option<Box<StageHistograms>>,
+}
+
+struct StageHistograms {
+    ttft_ns: Histogram<u64>,
+    tpot_ns: Histogram<u64>,
+    itl_ns: Histogram<u64>,
+    e2e_ns: Histogram<u64>,
+}
+
+impl StageAggregate {
+    fn histograms(&mut self) -> &mut StageHistograms {
+        self.histograms.get_or_insert_with(|| {
+            Box::new(StageHistograms {
+                ttft_ns: histogram(),
+                tpot_ns: histogram(),
+                itl_ns: histogram(),
+                e2e_ns: histogram(),
+            })
+        })
+    }
 }
 
 /// The longest latency a histogram tracks exactly: about 2.8 hours in
@@ -98,6 +137,7 @@ impl Default for Aggregator {
             any: false,
             slo: SloPlan::default(),
             goodput: slo::GoodputCounter::default(),
+            stages: Vec::new(),
         }
     }
 }
@@ -120,6 +160,39 @@ impl Aggregator {
             slo,
             ..Aggregator::default()
         }
+    }
+
+    /// Also breaks the results down by the source's load `stages`
+    /// (`summary.json` `stages`, the text summary and the report): each
+    /// request counts in the stage whose request numbers hold its
+    /// `source_line`. Without stages the summary is what it was.
+    pub fn with_stages(mut self, stages: &[pdsim_workload::StagePlan]) -> Aggregator {
+        self.stages = stages
+            .iter()
+            .map(|plan| StageAggregate {
+                plan: plan.clone(),
+                seen: 0,
+                completed: 0,
+                rejected: 0,
+                aborted: 0,
+                input_tokens: 0,
+                output_tokens: 0,
+                first_arrival_ns: u64::MAX,
+                last_finish_ns: 0,
+                histograms: None,
+            })
+            .collect();
+        self
+    }
+
+    /// The stage holding request number `source_line`, if any.
+    fn stage_of(&mut self, source_line: u64) -> Option<&mut StageAggregate> {
+        // Stages are in request-number order.
+        let i = self
+            .stages
+            .partition_point(|s| s.plan.first_request <= source_line);
+        let stage = self.stages.get_mut(i.checked_sub(1)?)?;
+        stage.plan.contains(source_line).then_some(stage)
     }
 
     fn histogram(&self, metric: Metric) -> Cow<'_, Histogram<u64>> {
@@ -169,6 +242,35 @@ fn record(h: &mut Histogram<u64>, value: u64) {
 
 impl RecordSink for Aggregator {
     fn record(&mut self, r: &RequestRecord) {
+        if !self.stages.is_empty()
+            && let Some(stage) = self.stage_of(r.source_line)
+        {
+            stage.seen += 1;
+            stage.first_arrival_ns = stage.first_arrival_ns.min(r.arrival.as_ns());
+            stage.last_finish_ns = stage.last_finish_ns.max(r.finished.as_ns());
+            match r.outcome {
+                Outcome::Completed => {
+                    stage.completed += 1;
+                    stage.input_tokens += r.prompt_tokens as u64;
+                    stage.output_tokens += r.output_tokens as u64;
+                    let h = stage.histograms();
+                    if let Some(first) = r.first_token {
+                        record(&mut h.ttft_ns, first.since(r.arrival).as_ns());
+                        if let Some(last) = r.last_token
+                            && r.output_tokens > 1
+                        {
+                            record(
+                                &mut h.tpot_ns,
+                                last.since(first).as_ns() / (r.output_tokens as u64 - 1),
+                            );
+                        }
+                    }
+                    record(&mut h.e2e_ns, r.finished.since(r.arrival).as_ns());
+                }
+                Outcome::Rejected => stage.rejected += 1,
+                Outcome::Aborted => stage.aborted += 1,
+            }
+        }
         self.any = true;
         self.first_arrival_ns = self.first_arrival_ns.min(r.arrival.as_ns());
         self.last_finish_ns = self.last_finish_ns.max(r.finished.as_ns());
@@ -263,6 +365,17 @@ impl RecordSink for Aggregator {
         }
         self.itl_run = (gap, 1);
     }
+
+    fn emission_of(&mut self, r: &RequestRecord, gap_ns: u64, tokens: u32) {
+        self.emission(gap_ns, tokens);
+        // Inter-token gaps count in the stage of the request emitting,
+        // whatever becomes of it (as the whole run's do).
+        if !self.stages.is_empty()
+            && let Some(stage) = self.stage_of(r.source_line)
+        {
+            record(&mut stage.histograms().itl_ns, gap_ns);
+        }
+    }
 }
 
 fn latency(h: &Histogram<u64>) -> Latency {
@@ -318,6 +431,39 @@ pub struct Summary {
     /// What the run cost at the GPU-hour price given; absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// Per load stage (an inference-perf configuration's `load.stages`),
+    /// beside the whole-run figures above; absent for sources without
+    /// stages.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageSummary>,
+}
+
+/// One load stage's results. Latencies count completed requests, as the
+/// whole run's do; throughput is over the stage's own span, from its first
+/// arrival to its last finish (inference-perf's `total_time`, from
+/// `summarize_requests` in `reportgen/base.py`).
+#[derive(Clone, Debug, Serialize)]
+pub struct StageSummary {
+    /// 0-based, inference-perf's `stage_id`.
+    pub index: u16,
+    pub rate_per_s: f64,
+    pub duration_s: u64,
+    /// Requests the stage sends, `int(rate × duration)`.
+    pub requests_sent: u64,
+    /// Requests of the stage that ended (completed, rejected or aborted).
+    pub count: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub aborted: u64,
+    /// From the stage's first arrival to its last finish.
+    pub span_s: f64,
+    pub requests_per_s: f64,
+    pub input_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub ttft_ms: Latency,
+    pub tpot_ms: Latency,
+    pub itl_ms: Latency,
+    pub e2e_ms: Latency,
 }
 
 /// One pool's engines over the run.
@@ -511,7 +657,43 @@ impl Aggregator {
                 },
             }
         });
+        let stages = self
+            .stages
+            .iter()
+            .map(|st| {
+                let span_ns = st.last_finish_ns.saturating_sub(st.first_arrival_ns);
+                let span_s = if st.seen > 0 {
+                    span_ns as f64 / 1e9
+                } else {
+                    0.0
+                };
+                let per_s = |x: u64| if span_s > 0.0 { x as f64 / span_s } else { 0.0 };
+                let h = st.histograms.as_deref();
+                let lat = |f: fn(&StageHistograms) -> &Histogram<u64>| {
+                    h.map(|h| latency(f(h))).unwrap_or_default()
+                };
+                StageSummary {
+                    index: st.plan.index,
+                    rate_per_s: st.plan.rate_per_s,
+                    duration_s: st.plan.duration_s,
+                    requests_sent: st.plan.requests,
+                    count: st.seen,
+                    completed: st.completed,
+                    rejected: st.rejected,
+                    aborted: st.aborted,
+                    span_s,
+                    requests_per_s: per_s(st.completed),
+                    input_tokens_per_s: per_s(st.input_tokens),
+                    output_tokens_per_s: per_s(st.output_tokens),
+                    ttft_ms: lat(|h| &h.ttft_ns),
+                    tpot_ms: lat(|h| &h.tpot_ns),
+                    itl_ms: lat(|h| &h.itl_ns),
+                    e2e_ms: lat(|h| &h.e2e_ns),
+                }
+            })
+            .collect();
         Summary {
+            stages,
             pools,
             goodput,
             cost,
@@ -787,6 +969,11 @@ impl RecordSink for Fanout<'_> {
     fn emission(&mut self, gap_ns: u64, tokens: u32) {
         self.0.iter_mut().for_each(|s| s.emission(gap_ns, tokens));
     }
+    fn emission_of(&mut self, r: &RequestRecord, gap_ns: u64, tokens: u32) {
+        self.0
+            .iter_mut()
+            .for_each(|s| s.emission_of(r, gap_ns, tokens));
+    }
     fn link_window(&mut self, window: pdsim_cluster::LinkWindow) {
         self.0.iter_mut().for_each(|s| s.link_window(window));
     }
@@ -885,6 +1072,25 @@ pub fn render_text(summary: &Summary) -> String {
     out.push_str(&line("ITL", &summary.itl_ms));
     out.push_str(&line("E2E", &summary.e2e_ms));
     out.push_str(&line("queue", &summary.queue_ms));
+    for st in &summary.stages {
+        out.push_str(&format!(
+            "stage {}: {} req/s for {} s: {} sent, {} completed, {} rejected, {} aborted; {:.2} req/s, {:.0} input tok/s, {:.0} output tok/s over {:.1} s\n",
+            st.index,
+            st.rate_per_s,
+            st.duration_s,
+            st.requests_sent,
+            st.completed,
+            st.rejected,
+            st.aborted,
+            st.requests_per_s,
+            st.input_tokens_per_s,
+            st.output_tokens_per_s,
+            st.span_s
+        ));
+        out.push_str(&line("TTFT", &st.ttft_ms));
+        out.push_str(&line("ITL", &st.itl_ms));
+        out.push_str(&line("E2E", &st.e2e_ms));
+    }
     if summary.transfer_ms.count > 0 {
         out.push_str(&line("KV tx", &summary.transfer_ms));
         let t = &summary.ttft_share;
@@ -946,4 +1152,100 @@ pub fn render_text(summary: &Summary) -> String {
         s.steps, s.busy, s.compute, s.memory, s.communication, s.host, s.padding, s.padded_tokens_share * 100.0
     ));
     out
+}
+
+#[cfg(test)]
+mod stage_tests {
+    use super::{Aggregator, RunInfo};
+    use pdsim_cluster::{Outcome, RecordSink, RequestRecord, RunStats};
+    use pdsim_core::{RequestId, SimTime};
+    use pdsim_workload::StagePlan;
+
+    fn plan(index: u16, first_request: u64, requests: u64) -> StagePlan {
+        StagePlan {
+            index,
+            rate_per_s: 1.0,
+            duration_s: requests,
+            requests,
+            first_request,
+        }
+    }
+
+    /// A request numbered `line` that arrived at `arrival_ms`, had its first
+    /// token 10 ms later and its second 5 ms after that.
+    fn done(line: u64, arrival_ms: u64) -> RequestRecord {
+        let mut r = RequestRecord::arrived(
+            RequestId(line as u32),
+            line,
+            0,
+            SimTime::from_ms(arrival_ms),
+            100,
+            (0, 0, 0),
+        );
+        r.first_token = Some(SimTime::from_ms(arrival_ms + 10));
+        r.last_token = Some(SimTime::from_ms(arrival_ms + 15));
+        r.finished = SimTime::from_ms(arrival_ms + 15);
+        r.output_tokens = 2;
+        r
+    }
+
+    fn info() -> RunInfo {
+        RunInfo {
+            scenario: "s".into(),
+            deployment: "d".into(),
+            trace: "t".into(),
+            seed: 0,
+            router: "r".into(),
+            engines: 1,
+            gpus: 1,
+            pools: Vec::new(),
+            gpu_hour_usd: None,
+        }
+    }
+
+    #[test]
+    fn records_and_gaps_count_in_the_stage_of_their_request_number() {
+        // Stage 0 holds requests 1–2, stage 1 requests 3–5.
+        let mut a = Aggregator::default().with_stages(&[plan(0, 1, 2), plan(1, 3, 3)]);
+        for (line, at) in [(1, 0), (2, 1000), (3, 5000), (4, 6000)] {
+            let r = done(line, at);
+            a.emission_of(&r, 5_000_000, 1);
+            a.record(&r);
+        }
+        let mut rejected =
+            RequestRecord::arrived(RequestId(5), 5, 0, SimTime::from_ms(7000), 100, (0, 0, 0));
+        rejected.outcome = Outcome::Rejected;
+        a.record(&rejected);
+        // A request numbered outside every stage counts only in the run.
+        a.record(&done(9, 8000));
+        let s = a.summary(&RunStats::default(), info());
+        assert_eq!(s.stages.len(), 2);
+        let (s0, s1) = (&s.stages[0], &s.stages[1]);
+        assert_eq!((s0.count, s0.completed, s0.rejected), (2, 2, 0));
+        assert_eq!((s1.count, s1.completed, s1.rejected), (3, 2, 1));
+        assert_eq!((s0.ttft_ms.count, s1.ttft_ms.count), (2, 2));
+        assert_eq!((s0.itl_ms.count, s1.itl_ms.count), (2, 2));
+        assert!((s0.ttft_ms.mean - 10.0).abs() < 0.01);
+        assert!((s1.itl_ms.p50 - 5.0).abs() < 0.01);
+        // Stage 0 spans 0 to 1.015 s: 2 requests in 1.015 s.
+        assert!((s0.span_s - 1.015).abs() < 1e-9);
+        assert!((s0.requests_per_s - 2.0 / 1.015).abs() < 1e-9);
+        // Stage 1 spans its first arrival (5 s) to its last finish (7 s).
+        assert!((s1.span_s - 2.0).abs() < 1e-9, "{}", s1.span_s);
+        // The whole run saw all six.
+        assert_eq!(s.ttft_ms.count, 5);
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"stages\":[{\"index\":0"));
+    }
+
+    #[test]
+    fn without_stages_the_summary_has_no_stages_key() {
+        let mut a = Aggregator::default();
+        a.record(&done(1, 0));
+        let s = a.summary(&RunStats::default(), info());
+        assert!(s.stages.is_empty());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(!json.contains("stages"));
+        assert!(!super::render_text(&s).contains("stage "));
+    }
 }

@@ -373,6 +373,9 @@ pub fn run_report(
             series: Vec::new(),
         }])
     ));
+    if !summary.stages.is_empty() {
+        doc.text(format!("## Load stages\n\n{}\n", stages_markdown(summary)));
+    }
     doc.text("## Latency distributions\n\n");
     let slo = summary
         .goodput
@@ -406,6 +409,44 @@ pub fn run_report(
     );
     pool_section(&mut doc, &[(summary.run.deployment.as_str(), series)]);
     doc
+}
+
+/// The per-stage table of a run whose source has load stages: counts,
+/// throughput, and TTFT, ITL and E2E mean and percentiles in milliseconds.
+pub fn stages_markdown(summary: &Summary) -> String {
+    let mut t = String::from(
+        "| stage | rate (req/s) | duration (s) | sent | completed | rejected | aborted | req/s | output tok/s |",
+    );
+    let metrics = ["TTFT", "ITL", "E2E"];
+    for m in metrics {
+        for q in ["mean", "p50", "p90", "p99"] {
+            t.push_str(&format!(" {m} {q} (ms) |"));
+        }
+    }
+    t.push_str("\n|---|");
+    t.push_str(&"---:|".repeat(8 + 12));
+    t.push('\n');
+    for st in &summary.stages {
+        t.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.0} |",
+            st.index,
+            st.rate_per_s,
+            st.duration_s,
+            st.requests_sent,
+            st.completed,
+            st.rejected,
+            st.aborted,
+            st.requests_per_s,
+            st.output_tokens_per_s
+        ));
+        for l in [&st.ttft_ms, &st.itl_ms, &st.e2e_ms] {
+            for v in [l.mean, l.p50, l.p90, l.p99] {
+                t.push_str(&format!(" {v:.2} |"));
+            }
+        }
+        t.push('\n');
+    }
+    t
 }
 
 /// Per-pool time-series plots.

@@ -30,8 +30,13 @@
 //! - [`Synthetic`]: a catalog workload shape (`pdsim_spec::catalog::Shape`)
 //!   with Poisson arrivals, seeded per purpose (decision 3).
 //!
-//! [`TraceFormat`] tells the three file formats apart from a name and the
-//! first bytes, and [`TraceReader`] wraps whichever reader applies.
+//! - [`InferencePerf`]: an inference-perf configuration (`shared_prefix`,
+//!   `random` and `synthetic` data; `constant` and `poisson` load stages),
+//!   generating what inference-perf sends (`kubernetes-sigs/inference-perf`
+//!   at `3b6f82a`; see the module for the files mirrored).
+//!
+//! [`TraceFormat`] tells the file formats apart from a name and the first
+//! bytes, and [`TraceReader`] wraps whichever reader applies.
 //!
 //! Readers do not stop at the first bad row: a row-level problem is yielded
 //! as an `Err` and reading continues with the next row, so a checking tool can
@@ -41,6 +46,7 @@
 #![warn(missing_docs)]
 
 mod azure;
+mod inference_perf;
 mod lines;
 mod mooncake;
 mod sniff;
@@ -48,6 +54,10 @@ mod synthetic;
 mod tracev2;
 
 pub use azure::AzureReader;
+pub use inference_perf::{
+    AIOHTTP_DEFAULT_TIMEOUT_S, DEFAULT_MAX_TOKENS, IP_QUESTION_SALT, IP_RANDOM_SALT,
+    IP_SONNET_SALT, IP_SYSTEM_SALT, InferencePerf, StagePlan,
+};
 pub use mooncake::{MOONCAKE_BLOCK_TOKENS, MooncakeReader};
 pub use sniff::{TraceFormat, TraceReader};
 pub use synthetic::Synthetic;
@@ -173,7 +183,9 @@ pub struct RequestSpec {
     /// unnamed default class.
     pub slo_class: u16,
     /// 1-based line of the row in its input, for messages about this
-    /// request; for synthetic requests, the 1-based request number.
+    /// request; for synthetic requests and inference-perf configurations,
+    /// the 1-based request number (by which results are split into an
+    /// inference-perf configuration's stages).
     pub source_line: u64,
 }
 

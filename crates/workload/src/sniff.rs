@@ -1,17 +1,25 @@
 //! Telling trace formats apart, and one reader type for all of them.
 //!
 //! A user points pdsim at a trace file and should not have to say what kind
-//! it is when the file says so itself. The three formats differ from their
-//! first bytes: a Mooncake row is a JSON object, a TraceV2 CSV's header row
-//! starts with `request_id`, and an Azure CSV's header row names `TIMESTAMP`
-//! and `ContextTokens`. The file name's extension decides only when the
-//! content cannot (an empty file). Detection looks at a prefix of the input
-//! through [`BufRead::fill_buf`], so it consumes nothing and opens nothing.
+//! it is when the file says so itself. The formats differ from their first
+//! bytes: a Mooncake row is a JSON object, a TraceV2 CSV's header row starts
+//! with `request_id`, an Azure CSV's header row names `TIMESTAMP` and
+//! `ContextTokens`, and an inference-perf configuration is YAML (or one line
+//! of JSON, as the training runs' `profile.yaml`) whose first key is one of
+//! inference-perf's top-level keys (`api`, `data`, `load`, …). The file
+//! name's extension decides only when the content cannot: an empty file, or
+//! a `.yaml`/`.yml` file, which no trace format uses. Detection looks at a
+//! prefix of the input through [`BufRead::fill_buf`], so it consumes nothing
+//! and opens nothing.
 
-use crate::{AzureReader, MooncakeReader, RequestSource, RequestSpec, TraceError, TraceV2Reader};
-use pdsim_spec::files::{UTF8_BOM, foreign_encoding};
+use crate::inference_perf::TOP_LEVEL_KEYS;
+use crate::{
+    AzureReader, InferencePerf, MooncakeReader, RequestSource, RequestSpec, StagePlan, TraceError,
+    TraceV2Reader,
+};
+use pdsim_spec::files::{MAX_DOCUMENT_BYTES, UTF8_BOM, foreign_encoding};
 use pdsim_spec::scenario::TraceHeader;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 
 /// The trace file formats pdsim reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +30,8 @@ pub enum TraceFormat {
     TraceV2,
     /// Azure LLM inference trace 2023 CSV ([`AzureReader`]).
     Azure,
+    /// An inference-perf configuration ([`InferencePerf`]).
+    InferencePerf,
 }
 
 impl TraceFormat {
@@ -31,6 +41,7 @@ impl TraceFormat {
             TraceFormat::Mooncake => "Mooncake JSON Lines",
             TraceFormat::TraceV2 => "TraceV2 CSV",
             TraceFormat::Azure => "Azure LLM trace CSV",
+            TraceFormat::InferencePerf => "inference-perf configuration",
         }
     }
 
@@ -51,6 +62,10 @@ impl TraceFormat {
             .position(|b| !b.is_ascii_whitespace())
             .unwrap_or(head.len());
         let head = &head[start..];
+        let lower = name.to_ascii_lowercase();
+        if lower.ends_with(".yaml") || lower.ends_with(".yml") || inference_perf_keys(head) {
+            return Ok(TraceFormat::InferencePerf);
+        }
         if head.first() == Some(&b'{') {
             return Ok(TraceFormat::Mooncake);
         }
@@ -65,7 +80,6 @@ impl TraceFormat {
         if fields.contains(&&b"TIMESTAMP"[..]) && fields.contains(&&b"ContextTokens"[..]) {
             return Ok(TraceFormat::Azure);
         }
-        let lower = name.to_ascii_lowercase();
         if head.is_empty() && (lower.ends_with(".jsonl") || lower.ends_with(".json")) {
             return Ok(TraceFormat::Mooncake);
         }
@@ -74,8 +88,9 @@ impl TraceFormat {
             1,
             None,
             "cannot tell the trace format: expected a Mooncake JSON Lines row (`{`), a TraceV2 \
-             header row starting with `request_id`, or an Azure header row \
-             `TIMESTAMP,ContextTokens,GeneratedTokens`",
+             header row starting with `request_id`, an Azure header row \
+             `TIMESTAMP,ContextTokens,GeneratedTokens`, or an inference-perf configuration \
+             (YAML starting with one of its keys: api, data, load, …)",
         ))
     }
 
@@ -89,6 +104,42 @@ impl TraceFormat {
     }
 }
 
+/// Whether `head` (past blanks) starts like an inference-perf configuration:
+/// a first YAML line `key:` or a one-line JSON object `{"key":`, with `key`
+/// one of inference-perf's top-level keys. A Mooncake row's first key is
+/// `timestamp` or another row field, never one of these.
+fn inference_perf_keys(head: &[u8]) -> bool {
+    let mut lines = head
+        .split(|&b| b == b'\n')
+        .map(|l| l.trim_ascii())
+        .filter(|l| !l.is_empty() && !l.starts_with(b"#"));
+    let Some(first) = lines.next() else {
+        return false;
+    };
+    let key = if let Some(rest) = first.strip_prefix(b"{") {
+        // Pretty-printed JSON puts the first key on the next line.
+        let rest = match rest.trim_ascii_start() {
+            b"" => lines.next().unwrap_or_default(),
+            rest => rest,
+        };
+        let Some(rest) = rest.strip_prefix(b"\"") else {
+            return false;
+        };
+        match rest.iter().position(|&b| b == b'"') {
+            Some(end) => &rest[..end],
+            None => return false,
+        }
+    } else if first.first() == Some(&b'"') {
+        return false;
+    } else {
+        match first.iter().position(|&b| b == b':') {
+            Some(end) => first[..end].trim_ascii(),
+            None => return false,
+        }
+    };
+    TOP_LEVEL_KEYS.iter().any(|k| k.as_bytes() == key)
+}
+
 /// Any of the trace readers, chosen by format.
 pub enum TraceReader<R> {
     /// A Mooncake JSON Lines trace.
@@ -97,18 +148,49 @@ pub enum TraceReader<R> {
     TraceV2(TraceV2Reader<R>),
     /// An Azure LLM inference trace.
     Azure(AzureReader<R>),
+    /// An inference-perf configuration, read whole (it is a small document).
+    InferencePerf(Box<InferencePerf>),
 }
 
 impl<R: BufRead> TraceReader<R> {
     /// A reader of `input` in `format`. A TraceV2 CSV needs the `header`
-    /// its Scenario gives; the other formats ignore it.
+    /// its Scenario gives; the other formats ignore it. `seed` draws what
+    /// an inference-perf configuration leaves random (its shuffle, arrivals
+    /// and lengths); the recorded traces ignore it.
     pub fn new(
         format: TraceFormat,
         input: R,
         name: &str,
         header: Option<&TraceHeader>,
+        seed: u64,
     ) -> Result<TraceReader<R>, TraceError> {
         Ok(match format {
+            TraceFormat::InferencePerf => {
+                let mut text = String::new();
+                let read = input
+                    .take(MAX_DOCUMENT_BYTES + 1)
+                    .read_to_string(&mut text)
+                    .map_err(|e| {
+                        TraceError::new(
+                            name,
+                            0,
+                            None,
+                            format!("cannot read the configuration: {e}"),
+                        )
+                    })?;
+                if read as u64 > MAX_DOCUMENT_BYTES {
+                    return Err(TraceError::new(
+                        name,
+                        0,
+                        None,
+                        format!(
+                            "the configuration is larger than the {MAX_DOCUMENT_BYTES} bytes \
+                             pdsim reads as a document"
+                        ),
+                    ));
+                }
+                TraceReader::InferencePerf(Box::new(InferencePerf::new(&text, name, seed)?))
+            }
             TraceFormat::Mooncake => TraceReader::Mooncake(MooncakeReader::new(input, name)),
             TraceFormat::Azure => TraceReader::Azure(AzureReader::new(input, name)?),
             TraceFormat::TraceV2 => {
@@ -132,9 +214,38 @@ impl<R: BufRead> TraceReader<R> {
         mut input: R,
         name: &str,
         header: Option<&TraceHeader>,
+        seed: u64,
     ) -> Result<TraceReader<R>, TraceError> {
         let format = TraceFormat::sniff(name, &mut input)?;
-        TraceReader::new(format, input, name, header)
+        TraceReader::new(format, input, name, header, seed)
+    }
+
+    /// The load stages of an inference-perf configuration; empty for the
+    /// recorded traces, which have none.
+    pub fn stages(&self) -> &[StagePlan] {
+        match self {
+            TraceReader::InferencePerf(r) => r.stages(),
+            _ => &[],
+        }
+    }
+
+    /// The client's per-request timeout in seconds of an inference-perf
+    /// configuration (`load.request_timeout`, else aiohttp's 300 s); `None`
+    /// for the recorded traces, whose rows carry their own deadlines if any.
+    pub fn client_timeout_s(&self) -> Option<f64> {
+        match self {
+            TraceReader::InferencePerf(r) => Some(r.client_timeout_s()),
+            _ => None,
+        }
+    }
+
+    /// What the reader approximates, one message each, for the run to print
+    /// (only an inference-perf configuration has any).
+    pub fn notes(&self) -> &[String] {
+        match self {
+            TraceReader::InferencePerf(r) => r.notes(),
+            _ => &[],
+        }
     }
 
     /// The format being read.
@@ -143,6 +254,7 @@ impl<R: BufRead> TraceReader<R> {
             TraceReader::Mooncake(_) => TraceFormat::Mooncake,
             TraceReader::TraceV2(_) => TraceFormat::TraceV2,
             TraceReader::Azure(_) => TraceFormat::Azure,
+            TraceReader::InferencePerf(_) => TraceFormat::InferencePerf,
         }
     }
 }
@@ -155,6 +267,7 @@ impl<R: BufRead> Iterator for TraceReader<R> {
             TraceReader::Mooncake(r) => r.next(),
             TraceReader::TraceV2(r) => r.next(),
             TraceReader::Azure(r) => r.next(),
+            TraceReader::InferencePerf(r) => r.next(),
         }
     }
 }
@@ -165,6 +278,7 @@ impl<R: BufRead> RequestSource for TraceReader<R> {
             TraceReader::Mooncake(r) => r.slo_classes(),
             TraceReader::TraceV2(r) => r.slo_classes(),
             TraceReader::Azure(r) => r.slo_classes(),
+            TraceReader::InferencePerf(r) => r.slo_classes(),
         }
     }
 
@@ -173,6 +287,7 @@ impl<R: BufRead> RequestSource for TraceReader<R> {
             TraceReader::Mooncake(r) => r.outputs_raised(),
             TraceReader::TraceV2(r) => r.outputs_raised(),
             TraceReader::Azure(r) => r.outputs_raised(),
+            TraceReader::InferencePerf(r) => r.outputs_raised(),
         }
     }
 }
@@ -202,6 +317,27 @@ mod tests {
                 TraceFormat::Azure,
             ),
             ("a.jsonl", b"", TraceFormat::Mooncake),
+            ("config.yml", b"", TraceFormat::InferencePerf),
+            (
+                "c.txt",
+                b"# load test\napi:\n  type: completion\n",
+                TraceFormat::InferencePerf,
+            ),
+            (
+                "profile",
+                b"{\"api\":{\"streaming\":true},\"load\":{}}\n",
+                TraceFormat::InferencePerf,
+            ),
+            (
+                "m.jsonl",
+                b"{\"timestamp\": 0, \"input_length\": 3}\n",
+                TraceFormat::Mooncake,
+            ),
+            (
+                "c.json",
+                b"{\n  \"load\": {\"stages\": []}\n}\n",
+                TraceFormat::InferencePerf,
+            ),
         ];
         for (name, head, format) in cases {
             assert_eq!(TraceFormat::detect(name, head).unwrap(), *format, "{name}");
@@ -220,10 +356,11 @@ mod tests {
     #[test]
     fn sniffing_consumes_nothing() {
         let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n";
-        let reader = TraceReader::sniff(BufReader::new(text.as_bytes()), "az.csv", None).unwrap();
+        let reader =
+            TraceReader::sniff(BufReader::new(text.as_bytes()), "az.csv", None, 0).unwrap();
         assert_eq!(reader.format(), TraceFormat::Azure);
         assert_eq!(reader.count(), 1);
-        let e = TraceReader::new(TraceFormat::TraceV2, text.as_bytes(), "t.csv", None)
+        let e = TraceReader::new(TraceFormat::TraceV2, text.as_bytes(), "t.csv", None, 0)
             .err()
             .unwrap();
         assert!(e.message.contains("header"), "{e}");

@@ -54,7 +54,7 @@ fn the_default_trace_parses_and_matches_its_readme() {
 #[test]
 fn the_default_trace_is_sniffed_as_mooncake() {
     let file = BufReader::new(File::open(path()).unwrap());
-    let reader = TraceReader::sniff(file, "traces/default.jsonl", None).unwrap();
+    let reader = TraceReader::sniff(file, "traces/default.jsonl", None, 0).unwrap();
     assert_eq!(reader.format(), TraceFormat::Mooncake);
     assert_eq!(reader.filter(Result::is_ok).count(), 2_000);
 }

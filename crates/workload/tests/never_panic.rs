@@ -4,6 +4,7 @@
 use pdsim_spec::scenario::TraceHeader;
 use pdsim_workload::{AzureReader, MooncakeReader, RequestSource, TraceFormat, TraceV2Reader};
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use std::collections::BTreeMap;
 
 const TRACEV2_HEAD: &str = "request_id,client_id,tenant_id,slo_class,vllm_priority,session_id,round_index,prefix_group,prefix_length,streaming,input_tokens,output_tokens,text_tokens,image_tokens,audio_tokens,video_tokens,reason_ratio,model,deadline_us,slo_target_us,server_input_tokens,arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,status,error_message,finish_reason\n";
@@ -114,5 +115,99 @@ proptest! {
         text.extend(bytes);
         let mut reader = AzureReader::new(&text[..], "a.csv").unwrap();
         drain(&mut reader, "a.csv");
+    }
+}
+
+/// An inference-perf configuration built from nearly valid pieces, so
+/// random values reach the stage, length and timer code.
+fn inference_perf_config() -> impl Strategy<Value = String> {
+    // Mostly small valid counts, sometimes a value to refuse.
+    let number = prop_oneof![
+        6 => (1u32..9).prop_map(|v| v.to_string()),
+        1 => prop::sample::select(vec![
+            "-1", "0", "0.5", "1e9", "-0.0", "nan", ".inf", "null", "\"3\"",
+        ])
+        .prop_map(str::to_string),
+    ];
+    (
+        prop::sample::select(vec![
+            "shared_prefix",
+            "shared_prefix",
+            "random",
+            "synthetic",
+            "mock",
+            "other",
+        ]),
+        prop::sample::select(vec!["constant", "poisson", "sweep"]),
+        prop::collection::vec((number.clone(), number.clone()), 0..4),
+        prop::collection::vec(number, 9),
+        ".{0,12}",
+        // Three times in four, a comment that parses.
+        prop::bool::weighted(0.75),
+    )
+        .prop_map(|(data, load, stages, n, junk, clean)| {
+            let junk = if clean { String::new() } else { junk };
+            let stages: String = stages
+                .iter()
+                .map(|(r, d)| format!("  - rate: {r}\n    duration: {d}\n"))
+                .collect();
+            // Each data type with the blocks it takes, so that valid
+            // numbers give an accepted configuration.
+            let body = if data == "shared_prefix" {
+                format!(
+                    "  shared_prefix: {{num_groups: {}, num_prompts_per_group: {}, system_prompt_len: {}, question_len: {}, output_len: {}}}\n",
+                    n[0], n[1], n[2], n[3], n[4]
+                )
+            } else {
+                format!(
+                    "  input_distribution: {{min: {}, max: {}, mean: {}, std_dev: {}}}\n\
+                     \x20 output_distribution: {{min: {}, max: {}}}\n",
+                    n[5], n[6], n[7], n[8], n[0], n[1]
+                )
+            };
+            format!(
+                "api: {{type: completion, streaming: true}}\nserver: {{base_url: x}}\n\
+                 data:\n  type: {data}\n{body}load:\n  type: {load}\n  stages:\n{stages}#{junk}\n"
+            )
+        })
+}
+
+/// The random configurations reach the generator: enough of them are
+/// accepted.
+#[test]
+fn inference_perf_random_configurations_are_often_valid() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mut accepted = 0;
+    for _ in 0..400 {
+        let text = inference_perf_config()
+            .new_tree(&mut runner)
+            .unwrap()
+            .current();
+        if pdsim_workload::InferencePerf::new(&text, "c.yaml", 1).is_ok() {
+            accepted += 1;
+        }
+    }
+    assert!(accepted >= 10, "only {accepted} of 400 accepted");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Whatever the configuration, the reader yields requests or a located
+    /// error, sends int(rate × duration) requests per accepted stage, and
+    /// never panics.
+    #[test]
+    fn inference_perf_never_panics(text in inference_perf_config()) {
+        match pdsim_workload::InferencePerf::new(&text, "c.yaml", 1) {
+            Ok(mut reader) => {
+                let planned: u64 = reader.stages().iter().map(|s| s.requests).sum();
+                let items = drain(&mut reader, "c.yaml");
+                prop_assert_eq!(items as u64, planned);
+            }
+            Err(e) => {
+                prop_assert_eq!(e.file.as_str(), "c.yaml");
+                prop_assert!(!e.message.is_empty());
+            }
+        }
     }
 }

@@ -1,0 +1,120 @@
+//! The inference-perf configurations of the 12 inference-sim training runs
+//! (`../shared/reference/inference-sim/real-runs-training/default_args/`),
+//! read as their own files say.
+//!
+//! The shared data lives outside the repository: it is found through
+//! `PDSIM_SHARED`, else at `/work/shared` or `../shared` beside the
+//! workspace; without it each test prints "skipped: ../shared not found"
+//! and passes.
+
+use pdsim_workload::{InferencePerf, RequestSpec};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+fn runs_dir() -> Option<PathBuf> {
+    let tail = "reference/inference-sim/real-runs-training/default_args";
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(v) = std::env::var_os("PDSIM_SHARED") {
+        candidates.push(PathBuf::from(v));
+    }
+    candidates.push(PathBuf::from("/work/shared"));
+    candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    let found = candidates
+        .into_iter()
+        .map(|c| c.join(tail))
+        .find(|p| p.is_dir());
+    if found.is_none() {
+        println!("skipped: ../shared not found");
+    }
+    found
+}
+
+fn runs(dir: &PathBuf) -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("results/config.yaml").is_file())
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// The stages as the expanded config writes them, read independently of
+/// the reader: `- rate: R` then `duration: D` lines.
+fn stages_in(text: &str) -> Vec<(f64, u64)> {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .windows(2)
+        .filter_map(|w| {
+            let rate = w[0].trim().strip_prefix("- rate: ")?.parse().ok()?;
+            let duration = w[1].trim().strip_prefix("duration: ")?.parse().ok()?;
+            Some((rate, duration))
+        })
+        .collect()
+}
+
+#[test]
+fn every_expanded_config_replays_with_its_stage_counts() {
+    let Some(dir) = runs_dir() else { return };
+    let runs = runs(&dir);
+    assert_eq!(runs.len(), 12, "{}", dir.display());
+    for run in &runs {
+        let path = run.join("results/config.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.display().to_string();
+        let reader = InferencePerf::new(&text, &name, 42).unwrap_or_else(|e| panic!("{e}"));
+        let expected = stages_in(&text);
+        assert!(!expected.is_empty(), "{name}");
+        let planned: Vec<u64> = reader.stages().iter().map(|s| s.requests).collect();
+        let wanted: Vec<u64> = expected
+            .iter()
+            .map(|(r, d)| (r * *d as f64) as u64)
+            .collect();
+        assert_eq!(planned, wanted, "{name}");
+        // The client timeout is null in these runs: aiohttp's 300 s.
+        assert_eq!(reader.client_timeout_s(), 300.0, "{name}");
+        // num_workers 224 × 100 in flight never binds at these rates: no
+        // note about the client's concurrency cap.
+        assert!(
+            !reader.notes().iter().any(|n| n.contains("in flight")),
+            "{name}"
+        );
+        let stages = reader.stages().to_vec();
+        let specs: Vec<RequestSpec> = reader.map(|r| r.unwrap()).collect();
+        assert_eq!(specs.len() as u64, wanted.iter().sum::<u64>(), "{name}");
+        // 10 groups of 10 (the defaults the build fell back to), single
+        // turn: every prompt is system + question tokens, never growing.
+        let groups: BTreeSet<u64> = specs.iter().map(|s| s.prompt.segments[0].id).collect();
+        let prompts: BTreeSet<(u64, u64)> = specs
+            .iter()
+            .map(|s| (s.prompt.segments[0].id, s.prompt.segments[1].id))
+            .collect();
+        assert_eq!((groups.len(), prompts.len()), (10, 100), "{name}");
+        let first = specs[0].prompt.tokens();
+        assert!(specs.iter().all(|s| s.prompt.tokens() == first), "{name}");
+        // Each stage's requests lie in its own time window.
+        for pair in stages.windows(2) {
+            let last = &specs[(pair[0].first_request + pair[0].requests - 2) as usize];
+            let next = &specs[(pair[1].first_request - 1) as usize];
+            assert!(next.arrival > last.arrival, "{name}");
+        }
+    }
+}
+
+#[test]
+fn the_profiles_name_multi_turn_chat_which_is_refused_by_key() {
+    let Some(dir) = runs_dir() else { return };
+    for run in runs(&dir) {
+        let path = run.join("profile.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let e = InferencePerf::new(&text, &path.display().to_string(), 0)
+            .err()
+            .unwrap_or_else(|| panic!("{} was accepted", path.display()));
+        assert_eq!(
+            e.column.as_deref(),
+            Some("data.shared_prefix.enable_multi_turn_chat"),
+            "{e}"
+        );
+        assert_eq!(e.line, 1, "{e}");
+    }
+}
