@@ -13,5 +13,5 @@ pub mod scheduler;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};
 pub use scheduler::{
-    Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, Policy, SpecConfig,
+    Abort, Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, Policy, SpecConfig,
 };

@@ -175,6 +175,56 @@ pub struct RequestSpec {
     /// 1-based line of the row in its input, for messages about this
     /// request; for synthetic requests, the 1-based request number.
     pub source_line: u64,
+    /// When the client gives up on the request, on the same clock as
+    /// `arrival`; `None` when it waits for ever. A deadline at or before
+    /// the arrival ends the request on arrival. TraceV2's `deadline_us`
+    /// sets it; a client timeout ([`with_client_timeout`]) sets or
+    /// tightens it for every request.
+    pub deadline: Option<SimTime>,
+}
+
+impl RequestSpec {
+    /// Moves the request to arrive at `at`, keeping its deadline the same
+    /// time after the arrival: a replay that rescales or redraws arrivals
+    /// changes when clients send, not how long each one waits.
+    pub fn move_arrival(&mut self, at: SimTime) {
+        if let Some(deadline) = self.deadline {
+            let budget = deadline.since(self.arrival);
+            self.deadline = Some(at.checked_add(budget).unwrap_or(SimTime(u64::MAX)));
+        }
+        self.arrival = at;
+    }
+}
+
+/// Applies a client timeout to every request of `source`: each one's
+/// deadline becomes `timeout` after its arrival, or stays the deadline it
+/// has when that is earlier (the client gives up at whichever comes
+/// first). `None` leaves the requests as they are.
+///
+/// This is inference-perf's per-request timeout (`load.request_timeout`,
+/// seconds, `inference_perf/config/loadgen/config.py`), which its OpenAI
+/// client passes to aiohttp as `ClientTimeout(total=...)`
+/// (`inference_perf/client/modelserver/openai_client.py`): a bound on the
+/// whole request, from sending it to the last byte of the response.
+pub fn with_client_timeout<I>(
+    source: I,
+    timeout: Option<pdsim_core::SimDuration>,
+) -> impl Iterator<Item = Result<RequestSpec, TraceError>>
+where
+    I: Iterator<Item = Result<RequestSpec, TraceError>>,
+{
+    source.map(move |item| {
+        item.map(|mut spec| {
+            if let Some(timeout) = timeout {
+                let at = spec
+                    .arrival
+                    .checked_add(timeout)
+                    .unwrap_or(SimTime(u64::MAX));
+                spec.deadline = Some(spec.deadline.map_or(at, |d| d.min(at)));
+            }
+            spec
+        })
+    })
 }
 
 /// A problem with one row (or the header) of an input, located by file,

@@ -51,6 +51,8 @@
 //! - `slo_class` names are interned in order of first appearance (the empty
 //!   name is class 0); `vllm_priority` (0 = most urgent) becomes the
 //!   request's priority; `output_tokens` 0 is replayed as 1 and counted.
+//! - `deadline_us` (absolute, on the arrivals' clock; 0 = none) becomes the
+//!   request's deadline: the client gives up then.
 //! - Session columns describe closed-loop replay, which pdsim does not model:
 //!   every row is one open-loop request, as in `LoadTraceV2Requests`.
 
@@ -60,7 +62,7 @@ use crate::{
     TraceError, arrival_at, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
-use pdsim_core::{Prompt, Segment};
+use pdsim_core::{Prompt, Segment, SimTime};
 use pdsim_spec::problem::quote;
 use pdsim_spec::scenario::{TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS, TraceHeader};
 use std::collections::BTreeMap;
@@ -416,6 +418,20 @@ impl State {
                 format!("{deadline} µs is before the arrival, {arrival} µs"),
             ));
         }
+        // `deadline_us` is absolute, on the clock of `arrival_time_us`, and
+        // 0 means none (`DeadlineUs` in inference-sim's
+        // `sim/workload/tracev2.go`; `LoadTraceV2Requests` in `replay.go`
+        // copies it to the request's `Deadline`, which the simulator's
+        // `TimeoutEvent` fires at). Arrivals keep the trace's origin, so
+        // the deadline does too.
+        let deadline = if deadline == 0 {
+            None
+        } else {
+            Some(
+                SimTime::checked_from_units(deadline, 1_000)
+                    .ok_or_else(|| row.error(c(DEADLINE_US), format!("{deadline} µs is too large")))?,
+            )
+        };
 
         let (prefix, tail) = if group.is_empty() {
             if prefix > 0 {
@@ -492,6 +508,7 @@ impl State {
             priority,
             slo_class: class,
             source_line: line,
+            deadline,
         })
     }
 }
