@@ -28,7 +28,7 @@ use crate::records::{
 };
 use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
 use pdsim_cost::StepCost;
-use pdsim_engine::{Engine, EngineEvent, KvTransfer, NewRequest};
+use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
 use pdsim_spec::deployment::Role;
 use pdsim_workload::{RequestSpec, TraceError};
 use serde::Serialize;
@@ -96,6 +96,11 @@ pub struct RunStats {
     pub links: Vec<(f64, f64)>,
     /// Prefill holds that timed out before the decode side read them.
     pub kv_hold_expiries: u64,
+    /// KV block references engines still held when the run ended: 0 unless
+    /// a request was stuck (ended `engine-stalled`), so a test can tell
+    /// that every block an ended request held was freed.
+    #[serde(skip)]
+    pub blocks_held_at_end: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -132,7 +137,16 @@ enum Event {
     /// The flow controller's cleanup sweep, due when the oldest queued
     /// request's TTL runs out.
     FlowSweep,
+    /// A request's client gives up (its deadline). Live while the request
+    /// is in flight: a request that ends first takes the count with it,
+    /// and the loop skips the stale event without moving the clock.
+    Deadline {
+        id: RequestId,
+    },
 }
+
+/// The reason on the record of a request whose client gave up.
+pub const CLIENT_TIMEOUT: &str = "client-timeout";
 
 impl Event {
     /// Scrapes and samples observe; they never move a request, so they do
@@ -155,12 +169,18 @@ struct Core {
     stats: CoreStats,
     /// Global index of this rank's first GPU.
     first_gpu: u64,
+    /// Aborts that arrived while this core's step ran, applied when it
+    /// ends; `true` for a deadline at the very instant the step ends, whose
+    /// abort waits for the step's output.
+    aborts: Vec<(RequestId, bool)>,
 }
 
 struct Group {
     first: usize,
     len: usize,
     busy: bool,
+    /// When the running step ends.
+    ends: SimTime,
 }
 
 struct InFlight {
@@ -190,6 +210,11 @@ struct InFlight {
     ticket: pdsim_router::Ticket,
     /// Waiting in the EPP's flow-control queue, not yet routed.
     queued: bool,
+    /// The client's deadline while its event is queued and counted live.
+    deadline: Option<SimTime>,
+    /// The client gave up and the record is written; the request stays
+    /// here only while an engine or a transfer still holds its blocks.
+    client_gone: bool,
 }
 
 impl InFlight {
@@ -212,6 +237,8 @@ impl InFlight {
             load_flows_left: 0,
             ticket: pdsim_router::Ticket::default(),
             queued,
+            deadline: spec.deadline,
+            client_gone: false,
         }
     }
 }
@@ -389,6 +416,12 @@ fn run_observed(
     sim.pause_when_idle = pause_when_idle;
     sim.pull_arrival(source)?;
     while let Some(Reverse((time, _, event))) = sim.queue.pop() {
+        if let Event::Deadline { id } = event
+            && !sim.deadline_pending(id)
+        {
+            // The request ended first; its count left with it.
+            continue;
+        }
         if time < sim.now {
             return Err(RunError::Invariant(format!(
                 "time went back from {:?} to {:?}",
@@ -415,6 +448,7 @@ fn run_observed(
             Event::Sample => sim.sample(sink),
             Event::FlowTick => sim.flow_tick(sink),
             Event::FlowSweep => sim.flow_sweep(sink),
+            Event::Deadline { id } => sim.client_timeout(id, sink),
         }
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
@@ -435,6 +469,7 @@ fn run_observed(
     sim.network.flush(sim.now);
     sim.drain_windows(sink);
     sim.stats.end = sim.now;
+    sim.stats.blocks_held_at_end = sim.cores.iter().map(|c| c.engine.pool().referenced()).sum();
     sim.stats.links = sim
         .network
         .carried()
@@ -487,6 +522,7 @@ impl<'a> Sim<'a> {
                             ..CoreStats::default()
                         },
                         first_gpu,
+                        aborts: Vec::new(),
                     });
                 }
                 let len = pool.ranks as usize;
@@ -496,6 +532,7 @@ impl<'a> Sim<'a> {
                         first,
                         len,
                         busy: false,
+                        ends: SimTime::ZERO,
                     });
                 } else {
                     for core in first..first + len {
@@ -504,6 +541,7 @@ impl<'a> Sim<'a> {
                             first: core,
                             len: 1,
                             busy: false,
+                            ends: SimTime::ZERO,
                         });
                     }
                 }
@@ -869,6 +907,9 @@ impl<'a> Sim<'a> {
         let Some(mut flight) = self.in_flight.remove(&id) else {
             return;
         };
+        if flight.deadline.take().is_some() {
+            self.live_events -= 1;
+        }
         self.stats.rejected += 1;
         flight.record.outcome = Outcome::Rejected;
         flight.record.reason = reason;
@@ -904,6 +945,24 @@ impl<'a> Sim<'a> {
         self.stats.requests += 1;
         if self.scraping < self.pods.len() || !self.sampling {
             self.start_scraping();
+        }
+        if let Some(deadline) = spec.deadline {
+            if deadline <= self.now {
+                // The client gave up before sending: it ends here, as
+                // inference-sim's simulator times out a request whose
+                // deadline has passed at injection.
+                let record = self.arrival_record(id, &spec, (0, 0, 0));
+                let mut flight = InFlight::new(record, spec, false);
+                // No deadline event was queued for it.
+                flight.deadline = None;
+                self.in_flight.insert(id, flight);
+                self.give_up(id, sink);
+                self.retire(id);
+                return;
+            }
+            // Queued before the request's own events, so at an equal time
+            // the client gives up before its admission.
+            self.push(deadline, Event::Deadline { id });
         }
         if self.flow.is_some() {
             self.arrive_flow_controlled(id, spec, sink);
@@ -1113,6 +1172,11 @@ impl<'a> Sim<'a> {
         let Some(flight) = self.in_flight.get_mut(&id) else {
             return;
         };
+        if flight.client_gone {
+            // The client gave up while the frontend had the request: it
+            // never reaches this engine core.
+            return;
+        }
         // The request's part at this core: the prefill side of a
         // disaggregated request, its decode side, or an ordinary request.
         let is_prefill = flight.prefill_core == Some(core as u32)
@@ -1243,6 +1307,7 @@ impl<'a> Sim<'a> {
                 step.duration = duration;
                 sink.step(step);
             }
+            self.groups[group].ends = self.now + duration;
             self.push(
                 self.now + duration,
                 Event::StepDone {
@@ -1257,6 +1322,11 @@ impl<'a> Sim<'a> {
     fn step_done(&mut self, group: usize, sink: &mut dyn RecordSink) -> Result<(), RunError> {
         let (first, len) = (self.groups[group].first, self.groups[group].len);
         for core in first..first + len {
+            // Aborts that arrived during the step, before its output is
+            // taken (`_process_aborts_queue` before `update_from_output`).
+            if !self.cores[core].aborts.is_empty() {
+                self.apply_aborts(core, false, sink);
+            }
             let c = &mut self.cores[core];
             c.engine.complete_step(&mut c.rng);
             if let Some(batch) = c.engine.kv_events_mut() {
@@ -1264,6 +1334,11 @@ impl<'a> Sim<'a> {
                 self.epp.send_kv_events(self.now.as_ns(), endpoint, batch);
             }
             self.handle_events(core, sink);
+            // A deadline at the instant the step ended: its output came
+            // first, so a request it finished is done, not aborted.
+            if !self.cores[core].aborts.is_empty() {
+                self.apply_aborts(core, true, sink);
+            }
             if self.check {
                 self.cores[core]
                     .engine
@@ -1460,6 +1535,7 @@ impl<'a> Sim<'a> {
         if !f.held {
             self.cores[decode].engine.kv_failed(id);
             self.wake(decode, sink);
+            self.retire(id);
             return;
         }
         let decode_pool = &self.cluster.pools[self.cores[decode].pool];
@@ -1571,6 +1647,7 @@ impl<'a> Sim<'a> {
                     let core = f.load_core as usize;
                     self.cores[core].engine.kv_loaded(id);
                     self.wake(core, sink);
+                    self.retire(id);
                 }
                 continue;
             }
@@ -1581,6 +1658,7 @@ impl<'a> Sim<'a> {
                 self.cores[decode].engine.kv_arrived(id);
                 self.wake(decode, sink);
                 self.release_prefill(id, sink);
+                self.retire(id);
             }
         }
         self.done_buf = done;
@@ -1604,6 +1682,7 @@ impl<'a> Sim<'a> {
             self.handle_events(prefill, sink);
             self.wake(prefill, sink);
         }
+        self.retire(id);
     }
 
     /// The prefill engine's hold timed out: if the read has not started, the
@@ -1656,6 +1735,13 @@ impl<'a> Sim<'a> {
         let Some(mut flight) = self.in_flight.remove(&id) else {
             return;
         };
+        if flight.deadline.take().is_some() {
+            self.live_events -= 1;
+        }
+        if flight.client_gone {
+            // Its record was written when the client gave up.
+            return;
+        }
         self.epp.end_of_stream(&mut flight.ticket);
         self.flow_wake(false);
         flight.record.finished = self.now;
@@ -1667,5 +1753,153 @@ impl<'a> Sim<'a> {
             Outcome::Aborted => self.stats.aborted += 1,
         }
         sink.record(&flight.record);
+    }
+    /// Whether `id`'s deadline event is the live one: the request is in
+    /// flight and its client has not given up yet.
+    fn deadline_pending(&mut self, id: RequestId) -> bool {
+        self.in_flight
+            .get_mut(&id)
+            .is_some_and(|f| f.deadline.is_some() && !f.client_gone)
+    }
+
+    /// The client's deadline passed: it gives up on the request. In the
+    /// EPP's flow-control queue the request is evicted there; otherwise the
+    /// gateway sees the disconnect, the EPP releases its in-flight load at
+    /// once, and the engine core holding the request aborts it
+    /// ([`Engine::abort`]) — now if it is between steps, or when its running
+    /// step ends (vLLM takes aborts that arrive during a step after the
+    /// model runs and before `update_from_output`, `EngineCore.step` in
+    /// `vllm/v1/engine/core.py`). The record ends now either way, with what
+    /// the client had received.
+    fn client_timeout(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        // The event was counted live; it is spent.
+        f.deadline = None;
+        if f.queued {
+            if let Some(flow) = self.flow.as_mut() {
+                flow.cancel(id.0);
+            }
+            self.give_up(id, sink);
+            self.retire(id);
+            return;
+        }
+        let core = Self::client_core(f);
+        let group = self.group_of[core] as usize;
+        if self.groups[group].busy {
+            let tie = self.groups[group].ends == self.now;
+            self.cores[core].aborts.push((id, tie));
+            if !tie {
+                self.give_up(id, sink);
+            }
+            return;
+        }
+        self.give_up(id, sink);
+        self.abort_at(core, id, sink);
+    }
+
+    /// The engine core whose engine has (or is about to get) the client's
+    /// request: the prefill core until the prompt is done, then the
+    /// decode (or only) core.
+    fn client_core(f: &InFlight) -> usize {
+        match f.prefill_core {
+            Some(p) if f.record.prefill_done.is_none() => p as usize,
+            _ => f.decode_core as usize,
+        }
+    }
+
+    /// Applies the aborts queued on `core` during its step: the ones that
+    /// arrived inside it (`ties` false), or those due at its very end.
+    fn apply_aborts(&mut self, core: usize, ties: bool, sink: &mut dyn RecordSink) {
+        let mut aborts = std::mem::take(&mut self.cores[core].aborts);
+        aborts.retain(|&(id, tie)| {
+            if tie != ties {
+                return true;
+            }
+            if tie {
+                // Its output came first: done unless it is still in flight.
+                if self.in_flight.get_mut(&id).is_none_or(|f| f.client_gone) {
+                    return false;
+                }
+                self.give_up(id, sink);
+            }
+            self.abort_at(core, id, sink);
+            false
+        });
+        // Aborts queued meanwhile (none can be: the step is not over) stay.
+        aborts.append(&mut self.cores[core].aborts);
+        self.cores[core].aborts = aborts;
+    }
+
+    /// The engine on `core` aborts `id`, and what it held is let go as
+    /// NixlConnector lets it go
+    /// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py`,
+    /// `request_finished`):
+    ///
+    /// - freed on a decode side that had not yet allocated for it (still
+    ///   `do_remote_prefill`): the connector tells the prefill side, with
+    ///   no blocks to read, to free its held blocks now;
+    /// - on a decode side waiting for its read, the blocks are freed when
+    ///   the read ends, and the prefill side frees its own then too, as
+    ///   after any read;
+    /// - the decode side never had it (the client gave up between prefill
+    ///   and decode): nobody reads or heartbeats, so the prefill side frees
+    ///   at the end of its lease (`hold_expiry`);
+    /// - on a prefill side still computing, the producer is freed at once
+    ///   and no decode side ever hears of it.
+    fn abort_at(&mut self, core: usize, id: RequestId, sink: &mut dyn RecordSink) {
+        let outcome = self.cores[core].engine.abort(id);
+        if outcome == Abort::Freed {
+            let held = self.in_flight.get_mut(&id).is_some_and(|f| f.held);
+            if held {
+                self.release_prefill(id, sink);
+            }
+            // Freed blocks may let a waiting request in.
+            self.wake(core, sink);
+        }
+        self.retire(id);
+    }
+
+    /// The client gave up on `id`: its record ends now as aborted, and the
+    /// EPP releases what the request added to its in-flight counters (the
+    /// end of the stream, `PluginState.Delete`). The request stays in
+    /// flight, marked, until nothing holds its blocks ([`Sim::retire`]).
+    fn give_up(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        if f.client_gone {
+            return;
+        }
+        f.client_gone = true;
+        if f.deadline.take().is_some() {
+            self.live_events -= 1;
+        }
+        self.epp.end_of_stream(&mut f.ticket);
+        f.record.finished = self.now;
+        f.record.outcome = Outcome::Aborted;
+        f.record.reason = CLIENT_TIMEOUT;
+        self.stats.aborted += 1;
+        sink.record(&f.record);
+        self.flow_wake(false);
+    }
+
+    /// Drops a request whose client gave up once no engine, transfer or
+    /// prefill hold has anything of it left.
+    fn retire(&mut self, id: RequestId) {
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        if !f.client_gone || f.held || f.flows_left > 0 || f.load_flows_left > 0 {
+            return;
+        }
+        let (decode, prefill) = (f.decode_core as usize, f.prefill_core);
+        if self.cores[decode].engine.holds(id)
+            || prefill.is_some_and(|p| self.cores[p as usize].engine.holds(id))
+        {
+            return;
+        }
+        self.in_flight.remove(&id);
     }
 }
