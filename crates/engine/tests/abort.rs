@@ -156,7 +156,11 @@ fn aborting_a_waiting_request_takes_it_out_of_the_queue() {
         let free = engine.pool().free();
         assert_eq!(engine.abort(RequestId(1)), Abort::Freed);
         assert_eq!(engine.num_waiting(), 1, "{policy:?}");
-        assert_eq!(engine.pool().free(), free, "a waiting request holds no blocks");
+        assert_eq!(
+            engine.pool().free(),
+            free,
+            "a waiting request holds no blocks"
+        );
         let done = run_dry(&mut engine, &mut rng);
         assert_eq!(
             done,
@@ -184,7 +188,11 @@ fn a_decode_side_aborted_while_its_kv_is_in_flight_frees_when_the_read_ends() {
     assert_eq!(engine.num_waiting(), 0);
     assert!(!engine.has_work());
     assert_eq!(engine.pool().free(), free, "blocks kept during the read");
-    assert_eq!(engine.abort(RequestId(0)), Abort::Finished, "already aborted");
+    assert_eq!(
+        engine.abort(RequestId(0)),
+        Abort::Finished,
+        "already aborted"
+    );
     engine.check_full().expect("invariants");
     // `_update_from_kv_xfer_finished` frees a finished request's blocks.
     engine.kv_arrived(RequestId(0));
@@ -249,7 +257,15 @@ fn case() -> impl Strategy<Value = Case> {
         any::<bool>(),
         any::<bool>(),
         prop::collection::vec(
-            (0u32..30, 0u64..3, 0u32..64, 1u32..64, 1u32..40, 0u8..3, 0u32..12),
+            (
+                0u32..30,
+                0u64..3,
+                0u32..64,
+                1u32..64,
+                1u32..40,
+                0u8..3,
+                0u32..12,
+            ),
             1..30,
         ),
         prop::collection::vec((0u32..80, any::<bool>()), 30),

@@ -332,7 +332,57 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{TraceError, fnv1a64};
+    use super::{RequestSpec, TraceError, fnv1a64, with_client_timeout};
+    use pdsim_core::{Prompt, SimDuration, SimTime};
+
+    fn spec(arrival_ms: u64, deadline_ms: Option<u64>) -> RequestSpec {
+        RequestSpec {
+            arrival: SimTime::from_ms(arrival_ms),
+            prompt: Prompt::default(),
+            output_tokens: 1,
+            priority: 0,
+            slo_class: 0,
+            source_line: 1,
+            deadline: deadline_ms.map(SimTime::from_ms),
+        }
+    }
+
+    #[test]
+    fn a_client_timeout_sets_or_tightens_every_deadline() {
+        let specs = vec![
+            spec(100, None),
+            spec(200, Some(250)),
+            spec(300, Some(9_000)),
+        ];
+        let timeout = Some(SimDuration::from_ms(1_000));
+        let out: Vec<RequestSpec> = with_client_timeout(specs.clone().into_iter().map(Ok), timeout)
+            .map(Result::unwrap)
+            .collect();
+        let deadlines: Vec<Option<SimTime>> = out.iter().map(|s| s.deadline).collect();
+        assert_eq!(
+            deadlines,
+            [
+                Some(SimTime::from_ms(1_100)),
+                Some(SimTime::from_ms(250)),
+                Some(SimTime::from_ms(1_300))
+            ]
+        );
+        let untouched: Vec<RequestSpec> =
+            with_client_timeout(specs.clone().into_iter().map(Ok), None)
+                .map(Result::unwrap)
+                .collect();
+        assert_eq!(untouched, specs);
+    }
+
+    #[test]
+    fn moving_an_arrival_keeps_the_time_the_client_waits() {
+        let mut s = spec(1_000, Some(1_300));
+        s.move_arrival(SimTime::from_ms(5_000));
+        assert_eq!(s.deadline, Some(SimTime::from_ms(5_300)));
+        let mut s = spec(1_000, None);
+        s.move_arrival(SimTime::from_ms(10));
+        assert_eq!((s.arrival, s.deadline), (SimTime::from_ms(10), None));
+    }
 
     #[test]
     fn errors_display_file_line_column_message() {

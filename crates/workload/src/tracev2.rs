@@ -424,14 +424,14 @@ impl State {
         // copies it to the request's `Deadline`, which the simulator's
         // `TimeoutEvent` fires at). Arrivals keep the trace's origin, so
         // the deadline does too.
-        let deadline = if deadline == 0 {
-            None
-        } else {
-            Some(
-                SimTime::checked_from_units(deadline, 1_000)
-                    .ok_or_else(|| row.error(c(DEADLINE_US), format!("{deadline} µs is too large")))?,
-            )
-        };
+        let deadline =
+            if deadline == 0 {
+                None
+            } else {
+                Some(SimTime::checked_from_units(deadline, 1_000).ok_or_else(|| {
+                    row.error(c(DEADLINE_US), format!("{deadline} µs is too large"))
+                })?)
+            };
 
         let (prefix, tail) = if group.is_empty() {
             if prefix > 0 {
@@ -604,6 +604,38 @@ mod tests {
         assert_eq!(all[0].arrival, SimTime::from_us(49_999));
         assert_eq!((all[0].prompt.tokens(), all[0].output_tokens), (185, 1208));
         assert_eq!(all[1].source_line, 3);
+        // BLIS wrote each row's deadline as its arrival plus the 300 s
+        // session-client default (`computeDeadline`, `generator.go`): an
+        // absolute time on the arrivals' clock.
+        assert_eq!(all[0].deadline, Some(SimTime::from_us(300_049_999)));
+        assert_eq!(
+            all[1].deadline.unwrap().since(all[1].arrival),
+            pdsim_core::SimDuration::from_ms(300_000)
+        );
+    }
+
+    #[test]
+    fn deadline_us_is_absolute_and_zero_means_none() {
+        let with = |deadline: u64, at: u64| {
+            row("", 0, "", 0, 10, 10, at).replace(
+                &format!(",,0,0,{at},{at},"),
+                &format!(",,{deadline},0,{at},{at},"),
+            )
+        };
+        let body = [with(0, 1_000), with(5_000, 1_000), with(2_000, 2_000)].concat();
+        let all: Vec<RequestSpec> = read(&body).into_iter().map(Result::unwrap).collect();
+        assert_eq!(all[0].deadline, None, "0 is no deadline");
+        assert_eq!(all[1].deadline, Some(SimTime::from_us(5_000)));
+        assert_eq!(
+            all[2].deadline,
+            Some(SimTime::from_us(2_000)),
+            "at the arrival"
+        );
+        // Before the arrival: refused, as inference-sim refuses it.
+        let bad = read(&with(999, 1_000));
+        let err = bad[0].as_ref().unwrap_err();
+        assert_eq!(err.column.as_deref(), Some("deadline_us"), "{err}");
+        assert_eq!(err.line, 2);
     }
 
     #[test]
