@@ -65,7 +65,7 @@ fn run_checked(cluster: &Cluster, specs: &[RequestSpec]) -> (RunStats, Vec<Reque
     let mut sink = MemorySink::default();
     let stats = run(
         cluster,
-        &mut specs.to_vec().into_iter().map(Ok),
+        &mut specs.iter().cloned().map(Ok),
         11,
         true,
         &mut sink,
