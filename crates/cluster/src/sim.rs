@@ -137,9 +137,8 @@ enum Event {
     /// The flow controller's cleanup sweep, due when the oldest queued
     /// request's TTL runs out.
     FlowSweep,
-    /// A request's client gives up (its deadline). Live while the request
-    /// is in flight: a request that ends first takes the count with it,
-    /// and the loop skips the stale event without moving the clock.
+    /// A request's client gives up (its deadline). The loop skips it
+    /// without moving the clock when the request ended first.
     Deadline {
         id: RequestId,
     },
@@ -155,8 +154,18 @@ impl Event {
     /// a tick that dispatches makes the request live. (Were ticks live, a
     /// queue held forever — TTL disabled — would keep the scrape loop and
     /// its ticks going for ever.) The TTL sweep is live: it ends requests.
+    ///
+    /// A client's deadline is not live either, though it ends a request:
+    /// until it comes nothing changes, so a request stuck until its client
+    /// gives up must not keep the observation loops ticking through the
+    /// wait (a deadline may lie days ahead). The loops stop, the clock
+    /// jumps to the deadline, and the abort restarts them if it frees
+    /// something ([`Sim::client_timeout`]).
     fn is_live(&self) -> bool {
-        !matches!(self, Event::Scrape { .. } | Event::Sample | Event::FlowTick)
+        !matches!(
+            self,
+            Event::Scrape { .. } | Event::Sample | Event::FlowTick | Event::Deadline { .. }
+        )
     }
 }
 
@@ -210,7 +219,7 @@ struct InFlight {
     ticket: pdsim_router::Ticket,
     /// Waiting in the EPP's flow-control queue, not yet routed.
     queued: bool,
-    /// The client's deadline while its event is queued and counted live.
+    /// The client's deadline while its event is queued.
     deadline: Option<SimTime>,
     /// The client gave up and the record is written; the request stays
     /// here only while an engine or a transfer still holds its blocks.
@@ -419,7 +428,7 @@ fn run_observed(
         if let Event::Deadline { id } = event
             && !sim.deadline_pending(id)
         {
-            // The request ended first; its count left with it.
+            // The request ended first.
             continue;
         }
         if time < sim.now {
@@ -907,9 +916,6 @@ impl<'a> Sim<'a> {
         let Some(mut flight) = self.in_flight.remove(&id) else {
             return;
         };
-        if flight.deadline.take().is_some() {
-            self.live_events -= 1;
-        }
         self.stats.rejected += 1;
         flight.record.outcome = Outcome::Rejected;
         flight.record.reason = reason;
@@ -952,10 +958,8 @@ impl<'a> Sim<'a> {
                 // inference-sim's simulator times out a request whose
                 // deadline has passed at injection.
                 let record = self.arrival_record(id, &spec, (0, 0, 0));
-                let mut flight = InFlight::new(record, spec, false);
-                // No deadline event was queued for it.
-                flight.deadline = None;
-                self.in_flight.insert(id, flight);
+                self.in_flight
+                    .insert(id, InFlight::new(record, spec, false));
                 self.give_up(id, sink);
                 self.retire(id);
                 return;
@@ -1735,9 +1739,6 @@ impl<'a> Sim<'a> {
         let Some(mut flight) = self.in_flight.remove(&id) else {
             return;
         };
-        if flight.deadline.take().is_some() {
-            self.live_events -= 1;
-        }
         if flight.client_gone {
             // Its record was written when the client gave up.
             return;
@@ -1775,9 +1776,18 @@ impl<'a> Sim<'a> {
         let Some(f) = self.in_flight.get_mut(&id) else {
             return;
         };
-        // The event was counted live; it is spent.
+        // The event is spent.
         f.deadline = None;
-        if f.queued {
+        let queued = f.queued;
+        let core = Self::client_core(f);
+        // Observation stops while nothing live is queued (a request stuck
+        // until its client gives up); what the client's leaving frees may
+        // move requests again, so the loops resume (a no-op while they
+        // run).
+        if self.scraping < self.pods.len() || !self.sampling {
+            self.start_scraping();
+        }
+        if queued {
             if let Some(flow) = self.flow.as_mut() {
                 flow.cancel(id.0);
             }
@@ -1785,7 +1795,6 @@ impl<'a> Sim<'a> {
             self.retire(id);
             return;
         }
-        let core = Self::client_core(f);
         let group = self.group_of[core] as usize;
         if self.groups[group].busy {
             let tie = self.groups[group].ends == self.now;
@@ -1873,9 +1882,7 @@ impl<'a> Sim<'a> {
             return;
         }
         f.client_gone = true;
-        if f.deadline.take().is_some() {
-            self.live_events -= 1;
-        }
+        f.deadline = None;
         self.epp.end_of_stream(&mut f.ticket);
         f.record.finished = self.now;
         f.record.outcome = Outcome::Aborted;

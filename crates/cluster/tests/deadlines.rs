@@ -4,7 +4,9 @@
 //! prefill side holds is let go as NixlConnector lets it go. The record
 //! says `aborted`, `client-timeout`, and ends at the deadline.
 
-use pdsim_cluster::{Cluster, MemorySink, Outcome, RequestRecord, RunStats, build, run};
+use pdsim_cluster::{
+    Cluster, CoreSample, MemorySink, Outcome, RecordSink, RequestRecord, RunStats, build, run,
+};
 use pdsim_core::{SimDuration, SimTime};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
@@ -295,4 +297,75 @@ fn a_deadline_before_the_arrival_ends_the_request_on_arrival() {
     assert_eq!(records[0].reason, "client-timeout");
     assert_eq!(records[0].enqueued, None);
     assert_eq!(stats.aborted, 1);
+}
+
+/// Records and counts the per-core samples.
+#[derive(Default)]
+struct Counting {
+    records: Vec<RequestRecord>,
+    samples: u64,
+}
+
+impl RecordSink for Counting {
+    fn record(&mut self, record: &RequestRecord) {
+        self.records.push(record.clone());
+    }
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+    fn core_sample(&mut self, _sample: &CoreSample) {
+        self.samples += 1;
+    }
+}
+
+#[test]
+fn a_request_stuck_until_its_client_gives_up_costs_no_observations_meanwhile() {
+    // A ceiling of 0 holds the EPP's queue for ever and no TTL evicts it:
+    // only the clients, a day later, end these requests. The observation
+    // loops stop through the wait instead of sampling every second of it.
+    let epp = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: static-usage-limit-policy
+  parameters: {threshold: 0}
+flowControl:
+  defaultRequestTTL: 0s
+";
+    let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n");
+    let cluster = cluster_from(SCENARIO, &deployment, Some(("epp.yaml", epp)));
+    let day = SimDuration::from_ms(86_400_000);
+    let specs: Vec<RequestSpec> = mooncake(
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [1]}\n\
+         {\"timestamp\": 1000, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [2]}\n",
+    )
+    .into_iter()
+    .map(|s| {
+        let at = s.arrival + day;
+        with_deadline(s, at)
+    })
+    .collect();
+    let mut sink = Counting::default();
+    let stats = run(
+        &cluster,
+        &mut specs.clone().into_iter().map(Ok),
+        1,
+        true,
+        &mut sink,
+    )
+    .unwrap();
+    assert_eq!(stats.aborted, 2);
+    for (r, s) in sink.records.iter().zip(&specs) {
+        assert_eq!((r.outcome, r.reason), (Outcome::Aborted, "client-timeout"));
+        assert_eq!(r.finished, s.deadline.unwrap());
+    }
+    let cores = cluster
+        .pools
+        .iter()
+        .map(|p| p.pods as u64 * p.ranks as u64)
+        .sum::<u64>();
+    assert!(
+        sink.samples <= 10 * cores,
+        "{} samples over a day-long stall",
+        sink.samples
+    );
 }

@@ -424,9 +424,23 @@ impl State {
         // copies it to the request's `Deadline`, which the simulator's
         // `TimeoutEvent` fires at). Arrivals keep the trace's origin, so
         // the deadline does too.
+        // A client that waits longer than any real one is a corrupt row,
+        // and refusing it keeps a request stuck until its client gives up
+        // from idling the simulated clock through centuries.
+        let max_wait_us = (pdsim_spec::scenario::MAX_CLIENT_TIMEOUT_S * 1e6) as u64;
         let deadline =
             if deadline == 0 {
                 None
+            } else if deadline - arrival.min(deadline) > max_wait_us {
+                return Err(row.error(
+                    c(DEADLINE_US),
+                    format!(
+                        "{deadline} µs is {} s after the arrival, beyond any real client (at most \
+                     {} s, thirty days)",
+                        (deadline - arrival) / 1_000_000,
+                        max_wait_us / 1_000_000
+                    ),
+                ));
             } else {
                 Some(SimTime::checked_from_units(deadline, 1_000).ok_or_else(|| {
                     row.error(c(DEADLINE_US), format!("{deadline} µs is too large"))
@@ -636,6 +650,12 @@ mod tests {
         let err = bad[0].as_ref().unwrap_err();
         assert_eq!(err.column.as_deref(), Some("deadline_us"), "{err}");
         assert_eq!(err.line, 2);
+        // More than thirty days after it: beyond any client.
+        let bad = read(&with(1_000 + 2_592_000_000_001, 1_000));
+        let err = bad[0].as_ref().unwrap_err();
+        assert!(err.message.contains("beyond any real client"), "{err}");
+        let longest = read(&with(1_000 + 2_592_000_000_000, 1_000));
+        assert!(longest[0].as_ref().is_ok_and(|s| s.deadline.is_some()));
     }
 
     #[test]
