@@ -3,7 +3,8 @@
 //! Events move a request: its arrival at the router, its admission into an
 //! engine core once the frontend has rendered and tokenized the prompt, the
 //! end of an engine step, and — under P/D — the start and progress of its KV
-//! transfer and the end of the prefill engine's lease on its blocks. Events
+//! transfer and the end of the prefill engine's lease on its blocks, and the
+//! moment its client gives up (its deadline: `Sim::client_timeout`). Events
 //! are ordered by (time, sequence), so simultaneous events keep the order in
 //! which they were scheduled (DESIGN decision 2). Arrivals are read from the
 //! source one ahead, so a trace is streamed rather than loaded.
