@@ -1324,7 +1324,9 @@ impl Engine {
     /// abort that arrives while a step runs after that step's model output
     /// and before `update_from_output` (`_process_aborts_queue` in
     /// `EngineCore.step`), so a request of the step being completed is
-    /// dropped from it here and its sampled tokens are never counted.
+    /// dropped from it here and its sampled tokens are never counted
+    /// (`update_from_output` skips a finished request: "This can happen if
+    /// the request is aborted while the model is executing it").
     ///
     /// A request waiting for KV from outside (`WAITING_FOR_REMOTE_KVS`: a
     /// P/D read or an offload load in flight) leaves the queues at once but
