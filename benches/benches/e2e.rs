@@ -104,6 +104,7 @@ fn main() {
             gpus: 32,
             pools: Vec::new(),
             gpu_hour_usd: None,
+            client_timeout_s: None,
         },
     );
     let steps: u64 = stats.cores.iter().map(|c| c.steps).sum();

@@ -154,7 +154,8 @@ fn compare(args: &Args) -> Result<(), Failure> {
     }
     let mut prepared: Vec<Prepared> = Vec::new();
     for d in &args.deployments {
-        let p = prepare(&args.catalog, &args.scenario, d)?;
+        let mut p = prepare(&args.catalog, &args.scenario, d)?;
+        p.client_timeout = args.slo.client_timeout(&p);
         for note in &p.notes {
             eprintln!("{note}");
         }

@@ -335,6 +335,9 @@ pub fn slo_and_catalog_parts(slo: &SloArgs, catalogs: &[PathBuf]) -> Vec<String>
     if let Some(price) = slo.gpu_hour_usd {
         parts.push(format!("gpu-hour-usd {price}"));
     }
+    if let Some(seconds) = slo.client_timeout_s {
+        parts.push(format!("client-timeout-s {seconds}"));
+    }
     parts.extend(catalogs.iter().map(|c| format!("catalog {}", identity(c))));
     parts
 }

@@ -496,6 +496,10 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let mut layouts: Vec<(Candidate, Result<Prepared, String>)> = Vec::new();
     for c in cands {
         let p = prepare_in(&overlay, &args.catalog, &c.scenario, &c.path)
+            .map(|mut p| {
+                p.client_timeout = args.slo.client_timeout(&p);
+                p
+            })
             .map_err(|f| f.message.lines().collect::<Vec<_>>().join("; "));
         layouts.push((c, p));
     }

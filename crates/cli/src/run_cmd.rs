@@ -93,7 +93,8 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     if let Some(out) = &args.out {
         crate::output::check_out(out)?;
     }
-    let prepared = prepare(&args.catalog, &scenario_path, &deployment_path)?;
+    let mut prepared = prepare(&args.catalog, &scenario_path, &deployment_path)?;
+    prepared.client_timeout = args.slo.client_timeout(&prepared);
     for note in &prepared.notes {
         eprintln!("{note}");
     }

@@ -111,6 +111,10 @@ pub struct Prepared {
     pub trace_header: Option<pdsim_spec::scenario::TraceHeader>,
     /// Files the run read (for the digests in the results' README).
     pub inputs: Vec<PathBuf>,
+    /// How long each client waits before it gives up: the scenario's
+    /// `workload.client_timeout_s`, or `--client-timeout-s`
+    /// ([`SloArgs::client_timeout`]); `None` for clients that wait for ever.
+    pub client_timeout: Option<pdsim_core::SimDuration>,
 }
 
 /// Validates and builds; refusals come back as a failure listing every
@@ -240,6 +244,13 @@ pub fn prepare_in(
             .and_then(|w| w.trace.as_ref())
             .map(|t| t.header.clone()),
         inputs,
+        // Validation refused any value `client_timeout_problem` rejects.
+        client_timeout: scenario
+            .scenario
+            .workload
+            .as_ref()
+            .and_then(|w| w.client_timeout_s)
+            .map(pdsim_core::SimDuration::from_secs_f64),
     })
 }
 
@@ -412,6 +423,13 @@ pub struct SloArgs {
     /// The price of one GPU-hour in USD, for cost per million output tokens.
     #[arg(long, value_name = "USD")]
     pub gpu_hour_usd: Option<f64>,
+    /// Seconds each client waits for its whole response before it gives
+    /// up; the request is then aborted (`aborted`, `client-timeout`).
+    /// inference-perf's `load.request_timeout`. Overrides the scenario's
+    /// `workload.client_timeout_s`; a request's own earlier deadline
+    /// (TraceV2 `deadline_us`) still applies.
+    #[arg(long = "client-timeout-s", value_name = "S")]
+    pub client_timeout_s: Option<f64>,
 }
 
 impl SloArgs {
@@ -449,7 +467,20 @@ impl SloArgs {
         if let Some(price) = self.gpu_hour_usd {
             crate::flags::gpu_hour_usd(price)?;
         }
+        if let Some(seconds) = self.client_timeout_s
+            && let Some(problem) = pdsim_spec::scenario::client_timeout_problem(seconds)
+        {
+            return Err(failure(2, format!("--client-timeout-s {problem}")));
+        }
         Ok((all, named))
+    }
+
+    /// The client timeout of a run: `--client-timeout-s` when given, else
+    /// the scenario's (already in `p`). Call [`SloArgs::parse`] first.
+    pub fn client_timeout(&self, p: &Prepared) -> Option<pdsim_core::SimDuration> {
+        self.client_timeout_s
+            .map(pdsim_core::SimDuration::from_secs_f64)
+            .or(p.client_timeout)
     }
 
     /// The plan for a run whose source learns `names`.
@@ -518,7 +549,8 @@ pub fn simulate(
         SeriesSink::new(p.pools.iter().map(|x| x.name.clone()).collect(), None);
     let result = {
         let mut sinks = pdsim_report::Fanout(vec![&mut aggregator, &mut series, extra]);
-        pdsim_cluster::run(&p.cluster, requests, seed, check, &mut sinks)
+        let mut requests = pdsim_workload::with_client_timeout(requests, p.client_timeout);
+        pdsim_cluster::run(&p.cluster, &mut requests, seed, check, &mut sinks)
     };
     let stats = result.map_err(|e| {
         let code = if matches!(e, pdsim_cluster::RunError::Invariant(_)) {
@@ -541,6 +573,7 @@ pub fn simulate(
             gpus: p.gpus,
             pools: p.pools.clone(),
             gpu_hour_usd,
+            client_timeout_s: p.client_timeout.map(|t| t.as_ns() as f64 / 1e9),
         },
     );
     let cdfs = [Metric::Ttft, Metric::Itl, Metric::E2e]
@@ -563,7 +596,9 @@ pub fn scaled(
     specs.iter().map(move |s| {
         let mut s = s.clone();
         if speedup != 1.0 {
-            s.arrival = pdsim_core::SimTime((s.arrival.as_ns() as f64 / speedup).round() as u64);
+            s.move_arrival(pdsim_core::SimTime(
+                (s.arrival.as_ns() as f64 / speedup).round() as u64,
+            ));
         }
         Ok(s)
     })
@@ -587,7 +622,7 @@ pub fn poisson(
             let u = 1.0 - stream.unit();
             at_ns += -u.ln() / rate_per_s * 1e9;
         }
-        s.arrival = pdsim_core::SimTime(at_ns.round() as u64);
+        s.move_arrival(pdsim_core::SimTime(at_ns.round() as u64));
         Ok(s)
     })
 }
@@ -766,6 +801,7 @@ mod tests {
                 priority: 0,
                 slo_class: 0,
                 source_line: i + 1,
+                deadline: None,
             })
             .collect()
     }

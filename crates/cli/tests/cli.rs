@@ -376,6 +376,62 @@ fn run_with_no_arguments_is_deterministic_to_the_byte() {
 }
 
 #[test]
+fn a_client_timeout_aborts_what_is_not_done_and_the_results_say_so() {
+    let dir = out_dir("client-timeout");
+    let (code, stdout, stderr) = pdsim(&[
+        "run",
+        "--check",
+        "--client-timeout-s",
+        "1.5",
+        "--out",
+        &dir.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("aborted:client-timeout"), "{stdout}");
+    assert!(stdout.contains("clients give up after 1.5 s"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    let requests = &summary["requests"];
+    let aborted = requests["aborted"].as_u64().unwrap();
+    assert!(aborted > 0, "{requests}");
+    assert_eq!(
+        requests["not_completed_by_reason"]["aborted:client-timeout"],
+        aborted
+    );
+    assert_eq!(
+        requests["completed"].as_u64().unwrap() + aborted,
+        2000,
+        "{requests}"
+    );
+    assert_eq!(summary["run"]["client_timeout_s"], 1.5);
+    // Latencies describe the completed requests, all within the timeout
+    // (to the histograms' three significant digits).
+    assert!(
+        summary["e2e_ms"]["max"].as_f64().unwrap() <= 1502.0,
+        "{}",
+        summary["e2e_ms"]
+    );
+    let csv = std::fs::read_to_string(dir.join("requests.csv")).unwrap();
+    let rows = csv
+        .lines()
+        .filter(|l| l.ends_with(",aborted,client-timeout"))
+        .count();
+    assert_eq!(rows as u64, aborted);
+    // Bad values are refused before anything runs.
+    for bad in ["0", "-3", "NaN", "inf", "1e12"] {
+        let (code, _, stderr) = pdsim(&[
+            "run",
+            &format!("--client-timeout-s={bad}"),
+            "--out",
+            &out_dir("client-timeout-bad").to_string_lossy(),
+        ]);
+        assert_eq!(code, 2, "{bad}: {stderr}");
+        assert!(stderr.contains("--client-timeout-s"), "{stderr}");
+        assert!(!out_dir("client-timeout-bad").exists());
+    }
+}
+
+#[test]
 fn run_refuses_what_it_cannot_simulate_yet_and_writes_nothing() {
     // The Rebel100 example names an EndpointPickerConfig file, which the
     // simulated router does not run yet: refused by key, nothing written.

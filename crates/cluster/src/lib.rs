@@ -21,4 +21,4 @@ pub use records::{
     CoreSample, LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord,
     SAMPLE_NS, StepSample,
 };
-pub use sim::{CoreStats, RunError, RunStats, run, run_without_idle_pauses};
+pub use sim::{CLIENT_TIMEOUT, CoreStats, RunError, RunStats, run, run_without_idle_pauses};

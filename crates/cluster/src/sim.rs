@@ -3,7 +3,8 @@
 //! Events move a request: its arrival at the router, its admission into an
 //! engine core once the frontend has rendered and tokenized the prompt, the
 //! end of an engine step, and — under P/D — the start and progress of its KV
-//! transfer and the end of the prefill engine's lease on its blocks. Events
+//! transfer and the end of the prefill engine's lease on its blocks, and the
+//! moment its client gives up (its deadline: `Sim::client_timeout`). Events
 //! are ordered by (time, sequence), so simultaneous events keep the order in
 //! which they were scheduled (DESIGN decision 2). Arrivals are read from the
 //! source one ahead, so a trace is streamed rather than loaded.
@@ -28,7 +29,7 @@ use crate::records::{
 };
 use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
 use pdsim_cost::StepCost;
-use pdsim_engine::{Engine, EngineEvent, KvTransfer, NewRequest};
+use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
 use pdsim_spec::deployment::Role;
 use pdsim_workload::{RequestSpec, TraceError};
 use serde::Serialize;
@@ -96,6 +97,11 @@ pub struct RunStats {
     pub links: Vec<(f64, f64)>,
     /// Prefill holds that timed out before the decode side read them.
     pub kv_hold_expiries: u64,
+    /// KV block references engines still held when the run ended: 0 unless
+    /// a request was stuck (ended `engine-stalled`), so a test can tell
+    /// that every block an ended request held was freed.
+    #[serde(skip)]
+    pub blocks_held_at_end: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -132,7 +138,15 @@ enum Event {
     /// The flow controller's cleanup sweep, due when the oldest queued
     /// request's TTL runs out.
     FlowSweep,
+    /// A request's client gives up (its deadline). The loop skips it
+    /// without moving the clock when the request ended first.
+    Deadline {
+        id: RequestId,
+    },
 }
+
+/// The reason on the record of a request whose client gave up.
+pub const CLIENT_TIMEOUT: &str = "client-timeout";
 
 impl Event {
     /// Scrapes and samples observe; they never move a request, so they do
@@ -141,8 +155,18 @@ impl Event {
     /// a tick that dispatches makes the request live. (Were ticks live, a
     /// queue held forever — TTL disabled — would keep the scrape loop and
     /// its ticks going for ever.) The TTL sweep is live: it ends requests.
+    ///
+    /// A client's deadline is not live either, though it ends a request:
+    /// until it comes nothing changes, so a request stuck until its client
+    /// gives up must not keep the observation loops ticking through the
+    /// wait (a deadline may lie days ahead). The loops stop, the clock
+    /// jumps to the deadline, and the abort restarts them if it frees
+    /// something ([`Sim::client_timeout`]).
     fn is_live(&self) -> bool {
-        !matches!(self, Event::Scrape { .. } | Event::Sample | Event::FlowTick)
+        !matches!(
+            self,
+            Event::Scrape { .. } | Event::Sample | Event::FlowTick | Event::Deadline { .. }
+        )
     }
 }
 
@@ -155,6 +179,10 @@ struct Core {
     stats: CoreStats,
     /// Global index of this rank's first GPU.
     first_gpu: u64,
+    /// Aborts that arrived while this core's step ran, applied when it
+    /// ends; `true` for a deadline at the very instant the step ends, whose
+    /// abort waits for the step's output.
+    aborts: Vec<(RequestId, bool)>,
 }
 
 struct Group {
@@ -170,6 +198,8 @@ struct Group {
     in_flight: std::collections::VecDeque<(SimTime, bool)>,
     /// When the GPU finishes the last step queued on it.
     gpu_free: SimTime,
+    /// When the running step ends.
+    ends: SimTime,
 }
 
 struct InFlight {
@@ -199,6 +229,11 @@ struct InFlight {
     ticket: pdsim_router::Ticket,
     /// Waiting in the EPP's flow-control queue, not yet routed.
     queued: bool,
+    /// The client's deadline while its event is queued.
+    deadline: Option<SimTime>,
+    /// The client gave up and the record is written; the request stays
+    /// here only while an engine or a transfer still holds its blocks.
+    client_gone: bool,
 }
 
 impl InFlight {
@@ -221,6 +256,8 @@ impl InFlight {
             load_flows_left: 0,
             ticket: pdsim_router::Ticket::default(),
             queued,
+            deadline: spec.deadline,
+            client_gone: false,
         }
     }
 }
@@ -402,6 +439,12 @@ fn run_observed(
     sim.pause_when_idle = pause_when_idle;
     sim.pull_arrival(source)?;
     while let Some(Reverse((time, _, event))) = sim.queue.pop() {
+        if let Event::Deadline { id } = event
+            && !sim.deadline_pending(id)
+        {
+            // The request ended first.
+            continue;
+        }
         if time < sim.now {
             return Err(RunError::Invariant(format!(
                 "time went back from {:?} to {:?}",
@@ -428,6 +471,7 @@ fn run_observed(
             Event::Sample => sim.sample(sink),
             Event::FlowTick => sim.flow_tick(sink),
             Event::FlowSweep => sim.flow_sweep(sink),
+            Event::Deadline { id } => sim.client_timeout(id, sink),
         }
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
@@ -451,6 +495,7 @@ fn run_observed(
     sim.network.flush(sim.now);
     sim.drain_windows(sink);
     sim.stats.end = sim.now;
+    sim.stats.blocks_held_at_end = sim.cores.iter().map(|c| c.engine.pool().referenced()).sum();
     sim.stats.links = sim
         .network
         .carried()
@@ -503,6 +548,7 @@ impl<'a> Sim<'a> {
                             ..CoreStats::default()
                         },
                         first_gpu,
+                        aborts: Vec::new(),
                     });
                 }
                 let len = pool.ranks as usize;
@@ -513,6 +559,7 @@ impl<'a> Sim<'a> {
                     asynchronous: pool.engine.async_scheduling,
                     in_flight: std::collections::VecDeque::new(),
                     gpu_free: SimTime::ZERO,
+                    ends: SimTime::ZERO,
                 };
                 if pool.lockstep {
                     group_of.extend(std::iter::repeat_n(groups.len() as u32, len));
@@ -922,6 +969,22 @@ impl<'a> Sim<'a> {
         if self.scraping < self.pods.len() || !self.sampling {
             self.start_scraping();
         }
+        if let Some(deadline) = spec.deadline {
+            if deadline <= self.now {
+                // The client gave up before sending: it ends here, as
+                // inference-sim's simulator times out a request whose
+                // deadline has passed at injection.
+                let record = self.arrival_record(id, &spec, (0, 0, 0));
+                self.in_flight
+                    .insert(id, InFlight::new(record, spec, false));
+                self.give_up(id, sink);
+                self.retire(id);
+                return;
+            }
+            // Queued before the request's own events, so at an equal time
+            // the client gives up before its admission.
+            self.push(deadline, Event::Deadline { id });
+        }
         if self.flow.is_some() {
             self.arrive_flow_controlled(id, spec, sink);
             return;
@@ -1130,6 +1193,11 @@ impl<'a> Sim<'a> {
         let Some(flight) = self.in_flight.get_mut(&id) else {
             return;
         };
+        if flight.client_gone {
+            // The client gave up while the frontend had the request: it
+            // never reaches this engine core.
+            return;
+        }
         // The request's part at this core: the prefill side of a
         // disaggregated request, its decode side, or an ordinary request.
         let is_prefill = flight.prefill_core == Some(core as u32)
@@ -1204,6 +1272,7 @@ impl<'a> Sim<'a> {
         let duration = self.schedule_group(group, self.now, sink);
         self.set_busy(group, duration.is_some());
         if let Some(duration) = duration {
+            self.groups[group].ends = self.now + duration;
             self.push(
                 self.now + duration,
                 Event::StepDone {
@@ -1275,6 +1344,7 @@ impl<'a> Sim<'a> {
                 .expect("a step in flight");
             if done > self.now {
                 self.set_busy(group, true);
+                self.groups[group].ends = done;
                 self.push(
                     done,
                     Event::StepDone {
@@ -1384,6 +1454,11 @@ impl<'a> Sim<'a> {
     fn complete_group(&mut self, group: usize, sink: &mut dyn RecordSink) -> Result<(), RunError> {
         let (first, len) = (self.groups[group].first, self.groups[group].len);
         for core in first..first + len {
+            // Aborts that arrived during the step, before its output is
+            // taken (`_process_aborts_queue` before `update_from_output`).
+            if !self.cores[core].aborts.is_empty() {
+                self.apply_aborts(core, false, sink);
+            }
             let c = &mut self.cores[core];
             c.engine.complete_step(&mut c.rng);
             if let Some(batch) = c.engine.kv_events_mut() {
@@ -1391,6 +1466,11 @@ impl<'a> Sim<'a> {
                 self.epp.send_kv_events(self.now.as_ns(), endpoint, batch);
             }
             self.handle_events(core, sink);
+            // A deadline at the instant the step ended: its output came
+            // first, so a request it finished is done, not aborted.
+            if !self.cores[core].aborts.is_empty() {
+                self.apply_aborts(core, true, sink);
+            }
             if self.check {
                 self.cores[core]
                     .engine
@@ -1585,6 +1665,7 @@ impl<'a> Sim<'a> {
         if !f.held {
             self.cores[decode].engine.kv_failed(id);
             self.wake(decode, sink);
+            self.retire(id);
             return;
         }
         let decode_pool = &self.cluster.pools[self.cores[decode].pool];
@@ -1696,6 +1777,7 @@ impl<'a> Sim<'a> {
                     let core = f.load_core as usize;
                     self.cores[core].engine.kv_loaded(id);
                     self.wake(core, sink);
+                    self.retire(id);
                 }
                 continue;
             }
@@ -1706,6 +1788,7 @@ impl<'a> Sim<'a> {
                 self.cores[decode].engine.kv_arrived(id);
                 self.wake(decode, sink);
                 self.release_prefill(id, sink);
+                self.retire(id);
             }
         }
         self.done_buf = done;
@@ -1729,6 +1812,7 @@ impl<'a> Sim<'a> {
             self.handle_events(prefill, sink);
             self.wake(prefill, sink);
         }
+        self.retire(id);
     }
 
     /// The prefill engine's hold timed out: if the read has not started, the
@@ -1781,6 +1865,10 @@ impl<'a> Sim<'a> {
         let Some(mut flight) = self.in_flight.remove(&id) else {
             return;
         };
+        if flight.client_gone {
+            // Its record was written when the client gave up.
+            return;
+        }
         self.epp.end_of_stream(&mut flight.ticket);
         self.flow_wake(false);
         flight.record.finished = self.now;
@@ -1792,5 +1880,159 @@ impl<'a> Sim<'a> {
             Outcome::Aborted => self.stats.aborted += 1,
         }
         sink.record(&flight.record);
+    }
+    /// Whether `id`'s deadline event is the live one: the request is in
+    /// flight and its client has not given up yet.
+    fn deadline_pending(&mut self, id: RequestId) -> bool {
+        self.in_flight
+            .get_mut(&id)
+            .is_some_and(|f| f.deadline.is_some() && !f.client_gone)
+    }
+
+    /// The client's deadline passed: it gives up on the request. In the
+    /// EPP's flow-control queue the request is evicted there; otherwise the
+    /// gateway sees the disconnect, the EPP releases its in-flight load at
+    /// once, and the engine core holding the request aborts it
+    /// ([`Engine::abort`]) — now if it is between steps, or when its running
+    /// step ends (vLLM takes aborts that arrive during a step after the
+    /// model runs and before `update_from_output`, `EngineCore.step` in
+    /// `vllm/v1/engine/core.py`). The record ends now either way, with what
+    /// the client had received.
+    fn client_timeout(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        // The event is spent.
+        f.deadline = None;
+        let queued = f.queued;
+        let core = Self::client_core(f);
+        // Observation stops while nothing live is queued (a request stuck
+        // until its client gives up); what the client's leaving frees may
+        // move requests again, so the loops resume (a no-op while they
+        // run).
+        if self.scraping < self.pods.len() || !self.sampling {
+            self.start_scraping();
+        }
+        if queued {
+            if let Some(flow) = self.flow.as_mut() {
+                flow.cancel(id.0);
+            }
+            self.give_up(id, sink);
+            self.retire(id);
+            return;
+        }
+        let group = self.group_of[core] as usize;
+        if self.groups[group].busy {
+            let tie = self.groups[group].ends == self.now;
+            self.cores[core].aborts.push((id, tie));
+            if !tie {
+                self.give_up(id, sink);
+            }
+            return;
+        }
+        self.give_up(id, sink);
+        self.abort_at(core, id, sink);
+    }
+
+    /// The engine core whose engine has (or is about to get) the client's
+    /// request: the prefill core until the prompt is done, then the
+    /// decode (or only) core.
+    fn client_core(f: &InFlight) -> usize {
+        match f.prefill_core {
+            Some(p) if f.record.prefill_done.is_none() => p as usize,
+            _ => f.decode_core as usize,
+        }
+    }
+
+    /// Applies the aborts queued on `core` during its step: the ones that
+    /// arrived inside it (`ties` false), or those due at its very end.
+    fn apply_aborts(&mut self, core: usize, ties: bool, sink: &mut dyn RecordSink) {
+        let mut aborts = std::mem::take(&mut self.cores[core].aborts);
+        aborts.retain(|&(id, tie)| {
+            if tie != ties {
+                return true;
+            }
+            if tie {
+                // Its output came first: done unless it is still in flight.
+                if self.in_flight.get_mut(&id).is_none_or(|f| f.client_gone) {
+                    return false;
+                }
+                self.give_up(id, sink);
+            }
+            self.abort_at(core, id, sink);
+            false
+        });
+        // Aborts queued meanwhile (none can be: the step is not over) stay.
+        aborts.append(&mut self.cores[core].aborts);
+        self.cores[core].aborts = aborts;
+    }
+
+    /// The engine on `core` aborts `id`, and what it held is let go as
+    /// NixlConnector lets it go
+    /// (`vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py`,
+    /// `request_finished`):
+    ///
+    /// - freed on a decode side that had not yet allocated for it (still
+    ///   `do_remote_prefill`): the connector tells the prefill side, with
+    ///   no blocks to read, to free its held blocks now;
+    /// - on a decode side waiting for its read, the blocks are freed when
+    ///   the read ends, and the prefill side frees its own then too, as
+    ///   after any read;
+    /// - the decode side never had it (the client gave up between prefill
+    ///   and decode): nobody reads or heartbeats, so the prefill side frees
+    ///   at the end of its lease (`hold_expiry`);
+    /// - on a prefill side still computing, the producer is freed at once
+    ///   and no decode side ever hears of it.
+    fn abort_at(&mut self, core: usize, id: RequestId, sink: &mut dyn RecordSink) {
+        let outcome = self.cores[core].engine.abort(id);
+        if outcome == Abort::Freed {
+            let held = self.in_flight.get_mut(&id).is_some_and(|f| f.held);
+            if held {
+                self.release_prefill(id, sink);
+            }
+            // Freed blocks may let a waiting request in.
+            self.wake(core, sink);
+        }
+        self.retire(id);
+    }
+
+    /// The client gave up on `id`: its record ends now as aborted, and the
+    /// EPP releases what the request added to its in-flight counters (the
+    /// end of the stream, `PluginState.Delete`). The request stays in
+    /// flight, marked, until nothing holds its blocks ([`Sim::retire`]).
+    fn give_up(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        if f.client_gone {
+            return;
+        }
+        f.client_gone = true;
+        f.deadline = None;
+        self.epp.end_of_stream(&mut f.ticket);
+        f.record.finished = self.now;
+        f.record.outcome = Outcome::Aborted;
+        f.record.reason = CLIENT_TIMEOUT;
+        self.stats.aborted += 1;
+        sink.record(&f.record);
+        self.flow_wake(false);
+    }
+
+    /// Drops a request whose client gave up once no engine, transfer or
+    /// prefill hold has anything of it left.
+    fn retire(&mut self, id: RequestId) {
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        if !f.client_gone || f.held || f.flows_left > 0 || f.load_flows_left > 0 {
+            return;
+        }
+        let (decode, prefill) = (f.decode_core as usize, f.prefill_core);
+        if self.cores[decode].engine.holds(id)
+            || prefill.is_some_and(|p| self.cores[p as usize].engine.holds(id))
+        {
+            return;
+        }
+        self.in_flight.remove(&id);
     }
 }

@@ -209,7 +209,84 @@ fn run_seed(seed: u64) -> Option<bool> {
         results[0] == results[1],
         "two runs of one seed differ\n{context}"
     );
+    deadlines(
+        seed,
+        &cluster,
+        &shape.value,
+        requests,
+        rate,
+        &results[0],
+        &context,
+    );
     Some(deployment.contains("role: prefill"))
+}
+
+/// The same draw with a random client deadline on every request, spread
+/// over each request's own undisturbed life (queued, prefilling, waiting
+/// for KV, decoding, or after the end): every invariant holds after every
+/// step, every request ends once, a request that gave up ends at its
+/// deadline, none ends after it, no engine keeps a block, and two runs
+/// agree.
+fn deadlines(
+    seed: u64,
+    cluster: &pdsim_cluster::Cluster,
+    shape: &pdsim_spec::catalog::Shape,
+    requests: u64,
+    rate: f64,
+    free: &[pdsim_cluster::RequestRecord],
+    context: &str,
+) {
+    let mut life: Vec<(pdsim_core::SimTime, pdsim_core::SimTime)> =
+        vec![(pdsim_core::SimTime::ZERO, pdsim_core::SimTime::ZERO); requests as usize];
+    for r in free {
+        life[r.id.0 as usize] = (r.arrival, r.finished);
+    }
+    let mut rng = Stream::new(seed, Purpose::Lengths, 98);
+    let spread: Vec<f64> = (0..requests).map(|_| rng.unit() * 1.3).collect();
+    let mut results = Vec::new();
+    for _ in 0..2 {
+        let source = Synthetic::new("shape", shape, requests, rate, seed).expect("valid shape");
+        let mut timed = source.enumerate().map(|(i, spec)| {
+            spec.map(|mut spec| {
+                let (arrival, finished) = life[i];
+                let span = finished.since(arrival).as_ns() as f64;
+                spec.deadline =
+                    Some(spec.arrival + pdsim_core::SimDuration((span * spread[i]) as u64));
+                spec
+            })
+        });
+        let mut sink = MemorySink::default();
+        let stats = run(cluster, &mut timed, seed, true, &mut sink)
+            .unwrap_or_else(|e| panic!("with deadlines: {e}\n{context}"));
+        assert_eq!(
+            sink.records.len() as u64,
+            requests,
+            "with deadlines\n{context}"
+        );
+        assert_eq!(
+            stats.blocks_held_at_end, 0,
+            "with deadlines, blocks kept\n{context}"
+        );
+        for r in &sink.records {
+            let (arrival, finished) = life[r.id.0 as usize];
+            let span = finished.since(arrival).as_ns() as f64;
+            let deadline =
+                r.arrival + pdsim_core::SimDuration((span * spread[r.id.0 as usize]) as u64);
+            match r.outcome {
+                Outcome::Aborted => {
+                    assert_eq!(r.reason, "client-timeout", "{r:?}\n{context}");
+                    assert_eq!(r.finished, deadline, "{r:?}\n{context}");
+                }
+                Outcome::Completed => assert!(r.finished <= deadline, "{r:?}\n{context}"),
+                Outcome::Rejected => {}
+            }
+        }
+        results.push(sink.records);
+    }
+    assert!(
+        results[0] == results[1],
+        "two runs with deadlines differ\n{context}"
+    );
 }
 
 #[test]

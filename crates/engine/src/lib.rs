@@ -13,5 +13,6 @@ pub mod scheduler;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};
 pub use scheduler::{
-    Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, PadSpecDecode, Policy, SpecConfig,
+    Abort, Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, PadSpecDecode, Policy,
+    SpecConfig,
 };

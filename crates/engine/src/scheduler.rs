@@ -159,6 +159,25 @@ pub enum EngineEvent {
     },
 }
 
+/// What [`Engine::abort`] did with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Abort {
+    /// The engine does not hold the request: never added, or finished and
+    /// freed already.
+    Unknown,
+    /// The request has finished here (a P/D producer holding its blocks
+    /// for the decode side, or one aborted before): vLLM's
+    /// `finish_requests` skips a finished request, so nothing changed.
+    Finished,
+    /// Taken out of running or waiting; its blocks are freed.
+    Freed,
+    /// Taken out of the queues while its KV was in flight (a P/D read or an
+    /// offload load): its blocks are freed when that ends, in
+    /// [`Engine::kv_arrived`], [`Engine::kv_failed`] or
+    /// [`Engine::kv_loaded`].
+    FreedAfterTransfer,
+}
+
 #[derive(Clone, Debug)]
 struct Req {
     id: RequestId,
@@ -216,6 +235,9 @@ struct Req {
     /// The last non-empty step that scheduled the request
     /// (`last_sched_seq`), with `defer_block_free`.
     last_sched_seq: u64,
+    /// Aborted while its KV was in flight: out of every queue, its blocks
+    /// kept until the transfer or load ends ([`Engine::abort`]).
+    aborted: bool,
 }
 
 impl Req {
@@ -618,6 +640,7 @@ impl Engine {
             prefill_chunk: false,
             drop_stale: false,
             last_sched_seq: 0,
+            aborted: false,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -1647,10 +1670,109 @@ impl Engine {
         true
     }
 
+    /// The client gave up: the request ends here, as vLLM's
+    /// `EngineCore.abort_requests` ends it with
+    /// `Scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)`
+    /// (`vllm/v1/engine/core.py`, `vllm/v1/core/sched/scheduler.py` of
+    /// 0.31.0): taken out of `running` (order kept) or the waiting queues
+    /// (`waiting`, `kv_holding_waiting`), then `_free_request` frees its
+    /// blocks through `KVCacheManager.free`, tail first, their hashes kept,
+    /// so its prompt stays a prefix-cache hit until the blocks are evicted.
+    /// No event is queued: vLLM sends no output for an aborted request.
+    ///
+    /// The caller picks the moment. vLLM takes aborts between steps, and an
+    /// abort that arrives while a step runs after that step's model output
+    /// and before `update_from_output` (`_process_aborts_queue` in
+    /// `EngineCore.step`), so a request of the step being completed is
+    /// dropped from it here and its sampled tokens are never counted
+    /// (`update_from_output` skips a finished request: "This can happen if
+    /// the request is aborted while the model is executing it").
+    ///
+    /// A request waiting for KV from outside (`WAITING_FOR_REMOTE_KVS`: a
+    /// P/D read or an offload load in flight) leaves the queues at once but
+    /// keeps its blocks until the transfer ends (`delay_free_blocks` in
+    /// `finish_requests`; `_update_from_kv_xfer_finished` then frees them),
+    /// since the transfer still writes into them. A finished request is
+    /// left alone (`request.is_finished()` is skipped), so a P/D producer
+    /// holding its blocks for the decode side keeps them: NixlConnector's
+    /// protocol, not the client, releases those ([`Engine::release`]).
+    pub fn abort(&mut self, id: RequestId) -> Abort {
+        let Some(&slot) = self.slot_of.get(&id) else {
+            return Abort::Unknown;
+        };
+        {
+            let req = self.req(slot);
+            if req.holding || req.aborted {
+                return Abort::Finished;
+            }
+        }
+        self.scheduled.retain(|s| s.slot != slot);
+        // `finish_requests` adds it to `finished_req_ids`, so the engine
+        // core schedules once more to report it. Steps in flight that
+        // scheduled it find its slot gone (or taken) and skip it.
+        self.finished_unreported = true;
+        if let Some(index) = self.running.iter().position(|s| *s == slot) {
+            self.running.remove(index);
+        } else if let Some(index) = self.holding.iter().position(|s| *s == slot) {
+            self.holding.remove(index);
+        } else {
+            let queued = match &mut self.waiting {
+                WaitQueue::Fcfs(q) => match q.iter().position(|s| *s == slot) {
+                    Some(index) => {
+                        q.remove(index);
+                        true
+                    }
+                    None => false,
+                },
+                WaitQueue::Priority(h) => {
+                    let before = h.len();
+                    h.retain(|Reverse((_, _, _, s))| *s != slot);
+                    h.len() < before
+                }
+            };
+            if !queued {
+                // In no queue: parked while its KV is in flight.
+                self.remote_waiting -= 1;
+                self.req_mut(slot).aborted = true;
+                return Abort::FreedAfterTransfer;
+            }
+        }
+        self.free_blocks(slot);
+        self.reqs[slot as usize] = None;
+        self.slot_of.remove(&id);
+        self.free_slots.push(slot);
+        Abort::Freed
+    }
+
+    /// Frees a request aborted while its KV was in flight, now that the
+    /// transfer has ended; false if `id` is no such request.
+    fn free_aborted(&mut self, id: RequestId) -> bool {
+        let Some(&slot) = self.slot_of.get(&id) else {
+            return false;
+        };
+        if !self.req(slot).aborted {
+            return false;
+        }
+        self.free_blocks(slot);
+        self.reqs[slot as usize] = None;
+        self.slot_of.remove(&id);
+        self.free_slots.push(slot);
+        true
+    }
+
+    /// Whether the engine holds the request in any state (queued, running,
+    /// holding blocks for a decode side, or aborted with its KV in flight).
+    pub fn holds(&self, id: RequestId) -> bool {
+        self.slot_of.contains_key(&id)
+    }
+
     /// Decode side: the missing blocks arrived. The request is promoted
     /// (`finished_recving`): its blocks enter the prefix cache, it continues
     /// from prompt − 1 and goes back to the head of the waiting queue.
     pub fn kv_arrived(&mut self, id: RequestId) {
+        if self.free_aborted(id) {
+            return;
+        }
         let Some(&slot) = self.slot_of.get(&id) else {
             return;
         };
@@ -1682,6 +1804,9 @@ impl Engine {
     /// as `_update_waiting_for_remote_kv` in `vllm/v1/core/sched/scheduler.py`
     /// takes them).
     pub fn kv_loaded(&mut self, id: RequestId) {
+        if self.free_aborted(id) {
+            return;
+        }
         let Some(&slot) = self.slot_of.get(&id) else {
             return;
         };
@@ -1759,6 +1884,9 @@ impl Engine {
     /// first). The request keeps its blocks, cuts back to its local prefix
     /// hit and recomputes the rest here.
     pub fn kv_failed(&mut self, id: RequestId) {
+        if self.free_aborted(id) {
+            return;
+        }
         let Some(&slot) = self.slot_of.get(&id) else {
             return;
         };

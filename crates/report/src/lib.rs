@@ -522,6 +522,10 @@ pub struct RunInfo {
     pub pools: Vec<PoolInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_hour_usd: Option<f64>,
+    /// How long each client waited before giving up; absent when clients
+    /// wait for ever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_timeout_s: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1066,6 +1070,11 @@ pub fn render_text(summary: &Summary) -> String {
     for (reason, count) in &r.not_completed_by_reason {
         out.push_str(&format!("  {count} {reason}\n"));
     }
+    if let Some(seconds) = summary.run.client_timeout_s {
+        out.push_str(&format!(
+            "  clients give up after {seconds} s; latencies are of completed requests only\n"
+        ));
+    }
     out.push_str("latency:\n");
     out.push_str(&line("TTFT", &summary.ttft_ms));
     out.push_str(&line("TPOT", &summary.tpot_ms));
@@ -1200,6 +1209,7 @@ mod stage_tests {
             gpus: 1,
             pools: Vec::new(),
             gpu_hour_usd: None,
+            client_timeout_s: None,
         }
     }
 

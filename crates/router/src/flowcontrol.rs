@@ -462,6 +462,25 @@ impl FlowController {
         }
     }
 
+    /// The client of a queued request disconnected: the controller evicts
+    /// it (`QueueOutcomeEvictedContextCancelled`, which the EPP answers with
+    /// a 503, "client disconnected": `pkg/epp/flowcontrol/`'s processor
+    /// checks each item's context in its sweep, and the item is finalized
+    /// as soon as its context is cancelled). Returns whether `token` was
+    /// queued.
+    pub fn cancel(&mut self, token: u32) -> bool {
+        for flow in &mut self.flows {
+            if let Some(index) = flow.items.iter().position(|i| i.token == token) {
+                if let Some(item) = flow.items.remove(index) {
+                    self.bytes -= item.bytes;
+                    self.len -= 1;
+                }
+                return true;
+            }
+        }
+        false
+    }
+
     /// When the oldest waiting item's budget runs out, if it can.
     pub fn next_expiry_ns(&self) -> Option<u64> {
         let ttl_ns = self.settings.ttl_ns;
@@ -602,6 +621,27 @@ mod tests {
         assert_eq!(fc.dispatch(&room, &r, 0), Some(3));
         assert_eq!(fc.dispatch(&room, &r, 0), Some(9));
         assert_eq!(fc.dispatch(&room, &r, 0), None);
+        assert!(fc.is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_request_leaves_the_queue_and_frees_its_bytes() {
+        let mut s = settings(UTIL);
+        s.band.max_bytes = 30;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        let r = router(1);
+        for token in [7, 3, 9] {
+            fc.enqueue(token, 100, 10).unwrap();
+        }
+        assert_eq!(fc.enqueue(4, 100, 10), Err(Refusal::Capacity));
+        assert!(fc.cancel(3));
+        assert!(!fc.cancel(3), "cancelled once");
+        assert_eq!(fc.len(), 2);
+        assert!(fc.enqueue(4, 100, 10).is_ok(), "its bytes are free again");
+        let room = [view(0, 0.0, 0)];
+        assert_eq!(fc.dispatch(&room, &r, 0), Some(7));
+        assert_eq!(fc.dispatch(&room, &r, 0), Some(9));
+        assert_eq!(fc.dispatch(&room, &r, 0), Some(4));
         assert!(fc.is_empty());
     }
 

@@ -32,7 +32,8 @@ pub struct Cluster {
     pub storage: Option<Vec<String>>,
 }
 
-/// Exactly one of `shape` (a catalog workload shape) or `trace`.
+/// Exactly one of `shape` (a catalog workload shape) or `trace`, and how
+/// long each client waits.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
@@ -40,6 +41,33 @@ pub struct Workload {
     pub shape: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceRef>,
+    /// Seconds a client waits for its whole response before it gives up
+    /// (inference-perf's `load.request_timeout`); omitted, clients wait for
+    /// ever, unless a request carries its own deadline (TraceV2
+    /// `deadline_us`). A positive, finite number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_timeout_s: Option<f64>,
+}
+
+/// The longest client timeout a document or flag may give, in seconds:
+/// the thirty days of `MAX_DURATION_MS`; no client waits longer.
+pub const MAX_CLIENT_TIMEOUT_S: f64 = 30.0 * 24.0 * 3_600.0;
+
+/// Why a client timeout in seconds cannot be used, if it cannot: not a
+/// positive finite number, or longer than [`MAX_CLIENT_TIMEOUT_S`].
+pub fn client_timeout_problem(seconds: f64) -> Option<String> {
+    if !seconds.is_finite() || seconds <= 0.0 {
+        Some(format!(
+            "{seconds} is not a positive, finite number of seconds (leave it out for clients \
+             that never give up)"
+        ))
+    } else if seconds > MAX_CLIENT_TIMEOUT_S {
+        Some(format!(
+            "{seconds:e} s is beyond any real client (at most {MAX_CLIENT_TIMEOUT_S} s, thirty days)"
+        ))
+    } else {
+        None
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]

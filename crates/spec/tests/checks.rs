@@ -1161,6 +1161,28 @@ mod scenario_checks {
             edit(&[("  shape: chatbot\n", &format!("  shape: chatbot\n{}", trace("trace.csv")))]),
             BASE_DEPLOYMENT
             => [err("workload-binding", "workload")];
+        /// A client timeout must be a positive, finite number of seconds
+        /// no client would exceed.
+        client_timeout_negative:
+            edit(&[("  shape: chatbot\n", "  shape: chatbot\n  client_timeout_s: -5\n")]),
+            BASE_DEPLOYMENT
+            => [err("client-timeout-range", "workload.client_timeout_s")];
+        client_timeout_zero:
+            edit(&[("  shape: chatbot\n", "  shape: chatbot\n  client_timeout_s: 0\n")]),
+            BASE_DEPLOYMENT
+            => [err("client-timeout-range", "workload.client_timeout_s")];
+        client_timeout_nan:
+            edit(&[("  shape: chatbot\n", "  shape: chatbot\n  client_timeout_s: .nan\n")]),
+            BASE_DEPLOYMENT
+            => [err("client-timeout-range", "workload.client_timeout_s")];
+        client_timeout_absurd:
+            edit(&[("  shape: chatbot\n", "  shape: chatbot\n  client_timeout_s: 1e12\n")]),
+            BASE_DEPLOYMENT
+            => [err("client-timeout-range", "workload.client_timeout_s")];
+        client_timeout_of_inference_perf_is_valid:
+            edit(&[("  shape: chatbot\n", "  shape: chatbot\n  client_timeout_s: 300\n")]),
+            BASE_DEPLOYMENT
+            => [];
         trace_file_missing:
             edit(&[("  shape: chatbot\n", &trace("traces/missing.csv"))]),
             BASE_DEPLOYMENT

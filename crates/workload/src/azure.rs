@@ -170,6 +170,7 @@ impl State {
             priority: 0,
             slo_class: 0,
             source_line: line,
+            deadline: None,
         })
     }
 }

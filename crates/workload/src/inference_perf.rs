@@ -744,11 +744,13 @@ impl InferencePerf {
         }
         let timeout_s = match load.request_timeout {
             None => AIOHTTP_DEFAULT_TIMEOUT_S,
-            Some(t) if t.is_finite() && t > 0.0 && t <= 31_536_000.0 => t,
+            // The bound of every client timeout pdsim takes
+            // (`workload.client_timeout_s`, `--client-timeout-s`): 30 days.
+            Some(t) if t.is_finite() && t > 0.0 && t <= 2_592_000.0 => t,
             Some(t) => {
                 return Err(e(
                     "load.request_timeout",
-                    format!("{t} must be a positive number of seconds, at most a year"),
+                    format!("{t} must be a positive number of seconds, at most 30 days"),
                 ));
             }
         };
@@ -1292,6 +1294,10 @@ impl Iterator for InferencePerf {
             priority: 0,
             slo_class: 0,
             source_line,
+            // The client gives up after `load.request_timeout` (aiohttp's
+            // 300 s when it is null); a run's own client timeout, if
+            // shorter, tightens it (`with_client_timeout`).
+            deadline: Some(arrival + SimDuration::from_secs_f64(self.timeout_s)),
         }))
     }
 }

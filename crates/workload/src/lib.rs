@@ -187,6 +187,56 @@ pub struct RequestSpec {
     /// the 1-based request number (by which results are split into an
     /// inference-perf configuration's stages).
     pub source_line: u64,
+    /// When the client gives up on the request, on the same clock as
+    /// `arrival`; `None` when it waits for ever. A deadline at or before
+    /// the arrival ends the request on arrival. TraceV2's `deadline_us`
+    /// sets it; a client timeout ([`with_client_timeout`]) sets or
+    /// tightens it for every request.
+    pub deadline: Option<SimTime>,
+}
+
+impl RequestSpec {
+    /// Moves the request to arrive at `at`, keeping its deadline the same
+    /// time after the arrival: a replay that rescales or redraws arrivals
+    /// changes when clients send, not how long each one waits.
+    pub fn move_arrival(&mut self, at: SimTime) {
+        if let Some(deadline) = self.deadline {
+            let budget = deadline.since(self.arrival);
+            self.deadline = Some(at.checked_add(budget).unwrap_or(SimTime(u64::MAX)));
+        }
+        self.arrival = at;
+    }
+}
+
+/// Applies a client timeout to every request of `source`: each one's
+/// deadline becomes `timeout` after its arrival, or stays the deadline it
+/// has when that is earlier (the client gives up at whichever comes
+/// first). `None` leaves the requests as they are.
+///
+/// This is inference-perf's per-request timeout (`load.request_timeout`,
+/// seconds, `inference_perf/config/loadgen/config.py`), which its OpenAI
+/// client passes to aiohttp as `ClientTimeout(total=...)`
+/// (`inference_perf/client/modelserver/openai_client.py`): a bound on the
+/// whole request, from sending it to the last byte of the response.
+pub fn with_client_timeout<I>(
+    source: I,
+    timeout: Option<pdsim_core::SimDuration>,
+) -> impl Iterator<Item = Result<RequestSpec, TraceError>>
+where
+    I: Iterator<Item = Result<RequestSpec, TraceError>>,
+{
+    source.map(move |item| {
+        item.map(|mut spec| {
+            if let Some(timeout) = timeout {
+                let at = spec
+                    .arrival
+                    .checked_add(timeout)
+                    .unwrap_or(SimTime(u64::MAX));
+                spec.deadline = Some(spec.deadline.map_or(at, |d| d.min(at)));
+            }
+            spec
+        })
+    })
 }
 
 /// A problem with one row (or the header) of an input, located by file,
@@ -294,7 +344,57 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{TraceError, fnv1a64};
+    use super::{RequestSpec, TraceError, fnv1a64, with_client_timeout};
+    use pdsim_core::{Prompt, SimDuration, SimTime};
+
+    fn spec(arrival_ms: u64, deadline_ms: Option<u64>) -> RequestSpec {
+        RequestSpec {
+            arrival: SimTime::from_ms(arrival_ms),
+            prompt: Prompt::default(),
+            output_tokens: 1,
+            priority: 0,
+            slo_class: 0,
+            source_line: 1,
+            deadline: deadline_ms.map(SimTime::from_ms),
+        }
+    }
+
+    #[test]
+    fn a_client_timeout_sets_or_tightens_every_deadline() {
+        let specs = vec![
+            spec(100, None),
+            spec(200, Some(250)),
+            spec(300, Some(9_000)),
+        ];
+        let timeout = Some(SimDuration::from_ms(1_000));
+        let out: Vec<RequestSpec> = with_client_timeout(specs.clone().into_iter().map(Ok), timeout)
+            .map(Result::unwrap)
+            .collect();
+        let deadlines: Vec<Option<SimTime>> = out.iter().map(|s| s.deadline).collect();
+        assert_eq!(
+            deadlines,
+            [
+                Some(SimTime::from_ms(1_100)),
+                Some(SimTime::from_ms(250)),
+                Some(SimTime::from_ms(1_300))
+            ]
+        );
+        let untouched: Vec<RequestSpec> =
+            with_client_timeout(specs.clone().into_iter().map(Ok), None)
+                .map(Result::unwrap)
+                .collect();
+        assert_eq!(untouched, specs);
+    }
+
+    #[test]
+    fn moving_an_arrival_keeps_the_time_the_client_waits() {
+        let mut s = spec(1_000, Some(1_300));
+        s.move_arrival(SimTime::from_ms(5_000));
+        assert_eq!(s.deadline, Some(SimTime::from_ms(5_300)));
+        let mut s = spec(1_000, None);
+        s.move_arrival(SimTime::from_ms(10));
+        assert_eq!((s.arrival, s.deadline), (SimTime::from_ms(10), None));
+    }
 
     #[test]
     fn errors_display_file_line_column_message() {

@@ -241,6 +241,7 @@ impl Iterator for Synthetic {
             priority: 0,
             slo_class: 0,
             source_line: index + 1,
+            deadline: None,
         }))
     }
 

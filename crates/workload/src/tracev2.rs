@@ -51,6 +51,8 @@
 //! - `slo_class` names are interned in order of first appearance (the empty
 //!   name is class 0); `vllm_priority` (0 = most urgent) becomes the
 //!   request's priority; `output_tokens` 0 is replayed as 1 and counted.
+//! - `deadline_us` (absolute, on the arrivals' clock; 0 = none) becomes the
+//!   request's deadline: the client gives up then.
 //! - Session columns describe closed-loop replay, which pdsim does not model:
 //!   every row is one open-loop request, as in `LoadTraceV2Requests`.
 
@@ -60,7 +62,7 @@ use crate::{
     TraceError, arrival_at, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
-use pdsim_core::{Prompt, Segment};
+use pdsim_core::{Prompt, Segment, SimTime};
 use pdsim_spec::problem::quote;
 use pdsim_spec::scenario::{TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS, TraceHeader};
 use std::collections::BTreeMap;
@@ -416,6 +418,34 @@ impl State {
                 format!("{deadline} µs is before the arrival, {arrival} µs"),
             ));
         }
+        // `deadline_us` is absolute, on the clock of `arrival_time_us`, and
+        // 0 means none (`DeadlineUs` in inference-sim's
+        // `sim/workload/tracev2.go`; `LoadTraceV2Requests` in `replay.go`
+        // copies it to the request's `Deadline`, which the simulator's
+        // `TimeoutEvent` fires at). Arrivals keep the trace's origin, so
+        // the deadline does too.
+        // A client that waits longer than any real one is a corrupt row,
+        // and refusing it keeps a request stuck until its client gives up
+        // from idling the simulated clock through centuries.
+        let max_wait_us = (pdsim_spec::scenario::MAX_CLIENT_TIMEOUT_S * 1e6) as u64;
+        let deadline =
+            if deadline == 0 {
+                None
+            } else if deadline - arrival.min(deadline) > max_wait_us {
+                return Err(row.error(
+                    c(DEADLINE_US),
+                    format!(
+                        "{deadline} µs is {} s after the arrival, beyond any real client (at most \
+                     {} s, thirty days)",
+                        (deadline - arrival) / 1_000_000,
+                        max_wait_us / 1_000_000
+                    ),
+                ));
+            } else {
+                Some(SimTime::checked_from_units(deadline, 1_000).ok_or_else(|| {
+                    row.error(c(DEADLINE_US), format!("{deadline} µs is too large"))
+                })?)
+            };
 
         let (prefix, tail) = if group.is_empty() {
             if prefix > 0 {
@@ -492,6 +522,7 @@ impl State {
             priority,
             slo_class: class,
             source_line: line,
+            deadline,
         })
     }
 }
@@ -587,6 +618,44 @@ mod tests {
         assert_eq!(all[0].arrival, SimTime::from_us(49_999));
         assert_eq!((all[0].prompt.tokens(), all[0].output_tokens), (185, 1208));
         assert_eq!(all[1].source_line, 3);
+        // BLIS wrote each row's deadline as its arrival plus the 300 s
+        // session-client default (`computeDeadline`, `generator.go`): an
+        // absolute time on the arrivals' clock.
+        assert_eq!(all[0].deadline, Some(SimTime::from_us(300_049_999)));
+        assert_eq!(
+            all[1].deadline.unwrap().since(all[1].arrival),
+            pdsim_core::SimDuration::from_ms(300_000)
+        );
+    }
+
+    #[test]
+    fn deadline_us_is_absolute_and_zero_means_none() {
+        let with = |deadline: u64, at: u64| {
+            row("", 0, "", 0, 10, 10, at).replace(
+                &format!(",,0,0,{at},{at},"),
+                &format!(",,{deadline},0,{at},{at},"),
+            )
+        };
+        let body = [with(0, 1_000), with(5_000, 1_000), with(2_000, 2_000)].concat();
+        let all: Vec<RequestSpec> = read(&body).into_iter().map(Result::unwrap).collect();
+        assert_eq!(all[0].deadline, None, "0 is no deadline");
+        assert_eq!(all[1].deadline, Some(SimTime::from_us(5_000)));
+        assert_eq!(
+            all[2].deadline,
+            Some(SimTime::from_us(2_000)),
+            "at the arrival"
+        );
+        // Before the arrival: refused, as inference-sim refuses it.
+        let bad = read(&with(999, 1_000));
+        let err = bad[0].as_ref().unwrap_err();
+        assert_eq!(err.column.as_deref(), Some("deadline_us"), "{err}");
+        assert_eq!(err.line, 2);
+        // More than thirty days after it: beyond any client.
+        let bad = read(&with(1_000 + 2_592_000_000_001, 1_000));
+        let err = bad[0].as_ref().unwrap_err();
+        assert!(err.message.contains("beyond any real client"), "{err}");
+        let longest = read(&with(1_000 + 2_592_000_000_000, 1_000));
+        assert!(longest[0].as_ref().is_ok_and(|s| s.deadline.is_some()));
     }
 
     #[test]

@@ -155,6 +155,16 @@ pub fn check(
     }
     let mut trace_path = None;
     if let Some(workload) = &scenario.workload {
+        if let Some(problem) = workload
+            .client_timeout_s
+            .and_then(crate::scenario::client_timeout_problem)
+        {
+            problems.push(source.error(
+                "workload.client_timeout_s",
+                "client-timeout-range",
+                format!("client_timeout_s {problem}"),
+            ));
+        }
         match (&workload.shape, &workload.trace) {
             (Some(_), Some(_)) | (None, None) => problems.push(source.error(
                 "workload",

@@ -1,0 +1,371 @@
+//! Client deadlines: at its deadline a client gives up on a request that
+//! has not finished. Queued at the EPP, the request is evicted there; in an
+//! engine, the engine aborts it and frees its blocks; under P/D, what the
+//! prefill side holds is let go as NixlConnector lets it go. The record
+//! says `aborted`, `client-timeout`, and ends at the deadline.
+
+use pdsim_cluster::{
+    Cluster, CoreSample, MemorySink, Outcome, RecordSink, RequestRecord, RunStats, build, run,
+};
+use pdsim_core::{SimDuration, SimTime};
+use pdsim_spec::files::MemoryFiles;
+use pdsim_spec::validate::{Request, validate};
+use pdsim_workload::{MooncakeReader, RequestSpec};
+
+const SCENARIO: &str = include_str!("../../../scenarios/default.yaml");
+const DEPLOYMENT: &str = include_str!("../../../deployments/default.yaml");
+const TRACE: &str = include_str!("../../../traces/default.jsonl");
+const H200: &str = include_str!("../../../scenarios/4x8-h200.yaml");
+const P1D3: &str = include_str!("../../../deployments/1p3d-ep8.yaml");
+const ALWAYS: &str = include_str!("../../../deployments/pd/epp-always-pd.yaml");
+
+fn cluster_from(scenario: &str, deployment: &str, extra: Option<(&str, &str)>) -> Cluster {
+    let mut files = MemoryFiles::new()
+        .with("s.yaml", scenario)
+        .with("d.yaml", deployment);
+    if let Some((path, text)) = extra {
+        files = files.with(path, text);
+    }
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let inputs = report.loaded[0].1.router.as_ref().map(|block| {
+        pdsim_router::check_router_inputs(&files, "d.yaml", Some(block)).expect("router loads")
+    });
+    match inputs {
+        Some(inputs) => pdsim_cluster::build_with_router(
+            &report.deployments[0],
+            report.scenario.as_ref().unwrap(),
+            Some(inputs),
+        )
+        .unwrap(),
+        None => build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap(),
+    }
+}
+
+fn colocated() -> Cluster {
+    cluster_from(SCENARIO, DEPLOYMENT, None)
+}
+
+fn pd() -> Cluster {
+    cluster_from(H200, P1D3, Some(("pd/epp-always-pd.yaml", ALWAYS)))
+}
+
+fn mooncake(text: &str) -> Vec<RequestSpec> {
+    MooncakeReader::new(std::io::Cursor::new(text.as_bytes()), "t.jsonl")
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+/// Runs with the engines' invariants checked after every step; every
+/// request must end exactly once and no engine may keep a block.
+fn run_checked(cluster: &Cluster, specs: &[RequestSpec]) -> (RunStats, Vec<RequestRecord>) {
+    let mut sink = MemorySink::default();
+    let stats = run(
+        cluster,
+        &mut specs.iter().cloned().map(Ok),
+        11,
+        true,
+        &mut sink,
+    )
+    .expect("runs");
+    assert_eq!(sink.records.len(), specs.len(), "every request ends once");
+    let mut ids: Vec<u32> = sink.records.iter().map(|r| r.id.0).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), specs.len(), "no request recorded twice");
+    assert_eq!(stats.blocks_held_at_end, 0, "every block was freed");
+    let mut records = sink.records;
+    records.sort_by_key(|r| r.id);
+    (stats, records)
+}
+
+fn with_deadline(mut spec: RequestSpec, deadline: SimTime) -> RequestSpec {
+    spec.deadline = Some(deadline);
+    spec
+}
+
+#[test]
+fn a_deadline_mid_decode_aborts_the_request_and_its_engine_stops_working_on_it() {
+    let cluster = colocated();
+    let long = mooncake(
+        "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 3000, \"hash_ids\": [1, 2]}\n",
+    );
+    let (free_stats, free) = run_checked(&cluster, &long);
+    let r = &free[0];
+    assert_eq!(r.outcome, Outcome::Completed);
+    let first = r.first_token.unwrap();
+    let mid = SimTime(first.as_ns() + (r.finished.as_ns() - first.as_ns()) / 2);
+    let (stats, timed) = run_checked(&cluster, &[with_deadline(long[0].clone(), mid)]);
+    let t = &timed[0];
+    assert_eq!(t.outcome, Outcome::Aborted, "{t:?}");
+    assert_eq!(t.reason, "client-timeout");
+    assert_eq!(t.finished, mid, "the record ends when the client gave up");
+    assert_eq!(t.first_token, Some(first), "the same path until then");
+    assert!(
+        t.output_tokens > 1 && t.output_tokens < r.output_tokens,
+        "{} of {}",
+        t.output_tokens,
+        r.output_tokens
+    );
+    assert_eq!(t.last_token.map(|l| l <= mid), Some(true));
+    assert_eq!((stats.aborted, stats.completed), (1, 0));
+    // The engine stopped decoding it: about half the steps, not all.
+    let steps = |s: &RunStats| s.cores.iter().map(|c| c.steps).sum::<u64>();
+    assert!(
+        steps(&stats) < steps(&free_stats) * 6 / 10,
+        "{} steps with the deadline, {} without",
+        steps(&stats),
+        steps(&free_stats)
+    );
+    assert!(stats.end < free_stats.end);
+}
+
+#[test]
+fn a_deadline_that_never_comes_changes_nothing() {
+    let cluster = colocated();
+    let specs: Vec<RequestSpec> =
+        MooncakeReader::new(std::io::Cursor::new(TRACE.as_bytes()), "default.jsonl")
+            .take(200)
+            .map(|r| r.unwrap())
+            .collect();
+    let (stats, records) = run_checked(&cluster, &specs);
+    // Deadlines far beyond every request's end: the same records, the same
+    // end of the run (stale deadline events do not move the clock).
+    let late: Vec<RequestSpec> = specs
+        .iter()
+        .map(|s| with_deadline(s.clone(), s.arrival + SimDuration::from_ms(3_600_000)))
+        .collect();
+    let (late_stats, late_records) = run_checked(&cluster, &late);
+    assert_eq!(records, late_records);
+    assert_eq!(stats.end, late_stats.end);
+    assert_eq!(stats.completed, late_stats.completed);
+}
+
+#[test]
+fn a_deadline_in_an_engine_queue_drops_the_request_before_it_is_scheduled() {
+    // A thousand long requests at once on eight engines: many wait in an
+    // engine's queue (KV full); their clients give up after 2 s.
+    let text: String = (0..1000)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": 0, \"input_length\": 4000, \"output_length\": 400, \"hash_ids\": [{}]}}\n",
+                10_000 + i
+            )
+        })
+        .collect();
+    let specs: Vec<RequestSpec> = mooncake(&text)
+        .into_iter()
+        .map(|s| {
+            let at = s.arrival + SimDuration::from_ms(2_000);
+            with_deadline(s, at)
+        })
+        .collect();
+    let (stats, records) = run_checked(&colocated(), &specs);
+    let queued: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Aborted && r.scheduled.is_none())
+        .collect();
+    assert!(!queued.is_empty(), "some timed out before being scheduled");
+    for r in &queued {
+        assert_eq!(r.reason, "client-timeout");
+        assert_eq!(r.finished, SimTime::ZERO + SimDuration::from_ms(2_000));
+        assert!(r.enqueued.is_some(), "it had reached an engine: {r:?}");
+        assert!(r.first_token.is_none());
+    }
+    for r in &records {
+        match r.outcome {
+            Outcome::Completed => assert!(r.finished <= SimTime(2_000_000_000), "{r:?}"),
+            Outcome::Aborted => assert_eq!(r.reason, "client-timeout"),
+            Outcome::Rejected => panic!("{r:?}"),
+        }
+    }
+    assert_eq!(stats.aborted + stats.completed, 1000);
+}
+
+const FLOW_EPP: &str = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: concurrency-detector
+  parameters: {maxConcurrency: 4}
+flowControl:
+  maxRequests: \"500\"
+  defaultRequestTTL: 30s
+  saturationDetector: {pluginRef: concurrency-detector}
+";
+
+#[test]
+fn a_deadline_in_the_flow_control_queue_evicts_the_request_there() {
+    let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n");
+    let cluster = cluster_from(SCENARIO, &deployment, Some(("epp.yaml", FLOW_EPP)));
+    let text: String = (0..200)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 100, \"hash_ids\": [{}, {}]}}\n",
+                1000 + 2 * i,
+                1001 + 2 * i
+            )
+        })
+        .collect();
+    let deadline = SimTime(500_000_000);
+    let specs: Vec<RequestSpec> = mooncake(&text)
+        .into_iter()
+        .map(|s| with_deadline(s, deadline))
+        .collect();
+    let (stats, records) = run_checked(&cluster, &specs);
+    // Eight endpoints × 4: 32 dispatch at once; the rest wait at the EPP
+    // until their clients give up, long before the 30 s TTL.
+    let evicted: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| r.reason == "client-timeout" && r.enqueued.is_none())
+        .collect();
+    assert!(evicted.len() >= 100, "{}", evicted.len());
+    for r in &evicted {
+        assert_eq!(r.outcome, Outcome::Aborted);
+        assert_eq!(r.finished, deadline);
+    }
+    assert!(records.iter().all(|r| r.reason != "flow-control-ttl"));
+    assert_eq!(stats.rejected, 0);
+    assert_eq!(stats.aborted + stats.completed, 200);
+}
+
+#[test]
+fn deadlines_at_every_stage_of_a_disaggregated_request_free_everything() {
+    let cluster = pd();
+    let specs: Vec<RequestSpec> =
+        MooncakeReader::new(std::io::Cursor::new(TRACE.as_bytes()), "default.jsonl")
+            .take(60)
+            .map(|r| r.unwrap())
+            .collect();
+    let (_, free) = run_checked(&cluster, &specs);
+    // Each request's deadline at a point of its own undisturbed life:
+    // during prefill, between prefill and transfer, mid-transfer, at the
+    // first token, mid-decode.
+    let timed: Vec<RequestSpec> = specs
+        .iter()
+        .zip(&free)
+        .enumerate()
+        .map(|(i, (s, r))| {
+            let at = |t: Option<SimTime>| t.unwrap_or(r.finished);
+            let mid = |a: SimTime, b: SimTime| SimTime(a.as_ns() + (b.as_ns() - a.as_ns()) / 2);
+            let deadline = match i % 6 {
+                0 => mid(r.arrival, at(r.prefill_done)),
+                1 => mid(at(r.prefill_done), at(r.transfer_start)),
+                2 => mid(at(r.transfer_start), at(r.transfer_end)),
+                3 => at(r.first_token),
+                4 => mid(at(r.first_token), r.finished),
+                _ => r.finished + SimDuration(1),
+            };
+            with_deadline(s.clone(), deadline)
+        })
+        .collect();
+    let (stats, records) = run_checked(&cluster, &timed);
+    let mut aborted = 0;
+    for (r, s) in records.iter().zip(&timed) {
+        let deadline = s.deadline.unwrap();
+        match r.outcome {
+            Outcome::Aborted => {
+                assert_eq!(r.reason, "client-timeout", "{r:?}");
+                assert_eq!(r.finished, deadline);
+                aborted += 1;
+            }
+            Outcome::Completed => assert!(r.finished <= deadline, "{r:?}"),
+            Outcome::Rejected => panic!("{r:?}"),
+        }
+    }
+    assert!(aborted >= 30, "{aborted} of 60 gave up");
+    assert_eq!(stats.aborted, aborted);
+    // Deterministic.
+    let (_, again) = run_checked(&cluster, &timed);
+    assert_eq!(records, again);
+}
+
+#[test]
+fn a_deadline_before_the_arrival_ends_the_request_on_arrival() {
+    let specs = mooncake(
+        "{\"timestamp\": 5, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [1]}\n",
+    );
+    let spec = with_deadline(specs[0].clone(), specs[0].arrival);
+    let (stats, records) = run_checked(&colocated(), &[spec]);
+    assert_eq!(records[0].outcome, Outcome::Aborted);
+    assert_eq!(records[0].reason, "client-timeout");
+    assert_eq!(records[0].enqueued, None);
+    assert_eq!(stats.aborted, 1);
+}
+
+/// Records and counts the per-core samples.
+#[derive(Default)]
+struct Counting {
+    records: Vec<RequestRecord>,
+    samples: u64,
+}
+
+impl RecordSink for Counting {
+    fn record(&mut self, record: &RequestRecord) {
+        self.records.push(record.clone());
+    }
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+    fn core_sample(&mut self, _sample: &CoreSample) {
+        self.samples += 1;
+    }
+}
+
+#[test]
+fn a_request_stuck_until_its_client_gives_up_costs_no_observations_meanwhile() {
+    // A ceiling of 0 holds the EPP's queue for ever and no TTL evicts it:
+    // only the clients, a day later, end these requests. The observation
+    // loops stop through the wait instead of sampling every second of it.
+    let epp = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+- type: static-usage-limit-policy
+  parameters: {threshold: 0}
+flowControl:
+  defaultRequestTTL: 0s
+";
+    let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n");
+    let cluster = cluster_from(SCENARIO, &deployment, Some(("epp.yaml", epp)));
+    let day = SimDuration::from_ms(86_400_000);
+    let specs: Vec<RequestSpec> = mooncake(
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [1]}\n\
+         {\"timestamp\": 1000, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [2]}\n",
+    )
+    .into_iter()
+    .map(|s| {
+        let at = s.arrival + day;
+        with_deadline(s, at)
+    })
+    .collect();
+    let mut sink = Counting::default();
+    let stats = run(
+        &cluster,
+        &mut specs.clone().into_iter().map(Ok),
+        1,
+        true,
+        &mut sink,
+    )
+    .unwrap();
+    assert_eq!(stats.aborted, 2);
+    for (r, s) in sink.records.iter().zip(&specs) {
+        assert_eq!((r.outcome, r.reason), (Outcome::Aborted, "client-timeout"));
+        assert_eq!(r.finished, s.deadline.unwrap());
+    }
+    let cores = cluster
+        .pools
+        .iter()
+        .map(|p| p.pods as u64 * p.ranks as u64)
+        .sum::<u64>();
+    assert!(
+        sink.samples <= 10 * cores,
+        "{} samples over a day-long stall",
+        sink.samples
+    );
+}
