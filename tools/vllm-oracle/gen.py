@@ -178,6 +178,11 @@ def case(rng, family, release):
     else:
         raise ValueError(family)
 
+    # vLLM refuses a token budget below the sequence cap
+    # (SchedulerConfig: max_num_batched_tokens >= max_num_seqs); clamping
+    # after the draws leaves every valid case as it was.
+    cfg["max_num_seqs"] = min(cfg["max_num_seqs"], cfg["max_num_batched_tokens"])
+
     if spec_k:
         # vLLM refuses async scheduling with the CPU n-gram drafter; its GPU
         # twin is allowed, and both reserve no lookahead slots.

@@ -486,8 +486,17 @@ def main(argv):
         for i, name in enumerate(names):
             d = os.path.join(cases_dir, name)
             tmp = os.path.join(d, "vllm.jsonl.tmp")
-            with open(tmp, "w") as out:
-                run_case(os.path.join(d, "config.json"), os.path.join(d, "workload.jsonl"), out)
+            try:
+                with open(tmp, "w") as out:
+                    run_case(os.path.join(d, "config.json"), os.path.join(d, "workload.jsonl"), out)
+            except Exception as e:  # noqa: BLE001 - one case's failure is reported, the batch goes on
+                # vLLM refused the case or did not drain it: no decisions to
+                # compare. The reason goes to vllm.error; the caller decides.
+                os.remove(tmp)
+                with open(os.path.join(d, "vllm.error"), "w") as err:
+                    err.write(f"{type(e).__name__}: {e}\n")
+                print(f"{name}: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
+                continue
             os.replace(tmp, os.path.join(d, "vllm.jsonl"))
             if (i + 1) % 25 == 0 or i + 1 == len(names):
                 print(f"[{i + 1}/{len(names)}] {name}", file=sys.stderr)
