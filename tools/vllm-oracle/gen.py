@@ -27,6 +27,8 @@ Families, each aimed at one group of decisions:
   async-chunk  async scheduling with chunked prefill: small budgets, long
                prompts, the long-prefill cap, the sequence cap
   async-pd     async scheduling with P/D through the scripted connector
+  pd-gate      the reserve gate on async KV loads: decode-side requests
+               parked beside chunked prefills in a tight pool, drafts often
   mixed        everything drawn at random
   pd           P/D through the scripted connector: prefill-side requests
                (kv: produce, one output token, blocks held until
@@ -53,6 +55,7 @@ FAMILIES = [
     "async-chunk",
     "async-pd",
     "pd",
+    "pd-gate",
 ]
 
 
@@ -161,6 +164,17 @@ def case(rng, family, release):
         cfg["async_scheduling"] = True
         roles = rng.choice(["produce", "consume", "both"])
         max_out = rng.choice([4, 12, 24])
+    elif family == "pd-gate":
+        cfg["async_scheduling"] = rng.random() < 0.5
+        cfg["max_num_batched_tokens"] = rng.choice([32, 48, 64, 100])
+        cfg["max_num_seqs"] = rng.randint(2, 8)
+        roles = "consume"
+        max_prompt = rng.choice([160, 320, 480])
+        n_req = rng.randint(6, 14)
+        max_out = rng.choice([4, 12, 24])
+        if rng.random() < 0.5:
+            spec_k = rng.randint(1, 4)
+            accept_mode = "const"
     elif family == "mixed":
         cfg["scheduling_policy"] = rng.choice(["fcfs", "priority"])
         prio = cfg["scheduling_policy"] == "priority"
@@ -202,7 +216,9 @@ def case(rng, family, release):
         r = {"id": i, "arrive_step": arrive, "prompt": prompt, "max_tokens": max_tokens}
         if prio:
             r["priority"] = rng.randint(0, 3)
-        if family in ("pd", "async-pd") and rng.random() < 0.75:
+        if family in ("pd", "async-pd", "pd-gate") and rng.random() < (
+            0.5 if family == "pd-gate" else 0.75
+        ):
             kind = roles if roles != "both" else rng.choice(["produce", "consume"])
             r["kv"] = kind
             if kind == "produce":
@@ -221,7 +237,7 @@ def case(rng, family, release):
     # one request alone (vLLM would wait forever; so would pdsim).
     need = max(-(-(len(r["prompt"]) + r["max_tokens"] + spec_k + 1) // bs) for r in reqs)
     total = sum(-(-(len(r["prompt"]) + r["max_tokens"]) // bs) for r in reqs)
-    if family in ("press-fcfs", "press-prio", "async-press") or (
+    if family in ("press-fcfs", "press-prio", "async-press", "pd-gate") or (
         family in ("mixed", "pd", "async-pd") and rng.random() < 0.5
     ):
         cfg["num_gpu_blocks"] = 1 + max(need + 1, rng.randint(need + 1, max(need + 2, total // 2)))

@@ -267,6 +267,7 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         drop_stale_output: connector,
         pad_spec_decode: pack.features.pad_spec_decode,
         victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
+        async_load_reserve: pack.features.async_load_reserve,
     }
 }
 

@@ -13,6 +13,6 @@ pub mod scheduler;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};
 pub use scheduler::{
-    Abort, Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest, PadSpecDecode, Policy,
-    SpecConfig,
+    Abort, AsyncLoadReserve, Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest,
+    PadSpecDecode, Policy, SpecConfig,
 };

@@ -14,7 +14,7 @@ use pdsim_core::kv_events::{KvEventBatch, Medium, Piece};
 use pdsim_core::prompt::{BlockHasher, content_id};
 use pdsim_core::{Prompt, RequestId, SimTime, Stream};
 use pdsim_cost::Batch;
-pub use pdsim_spec::rules::pack::PadSpecDecode;
+pub use pdsim_spec::rules::pack::{AsyncLoadReserve, PadSpecDecode};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -93,6 +93,9 @@ pub struct EngineConfig {
     /// spared and the request is not scheduled (the rules pack's
     /// `victim_blocks_must_be_freeable`).
     pub victim_blocks_must_be_freeable: bool,
+    /// How an async KV load is gated (the rules pack's
+    /// `async_load_reserve`).
+    pub async_load_reserve: AsyncLoadReserve,
 }
 
 /// A request handed to the engine.
@@ -235,6 +238,10 @@ struct Req {
     /// The last non-empty step that scheduled the request
     /// (`last_sched_seq`), with `defer_block_free`.
     last_sched_seq: u64,
+    /// In vLLM's `_inflight_prefills`: parked for an async load, or
+    /// admitted on a chunk that leaves prompt to compute, until a step
+    /// samples for it, it is preempted or it ends.
+    inflight_prefill: bool,
     /// Aborted while its KV was in flight: out of every queue, its blocks
     /// kept until the transfer or load ends ([`Engine::abort`]).
     aborted: bool,
@@ -640,6 +647,7 @@ impl Engine {
             prefill_chunk: false,
             drop_stale: false,
             last_sched_seq: 0,
+            inflight_prefill: false,
             aborted: false,
         };
         let slot = match self.free_slots.pop() {
@@ -804,16 +812,28 @@ impl Engine {
         // this goes to `allocate_blocks` directly, not through the caching
         // `allocate` (the hit blocks it shares are cached already).
         //
-        // vLLM allocates no lookahead slots for an async load
+        // 0.29.0 and later allocate no lookahead slots for an async load
         // (`limit_lookahead_tokens` in `Scheduler.schedule`,
-        // `vllm/v1/core/sched/scheduler.py`) but gates it on free blocks
-        // less `reserved_blocks` (in-flight prefills' remaining blocks, and
-        // in 0.31.0 one spec decode step's). Until that reservation is
-        // modelled the lookahead stays counted here: dropping it alone lets
-        // a load take the last block and leaves the request unable to run.
-        if !self.allocate_blocks(slot, hit_blocks, hit_tokens, remaining, remaining) {
+        // `vllm/v1/core/sched/scheduler.py`) and admit it only into the free
+        // blocks less `reserved_blocks`: what the in-flight prefills still
+        // need for their whole sequence, and in 0.31.0 one speculative
+        // decode step's slots besides (`_inflight_prefill_reserved_blocks`,
+        // `_spec_decode_step_blocks`), since a parked load cannot be
+        // preempted. Releases without the gate keep the lookahead.
+        let (lookahead, reserved) = match self.config.async_load_reserve {
+            AsyncLoadReserve::None => (self.lookahead(), 0),
+            AsyncLoadReserve::InFlightPrefills => (0, self.inflight_prefill_reserved(0)),
+            AsyncLoadReserve::InFlightPrefillsAndSpecStep => {
+                let step = self.spec_decode_step_blocks();
+                (0, self.inflight_prefill_reserved(step) + step)
+            }
+        };
+        if !self.allocate_blocks_with(
+            slot, hit_blocks, hit_tokens, remaining, remaining, lookahead, reserved,
+        ) {
             return None;
         }
+        self.req_mut(slot).inflight_prefill = true;
         self.pop_waiting();
         self.remote_waiting += 1;
         let park_seq = self.parked;
@@ -825,6 +845,37 @@ impl Engine {
         req.park_seq = park_seq;
         req.admitted_once = true;
         Some(req.id)
+    }
+
+    /// `_spec_decode_step_blocks`: the blocks of one speculative decode
+    /// step's slots, `1 + num_spec_tokens + lookahead`, or none without
+    /// drafts.
+    fn spec_decode_step_blocks(&self) -> u32 {
+        match &self.config.spec {
+            Some(spec) if spec.num_spec_tokens > 0 => {
+                (1 + spec.num_spec_tokens + self.lookahead()).div_ceil(self.config.block_size)
+            }
+            _ => 0,
+        }
+    }
+
+    /// `_inflight_prefill_reserved_blocks`: over the requests still
+    /// prefilling (parked for a load, or admitted on a chunk that leaves
+    /// prompt to compute), the blocks each lacks for its whole sequence
+    /// (`_request_remaining_blocks`), plus `per_request` each (0.31.0 adds
+    /// a spec decode step's). Linear in the live requests; it runs only
+    /// when an async load is admitted.
+    fn inflight_prefill_reserved(&self, per_request: u32) -> u32 {
+        let bs = self.config.block_size;
+        self.reqs
+            .iter()
+            .flatten()
+            .filter(|r| r.inflight_prefill)
+            .map(|r| {
+                let full = r.tokens().min(self.config.max_model_len);
+                full.div_ceil(bs).saturating_sub(r.blocks.len() as u32) + per_request
+            })
+            .sum()
     }
 
     /// Blocks a request lacks for `tokens` more tokens after `base`
@@ -923,7 +974,33 @@ impl Engine {
         new_tokens: u32,
         must_fit: u32,
     ) -> bool {
-        let lookahead = self.lookahead();
+        self.allocate_blocks_with(
+            slot,
+            hit_blocks,
+            hit_tokens,
+            new_tokens,
+            must_fit,
+            self.lookahead(),
+            0,
+        )
+    }
+
+    /// [`Engine::allocate_blocks`] with the lookahead slots given and
+    /// `reserved` blocks kept free for others: `allocate_slots(...,
+    /// reserved_blocks)` checks the chunk's blocks against the free blocks
+    /// less the reservation, the full sequence against all free blocks
+    /// (`vllm/v1/core/kv_cache_manager.py`).
+    #[allow(clippy::too_many_arguments)]
+    fn allocate_blocks_with(
+        &mut self,
+        slot: u32,
+        hit_blocks: u32,
+        hit_tokens: u32,
+        new_tokens: u32,
+        must_fit: u32,
+        lookahead: u32,
+        reserved: u32,
+    ) -> bool {
         let per_block = self.pool.units_per_block() as usize;
         let (held, computed) = {
             let req = self.req(slot);
@@ -944,6 +1021,12 @@ impl Engine {
             }
         }
         if need_new + hit_free > self.pool.free() {
+            return false;
+        }
+        if reserved > 0
+            && self.blocks_short_with(base, new_tokens, lookahead, have) + hit_free + reserved
+                > self.pool.free()
+        {
             return false;
         }
         let alloc_new = self.blocks_short_with(base, new_tokens, lookahead, have);
@@ -1021,6 +1104,7 @@ impl Engine {
             req.computed = 0;
             req.drafts = 0;
             req.is_running = false;
+            req.inflight_prefill = false;
             // `Scheduler._preempt_request`: output of steps still in flight
             // is stale; it will be delivered but changes no counter. (A
             // connector that `requires_kv_delivery` drops it instead; no
@@ -1306,6 +1390,11 @@ impl Engine {
                     req.computed = hit_tokens;
                     req.admitted_once = true;
                     req.is_running = true;
+                    // "Only track requests that will still be prefilling
+                    // after this chunk."
+                    if hit_tokens + n < req.tokens() {
+                        req.inflight_prefill = true;
+                    }
                     req.id
                 };
                 if first {
@@ -1395,6 +1484,9 @@ impl Engine {
             req.in_flight += s.tokens;
             s.samples = req.computed >= req.tokens() + req.placeholders;
             req.prefill_chunk = !s.samples;
+            if s.samples {
+                req.inflight_prefill = false;
+            }
             // The drafts a request held are used up by this step (the
             // running loop's `request.spec_token_ids = []`).
             req.drafts = 0;
@@ -1436,10 +1528,13 @@ impl Engine {
             // `vllm/v1/worker/gpu_model_runner.py`), so a P/D request's one
             // remaining prompt token counts as a decode for graph dispatch.
             uniform &= s.tokens == decode_len;
+            // Drafts count wherever they are: a request padded with
+            // placeholder drafts on admission (`pad_spec_decode`) may still
+            // have its last prompt token to compute.
+            batch.spec_tokens += s.drafts;
             if is_decode {
                 batch.decode_reqs += 1;
                 batch.decode_tokens += s.tokens;
-                batch.spec_tokens += s.drafts;
             } else {
                 batch.prefill_reqs += 1;
                 batch.prefill_tokens += s.tokens;

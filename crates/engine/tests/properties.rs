@@ -105,7 +105,15 @@ fn engine_for(case: &Case) -> Engine {
     // vLLM refuses to start unless one request of max_model_len fits in KV;
     // keep that true so every request can run alone.
     let capacity = case.usable_blocks * case.block_size;
-    let max_model_len = capacity.saturating_sub(lookahead + case.block_size).max(2);
+    // And an async load of such a request must fit beside the spec decode
+    // step 0.31.0 reserves for it (`_spec_decode_step_blocks`); vLLM would
+    // never admit it otherwise.
+    let spec_step = case.spec.map_or(0, |k| {
+        (1 + k + lookahead).div_ceil(case.block_size) * case.block_size
+    });
+    let max_model_len = capacity
+        .saturating_sub(lookahead + case.block_size + spec_step)
+        .max(2);
     Engine::new(EngineConfig {
         block_size: case.block_size,
         prefix_unit: case.prefix_unit,
@@ -151,11 +159,11 @@ fn engine_for(case: &Case) -> Engine {
         // schedule than schedule un-padded"); no real budget is that small.
         //
         // Padding also stays off where KV loads asynchronously (a consumer,
-        // the offload tier): vLLM admits such a load only into free blocks
-        // less the reservation of in-flight prefills and one spec-decode
-        // step (`_inflight_prefill_reserved_blocks`), which pdsim does not
-        // model yet (issue 11, divergence 7); without it parked loads can
-        // fill the pool so that a padded admission never fits.
+        // the offload tier): a padded admission of a parked request needs
+        // its drafts' slots beyond the blocks the load holds, and parked
+        // loads can fill a small pool so that it never fits — the failure
+        // 0.31.0's spec-step reservation narrows but, with padding on top,
+        // does not rule out in pools this small.
         pad_spec_decode: match case.requests[0].3 % 3 {
             _ if case.budget < 1 + case.spec.unwrap_or(0)
                 || connector
@@ -174,6 +182,17 @@ fn engine_for(case: &Case) -> Engine {
         // progress guarantee, so cases with deferred frees take 0.31.0's
         // rule, which spares such a victim.
         victim_blocks_must_be_freeable: connector || case.requests[0].2.is_multiple_of(2),
+        // 0.29.0's gate reserves no spec decode step: a parked load holds
+        // blocks for its prompt alone, and once loads fill the pool none
+        // can take its lookahead slots — the deadlock 0.31.0 fixed with
+        // `_spec_decode_step_blocks` ("otherwise request cannot be able to
+        // run after the async_load"). So with drafts that gate is not a
+        // progress guarantee and is left out here.
+        async_load_reserve: match case.requests[0].4 % 3 {
+            0 => pdsim_engine::AsyncLoadReserve::None,
+            1 if case.spec.is_none() => pdsim_engine::AsyncLoadReserve::InFlightPrefills,
+            _ => pdsim_engine::AsyncLoadReserve::InFlightPrefillsAndSpecStep,
+        },
     })
 }
 

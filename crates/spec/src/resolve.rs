@@ -61,6 +61,8 @@ pub struct EngineConfig {
     pub victim_blocks_must_be_freeable: bool,
     /// The release's `deferred_block_frees`.
     pub deferred_block_frees: bool,
+    /// The release's `async_load_reserve`.
+    pub async_load_reserve: crate::rules::pack::AsyncLoadReserve,
     /// Admission reserves blocks for the whole remaining prompt
     /// (`scheduler_reserve_full_isl`, `vllm/config/scheduler.py`).
     pub reserve_full_prompt: bool,
@@ -628,6 +630,7 @@ pub fn resolve_pool(
         pad_spec_decode: pack.features.pad_spec_decode,
         victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
         deferred_block_frees: pack.features.deferred_block_frees,
+        async_load_reserve: pack.features.async_load_reserve,
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
         gpu_memory_utilization: gmu,

@@ -37,6 +37,7 @@ pub fn config() -> EngineConfig {
         drop_stale_output: false,
         pad_spec_decode: pdsim_engine::PadSpecDecode::Never,
         victim_blocks_must_be_freeable: true,
+        async_load_reserve: pdsim_engine::AsyncLoadReserve::None,
     }
 }
 

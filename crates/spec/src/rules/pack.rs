@@ -69,6 +69,9 @@ pub struct Features {
     /// `vllm/v1/core/sched/scheduler.py`. vLLM 0.15.1 has neither.
     #[serde(default = "yes")]
     pub deferred_block_frees: bool,
+    /// How an async KV load (a P/D consumer, an offload load) is admitted:
+    /// `reserved_blocks` in `Scheduler.schedule` and its lookahead slots.
+    pub async_load_reserve: AsyncLoadReserve,
     /// The release refuses a `long_prefill_token_threshold` above
     /// `max_model_len`. vLLM 0.15.1 checks it only with concurrent partial
     /// prefills, which it does not support, so it accepts the threshold.
@@ -79,6 +82,22 @@ pub struct Features {
     /// off, it is opt-in.
     #[serde(default)]
     pub cascade_attention_by_default: bool,
+}
+
+/// The gate on an async KV load's allocation (`Scheduler.schedule`,
+/// `vllm/v1/core/sched/scheduler.py`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AsyncLoadReserve {
+    /// No reservation; the load's lookahead slots are allocated as any
+    /// request's.
+    None,
+    /// No lookahead slots; the free blocks less what the in-flight
+    /// prefills still need (0.29.0: `_inflight_prefill_reserved_blocks`).
+    InFlightPrefills,
+    /// As above, each in-flight prefill and the load itself also reserving
+    /// one speculative decode step (0.31.0: `_spec_decode_step_blocks`).
+    InFlightPrefillsAndSpecStep,
 }
 
 /// The condition of `pad_spec_decode`, beyond a one-token request, a fixed
