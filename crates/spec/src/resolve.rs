@@ -20,7 +20,7 @@ use crate::deployment::{Deployment, Pool, ROLE_LABEL};
 use crate::layout::PoolLayout;
 use crate::model::{Attention, Model};
 use crate::quantity::MaxModelLen;
-use crate::rules::pack::RulesPack;
+use crate::rules::pack::{CaptureSizeExtras, RulesPack};
 use crate::validate::scenario::ResolvedScenario;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -199,6 +199,74 @@ pub fn generated_capture_sizes(max: u64) -> Vec<u64> {
     sizes.extend((8..=248).step_by(8).filter(|s| *s <= max));
     sizes.extend((256..=max.max(256)).step_by(16).filter(|s| *s <= max));
     sizes
+}
+
+/// The capture sizes `_set_cudagraph_sizes` (`vllm/config/vllm.py`) picks
+/// when none are stated: the grid up to the ceiling — the stated
+/// `max_cudagraph_capture_size`, or `max_num_seqs · (1 + k) · 2` within the
+/// platform's `cap` — and the `max_num_batched_tokens` budget, plus the
+/// release's extras: the budget itself when within the ceiling, even off the
+/// stride, and, when the ceiling is the default, the uniform decode sizes
+/// n · (1 + k) with drafts or (0.31.0) `max_num_seqs` without them.
+pub fn default_capture_sizes(
+    extras: CaptureSizeExtras,
+    max_num_seqs: u64,
+    num_spec_tokens: u64,
+    max_num_batched_tokens: u64,
+    cap: u64,
+    stated_max: Option<u64>,
+) -> Vec<u64> {
+    let query_len = 1 + num_spec_tokens;
+    let default_max = max_num_seqs
+        .saturating_mul(query_len)
+        .saturating_mul(2)
+        .min(cap);
+    let ceiling = stated_max.unwrap_or(default_max);
+    let max = ceiling.min(max_num_batched_tokens);
+    let mut sizes = generated_capture_sizes(max);
+    if extras == CaptureSizeExtras::None {
+        return sizes;
+    }
+    // "ensure max_num_tokens is captured if within max capture size".
+    if max_num_batched_tokens <= max {
+        sizes.push(max_num_batched_tokens);
+    }
+    if stated_max.is_none() {
+        let uniform: Vec<u64> = if query_len > 1 {
+            uniform_decode_request_counts(max_num_seqs, cap)
+                .into_iter()
+                .map(|n| n.saturating_mul(query_len))
+                .filter(|s| *s <= ceiling)
+                .collect()
+        } else if extras == CaptureSizeExtras::MaxTokensUniformDecodeAndMaxSeqs
+            && max_num_seqs <= ceiling
+        {
+            vec![max_num_seqs]
+        } else {
+            Vec::new()
+        };
+        sizes.extend(uniform.into_iter().filter(|s| *s <= max_num_batched_tokens));
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+/// `request_counts` in `_set_cudagraph_sizes` (`vllm/config/vllm.py`,
+/// 0.29.0 and later): the request counts whose uniform decode batches are
+/// captured with drafts — 1, 2, 4, steps of 8 below 256, steps of 16 from
+/// 256, and `max_num_seqs` itself, at most the platform's default ceiling.
+pub fn uniform_decode_request_counts(max_num_seqs: u64, platform_max: u64) -> Vec<u64> {
+    let max = max_num_seqs
+        .min(platform_max)
+        .min(crate::validate::limits::MAX_CAPTURE_SIZE as u64);
+    let mut counts: Vec<u64> = [1, 2, 4].into_iter().filter(|n| *n <= max).collect();
+    counts.extend((8..(max + 1).min(256)).step_by(8));
+    counts.extend((256..=max.max(255)).step_by(16).filter(|n| *n <= max));
+    counts.push(max);
+    counts.sort_unstable();
+    counts.dedup();
+    counts
 }
 
 fn is_sm100(chip: &Chip) -> bool {
@@ -388,13 +456,14 @@ pub fn resolve_pool(
                 } else {
                     d.max_cudagraph_capture_size
                 };
-                let default_max = max_num_seqs
-                    .saturating_mul(1 + k)
-                    .saturating_mul(2)
-                    .min(cap);
-                let max =
-                    pick_u(e.max_cudagraph_capture_size, default_max).min(max_num_batched_tokens);
-                generated_capture_sizes(max)
+                default_capture_sizes(
+                    pack.features.capture_size_extras,
+                    max_num_seqs,
+                    k,
+                    max_num_batched_tokens,
+                    cap,
+                    e.max_cudagraph_capture_size.map(|m| m.max(0) as u64),
+                )
             }
         };
         (requested_mode, sizes)

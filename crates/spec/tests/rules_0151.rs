@@ -235,6 +235,11 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             "v1/core/sched/scheduler.py Scheduler.schedule: no _request_blocks_can_be_freed",
         ),
         (
+            "features.capture_size_extras",
+            json!("none"),
+            "config/vllm.py _set_cudagraph_sizes: the stride grid alone",
+        ),
+        (
             "features.async_load_reserve",
             json!("none"),
             "v1/core/sched/scheduler.py Scheduler.schedule: no reserved_blocks, no limit_lookahead_tokens",

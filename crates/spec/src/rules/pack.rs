@@ -72,6 +72,9 @@ pub struct Features {
     /// How an async KV load (a P/D consumer, an offload load) is admitted:
     /// `reserved_blocks` in `Scheduler.schedule` and its lookahead slots.
     pub async_load_reserve: AsyncLoadReserve,
+    /// The capture sizes vLLM adds to its default grid
+    /// (`_set_cudagraph_sizes`, `vllm/config/vllm.py`).
+    pub capture_size_extras: CaptureSizeExtras,
     /// The release refuses a `long_prefill_token_threshold` above
     /// `max_model_len`. vLLM 0.15.1 checks it only with concurrent partial
     /// prefills, which it does not support, so it accepts the threshold.
@@ -82,6 +85,21 @@ pub struct Features {
     /// off, it is opt-in.
     #[serde(default)]
     pub cascade_attention_by_default: bool,
+}
+
+/// What `_set_cudagraph_sizes` adds to the 1, 2, 4, 8-stride, 16-stride
+/// grid when the capture sizes are not stated.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureSizeExtras {
+    /// The grid alone (0.15.1).
+    None,
+    /// `max_num_batched_tokens` when within the ceiling, even off the
+    /// stride, and with drafts the uniform decode sizes n · (1 + k)
+    /// (0.29.0).
+    MaxTokensAndUniformDecode,
+    /// As above, and without drafts `max_num_seqs` itself (0.31.0).
+    MaxTokensUniformDecodeAndMaxSeqs,
 }
 
 /// The gate on an async KV load's allocation (`Scheduler.schedule`,
