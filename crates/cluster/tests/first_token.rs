@@ -1,10 +1,12 @@
-//! The API server between a request's arrival and its engine core: the
-//! Python frontend's tokenizer batcher (vLLM's `AsyncMicrobatchTokenizer`,
-//! `vllm/utils/async_utils.py`), which holds a batch open for
-//! `batch_wait_timeout_s` after its first prompt or until it holds
-//! `max_batch_size` prompts, then tokenizes the batch in one call.
+//! A request's path to its first token: the API server between its arrival
+//! and its engine core — the Python frontend's tokenizer batcher (vLLM's
+//! `AsyncMicrobatchTokenizer`, `vllm/utils/async_utils.py`), which holds a
+//! batch open for `batch_wait_timeout_s` after its first prompt or until it
+//! holds `max_batch_size` prompts, then tokenizes the batch in one call —
+//! and the engine core's async-scheduling loop, which first schedules it
+//! after the step it finds running and runs it in the step after the next.
 
-use pdsim_cluster::{MemorySink, Outcome, RequestRecord, build, run};
+use pdsim_cluster::{MemorySink, Outcome, RecordSink, RequestRecord, StepSample, build, run};
 use pdsim_core::SimDuration;
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
@@ -119,4 +121,71 @@ fn a_full_batch_closes_at_once_and_the_next_waits_for_the_batcher() {
     .into_iter()
     .collect();
     assert_eq!(at, expected);
+}
+
+/// Keeps the records and every step's GPU interval.
+#[derive(Default)]
+struct StepSink {
+    records: Vec<RequestRecord>,
+    steps: Vec<(pdsim_core::SimTime, pdsim_core::SimTime, u32)>,
+}
+
+impl RecordSink for StepSink {
+    fn record(&mut self, record: &RequestRecord) {
+        self.records.push(record.clone());
+    }
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+    fn step(&mut self, step: &StepSample) {
+        self.steps
+            .push((step.start, step.start + step.duration, step.prefill_tokens));
+    }
+}
+
+#[test]
+fn a_request_at_a_busy_engine_first_runs_in_the_step_after_the_next() {
+    // vLLM 0.15.1 with async scheduling: `EngineCore.step_with_batch_queue`
+    // keeps two steps queued; the loop blocks on the older one, applies its
+    // output, then takes new requests (`_process_input_queue`) and
+    // schedules a step that runs on the GPU behind the one still running.
+    let cluster = cluster();
+    assert!(cluster.pools[0].engine.async_scheduling);
+    // A decodes alone; B arrives 40 ms into it.
+    let trace = "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 100, \"hash_ids\": [0, 1]}\n\
+                 {\"timestamp\": 40, \"input_length\": 1000, \"output_length\": 4, \"hash_ids\": [2, 3]}\n";
+    let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
+        MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl"),
+    );
+    let mut sink = StepSink::default();
+    run(&cluster, &mut source, 0, true, &mut sink).expect("runs");
+    let b = sink
+        .records
+        .iter()
+        .find(|r| r.output_tokens == 4)
+        .expect("B ends");
+    let enqueued = b.enqueued.unwrap();
+    // The GPU runs the steps back to back while A decodes.
+    for pair in sink.steps.windows(2) {
+        assert!(pair[1].0 >= pair[0].1, "steps overlap: {pair:?}");
+    }
+    // The loop was waiting on step k when B reached the engine core.
+    let k = sink
+        .steps
+        .iter()
+        .position(|&(start, end, _)| start <= enqueued && enqueued < end)
+        .expect("the engine was busy when B arrived");
+    assert_eq!(
+        b.scheduled,
+        Some(sink.steps[k].1),
+        "scheduled when step k's output is applied"
+    );
+    // Step k+1 was already queued behind k; B's prefill is step k+2.
+    let (start, end, prefill) = sink.steps[k + 2];
+    assert!(prefill > 0, "step k+2 runs B's prompt");
+    assert_eq!(sink.steps[k + 1].2, 0, "step k+1 is A's decode only");
+    assert_eq!(start, sink.steps[k + 1].1);
+    assert_eq!(
+        b.first_token,
+        Some(end),
+        "B's first token is step k+2's output"
+    );
 }
