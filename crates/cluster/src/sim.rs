@@ -143,6 +143,13 @@ enum Event {
     Deadline {
         id: RequestId,
     },
+    /// The wait of the tokenizer batch in front of an engine core ends
+    /// (`AsyncMicrobatchTokenizer._batch_encode_loop`); stale when the
+    /// batch filled and closed first.
+    TokenizerClose {
+        core: u32,
+        generation: u64,
+    },
 }
 
 /// The reason on the record of a request whose client gave up.
@@ -155,6 +162,9 @@ impl Event {
     /// a tick that dispatches makes the request live. (Were ticks live, a
     /// queue held forever — TTL disabled — would keep the scrape loop and
     /// its ticks going for ever.) The TTL sweep is live: it ends requests.
+    ///
+    /// (A tokenizer batch's close is live: it moves the batch's requests to
+    /// their engine.)
     ///
     /// A client's deadline is not live either, though it ends a request:
     /// until it comes nothing changes, so a request stuck until its client
@@ -183,6 +193,29 @@ struct Core {
     /// ends; `true` for a deadline at the very instant the step ends, whose
     /// abort waits for the step's output.
     aborts: Vec<(RequestId, bool)>,
+    /// The API server's tokenizer batcher in front of this core.
+    tokenizer: Tokenizer,
+}
+
+/// The Python API server's tokenizer batcher, vLLM's
+/// `AsyncMicrobatchTokenizer` (`vllm/utils/async_utils.py`): its encode loop
+/// takes a prompt from its queue, keeps taking prompts until
+/// `batch_wait_timeout_s` after the first or until `max_batch_size` are in
+/// hand, tokenizes them in one call on its one executor thread, hands every
+/// prompt of the batch its tokens, and only then takes the next prompt.
+/// One per engine core: each engine's API server has its own.
+#[derive(Default)]
+struct Tokenizer {
+    /// The open batch: each request and its prompt tokens.
+    batch: Vec<(RequestId, u32)>,
+    /// When the open batch's wait ends; `None` when no batch is open.
+    closes: Option<SimTime>,
+    /// Counts batches opened, so a close event of a batch that filled and
+    /// closed early is told apart.
+    generation: u64,
+    /// When the loop finishes tokenizing its last batch and takes the next
+    /// prompt.
+    free_at: SimTime,
 }
 
 struct Group {
@@ -462,6 +495,11 @@ fn run_observed(
                 sim.pull_arrival(source)?;
             }
             Event::Admit { id, core } => sim.admit(id, core as usize, sink),
+            Event::TokenizerClose { core, generation } => {
+                if sim.cores[core as usize].tokenizer.generation == generation {
+                    sim.close_tokenizer_batch(core as usize);
+                }
+            }
             Event::StepDone { group } => sim.step_done(group as usize, sink)?,
             Event::TransferStart { id } => sim.transfer_start(id, sink),
             Event::LoadStart { id, core } => sim.load_start(id, core as usize),
@@ -549,6 +587,7 @@ impl<'a> Sim<'a> {
                         },
                         first_gpu,
                         aborts: Vec::new(),
+                        tokenizer: Tokenizer::default(),
                     });
                 }
                 let len = pool.ranks as usize;
@@ -1130,16 +1169,8 @@ impl<'a> Sim<'a> {
         flight.decode_core = decode_core as u32;
         (flight.record.pool, flight.record.pod, flight.record.rank) = decode_at;
         flight.record.prefill = prefill_at;
-        let delay = self.cluster.pools[self.cores[first_core].pool]
-            .cost
-            .admission_delay(flight.record.prompt_tokens);
-        self.push(
-            self.now + delay,
-            Event::Admit {
-                id,
-                core: first_core as u32,
-            },
-        );
+        let prompt_tokens = flight.record.prompt_tokens;
+        self.frontend(id, first_core, prompt_tokens);
         // The request moves again: scrape loops that stopped meanwhile
         // resume.
         if self.scraping < self.pods.len() {
@@ -1186,6 +1217,73 @@ impl<'a> Sim<'a> {
         }
         self.expired_buf = expired;
         self.schedule_sweep();
+    }
+
+    /// The API server in front of `core` renders and tokenizes the
+    /// request's prompt, then hands it to the engine core (an `Admit`).
+    /// The Python frontend tokenizes through its batcher ([`Tokenizer`]):
+    /// the request joins the open batch, or opens one whose wait starts
+    /// when the batcher is free; a full batch closes at once. Without a
+    /// batcher the prompt is tokenized on its own, right away.
+    fn frontend(&mut self, id: RequestId, core: usize, prompt_tokens: u32) {
+        let cost = &self.cluster.pools[self.cores[core].pool].cost;
+        let Some(batching) = cost.tokenizer_batching() else {
+            let delay = cost.admission_delay(prompt_tokens);
+            self.push(
+                self.now + delay,
+                Event::Admit {
+                    id,
+                    core: core as u32,
+                },
+            );
+            return;
+        };
+        let now = self.now;
+        let t = &mut self.cores[core].tokenizer;
+        if t.closes.is_none() {
+            let closes = now.max(t.free_at) + batching.wait;
+            t.closes = Some(closes);
+            t.generation += 1;
+            let generation = t.generation;
+            self.push(
+                closes,
+                Event::TokenizerClose {
+                    core: core as u32,
+                    generation,
+                },
+            );
+        }
+        let t = &mut self.cores[core].tokenizer;
+        t.batch.push((id, prompt_tokens));
+        if t.batch.len() >= batching.max_prompts {
+            self.close_tokenizer_batch(core);
+        }
+    }
+
+    /// The open batch in front of `core` closes: the batcher tokenizes its
+    /// prompts in one call (the per-token admission cost over the batch's
+    /// tokens), from now or from when it is free if it still tokenizes the
+    /// batch before, and every request of the batch reaches the engine
+    /// core when that call returns.
+    fn close_tokenizer_batch(&mut self, core: usize) {
+        let cost = &self.cluster.pools[self.cores[core].pool].cost;
+        let t = &mut self.cores[core].tokenizer;
+        let mut batch = std::mem::take(&mut t.batch);
+        let tokens: u64 = batch.iter().map(|&(_, n)| n as u64).sum();
+        let done =
+            self.now.max(t.free_at) + cost.admission_delay(tokens.min(u32::MAX as u64) as u32);
+        t.free_at = done;
+        t.closes = None;
+        for (id, _) in batch.drain(..) {
+            self.push(
+                done,
+                Event::Admit {
+                    id,
+                    core: core as u32,
+                },
+            );
+        }
+        self.cores[core].tokenizer.batch = batch;
     }
 
     fn admit(&mut self, id: RequestId, core: usize, sink: &mut dyn RecordSink) {
@@ -1620,16 +1718,7 @@ impl<'a> Sim<'a> {
         let decode = f.decode_core as usize;
         let prompt_tokens = f.record.prompt_tokens;
         self.cores[decode].pending += 1;
-        let delay = self.cluster.pools[self.cores[decode].pool]
-            .cost
-            .admission_delay(prompt_tokens);
-        self.push(
-            self.now + delay,
-            Event::Admit {
-                id,
-                core: decode as u32,
-            },
-        );
+        self.frontend(id, decode, prompt_tokens);
         self.push(expiry, Event::HoldExpiry { id });
     }
 

@@ -401,6 +401,19 @@ fn pdsim_builtin(name: &str) -> Option<Builtin> {
             "built-in: assumed; DeepEP low-latency kernels send one message per token and \
              expert on few SMs and reach a fraction of the link rate",
         ),
+        "host_tokenizer_batch_wait" => (
+            2000.0,
+            "built-in: vLLM 0.15.1 source, vllm/utils/async_utils.py: \
+             AsyncMicrobatchTokenizer(batch_wait_timeout_s=0.002), which \
+             CompletionRenderer._create_prompt_from_text (vllm/entrypoints/renderer.py) \
+             builds with its defaults: a batch waits 2 ms after its first prompt",
+        ),
+        "host_tokenizer_batch_max" => (
+            32.0,
+            "built-in: vLLM 0.15.1 source, vllm/utils/async_utils.py: \
+             AsyncMicrobatchTokenizer(max_batch_size=32): a batch of 32 prompts is \
+             tokenized without waiting further",
+        ),
         "frontend_rust_admission_ratio" => (
             0.5,
             "built-in: assumed; the vllm-rs frontend renders and tokenizes without Python \

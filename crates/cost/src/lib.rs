@@ -109,6 +109,43 @@ pub trait CostModel: Send + Sync {
     /// How long the frontend takes to render and tokenize a prompt before
     /// the engine sees it.
     fn admission_delay(&self, prompt_tokens: u32) -> SimDuration;
+    /// The frontend's tokenizer micro-batching, when it has one: the
+    /// Python API server tokenizes text prompts through vLLM's
+    /// `AsyncMicrobatchTokenizer` (`vllm/utils/async_utils.py`, used by
+    /// `CompletionRenderer._create_prompt_from_text` in
+    /// `vllm/entrypoints/renderer.py`), which holds the first prompt of a
+    /// batch until the batch's wait ends or the batch is full, then
+    /// tokenizes the batch in one call. `None`: each prompt is tokenized on
+    /// its own as it arrives.
+    fn tokenizer_batching(&self) -> Option<TokenizerBatching> {
+        None
+    }
+}
+
+/// How the frontend batches prompts for its tokenizer
+/// (`AsyncMicrobatchTokenizer._batch_encode_loop`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenizerBatching {
+    /// How long a batch stays open after its first prompt
+    /// (`batch_wait_timeout_s`).
+    pub wait: SimDuration,
+    /// A batch closes at once when it holds this many prompts
+    /// (`max_batch_size`).
+    pub max_prompts: usize,
+}
+
+/// The tokenizer batching of a frontend: the Python API server's
+/// (`frontend: python`, vLLM's own) from the two coefficients; none for the
+/// Rust frontend, which tokenizes each prompt as it comes.
+pub(crate) fn tokenizer_batching(
+    frontend: &str,
+    wait_us: f64,
+    max_prompts: f64,
+) -> Option<TokenizerBatching> {
+    (frontend != "rust").then(|| TokenizerBatching {
+        wait: SimDuration::from_ns(ns(wait_us * 1e3)),
+        max_prompts: max_prompts.round().max(1.0) as usize,
+    })
 }
 
 /// Rounds non-negative nanoseconds to an integer; NaN and negatives become

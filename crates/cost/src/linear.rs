@@ -38,6 +38,7 @@ pub struct Linear {
     decode_token_ns: f64,
     kv_read_token_ns: f64,
     admission_per_token_ns: f64,
+    tokenizer_batching: Option<crate::TokenizerBatching>,
     provenance: Vec<Provenance>,
 }
 
@@ -73,12 +74,16 @@ impl Linear {
         };
         let admission_us = get("host_admission_per_token", "us_per_token", 1e7)?;
         let rust_ratio = get("frontend_rust_admission_ratio", "dimensionless", 1.0)?;
+        let batch_wait_us = get("host_tokenizer_batch_wait", "us_per_batch", 1e9)?;
+        let batch_max = get("host_tokenizer_batch_max", "requests", 1e6)?;
         let mut linear = Linear::from_us(terms[0], terms[1], terms[2], terms[3]);
         linear.admission_per_token_ns = if engine.frontend == "rust" {
             admission_us * rust_ratio * 1e3
         } else {
             admission_us * 1e3
         };
+        linear.tokenizer_batching =
+            crate::tokenizer_batching(&engine.frontend, batch_wait_us, batch_max);
         linear.provenance = r.into_provenance();
         Ok(linear)
     }
@@ -114,6 +119,7 @@ impl Linear {
             decode_token_ns: decode_token_us * 1e3,
             kv_read_token_ns: kv_read_token_us * 1e3,
             admission_per_token_ns: 0.0,
+            tokenizer_batching: None,
             provenance: Vec::new(),
         }
     }
@@ -144,5 +150,9 @@ impl CostModel for Linear {
 
     fn admission_delay(&self, prompt_tokens: u32) -> SimDuration {
         SimDuration::from_ns(ns(self.admission_per_token_ns * prompt_tokens as f64))
+    }
+
+    fn tokenizer_batching(&self) -> Option<crate::TokenizerBatching> {
+        self.tokenizer_batching
     }
 }

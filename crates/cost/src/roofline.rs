@@ -355,6 +355,8 @@ pub struct Roofline {
     admission_per_token_ns: f64,
     output_token_ns: f64,
     completion_ns: f64,
+    /// `None` with the Rust frontend, which has no Python tokenizer batcher.
+    tokenizer_batching: Option<crate::TokenizerBatching>,
 
     /// Draft passes per step beyond the first (num_spec_tokens − 1), or
     /// `None` without a GPU drafter.
@@ -419,6 +421,8 @@ impl Roofline {
         let rust_ratio = get("frontend_rust_admission_ratio", "dimensionless", 0.0, 1.0)?;
         let output_us = get("host_output_token", "us_per_token", 0.0, 1e7)?;
         let completion_us = get("host_completion", "us_per_request", 0.0, 1e9)?;
+        let batch_wait_us = get("host_tokenizer_batch_wait", "us_per_batch", 0.0, 1e9)?;
+        let batch_max = get("host_tokenizer_batch_max", "requests", 1.0, 1e6)?;
 
         // Geometry.
         let h = model.hidden_size as f64;
@@ -679,6 +683,11 @@ impl Roofline {
             admission_per_token_ns: admission_per_token_us * 1e3,
             output_token_ns: output_us * 1e3,
             completion_ns: completion_us * 1e3,
+            tokenizer_batching: crate::tokenizer_batching(
+                &engine.frontend,
+                batch_wait_us,
+                batch_max,
+            ),
             draft_extra_passes,
             provenance: r.into_provenance(),
         })
@@ -940,6 +949,10 @@ impl CostModel for Roofline {
     /// `frontend_rust_admission_ratio` (assumed).
     fn admission_delay(&self, prompt_tokens: u32) -> SimDuration {
         SimDuration::from_ns(ns(self.admission_per_token_ns * prompt_tokens as f64))
+    }
+
+    fn tokenizer_batching(&self) -> Option<crate::TokenizerBatching> {
+        self.tokenizer_batching
     }
 }
 

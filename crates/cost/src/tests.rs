@@ -430,6 +430,39 @@ fn admission_is_per_prompt_token_and_cheaper_in_the_rust_frontend() {
     assert_eq!(python.completion_delay().as_ns(), 777_300);
 }
 
+#[test]
+fn the_python_frontend_batches_prompts_for_its_tokenizer_and_the_rust_one_does_not() {
+    // vLLM 0.15.1's AsyncMicrobatchTokenizer defaults (vllm/utils/async_utils.py).
+    let python = llama8b_tp1().roofline(&[]).unwrap();
+    assert_eq!(
+        python.tokenizer_batching(),
+        Some(crate::TokenizerBatching {
+            wait: pdsim_core::SimDuration::from_ns(2_000_000),
+            max_prompts: 32,
+        })
+    );
+    let rust = setup(
+        "llama-3.1-8b",
+        "h100",
+        "{tp: 1, pp: 1, dp: 1}",
+        "{frontend: rust}",
+        1,
+    )
+    .roofline(&[])
+    .unwrap();
+    assert_eq!(rust.tokenizer_batching(), None);
+    // A set can change the wait, in its own units.
+    let set = set(
+        "frontend",
+        &entry("host_tokenizer_batch_wait", 500.0, "us_per_batch", "{}"),
+    );
+    let tuned = llama8b_tp1().roofline(&[set]).unwrap();
+    assert_eq!(
+        tuned.tokenizer_batching().map(|b| b.wait.as_ns()),
+        Some(500_000)
+    );
+}
+
 fn linear_set(scope: &str) -> CoefficientSet {
     let values = [2000.0, 50.0, 100.0, 0.5];
     let entries: String = LINEAR_COEFFICIENTS
