@@ -138,11 +138,13 @@ pub struct TokenizerBatching {
 /// (`frontend: python`, vLLM's own) from the two coefficients; none for the
 /// Rust frontend, which tokenizes each prompt as it comes.
 pub(crate) fn tokenizer_batching(
-    frontend: &str,
+    engine: &pdsim_spec::resolve::EngineConfig,
     wait_us: f64,
     max_prompts: f64,
 ) -> Option<TokenizerBatching> {
-    (frontend != "rust").then(|| TokenizerBatching {
+    // Only the Python server of a release that has the batcher (the rules
+    // pack's `microbatch_tokenizer`: 0.15.1, not 0.29.0 or 0.31.0).
+    (engine.frontend != "rust" && engine.microbatch_tokenizer).then(|| TokenizerBatching {
         wait: SimDuration::from_ns(ns(wait_us * 1e3)),
         max_prompts: max_prompts.round().max(1.0) as usize,
     })

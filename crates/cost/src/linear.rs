@@ -82,8 +82,7 @@ impl Linear {
         } else {
             admission_us * 1e3
         };
-        linear.tokenizer_batching =
-            crate::tokenizer_batching(&engine.frontend, batch_wait_us, batch_max);
+        linear.tokenizer_batching = crate::tokenizer_batching(engine, batch_wait_us, batch_max);
         linear.provenance = r.into_provenance();
         Ok(linear)
     }

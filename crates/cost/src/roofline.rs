@@ -683,11 +683,7 @@ impl Roofline {
             admission_per_token_ns: admission_per_token_us * 1e3,
             output_token_ns: output_us * 1e3,
             completion_ns: completion_us * 1e3,
-            tokenizer_batching: crate::tokenizer_batching(
-                &engine.frontend,
-                batch_wait_us,
-                batch_max,
-            ),
+            tokenizer_batching: crate::tokenizer_batching(engine, batch_wait_us, batch_max),
             draft_extra_passes,
             provenance: r.into_provenance(),
         })

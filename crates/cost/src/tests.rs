@@ -50,6 +50,18 @@ impl Setup {
 /// A pool of `nodes` 8-GPU nodes with the given widths and engine keys
 /// (a YAML flow mapping), resolved by the vLLM 0.31.0 rules pack.
 fn setup(model: &str, chip: &str, parallel: &str, engine: &str, nodes: u32) -> Setup {
+    setup_for("0.31.0", model, chip, parallel, engine, nodes)
+}
+
+/// [`setup`] under another release's rules pack.
+fn setup_for(
+    release: &str,
+    model: &str,
+    chip: &str,
+    parallel: &str,
+    engine: &str,
+    nodes: u32,
+) -> Setup {
     let files = MemoryFiles::new();
     let catalog = Catalog::new(&files, Vec::new());
     let model = catalog.model(model).expect("built-in model").value;
@@ -58,7 +70,7 @@ fn setup(model: &str, chip: &str, parallel: &str, engine: &str, nodes: u32) -> S
     let yaml = format!("role: colocated\nnodes: {nodes}\nparallel: {parallel}\nengine: {engine}\n");
     let pool: Pool = serde_yaml::from_str(&yaml).expect("pool yaml");
     let layout = PoolLayout::derive(0, &pool, Some(8));
-    let pack = pdsim_spec::rules::pack::for_version("0.31.0").expect("rules pack");
+    let pack = pdsim_spec::rules::pack::for_version(release).expect("rules pack");
     let engine = resolve_pool(pack, &pool, &layout, chip, &chip_value, &model).engine;
     Setup {
         model,
@@ -433,7 +445,21 @@ fn admission_is_per_prompt_token_and_cheaper_in_the_rust_frontend() {
 #[test]
 fn the_python_frontend_batches_prompts_for_its_tokenizer_and_the_rust_one_does_not() {
     // vLLM 0.15.1's AsyncMicrobatchTokenizer defaults (vllm/utils/async_utils.py).
-    let python = llama8b_tp1().roofline(&[]).unwrap();
+    let python = setup_for(
+        "0.15.1",
+        "llama-3.1-8b",
+        "h100",
+        "{tp: 1, pp: 1, dp: 1}",
+        "{}",
+        1,
+    )
+    .roofline(&[])
+    .unwrap();
+    // 0.31.0 has no such batcher.
+    assert_eq!(
+        llama8b_tp1().roofline(&[]).unwrap().tokenizer_batching(),
+        None
+    );
     assert_eq!(
         python.tokenizer_batching(),
         Some(crate::TokenizerBatching {
@@ -456,7 +482,16 @@ fn the_python_frontend_batches_prompts_for_its_tokenizer_and_the_rust_one_does_n
         "frontend",
         &entry("host_tokenizer_batch_wait", 500.0, "us_per_batch", "{}"),
     );
-    let tuned = llama8b_tp1().roofline(&[set]).unwrap();
+    let tuned = setup_for(
+        "0.15.1",
+        "llama-3.1-8b",
+        "h100",
+        "{tp: 1, pp: 1, dp: 1}",
+        "{}",
+        1,
+    )
+    .roofline(&[set])
+    .unwrap();
     assert_eq!(
         tuned.tokenizer_batching().map(|b| b.wait.as_ns()),
         Some(500_000)

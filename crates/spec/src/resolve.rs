@@ -63,6 +63,9 @@ pub struct EngineConfig {
     pub deferred_block_frees: bool,
     /// The release's `async_load_reserve`.
     pub async_load_reserve: crate::rules::pack::AsyncLoadReserve,
+    /// The release's frontend batches prompts for its tokenizer
+    /// (`microbatch_tokenizer`).
+    pub microbatch_tokenizer: bool,
     /// Admission reserves blocks for the whole remaining prompt
     /// (`scheduler_reserve_full_isl`, `vllm/config/scheduler.py`).
     pub reserve_full_prompt: bool,
@@ -700,6 +703,7 @@ pub fn resolve_pool(
         victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
         deferred_block_frees: pack.features.deferred_block_frees,
         async_load_reserve: pack.features.async_load_reserve,
+        microbatch_tokenizer: pack.features.microbatch_tokenizer,
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
         gpu_memory_utilization: gmu,

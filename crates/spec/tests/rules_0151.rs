@@ -235,6 +235,11 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             "v1/core/sched/scheduler.py Scheduler.schedule: no _request_blocks_can_be_freed",
         ),
         (
+            "features.microbatch_tokenizer",
+            json!(true),
+            "utils/async_utils.py AsyncMicrobatchTokenizer, entrypoints/renderer.py",
+        ),
+        (
             "features.capture_size_extras",
             json!("none"),
             "config/vllm.py _set_cudagraph_sizes: the stride grid alone",

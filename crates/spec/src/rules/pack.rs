@@ -75,6 +75,11 @@ pub struct Features {
     /// The capture sizes vLLM adds to its default grid
     /// (`_set_cudagraph_sizes`, `vllm/config/vllm.py`).
     pub capture_size_extras: CaptureSizeExtras,
+    /// The Python API server tokenizes text prompts through
+    /// `AsyncMicrobatchTokenizer` (`vllm/utils/async_utils.py`), which holds
+    /// a batch open for other prompts; later releases tokenize each prompt
+    /// as it comes.
+    pub microbatch_tokenizer: bool,
     /// The release refuses a `long_prefill_token_threshold` above
     /// `max_model_len`. vLLM 0.15.1 checks it only with concurrent partial
     /// prefills, which it does not support, so it accepts the threshold.
