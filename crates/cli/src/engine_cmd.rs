@@ -229,6 +229,8 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         num_spec_tokens: s.num_spec_tokens,
         acceptance: vec![0.0; s.num_spec_tokens as usize],
         eagle_style: false,
+        // n-gram drafters reserve no lookahead slots.
+        lookahead_tokens: 0,
     });
     EngineConfig {
         block_size: cfg.block_size,

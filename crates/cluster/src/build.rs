@@ -148,6 +148,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
             num_spec_tokens: e.num_spec_tokens as u32,
             acceptance,
             eagle_style: e.spec_eagle_style,
+            lookahead_tokens: e.spec_lookahead_tokens.min(u32::MAX as u64) as u32,
         }
     });
     let clamp = |v: u64| v.min(u32::MAX as u64) as u32;

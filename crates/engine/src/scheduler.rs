@@ -38,6 +38,10 @@ pub struct SpecConfig {
     /// lookahead slots; a prefix hit drops its last block so the draft
     /// head's hidden states are recomputed.
     pub eagle_style: bool,
+    /// KV slots a request reserves past its tokens for the drafter
+    /// (`num_lookahead_tokens`): `num_spec_tokens` for EAGLE-style methods
+    /// and the draft model, one more for DFlash, none for n-gram.
+    pub lookahead_tokens: u32,
 }
 
 /// What one engine core runs with, resolved from the documents.
@@ -709,11 +713,11 @@ impl Engine {
     }
 
     /// Lookahead KV slots a running request reserves beyond its tokens
-    /// (`num_lookahead_tokens` in `vllm/v1/core/sched/scheduler.py`: the
-    /// draft count for EAGLE-style drafters, else none).
+    /// (`num_lookahead_tokens` in `vllm/v1/core/sched/scheduler.py`, from
+    /// the drafting method: [`SpecConfig::lookahead_tokens`]).
     fn lookahead(&self) -> u32 {
         match &self.config.spec {
-            Some(spec) if spec.eagle_style => spec.num_spec_tokens,
+            Some(spec) => spec.lookahead_tokens,
             _ => 0,
         }
     }

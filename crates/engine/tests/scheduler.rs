@@ -279,6 +279,7 @@ fn draft_tokens_take_budget_and_accepted_plus_one_tokens_are_emitted() {
         num_spec_tokens: 3,
         acceptance: vec![1.0, 1.0, 1.0],
         eagle_style: true,
+        lookahead_tokens: 3,
     });
     let mut engine = Engine::new(c);
     let mut rng = stream();
@@ -327,6 +328,7 @@ fn rejected_drafts_roll_back() {
         num_spec_tokens: 2,
         acceptance: vec![0.0, 0.0],
         eagle_style: false,
+        lookahead_tokens: 0,
     });
     let mut engine = Engine::new(c);
     let mut rng = stream();
@@ -533,6 +535,7 @@ fn the_full_prompt_check_leaves_out_the_lookahead_slots() {
         num_spec_tokens: 3,
         acceptance: vec![1.0, 1.0, 1.0],
         eagle_style: true,
+        lookahead_tokens: 3,
     });
     let mut engine = Engine::new(c);
     engine.add_request(request(0, &[(1, 64)], 2));

@@ -49,6 +49,9 @@ pub struct EngineConfig {
     /// Whether the model uses EAGLE-style drafting (its own KV, lookahead
     /// slots, last hit block dropped).
     pub spec_eagle_style: bool,
+    /// KV slots reserved past a request's tokens for the drafter
+    /// (`num_lookahead_tokens`).
+    pub spec_lookahead_tokens: u64,
     pub block_size: u64,
     pub max_num_batched_tokens: u64,
     pub max_num_seqs: u64,
@@ -725,6 +728,16 @@ pub fn resolve_pool(
         spec_eagle_style: spec_method
             .as_ref()
             .is_some_and(|m| pack.eagle_style_spec_methods.contains(m)),
+        // `VllmConfig.num_lookahead_tokens` (`vllm/config/vllm.py`, 0.29.0
+        // and 0.31.0; `Scheduler.__init__` in 0.15.1): the drafter writes KV
+        // past the target's query range for EAGLE-style methods and the
+        // draft model, one slot more for DFlash.
+        spec_lookahead_tokens: match spec_method.as_deref() {
+            Some("dflash") => k + 1,
+            Some("draft_model") => k,
+            Some(m) if pack.eagle_style_spec_methods.iter().any(|e| e == m) => k,
+            _ => 0,
+        },
         spec_method,
         num_spec_tokens: k,
         eplb_enabled,
