@@ -147,13 +147,15 @@ const KNOBS: &[Knob] = &[
         name: "host_replay_graph_per_step",
         units: "us_per_step",
         lo: 1.0,
-        hi: 1000.0,
-        step_factor: 4.0,
+        hi: 300.0,
+        step_factor: 3.0,
         bounds_why: "the host time of a step that no GPU work hides: 7 us is the BLIS registry's \
             graph replay (assumed there); vLLM's model runner also prepares inputs and samples \
             every step, which pdsim does not price by name, and inference-sim's trained per-step \
-            term is about 126 us (research/inference-sim.md section 1.7); 1000 us is a search \
-            bound an order of magnitude above it",
+            term, fitted on H100 with vLLM 0.15.1, is about 126 us (research/inference-sim.md \
+            section 1.7); 300 us allows between two and three times that. A fit that wants more \
+            is closing the TTFT gap with a per-step cost, which also slows every decode step, \
+            so the range stops here",
     },
     Knob {
         name: "hbm_constant_latency",
