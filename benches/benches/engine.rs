@@ -35,6 +35,7 @@ fn engine() -> Engine {
         spec: None,
         offload_blocks: None,
         async_scheduling: false,
+        enable_chunked_prefill: true,
         defer_block_free: false,
         drop_stale_output: false,
         pad_spec_decode: pdsim_engine::PadSpecDecode::Never,

@@ -130,6 +130,20 @@ class Figures(unittest.TestCase):
         self.assertEqual(tool.mae([-10.0, 20.0, None]), (15.0, 2))
 
 
+class LeaveOneOut(unittest.TestCase):
+    def test_scenario_copy_names_the_set_last(self):
+        tmp = tempfile.mkdtemp()
+        try:
+            path = os.path.join(tmp, "s.yaml")
+            pair = tool.PAIRS[("meta-llama/Llama-2-7b-hf", 1)]
+            tool.scenario_naming(pair, "calibrated-x", path)
+            with open(path) as f:
+                text = f.read()
+            self.assertIn("coefficients:\n  - cost-model-host-overheads\n  - calibrated-x\n", text)
+        finally:
+            shutil.rmtree(tmp)
+
+
 class EndToEnd(unittest.TestCase):
     def test_one_real_run(self):
         shared = os.environ.get("PDSIM_SHARED")
@@ -152,7 +166,9 @@ class EndToEnd(unittest.TestCase):
             self.assertTrue(text.startswith(tool.MARKER))
             self.assertIn(f"### `{name}`", text)
             self.assertIn("| TTFT mean | ", text)
-            self.assertIn("Leave-one-out calibration: not available", text)
+            # One run is alone in its scope: no leave-one-out fit is possible.
+            self.assertIn("no other run in scope", text)
+            self.assertIn("| TTFT mean | ", text)
             # Regenerating over its own output is allowed.
             p = run_tool("--pdsim", pdsim, "--runs", one, "--out", out)
             self.assertEqual(p.returncode, 0, p.stderr)

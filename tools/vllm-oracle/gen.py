@@ -27,6 +27,7 @@ Families, each aimed at one group of decisions:
   async-chunk  async scheduling with chunked prefill: small budgets, long
                prompts, the long-prefill cap, the sequence cap
   async-pd     async scheduling with P/D through the scripted connector
+  nochunk      enable_chunked_prefill false: whole prompts or nothing
   pd-gate      the reserve gate on async KV loads: decode-side requests
                parked beside chunked prefills in a tight pool, drafts often
   mixed        everything drawn at random
@@ -56,6 +57,7 @@ FAMILIES = [
     "async-pd",
     "pd",
     "pd-gate",
+    "nochunk",
 ]
 
 
@@ -164,6 +166,15 @@ def case(rng, family, release):
         cfg["async_scheduling"] = True
         roles = rng.choice(["produce", "consume", "both"])
         max_out = rng.choice([4, 12, 24])
+    elif family == "nochunk":
+        cfg["enable_chunked_prefill"] = False
+        cfg["async_scheduling"] = rng.random() < 0.5
+        cfg["max_num_batched_tokens"] = rng.choice([192, 256, 384])
+        # vLLM refuses a budget below max_model_len without chunking.
+        cfg["max_model_len"] = cfg["max_num_batched_tokens"]
+        cfg["max_num_seqs"] = rng.randint(2, 8)
+        max_prompt = 150
+        max_out = rng.choice([8, 16, 32])
     elif family == "pd-gate":
         cfg["async_scheduling"] = rng.random() < 0.5
         cfg["max_num_batched_tokens"] = rng.choice([32, 48, 64, 100])

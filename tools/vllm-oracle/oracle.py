@@ -57,6 +57,7 @@ CONFIG_KEYS = {
     "scheduling_policy",
     "async_scheduling",
     "speculative",
+    "enable_chunked_prefill",
 }
 REQUEST_KEYS = {
     "id",
@@ -85,7 +86,7 @@ def load_config(path):
     unknown = set(cfg) - CONFIG_KEYS
     if unknown:
         raise InputError(f"{path}: unknown keys {sorted(unknown)}")
-    for key in CONFIG_KEYS - {"speculative"}:
+    for key in CONFIG_KEYS - {"speculative", "enable_chunked_prefill"}:
         if key not in cfg:
             raise InputError(f"{path}: missing key `{key}`")
     if cfg["scheduling_policy"] not in ("fcfs", "priority"):
@@ -193,7 +194,7 @@ class Harness:
             max_model_len=cfg["max_model_len"],
             is_encoder_decoder=False,
             long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-            enable_chunked_prefill=True,
+            enable_chunked_prefill=cfg.get("enable_chunked_prefill", True),
             policy=cfg["scheduling_policy"],
             async_scheduling=cfg["async_scheduling"],
         )

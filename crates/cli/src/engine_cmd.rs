@@ -103,6 +103,9 @@ struct ReplayConfig {
     async_scheduling: bool,
     #[serde(default)]
     speculative: Option<Speculative>,
+    /// vLLM's `enable_chunked_prefill`, true when absent.
+    #[serde(default)]
+    enable_chunked_prefill: Option<bool>,
 }
 
 #[derive(serde::Deserialize, Debug)]
@@ -262,6 +265,7 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         spec,
         offload_blocks: None,
         async_scheduling: cfg.async_scheduling,
+        enable_chunked_prefill: cfg.enable_chunked_prefill.unwrap_or(true),
         // The oracle's scripted connector (`kv_role: kv_both`) is there
         // when any request moves KV: it consumes, so frees are deferred
         // under async scheduling, and produces, so it requires delivery.

@@ -8,6 +8,7 @@
 //! - 3: an engine invariant broke;
 //! - 130 / 143: interrupted by SIGINT / SIGTERM (unfinished results removed).
 
+mod calibrate_cmd;
 mod compare_cmd;
 mod disk;
 mod engine_cmd;
@@ -45,12 +46,14 @@ fn pdsim_cli_run() -> ExitCode {
         Command::Run(_) => interrupt::install("run"),
         Command::Compare(_) => interrupt::install("compare"),
         Command::Plan(_) => interrupt::install("plan"),
+        Command::Calibrate(_) => interrupt::install("calibrate"),
     }
     match cli.command {
         Command::Validate(args) => validate_cmd::run(&args),
         Command::Run(args) => run_cmd::run_command(&args),
         Command::Compare(args) => compare_cmd::run(&args),
         Command::Plan(args) => plan_cmd::run(&args),
+        Command::Calibrate(args) => calibrate_cmd::run(&args),
         Command::Engine(args) => engine_cmd::run(&args),
     }
 }
@@ -75,6 +78,8 @@ enum Command {
     Compare(compare_cmd::Args),
     /// Find each layout's highest request rate within an SLO; rank layouts; shard and merge.
     Plan(plan_cmd::Args),
+    /// Fit named cost-model coefficients to measured runs; write CoefficientSet files for --catalog.
+    Calibrate(calibrate_cmd::Args),
     /// Drive one engine directly: `engine replay` prints its decisions step by step.
     Engine(engine_cmd::Args),
 }

@@ -185,6 +185,9 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         spec,
         offload_blocks: None,
         async_scheduling: e.async_scheduling,
+        // Deployments cannot turn chunked prefill off (the key is refused by
+        // strict loading); vLLM V1 has it on by default.
+        enable_chunked_prefill: true,
         // Set for P/D pools once the layout is known (`build`).
         defer_block_free: false,
         drop_stale_output: false,

@@ -715,6 +715,14 @@ impl Roofline {
         self.provenance.iter().map(Provenance::row).collect()
     }
 
+    /// Every coefficient the model read: (name, value, units, source).
+    pub fn provenance_rows(&self) -> Vec<(String, f64, String, String)> {
+        self.provenance
+            .iter()
+            .map(|p| (p.name.clone(), p.value, p.units.clone(), p.source.clone()))
+            .collect()
+    }
+
     /// Host time per output token in the API server (detokenize, stream):
     /// `host_output_token`. Not part of any step.
     pub fn output_token_delay(&self) -> SimDuration {

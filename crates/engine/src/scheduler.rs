@@ -78,6 +78,12 @@ pub struct EngineConfig {
     /// up to two steps in flight (`EngineCore.step_with_batch_queue`,
     /// `vllm/v1/engine/core.py`), completing the oldest.
     pub async_scheduling: bool,
+    /// `enable_chunked_prefill`: when false, a waiting request whose
+    /// tokens exceed the step's budget ends the waiting loop instead of
+    /// being admitted on a chunk (`Scheduler.schedule`,
+    /// `vllm/v1/core/sched/scheduler.py`: "If chunked_prefill is disabled,
+    /// we can stop the scheduling here").
+    pub enable_chunked_prefill: bool,
     /// Blocks a step in flight may still write are returned to the pool
     /// only once that step's output is processed, and a victim whose blocks
     /// cannot be freed yet is not preempted: vLLM's `defer_block_free`,
@@ -1318,6 +1324,9 @@ impl Engine {
                     if long_cap > 0 {
                         n = n.min(long_cap);
                     }
+                    if !self.config.enable_chunked_prefill && n > budget {
+                        break;
+                    }
                     n = n.min(budget);
                     if !self.allocate(slot, 0, 0, n, 0) {
                         break;
@@ -1377,6 +1386,9 @@ impl Engine {
                 n += pad;
                 if long_cap > 0 {
                     n = n.min(long_cap);
+                }
+                if !self.config.enable_chunked_prefill && n > budget {
+                    break;
                 }
                 n = n.min(budget);
                 let must_fit = if self.config.reserve_full_prompt {

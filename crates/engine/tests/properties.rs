@@ -153,6 +153,7 @@ fn engine_for(case: &Case) -> Engine {
             _ => None,
         },
         async_scheduling: asynchronous(case),
+        enable_chunked_prefill: true,
         defer_block_free: asynchronous(case) && connector,
         drop_stale_output: connector,
         // A budget below one padded request (1 + drafts) would stall a
