@@ -30,8 +30,8 @@
 //! order, so the files do not depend on `--jobs`.
 
 use crate::session::{
-    Failure, How, Staging, WithDefaults, WorkloadChoice, failure, load_all, prepare_in,
-    results_readme, scaled, simulate,
+    Failure, How, Overlay, Staging, WorkloadChoice, failure, load_all, prepare_in, results_readme,
+    scaled, simulate,
 };
 use pdsim_spec::catalog::{Coefficient, CoefficientSet};
 use pdsim_spec::files::{FileKind, Files, ReadError};
@@ -222,32 +222,6 @@ const LIMIT_KEYS: &[&str] = &["max_model_len", "max_num_batched_tokens", "max_nu
 /// Where candidate sets are served from while the search runs: a folder
 /// name no run reads from disk (only the one file is intercepted).
 const CANDIDATE_DIR: &str = "calibrate:candidate";
-
-/// Documents held in memory (the bundled pairs, the deployments with a
-/// run's limits, the scenarios naming a set), over the disk.
-#[derive(Default)]
-struct Overlay {
-    docs: BTreeMap<PathBuf, String>,
-}
-
-impl Files for Overlay {
-    fn kind(&self, path: &Path) -> FileKind {
-        if self.docs.contains_key(path) {
-            FileKind::File
-        } else {
-            WithDefaults.kind(path)
-        }
-    }
-    fn read(&self, path: &Path) -> Result<String, ReadError> {
-        match self.docs.get(path) {
-            Some(text) => Ok(text.clone()),
-            None => WithDefaults.read(path),
-        }
-    }
-    fn list(&self, path: &Path) -> Vec<String> {
-        WithDefaults.list(path)
-    }
-}
 
 /// The overlay plus one candidate set file.
 struct WithSet<'a> {

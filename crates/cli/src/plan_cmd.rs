@@ -4,15 +4,14 @@
 //! the layouts; `pdsim plan merge` joins the slices into the whole plan.
 
 use crate::session::{
-    Failure, How, Prepared, SloArgs, Staging, WithDefaults, WorkloadChoice, failure, load_all,
-    poisson, pool, prepare_in, print_failure, progress, results_readme, scaled, simulate,
+    Failure, How, Overlay, Prepared, SloArgs, Staging, WithDefaults, WorkloadChoice, failure,
+    load_all, poisson, pool, prepare_in, print_failure, progress, results_readme, scaled, simulate,
 };
 use pdsim_report::plan::{LayoutResult, Plan, PlanQuestion, Probe, plan_report, ranking_table};
 use pdsim_report::{ClassNames, Slo};
-use pdsim_spec::files::{FileKind, Files, ReadError};
+use pdsim_spec::files::Files;
 use pdsim_workload::RequestSpec;
 use rayon::prelude::*;
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -116,31 +115,6 @@ pub fn run(args: &Args) -> ExitCode {
             print_failure("plan", &f.message);
             ExitCode::from(f.code)
         }
-    }
-}
-
-/// The disk plus the generated layouts, in memory beside their base file
-/// (so relative references, such as the router's config, still resolve).
-struct Overlay {
-    docs: BTreeMap<PathBuf, String>,
-}
-
-impl Files for Overlay {
-    fn kind(&self, path: &Path) -> FileKind {
-        if self.docs.contains_key(path) {
-            FileKind::File
-        } else {
-            WithDefaults.kind(path)
-        }
-    }
-    fn read(&self, path: &Path) -> Result<String, ReadError> {
-        match self.docs.get(path) {
-            Some(text) => Ok(text.clone()),
-            None => WithDefaults.read(path),
-        }
-    }
-    fn list(&self, path: &Path) -> Vec<String> {
-        WithDefaults.list(path)
     }
 }
 
@@ -488,9 +462,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     if let Some(out) = &args.out {
         crate::output::check_out(out)?;
     }
-    let mut overlay = Overlay {
-        docs: BTreeMap::new(),
-    };
+    let mut overlay = Overlay::default();
     let cands = candidates(args, scenario, &mut overlay)?;
     // Every layout is validated (cheap); only this shard's are simulated.
     let mut layouts: Vec<(Candidate, Result<Prepared, String>)> = Vec::new();

@@ -34,6 +34,34 @@ const EMBEDDED: &[(&str, &str)] = &[
 /// The disk, plus the built-in default documents under `builtin:` names.
 pub struct WithDefaults;
 
+/// [`WithDefaults`] with documents generated in memory at given paths —
+/// beside their base file, so relative references (a router's config)
+/// still resolve: `plan`'s generated layouts, `calibrate`'s pairs with a
+/// run's limits and its scenarios naming a candidate set.
+#[derive(Default)]
+pub struct Overlay {
+    pub docs: BTreeMap<PathBuf, String>,
+}
+
+impl Files for Overlay {
+    fn kind(&self, path: &Path) -> FileKind {
+        if self.docs.contains_key(path) {
+            FileKind::File
+        } else {
+            WithDefaults.kind(path)
+        }
+    }
+    fn read(&self, path: &Path) -> Result<String, ReadError> {
+        match self.docs.get(path) {
+            Some(text) => Ok(text.clone()),
+            None => WithDefaults.read(path),
+        }
+    }
+    fn list(&self, path: &Path) -> Vec<String> {
+        WithDefaults.list(path)
+    }
+}
+
 pub fn embedded(path: &Path) -> Option<&'static str> {
     let name = path.to_str()?;
     EMBEDDED
