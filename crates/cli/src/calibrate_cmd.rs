@@ -65,8 +65,8 @@ pub struct Args {
     /// A user catalog folder, searched after the built-in catalog. Repeatable.
     #[arg(long, value_name = "DIR")]
     catalog: Vec<PathBuf>,
-    /// The coefficients to fit, comma-separated (default: host_admission_per_token,
-    /// hbm_derate, gemm_eps_max_bf16, host_replay_graph_per_step).
+    /// The coefficients to fit, comma-separated (default: host_api_request, hbm_derate,
+    /// gemm_eps_max_bf16, host_replay_graph_per_step).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     fit: Vec<String>,
     /// Search iterations (each evaluates two candidates per coefficient on every run).
@@ -161,6 +161,38 @@ const KNOBS: &[Knob] = &[
             so the range stops here",
     },
     Knob {
+        name: "host_api_request",
+        units: "us_per_request",
+        lo: 100.0,
+        hi: 10_000.0,
+        step_factor: 2.0,
+        bounds_why: "the API server's own work to take one request in on its event loop (HTTP \
+            request, CompletionRequest validation, create_completion, the input processor and \
+            the hand-off to the engine core) plus the client's connection: below 100 us not \
+            even an empty FastAPI request is served; 10 ms is a search bound. The pieces have \
+            no published per-request cost, so this is the one stage of the first token's path \
+            that only a measurement prices",
+    },
+    Knob {
+        name: "host_output_token",
+        units: "us_per_token",
+        lo: 5.0,
+        hi: 200.0,
+        step_factor: 1.5,
+        bounds_why: "the API server's work per streamed token (detokenizing it, one SSE chunk): \
+            the BLIS registry holds 45.9 us (inference-sim trained-physics alpha2); 5 and 200 \
+            us are search bounds around it",
+    },
+    Knob {
+        name: "host_completion",
+        units: "us_per_request",
+        lo: 10.0,
+        hi: 5_000.0,
+        step_factor: 2.0,
+        bounds_why: "the API server's work to end a finished stream: the BLIS registry holds \
+            777.3 us (inference-sim trained-physics alpha1); 10 us and 5 ms are search bounds",
+    },
+    Knob {
         name: "hbm_constant_latency",
         units: "us_per_transfer",
         lo: 0.5,
@@ -172,7 +204,7 @@ const KNOBS: &[Knob] = &[
 ];
 
 const DEFAULT_FIT: &[&str] = &[
-    "host_admission_per_token",
+    "host_api_request",
     "hbm_derate",
     "gemm_eps_max_bf16",
     "host_replay_graph_per_step",

@@ -318,11 +318,11 @@ fn calibrate_refuses_bad_input_by_name() {
         "--out",
         dir.join("o").to_str().unwrap(),
         "--fit",
-        "host_completion",
+        "host_tokenizer_batch_wait",
         run.to_str().unwrap(),
     ]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("host_completion"), "{stderr}");
+    assert!(stderr.contains("host_tokenizer_batch_wait"), "{stderr}");
 
     // A folder pdsim did not write is not replaced.
     let foreign = dir.join("foreign");

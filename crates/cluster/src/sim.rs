@@ -28,7 +28,7 @@ use crate::records::{
     CoreSample, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS, StepSample,
 };
 use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
-use pdsim_cost::StepCost;
+use pdsim_cost::{ApiServerCosts, StepCost};
 use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
 use pdsim_spec::deployment::Role;
 use pdsim_workload::{RequestSpec, TraceError};
@@ -150,6 +150,13 @@ enum Event {
         core: u32,
         generation: u64,
     },
+    /// The API server in front of `core` has taken a request in
+    /// (`host_api_request`); its prompt goes to the tokenizer.
+    Intake {
+        id: RequestId,
+        core: u32,
+        prompt_tokens: u32,
+    },
 }
 
 /// The reason on the record of a request whose client gave up.
@@ -195,6 +202,11 @@ struct Core {
     aborts: Vec<(RequestId, bool)>,
     /// The API server's tokenizer batcher in front of this core.
     tokenizer: Tokenizer,
+    /// The API server's own work for requests, from the pool's cost model.
+    api_costs: ApiServerCosts,
+    /// When the API server's event loop has done all the work handed to
+    /// it so far ([`Sim::api_work`]).
+    api_free_at: SimTime,
 }
 
 /// The Python API server's tokenizer batcher, vLLM's
@@ -500,6 +512,11 @@ fn run_observed(
                     sim.close_tokenizer_batch(core as usize);
                 }
             }
+            Event::Intake {
+                id,
+                core,
+                prompt_tokens,
+            } => sim.tokenize(id, core as usize, prompt_tokens),
             Event::StepDone { group } => sim.step_done(group as usize, sink)?,
             Event::TransferStart { id } => sim.transfer_start(id, sink),
             Event::LoadStart { id, core } => sim.load_start(id, core as usize),
@@ -588,6 +605,8 @@ impl<'a> Sim<'a> {
                         first_gpu,
                         aborts: Vec::new(),
                         tokenizer: Tokenizer::default(),
+                        api_costs: pool.cost.api_server(),
+                        api_free_at: SimTime::ZERO,
                     });
                 }
                 let len = pool.ranks as usize;
@@ -1219,13 +1238,49 @@ impl<'a> Sim<'a> {
         self.schedule_sweep();
     }
 
+    /// Runs `work` on the API server's event loop in front of `core` and
+    /// returns when it is done: the loop is one thread, so the work starts
+    /// when the loop has finished what it was given before, or now. (The
+    /// loop's earlier work includes the request's own last token, so a
+    /// finish never precedes it.)
+    #[inline]
+    fn api_work(&mut self, core: usize, work: SimDuration) -> SimTime {
+        let c = &mut self.cores[core];
+        c.api_free_at = self.now.max(c.api_free_at) + work;
+        c.api_free_at
+    }
+
+    /// The API server in front of `core` takes the request in
+    /// (`host_api_request`), then tokenizes its prompt ([`Sim::tokenize`]).
+    /// The intake is a latency, not work that holds the event loop: much
+    /// of it is waiting (the client's new connection, the hand-off over
+    /// ZMQ, the engine core's input thread), and how much holds the loop
+    /// is not measured, so holding the loop for all of it would invent a
+    /// throughput limit from a figure measured at low load. Priced whole
+    /// before the tokenizer; the part vLLM runs after it (the input
+    /// processor and the hand-off) only moves within one request's path.
+    fn frontend(&mut self, id: RequestId, core: usize, prompt_tokens: u32) {
+        let delay = self.cores[core].api_costs.request;
+        if delay.as_ns() == 0 {
+            return self.tokenize(id, core, prompt_tokens);
+        }
+        self.push(
+            self.now + delay,
+            Event::Intake {
+                id,
+                core: core as u32,
+                prompt_tokens,
+            },
+        );
+    }
+
     /// The API server in front of `core` renders and tokenizes the
     /// request's prompt, then hands it to the engine core (an `Admit`).
     /// The Python frontend tokenizes through its batcher ([`Tokenizer`]):
     /// the request joins the open batch, or opens one whose wait starts
     /// when the batcher is free; a full batch closes at once. Without a
     /// batcher the prompt is tokenized on its own, right away.
-    fn frontend(&mut self, id: RequestId, core: usize, prompt_tokens: u32) {
+    fn tokenize(&mut self, id: RequestId, core: usize, prompt_tokens: u32) {
         let cost = &self.cluster.pools[self.cores[core].pool].cost;
         let Some(batching) = cost.tokenizer_batching() else {
             let delay = cost.admission_delay(prompt_tokens);
@@ -1683,18 +1738,36 @@ impl<'a> Sim<'a> {
         if f.prefill_core == Some(core as u32) && f.decode_core != core as u32 {
             return;
         }
+        // The client sees the tokens once the API server has processed
+        // them: its output handler takes the step's outputs in the order
+        // the step lists them (running requests first, new ones last, as
+        // `Scheduler.schedule` builds `num_scheduled_tokens`), which is the
+        // order the engine reports them in here, and each waits for the
+        // ones before it. A new request's first token therefore waits for
+        // the whole batch's outputs. (The EPP still learns of the first
+        // chunk now, when the engine returns it: its counters move at the
+        // step, not at the client.)
+        let c = &mut self.cores[core];
+        let per_token_ns = c.api_costs.output_token.as_ns();
+        let at = if per_token_ns == 0 || tokens == 0 {
+            self.now
+        } else {
+            let work = SimDuration::from_ns(per_token_ns.saturating_mul(tokens as u64));
+            c.api_free_at = self.now.max(c.api_free_at) + work;
+            c.api_free_at
+        };
         let first = match f.record.last_token {
             None => {
-                f.record.first_token = Some(self.now);
+                f.record.first_token = Some(at);
                 self.epp.first_chunk(&mut f.ticket);
                 true
             }
             Some(last) => {
-                sink.emission_of(&f.record, self.now.since(last).as_ns(), tokens);
+                sink.emission_of(&f.record, at.since(last).as_ns(), tokens);
                 false
             }
         };
-        f.record.last_token = Some(self.now);
+        f.record.last_token = Some(at);
         f.record.output_tokens += tokens;
         if first {
             // The EPP's in-flight counters dropped.
@@ -1961,6 +2034,21 @@ impl<'a> Sim<'a> {
         self.epp.end_of_stream(&mut flight.ticket);
         self.flow_wake(false);
         flight.record.finished = self.now;
+        let (mut outcome, mut reason) = (outcome, reason);
+        if outcome == Outcome::Completed {
+            // The last response goes out after the last token's chunk, on
+            // the same event loop (`host_completion`).
+            let core = Self::client_core(&flight);
+            let work = self.cores[core].api_costs.completion;
+            flight.record.finished = self.api_work(core, work);
+            // The engine is done, but the client would see the end of the
+            // stream after its deadline: it gave up first.
+            if let Some(deadline) = flight.deadline.filter(|&d| d < flight.record.finished) {
+                flight.record.finished = deadline;
+                outcome = Outcome::Aborted;
+                reason = CLIENT_TIMEOUT;
+            }
+        }
         flight.record.outcome = outcome;
         flight.record.reason = reason;
         match outcome {

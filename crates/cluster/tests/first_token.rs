@@ -5,6 +5,12 @@
 //! holds `max_batch_size` prompts, then tokenizes the batch in one call —
 //! and the engine core's async-scheduling loop, which first schedules it
 //! after the step it finds running and runs it in the step after the next.
+//! Before the tokenizer the API server takes the request in
+//! (`host_api_request`); after the step, its event loop processes the
+//! step's outputs in the step's order (`host_output_token` each), so a new
+//! request's first token waits for the running requests' tokens, and a
+//! finished stream's last response (`host_completion`) follows its last
+//! token.
 
 use pdsim_cluster::{MemorySink, Outcome, RecordSink, RequestRecord, StepSample, build, run};
 use pdsim_core::SimDuration;
@@ -73,11 +79,13 @@ fn a_lone_request_waits_for_its_batch_then_for_its_own_tokens() {
         .expect("the default frontend is vLLM's Python API server");
     assert_eq!(batching.wait, SimDuration::from_ns(2_000_000));
     assert_eq!(batching.max_prompts, 32);
+    let intake = cost.api_server().request;
+    assert_eq!(intake, SimDuration::from_ns(3_900_000));
     let records = records(&cluster, &requests(&[0, 500]));
     for r in &records {
         assert_eq!(
             enqueue_delay(r),
-            batching.wait + cost.admission_delay(r.prompt_tokens),
+            intake + batching.wait + cost.admission_delay(r.prompt_tokens),
             "{r:?}"
         );
     }
@@ -91,7 +99,10 @@ fn a_request_joins_the_open_batch_and_leaves_with_it() {
     // Two prompts 1 ms apart on the same engine share the first one's
     // batch: both reach the engine when the batch of both is tokenized.
     let records = records(&cluster, &requests(&[0, 1]));
-    let done = records[0].arrival + wait + cost.admission_delay(records[0].prompt_tokens * 2);
+    let done = records[0].arrival
+        + cost.api_server().request
+        + wait
+        + cost.admission_delay(records[0].prompt_tokens * 2);
     for r in &records {
         assert_eq!(r.enqueued, Some(done), "{r:?}");
     }
@@ -103,6 +114,7 @@ fn a_full_batch_closes_at_once_and_the_next_waits_for_the_batcher() {
     assert_eq!((cluster.pools.len(), cluster.pools[0].pods), (1, 1));
     let cost = &cluster.pools[0].cost;
     let batching = cost.tokenizer_batching().unwrap();
+    let intake = cost.api_server().request;
     let n = batching.max_prompts + 8;
     let records = records(&cluster, &requests(&vec![0; n]));
     let tokens = records[0].prompt_tokens;
@@ -115,8 +127,8 @@ fn a_full_batch_closes_at_once_and_the_next_waits_for_the_batcher() {
     // The first 32 are tokenized without waiting; the other 8 open the next
     // batch when the batcher is free again and wait its full window.
     let expected: std::collections::BTreeMap<_, _> = [
-        (full, batching.max_prompts),
-        (full + batching.wait + rest, 8),
+        (intake + full, batching.max_prompts),
+        (intake + full + batching.wait + rest, 8),
     ]
     .into_iter()
     .collect();
@@ -183,9 +195,16 @@ fn a_request_at_a_busy_engine_first_runs_in_the_step_after_the_next() {
     assert!(prefill > 0, "step k+2 runs B's prompt");
     assert_eq!(sink.steps[k + 1].2, 0, "step k+1 is A's decode only");
     assert_eq!(start, sink.steps[k + 1].1);
+    // B's first token is step k+2's output, which the API server's loop
+    // (idle since A's token of step k+1) processes in the step's order: A's
+    // token, then B's.
+    let api = cluster.pools[0].cost.api_server();
+    assert!(api.output_token > SimDuration::ZERO);
     assert_eq!(
         b.first_token,
-        Some(end),
-        "B's first token is step k+2's output"
+        Some(end + api.output_token + api.output_token),
+        "B's first token is step k+2's output, after A's"
     );
+    // B's last response follows its last token on the same loop.
+    assert_eq!(b.finished, b.last_token.unwrap() + api.completion);
 }

@@ -120,6 +120,66 @@ pub trait CostModel: Send + Sync {
     fn tokenizer_batching(&self) -> Option<TokenizerBatching> {
         None
     }
+    /// The work the API server does for requests on its one event-loop
+    /// thread, apart from tokenizing. Zero unless the model prices it.
+    fn api_server(&self) -> ApiServerCosts {
+        ApiServerCosts::default()
+    }
+}
+
+/// The API server's own work for requests (`vllm/entrypoints/openai/api_server.py`
+/// under uvicorn, one asyncio event loop):
+///
+/// * `request`: taking a request in, a latency before its prompt reaches
+///   the tokenizer: the client's connection, the HTTP request, the
+///   `CompletionRequest` validation and `create_completion`
+///   (`vllm/entrypoints/openai/completion/serving.py`), the input processor
+///   and the hand-off to the engine core (`AsyncLLM.add_request`,
+///   `vllm/v1/engine/async_llm.py`). `host_api_request`. Not held on the
+///   loop: how much of it is loop work rather than waiting is not
+///   measured.
+///
+/// The other two are work on the event loop, so each waits for the work
+/// handed to the loop before it:
+///
+/// * `output_token`: every token the engine core returns for a streaming
+///   request: `output_handler` hands each step's outputs to
+///   `OutputProcessor.process_outputs` (`vllm/v1/engine/output_processor.py`,
+///   incremental detokenization) in the order the step lists them, and each
+///   request's `completion_stream_generator` turns its tokens into an SSE
+///   chunk. `host_output_token`.
+/// * `completion`: a finished request's last response and teardown.
+///   `host_completion`.
+///
+/// The Rust frontend does the same work outside Python, priced by the same
+/// assumed `frontend_rust_admission_ratio` as its tokenizing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApiServerCosts {
+    pub request: SimDuration,
+    pub output_token: SimDuration,
+    pub completion: SimDuration,
+}
+
+impl ApiServerCosts {
+    pub(crate) fn new(
+        engine: &pdsim_spec::resolve::EngineConfig,
+        request_us: f64,
+        output_token_us: f64,
+        completion_us: f64,
+        rust_ratio: f64,
+    ) -> ApiServerCosts {
+        let scale = if engine.frontend == "rust" {
+            rust_ratio
+        } else {
+            1.0
+        };
+        let of = |us: f64| SimDuration::from_ns(ns(us * scale * 1e3));
+        ApiServerCosts {
+            request: of(request_us),
+            output_token: of(output_token_us),
+            completion: of(completion_us),
+        }
+    }
 }
 
 /// How the frontend batches prompts for its tokenizer

@@ -39,6 +39,7 @@ pub struct Linear {
     kv_read_token_ns: f64,
     admission_per_token_ns: f64,
     tokenizer_batching: Option<crate::TokenizerBatching>,
+    api_server: crate::ApiServerCosts,
     provenance: Vec<Provenance>,
 }
 
@@ -53,7 +54,9 @@ pub const LINEAR_COEFFICIENTS: [(&str, &str); 4] = [
 impl Linear {
     /// Reads the four terms from `coefficient_sets` (scope-selected for this
     /// pool); fails naming the first one no applicable entry provides. The
-    /// admission delay uses `host_admission_per_token` as the roofline does.
+    /// admission delay and the API server's costs use the host coefficients
+    /// (`host_admission_per_token`, `host_api_request`, `host_output_token`,
+    /// `host_completion`) as the roofline does.
     pub fn new(
         model: &Model,
         chip_name: &str,
@@ -76,6 +79,9 @@ impl Linear {
         let rust_ratio = get("frontend_rust_admission_ratio", "dimensionless", 1.0)?;
         let batch_wait_us = get("host_tokenizer_batch_wait", "us_per_batch", 1e9)?;
         let batch_max = get("host_tokenizer_batch_max", "requests", 1e6)?;
+        let api_request_us = get("host_api_request", "us_per_request", 1e9)?;
+        let output_us = get("host_output_token", "us_per_token", 1e7)?;
+        let completion_us = get("host_completion", "us_per_request", 1e9)?;
         let mut linear = Linear::from_us(terms[0], terms[1], terms[2], terms[3]);
         linear.admission_per_token_ns = if engine.frontend == "rust" {
             admission_us * rust_ratio * 1e3
@@ -83,6 +89,13 @@ impl Linear {
             admission_us * 1e3
         };
         linear.tokenizer_batching = crate::tokenizer_batching(engine, batch_wait_us, batch_max);
+        linear.api_server = crate::ApiServerCosts::new(
+            engine,
+            api_request_us,
+            output_us,
+            completion_us,
+            rust_ratio,
+        );
         linear.provenance = r.into_provenance();
         Ok(linear)
     }
@@ -119,6 +132,7 @@ impl Linear {
             kv_read_token_ns: kv_read_token_us * 1e3,
             admission_per_token_ns: 0.0,
             tokenizer_batching: None,
+            api_server: crate::ApiServerCosts::default(),
             provenance: Vec::new(),
         }
     }
@@ -153,5 +167,9 @@ impl CostModel for Linear {
 
     fn tokenizer_batching(&self) -> Option<crate::TokenizerBatching> {
         self.tokenizer_batching
+    }
+
+    fn api_server(&self) -> crate::ApiServerCosts {
+        self.api_server
     }
 }

@@ -97,12 +97,13 @@
 //!   launches every layer), and the engine core's scheduling work
 //!   (`host_schedule_per_step + host_schedule_per_request · num_reqs`),
 //!   hidden behind the GPU under async scheduling and serial without it.
-//!   Output processing (`host_output_token`) and request completion
-//!   (`host_completion`) run in the API server process, which vLLM V1 keeps
-//!   apart from the engine core (`vllm/v1/engine/async_llm.py`,
-//!   `output_handler`), so they are not charged on the step; they are
-//!   exposed as [`Roofline::output_token_delay`] and
-//!   [`Roofline::completion_delay`] for whoever stamps token times.
+//!   Taking requests in (`host_api_request`), output processing
+//!   (`host_output_token`) and request completion (`host_completion`) run
+//!   in the API server process, which vLLM V1 keeps apart from the engine
+//!   core (`vllm/v1/engine/async_llm.py`, `output_handler`), so they are
+//!   not charged on the step; [`CostModel::api_server`] hands them to the
+//!   event loop, which runs them on the API server's one thread
+//!   ([`crate::ApiServerCosts`]).
 //! * **Speculative drafting**: with an EAGLE-style or MTP drafter the step
 //!   also runs the draft layer once over the step's tokens and
 //!   `num_spec_tokens − 1` more times over one token per request
@@ -353,8 +354,7 @@ pub struct Roofline {
     schedule_request_ns: f64,
     async_scheduling: bool,
     admission_per_token_ns: f64,
-    output_token_ns: f64,
-    completion_ns: f64,
+    api_server: crate::ApiServerCosts,
     /// `None` with the Rust frontend, which has no Python tokenizer batcher.
     tokenizer_batching: Option<crate::TokenizerBatching>,
 
@@ -419,6 +419,7 @@ impl Roofline {
         let schedule_request_us = get("host_schedule_per_request", "us_per_request", 0.0, 1e7)?;
         let admission_us = get("host_admission_per_token", "us_per_token", 0.0, 1e7)?;
         let rust_ratio = get("frontend_rust_admission_ratio", "dimensionless", 0.0, 1.0)?;
+        let api_request_us = get("host_api_request", "us_per_request", 0.0, 1e9)?;
         let output_us = get("host_output_token", "us_per_token", 0.0, 1e7)?;
         let completion_us = get("host_completion", "us_per_request", 0.0, 1e9)?;
         let batch_wait_us = get("host_tokenizer_batch_wait", "us_per_batch", 0.0, 1e9)?;
@@ -681,8 +682,13 @@ impl Roofline {
             schedule_request_ns: schedule_request_us * 1e3,
             async_scheduling: engine.async_scheduling,
             admission_per_token_ns: admission_per_token_us * 1e3,
-            output_token_ns: output_us * 1e3,
-            completion_ns: completion_us * 1e3,
+            api_server: crate::ApiServerCosts::new(
+                engine,
+                api_request_us,
+                output_us,
+                completion_us,
+                rust_ratio,
+            ),
             tokenizer_batching: crate::tokenizer_batching(engine, batch_wait_us, batch_max),
             draft_extra_passes,
             provenance: r.into_provenance(),
@@ -721,18 +727,6 @@ impl Roofline {
             .iter()
             .map(|p| (p.name.clone(), p.value, p.units.clone(), p.source.clone()))
             .collect()
-    }
-
-    /// Host time per output token in the API server (detokenize, stream):
-    /// `host_output_token`. Not part of any step.
-    pub fn output_token_delay(&self) -> SimDuration {
-        SimDuration::from_ns(ns(self.output_token_ns))
-    }
-
-    /// Host time to finish a request in the API server: `host_completion`.
-    /// Not part of any step.
-    pub fn completion_delay(&self) -> SimDuration {
-        SimDuration::from_ns(ns(self.completion_ns))
     }
 
     /// A GEMM group at `m` rows: `flops · (m + m_half) / (m · peak · eps)`
@@ -957,6 +951,10 @@ impl CostModel for Roofline {
 
     fn tokenizer_batching(&self) -> Option<crate::TokenizerBatching> {
         self.tokenizer_batching
+    }
+
+    fn api_server(&self) -> crate::ApiServerCosts {
+        self.api_server
     }
 }
 

@@ -438,8 +438,16 @@ fn admission_is_per_prompt_token_and_cheaper_in_the_rust_frontend() {
     .roofline(&[])
     .unwrap();
     assert!(rust.admission_delay(1000) < python.admission_delay(1000));
-    assert_eq!(python.output_token_delay().as_ns(), 45_900);
-    assert_eq!(python.completion_delay().as_ns(), 777_300);
+    // The API server's own work: the built-in host set's values, in ns.
+    let api = python.api_server();
+    assert_eq!(api.request.as_ns(), 3_900_000);
+    assert_eq!(api.output_token.as_ns(), 45_900);
+    assert_eq!(api.completion.as_ns(), 777_300);
+    // The Rust frontend does it at `frontend_rust_admission_ratio` (0.5).
+    let rust_api = rust.api_server();
+    assert_eq!(rust_api.request.as_ns(), 1_950_000);
+    assert_eq!(rust_api.output_token.as_ns(), 22_950);
+    assert_eq!(rust_api.completion.as_ns(), 388_650);
 }
 
 #[test]

@@ -15,7 +15,8 @@ const SCENARIO: &str = include_str!("../../../scenarios/default.yaml");
 const DEPLOYMENT: &str = include_str!("../../../deployments/default.yaml");
 const TRACE: &str = include_str!("../../../traces/default.jsonl");
 
-/// The bundled trace's first 300 rows in three groups of 100, the second
+/// The bundled trace's first 300 rows, their arrivals ten times as dense,
+/// in three groups of 100, the second
 /// group shifted 90 s later and the third 1000 s later: two long idle
 /// stretches (enough seconds that the plot lines are thinned).
 fn gappy_trace() -> String {
@@ -30,7 +31,9 @@ fn gappy_trace() -> String {
                 _ => 1_000_000,
             };
             let mut row: serde_json::Value = serde_json::from_str(line).unwrap();
-            let t = row["timestamp"].as_u64().unwrap();
+            // Arrivals ten times as dense as the bundled trace's, so
+            // that requests wait in the engines at some sampled seconds.
+            let t = row["timestamp"].as_u64().unwrap() / 10;
             row["timestamp"] = (t + shift_ms).into();
             format!("{row}\n")
         })
