@@ -26,8 +26,8 @@ pub struct Args {
     /// The Deployment (default: the built-in eight single-GPU colocated engines).
     #[arg(long, value_name = "FILE")]
     deployment: Option<PathBuf>,
-    /// A trace: Mooncake JSONL, TraceV2 CSV (header from the scenario), Azure 2023 CSV, or an
-    /// inference-perf configuration (YAML, or its one-line JSON profile).
+    /// A trace: Mooncake JSONL, TraceV2 CSV (header from the scenario), Azure 2023 CSV, BurstGPT
+    /// CSV, or an inference-perf configuration (YAML, or its one-line JSON profile).
     /// Default: the scenario's workload, else the bundled default trace.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,

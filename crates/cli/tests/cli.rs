@@ -496,6 +496,50 @@ fn a_bad_trace_row_fails_the_run_without_results() {
 }
 
 #[test]
+fn a_burstgpt_trace_runs_and_its_sessions_are_named_as_unused() {
+    // The release header with sessions (BurstGPT_3): read by name, a failed
+    // row's 0 response tokens replayed as 1, the sessions noted.
+    let trace = temp_file(
+        "burst.csv",
+        "Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
+         0.5,s1,1.2,ChatGPT,472,18,490,Conversation log\n\
+         1.0,s1,2.5,ChatGPT,1087,23,1110,Conversation log\n\
+         3.25,,0.0,GPT-4,417,0,417,API log\n",
+    );
+    let out = out_dir("burst");
+    let (code, stdout, stderr) = pdsim(&[
+        "run",
+        "--trace",
+        &trace.to_string_lossy(),
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("3 total, 3 completed") || stderr.contains("3 total, 3 completed"),
+        "{stdout}{stderr}"
+    );
+    let both = format!("{stdout}{stderr}");
+    assert!(both.contains("Session ID"), "{both}");
+    let csv = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    // A header without the token columns is refused, naming the column.
+    let bad = temp_file(
+        "burst-bad.csv",
+        "Timestamp,Model,Request tokens\n0,ChatGPT,5\n",
+    );
+    let (code, _, stderr) = pdsim(&[
+        "run",
+        "--trace",
+        &bad.to_string_lossy(),
+        "--out",
+        &out_dir("burst-bad").to_string_lossy(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("burst-bad.csv"), "{stderr}");
+}
+
+#[test]
 fn validate_loads_the_router_files_and_names_what_it_refuses() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("router-case");
     std::fs::create_dir_all(&dir).unwrap();

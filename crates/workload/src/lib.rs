@@ -46,6 +46,7 @@
 #![warn(missing_docs)]
 
 mod azure;
+mod burstgpt;
 mod inference_perf;
 mod lines;
 mod mooncake;
@@ -54,6 +55,7 @@ mod synthetic;
 mod tracev2;
 
 pub use azure::AzureReader;
+pub use burstgpt::BurstGptReader;
 pub use inference_perf::{
     AIOHTTP_DEFAULT_TIMEOUT_S, DEFAULT_MAX_TOKENS, IP_QUESTION_SALT, IP_RANDOM_SALT,
     IP_SONNET_SALT, IP_SYSTEM_SALT, InferencePerf, StagePlan,
@@ -160,6 +162,9 @@ pub const TRACEV2_TAIL_SALT: u64 = u64::from_be_bytes(*b"tv2-tail");
 /// Salt of an Azure row's prompt, which is always unique (keyed by line
 /// number).
 pub const AZURE_SALT: u64 = u64::from_be_bytes(*b"azure-23");
+/// Salt of a BurstGPT row's prompt, which is always unique (keyed by line
+/// number).
+pub const BURSTGPT_SALT: u64 = u64::from_be_bytes(*b"burstgpt");
 /// Salt of a synthetic shape's shared prefix (keyed by the seed).
 pub const SYNTHETIC_PREFIX_SALT: u64 = u64::from_be_bytes(*b"syn-pfx.");
 /// Salt of a synthetic request's unique tail (keyed by request index, mixed

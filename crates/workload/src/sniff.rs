@@ -14,8 +14,8 @@
 
 use crate::inference_perf::TOP_LEVEL_KEYS;
 use crate::{
-    AzureReader, InferencePerf, MooncakeReader, RequestSource, RequestSpec, StagePlan, TraceError,
-    TraceV2Reader,
+    AzureReader, BurstGptReader, InferencePerf, MooncakeReader, RequestSource, RequestSpec,
+    StagePlan, TraceError, TraceV2Reader,
 };
 use pdsim_spec::files::{MAX_DOCUMENT_BYTES, UTF8_BOM, foreign_encoding};
 use pdsim_spec::scenario::TraceHeader;
@@ -30,6 +30,8 @@ pub enum TraceFormat {
     TraceV2,
     /// Azure LLM inference trace 2023 CSV ([`AzureReader`]).
     Azure,
+    /// BurstGPT CSV ([`BurstGptReader`]).
+    BurstGpt,
     /// An inference-perf configuration ([`InferencePerf`]).
     InferencePerf,
 }
@@ -41,6 +43,7 @@ impl TraceFormat {
             TraceFormat::Mooncake => "Mooncake JSON Lines",
             TraceFormat::TraceV2 => "TraceV2 CSV",
             TraceFormat::Azure => "Azure LLM trace CSV",
+            TraceFormat::BurstGpt => "BurstGPT CSV",
             TraceFormat::InferencePerf => "inference-perf configuration",
         }
     }
@@ -80,6 +83,12 @@ impl TraceFormat {
         if fields.contains(&&b"TIMESTAMP"[..]) && fields.contains(&&b"ContextTokens"[..]) {
             return Ok(TraceFormat::Azure);
         }
+        if fields.contains(&&b"Timestamp"[..])
+            && fields.contains(&&b"Request tokens"[..])
+            && fields.contains(&&b"Response tokens"[..])
+        {
+            return Ok(TraceFormat::BurstGpt);
+        }
         if head.is_empty() && (lower.ends_with(".jsonl") || lower.ends_with(".json")) {
             return Ok(TraceFormat::Mooncake);
         }
@@ -89,7 +98,9 @@ impl TraceFormat {
             None,
             "cannot tell the trace format: expected a Mooncake JSON Lines row (`{`), a TraceV2 \
              header row starting with `request_id`, an Azure header row \
-             `TIMESTAMP,ContextTokens,GeneratedTokens`, or an inference-perf configuration \
+             `TIMESTAMP,ContextTokens,GeneratedTokens`, a BurstGPT header row \
+             `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`, or an \
+             inference-perf configuration \
              (YAML starting with one of its keys: api, data, load, …)",
         ))
     }
@@ -148,6 +159,8 @@ pub enum TraceReader<R> {
     TraceV2(TraceV2Reader<R>),
     /// An Azure LLM inference trace.
     Azure(AzureReader<R>),
+    /// A BurstGPT trace.
+    BurstGpt(BurstGptReader<R>),
     /// An inference-perf configuration, read whole (it is a small document).
     InferencePerf(Box<InferencePerf>),
 }
@@ -193,6 +206,7 @@ impl<R: BufRead> TraceReader<R> {
             }
             TraceFormat::Mooncake => TraceReader::Mooncake(MooncakeReader::new(input, name)),
             TraceFormat::Azure => TraceReader::Azure(AzureReader::new(input, name)?),
+            TraceFormat::BurstGpt => TraceReader::BurstGpt(BurstGptReader::new(input, name)?),
             TraceFormat::TraceV2 => {
                 let Some(header) = header else {
                     return Err(TraceError::new(
@@ -240,10 +254,12 @@ impl<R: BufRead> TraceReader<R> {
     }
 
     /// What the reader approximates, one message each, for the run to print
-    /// (only an inference-perf configuration has any).
+    /// (only an inference-perf configuration and a BurstGPT file with
+    /// sessions have any).
     pub fn notes(&self) -> &[String] {
         match self {
             TraceReader::InferencePerf(r) => r.notes(),
+            TraceReader::BurstGpt(r) => r.notes(),
             _ => &[],
         }
     }
@@ -254,6 +270,7 @@ impl<R: BufRead> TraceReader<R> {
             TraceReader::Mooncake(_) => TraceFormat::Mooncake,
             TraceReader::TraceV2(_) => TraceFormat::TraceV2,
             TraceReader::Azure(_) => TraceFormat::Azure,
+            TraceReader::BurstGpt(_) => TraceFormat::BurstGpt,
             TraceReader::InferencePerf(_) => TraceFormat::InferencePerf,
         }
     }
@@ -267,6 +284,7 @@ impl<R: BufRead> Iterator for TraceReader<R> {
             TraceReader::Mooncake(r) => r.next(),
             TraceReader::TraceV2(r) => r.next(),
             TraceReader::Azure(r) => r.next(),
+            TraceReader::BurstGpt(r) => r.next(),
             TraceReader::InferencePerf(r) => r.next(),
         }
     }
@@ -278,6 +296,7 @@ impl<R: BufRead> RequestSource for TraceReader<R> {
             TraceReader::Mooncake(r) => r.slo_classes(),
             TraceReader::TraceV2(r) => r.slo_classes(),
             TraceReader::Azure(r) => r.slo_classes(),
+            TraceReader::BurstGpt(r) => r.slo_classes(),
             TraceReader::InferencePerf(r) => r.slo_classes(),
         }
     }
@@ -287,6 +306,7 @@ impl<R: BufRead> RequestSource for TraceReader<R> {
             TraceReader::Mooncake(r) => r.outputs_raised(),
             TraceReader::TraceV2(r) => r.outputs_raised(),
             TraceReader::Azure(r) => r.outputs_raised(),
+            TraceReader::BurstGpt(r) => r.outputs_raised(),
             TraceReader::InferencePerf(r) => r.outputs_raised(),
         }
     }
@@ -315,6 +335,16 @@ mod tests {
                 "a.txt",
                 b"TIMESTAMP,ContextTokens,GeneratedTokens\r\n",
                 TraceFormat::Azure,
+            ),
+            (
+                "BurstGPT_1.csv",
+                b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT",
+                TraceFormat::BurstGpt,
+            ),
+            (
+                "b3.csv",
+                b"Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens\n",
+                TraceFormat::BurstGpt,
             ),
             ("a.jsonl", b"", TraceFormat::Mooncake),
             ("config.yml", b"", TraceFormat::InferencePerf),

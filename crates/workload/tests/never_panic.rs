@@ -2,7 +2,9 @@
 //! located errors and end, and never panic.
 
 use pdsim_spec::scenario::TraceHeader;
-use pdsim_workload::{AzureReader, MooncakeReader, RequestSource, TraceFormat, TraceV2Reader};
+use pdsim_workload::{
+    AzureReader, BurstGptReader, MooncakeReader, RequestSource, TraceFormat, TraceV2Reader,
+};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use std::collections::BTreeMap;
@@ -115,6 +117,18 @@ proptest! {
         text.extend(bytes);
         let mut reader = AzureReader::new(&text[..], "a.csv").unwrap();
         drain(&mut reader, "a.csv");
+    }
+
+    #[test]
+    fn burstgpt_never_panics(rows in prop::collection::vec(csv_line(6), 0..12), bytes in prop::collection::vec(any::<u8>(), 0..100)) {
+        let mut text = format!(
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n{}\n",
+            rows.join("\n")
+        )
+        .into_bytes();
+        text.extend(bytes);
+        let mut reader = BurstGptReader::new(&text[..], "b.csv").unwrap();
+        drain(&mut reader, "b.csv");
     }
 }
 
