@@ -64,6 +64,7 @@ fn bench_steps(c: &mut Criterion) {
             ]),
             max_output_tokens: u32::MAX / 2,
             kv: pdsim_engine::KvTransfer::Local,
+            output_id: None,
         });
     }
     // Prefill everything first.

@@ -372,6 +372,7 @@ fn replay(
                     Some("consume") => KvTransfer::Consume,
                     _ => KvTransfer::Local,
                 },
+                output_id: None,
             });
             if let Some(ready) = r.kv_ready_step {
                 kv_ready.insert(r.id, ready);

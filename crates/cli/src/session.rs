@@ -830,6 +830,8 @@ mod tests {
                 slo_class: 0,
                 source_line: i + 1,
                 deadline: None,
+                session: None,
+                output_id: None,
             })
             .collect()
     }

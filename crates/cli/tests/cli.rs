@@ -540,6 +540,81 @@ fn a_burstgpt_trace_runs_and_its_sessions_are_named_as_unused() {
 }
 
 #[test]
+fn a_tracev2_conversation_replays_closed_loop_from_the_command_line() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sessions-case");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let head = "request_id,client_id,tenant_id,slo_class,session_id,round_index,prefix_group,\
+                prefix_length,streaming,input_tokens,output_tokens,text_tokens,image_tokens,\
+                audio_tokens,video_tokens,reason_ratio,model,deadline_us,server_input_tokens,\
+                arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,\
+                status,error_message,finish_reason,think_time_us\n";
+    let row = |id: u32, session: &str, round: u32, input: u32, at: u64, think: u64| {
+        format!(
+            "{id},c,,,{session},{round},,0,true,{input},40,{input},0,0,0,0,,0,0,{at},{at},0,0,0,ok,,,{think}\n"
+        )
+    };
+    let csv = [
+        head.to_string(),
+        row(0, "a", 0, 600, 0, 0),
+        row(1, "b", 0, 300, 100_000, 0),
+        row(2, "a", 1, 50, 50_000_000, 1_500_000),
+        row(3, "b", 1, 20, 60_000_000, 500_000),
+    ]
+    .concat();
+    std::fs::write(dir.join("trace.csv"), csv).unwrap();
+    let scenario = std::fs::read_to_string(root().join("scenarios/default.yaml")).unwrap()
+        + "workload:\n  trace:\n    data: trace.csv\n    header: {trace_version: 3, time_unit: microseconds, mode: real, session_context_growth: accumulate}\n";
+    std::fs::write(dir.join("s.yaml"), scenario).unwrap();
+    let out = dir.join("out");
+    let (code, stdout, stderr) = pdsim(&[
+        "run",
+        "--scenario",
+        &dir.join("s.yaml").to_string_lossy(),
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let both = format!("{stdout}{stderr}");
+    assert!(
+        both.contains("conversations: 2 later turns sent closed-loop"),
+        "{both}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["sessions"]["turns_sent"], 2, "{summary}");
+    assert_eq!(summary["requests"]["completed"], 4, "{summary}");
+    // The later turns were sent seconds after their answers, not at the
+    // 50 s and 60 s the trace logged, and carry their history.
+    let requests = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    let mut lines = requests.lines();
+    let names: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| {
+        names
+            .iter()
+            .position(|c| *c == n)
+            .unwrap_or_else(|| panic!("{n}"))
+    };
+    let rows: Vec<Vec<String>> = lines
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{requests}");
+    let arrival = col("arrival_ms");
+    let prompt = col("prompt_tokens");
+    for r in &rows {
+        let at: f64 = r[arrival].parse().unwrap();
+        assert!(
+            at < 10_000.0,
+            "every turn is sent within seconds: {requests}"
+        );
+    }
+    let prompts: std::collections::BTreeSet<u64> =
+        rows.iter().map(|r| r[prompt].parse().unwrap()).collect();
+    let expected: std::collections::BTreeSet<u64> = [600, 300, 600 + 40 + 50, 300 + 40 + 20].into();
+    assert_eq!(prompts, expected, "{requests}");
+}
+
+#[test]
 fn validate_loads_the_router_files_and_names_what_it_refuses() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("router-case");
     std::fs::create_dir_all(&dir).unwrap();

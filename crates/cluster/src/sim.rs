@@ -34,7 +34,7 @@ use pdsim_spec::deployment::Role;
 use pdsim_workload::{RequestSpec, TraceError};
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 /// Why a run stopped before its end.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,6 +102,24 @@ pub struct RunStats {
     /// that every block an ended request held was freed.
     #[serde(skip)]
     pub blocks_held_at_end: u64,
+    /// Conversations' later turns, sent closed-loop ([`SessionTurn`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub session_turns_sent: u64,
+    /// Later turns not sent because a turn before them in their
+    /// conversation failed or timed out (the session is cancelled).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub session_turns_not_sent: u64,
+    /// Later turns the trace lists after an arrival that comes later than
+    /// the time they were due, so they were read, and sent, late; and the
+    /// most any was late, in nanoseconds.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub session_turns_late: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub session_turn_max_late_ns: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -149,6 +167,10 @@ enum Event {
     TokenizerClose {
         core: u32,
         generation: u64,
+    },
+    /// A conversation's next turn is due: its client sends it.
+    Turn {
+        key: u64,
     },
     /// The API server in front of `core` has taken a request in
     /// (`host_api_request`); its prompt goes to the tokenizer.
@@ -279,6 +301,11 @@ struct InFlight {
     /// The client gave up and the record is written; the request stays
     /// here only while an engine or a transfer still holds its blocks.
     client_gone: bool,
+    /// The request's conversation, when it is a turn of one.
+    session: Option<u64>,
+    /// The content id of its generated tokens, when a later turn repeats
+    /// them.
+    output_id: Option<u64>,
 }
 
 impl InFlight {
@@ -303,6 +330,8 @@ impl InFlight {
             queued,
             deadline: spec.deadline,
             client_gone: false,
+            session: spec.session.map(|s| s.key),
+            output_id: spec.output_id,
         }
     }
 }
@@ -435,6 +464,27 @@ struct Sim<'a> {
     failure: Option<RunError>,
     /// The batches a group's cores scheduled, reused.
     batches_buf: Vec<(usize, pdsim_cost::Batch)>,
+    /// Every conversation a turn has been read of, by key.
+    conversations: BTreeMap<u64, Conversation>,
+    /// The turns queued to be sent (`Event::Turn`), by time.
+    turns_due: BTreeSet<(SimTime, u64)>,
+}
+
+/// A conversation's state between its turns ([`SessionTurn`]). One per
+/// conversation for the whole run: whether a later turn is coming is known
+/// only when the trace ends.
+#[derive(Default)]
+struct Conversation {
+    /// Later turns read from the trace whose turn before them is still
+    /// going, in order.
+    parked: VecDeque<RequestSpec>,
+    /// The next turn, queued to be sent.
+    due: Option<RequestSpec>,
+    /// When the client had the last turn's whole answer, while no later
+    /// turn has been read.
+    answered: Option<SimTime>,
+    /// A turn failed or timed out: no later turn is sent.
+    cancelled: bool,
 }
 
 /// Runs `source` through `cluster` to the end, handing every request's
@@ -517,6 +567,7 @@ fn run_observed(
                 core,
                 prompt_tokens,
             } => sim.tokenize(id, core as usize, prompt_tokens),
+            Event::Turn { key } => sim.send_turn(key, sink),
             Event::StepDone { group } => sim.step_done(group as usize, sink)?,
             Event::TransferStart { id } => sim.transfer_start(id, sink),
             Event::LoadStart { id, core } => sim.load_start(id, core as usize),
@@ -711,6 +762,8 @@ impl<'a> Sim<'a> {
             now: SimTime::ZERO,
             in_flight: InFlightTable::default(),
             next_arrival: None,
+            conversations: BTreeMap::new(),
+            turns_due: BTreeSet::new(),
             next_id: 0,
             stats: RunStats {
                 router: cluster.router,
@@ -759,32 +812,111 @@ impl<'a> Sim<'a> {
         &mut self,
         source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
     ) -> Result<(), RunError> {
-        match source.next() {
-            None => {}
-            Some(Err(e)) => return Err(RunError::Trace(e)),
-            Some(Ok(spec)) => {
-                // Every source refuses such an arrival with its own file and
-                // line; this guards a source that does not (a replay that
-                // rescales arrival times).
-                if spec.arrival > pdsim_core::ARRIVAL_HORIZON {
-                    return Err(RunError::Trace(TraceError {
-                        file: "the request stream".into(),
-                        line: spec.source_line,
-                        column: None,
-                        message: format!(
-                            "request {} arrives {:.3e} s after the start, beyond the one year \
-                             of simulated time pdsim replays",
-                            spec.source_line,
-                            spec.arrival.as_ns() as f64 / 1e9
-                        ),
-                    }));
-                }
-                let at = spec.arrival.max(self.now);
-                self.next_arrival = Some(spec);
-                self.push(at, Event::Arrival);
+        // A later turn of a conversation is sent when the one before it is
+        // answered, not at the time the trace logged it: it is held, and
+        // the next row read, until a row that arrives at its own time.
+        loop {
+            let spec = match source.next() {
+                None => return Ok(()),
+                Some(Err(e)) => return Err(RunError::Trace(e)),
+                Some(Ok(spec)) => spec,
+            };
+            // Every source refuses such an arrival with its own file and
+            // line; this guards a source that does not (a replay that
+            // rescales arrival times).
+            if spec.arrival > pdsim_core::ARRIVAL_HORIZON {
+                return Err(RunError::Trace(TraceError {
+                    file: "the request stream".into(),
+                    line: spec.source_line,
+                    column: None,
+                    message: format!(
+                        "request {} arrives {:.3e} s after the start, beyond the one year \
+                         of simulated time pdsim replays",
+                        spec.source_line,
+                        spec.arrival.as_ns() as f64 / 1e9
+                    ),
+                }));
             }
+            if spec.session.is_some_and(|s| s.round > 0) {
+                self.read_turn(spec);
+                continue;
+            }
+            let at = spec.arrival.max(self.now);
+            self.next_arrival = Some(spec);
+            self.push(at, Event::Arrival);
+            return Ok(());
         }
-        Ok(())
+    }
+
+    /// A conversation's later turn, read from the trace: dropped if the
+    /// conversation was cancelled, queued to be sent if the turn before it
+    /// is answered, else held until it is.
+    fn read_turn(&mut self, spec: RequestSpec) {
+        let Some(turn) = spec.session else {
+            return;
+        };
+        let conversation = self.conversations.entry(turn.key).or_default();
+        if conversation.cancelled {
+            self.stats.session_turns_not_sent += 1;
+            return;
+        }
+        match conversation.answered.take() {
+            Some(at) => self.queue_turn(spec, at),
+            None => conversation.parked.push_back(spec),
+        }
+    }
+
+    /// Queues `spec`, a later turn, to be sent its think time after
+    /// `answered`; a turn read only after that time is sent now, and
+    /// counted as late.
+    fn queue_turn(&mut self, mut spec: RequestSpec, answered: SimTime) {
+        let Some(turn) = spec.session else {
+            return;
+        };
+        let due = answered
+            .checked_add(turn.think_time)
+            .unwrap_or(SimTime(u64::MAX));
+        let at = if due < self.now {
+            self.stats.session_turns_late += 1;
+            let late = self.now.since(due).as_ns();
+            self.stats.session_turn_max_late_ns = self.stats.session_turn_max_late_ns.max(late);
+            self.now
+        } else {
+            due
+        };
+        spec.move_arrival(at);
+        self.conversations.entry(turn.key).or_default().due = Some(spec);
+        self.turns_due.insert((at, turn.key));
+        self.push(at, Event::Turn { key: turn.key });
+    }
+
+    /// A conversation's queued turn is due: its client sends it.
+    fn send_turn(&mut self, key: u64, sink: &mut dyn RecordSink) {
+        let Some(spec) = self.conversations.get_mut(&key).and_then(|c| c.due.take()) else {
+            return;
+        };
+        self.turns_due.remove(&(self.now, key));
+        self.stats.session_turns_sent += 1;
+        self.arrive_spec(spec, sink);
+    }
+
+    /// A turn of conversation `key` ended at `at`: answered, its next turn
+    /// is queued (or waits to be read); failed or timed out, the
+    /// conversation is cancelled and its held turns are not sent
+    /// (inference-sim's `SessionManager.OnComplete` cancels a session on a
+    /// timeout or a drop).
+    fn turn_ended(&mut self, key: u64, answered: bool, at: SimTime) {
+        let conversation = self.conversations.entry(key).or_default();
+        if !answered {
+            conversation.cancelled = true;
+            self.stats.session_turns_not_sent += conversation.parked.len() as u64;
+            conversation.parked.clear();
+            return;
+        }
+        match conversation.parked.pop_front() {
+            Some(next) => self.queue_turn(next, at),
+            None => conversation.answered = Some(at),
+        }
     }
 
     /// vLLM's internal load balancer inside a pod: the rank with the lowest
@@ -866,9 +998,12 @@ impl<'a> Sim<'a> {
         if self.busy_groups > 0 || !self.network.is_idle() {
             return false;
         }
+        // The live events that only wait for time to pass: the next
+        // arrival and the turns due.
+        let waiting = self.next_arrival.is_some() as u64 + self.turns_due.len() as u64;
         self.in_flight.is_empty()
-            || (self.next_arrival.is_some()
-                && self.live_events == 1
+            || (waiting > 0
+                && self.live_events == waiting
                 && self.flow.as_ref().is_none_or(|f| f.is_empty()))
     }
 
@@ -882,15 +1017,20 @@ impl<'a> Sim<'a> {
             return false;
         }
         let next_tick = self.now.as_ns().saturating_add(period_ns);
-        self.next_arrival
-            .as_ref()
-            .is_some_and(|spec| spec.arrival.as_ns() > next_tick)
+        let arrival = self.next_arrival.as_ref().map(|spec| spec.arrival);
+        let turn = self.turns_due.first().map(|&(at, _)| at);
+        match (arrival, turn) {
+            (None, None) => false,
+            (a, t) => a.into_iter().chain(t).min().unwrap().as_ns() > next_tick,
+        }
     }
 
     /// Whether anything is left to route or serve: the observation loops
     /// (scrapes, samples) run only while it is.
     fn busy(&self) -> bool {
-        self.next_arrival.is_some() || (self.live_events > 0 && !self.in_flight.is_empty())
+        self.next_arrival.is_some()
+            || !self.turns_due.is_empty()
+            || (self.live_events > 0 && !self.in_flight.is_empty())
     }
 
     /// Hands every engine core's state to the sink, once per
@@ -996,6 +1136,9 @@ impl<'a> Sim<'a> {
         flight.record.reason = reason;
         flight.record.finished = self.now;
         sink.record(&flight.record);
+        if let Some(key) = flight.session {
+            self.turn_ended(key, false, self.now);
+        }
     }
 
     fn location(&self, core: usize) -> (u16, u32, u16) {
@@ -1021,6 +1164,11 @@ impl<'a> Sim<'a> {
         let Some(spec) = self.next_arrival.take() else {
             return;
         };
+        self.arrive_spec(spec, sink);
+    }
+
+    /// `spec` reaches the router now.
+    fn arrive_spec(&mut self, spec: RequestSpec, sink: &mut dyn RecordSink) {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.stats.requests += 1;
@@ -1387,6 +1535,7 @@ impl<'a> Sim<'a> {
             prompt,
             max_output_tokens: max_output,
             kv,
+            output_id: flight.output_id,
         };
         self.cores[core].engine.add_request(request);
         self.handle_events(core, sink);
@@ -2051,6 +2200,9 @@ impl<'a> Sim<'a> {
         }
         flight.record.outcome = outcome;
         flight.record.reason = reason;
+        if let Some(key) = flight.session {
+            self.turn_ended(key, outcome == Outcome::Completed, flight.record.finished);
+        }
         match outcome {
             Outcome::Completed => self.stats.completed += 1,
             Outcome::Rejected => self.stats.rejected += 1,
@@ -2192,6 +2344,9 @@ impl<'a> Sim<'a> {
         f.record.reason = CLIENT_TIMEOUT;
         self.stats.aborted += 1;
         sink.record(&f.record);
+        if let Some(key) = f.session {
+            self.turn_ended(key, false, self.now);
+        }
         self.flow_wake(false);
     }
 

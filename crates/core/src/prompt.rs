@@ -72,9 +72,17 @@ pub struct BlockHasher {
     hash: u64,
     /// Tokens of the current block consumed so far.
     filled: u32,
-    /// The last segment id fed and its `mix64`: a decoding request feeds
-    /// its output segment one token at a time, so the mix is reused.
+    /// The last segment id combined and its `mix64`, reused while the same
+    /// segment goes on.
     mixed: (u64, u64),
+    /// The run of tokens of one segment fed into the current block and not
+    /// combined yet: (segment id, first offset, tokens). A block's hash
+    /// combines each maximal run once, so it depends on which tokens the
+    /// block holds and not on how they were fed: a decoding request feeds
+    /// its output one token at a time, and a later prompt that repeats the
+    /// output as one segment (a conversation's next turn) gets the same
+    /// hashes.
+    piece: Option<(u64, u32, u32)>,
     /// Hashes of completed blocks.
     pub hashes: Vec<u64>,
 }
@@ -87,14 +95,20 @@ impl BlockHasher {
             hash: ROOT_HASH,
             filled: 0,
             mixed: (0, mix64(0)),
+            piece: None,
             hashes: Vec::new(),
         }
     }
 
-    /// The hash of the block being filled if it were closed now; used only
-    /// to chain, never stored for a partial block.
-    fn running(&self) -> u64 {
-        self.hash
+    /// Combines the open run into the chain.
+    #[inline]
+    fn flush_piece(&mut self) {
+        if let Some((id, offset, len)) = self.piece.take() {
+            if self.mixed.0 != id {
+                self.mixed = (id, mix64(id));
+            }
+            self.hash = combine(self.hash, self.mixed.1, offset, len);
+        }
     }
 
     /// Feeds `tokens` tokens of segment `id`, starting at offset `start`
@@ -102,19 +116,24 @@ impl BlockHasher {
     /// feeds its token here every step.
     #[inline]
     pub fn feed(&mut self, id: u64, start: u32, tokens: u32) {
-        if self.mixed.0 != id {
-            self.mixed = (id, mix64(id));
-        }
-        let mixed_id = self.mixed.1;
         let mut offset = start;
         let mut left = tokens;
         while left > 0 {
             let take = left.min(self.block_size - self.filled);
-            self.hash = combine(self.running(), mixed_id, offset, take);
+            match &mut self.piece {
+                Some((piece_id, first, len)) if *piece_id == id && *first + *len == offset => {
+                    *len += take;
+                }
+                _ => {
+                    self.flush_piece();
+                    self.piece = Some((id, offset, take));
+                }
+            }
             self.filled += take;
             offset += take;
             left -= take;
             if self.filled == self.block_size {
+                self.flush_piece();
                 self.hashes.push(self.hash);
                 self.filled = 0;
             }
@@ -166,6 +185,28 @@ mod tests {
         assert_eq!(ha.len(), 38);
         assert_eq!(ha[..32], hb[..32]);
         assert_ne!(ha[32], hb[32]);
+    }
+
+    #[test]
+    fn a_block_hash_does_not_depend_on_how_its_tokens_were_fed() {
+        // A prompt's tail then an output fed one token at a time hashes as
+        // the same prompt followed by the output as one segment.
+        let mut decoded = super::BlockHasher::new(16);
+        decoded.feed_segment(seg(1, 40));
+        for i in 0..30 {
+            decoded.feed(7, i, 1);
+        }
+        let repeated = block_hashes(&Prompt::new(vec![seg(1, 40), seg(7, 30)]), 16);
+        assert_eq!(decoded.hashes, repeated);
+        assert_eq!(repeated.len(), 4);
+        // A gap in the offsets is other content: the block holding the gap
+        // (tokens 48-63) and every block after it differ.
+        let mut gapped = super::BlockHasher::new(16);
+        gapped.feed_segment(seg(1, 40));
+        gapped.feed(7, 0, 10);
+        gapped.feed(7, 11, 20);
+        assert_eq!(gapped.hashes[..3], repeated[..3]);
+        assert_ne!(gapped.hashes[3], repeated[3]);
     }
 
     #[test]

@@ -117,6 +117,11 @@ pub struct NewRequest {
     pub prompt: Prompt,
     pub max_output_tokens: u32,
     pub kv: KvTransfer,
+    /// The content id of the tokens the request generates, so that a later
+    /// prompt that repeats them (a conversation's next turn) hits their
+    /// cached blocks; `None`: an id derived from the request id, shared
+    /// with nothing.
+    pub output_id: Option<u64>,
 }
 
 /// A request's part in a P/D KV transfer (NixlConnector,
@@ -641,7 +646,9 @@ impl Engine {
             blocks: Vec::new(),
             cached_units: 0,
             hasher,
-            output_segment: content_id(request.id.0 as u64, 0x6f75_7470_7574),
+            output_segment: request
+                .output_id
+                .unwrap_or_else(|| content_id(request.id.0 as u64, 0x6f75_7470_7574)),
             kv: request.kv,
             local_hit: 0,
             remote_done: false,

@@ -314,6 +314,7 @@ proptest! {
                     2 => KvTransfer::Consume,
                     _ => KvTransfer::Local,
                 },
+                output_id: None,
             })
         }).collect();
         pending.sort_by_key(|(step, r)| (*step, r.id));

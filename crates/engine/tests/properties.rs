@@ -234,6 +234,7 @@ proptest! {
                     2 => pdsim_engine::KvTransfer::Consume,
                     _ => pdsim_engine::KvTransfer::Local,
                 },
+                output_id: None,
             })
         }).collect();
         pending.sort_by_key(|(step, r)| (*step, r.id));

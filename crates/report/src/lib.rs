@@ -436,6 +436,23 @@ pub struct Summary {
     /// stages.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageSummary>,
+    /// Conversations replayed closed-loop; absent when the source has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Sessions>,
+}
+
+/// How a source's conversations were replayed: every later turn is sent its
+/// think time after the previous turn's answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sessions {
+    /// Later turns sent.
+    pub turns_sent: u64,
+    /// Later turns not sent: a turn before them failed or timed out.
+    pub turns_not_sent: u64,
+    /// Later turns sent late, because the trace lists them after an arrival
+    /// later than the time they were due, and the most any was late.
+    pub turns_late: u64,
+    pub max_late_s: f64,
 }
 
 /// One load stage's results. Latencies count completed requests, as the
@@ -696,7 +713,15 @@ impl Aggregator {
                 }
             })
             .collect();
+        let sessions =
+            (stats.session_turns_sent + stats.session_turns_not_sent > 0).then(|| Sessions {
+                turns_sent: stats.session_turns_sent,
+                turns_not_sent: stats.session_turns_not_sent,
+                turns_late: stats.session_turns_late,
+                max_late_s: stats.session_turn_max_late_ns as f64 / 1e9,
+            });
         Summary {
+            sessions,
             stages,
             pools,
             goodput,
@@ -1069,6 +1094,20 @@ pub fn render_text(summary: &Summary) -> String {
     }
     for (reason, count) in &r.not_completed_by_reason {
         out.push_str(&format!("  {count} {reason}\n"));
+    }
+    if let Some(s) = &summary.sessions {
+        out.push_str(&format!(
+            "  conversations: {} later turns sent closed-loop (each its think time after the \
+             previous answer), {} not sent (a turn before them failed or timed out)\n",
+            s.turns_sent, s.turns_not_sent
+        ));
+        if s.turns_late > 0 {
+            out.push_str(&format!(
+                "  {} later turns were sent late, up to {:.3} s: the trace lists them after an \
+                 arrival that comes later than they were due\n",
+                s.turns_late, s.max_late_s
+            ));
+        }
     }
     if let Some(seconds) = summary.run.client_timeout_s {
         out.push_str(&format!(

@@ -94,7 +94,18 @@ pub struct TraceHeader {
     pub server: Option<TraceServer>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub goodput_slo_targets: BTreeMap<String, SloTarget>,
+    /// How a conversation's later turns' `input_tokens` are meant
+    /// (inference-sim's `TraceHeader.SessionContextGrowth`,
+    /// `sim/workload/tracev2.go`): `accumulate`, each later turn's prompt is
+    /// the previous turn's prompt and answer followed by `input_tokens` new
+    /// tokens; absent or empty, every turn's prompt is its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_context_growth: Option<String>,
 }
+
+/// The values `session_context_growth` may take (inference-sim refuses any
+/// other: `LoadTraceV2SessionBlueprints`, `sim/workload/replay.go`).
+pub const SESSION_CONTEXT_GROWTH: [&str; 2] = ["", "accumulate"];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]

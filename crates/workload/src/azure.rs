@@ -171,6 +171,8 @@ impl State {
             slo_class: 0,
             source_line: line,
             deadline: None,
+            session: None,
+            output_id: None,
         })
     }
 }

@@ -1298,6 +1298,8 @@ impl Iterator for InferencePerf {
             // 300 s when it is null); a run's own client timeout, if
             // shorter, tightens it (`with_client_timeout`).
             deadline: Some(arrival + SimDuration::from_secs_f64(self.timeout_s)),
+            session: None,
+            output_id: None,
         }))
     }
 }

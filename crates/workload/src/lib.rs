@@ -159,6 +159,9 @@ pub const MOONCAKE_UNIQUE_SALT: u64 = u64::from_be_bytes(*b"moon-tai");
 pub const TRACEV2_PREFIX_SALT: u64 = u64::from_be_bytes(*b"tv2-pfx.");
 /// Salt of a TraceV2 row's unique tail (keyed by line number).
 pub const TRACEV2_TAIL_SALT: u64 = u64::from_be_bytes(*b"tv2-tail");
+/// Salt of the answer of a TraceV2 session's turn (keyed by the session
+/// and the round), which the session's next turn repeats.
+pub const TRACEV2_OUTPUT_SALT: u64 = u64::from_be_bytes(*b"tv2-outp");
 /// Salt of an Azure row's prompt, which is always unique (keyed by line
 /// number).
 pub const AZURE_SALT: u64 = u64::from_be_bytes(*b"azure-23");
@@ -198,6 +201,30 @@ pub struct RequestSpec {
     /// sets it; a client timeout ([`with_client_timeout`]) sets or
     /// tightens it for every request.
     pub deadline: Option<SimTime>,
+    /// The request's place in a multi-turn conversation whose client
+    /// sends it closed-loop, or `None` for a request sent at `arrival`.
+    pub session: Option<SessionTurn>,
+    /// The content id of the tokens the request generates, when a later
+    /// request repeats them (a conversation's next turn carries this
+    /// answer in its prompt, under the same id, so it shares their KV);
+    /// `None`: an id of the engine's own, shared with nothing.
+    pub output_id: Option<u64>,
+}
+
+/// A turn of a conversation (inference-sim's sessions: `SessionManager`,
+/// `sim/workload/session.go`): the first turn is sent at its own arrival;
+/// every later one `think_time` after the client has the previous turn's
+/// last token, and not at all once a turn of its conversation failed or
+/// timed out (the session is cancelled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionTurn {
+    /// The conversation, as a hash of its id in the trace.
+    pub key: u64,
+    /// 0 for the first turn.
+    pub round: u32,
+    /// How long the client waits after the previous turn's answer before
+    /// sending this one; 0 for the first turn.
+    pub think_time: pdsim_core::SimDuration,
 }
 
 impl RequestSpec {
@@ -361,6 +388,8 @@ mod tests {
             slo_class: 0,
             source_line: 1,
             deadline: deadline_ms.map(SimTime::from_ms),
+            session: None,
+            output_id: None,
         }
     }
 

@@ -242,6 +242,8 @@ impl Iterator for Synthetic {
             slo_class: 0,
             source_line: index + 1,
             deadline: None,
+            session: None,
+            output_id: None,
         }))
     }
 

@@ -53,18 +53,42 @@
 //!   request's priority; `output_tokens` 0 is replayed as 1 and counted.
 //! - `deadline_us` (absolute, on the arrivals' clock; 0 = none) becomes the
 //!   request's deadline: the client gives up then.
-//! - Session columns describe closed-loop replay, which pdsim does not model:
-//!   every row is one open-loop request, as in `LoadTraceV2Requests`.
+//! - A row with a `session_id` is a turn of that conversation, replayed
+//!   closed-loop as inference-sim's session replay does
+//!   (`LoadTraceV2SessionBlueprints` in `replay.go`, `SessionManager` in
+//!   `session.go`): `round_index` 0 is sent at its arrival; a later turn's
+//!   `round_index` must be one more than the session's turn before it (as
+//!   there, non-consecutive rounds are an error), and the turn is sent its
+//!   think time after the client has the previous turn's answer (the event
+//!   loop does that from [`SessionTurn`]), not at its logged arrival. The
+//!   think time is the trailing `think_time_us` when it is positive (the
+//!   client's own, recorded); else the gap from the previous turn's
+//!   `last_chunk_time_us` to this turn's arrival, when that was recorded
+//!   (the real client's pause after its answer); else, as inference-sim
+//!   does, the gap between the two turns' arrivals, which also holds the
+//!   previous turn's service time. A failed or timed-out turn cancels its
+//!   session's later turns.
+//! - With the header's `session_context_growth: accumulate` a later turn's
+//!   prompt is the previous turn's prompt, then its answer (under the
+//!   answer's own content id, so the KV the engine cached while generating
+//!   it is a prefix hit), then `input_tokens` new tokens (its
+//!   `prefix_group` is part of the first turn and not added again); a row
+//!   with a positive trailing `input_tokens_reset` starts the history anew
+//!   as that many tokens (context compaction). Without it, every turn's
+//!   prompt is its own, as for a row without a session.
 
 use crate::lines::{CsvRecords, Fields};
 use crate::{
-    ArrivalOrder, MAX_TOKENS, RequestSource, RequestSpec, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT,
-    TraceError, arrival_at, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
+    ArrivalOrder, MAX_TOKENS, RequestSource, RequestSpec, SessionTurn, TRACEV2_OUTPUT_SALT,
+    TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT, TraceError, arrival_at, check_tokens, default_classes,
+    fnv1a64, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimTime};
 use pdsim_spec::problem::quote;
-use pdsim_spec::scenario::{TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS, TraceHeader};
+use pdsim_spec::scenario::{
+    SESSION_CONTEXT_GROWTH, TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS, TraceHeader,
+};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 
@@ -145,6 +169,8 @@ const CLIENT_TIMES_US: [usize; 3] = [
     core("last_chunk_time_us"),
 ];
 const NUM_CHUNKS: usize = core("num_chunks");
+const SESSION_ID: usize = core("session_id");
+const LAST_CHUNK_TIME_US: usize = core("last_chunk_time_us");
 
 /// Reads a TraceV2 CSV one row at a time.
 pub struct TraceV2Reader<R> {
@@ -168,6 +194,27 @@ struct State {
     /// Arrival (µs) and line of the latest valid row.
     order: ArrivalOrder,
     raised: u64,
+    /// `session_context_growth: accumulate`.
+    accumulate: bool,
+    /// The trailing `think_time_us` and `input_tokens_reset` columns, by
+    /// header name.
+    think_time: Option<usize>,
+    reset: Option<usize>,
+    /// Every session read so far, by its id: what its next turn builds on.
+    /// Kept for the whole trace, as a later turn may come at any row.
+    sessions: BTreeMap<String, Session>,
+}
+
+/// The last turn read of a session.
+struct Session {
+    key: u64,
+    round: i64,
+    arrival_us: u64,
+    /// `last_chunk_time_us`, 0 when not recorded.
+    last_chunk_us: i64,
+    prompt: Prompt,
+    output_id: u64,
+    output_tokens: u32,
 }
 
 impl<R: BufRead> TraceV2Reader<R> {
@@ -191,6 +238,19 @@ impl<R: BufRead> TraceV2Reader<R> {
                     header.trace_version,
                     TRACE_V2_VERSIONS.start(),
                     TRACE_V2_VERSIONS.end()
+                ),
+            ));
+        }
+        if let Some(growth) = &header.session_context_growth
+            && !SESSION_CONTEXT_GROWTH.contains(&growth.as_str())
+        {
+            return Err(TraceError::new(
+                &name,
+                0,
+                Some("session_context_growth"),
+                format!(
+                    "is `{}`; inference-sim knows only `accumulate` or empty",
+                    quote(growth)
                 ),
             ));
         }
@@ -257,7 +317,19 @@ impl<R: BufRead> TraceV2Reader<R> {
             }
         }
         let position = |column: &str| layout.iter().position(|c| *c == column);
+        // Trailing columns are found by name, past the positional ones.
+        let trailing = |column: &str| {
+            names
+                .iter()
+                .skip(layout.len())
+                .position(|n| n == column)
+                .map(|i| i + layout.len())
+        };
         let state = State {
+            accumulate: header.session_context_growth.as_deref() == Some("accumulate"),
+            think_time: trailing("think_time_us"),
+            reset: trailing("input_tokens_reset"),
+            sessions: BTreeMap::new(),
             priority: position("vllm_priority"),
             slo_target: position("slo_target_us"),
             layout,
@@ -372,7 +444,8 @@ impl State {
                     .map_err(|_| row.error(column, format!("{value} is too large")))?
             }
         };
-        row.int(c(ROUND_INDEX))?;
+        let round = row.int(c(ROUND_INDEX))?;
+        let session_id = row.text(c(SESSION_ID))?;
         let group = row.text(c(PREFIX_GROUP))?;
         let prefix = row.tokens(c(PREFIX_LENGTH))?;
         let streaming = c(STREAMING);
@@ -411,6 +484,15 @@ impl State {
         for column in CLIENT_TIMES_US {
             row.int(c(column))?;
         }
+        let last_chunk_us = row.int(c(LAST_CHUNK_TIME_US))?;
+        let think_us = match self.think_time {
+            Some(column) if !row.text(column)?.is_empty() => row.count(column)?,
+            _ => 0,
+        };
+        let reset = match self.reset {
+            Some(column) if !row.text(column)?.is_empty() => row.tokens(column)?,
+            _ => 0,
+        };
         row.count(c(NUM_CHUNKS))?;
         if deadline > 0 && arrival > 0 && deadline < arrival {
             return Err(row.error(
@@ -489,6 +571,109 @@ impl State {
                 ),
             ));
         }
+        let own = Prompt::new(vec![
+            Segment {
+                id: content_id(fnv1a64(group.as_bytes()), TRACEV2_PREFIX_SALT),
+                tokens: prefix as u32,
+            },
+            Segment {
+                id: content_id(line, TRACEV2_TAIL_SALT),
+                tokens: tail as u32,
+            },
+        ]);
+        let mut raised = 0;
+        let output_tokens = raise_output(output, &mut raised);
+        let (prompt, session, output_id) = if session_id.is_empty() {
+            (own, None, None)
+        } else {
+            let previous = self.sessions.get(session_id);
+            let expected = previous.map_or(0, |s| s.round + 1);
+            if round != expected {
+                return Err(row.error(
+                    c(ROUND_INDEX),
+                    match previous {
+                        None => format!(
+                            "is {round}, but this is the first row of session `{}`: a \
+                             session's rounds are consecutive from 0",
+                            quote(session_id)
+                        ),
+                        Some(p) => format!(
+                            "is {round}, but session `{}`'s previous row has round {}: a \
+                             session's rounds are consecutive from 0",
+                            quote(session_id),
+                            p.round
+                        ),
+                    },
+                ));
+            }
+            let key = previous.map_or_else(|| fnv1a64(session_id.as_bytes()), |p| p.key);
+            let (think_time, prompt) = match previous {
+                None => (pdsim_core::SimDuration::ZERO, own),
+                Some(p) => {
+                    let think = if think_us > 0 {
+                        think_us
+                    } else if p.last_chunk_us > 0 && arrival >= p.last_chunk_us as u64 {
+                        arrival - p.last_chunk_us as u64
+                    } else {
+                        arrival.saturating_sub(p.arrival_us)
+                    };
+                    let prompt = if !self.accumulate {
+                        own
+                    } else if reset > 0 {
+                        Prompt::new(vec![Segment {
+                            id: content_id(line, TRACEV2_TAIL_SALT),
+                            tokens: reset as u32,
+                        }])
+                    } else {
+                        let delta = if server_input > 0 && group.is_empty() {
+                            server_input
+                        } else {
+                            input
+                        };
+                        let mut segments = p.prompt.segments.clone();
+                        segments.push(Segment {
+                            id: p.output_id,
+                            tokens: p.output_tokens,
+                        });
+                        segments.push(Segment {
+                            id: content_id(line, TRACEV2_TAIL_SALT),
+                            tokens: delta as u32,
+                        });
+                        Prompt::new(segments)
+                    };
+                    if prompt.tokens() > MAX_TOKENS {
+                        return Err(row.error(
+                            c(INPUT_TOKENS),
+                            format!(
+                                "session `{}`'s prompt grows to {} tokens with this turn \
+                                 (history, answer and new input), more than the {MAX_TOKENS} \
+                                 pdsim accepts",
+                                quote(session_id),
+                                prompt.tokens()
+                            ),
+                        ));
+                    }
+                    let think = pdsim_core::SimDuration::from_us(think);
+                    (think, prompt)
+                }
+            };
+            let output_id = content_id(key ^ (round as u64).rotate_left(32), TRACEV2_OUTPUT_SALT);
+            let turn = SessionTurn {
+                key,
+                round: u32::try_from(round).unwrap_or(u32::MAX),
+                think_time,
+            };
+            let state = Session {
+                key,
+                round,
+                arrival_us: arrival,
+                last_chunk_us,
+                prompt: prompt.clone(),
+                output_id,
+                output_tokens,
+            };
+            (prompt, Some((turn, state)), Some(output_id))
+        };
         let known = if slo_class.is_empty() {
             Some(0)
         } else {
@@ -503,26 +688,23 @@ impl State {
             self.classes.push(slo_class.to_string());
             index
         });
-        let segments = vec![
-            Segment {
-                id: content_id(fnv1a64(group.as_bytes()), TRACEV2_PREFIX_SALT),
-                tokens: prefix as u32,
-            },
-            Segment {
-                id: content_id(line, TRACEV2_TAIL_SALT),
-                tokens: tail as u32,
-            },
-        ];
+        self.raised += raised;
+        let session = session.map(|(turn, state)| {
+            self.sessions.insert(session_id.to_string(), state);
+            turn
+        });
         // TraceV2 arrivals keep the trace's own origin.
         self.order.accept(arrival, line);
         Ok(RequestSpec {
             arrival: arrival_time,
-            prompt: Prompt::new(segments),
-            output_tokens: raise_output(output, &mut self.raised),
+            prompt,
+            output_tokens,
             priority,
             slo_class: class,
             source_line: line,
             deadline,
+            session,
+            output_id,
         })
     }
 }
@@ -543,6 +725,7 @@ mod tests {
             workload_seed: Some(42),
             server: None,
             goodput_slo_targets: BTreeMap::new(),
+            session_context_growth: None,
         }
     }
 
@@ -569,6 +752,113 @@ mod tests {
         TraceV2Reader::new(&header(), text.as_bytes(), "t.csv")
             .unwrap()
             .collect()
+    }
+
+    /// A session row: session, round, input, output, arrival, last chunk
+    /// and the trailing think time (µs).
+    fn turn(
+        session: &str,
+        round: u32,
+        input: u32,
+        output: u32,
+        at: u64,
+        last: u64,
+        think: &str,
+    ) -> String {
+        format!(
+            "7,c1,,,0,{session},{round},,0,true,{input},{output},{input},0,0,0,0,,0,0,{at},{at},0,{last},0,ok,,,,{think}\n"
+        )
+    }
+
+    fn read_sessions(growth: Option<&str>, body: &str) -> Vec<Result<RequestSpec, TraceError>> {
+        let mut h = header();
+        h.session_context_growth = growth.map(str::to_string);
+        let head = HEAD.trim_end().to_string() + ",think_time_us\n";
+        let text = format!("{head}{body}");
+        TraceV2Reader::new(&h, text.as_bytes(), "t.csv")
+            .unwrap()
+            .collect()
+    }
+
+    #[test]
+    fn session_turns_carry_their_history_and_think_time() {
+        use pdsim_core::SimDuration;
+        let body = [
+            turn("a", 0, 100, 20, 1_000, 900_000, ""),
+            // Think time from the previous turn's last chunk: 1.2 s - 0.9 s.
+            turn("a", 1, 30, 10, 1_200_000, 0, ""),
+            // Recorded think time wins.
+            turn("a", 2, 5, 7, 9_000_000, 0, "250000"),
+            // A second session, its own history; no last chunk recorded, so
+            // the gap between arrivals, as inference-sim derives it.
+            turn("b", 0, 40, 4, 9_100_000, 0, ""),
+            turn("b", 1, 8, 4, 9_600_000, 0, ""),
+        ]
+        .concat();
+        let all: Vec<RequestSpec> = read_sessions(Some("accumulate"), &body)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let turns: Vec<_> = all.iter().map(|r| r.session.unwrap()).collect();
+        assert_eq!(turns[0].round, 0);
+        assert_eq!(turns[0].think_time, SimDuration::ZERO);
+        assert_eq!(turns[1].think_time, SimDuration::from_us(300_000));
+        assert_eq!(turns[2].think_time, SimDuration::from_us(250_000));
+        assert_eq!(turns[4].think_time, SimDuration::from_us(500_000));
+        assert_eq!(turns[0].key, turns[2].key);
+        assert_ne!(turns[0].key, turns[3].key);
+        // Accumulate: each prompt is the last one, its answer, new tokens.
+        let tokens: Vec<u64> = all.iter().map(|r| r.prompt.tokens()).collect();
+        assert_eq!(tokens, [100, 100 + 20 + 30, 150 + 10 + 5, 40, 40 + 4 + 8]);
+        let (p0, p1) = (&all[0].prompt.segments, &all[1].prompt.segments);
+        assert_eq!(
+            &p1[..p0.len()],
+            &p0[..],
+            "turn 1 starts with turn 0's prompt"
+        );
+        assert_eq!(
+            p1[p0.len()],
+            pdsim_core::Segment {
+                id: all[0].output_id.unwrap(),
+                tokens: 20
+            },
+            "then turn 0's answer, under the id its tokens are generated with"
+        );
+        assert_ne!(all[0].output_id, all[1].output_id);
+        // Without accumulate every prompt is its own; the timing is the same.
+        let own: Vec<RequestSpec> = read_sessions(None, &body)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let tokens: Vec<u64> = own.iter().map(|r| r.prompt.tokens()).collect();
+        assert_eq!(tokens, [100, 30, 5, 40, 8]);
+        assert_eq!(own[1].session, all[1].session);
+    }
+
+    #[test]
+    fn session_rounds_must_be_consecutive_and_growth_known() {
+        let body = [
+            turn("a", 0, 100, 20, 1_000, 0, ""),
+            turn("a", 2, 30, 10, 2_000, 0, ""),
+        ]
+        .concat();
+        let e = read_sessions(Some("accumulate"), &body)
+            .pop()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!((e.line, e.column.as_deref()), (3, Some("round_index")));
+        assert!(e.message.contains("previous row has round 0"), "{e}");
+        let e = read_sessions(None, &turn("z", 1, 1, 1, 1, 0, ""))
+            .pop()
+            .unwrap()
+            .unwrap_err();
+        assert!(e.message.contains("first row of session"), "{e}");
+        let mut h = header();
+        h.session_context_growth = Some("Accumulate".into());
+        let e = TraceV2Reader::new(&h, HEAD.as_bytes(), "t.csv")
+            .err()
+            .unwrap();
+        assert_eq!(e.column.as_deref(), Some("session_context_growth"));
     }
 
     #[test]

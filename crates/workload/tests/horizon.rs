@@ -22,6 +22,7 @@ fn header() -> TraceHeader {
         workload_seed: None,
         server: None,
         goodput_slo_targets: BTreeMap::new(),
+        session_context_growth: None,
     }
 }
 

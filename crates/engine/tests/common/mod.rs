@@ -60,5 +60,6 @@ pub fn request(id: u32, segments: &[(u64, u32)], output: u32, kv: KvTransfer) ->
         ),
         max_output_tokens: output,
         kv,
+        output_id: None,
     }
 }

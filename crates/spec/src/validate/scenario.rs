@@ -260,6 +260,18 @@ pub fn check(
                         ),
                     ));
                 }
+                if let Some(growth) = &header.session_context_growth
+                    && !crate::scenario::SESSION_CONTEXT_GROWTH.contains(&growth.as_str())
+                {
+                    problems.push(source.error(
+                        "workload.trace.header.session_context_growth",
+                        "trace-session-growth",
+                        format!(
+                            "is `{growth}`; inference-sim knows only `accumulate` or empty \
+                             (every turn's prompt its own)"
+                        ),
+                    ));
+                }
                 if !TRACE_MODES.contains(&header.mode.as_str()) {
                     problems.push(source.error(
                         "workload.trace.header.mode",

@@ -1,0 +1,168 @@
+//! Conversations replayed closed-loop (inference-sim's `SessionManager`,
+//! `sim/workload/session.go`): a later turn is sent its think time after the
+//! client has the previous turn's whole answer, its prompt repeats that
+//! turn's prompt and answer so the engine's cached blocks of both are a
+//! prefix hit, and a turn that fails or times out cancels the turns after
+//! it. A turn the trace lists after a later arrival is read, and sent, late,
+//! and counted as such.
+
+use pdsim_cluster::{Cluster, MemorySink, Outcome, RequestRecord, RunStats, build, run};
+use pdsim_core::prompt::content_id;
+use pdsim_core::{Prompt, Segment, SimDuration, SimTime};
+use pdsim_spec::files::MemoryFiles;
+use pdsim_spec::validate::{Request, validate};
+use pdsim_workload::{RequestSpec, SessionTurn};
+
+// One engine, so every turn of a conversation meets its own cached blocks.
+const SCENARIO: &str = include_str!("../../../scenarios/real-runs/llama-2-7b-tp1-h100.yaml");
+const DEPLOYMENT: &str = include_str!("../../../deployments/real-runs/llama-2-7b-tp1.yaml");
+
+fn cluster() -> Cluster {
+    let files = MemoryFiles::new()
+        .with("s.yaml", SCENARIO)
+        .with("d.yaml", DEPLOYMENT);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("builds")
+}
+
+fn run_all(specs: &[RequestSpec]) -> (RunStats, Vec<RequestRecord>) {
+    let mut sink = MemorySink::default();
+    let stats = run(
+        &cluster(),
+        &mut specs.iter().cloned().map(Ok),
+        5,
+        true,
+        &mut sink,
+    )
+    .expect("runs");
+    assert_eq!(stats.blocks_held_at_end, 0, "every block was freed");
+    let mut records = sink.records;
+    records.sort_by_key(|r| r.source_line);
+    (stats, records)
+}
+
+const KEY: u64 = 77;
+
+fn output_id(round: u32) -> u64 {
+    content_id(KEY ^ round as u64, 0x7465_7374)
+}
+
+/// Turn `round` of conversation `KEY`: its prompt is `history` (the
+/// segments before) and `new` tokens of its own; it answers `output`.
+fn turn(
+    round: u32,
+    at_ms: u64,
+    history: &[Segment],
+    new: u32,
+    output: u32,
+    think_ms: u64,
+) -> RequestSpec {
+    let mut segments = history.to_vec();
+    segments.push(Segment {
+        id: content_id(1000 + round as u64, 0x006e_6577),
+        tokens: new,
+    });
+    RequestSpec {
+        arrival: SimTime::from_ms(at_ms),
+        prompt: Prompt::new(segments),
+        output_tokens: output,
+        priority: 0,
+        slo_class: 0,
+        source_line: round as u64 + 1,
+        deadline: None,
+        session: Some(SessionTurn {
+            key: KEY,
+            round,
+            think_time: SimDuration::from_ms(think_ms),
+        }),
+        output_id: Some(output_id(round)),
+    }
+}
+
+/// Two turns: 1000 prompt tokens answered with 100, then the history plus
+/// 50 new tokens, sent 2 s after the answer. The trace logged the second
+/// turn at 60 s, which closed-loop replay does not use.
+fn conversation() -> Vec<RequestSpec> {
+    let first = turn(0, 0, &[], 1000, 100, 0);
+    let mut history = first.prompt.segments.clone();
+    history.push(Segment {
+        id: output_id(0),
+        tokens: 100,
+    });
+    let second = turn(1, 60_000, &history, 50, 10, 2_000);
+    vec![first, second]
+}
+
+#[test]
+fn a_later_turn_is_sent_its_think_time_after_the_answer_and_hits_it() {
+    let (stats, records) = run_all(&conversation());
+    assert_eq!(records.len(), 2);
+    assert!(records.iter().all(|r| r.outcome == Outcome::Completed));
+    let (first, second) = (&records[0], &records[1]);
+    assert_eq!(
+        second.arrival,
+        first.finished + SimDuration::from_ms(2_000),
+        "sent 2 s after the first turn's answer, not at its logged 60 s"
+    );
+    // The engine cached the prompt and the answer's full 16-token blocks
+    // (the answer's last token is never fed back, so 1099 tokens have KV):
+    // the second turn hits all 68 of them.
+    assert_eq!(second.cached_tokens, 1088, "{second:?}");
+    assert_eq!(stats.session_turns_sent, 1);
+    assert_eq!(stats.session_turns_not_sent, 0);
+    assert_eq!(stats.session_turns_late, 0);
+}
+
+#[test]
+fn without_the_answer_in_the_prompt_only_the_prompt_hits() {
+    // The same turns, but the second prompt repeats only the first prompt:
+    // its answer's blocks do not match, so the hit stops at the prompt's
+    // last full block.
+    let mut specs = conversation();
+    specs[1].prompt.segments.remove(1);
+    let (_, records) = run_all(&specs);
+    assert_eq!(records[1].cached_tokens, 992, "{:?}", records[1]);
+}
+
+#[test]
+fn a_timed_out_turn_cancels_the_turns_after_it() {
+    let mut specs = conversation();
+    // The client gives up on the first turn before its answer is done.
+    specs[0].deadline = Some(SimTime::from_ms(300));
+    let (stats, records) = run_all(&specs);
+    assert_eq!(records.len(), 1, "the second turn is never sent");
+    assert_eq!(records[0].outcome, Outcome::Aborted);
+    assert_eq!(stats.session_turns_sent, 0);
+    assert_eq!(stats.session_turns_not_sent, 1);
+}
+
+#[test]
+fn a_turn_listed_after_a_later_arrival_is_sent_late_and_counted() {
+    let mut specs = conversation();
+    // A request of no conversation at 30 s, listed before the second turn:
+    // the second turn is read only when it arrives, 28 s or so after its
+    // due time.
+    let mut other = specs[0].clone();
+    other.session = None;
+    other.output_id = None;
+    other.source_line = 10;
+    other.arrival = SimTime::from_ms(30_000);
+    other.prompt = Prompt::new(vec![Segment { id: 5, tokens: 200 }]);
+    specs.insert(1, other);
+    let (stats, records) = run_all(&specs);
+    assert_eq!(records.len(), 3);
+    let second = records.iter().find(|r| r.source_line == 2).unwrap();
+    assert_eq!(second.arrival, SimTime::from_ms(30_000), "sent when read");
+    assert_eq!(stats.session_turns_late, 1);
+    let due = records[0].finished + SimDuration::from_ms(2_000);
+    assert_eq!(
+        stats.session_turn_max_late_ns,
+        SimTime::from_ms(30_000).since(due).as_ns()
+    );
+}
