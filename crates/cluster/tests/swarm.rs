@@ -218,7 +218,115 @@ fn run_seed(seed: u64) -> Option<bool> {
         &results[0],
         &context,
     );
+    conversations(seed, &cluster, &shape.value, requests, rate, &context);
     Some(deployment.contains("role: prefill"))
+}
+
+/// The same draw's requests as turns of a few conversations sent
+/// closed-loop, each prompt carrying the previous turn's prompt and answer:
+/// every turn sent ends once, a later turn is sent no sooner than its think
+/// time after the previous answer, nothing is sent after a turn that did not
+/// complete, the counts add up, no engine keeps a block, and two runs agree.
+fn conversations(
+    seed: u64,
+    cluster: &pdsim_cluster::Cluster,
+    shape: &pdsim_spec::catalog::Shape,
+    requests: u64,
+    rate: f64,
+    context: &str,
+) {
+    use pdsim_core::{Segment, SimDuration, prompt::content_id};
+    use pdsim_workload::{RequestSpec, SessionTurn};
+    let mut rng = Stream::new(seed, Purpose::Lengths, 97);
+    // At most about four turns per conversation, so prompts stay bounded.
+    let count = (requests / 4).max(1) + rng.below(4);
+    let specs: Vec<RequestSpec> = Synthetic::new("shape", shape, requests, rate, seed)
+        .expect("valid shape")
+        .map(|s| s.expect("synthetic"))
+        .collect();
+    let mut last: Vec<Option<(Vec<Segment>, u64, u32)>> = vec![None; count as usize];
+    let mut turns = Vec::new();
+    for (i, mut spec) in specs.into_iter().enumerate() {
+        let c = i % count as usize;
+        let round = (i / count as usize) as u32;
+        let key = 1000 + c as u64;
+        let output_id = content_id(key * 64 + round as u64, 0x7377_6172);
+        if let Some((prompt, answer_id, answer)) = &last[c] {
+            let mut segments = prompt.clone();
+            segments.push(Segment {
+                id: *answer_id,
+                tokens: *answer,
+            });
+            segments.extend(spec.prompt.segments.iter().copied());
+            spec.prompt = pdsim_core::Prompt::new(segments);
+        }
+        last[c] = Some((spec.prompt.segments.clone(), output_id, spec.output_tokens));
+        spec.session = Some(SessionTurn {
+            key,
+            round,
+            think_time: SimDuration::from_ms(rng.below(2_000)),
+        });
+        spec.output_id = Some(output_id);
+        turns.push(spec);
+    }
+    let later = turns
+        .iter()
+        .filter(|t| t.session.unwrap().round > 0)
+        .count() as u64;
+    let mut results = Vec::new();
+    for _ in 0..2 {
+        let mut sink = MemorySink::default();
+        let stats = run(
+            cluster,
+            &mut turns.iter().cloned().map(Ok),
+            seed,
+            true,
+            &mut sink,
+        )
+        .unwrap_or_else(|e| panic!("with conversations: {e}\n{context}"));
+        assert_eq!(
+            stats.blocks_held_at_end, 0,
+            "with conversations, blocks kept\n{context}"
+        );
+        assert_eq!(
+            stats.session_turns_sent + stats.session_turns_not_sent,
+            later,
+            "every later turn is sent or not\n{context}"
+        );
+        assert_eq!(
+            sink.records.len() as u64,
+            requests - stats.session_turns_not_sent,
+            "every turn sent ends once\n{context}"
+        );
+        let mut by_turn = std::collections::BTreeMap::new();
+        for r in &sink.records {
+            let t = turns[r.source_line as usize - 1].session.unwrap();
+            assert!(
+                by_turn
+                    .insert((t.key, t.round), (r.clone(), t.think_time))
+                    .is_none(),
+                "{r:?}\n{context}"
+            );
+        }
+        for (&(key, round), (r, think)) in &by_turn {
+            if round == 0 {
+                continue;
+            }
+            let (previous, _) = by_turn
+                .get(&(key, round - 1))
+                .unwrap_or_else(|| panic!("turn {round} sent without its predecessor\n{context}"));
+            assert_eq!(previous.outcome, Outcome::Completed, "{r:?}\n{context}");
+            assert!(
+                r.arrival >= previous.finished + *think,
+                "sent before its think time ran out: {r:?} after {previous:?}\n{context}"
+            );
+        }
+        results.push(sink.records);
+    }
+    assert!(
+        results[0] == results[1],
+        "two runs with conversations differ\n{context}"
+    );
 }
 
 /// The same draw with a random client deadline on every request, spread

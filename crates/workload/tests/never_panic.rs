@@ -102,6 +102,50 @@ proptest! {
         drain(&mut reader, "t.csv");
     }
 
+    /// Conversations of nearly valid turns (rounds sometimes skipped,
+    /// repeated or out of order, lengths sometimes zero, an occasional
+    /// reset) under `accumulate`: the reader never panics, and every turn it
+    /// accepts holds its session's previous prompt and answer, then its own
+    /// new tokens.
+    #[test]
+    fn tracev2_sessions_never_panic_and_accumulate(
+        turns in prop::collection::vec(
+            (0usize..3, prop_oneof![8 => Just(0i64), 1 => -1i64..3], 0u32..400, 0u32..60, 0u64..2_000_000, prop_oneof![6 => Just(0u32), 1 => 1u32..50]),
+            0..14,
+        )
+    ) {
+        let mut text = TRACEV2_HEAD.trim_end().to_string() + ",think_time_us,input_tokens_reset\n";
+        let mut rounds = [0i64; 3];
+        let mut at = 0u64;
+        for (i, (session, skew, input, output, gap, reset)) in turns.iter().enumerate() {
+            at += gap;
+            let round = rounds[*session] + skew;
+            rounds[*session] += 1;
+            let reset = if *reset == 0 { String::new() } else { reset.to_string() };
+            text.push_str(&format!(
+                "{i},c,,,0,s{session},{round},,0,true,{input},{output},{input},0,0,0,0,,0,0,0,{at},{at},0,0,0,ok,,,0,{reset}\n"
+            ));
+        }
+        let mut h = header();
+        h.session_context_growth = Some("accumulate".into());
+        let mut reader = TraceV2Reader::new(&h, text.as_bytes(), "s.csv").unwrap();
+        let mut last: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
+        for item in reader.by_ref() {
+            let Ok(r) = item else { break };
+            let turn = r.session.expect("every row names a session");
+            let row = &turns[r.source_line as usize - 2];
+            let (new, reset) = (row.2 as u64, row.5 as u64);
+            match last.get(&turn.key) {
+                Some(&(prompt, answer)) if turn.round > 0 && reset == 0 => {
+                    prop_assert_eq!(r.prompt.tokens(), prompt + answer as u64 + new);
+                }
+                Some(_) if turn.round > 0 => prop_assert_eq!(r.prompt.tokens(), reset),
+                _ => prop_assert_eq!(r.prompt.tokens(), new),
+            }
+            last.insert(turn.key, (r.prompt.tokens(), r.output_tokens));
+        }
+    }
+
     #[test]
     fn tracev2_headers_never_panic(head in csv_line(30), bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let mut text = head.into_bytes();
