@@ -598,6 +598,13 @@ fn run_observed(
         };
         sim.finish(id, Outcome::Aborted, reason, sink);
     }
+    // A later turn still held waits for a turn that never ended (a source
+    // that gave no first turn): it was never sent.
+    sim.stats.session_turns_not_sent += sim
+        .conversations
+        .values()
+        .map(|c| c.parked.len() as u64)
+        .sum::<u64>();
     sim.network.flush(sim.now);
     sim.drain_windows(sink);
     sim.stats.end = sim.now;

@@ -166,3 +166,11 @@ fn a_turn_listed_after_a_later_arrival_is_sent_late_and_counted() {
         SimTime::from_ms(30_000).since(due).as_ns()
     );
 }
+
+#[test]
+fn a_later_turn_without_its_first_turn_is_counted_as_not_sent() {
+    let specs = vec![conversation().remove(1)];
+    let (stats, records) = run_all(&specs);
+    assert!(records.is_empty());
+    assert_eq!(stats.session_turns_not_sent, 1);
+}
