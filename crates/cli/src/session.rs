@@ -212,6 +212,17 @@ pub fn prepare_in(
             deployment_path.display()
         ));
     }
+    for (i, pool) in cluster.pools.iter().enumerate() {
+        if pool.cost_model == "linear" {
+            notes.push(format!(
+                "{}: note: pools[{i}] is priced by the fitted linear cost model, whose four terms \
+                 (linear_step_us, linear_prefill_token_us, linear_decode_token_us, \
+                 linear_kv_read_token_us) the scenario's coefficient sets give for it, not by \
+                 the roofline",
+                scenario_path.display()
+            ));
+        }
+    }
     let engines: u64 = cluster.pools.iter().map(|p| p.pods as u64).sum();
     let pools: Vec<PoolInfo> = bundle
         .deployment
@@ -235,6 +246,7 @@ pub fn prepare_in(
                 pool.role.clone()
             },
             role: pool.role.clone(),
+            cost_model: cluster.pools[i].cost_model.to_string(),
             gpus: layout
                 .cluster
                 .as_ref()

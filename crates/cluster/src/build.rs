@@ -45,6 +45,9 @@ pub struct PoolRuntime {
     pub ranks_per_endpoint: u16,
     pub engine: EngineConfig,
     pub cost: Box<dyn CostModel>,
+    /// Which model prices the pool's steps: `roofline`, or `linear` when the
+    /// scenario's coefficient sets give the fitted linear model's terms.
+    pub cost_model: &'static str,
     /// Global index of the pool's first GPU: pools take the cluster's nodes
     /// in document order, engines take a pool's GPUs in order, and rank r of
     /// an engine holds the `world` GPUs after r × world.
@@ -350,19 +353,44 @@ pub fn build_with_router(
                 message: "the pool holds no engine".into(),
             });
         }
-        let cost = pdsim_cost::Roofline::new(
-            &scenario.model.value,
-            &scenario.chip.value,
-            &scenario.chip.origin.name,
-            scenario.fabric.as_ref().map(|f| &f.value),
-            layout,
-            &resolved.engine,
-            &sets,
-        )
-        .map_err(|message| BuildError {
+        // A scenario whose sets fit the linear model's four terms for this
+        // pool prices it with that fit; otherwise the roofline does.
+        let build_error = |message| BuildError {
             path: format!("pools[{i}]"),
             message,
-        })?;
+        };
+        let linear = pdsim_cost::Linear::selected(
+            &scenario.model.value,
+            &scenario.chip.origin.name,
+            scenario.chip.value.gpus_per_node,
+            layout,
+            &sets,
+        )
+        .map_err(build_error)?;
+        let (cost, cost_model): (Box<dyn CostModel>, &'static str) = if linear {
+            let model = pdsim_cost::Linear::new(
+                &scenario.model.value,
+                &scenario.chip.origin.name,
+                scenario.chip.value.gpus_per_node,
+                layout,
+                &resolved.engine,
+                &sets,
+            )
+            .map_err(build_error)?;
+            (Box::new(model), "linear")
+        } else {
+            let model = pdsim_cost::Roofline::new(
+                &scenario.model.value,
+                &scenario.chip.value,
+                &scenario.chip.origin.name,
+                scenario.fabric.as_ref().map(|f| &f.value),
+                layout,
+                &resolved.engine,
+                &sets,
+            )
+            .map_err(build_error)?;
+            (Box::new(model), "roofline")
+        };
         let first_gpu = next_node * gpus_per_node;
         next_node += layout.nodes;
         pools.push(PoolRuntime {
@@ -389,7 +417,8 @@ pub fn build_with_router(
                 });
                 engine
             },
-            cost: Box::new(cost),
+            cost,
+            cost_model,
             first_gpu,
             gpus_per_engine: layout.gpus_per_engine.min(u64::MAX as u128) as u64,
             world: layout.world_size.min(u64::MAX as u128) as u64,

@@ -861,3 +861,78 @@ fn heartbeats_keep_a_hold_alive_past_the_lease_while_the_decode_queue_is_long() 
     assert_eq!(stats.completed, 60);
     assert!(stats.kv_hold_expiries > 0);
 }
+
+/// A coefficient set with the linear model's terms for a `scope`.
+fn linear_set(scope: &str, terms: &[(&str, f64)]) -> String {
+    let mut text = "kind: CoefficientSet\nname: fit\ncoefficients:\n".to_string();
+    for (name, value) in terms {
+        let units = if *name == "linear_step_us" {
+            "us_per_step"
+        } else {
+            "us_per_token"
+        };
+        text.push_str(&format!(
+            "  - {name}:\n      value: {value}\n      units: {units}\n      method: measured\n      fitted: true\n      scope: {scope}\n"
+        ));
+    }
+    text
+}
+
+fn linear_cluster(set: &str) -> Result<pdsim_cluster::Cluster, pdsim_cluster::BuildError> {
+    let scenario = include_str!("../../../scenarios/real-runs/llama-2-7b-tp1-h100.yaml").replace(
+        "  - cost-model-host-overheads\n",
+        "  - cost-model-host-overheads\n  - fit\n",
+    );
+    let files = MemoryFiles::new()
+        .with("s.yaml", &scenario)
+        .with(
+            "d.yaml",
+            include_str!("../../../deployments/real-runs/llama-2-7b-tp1.yaml"),
+        )
+        .with("cat/coefficients/fit.yaml", set);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec!["cat".into()],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    build(&report.deployments[0], report.scenario.as_ref().unwrap())
+}
+
+#[test]
+fn a_set_with_the_linear_terms_selects_the_linear_model_and_a_partial_one_is_refused() {
+    let terms = [
+        ("linear_step_us", 5000.0),
+        ("linear_prefill_token_us", 20.0),
+        ("linear_decode_token_us", 30.0),
+        ("linear_kv_read_token_us", 0.5),
+    ];
+    let cluster = linear_cluster(&linear_set("{model: [llama-2-7b]}", &terms)).unwrap();
+    assert_eq!(cluster.pools[0].cost_model, "linear");
+    // The step is the fitted sum: 5000 + 20·100 + 30·8 + 0.5·4000 µs.
+    let batch = pdsim_cost::Batch {
+        num_reqs: 9,
+        prefill_tokens: 100,
+        decode_tokens: 8,
+        attn_context_tokens: 4000,
+        ..pdsim_cost::Batch::default()
+    };
+    assert_eq!(
+        cluster.pools[0].cost.step(&batch).total.as_ns(),
+        (5000.0 + 2000.0 + 240.0 + 2000.0) as u64 * 1000
+    );
+    // Scoped to another model, the terms do not apply: the roofline prices it.
+    let other = linear_cluster(&linear_set("{model: [llama-2-70b]}", &terms)).unwrap();
+    assert_eq!(other.pools[0].cost_model, "roofline");
+    // Three of the four is neither model: refused, naming the missing term.
+    let err = linear_cluster(&linear_set("{}", &terms[..3]))
+        .err()
+        .expect("refused");
+    assert_eq!(err.path, "pools[0]");
+    assert!(
+        err.message.contains("linear_kv_read_token_us"),
+        "{}",
+        err.message
+    );
+}

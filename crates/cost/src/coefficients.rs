@@ -216,6 +216,12 @@ impl Resolver {
     }
 
     /// Every value read so far, in reading order.
+    /// Whether an applicable set entry names `name` (the built-in
+    /// defaults aside).
+    pub fn has_entry(&self, name: &str) -> bool {
+        self.chosen.contains_key(name)
+    }
+
     pub fn into_provenance(self) -> Vec<Provenance> {
         self.read
     }

@@ -100,6 +100,36 @@ impl Linear {
         Ok(linear)
     }
 
+    /// Whether the scenario's sets choose the linear model for this pool:
+    /// `true` when an entry applying to the pool (by scope, as every
+    /// coefficient is chosen) gives each of the four terms, `false` when
+    /// none does. Some but not all is an error naming the missing terms: a
+    /// half-fitted model is neither the fit nor the roofline.
+    pub fn selected(
+        model: &Model,
+        chip_name: &str,
+        chip_gpus_per_node: Option<i64>,
+        layout: &PoolLayout,
+        coefficient_sets: &[CoefficientSet],
+    ) -> Result<bool, String> {
+        let deployment = Deployment::of(chip_name, &model.name, layout, chip_gpus_per_node);
+        let r = Resolver::new(deployment, coefficient_sets)?;
+        let (given, missing): (Vec<&str>, Vec<&str>) = LINEAR_COEFFICIENTS
+            .iter()
+            .map(|(name, _)| *name)
+            .partition(|name| r.has_entry(name));
+        match (given.is_empty(), missing.is_empty()) {
+            (true, _) => Ok(false),
+            (false, true) => Ok(true),
+            (false, false) => Err(format!(
+                "the coefficient sets give the linear cost model's {} for this pool but not {}: \
+                 the linear model needs all four terms (or none, for the roofline)",
+                given.join(", "),
+                missing.join(", ")
+            )),
+        }
+    }
+
     /// Builds the linear model of one resolved pool of a resolved scenario.
     pub fn for_pool(scenario: &ResolvedScenario, pool: &PoolResolution) -> Result<Linear, String> {
         let sets: Vec<CoefficientSet> = scenario

@@ -515,6 +515,9 @@ pub struct PoolInfo {
     pub name: String,
     pub role: String,
     pub gpus: u64,
+    /// What prices the pool's steps: `roofline`, or `linear` (a fit the
+    /// scenario's coefficient sets give).
+    pub cost_model: String,
 }
 
 /// Where the time to first token went, as shares of its sum.
