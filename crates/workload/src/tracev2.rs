@@ -205,6 +205,13 @@ struct State {
     sessions: BTreeMap<String, Session>,
 }
 
+/// The most pieces (inputs and answers) a conversation's accumulated
+/// prompt may hold: every turn copies its history, so the bound keeps a
+/// hostile trace of one endless conversation from costing time quadratic in
+/// its length; 4,096 turns of realistic length (tens of tokens or more)
+/// without a reset are far beyond any model's context window.
+const MAX_SESSION_SEGMENTS: usize = 8192;
+
 /// The last turn read of a session.
 struct Session {
     key: u64,
@@ -630,6 +637,18 @@ impl State {
                         } else {
                             input
                         };
+                        if p.prompt.segments.len() + 2 > MAX_SESSION_SEGMENTS {
+                            return Err(row.error(
+                                c(ROUND_INDEX),
+                                format!(
+                                    "session `{}`'s prompt would hold more than \
+                                     {MAX_SESSION_SEGMENTS} pieces (each turn adds its answer and \
+                                     its input); pdsim bounds a conversation's history there \
+                                     (an `input_tokens_reset` starts it anew)",
+                                    quote(session_id)
+                                ),
+                            ));
+                        }
                         let mut segments = p.prompt.segments.clone();
                         segments.push(Segment {
                             id: p.output_id,
@@ -833,6 +852,19 @@ mod tests {
         let tokens: Vec<u64> = own.iter().map(|r| r.prompt.tokens()).collect();
         assert_eq!(tokens, [100, 30, 5, 40, 8]);
         assert_eq!(own[1].session, all[1].session);
+    }
+
+    #[test]
+    fn an_endless_conversation_is_refused_where_its_history_is_bounded() {
+        let body: String = (0..4097)
+            .map(|r| turn("long", r, 1, 1, r as u64 * 10, 0, ""))
+            .collect();
+        let results = read_sessions(Some("accumulate"), &body);
+        // Turn k's prompt holds 1 + 2k pieces: turn 4095 is the last that fits.
+        assert!(results[..4096].iter().all(Result::is_ok));
+        let e = results[4096].as_ref().unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("round_index"));
+        assert!(e.message.contains("8192 pieces"), "{e}");
     }
 
     #[test]
