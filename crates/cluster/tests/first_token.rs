@@ -208,3 +208,51 @@ fn a_request_at_a_busy_engine_first_runs_in_the_step_after_the_next() {
     // B's last response follows its last token on the same loop.
     assert_eq!(b.finished, b.last_token.unwrap() + api.completion);
 }
+
+/// The real-runs engine with the API server's intake not charged, so that a
+/// request's path to its engine core has one hop at equal times (the
+/// tokenizer batch's admissions) and their order is not undone by another.
+fn cluster_without_intake() -> pdsim_cluster::Cluster {
+    let set = "kind: CoefficientSet\nname: no-intake\ncoefficients:\n  - host_api_request:\n      value: 0\n      units: us_per_request\n      method: not_charged\n      fitted: false\n      rationale: the test removes the intake latency\n      scope: {}\n";
+    let scenario = SCENARIO.replace(
+        "  - cost-model-host-overheads\n",
+        "  - cost-model-host-overheads\n  - no-intake\n",
+    );
+    let files = MemoryFiles::new()
+        .with("s.yaml", &scenario)
+        .with("d.yaml", DEPLOYMENT)
+        .with("cat/coefficients/no-intake.yaml", set);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec!["cat".into()],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("builds")
+}
+
+#[test]
+fn requests_arriving_together_are_served_in_trace_order() {
+    // Two prompts at the same instant go through one tokenizer batch and
+    // reach the engine core in one instant. Events at equal times are
+    // handled in the order they were queued, so the first row is admitted
+    // first: the idle engine core starts its step with it (as vLLM's busy
+    // loop does with the request it wakes on), and the second waits for
+    // the next step.
+    let cluster = cluster_without_intake();
+    assert_eq!(
+        cluster.pools[0].cost.api_server().request,
+        SimDuration::ZERO
+    );
+    let records = records(&cluster, &requests(&[0, 0]));
+    let (a, b) = (&records[0], &records[1]);
+    assert_eq!((a.source_line, b.source_line), (1, 2));
+    assert_eq!(a.enqueued, b.enqueued, "one tokenizer batch");
+    assert!(a.id < b.id);
+    assert!(a.scheduled.unwrap() < b.scheduled.unwrap(), "{a:?}\n{b:?}");
+    assert!(
+        a.first_token.unwrap() < b.first_token.unwrap(),
+        "{a:?}\n{b:?}"
+    );
+}

@@ -2116,3 +2116,98 @@ impl Engine {
             .collect()
     }
 }
+
+/// The checker is checked: each test breaks one invariant by hand (what a
+/// bug in the scheduler would leave behind) and requires `check` and
+/// `check_full`, which `pdsim run --check` and the property tests rely on,
+/// to report it.
+#[cfg(test)]
+mod checker_tests {
+    use super::*;
+    use pdsim_core::{Prompt, Segment};
+
+    fn engine_with_one_running() -> Engine {
+        let mut engine = Engine::new(EngineConfig {
+            block_size: 16,
+            prefix_unit: 16,
+            num_blocks: 1 + 64,
+            max_num_batched_tokens: 256,
+            max_num_seqs: 4,
+            long_prefill_token_threshold: 0,
+            long_prefill_waiver_when_alone: true,
+            policy: Policy::Fcfs,
+            enable_prefix_caching: true,
+            max_model_len: 4096,
+            reserve_full_prompt: true,
+            unhashed_blocks_to_front: false,
+            graphs: crate::Graphs {
+                mode: crate::CudaGraphMode::None,
+                sizes: vec![],
+            },
+            dbo: crate::Dbo {
+                enabled: false,
+                decode_threshold: 32,
+                prefill_threshold: 512,
+            },
+            spec: None,
+            offload_blocks: None,
+            async_scheduling: false,
+            enable_chunked_prefill: true,
+            defer_block_free: false,
+            drop_stale_output: false,
+            pad_spec_decode: PadSpecDecode::Never,
+            victim_blocks_must_be_freeable: true,
+            async_load_reserve: AsyncLoadReserve::None,
+        });
+        engine.add_request(NewRequest {
+            id: RequestId(0),
+            arrival: SimTime(0),
+            priority: 0,
+            prompt: Prompt::new(vec![Segment { id: 1, tokens: 40 }]),
+            max_output_tokens: 8,
+            kv: KvTransfer::Local,
+            output_id: None,
+        });
+        engine.schedule().expect("a step");
+        engine.check_full().expect("a sound state to start from");
+        engine
+    }
+
+    fn running_req(engine: &mut Engine) -> &mut Req {
+        let slot = engine.running[0];
+        engine.reqs[slot as usize].as_mut().expect("live")
+    }
+
+    #[test]
+    fn a_leaked_block_is_reported() {
+        let mut engine = engine_with_one_running();
+        // The request forgets a block the pool still counts as referenced.
+        running_req(&mut engine).blocks.pop();
+        let e = engine.check_counts().unwrap_err();
+        assert!(
+            e.contains("requests hold 2 block references but the pool counts 3"),
+            "{e}"
+        );
+        assert!(engine.check_full().is_err());
+    }
+
+    #[test]
+    fn a_block_held_twice_is_reported() {
+        let mut engine = engine_with_one_running();
+        // A double reference the pool never handed out.
+        let req = running_req(&mut engine);
+        let first = req.blocks[0];
+        req.blocks.push(first);
+        let e = engine.check_full().unwrap_err();
+        assert!(e.contains("requests hold 4"), "{e}");
+    }
+
+    #[test]
+    fn running_beyond_max_num_seqs_is_reported() {
+        let mut engine = engine_with_one_running();
+        let slot = engine.running[0];
+        engine.running.extend([slot; 4]);
+        let e = engine.check_counts().unwrap_err();
+        assert!(e.contains("5 running > max_num_seqs 4"), "{e}");
+    }
+}

@@ -546,3 +546,56 @@ fn the_full_prompt_check_leaves_out_the_lookahead_slots() {
     assert_eq!(engine.last_schedule(), vec![(RequestId(0), 32)]);
     assert_eq!(engine.pool().free(), 1);
 }
+
+#[test]
+fn preempting_a_request_already_scheduled_this_step_refunds_its_tokens() {
+    // vLLM's `Scheduler.schedule` (running loop): when the victim of a
+    // preemption was scheduled earlier in the same loop, it is removed from
+    // the step and `token_budget += num_scheduled_tokens[victim]`, so the
+    // requests after it may use those tokens.
+    let mut c = config();
+    c.policy = Policy::Priority;
+    c.num_blocks = 1 + 20;
+    c.enable_prefix_caching = false;
+    c.reserve_full_prompt = false;
+    let mut engine = Engine::new(c);
+    let mut rng = stream();
+    let step = |engine: &mut Engine, rng: &mut Stream| {
+        engine.schedule().unwrap();
+        engine.complete_step(rng);
+        engine.drain_events().collect::<Vec<_>>()
+    };
+    // A (priority 5, the least urgent) prefills 200 tokens in two 100-token
+    // steps and holds 13 blocks.
+    let mut a = request(0, &[(1, 200)], 50);
+    a.priority = 5;
+    engine.add_request(a);
+    step(&mut engine, &mut rng);
+    step(&mut engine, &mut rng);
+    // B (32 tokens, 2 blocks) and C (300 tokens, chunked) arrive, both
+    // priority 1. Step 3: A decodes 1, B prefills 32, C its first 67 in 5
+    // blocks; all 20 blocks are taken.
+    let mut b = request(1, &[(2, 32)], 50);
+    b.priority = 1;
+    let mut cc = request(2, &[(3, 300)], 50);
+    cc.priority = 1;
+    engine.add_request(b);
+    engine.add_request(cc);
+    step(&mut engine, &mut rng);
+    assert_eq!(
+        engine.running_ids(),
+        vec![RequestId(0), RequestId(1), RequestId(2)]
+    );
+    // Step 4: A decodes (budget 100 → 99); B's 33rd token needs a block and
+    // none is free, so the least urgent, A, is preempted although it was
+    // already scheduled: its 1 token goes back to the budget (→ 100), B
+    // takes 1 (→ 99), and C's chunk is the 99 left, not 98.
+    engine.schedule().unwrap();
+    let events: Vec<EngineEvent> = engine.drain_events().collect();
+    assert_eq!(events, vec![EngineEvent::Preempted { id: RequestId(0) }]);
+    assert_eq!(
+        engine.last_schedule(),
+        vec![(RequestId(1), 1), (RequestId(2), 99)]
+    );
+    engine.check_full().unwrap();
+}

@@ -288,6 +288,14 @@ mod tests {
     }
 
     #[test]
+    fn the_e2e_threshold_is_met_at_or_below_it_only() {
+        let slo = Slo::parse("e2e_ms=2000").unwrap();
+        assert!(slo.met(1e9, Some(1e9), 2000.0), "at the threshold");
+        assert!(slo.met(1e9, Some(1e9), 1999.9));
+        assert!(!slo.met(0.0, Some(0.0), 2000.1), "above it");
+    }
+
+    #[test]
     fn the_most_specific_slo_wins() {
         let names = ClassNames::new(&[String::new(), "chat".to_string()]);
         let all = Slo::parse("ttft_ms=1000").ok();

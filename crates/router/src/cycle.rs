@@ -2184,6 +2184,101 @@ mod tests {
             .collect()
     }
 
+    /// The scores `scorer` (configured by `parameters`) gives `candidates`.
+    fn scores(
+        scorer: &str,
+        parameters: &str,
+        views: &[EndpointView],
+        setup: impl FnOnce(&mut Router),
+    ) -> Vec<f64> {
+        let text = format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: {scorer}\n  parameters: {parameters}\n"
+        );
+        let mut router = Router::new(
+            &inputs(&text),
+            labels(&vec!["prefill-decode"; views.len()]),
+            1,
+        );
+        setup(&mut router);
+        let candidates: Vec<usize> = (0..views.len()).collect();
+        let mut out = Vec::new();
+        router.score(
+            scorer,
+            &candidates,
+            views,
+            &RequestContext::default(),
+            &mut out,
+        );
+        out
+    }
+
+    fn close(a: &[f64], b: &[f64]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12)
+    }
+
+    #[test]
+    fn prefix_scorer_blends_the_match_ratio_with_the_squared_match_length() {
+        // `scorer/prefix/plugin.go`: w · min(1, matched·blockSize/scale)² +
+        // (1 − w) · matched/total. 10 blocks of 16 tokens in the request;
+        // endpoints match 0, 5 and 10 blocks; w = 0.4, scale 320 tokens.
+        // Endpoint 1: length 5·16/320 = 0.25 → 0.4·0.0625 + 0.6·0.5 = 0.325.
+        // Endpoint 2: length 10·16/320 = 0.5 → 0.4·0.25 + 0.6·1.0 = 0.7.
+        let views = vec![EndpointView::default(); 3];
+        let out = scores(
+            "prefix-cache-scorer",
+            "{matchLengthWeight: 0.4, matchLengthScaleTokens: 320}",
+            &views,
+            |r| {
+                r.matches = vec![0, 5, 10];
+                r.hashes = [0; 10].into();
+                r.block_size = 16;
+            },
+        );
+        assert!(close(&out, &[0.0, 0.325, 0.7]), "{out:?}");
+        // Without the weight only the ratio counts: 0, 0.5, 1.
+        let out = scores("prefix-cache-scorer", "{}", &views, |r| {
+            r.matches = vec![0, 5, 10];
+            r.hashes = [0; 10].into();
+            r.block_size = 16;
+        });
+        assert!(close(&out, &[0.0, 0.5, 1.0]), "{out:?}");
+    }
+
+    #[test]
+    fn load_aware_scorer_halves_and_falls_linearly_to_its_threshold() {
+        // `scorer/loadaware/load_aware.go`: 0.5 for an empty queue, else
+        // 0.5 · (1 − min(waiting, threshold)/threshold). Threshold 10:
+        // waiting 0 → 0.5, 4 → 0.5·0.6 = 0.3, 10 → 0, 25 → 0.
+        let views: Vec<EndpointView> = [0, 4, 10, 25]
+            .iter()
+            .map(|w| EndpointView {
+                waiting: *w,
+                ..Default::default()
+            })
+            .collect();
+        let out = scores("load-aware-scorer", "{threshold: 10}", &views, |_| {});
+        assert!(close(&out, &[0.5, 0.3, 0.0, 0.0]), "{out:?}");
+    }
+
+    #[test]
+    fn kv_cache_utilization_and_running_requests_scorers() {
+        // `scorer/kvcacheutilization`: 1 − usage.
+        let views: Vec<EndpointView> = [(0.0, 3), (0.25, 7), (0.9, 5)]
+            .iter()
+            .map(|(kv, running)| EndpointView {
+                kv_usage: *kv,
+                running: *running,
+                ..Default::default()
+            })
+            .collect();
+        let out = scores("kv-cache-utilization-scorer", "{}", &views, |_| {});
+        assert!(close(&out, &[1.0, 0.75, 0.1]), "{out:?}");
+        // `scorer/runningrequests`: min-max over running, fewer is better:
+        // (max − n)/(max − min) with running 3, 7, 5 → 1, 0, 0.5.
+        let out = scores("running-requests-size-scorer", "{}", &views, |_| {});
+        assert!(close(&out, &[1.0, 0.0, 0.5]), "{out:?}");
+    }
+
     #[test]
     fn no_hit_lru_is_cold_over_the_candidates_only() {
         let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: no-hit-lru-scorer\n";
