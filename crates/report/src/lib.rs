@@ -1290,6 +1290,95 @@ mod stage_tests {
         assert!(json.contains("\"stages\":[{\"index\":0"));
     }
 
+    /// A completed request: arrival, first token, last token and finish
+    /// in ms, and its output tokens.
+    fn completed(line: u64, times_ms: [u64; 4], output: u32) -> RequestRecord {
+        let [arrival, first, last, finished] = times_ms;
+        let mut r = RequestRecord::arrived(
+            RequestId(line as u32),
+            line,
+            0,
+            SimTime::from_ms(arrival),
+            100,
+            (0, 0, 0),
+        );
+        r.first_token = Some(SimTime::from_ms(first));
+        r.last_token = Some(SimTime::from_ms(last));
+        r.finished = SimTime::from_ms(finished);
+        r.output_tokens = output;
+        r
+    }
+
+    #[test]
+    fn every_summary_figure_from_a_hand_built_record_set() {
+        use super::slo::{ClassNames, Slo, SloPlan};
+        // Three requests over 0-4 s, 2 GPUs at 3 USD per GPU-hour, SLO
+        // TTFT ≤ 150 ms and E2E ≤ 2500 ms:
+        //   A: arrives 0, first token 100, last 1100, finished 1200; 11 tokens
+        //      → TTFT 100, TPOT (1100−100)/10 = 100, E2E 1200 (meets).
+        //   B: arrives 1000, first 1200, last 1600, finished 1600; 5 tokens
+        //      → TTFT 200 (misses the TTFT bound), TPOT 100, E2E 600.
+        //   C: arrives 2000, first 2050, last 2050, finished 4000; 1 token
+        //      → TTFT 50, no TPOT, E2E 2000 (meets).
+        let slo = SloPlan::new(
+            Some(Slo::parse("ttft_ms=150,e2e_ms=2500").unwrap()),
+            &Default::default(),
+            &Default::default(),
+            ClassNames::new(&[String::new()]),
+        );
+        let mut a = Aggregator::with_slo(slo);
+        for r in [
+            completed(1, [0, 100, 1100, 1200], 11),
+            completed(2, [1000, 1200, 1600, 1600], 5),
+            completed(3, [2000, 2050, 2050, 4000], 1),
+        ] {
+            // A's ten gaps between tokens and B's four are 100 ms each (C
+            // has one token and no gap): ITL is 100 ms over 14 gaps.
+            for _ in 1..r.output_tokens {
+                a.emission_of(&r, 100_000_000, 1);
+            }
+            a.record(&r);
+        }
+        let mut run = info();
+        run.gpus = 2;
+        run.gpu_hour_usd = Some(3.0);
+        // The event loop's own count of what completed.
+        let stats = RunStats {
+            requests: 3,
+            completed: 3,
+            ..RunStats::default()
+        };
+        let s = a.summary(&stats, run);
+        let near = |x: f64, y: f64| (x - y).abs() <= 1e-3 * y.abs().max(1.0);
+        // TTFT: (100 + 200 + 50)/3; TPOT over the two with a second token.
+        assert!(near(s.ttft_ms.mean, 350.0 / 3.0), "{}", s.ttft_ms.mean);
+        assert_eq!((s.ttft_ms.count, s.tpot_ms.count), (3, 2));
+        assert!(near(s.tpot_ms.mean, 100.0), "{}", s.tpot_ms.mean);
+        assert!(near(s.e2e_ms.mean, (1200.0 + 600.0 + 2000.0) / 3.0));
+        assert_eq!(s.itl_ms.count, 14);
+        assert!(near(s.itl_ms.mean, 100.0), "{}", s.itl_ms.mean);
+        // The run spans the first arrival to the last finish: 4 s.
+        assert!(near(s.duration_s, 4.0));
+        assert!(near(s.throughput.requests_per_s, 0.75));
+        assert!(near(s.throughput.output_tokens_per_s, 17.0 / 4.0));
+        assert!(near(s.throughput.requests_per_s_per_gpu, 0.375));
+        assert!(near(s.throughput.output_tokens_per_s_per_gpu, 17.0 / 8.0));
+        // Goodput: A and C meet, B misses: 2 of 3, 0.5 per second.
+        let g = s.goodput.as_ref().expect("an SLO was given");
+        assert_eq!((g.requests, g.requests_met), (3, 2));
+        assert!(near(g.met_share, 2.0 / 3.0));
+        assert!(near(g.requests_per_s, 0.5));
+        // Cost: 2 GPUs × 4 s = 8/3600 GPU-hours at 3 USD; per million
+        // output tokens, that over 17 tokens.
+        let c = s.cost.as_ref().expect("a price was given");
+        assert!(near(c.gpu_hours, 8.0 / 3600.0));
+        assert!(near(c.total_usd, 24.0 / 3600.0));
+        assert!(near(
+            c.usd_per_million_output_tokens,
+            24.0 / 3600.0 / 17.0 * 1e6
+        ));
+    }
+
     #[test]
     fn without_stages_the_summary_has_no_stages_key() {
         let mut a = Aggregator::default();

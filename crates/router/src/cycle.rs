@@ -2261,6 +2261,22 @@ mod tests {
     }
 
     #[test]
+    fn active_request_scorer_scales_busy_endpoints_below_the_busiest() {
+        // `scorer/activerequest/active_request.go`: a count at or below
+        // idleThreshold scores 1; else (max − n)/max · maxBusyScore.
+        // Counts 0, 2, 5, 10 with idleThreshold 2, maxBusyScore 0.8:
+        // 1, 1, (10 − 5)/10 · 0.8 = 0.4, 0.
+        let views = vec![EndpointView::default(); 4];
+        let out = scores(
+            "active-request-scorer",
+            "{idleThreshold: 2, maxBusyScore: 0.8}",
+            &views,
+            |r| r.inflight = Some((vec![0, 2, 5, 10], vec![0; 4])),
+        );
+        assert!(close(&out, &[1.0, 1.0, 0.4, 0.0]), "{out:?}");
+    }
+
+    #[test]
     fn kv_cache_utilization_and_running_requests_scorers() {
         // `scorer/kvcacheutilization`: 1 − usage.
         let views: Vec<EndpointView> = [(0.0, 3), (0.25, 7), (0.9, 5)]
