@@ -258,14 +258,16 @@ fn a_user_catalog_adds_models_and_unknown_names_list_what_exists() {
 
 #[test]
 fn the_blis_example_deployment_validates_against_its_example_scenario() {
-    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
-        eprintln!("skipped: PDSIM_SHARED is not set");
+    let Some(shared) = pdsim_testkit::shared(
+        "the_blis_example_deployment_validates_against_its_example_scenario",
+        "BLIS's schema examples",
+    ) else {
         return;
     };
     // BLIS's disaggregated example names BLIS registry sets pdsim does not
     // ship; the rest of the bundle must check out, and the unknown sets must
     // be named with the list of what exists.
-    let examples = Path::new(&shared).join("reference/blis/schemas-examples");
+    let examples = shared.join("reference/blis/schemas-examples");
     let (code, stdout, _) = pdsim(&[
         "validate",
         "--format",

@@ -13,8 +13,8 @@
 //! summary and the report must carry the per-stage results.
 //!
 //! The run's files live in the shared data outside the repository, found
-//! through `PDSIM_SHARED`, else at `/work/shared` or `../shared` beside the
-//! workspace; without them the tests print "skipped: ../shared not found".
+//! through `PDSIM_SHARED` only; without it the tests say on the terminal
+//! that they skipped (`pdsim_testkit::shared`), and under CI they fail.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,20 +28,10 @@ fn root() -> PathBuf {
 
 fn run_dir() -> Option<PathBuf> {
     let tail = Path::new("reference/inference-sim/real-runs-training/default_args").join(RUN);
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(v) = std::env::var_os("PDSIM_SHARED") {
-        candidates.push(PathBuf::from(v));
-    }
-    candidates.push(PathBuf::from("/work/shared"));
-    candidates.push(root().join("../shared"));
-    let found = candidates
-        .into_iter()
-        .map(|c| c.join(&tail))
-        .find(|p| p.is_dir());
-    if found.is_none() {
-        println!("skipped: ../shared not found");
-    }
-    found
+    let shared = pdsim_testkit::shared("inference_perf_replay", "a training run's own files")?;
+    let dir = shared.join(&tail);
+    assert!(dir.is_dir(), "{} is missing", dir.display());
+    Some(dir)
 }
 
 fn pdsim(args: &[&str]) -> (i32, String, String) {

@@ -110,11 +110,13 @@ fn key<'a>(config: &'a serde_yaml::Value, name: &str, run: &Path) -> &'a serde_y
 
 #[test]
 fn every_training_run_has_a_pair_with_its_own_settings() {
-    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
-        eprintln!("skipped: PDSIM_SHARED is not set");
+    let Some(shared) = pdsim_testkit::shared(
+        "every_training_run_has_a_pair_with_its_own_settings",
+        "the 12 inference-sim training runs",
+    ) else {
         return;
     };
-    let runs = Path::new(&shared).join("reference/inference-sim/real-runs-training/default_args");
+    let runs = shared.join("reference/inference-sim/real-runs-training/default_args");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&runs)
         .unwrap_or_else(|e| panic!("{}: {e}", runs.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))

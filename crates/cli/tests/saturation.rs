@@ -15,13 +15,7 @@ fn root() -> PathBuf {
 }
 
 fn shared() -> Option<PathBuf> {
-    match std::env::var("PDSIM_SHARED") {
-        Ok(s) => Some(PathBuf::from(s)),
-        Err(_) => {
-            eprintln!("skipped: PDSIM_SHARED is not set");
-            None
-        }
-    }
+    pdsim_testkit::shared("saturation", "the overloaded inference-sim training runs")
 }
 
 /// A fresh scratch folder for one test, removed by the caller.

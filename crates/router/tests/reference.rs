@@ -199,11 +199,13 @@ fn load(name: &str, text: &str) -> Vec<RouterProblem> {
 
 #[test]
 fn every_reference_file_loads_or_is_refused_by_name() {
-    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
-        eprintln!("skipped: PDSIM_SHARED is not set");
+    let Some(shared) = pdsim_testkit::shared(
+        "every_reference_file_loads_or_is_refused_by_name",
+        "the real router files in reference/epp",
+    ) else {
         return;
     };
-    let dir = std::path::Path::new(&shared).join("reference/epp");
+    let dir = shared.join("reference/epp");
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .expect("reference/epp exists")
         .filter_map(|e| e.ok())

@@ -481,11 +481,13 @@ fn the_bundled_1p3d_is_the_specification_example_plus_a_router_block() {
         .collect();
     assert_eq!(without_router, BASE_DEPLOYMENT);
     assert!(bundled.contains("\nrouter:\n  endpoint_picker_config: pd/epp-always-pd.yaml\n"));
-    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
-        eprintln!("skipped the comparison with the specification: PDSIM_SHARED is not set");
+    let Some(shared) = pdsim_testkit::shared(
+        "the_bundled_1p3d_is_the_specification_example_plus_a_router_block",
+        "the specification's example, seeds/000_430e696147164a50.txt",
+    ) else {
         return;
     };
-    let spec = std::fs::read_to_string(format!("{shared}/seeds/000_430e696147164a50.txt"))
+    let spec = std::fs::read_to_string(shared.join("seeds/000_430e696147164a50.txt"))
         .expect("the specification is readable");
     let start = spec
         .find("kind: Deployment\nname: 1p3d-ep8\n")

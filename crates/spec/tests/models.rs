@@ -137,13 +137,14 @@ impl Files for Disk {
 /// user catalog: every derived figure, the weight dtype included, agrees.
 #[test]
 fn real_run_models_agree_with_inference_sims_config_json() {
-    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
-        eprintln!("skipped: PDSIM_SHARED is not set");
+    let Some(shared) = pdsim_testkit::shared(
+        "real_run_models_agree_with_inference_sims_config_json",
+        "inference-sim's model config.json files",
+    ) else {
         return;
     };
-    let configs =
-        std::path::Path::new(&shared).join("reference/inference-sim/blis-data/model_configs");
-    assert!(configs.is_dir(), "PDSIM_SHARED={shared} has no {configs:?}");
+    let configs = shared.join("reference/inference-sim/blis-data/model_configs");
+    assert!(configs.is_dir(), "{} has no {configs:?}", shared.display());
     let pairs = [
         ("llama-2-7b", "llama-2-7b-hf"),
         ("codellama-34b-instruct", "codellama-34b-instruct-hf"),
@@ -182,14 +183,17 @@ fn real_run_models_agree_with_inference_sims_config_json() {
 
 #[test]
 fn builtin_models_agree_with_the_real_config_json() {
-    let Ok(shared) = std::env::var("PDSIM_SHARED") else {
-        eprintln!("skipped: PDSIM_SHARED is not set");
+    let Some(shared) = pdsim_testkit::shared(
+        "builtin_models_agree_with_the_real_config_json",
+        "the BLIS catalog's model config.json files",
+    ) else {
         return;
     };
-    let catalog_dir = std::path::Path::new(&shared).join("reference/blis/catalog");
+    let catalog_dir = shared.join("reference/blis/catalog");
     assert!(
         catalog_dir.is_dir(),
-        "PDSIM_SHARED={shared} has no reference/blis/catalog"
+        "{} has no reference/blis/catalog",
+        shared.display()
     );
     let catalog = Catalog::new(&Disk, vec![catalog_dir]);
     let pairs = [

@@ -3,9 +3,8 @@
 //! read as their own files say.
 //!
 //! The shared data lives outside the repository: it is found through
-//! `PDSIM_SHARED`, else at `/work/shared` or `../shared` beside the
-//! workspace; without it each test prints "skipped: ../shared not found"
-//! and passes.
+//! `PDSIM_SHARED` only; without it each test says on the terminal that it
+//! skipped (`pdsim_testkit::shared`), and under CI it fails.
 
 use pdsim_workload::{InferencePerf, RequestSpec};
 use std::collections::BTreeSet;
@@ -13,20 +12,13 @@ use std::path::PathBuf;
 
 fn runs_dir() -> Option<PathBuf> {
     let tail = "reference/inference-sim/real-runs-training/default_args";
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(v) = std::env::var_os("PDSIM_SHARED") {
-        candidates.push(PathBuf::from(v));
-    }
-    candidates.push(PathBuf::from("/work/shared"));
-    candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let found = candidates
-        .into_iter()
-        .map(|c| c.join(tail))
-        .find(|p| p.is_dir());
-    if found.is_none() {
-        println!("skipped: ../shared not found");
-    }
-    found
+    let shared = pdsim_testkit::shared(
+        "inference_perf_runs",
+        "the training runs' inference-perf configurations",
+    )?;
+    let dir = shared.join(tail);
+    assert!(dir.is_dir(), "{} is missing", dir.display());
+    Some(dir)
 }
 
 fn runs(dir: &PathBuf) -> Vec<PathBuf> {

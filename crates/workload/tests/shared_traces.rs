@@ -1,9 +1,9 @@
 //! Whole public traces from the project's shared data, read end to end.
 //!
 //! They live outside the repository, so these tests run only when the
-//! environment variable `PDSIM_SHARED` is set: to the shared directory (the
-//! one holding `traces/`), or to anything else to mean `/work/shared`.
-//! Otherwise each test prints "skipped" and passes. The expected totals were
+//! environment variable `PDSIM_SHARED` names the shared directory (the one
+//! holding `traces/`); otherwise each says on the terminal that it skipped
+//! (`pdsim_testkit::shared`), and under CI it fails. The expected totals were
 //! computed independently from the files (`shared/traces/README.md` gives the
 //! same counts and means).
 
@@ -11,17 +11,9 @@ use pdsim_core::SimTime;
 use pdsim_workload::{AzureReader, MooncakeReader, RequestSource, RequestSpec};
 use std::fs::File;
 use std::io::BufReader;
-use std::path::PathBuf;
 
 fn shared_trace(name: &str) -> Option<BufReader<File>> {
-    let Some(value) = std::env::var_os("PDSIM_SHARED") else {
-        println!("skipped: set PDSIM_SHARED to read shared/traces/{name}");
-        return None;
-    };
-    let mut dir = PathBuf::from(value);
-    if !dir.join("traces").is_dir() {
-        dir = PathBuf::from("/work/shared");
-    }
+    let dir = pdsim_testkit::shared("shared_traces", &format!("traces/{name}"))?;
     let path = dir.join("traces").join(name);
     Some(BufReader::new(
         File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),

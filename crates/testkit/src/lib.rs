@@ -1,0 +1,52 @@
+//! What pdsim's tests share: the shared reference data (`../shared`, third
+//! party, never committed) found through `PDSIM_SHARED`, and a skip a person
+//! sees.
+//!
+//! A test that compares pdsim with that data calls [`shared`] first:
+//!
+//! * `PDSIM_SHARED` names a folder: the test runs on it.
+//! * It names something that is not a folder: the test fails, since a typo
+//!   must not pass for a skip.
+//! * It is unset under CI (`CI=true`, as `.ci/run` runs): the test fails,
+//!   since CI must compare.
+//! * It is unset elsewhere: the test returns early and says so on the
+//!   terminal, not through `eprintln!`, whose output the test harness keeps
+//!   to itself for a test that passes; each skip is one line naming the
+//!   test and what it would have compared.
+//!
+//! There is no fallback folder: the data is where the variable says, or
+//! the test says it was skipped.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+/// The shared data folder for the test `test`, which would compare with
+/// `what` in it; `None` (after a visible skip line) when `PDSIM_SHARED` is
+/// unset outside CI. Panics when it is set to something that is not a
+/// folder, or unset under `CI=true`.
+pub fn shared(test: &str, what: &str) -> Option<PathBuf> {
+    match std::env::var_os("PDSIM_SHARED") {
+        Some(value) => {
+            let dir = PathBuf::from(&value);
+            assert!(
+                dir.is_dir(),
+                "PDSIM_SHARED={} is not a folder ({test} needs {what} in it)",
+                dir.display()
+            );
+            Some(dir)
+        }
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => panic!(
+            "CI=true but PDSIM_SHARED is not set: {test} would skip its comparison with {what}"
+        ),
+        None => {
+            // Written to the process's stderr directly: the harness
+            // captures only the print macros, so this line reaches the
+            // terminal even when the test passes.
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped (PDSIM_SHARED is not set): {test}, which compares with {what}"
+            );
+            None
+        }
+    }
+}
