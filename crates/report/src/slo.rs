@@ -288,6 +288,57 @@ mod tests {
     }
 
     #[test]
+    fn an_slo_describes_its_set_thresholds_in_order() {
+        let slo = Slo::parse("e2e_ms=9000,ttft_ms=500,itl_ms=50").unwrap();
+        assert_eq!(slo.describe(), "TTFT ≤ 500 ms, ITL ≤ 50 ms, E2E ≤ 9000 ms");
+        assert_eq!(Slo::parse("itl_ms=5").unwrap().describe(), "ITL ≤ 5 ms");
+    }
+
+    #[test]
+    fn class_names_grow_and_are_read_whole() {
+        let names = ClassNames::new(&[String::new(), "chat".to_string()]);
+        assert_eq!(names.snapshot(), vec![String::new(), "chat".to_string()]);
+        names.update(&[String::new(), "chat".into(), "batch".into()]);
+        assert_eq!(names.snapshot().len(), 3);
+        assert_eq!(names.get(2).as_deref(), Some("batch"));
+        // A shorter list (an older view of the source) changes nothing.
+        names.update(&[String::new()]);
+        assert_eq!(names.snapshot().len(), 3);
+    }
+
+    #[test]
+    fn goodput_without_an_slo_is_absent_and_empty_counts_are_zero_not_nan() {
+        let names = ClassNames::new(&[String::new(), "chat".to_string()]);
+        // No SLO at all: nothing is judged, and there is no goodput.
+        let none = SloPlan::new(None, &BTreeMap::new(), &BTreeMap::new(), names.clone());
+        let mut counter = GoodputCounter::default();
+        assert_eq!(counter.slo(&none, 0), None);
+        assert_eq!(counter.goodput(&none, 10.0), None);
+        // An SLO for `chat` only, while every request is of the default
+        // class: no request is under an SLO, so the shares are 0 (not 0/0),
+        // and a run of no duration has 0 requests met per second.
+        let chat = Slo::parse("ttft_ms=100").unwrap();
+        let plan = SloPlan::new(
+            None,
+            &BTreeMap::from([("chat".to_string(), chat)]),
+            &BTreeMap::new(),
+            names,
+        );
+        let mut counter = GoodputCounter::default();
+        assert_eq!(counter.slo(&plan, 0), None);
+        counter.add(0, true);
+        let g = counter.goodput(&plan, 0.0).expect("an SLO was given");
+        assert_eq!((g.requests, g.requests_met), (0, 0));
+        assert_eq!((g.met_share, g.requests_per_s), (0.0, 0.0));
+        // A chat request met: the class's entry carries its SLO.
+        assert_eq!(counter.slo(&plan, 1), Some(chat));
+        counter.add(1, true);
+        let g = counter.goodput(&plan, 2.0).unwrap();
+        assert_eq!(g.by_class["chat"].slo, chat);
+        assert_eq!((g.requests, g.requests_met, g.requests_per_s), (1, 1, 0.5));
+    }
+
+    #[test]
     fn the_e2e_threshold_is_met_at_or_below_it_only() {
         let slo = Slo::parse("e2e_ms=2000").unwrap();
         assert!(slo.met(1e9, Some(1e9), 2000.0), "at the threshold");
