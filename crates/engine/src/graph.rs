@@ -95,6 +95,34 @@ impl Dbo {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn graph_modes_parse_by_vllm_name() {
+        use super::CudaGraphMode;
+        for (name, mode) in [
+            ("PIECEWISE", CudaGraphMode::Piecewise),
+            ("FULL", CudaGraphMode::Full),
+            ("FULL_DECODE_ONLY", CudaGraphMode::FullDecodeOnly),
+            ("FULL_AND_PIECEWISE", CudaGraphMode::FullAndPiecewise),
+            ("NONE", CudaGraphMode::None),
+        ] {
+            assert_eq!(CudaGraphMode::parse(name), mode, "{name}");
+        }
+    }
+
+    #[test]
+    fn dbo_splits_from_two_padded_tokens() {
+        use super::Dbo;
+        let dbo = Dbo {
+            enabled: true,
+            decode_threshold: 1,
+            prefill_threshold: 1,
+        };
+        // Two tokens padded to two: each microbatch gets one.
+        assert!(dbo.splits(2, 2, true));
+        // One padded token cannot be split.
+        assert!(!dbo.splits(1, 1, true));
+    }
+
     use super::{CudaGraphMode, Dbo, Graphs};
     use pdsim_cost::GraphMode;
 

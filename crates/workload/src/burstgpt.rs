@@ -147,7 +147,7 @@ impl State {
                 0,
                 format!(
                     "`{}` is not a number of seconds (digits, optionally a decimal point and \
-                     more digits; at most 31,536,000,000 s)",
+                     more digits; at most 18,000,000,000 s)",
                     quote(fields[0])
                 ),
             )
@@ -208,11 +208,12 @@ impl State {
 /// Nanoseconds in `text`, a non-negative number of seconds written as digits
 /// with an optional decimal point and fraction (`5`, `0.000001`,
 /// `5270414.0`). Digits past the ninth of the fraction are below a
-/// nanosecond and are dropped. `None` for anything else, or beyond 1,000
-/// years (a bound far past the one-year replay horizon, so the caller's
-/// horizon check names the row).
+/// nanosecond and are dropped. `None` for anything else, or beyond
+/// 18,000,000,000 s (about 570 years: far past the one-year replay horizon,
+/// so the caller's horizon check names the row, and within the nanoseconds
+/// a `u64` holds, about 584 years).
 fn parse_seconds(text: &str) -> Option<u64> {
-    const MAX_SECONDS: u64 = 31_536_000_000;
+    const MAX_SECONDS: u64 = 18_000_000_000;
     let (whole, fraction) = match text.split_once('.') {
         Some((w, f)) => (w, Some(f)),
         None => (text, None),
@@ -266,6 +267,18 @@ mod tests {
         assert_eq!(parse_seconds(".5"), Some(500_000_000));
         assert_eq!(parse_seconds("7."), Some(7_000_000_000));
         assert_eq!(parse_seconds("1.0000000019"), Some(1_000_000_001));
+        // Eleven digits are read; the bound itself is accepted, one more
+        // second is not (its nanoseconds would not fit in a u64 far beyond).
+        assert_eq!(
+            parse_seconds("12345678901"),
+            Some(12_345_678_901_000_000_000)
+        );
+        assert_eq!(
+            parse_seconds("18000000000"),
+            Some(18_000_000_000_000_000_000)
+        );
+        assert_eq!(parse_seconds("18000000001"), None);
+        assert_eq!(parse_seconds("99999999999"), None);
         for bad in [
             "",
             ".",
@@ -316,6 +329,7 @@ mod tests {
         let all: Vec<RequestSpec> = reader.by_ref().map(Result::unwrap).collect();
         assert_eq!(all[1].arrival, SimTime(500_000_000));
         assert_eq!((all[1].prompt.tokens(), all[1].output_tokens), (11, 21));
+        assert_eq!(reader.outputs_raised(), 0);
         assert_eq!(reader.notes().len(), 1);
         assert!(reader.notes()[0].contains("Session ID"));
     }
@@ -345,6 +359,9 @@ mod tests {
             .unwrap_err();
         assert_eq!((e.line, e.column.as_deref()), (3, Some("Timestamp")));
         assert!(e.message.contains("line 2"), "{}", e.message);
+        // At the one-year horizon exactly: still replayed.
+        let at = read(&format!("{h}0,1,1\n31536000,1,1\n"));
+        assert!(at.iter().all(Result::is_ok), "{at:?}");
         // Beyond the one-year horizon, named by its row.
         let e = read(&format!("{h}0,1,1\n40000000,1,1\n"))
             .pop()
