@@ -231,6 +231,19 @@ struct Core {
     api_free_at: SimTime,
 }
 
+impl Core {
+    /// Runs `work`, handed over at `now`, on the API server's event loop in
+    /// front of this core and returns when it is done: the loop is one
+    /// thread, so the work starts when the loop has finished what it was
+    /// given before, or now. (A stream's end follows its own last token on
+    /// the loop, so a finish never precedes it.)
+    #[inline]
+    fn api_work(&mut self, now: SimTime, work: SimDuration) -> SimTime {
+        self.api_free_at = now.max(self.api_free_at) + work;
+        self.api_free_at
+    }
+}
+
 /// The Python API server's tokenizer batcher, vLLM's
 /// `AsyncMicrobatchTokenizer` (`vllm/utils/async_utils.py`): its encode loop
 /// takes a prompt from its queue, keeps taking prompts until
@@ -1026,10 +1039,11 @@ impl<'a> Sim<'a> {
         let next_tick = self.now.as_ns().saturating_add(period_ns);
         let arrival = self.next_arrival.as_ref().map(|spec| spec.arrival);
         let turn = self.turns_due.first().map(|&(at, _)| at);
-        match (arrival, turn) {
-            (None, None) => false,
-            (a, t) => a.into_iter().chain(t).min().unwrap().as_ns() > next_tick,
-        }
+        arrival
+            .into_iter()
+            .chain(turn)
+            .min()
+            .is_some_and(|wake| wake.as_ns() > next_tick)
     }
 
     /// Whether anything is left to route or serve: the observation loops
@@ -1391,18 +1405,6 @@ impl<'a> Sim<'a> {
         }
         self.expired_buf = expired;
         self.schedule_sweep();
-    }
-
-    /// Runs `work` on the API server's event loop in front of `core` and
-    /// returns when it is done: the loop is one thread, so the work starts
-    /// when the loop has finished what it was given before, or now. (The
-    /// loop's earlier work includes the request's own last token, so a
-    /// finish never precedes it.)
-    #[inline]
-    fn api_work(&mut self, core: usize, work: SimDuration) -> SimTime {
-        let c = &mut self.cores[core];
-        c.api_free_at = self.now.max(c.api_free_at) + work;
-        c.api_free_at
     }
 
     /// The API server in front of `core` takes the request in
@@ -1895,11 +1897,13 @@ impl<'a> Sim<'a> {
             return;
         }
         // The client sees the tokens once the API server has processed
-        // them: its output handler takes the step's outputs in the order
-        // the step lists them (running requests first, new ones last, as
-        // `Scheduler.schedule` builds `num_scheduled_tokens`), which is the
-        // order the engine reports them in here, and each waits for the
-        // ones before it. A new request's first token therefore waits for
+        // them: its output handler (`AsyncLLM.output_handler`,
+        // `vllm/v1/engine/async_llm.py`) takes the step's outputs in the
+        // order the step lists them, which is the order the engine reports
+        // them in here: `update_from_output` walks `num_scheduled_tokens`,
+        // which `schedule` fills running requests first, new ones last
+        // (`vllm/v1/core/sched/scheduler.py`). Each waits for the ones
+        // before it. A new request's first token therefore waits for
         // the whole batch's outputs. (The EPP still learns of the first
         // chunk now, when the engine returns it: its counters move at the
         // step, not at the client.)
@@ -1909,8 +1913,7 @@ impl<'a> Sim<'a> {
             self.now
         } else {
             let work = SimDuration::from_ns(per_token_ns.saturating_mul(tokens as u64));
-            c.api_free_at = self.now.max(c.api_free_at) + work;
-            c.api_free_at
+            c.api_work(self.now, work)
         };
         let first = match f.record.last_token {
             None => {
@@ -2196,7 +2199,7 @@ impl<'a> Sim<'a> {
             // the same event loop (`host_completion`).
             let core = Self::client_core(&flight);
             let work = self.cores[core].api_costs.completion;
-            flight.record.finished = self.api_work(core, work);
+            flight.record.finished = self.cores[core].api_work(self.now, work);
             // The engine is done, but the client would see the end of the
             // stream after its deadline: it gave up first.
             if let Some(deadline) = flight.deadline.filter(|&d| d < flight.record.finished) {

@@ -33,7 +33,7 @@ use crate::{
     default_classes, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
-use pdsim_core::{ARRIVAL_HORIZON, Prompt, Segment, SimTime};
+use pdsim_core::{Prompt, Segment};
 use pdsim_spec::problem::quote;
 use std::io::BufRead;
 
@@ -165,29 +165,10 @@ impl State {
                 "must be at least 1 (vLLM refuses an empty prompt)".into(),
             ));
         }
-        if let Err((_, previous_line)) = self.order.check(time) {
-            return Err(error(
-                0,
-                format!(
-                    "`{}` is earlier than the row on line {previous_line}; rows must be in \
-                     arrival order",
-                    quote(fields[0])
-                ),
-            ));
-        }
-        let arrival = SimTime(self.order.offset(time));
-        if arrival > ARRIVAL_HORIZON {
-            return Err(error(
-                0,
-                format!(
-                    "`{}` is {} days after the first row, beyond the 365 days (one year) of \
-                     simulated time pdsim replays",
-                    quote(fields[0]),
-                    arrival.as_ns() / (86_400 * 1_000_000_000)
-                ),
-            ));
-        }
-        self.order.accept(time, line);
+        let arrival = self
+            .order
+            .arrive(time, line, &quote(fields[0]))
+            .map_err(|message| error(0, message))?;
         Ok(RequestSpec {
             arrival,
             prompt: Prompt::new(vec![Segment {

@@ -119,6 +119,30 @@ impl ArrivalOrder {
         time.saturating_sub(self.first.unwrap_or(time))
     }
 
+    /// The arrival of a row at `time` (nanoseconds on the trace's own
+    /// clock) on `line`, relative to the first row, recorded; or why it
+    /// cannot be one, naming the row's timestamp `text`: it is earlier than
+    /// the row before, or beyond [`ARRIVAL_HORIZON`] after the first. For
+    /// the wall-clock traces (Azure, BurstGPT).
+    pub(crate) fn arrive(&mut self, time: u64, line: u64, text: &str) -> Result<SimTime, String> {
+        if let Err((_, previous_line)) = self.check(time) {
+            return Err(format!(
+                "`{text}` is earlier than the row on line {previous_line}; rows must be in \
+                 arrival order"
+            ));
+        }
+        let arrival = SimTime(self.offset(time));
+        if arrival > ARRIVAL_HORIZON {
+            return Err(format!(
+                "`{text}` is {} days after the first row, beyond the 365 days (one year) of \
+                 simulated time pdsim replays",
+                arrival.as_ns() / (86_400 * 1_000_000_000)
+            ));
+        }
+        self.accept(time, line);
+        Ok(arrival)
+    }
+
     /// Records a valid row at `time` on `line` and returns its time since
     /// the first recorded row. Call [`ArrivalOrder::check`] first.
     pub(crate) fn accept(&mut self, time: u64, line: u64) -> u64 {
