@@ -359,6 +359,23 @@ struct InFlightTable {
     slots: std::collections::VecDeque<Option<InFlight>>,
 }
 
+/// Under `check`, notes that `id` ended and reports a second end. A free
+/// function over the two fields, so a caller holding a borrow of its
+/// in-flight entry can still call it.
+fn note_end(check: bool, ended: &mut Vec<u64>, failure: &mut Option<RunError>, id: RequestId) {
+    if !check {
+        return;
+    }
+    let (word, bit) = ((id.0 / 64) as usize, id.0 % 64);
+    if ended.len() <= word {
+        ended.resize(word + 1, 0);
+    }
+    if ended[word] & (1 << bit) != 0 {
+        failure.get_or_insert(RunError::Invariant(format!("request {} ended twice", id.0)));
+    }
+    ended[word] |= 1 << bit;
+}
+
 impl InFlightTable {
     fn insert(&mut self, id: RequestId, flight: InFlight) {
         if self.slots.is_empty() {
@@ -425,6 +442,11 @@ struct Sim<'a> {
     next_id: u32,
     stats: RunStats,
     check: bool,
+    /// Under `check`, one bit per request id that has ended (its record
+    /// written): every path that ends a request takes it out of flight or
+    /// marks its client gone first, so a second end means two paths both
+    /// believed they owned it. Empty without `check`.
+    ended: Vec<u64>,
     events_buf: Vec<EngineEvent>,
     network: Network,
     /// Link indices per GPU: NIC egress, NIC ingress, intra-node egress,
@@ -546,20 +568,7 @@ fn run_observed(
     let mut sim = Sim::new(cluster, seed, check);
     sim.pause_when_idle = pause_when_idle;
     sim.pull_arrival(source)?;
-    while let Some(Reverse((time, _, event))) = sim.queue.pop() {
-        if let Event::Deadline { id } = event
-            && !sim.deadline_pending(id)
-        {
-            // The request ended first.
-            continue;
-        }
-        if time < sim.now {
-            return Err(RunError::Invariant(format!(
-                "time went back from {:?} to {:?}",
-                sim.now, time
-            )));
-        }
-        sim.now = time;
+    while let Some(event) = sim.next_event()? {
         sim.stats.events += 1;
         if event.is_live() {
             sim.live_events -= 1;
@@ -610,6 +619,9 @@ fn run_observed(
             "engine-stalled"
         };
         sim.finish(id, Outcome::Aborted, reason, sink);
+    }
+    if let Some(failure) = sim.failure.take() {
+        return Err(failure);
     }
     // A later turn still held waits for a turn that never ended (a source
     // that gave no first turn): it was never sent.
@@ -790,6 +802,7 @@ impl<'a> Sim<'a> {
                 ..RunStats::default()
             },
             check,
+            ended: Vec::new(),
             events_buf: Vec::new(),
             network,
             gpu_links,
@@ -818,6 +831,31 @@ impl<'a> Sim<'a> {
             failure: None,
             batches_buf: Vec::new(),
         }
+    }
+
+    /// The next event to handle, with the clock moved to its time.
+    /// Deadlines of requests that ended first are dropped here. Time never
+    /// goes back: every event is pushed at or after `now`, so an earlier one
+    /// means a handler computed a time in the past, which is reported
+    /// (checked always: it is one comparison per event).
+    fn next_event(&mut self) -> Result<Option<Event>, RunError> {
+        while let Some(Reverse((time, _, event))) = self.queue.pop() {
+            if let Event::Deadline { id } = event
+                && !self.deadline_pending(id)
+            {
+                // The request ended first.
+                continue;
+            }
+            if time < self.now {
+                return Err(RunError::Invariant(format!(
+                    "time went back from {:?} to {:?}",
+                    self.now, time
+                )));
+            }
+            self.now = time;
+            return Ok(Some(event));
+        }
+        Ok(None)
     }
 
     fn push(&mut self, time: SimTime, event: Event) {
@@ -1156,6 +1194,7 @@ impl<'a> Sim<'a> {
         flight.record.outcome = Outcome::Rejected;
         flight.record.reason = reason;
         flight.record.finished = self.now;
+        note_end(self.check, &mut self.ended, &mut self.failure, id);
         sink.record(&flight.record);
         if let Some(key) = flight.session {
             self.turn_ended(key, false, self.now);
@@ -2218,6 +2257,7 @@ impl<'a> Sim<'a> {
             Outcome::Rejected => self.stats.rejected += 1,
             Outcome::Aborted => self.stats.aborted += 1,
         }
+        note_end(self.check, &mut self.ended, &mut self.failure, id);
         sink.record(&flight.record);
     }
     /// Whether `id`'s deadline event is the live one: the request is in
@@ -2353,6 +2393,7 @@ impl<'a> Sim<'a> {
         f.record.outcome = Outcome::Aborted;
         f.record.reason = CLIENT_TIMEOUT;
         self.stats.aborted += 1;
+        note_end(self.check, &mut self.ended, &mut self.failure, id);
         sink.record(&f.record);
         if let Some(key) = f.session {
             self.turn_ended(key, false, self.now);
@@ -2376,5 +2417,108 @@ impl<'a> Sim<'a> {
             return;
         }
         self.in_flight.remove(&id);
+    }
+}
+
+/// The checker is checked: each test leaves behind what a bug in a handler
+/// would (an event in the past, a request ended by two paths) and requires
+/// the event loop's checks, which `pdsim run --check` relies on, to report
+/// it rather than carry on.
+#[cfg(test)]
+mod checker_tests {
+    use super::*;
+    use crate::MemorySink;
+    use pdsim_spec::files::MemoryFiles;
+    use pdsim_spec::validate::{Request, validate};
+    use pdsim_workload::MooncakeReader;
+
+    fn cluster() -> Cluster {
+        let files = MemoryFiles::new()
+            .with(
+                "s.yaml",
+                include_str!("../../../scenarios/real-runs/llama-2-7b-tp1-h100.yaml"),
+            )
+            .with(
+                "d.yaml",
+                include_str!("../../../deployments/real-runs/llama-2-7b-tp1.yaml"),
+            );
+        let report = validate(&Request {
+            files: &files,
+            catalog_dirs: vec![],
+            scenario: Some("s.yaml".into()),
+            documents: vec!["d.yaml".into()],
+        });
+        assert!(report.valid, "{:#?}", report.problems);
+        crate::build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("builds")
+    }
+
+    fn invariant(e: RunError) -> String {
+        match e {
+            RunError::Invariant(m) => m,
+            other => panic!("expected an invariant violation, got {other}"),
+        }
+    }
+
+    #[test]
+    fn an_event_in_the_past_is_reported_as_time_going_back() {
+        let cluster = cluster();
+        let mut sim = Sim::new(&cluster, 0, true);
+        sim.push(SimTime(2_000), Event::Sample);
+        assert!(matches!(sim.next_event(), Ok(Some(Event::Sample))));
+        assert_eq!(sim.now, SimTime(2_000));
+        // An event at the same instant is fine; one before it is not.
+        sim.push(SimTime(2_000), Event::Sample);
+        assert!(matches!(sim.next_event(), Ok(Some(Event::Sample))));
+        sim.push(SimTime(1_999), Event::Sample);
+        let m = invariant(sim.next_event().expect_err("time went back"));
+        assert!(m.contains("time went back"), "{m}");
+        assert!(m.contains("1999"), "{m}");
+    }
+
+    #[test]
+    fn a_request_ending_twice_is_reported() {
+        let cluster = cluster();
+        let mut sim = Sim::new(&cluster, 0, true);
+        let trace =
+            "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 4, \"hash_ids\": [1]}\n";
+        let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
+            MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl"),
+        );
+        let mut sink = MemorySink::default();
+        sim.pull_arrival(&mut source).expect("one request");
+        assert!(matches!(sim.next_event(), Ok(Some(Event::Arrival))));
+        sim.arrive(&mut sink);
+        let id = RequestId(0);
+        sim.give_up(id, &mut sink);
+        assert_eq!(sink.records.len(), 1);
+        assert!(sim.failure.is_none(), "one end is sound");
+        // The broken state: a path forgets the client is gone and ends the
+        // request again.
+        sim.in_flight
+            .get_mut(&id)
+            .expect("still in flight")
+            .client_gone = false;
+        sim.give_up(id, &mut sink);
+        let m = invariant(sim.failure.take().expect("reported"));
+        assert_eq!(m, "request 0 ended twice");
+    }
+
+    #[test]
+    fn without_check_a_second_end_is_not_tracked() {
+        let mut ended = Vec::new();
+        let mut failure = None;
+        note_end(false, &mut ended, &mut failure, RequestId(7));
+        note_end(false, &mut ended, &mut failure, RequestId(7));
+        assert!(failure.is_none() && ended.is_empty());
+        // With check, ids in different words and bits are kept apart.
+        note_end(true, &mut ended, &mut failure, RequestId(7));
+        note_end(true, &mut ended, &mut failure, RequestId(71));
+        note_end(true, &mut ended, &mut failure, RequestId(135));
+        assert!(failure.is_none(), "three distinct ids");
+        assert_eq!(ended, vec![1 << 7, 1 << 7, 1 << 7]);
+        note_end(true, &mut ended, &mut failure, RequestId(71));
+        assert!(
+            matches!(failure, Some(RunError::Invariant(ref m)) if m == "request 71 ended twice")
+        );
     }
 }

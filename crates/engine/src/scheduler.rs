@@ -2047,6 +2047,19 @@ impl Engine {
                 self.config.max_num_seqs
             ));
         }
+        // vLLM asserts both after every schedule
+        // (`total_num_scheduled_tokens <= self.max_num_scheduled_tokens` and
+        // `len(self.running) <= self.max_num_running_reqs`,
+        // `vllm/v1/core/sched/scheduler.py`); drafts are part of a request's
+        // scheduled tokens there as here. Summed wide, so a budget that
+        // wrapped below zero shows as an excess rather than hiding.
+        let step_tokens: u64 = self.scheduled.iter().map(|s| u64::from(s.tokens)).sum();
+        if step_tokens > u64::from(self.config.max_num_batched_tokens) {
+            return Err(format!(
+                "the last step scheduled {step_tokens} tokens > max_num_batched_tokens {}",
+                self.config.max_num_batched_tokens
+            ));
+        }
         let held: u64 = self
             .reqs
             .iter()
@@ -2200,6 +2213,30 @@ mod checker_tests {
         req.blocks.push(first);
         let e = engine.check_full().unwrap_err();
         assert!(e.contains("requests hold 4"), "{e}");
+    }
+
+    #[test]
+    fn a_step_over_the_token_budget_is_reported() {
+        let mut engine = engine_with_one_running();
+        // The one request's 40-token prefill is within the 256 budget; a
+        // second entry of 217 tokens takes the step to 257.
+        let first = engine.scheduled[0];
+        assert_eq!(first.tokens, 40);
+        engine.scheduled.push(Scheduled {
+            tokens: 217,
+            ..first
+        });
+        let e = engine.check_counts().unwrap_err();
+        assert!(
+            e.contains("the last step scheduled 257 tokens > max_num_batched_tokens 256"),
+            "{e}"
+        );
+        assert!(engine.check().is_err());
+        // Exactly at the budget is allowed, as vLLM's `<=` allows it.
+        engine.scheduled.last_mut().expect("pushed").tokens = 216;
+        engine
+            .check_counts()
+            .expect("256 of 256 tokens is within budget");
     }
 
     #[test]
