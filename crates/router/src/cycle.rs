@@ -2991,4 +2991,217 @@ mod tests {
             Some((0, None))
         );
     }
+
+    #[test]
+    fn queue_scorer_is_min_max_over_the_waiting_queues() {
+        // `scorer/queuedepth/queue.go`: (max − w)/(max − min) over the
+        // candidates; every queue equal → 1 for all. Waiting 5, 0, 9, 9:
+        // (9 − 5)/9 = 4/9, 1, 0, 0.
+        let views: Vec<EndpointView> = [5, 0, 9, 9]
+            .iter()
+            .map(|w| EndpointView {
+                waiting: *w,
+                ..Default::default()
+            })
+            .collect();
+        let out = scores("queue-scorer", "{}", &views, |_| {});
+        assert!(close(&out, &[4.0 / 9.0, 1.0, 0.0, 0.0]), "{out:?}");
+        let same = vec![
+            EndpointView {
+                waiting: 3,
+                ..Default::default()
+            };
+            2
+        ];
+        let out = scores("queue-scorer", "{}", &same, |_| {});
+        assert!(close(&out, &[1.0, 1.0]), "{out:?}");
+    }
+
+    #[test]
+    fn token_load_scorer_falls_linearly_with_in_flight_and_uncached_tokens() {
+        // `scorer/tokenload/token_load.go`: load = in-flight tokens + the
+        // request's uncached tokens; 0 → 1, else 1 − min(load, T)/T. With
+        // no prefix index the whole 100-token prompt is uncached; in-flight
+        // 0, 900, 4,900 and 20,000 tokens, T = 10,000: loads 100, 1,000,
+        // 5,000, 20,100 → 0.99, 0.9, 0.5, 0.
+        let views = vec![EndpointView::default(); 4];
+        let out = scores(
+            "token-load-scorer",
+            "{queueThresholdTokens: 10000}",
+            &views,
+            |r| {
+                r.inflight = Some((vec![0; 4], vec![0, 900, 4_900, 20_000]));
+                r.prompt_tokens = 100;
+            },
+        );
+        assert!(close(&out, &[0.99, 0.9, 0.5, 0.0]), "{out:?}");
+        // Nothing in flight and nothing to compute: 1.
+        let out = scores(
+            "token-load-scorer",
+            "{queueThresholdTokens: 10000}",
+            &views[..1],
+            |r| r.inflight = Some((vec![0], vec![0])),
+        );
+        assert!(close(&out, &[1.0]), "{out:?}");
+    }
+
+    /// A config whose one profile scores with kv-cache-utilization (1 −
+    /// usage) and queue-scorer at the given weights, then runs `picker`.
+    fn weighted(kv_weight: f64, queue_weight: f64, picker: &str) -> RouterInputs {
+        inputs(&format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: kv-cache-utilization-scorer\n- type: queue-scorer\n- type: {picker}\nschedulingProfiles:\n- name: default\n  plugins:\n  - {{pluginRef: kv-cache-utilization-scorer, weight: {kv_weight}}}\n  - {{pluginRef: queue-scorer, weight: {queue_weight}}}\n  - {{pluginRef: {picker}}}\n"
+        ))
+    }
+
+    fn view(kv_usage: f64, waiting: u32) -> EndpointView {
+        EndpointView {
+            kv_usage,
+            waiting,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_max_score_picker_takes_the_weighted_sum_of_the_scores() {
+        // `scheduler_profile.go` `runScorerPlugins`: Σ weight · score.
+        // Endpoint 0: usage 0 (score 1), queue the longest (0).
+        // Endpoint 1: usage 0.6 (0.4), queue the shortest (1).
+        // Weights 3, 1: 3 against 2.2 → 0. Weights 1, 3: 1 against 3.4 → 1.
+        // Weights 1, 1: 1 against 1.4 → 1.
+        let views = [view(0.0, 10), view(0.6, 0)];
+        let cases = [((3.0, 1.0), 0), ((1.0, 3.0), 1), ((1.0, 1.0), 1)];
+        for ((kv, queue), want) in cases {
+            for seed in 0..8 {
+                let mut router = Router::new(
+                    &weighted(kv, queue, "max-score-picker"),
+                    labels(&["prefill-decode"; 2]),
+                    seed,
+                );
+                let got = router.pick(&prompt(seed, 16), &views).unwrap().decode;
+                assert_eq!(got, want, "weights {kv}, {queue}, seed {seed}");
+            }
+        }
+    }
+
+    #[test]
+    fn scores_are_clamped_to_the_unit_interval_before_they_are_weighted() {
+        // `enforceScoreRange`: a scorer's value outside [0, 1] counts as
+        // the nearest bound. A usage of −1 would score 2: clamped to 1, so
+        // endpoint 0 totals 1 + 0 against endpoint 1's 1 + 1. Unclamped
+        // they would tie at 2 and the picker would split them.
+        let views = [view(-1.0, 5), view(0.0, 0)];
+        for seed in 0..16 {
+            let mut router = Router::new(
+                &weighted(1.0, 1.0, "max-score-picker"),
+                labels(&["prefill-decode"; 2]),
+                seed,
+            );
+            assert_eq!(router.pick(&prompt(seed, 16), &views).unwrap().decode, 1);
+        }
+    }
+
+    /// How often each endpoint is picked over `n` requests.
+    fn shares(inputs: &RouterInputs, views: &[EndpointView], n: u64) -> Vec<f64> {
+        let mut router = Router::new(inputs, labels(&vec!["prefill-decode"; views.len()]), 11);
+        let mut counts = vec![0u64; views.len()];
+        for i in 0..n {
+            counts[router.pick(&prompt(i, 16), views).unwrap().decode] += 1;
+        }
+        counts.iter().map(|c| *c as f64 / n as f64).collect()
+    }
+
+    #[test]
+    fn the_weighted_random_picker_picks_in_proportion_to_the_score() {
+        // `picker/weightedrandom/picker.go`, A-Res with one pick: key
+        // U^(1/w), the largest wins, so P(i) = wᵢ / Σw, and a zero score
+        // is never picked. Scores (queue weight 0) 0.2, 0.6, 0: shares
+        // 0.25, 0.75, 0. Over 20,000 picks the standard error of a share
+        // is at most 0.0035; the bound is 0.015.
+        let views = [view(0.8, 0), view(0.4, 0), view(1.0, 0)];
+        let got = shares(
+            &weighted(1.0, 0.0, "weighted-random-picker"),
+            &views,
+            20_000,
+        );
+        assert!((got[0] - 0.25).abs() < 0.015, "{got:?}");
+        assert!((got[1] - 0.75).abs() < 0.015, "{got:?}");
+        assert_eq!(got[2], 0.0, "{got:?}");
+        // Every score 0: it defers to the random picker, uniform.
+        let views = [view(1.0, 0), view(1.0, 0), view(1.0, 0)];
+        let got = shares(
+            &weighted(1.0, 0.0, "weighted-random-picker"),
+            &views,
+            20_000,
+        );
+        for share in &got {
+            assert!((share - 1.0 / 3.0).abs() < 0.015, "{got:?}");
+        }
+    }
+
+    #[test]
+    fn the_random_picker_ignores_the_scores() {
+        // `picker/random/picker.go`: uniform over the candidates whatever
+        // they scored. Scores 1, 0.5, 0 → shares 1/3 each.
+        let views = [view(0.0, 0), view(0.5, 0), view(1.0, 0)];
+        let got = shares(&weighted(1.0, 0.0, "random-picker"), &views, 20_000);
+        for share in &got {
+            assert!((share - 1.0 / 3.0).abs() < 0.015, "{got:?}");
+        }
+    }
+
+    #[test]
+    fn a_filter_that_leaves_no_endpoint_ends_the_cycle_without_a_pick() {
+        // `scheduler_profile.go` `runFilterPlugins`: an empty result stops
+        // the profile, and with no primary result the EPP answers 503.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: decode-filter\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n";
+        let views = vec![EndpointView::default(); 2];
+        let mut router = Router::new(&inputs(text), labels(&["prefill", "prefill"]), 1);
+        assert_eq!(router.pick(&prompt(1, 16), &views), None);
+        // One decode endpoint: it is the pick whatever the scores say.
+        let views = [view(0.0, 50), view(0.0, 0)];
+        let mut router = Router::new(&inputs(text), labels(&["decode", "prefill"]), 1);
+        assert_eq!(router.pick(&prompt(1, 16), &views).unwrap().decode, 0);
+    }
+
+    #[test]
+    fn the_prefix_based_decider_compares_the_uncached_suffix_with_its_thresholds() {
+        // `disagg/prefix_based_pd_decider.go` `disaggregate`: nonCachedTokens
+        // 0 never; input < promptTokens no; input < nonCachedTokens no;
+        // else yes when input − cachedBlocks · blockSize ≥ nonCachedTokens.
+        // Here nonCachedTokens 64, promptTokens 100, blocks of 16.
+        let decider = |params: &str| {
+            inputs(&format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-based-pd-decider\n  parameters: {params}\n- type: queue-scorer\n"
+            ))
+        };
+        let config = decider("{nonCachedTokens: 64, promptTokens: 100}");
+        let mut router = Router::new(&config, labels(&["decode"]), 1);
+        let name = "prefix-based-pd-decider";
+        let mut case = |input: u64, cached_blocks: u32| {
+            router.prompt_tokens = input;
+            router.block_size = 16;
+            router.matches = vec![cached_blocks];
+            router.decide(Some(name), 0)
+        };
+        assert!(!case(99, 0), "99 < promptTokens 100");
+        assert!(case(100, 0), "100 uncached ≥ 64");
+        assert!(case(128, 4), "128 − 64 = 64 ≥ 64: at the threshold");
+        assert!(!case(128, 5), "128 − 80 = 48 < 64");
+        let config = decider("{nonCachedTokens: 64}");
+        let mut router = Router::new(&config, labels(&["decode"]), 1);
+        router.prompt_tokens = 63;
+        router.block_size = 16;
+        router.matches = vec![0];
+        assert!(!router.decide(Some(name), 0), "63 < nonCachedTokens 64");
+        router.prompt_tokens = 64;
+        assert!(router.decide(Some(name), 0), "64, nothing cached");
+        let config = decider("{nonCachedTokens: 0}");
+        let mut router = Router::new(&config, labels(&["decode"]), 1);
+        router.prompt_tokens = 10_000;
+        router.block_size = 16;
+        router.matches = vec![0];
+        assert!(!router.decide(Some(name), 0), "0 disables disaggregation");
+        // No decider configured: decode only.
+        assert!(!router.decide(None, 0));
+    }
 }
