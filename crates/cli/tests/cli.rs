@@ -47,6 +47,82 @@ fn the_readme_command_validates_the_bundled_layouts() {
     ]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     insta::assert_snapshot!("resolve_4x8_h200", stdout);
+    // The snapshot only says the figures did not change; these check each
+    // pool's memory and KV lines against each other and against the model.
+    // DeepSeek-V3 caches one MLA latent per token per layer, replicated on
+    // every rank: 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) ×
+    // 2 bytes = 70,272 B/token/rank.
+    let pools = cross_check_memory_lines(&stdout, 70_272);
+    assert_eq!(pools, 5, "1p3d has 2 pools, 2p2d 2, colocated 1");
+}
+
+/// For every pool in `validate --resolve` text: the usable memory is 0.9
+/// of the device (vLLM's default `gpu_memory_utilization`), the parts add
+/// up to it, blocks × block size is the tokens per rank, the engine holds a
+/// whole number of ranks' tokens, and the KV share holds those blocks at
+/// `bytes_per_token` (to the 0.1 GiB shown, plus one block for vLLM's floor
+/// division). Returns the number of pools checked.
+fn cross_check_memory_lines(text: &str, bytes_per_token: u64) -> usize {
+    let gib = |s: &str| -> f64 { s.trim().trim_end_matches(" GiB").parse().unwrap() };
+    let int = |s: &str| -> u64 { s.trim().replace(',', "").parse().unwrap() };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut pools = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let Some(memory) = line.trim().strip_prefix("memory per rank: ") else {
+            continue;
+        };
+        let (device, rest) = memory.split_once(" device, ").unwrap();
+        let (usable, parts) = rest.split_once(" usable = ").unwrap();
+        let (device, usable) = (gib(device), gib(usable));
+        assert!((usable - 0.9 * device).abs() <= 0.05 + 1e-9, "{line}");
+        let parts: Vec<(&str, f64)> = parts
+            .split(" + ")
+            .map(|p| {
+                let (name, value) = p.trim_end_matches(" GiB").rsplit_once(' ').unwrap();
+                (name, gib(value))
+            })
+            .collect();
+        let names: Vec<&str> = parts.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "weights",
+                "draft",
+                "activations",
+                "graphs",
+                "non-torch",
+                "KV"
+            ],
+            "{line}"
+        );
+        let sum: f64 = parts.iter().map(|(_, v)| v).sum();
+        // Six parts each rounded to 0.1 GiB, and the usable figure too.
+        assert!((sum - usable).abs() <= 0.35, "{line}: parts sum to {sum}");
+        let kv_gib = parts.last().unwrap().1;
+        let kv = lines[i + 1].trim().strip_prefix("KV capacity: ").unwrap();
+        let (per_token, rest) = kv.split_once(" B/token/rank; ").unwrap();
+        assert_eq!(int(per_token), bytes_per_token, "{kv}");
+        let (blocks, rest) = rest.split_once(" blocks × ").unwrap();
+        let (block, rest) = rest.split_once(" = ").unwrap();
+        let (rank_tokens, rest) = rest.split_once(" tokens per rank, ").unwrap();
+        let (engine_tokens, _) = rest.split_once(" per engine").unwrap();
+        let (blocks, block, rank_tokens, engine_tokens) = (
+            int(blocks),
+            int(block),
+            int(rank_tokens),
+            int(engine_tokens),
+        );
+        assert_eq!(blocks * block, rank_tokens, "{kv}");
+        assert_eq!(engine_tokens % rank_tokens, 0, "{kv}");
+        let held_gib = (blocks * block * bytes_per_token) as f64 / (1u64 << 30) as f64;
+        let block_gib = (block * bytes_per_token) as f64 / (1u64 << 30) as f64;
+        assert!(
+            held_gib <= kv_gib + 0.05 && kv_gib - 0.05 <= held_gib + block_gib,
+            "{kv}: {blocks} blocks hold {held_gib} GiB of the {kv_gib} GiB KV share"
+        );
+        pools += 1;
+    }
+    pools
 }
 
 #[test]
@@ -65,6 +141,9 @@ fn the_rebel100_example_resolves_and_is_refused_as_run_refuses_it() {
         stdout.contains("deployments/rebel100-4p4d.yaml:52: error: offload.connector:"),
         "{stdout}"
     );
+    // A change detector for the rendering: the decode engine's capacity in
+    // it is derived term by term, from vllm-rbln's formula and sourced
+    // constants, in `crates/spec/tests/rbln_capacity.rs`.
     insta::assert_snapshot!("resolve_rebel100", stdout);
 }
 

@@ -300,6 +300,9 @@ fn the_comparison_table_and_a_summary_are_pinned() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     let table = std::fs::read_to_string(out.join("comparison.txt")).unwrap();
     insta::assert_snapshot!("comparison_table", table);
+    let compared: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    cross_check_table(&table, &compared);
 
     let run = tmp("snap-run");
     let (code, stdout, stderr) = pdsim(&[
@@ -319,4 +322,182 @@ fn the_comparison_table_and_a_summary_are_pinned() {
     // The trace's path depends on where the tests build.
     summary["run"]["trace"] = "first-120.jsonl".into();
     insta::assert_json_snapshot!("small_run_summary", summary);
+    // The snapshot only says the figures did not change; these say they
+    // are right, recomputed from the run's own per-request rows.
+    cross_check_summary(
+        &summary,
+        &std::fs::read_to_string(run.join("requests.csv")).unwrap(),
+    );
+}
+
+/// The comparison table's key rows against the runs' own summaries (the
+/// comparison's `summary.json`), independently of the code that renders
+/// the table: each cell is its run's figure to the digits shown, and each
+/// change is (figure / first layout's − 1) in whole percent, `±0%` when
+/// it rounds to zero.
+fn cross_check_table(table: &str, compared: &serde_json::Value) {
+    let runs = compared["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let figure = |run: usize, path: &[&str]| {
+        path.iter()
+            .fold(&runs[run]["summaries"][0], |v, k| &v[*k])
+            .as_f64()
+            .unwrap_or_else(|| panic!("{path:?} of run {run}"))
+    };
+    let rows = [
+        ("TTFT mean (ms)", &["ttft_ms", "mean"][..]),
+        ("E2E mean (ms)", &["e2e_ms", "mean"][..]),
+        ("throughput (req/s)", &["throughput", "requests_per_s"][..]),
+    ];
+    for (label, path) in rows {
+        let line = table
+            .lines()
+            .find(|l| l.contains(label))
+            .unwrap_or_else(|| panic!("row {label}"));
+        let cells: Vec<&str> = line
+            .trim_matches(|c| c == '│' || c == ' ')
+            .split('┆')
+            .map(str::trim)
+            .skip(1)
+            .collect();
+        assert_eq!(cells.len(), 3, "{line}");
+        let base = figure(0, path);
+        for (run, cell) in cells.iter().enumerate() {
+            let mut parts = cell.split(' ');
+            let shown = parts.next().unwrap();
+            let value: f64 = shown.parse().unwrap();
+            let decimals = shown.split('.').nth(1).map_or(0, str::len);
+            let half_unit = 0.5 * 10f64.powi(-(decimals as i32));
+            let exact = figure(run, path);
+            assert!(
+                (value - exact).abs() <= half_unit + 1e-9,
+                "{label}, run {run}: shown {shown}, summary {exact}"
+            );
+            if run > 0 {
+                let pct = ((exact / base - 1.0) * 100.0).round() as i64;
+                let want = match pct {
+                    0 => "±0%".to_string(),
+                    p if p > 0 => format!("+{p}%"),
+                    p => format!("−{}%", -p),
+                };
+                assert_eq!(parts.next(), Some(want.as_str()), "{label}, run {run}");
+            }
+        }
+    }
+}
+
+/// The key figures of `summary.json`, computed again from `requests.csv`
+/// (whole microseconds) with the definitions the README gives:
+/// means over completed requests, throughput and goodput per second of the
+/// run's duration, GPU-hours as GPUs × duration, cost per million output
+/// tokens. The run is the built-in default (one 8-GPU H200 server) with the
+/// SLO TTFT ≤ 50 ms, ITL ≤ 10 ms and $3 per GPU-hour.
+fn cross_check_summary(summary: &serde_json::Value, csv: &str) {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (ttft, e2e, tpot, out, outcome) = (
+        col("ttft_ms"),
+        col("e2e_ms"),
+        col("tpot_ms"),
+        col("output_tokens"),
+        col("outcome"),
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let done: Vec<&Vec<&str>> = rows.iter().filter(|r| r[outcome] == "completed").collect();
+    let num = |r: &Vec<&str>, i: usize| r[i].parse::<f64>().unwrap();
+    let n = done.len() as f64;
+    let figure = |path: &[&str]| {
+        path.iter()
+            .fold(summary, |v, k| &v[*k])
+            .as_f64()
+            .unwrap_or_else(|| panic!("{path:?} in summary.json"))
+    };
+    let near = |what: &str, got: f64, want: f64, tol: f64| {
+        assert!(
+            (got - want).abs() <= tol,
+            "{what}: summary.json {got}, recomputed {want}"
+        );
+    };
+    assert_eq!(
+        done.len(),
+        120,
+        "every request of this light load completes"
+    );
+    // The CSV keeps whole microseconds, so each value and a mean of them is
+    // within 0.001 ms of the exact one.
+    let mean = |i: usize| done.iter().map(|r| num(r, i)).sum::<f64>() / n;
+    near("TTFT mean", figure(&["ttft_ms", "mean"]), mean(ttft), 1e-3);
+    near("E2E mean", figure(&["e2e_ms", "mean"]), mean(e2e), 1e-3);
+    let max = |i: usize| done.iter().map(|r| num(r, i)).fold(f64::MIN, f64::max);
+    // Percentiles come from an HDR histogram with 3 significant digits.
+    let e2e_max = max(e2e);
+    near(
+        "E2E max",
+        figure(&["e2e_ms", "max"]),
+        e2e_max,
+        e2e_max * 1e-3,
+    );
+    let duration_s = figure(&["duration_s"]);
+    near(
+        "requests per second",
+        figure(&["throughput", "requests_per_s"]),
+        n / duration_s,
+        1e-9,
+    );
+    let output_tokens: f64 = done.iter().map(|r| num(r, out)).sum();
+    near(
+        "output tokens per second",
+        figure(&["throughput", "output_tokens_per_s"]),
+        output_tokens / duration_s,
+        1e-6,
+    );
+    near(
+        "output tokens per second per GPU",
+        figure(&["throughput", "output_tokens_per_s_per_gpu"]),
+        output_tokens / duration_s / 8.0,
+        1e-6,
+    );
+    // Goodput: TTFT ≤ 50 and, for requests with more than one token,
+    // TPOT ≤ 10. The rounding cannot move a request across a bound unless
+    // it lies within 0.001 ms of it; none does here.
+    let met = done
+        .iter()
+        .filter(|r| {
+            let tpot_ok = r[tpot].is_empty() || num(r, tpot) <= 10.0;
+            num(r, ttft) <= 50.0 && tpot_ok
+        })
+        .count() as f64;
+    assert_eq!(figure(&["goodput", "requests_met"]), met);
+    near(
+        "goodput per second",
+        figure(&["goodput", "requests_per_s"]),
+        met / duration_s,
+        1e-9,
+    );
+    near(
+        "met share",
+        figure(&["goodput", "met_share"]),
+        met / n,
+        1e-12,
+    );
+    let gpu_hours = 8.0 * duration_s / 3600.0;
+    near(
+        "GPU-hours",
+        figure(&["cost", "gpu_hours"]),
+        gpu_hours,
+        1e-12,
+    );
+    near(
+        "cost",
+        figure(&["cost", "total_usd"]),
+        3.0 * gpu_hours,
+        1e-12,
+    );
+    near(
+        "USD per million output tokens",
+        figure(&["cost", "usd_per_million_output_tokens"]),
+        3.0 * gpu_hours / (output_tokens / 1e6),
+        1e-9,
+    );
 }
