@@ -765,3 +765,109 @@ fn every_built_in_chip_and_model_prices_finite_steps() {
         }
     }
 }
+
+/// A step's time is at least its FLOPs at the chip's dense peak, whatever
+/// the efficiency coefficients. Llama-3.1-8B (hidden 4096, 32 layers, 32
+/// heads of 128, 8 KV heads, MLP 14336) prefilling 32,768 tokens alone on
+/// one H100 (989.5 dense BF16 TFLOP/s):
+/// - GEMMs: per layer q and o 2 · 4096², k and v 2 · 4096 · 1024, MLP
+///   3 · 4096 · 14336: 218.1 M parameters, 6.979 G over 32 layers;
+///   2 · 32,768 · 6.979 G = 4.574e14 FLOPs.
+/// - attention: 32,768 · 32,769 / 2 = 536.9 M causal pairs, each 4 · 32
+///   heads · 128 FLOPs per layer: 536.9 M · 16,384 · 32 = 2.815e14 FLOPs.
+///
+/// Together 7.389e14 FLOPs, 746.7 ms at peak. Without the attention term
+/// the GEMMs alone would allow 462 ms.
+#[test]
+fn a_long_prefill_pays_for_its_gemm_and_attention_flops() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let cost = model.step(&prefill(32_768));
+    assert!(ms(&cost) >= 746.7, "{} ms", ms(&cost));
+}
+
+/// The same bound for the routed experts of an MoE prefill: Mixtral-8x7B
+/// at tp 2 (8 experts, top 2, expert MLP 3 · 4096 · 14336 split in two per
+/// rank, 32 layers) prefilling 8,192 tokens runs, per rank, 8,192 · 2
+/// experts · 2 FLOPs · 3 · 4096 · 7168 · 32 layers = 9.235e13 FLOPs of
+/// expert GEMMs: 93.3 ms at 989.5 TFLOP/s before anything else. Its
+/// weights (23.4 GB per rank) read in under 9 ms at the datasheet's 3.35
+/// TB/s, so only the FLOPs can make the step this long.
+#[test]
+fn an_moe_prefill_pays_for_its_expert_flops() {
+    let model = setup("mixtral-8x7b", "h100", "{tp: 2, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    let cost = model.step(&prefill(8_192));
+    assert!(ms(&cost) >= 93.3, "{} ms", ms(&cost));
+}
+
+/// Without dual-batch overlap or pipeline stages a step's collectives run
+/// between its kernels, so the step lasts at least its memory traffic plus
+/// its communication (`NoOverlap`, the module's header).
+#[test]
+fn communication_is_added_to_the_kernels_not_overlapped() {
+    let tp8 = setup("llama-3.1-8b", "h100", "{tp: 8, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    let cost = tp8.step(&decode(64, 1024));
+    assert!(cost.communication_ns > 0, "{cost:?}");
+    assert!(
+        cost.total.as_ns() >= cost.memory_ns + cost.communication_ns,
+        "{cost:?}"
+    );
+}
+
+#[test]
+fn provenance_rows_are_the_provenance_with_units() {
+    let model = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
+    let cited = model.provenance();
+    let rows = model.provenance_rows();
+    assert!(rows.len() > 10, "{rows:?}");
+    assert_eq!(rows.len(), cited.len());
+    // `provenance` folds the units into the source as `source [units]`.
+    for ((name, value, units, source), (n, v, s)) in rows.iter().zip(&cited) {
+        assert_eq!((name, value), (n, v));
+        assert!(!units.is_empty(), "{name} has no units");
+        assert_eq!(&format!("{source} [{units}]"), s);
+    }
+    let eps = rows.iter().find(|r| r.0 == "gemm_eps_max_fp8").unwrap();
+    assert_eq!((eps.1, eps.2.as_str()), (0.788, "dimensionless"));
+}
+
+#[test]
+fn a_chip_without_measured_collectives_gets_the_h100_curve_scaled_by_its_links() {
+    use crate::coefficients::builtin_collective;
+    // The registry's H100 all-reduce at 8 ranks: floor 15.59 µs, peak
+    // 127,156.7 and transition 91,250 bytes/µs, measured at 450 GB/s per
+    // direction. A chip with 300 GB/s links keeps the floor and gets 2/3
+    // of each rate: 84,771.13 and 60,833.33 bytes/µs.
+    let [floor, peak, transition] = builtin_collective("a100", "all_reduce", 8, 300.0);
+    assert_eq!(floor.value, 15.59);
+    assert!(
+        (peak.value - 127_156.7 * 2.0 / 3.0).abs() < 1e-6,
+        "{}",
+        peak.value
+    );
+    assert!((transition.value - 91_250.0 * 2.0 / 3.0).abs() < 1e-6);
+    assert!(floor.source.contains("assumed"), "{}", floor.source);
+    // A chip with its own curves gets them unscaled (H200 all-reduce, 8).
+    let [floor, peak, _] = builtin_collective("h200", "all_reduce", 8, 1.0);
+    assert_eq!((floor.value, peak.value), (15.98, 131_566.0));
+}
+
+#[test]
+fn a_scope_may_quote_its_widths() {
+    // YAML that quotes a width (`tp: ["1"]`) scopes as the number would.
+    let s = llama8b_tp1();
+    let base = ms(&s.roofline(&[]).unwrap().step(&decode(1, 1024)));
+    let slow = |scope: &str| {
+        let sets = [set(
+            "user",
+            &entry("hbm_derate", 0.4, "dimensionless", scope),
+        )];
+        ms(&s.roofline(&sets).unwrap().step(&decode(1, 1024)))
+    };
+    assert!(slow("{tp: [\"1\"]}") > 1.5 * base);
+    assert!(slow("{tp: [\" 1 \"]}") > 1.5 * base);
+    assert_eq!(slow("{tp: [\"2\"]}"), base);
+}

@@ -1824,7 +1824,9 @@ impl Engine {
                 return Abort::Finished;
             }
         }
-        self.scheduled.retain(|s| s.slot != slot);
+        // `self.scheduled` is not touched: by now it only records the last
+        // schedule (for tests and the checker), and the queued copy of
+        // each step in flight skips a slot whose request is gone by id.
         // `finish_requests` adds it to `finished_req_ids`, so the engine
         // core schedules once more to report it. Steps in flight that
         // scheduled it find its slot gone (or taken) and skip it.

@@ -599,3 +599,111 @@ fn preempting_a_request_already_scheduled_this_step_refunds_its_tokens() {
     );
     engine.check_full().unwrap();
 }
+
+/// `BlockStored` for a prefill that spans steps names, in each step, the
+/// blocks that step filled, with the tokens of exactly those blocks
+/// (`BlockPool.cache_full_blocks`: `blocks[num_cached_blocks:num_full_blocks]`
+/// and their token ids) and the last block before them as parent. A prompt
+/// of 24 tokens of segment 1 and 200 of segment 2 with a 100-token budget:
+/// step 1 computes tokens 0–99 and fills blocks 0–5 (tokens 0–95): segment
+/// 1's 24 tokens and segment 2's first 72; step 2 computes 100–199 and
+/// fills blocks 6–11 (tokens 96–191): segment 2's tokens 72–167.
+#[test]
+fn stored_events_name_the_tokens_of_the_blocks_each_step_filled() {
+    use pdsim_core::kv_events::{KvEvent, Piece};
+    let mut engine = Engine::new(config());
+    engine.enable_kv_events();
+    engine.add_request(request(0, &[(1, 24), (2, 200)], 4));
+    let mut rng = stream();
+    let mut steps = Vec::new();
+    for _ in 0..2 {
+        engine.schedule().expect("a step");
+        engine.complete_step(&mut rng);
+        steps.push(std::mem::take(engine.kv_events_mut().expect("events on")));
+    }
+    let stored = |log: &pdsim_core::kv_events::KvEventBatch| {
+        let [
+            KvEvent::Stored {
+                parent,
+                hashes,
+                pieces,
+                ..
+            },
+        ] = &log.events[..]
+        else {
+            panic!("one stored event: {:?}", log.events);
+        };
+        (
+            *parent,
+            log.hashes_of(hashes).to_vec(),
+            log.pieces_of(pieces).to_vec(),
+        )
+    };
+    let (parent, first, pieces) = stored(&steps[0]);
+    assert_eq!(parent, None);
+    assert_eq!(first.len(), 6);
+    assert_eq!(
+        pieces,
+        vec![
+            Piece {
+                id: 1,
+                start: 0,
+                len: 24
+            },
+            Piece {
+                id: 2,
+                start: 0,
+                len: 72
+            }
+        ]
+    );
+    let (parent, second, pieces) = stored(&steps[1]);
+    assert_eq!(parent, Some(first[5]), "chained to the last block before");
+    assert_eq!(second.len(), 6);
+    assert_eq!(
+        pieces,
+        vec![Piece {
+            id: 2,
+            start: 72,
+            len: 96
+        }]
+    );
+}
+
+/// With `enable_chunked_prefill: false` a prompt that does not fit the
+/// budget left is not cut: the waiting loop stops
+/// (`if not self.scheduler_config.enable_chunked_prefill and
+/// num_new_tokens > token_budget: break`, `Scheduler.schedule`). Two
+/// 60-token prompts and a 100-token budget: the second waits a step; a
+/// prompt exactly as long as the budget left is taken whole.
+#[test]
+fn without_chunked_prefill_a_prompt_waits_until_it_fits_whole() {
+    let mut engine = Engine::new(pdsim_engine::EngineConfig {
+        enable_chunked_prefill: false,
+        ..config()
+    });
+    engine.add_request(request(0, &[(1, 60)], 4));
+    engine.add_request(request(1, &[(2, 60)], 4));
+    engine.schedule().expect("a step");
+    assert_eq!(engine.last_schedule(), vec![(RequestId(0), 60)]);
+    let mut rng = stream();
+    engine.complete_step(&mut rng);
+    // Now one decode token and the second prompt: 61 of 100.
+    engine.schedule().expect("a step");
+    assert_eq!(
+        engine.last_schedule(),
+        vec![(RequestId(0), 1), (RequestId(1), 60)]
+    );
+    let mut engine = Engine::new(pdsim_engine::EngineConfig {
+        enable_chunked_prefill: false,
+        ..config()
+    });
+    engine.add_request(request(0, &[(1, 60)], 4));
+    engine.add_request(request(1, &[(2, 40)], 4));
+    engine.schedule().expect("a step");
+    assert_eq!(
+        engine.last_schedule(),
+        vec![(RequestId(0), 60), (RequestId(1), 40)],
+        "40 tokens fit the 40 left"
+    );
+}
