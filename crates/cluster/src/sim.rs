@@ -2503,6 +2503,30 @@ mod checker_tests {
         assert_eq!(m, "request 0 ended twice");
     }
 
+    /// A request whose client gave up leaves the in-flight table as soon as
+    /// nothing holds it; otherwise the table, which only trims its head,
+    /// would keep a slot for every later request until the run ends.
+    #[test]
+    fn a_request_the_client_gave_up_on_leaves_the_in_flight_table() {
+        let cluster = cluster();
+        let mut sim = Sim::new(&cluster, 0, true);
+        let trace =
+            "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 4, \"hash_ids\": [1]}\n";
+        let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
+            MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl"),
+        );
+        let mut sink = MemorySink::default();
+        sim.pull_arrival(&mut source).expect("one request");
+        assert!(matches!(sim.next_event(), Ok(Some(Event::Arrival))));
+        sim.arrive(&mut sink);
+        assert!(!sim.in_flight.is_empty());
+        // Still in the API server's intake: no engine holds anything of it.
+        sim.client_timeout(RequestId(0), &mut sink);
+        assert_eq!(sink.records.len(), 1);
+        assert_eq!(sink.records[0].reason, CLIENT_TIMEOUT);
+        assert!(sim.in_flight.is_empty(), "retired at once");
+    }
+
     #[test]
     fn without_check_a_second_end_is_not_tracked() {
         let mut ended = Vec::new();

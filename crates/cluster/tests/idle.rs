@@ -451,3 +451,75 @@ fn a_request_that_can_never_run_pauses_the_loops_until_the_next_arrival() {
     // The stuck request shows as waiting in the rows around the stretch.
     assert!(sparse.samples.iter().any(|s| s.waiting == 1));
 }
+
+/// A request whose client gave up does not keep the observation loops
+/// running: they pause over the idle stretch after it as they do after a
+/// completed request, so a timed-out first request and a second one 600 s
+/// later cost no more events than the same two without the deadline.
+#[test]
+fn a_request_the_client_gave_up_on_does_not_keep_the_run_busy() {
+    let cluster = colocated();
+    let text = rows(&[0, 600_000]);
+    let specs: Vec<RequestSpec> = source(&text).map(|r| r.unwrap()).collect();
+    let mut timed = specs.clone();
+    timed[0].deadline = Some(timed[0].arrival + SimDuration::from_ms(200));
+    let events = |specs: &[RequestSpec]| {
+        let mut sink = Recorder::default();
+        let stats = run(
+            &cluster,
+            &mut specs.iter().cloned().map(Ok),
+            5,
+            true,
+            &mut sink,
+        )
+        .expect("runs");
+        (stats.events, stats.aborted)
+    };
+    let (free, aborted_free) = events(&specs);
+    let (gave_up, aborted) = events(&timed);
+    assert_eq!((aborted_free, aborted), (0, 1));
+    assert!(
+        gave_up <= free,
+        "{gave_up} events with the client giving up, {free} without"
+    );
+}
+
+/// Each link window's utilization is its bytes over the link's capacity
+/// for the window's one second: the 1P3D layout's KV goes out of the
+/// prefill node's NICs, ib-400g's 400 Gb/s = 50 GB/s per GPU
+/// (`catalog/networks/ib-400g.yaml`), and the windows of the NIC egress
+/// carry every byte the records say was transferred.
+#[test]
+fn link_windows_report_bytes_over_the_link_capacity_of_their_second() {
+    let cluster = pd();
+    let mut sink = Recorder::default();
+    run(
+        &cluster,
+        &mut source(&rows(&[0, 10, 1_500, 2_600])),
+        5,
+        true,
+        &mut sink,
+    )
+    .expect("runs");
+    let transferred: u64 = sink.memory.records.iter().map(|r| r.transfer_bytes).sum();
+    assert!(transferred > 0, "the requests were disaggregated");
+    let out: Vec<&LinkWindow> = sink
+        .windows
+        .iter()
+        .filter(|w| w.kind == "nic-out" && w.bytes > 0.0)
+        .collect();
+    assert!(!out.is_empty());
+    for w in &out {
+        let capacity_bytes = w.bytes / w.utilization;
+        assert!(
+            (capacity_bytes - 50e9).abs() <= 1e-3,
+            "{w:?}: {capacity_bytes} bytes per window"
+        );
+        assert!(w.utilization <= 1.0, "{w:?}");
+    }
+    let carried: f64 = out.iter().map(|w| w.bytes).sum();
+    assert!(
+        (carried - transferred as f64).abs() <= 1e-3 * transferred as f64,
+        "{carried} bytes in windows, {transferred} in records"
+    );
+}

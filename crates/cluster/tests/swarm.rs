@@ -195,6 +195,7 @@ fn run_seed(seed: u64) -> Option<bool> {
             "{context}"
         );
         assert_eq!(stats.aborted, 0, "no request stalls\n{context}");
+        kv_usage_is_a_share(&stats, &context);
         for r in &sink.records {
             if r.outcome == Outcome::Completed {
                 assert!(
@@ -288,6 +289,7 @@ fn conversations(
             stats.blocks_held_at_end, 0,
             "with conversations, blocks kept\n{context}"
         );
+        kv_usage_is_a_share(&stats, context);
         assert_eq!(
             stats.session_turns_sent + stats.session_turns_not_sent,
             later,
@@ -375,6 +377,7 @@ fn deadlines(
             stats.blocks_held_at_end, 0,
             "with deadlines, blocks kept\n{context}"
         );
+        kv_usage_is_a_share(&stats, context);
         for r in &sink.records {
             let (arrival, finished) = life[r.id.0 as usize];
             let span = finished.since(arrival).as_ns() as f64;
@@ -425,4 +428,23 @@ fn swarm() {
         runs < 12 || disaggregated > 0,
         "no P/D deployment among {ran} runnable draws"
     );
+}
+
+/// Each core's KV usage is a share of its blocks, and the time-weighted Σ
+/// (usage × step duration) is at most the peak over the busy time.
+fn kv_usage_is_a_share(stats: &pdsim_cluster::RunStats, context: &str) {
+    for c in &stats.cores {
+        assert!(
+            (0.0..=1.0).contains(&c.kv_usage_peak),
+            "peak {}\n{context}",
+            c.kv_usage_peak
+        );
+        assert!(
+            c.kv_usage_ns >= 0.0 && c.kv_usage_ns <= c.kv_usage_peak * c.busy_ns as f64 + 1.0,
+            "Σ usage × time {} over {} busy ns at peak {}\n{context}",
+            c.kv_usage_ns,
+            c.busy_ns,
+            c.kv_usage_peak
+        );
+    }
 }

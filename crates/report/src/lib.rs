@@ -56,7 +56,6 @@ pub struct Aggregator {
     disaggregated: u64,
     input_tokens: u64,
     output_tokens: u64,
-    cached_tokens: u64,
     reasons: BTreeMap<String, u64>,
     first_arrival_ns: u64,
     last_finish_ns: u64,
@@ -154,7 +153,6 @@ impl Default for Aggregator {
             disaggregated: 0,
             input_tokens: 0,
             output_tokens: 0,
-            cached_tokens: 0,
             reasons: BTreeMap::new(),
             first_arrival_ns: u64::MAX,
             last_finish_ns: 0,
@@ -327,7 +325,6 @@ impl RecordSink for Aggregator {
         }
         self.input_tokens += r.prompt_tokens as u64;
         self.output_tokens += r.output_tokens as u64;
-        self.cached_tokens += r.cached_tokens as u64;
         if let Some(first) = r.first_token {
             record(&mut self.ttft_ns, first.since(r.arrival).as_ns());
             if let Some(last) = r.last_token
@@ -1235,7 +1232,7 @@ pub fn render_text(summary: &Summary) -> String {
 
 #[cfg(test)]
 mod stage_tests {
-    use super::{Aggregator, RunInfo};
+    use super::{Aggregator, CsvSink, PoolInfo, RunInfo};
     use pdsim_cluster::{Outcome, RecordSink, RequestRecord, RunStats};
     use pdsim_core::{RequestId, SimTime};
     use pdsim_workload::StagePlan;
@@ -1416,5 +1413,103 @@ mod stage_tests {
         let json = serde_json::to_string(&s).unwrap();
         assert!(!json.contains("stages"));
         assert!(!super::render_text(&s).contains("stage "));
+    }
+
+    #[test]
+    fn pool_and_cache_figures_from_hand_built_engine_counters() {
+        use pdsim_cluster::CoreStats;
+        // One request over 0–4 s; two engine cores of one pool:
+        //   core 0: busy 3 s, 1000 prompt tokens queried, 400 hit in HBM,
+        //           100 in the offload tier, 2 preemptions, 30 steps,
+        //           KV usage 0.5 for its 3 busy s (Σ = 1.5 s);
+        //   core 1: busy 1 s, 200 queried, 200 hit, 0 offload, 1 preemption,
+        //           10 steps, KV usage 0.2 for 1 s (Σ = 0.2 s), peak 0.9.
+        let mut a = Aggregator::default();
+        a.record(&completed(1, [0, 100, 200, 4000], 3));
+        let core = |busy_s: u64, q, h, x, p, steps, kv_s: f64, peak| CoreStats {
+            busy_ns: busy_s * 1_000_000_000,
+            prefix_queries_tokens: q,
+            prefix_hits_tokens: h,
+            external_hits_tokens: x,
+            preemptions: p,
+            steps,
+            kv_usage_ns: kv_s * 1e9,
+            kv_usage_peak: peak,
+            ..CoreStats::default()
+        };
+        let stats = RunStats {
+            requests: 1,
+            completed: 1,
+            cores: vec![
+                core(3, 1000, 400, 100, 2, 30, 1.5, 0.5),
+                core(1, 200, 200, 0, 1, 10, 0.2, 0.9),
+            ],
+            ..RunStats::default()
+        };
+        let mut run = info();
+        run.pools = vec![PoolInfo {
+            name: "colocated".into(),
+            role: "colocated".into(),
+            gpus: 2,
+            cost_model: "roofline".into(),
+        }];
+        let s = a.summary(&stats, run);
+        let near = |x: f64, y: f64| (x - y).abs() <= 1e-12;
+        // HBM hits 600 of 1200 queried; the offload tier 100 of 1200.
+        assert_eq!(
+            (s.prefix_cache.queries_tokens, s.prefix_cache.hits_tokens),
+            (1200, 600)
+        );
+        assert!(near(s.prefix_cache.hit_rate, 0.5));
+        assert_eq!(s.prefix_cache.external_hits_tokens, 100);
+        assert!(near(s.prefix_cache.external_hit_rate, 100.0 / 1200.0));
+        assert_eq!(s.preemptions, 3);
+        let p = &s.pools[0];
+        assert_eq!((p.engine_cores, p.steps, p.preemptions), (2, 40, 3));
+        // Busy 4 core-seconds of 2 cores × 4 s.
+        assert!(near(p.busy_share, 0.5), "{}", p.busy_share);
+        // KV usage weighted by busy time: (1.5 + 0.2) / 4 s.
+        assert!(near(p.kv_usage_mean, 1.7 / 4.0), "{}", p.kv_usage_mean);
+        assert!(near(p.kv_usage_peak, 0.9));
+        assert!(near(p.prefix_hit_rate, 0.5));
+    }
+
+    #[test]
+    fn a_stage_with_no_time_span_has_zero_rates_not_infinite_ones() {
+        // Its one request is rejected on arrival: finished = arrival.
+        let mut a = Aggregator::default().with_stages(&[plan(0, 1, 1)]);
+        let mut r = done(1, 500);
+        r.outcome = Outcome::Rejected;
+        r.first_token = None;
+        r.last_token = None;
+        r.finished = r.arrival;
+        a.record(&r);
+        let s = a.summary(&RunStats::default(), info());
+        let st = &s.stages[0];
+        assert_eq!((st.count, st.rejected, st.span_s), (1, 1, 0.0));
+        assert_eq!(st.requests_per_s, 0.0);
+        assert_eq!(st.input_tokens_per_s, 0.0);
+        assert_eq!(st.output_tokens_per_s, 0.0);
+    }
+
+    #[test]
+    fn the_csv_row_holds_the_figures_of_its_record() {
+        // Arrives 1 s; first token 1.1 s; last 1.5 s after 5 tokens (four
+        // gaps: TPOT 100 ms); finished 1.5006 s.
+        let mut r = completed(7, [1000, 1100, 1500, 1500], 5);
+        r.finished = SimTime(1_500_600_000);
+        let mut sink = CsvSink::new(Vec::new());
+        sink.record(&r);
+        let text = String::from_utf8(sink.finish().unwrap()).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let row: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let get = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!(get("arrival_ms"), "1000.000");
+        assert_eq!(get("ttft_ms"), "100.000");
+        assert_eq!(get("e2e_ms"), "500.600");
+        assert_eq!(get("tpot_ms"), "100.000");
+        assert_eq!(get("output_tokens"), "5");
+        assert_eq!(get("outcome"), "completed");
     }
 }

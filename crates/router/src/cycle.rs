@@ -3204,4 +3204,36 @@ mod tests {
         // No decider configured: decode only.
         assert!(!router.decide(None, 0));
     }
+
+    #[test]
+    fn which_consumers_read_the_precise_producer() {
+        // `scorer/preciseprefixcache/precise_prefix_cache.go`: the legacy
+        // scorer always reads its own (precise) producer; any other
+        // consumer reads it only when its `prefixMatchInfoProducerName`
+        // names it, else the default key (the approx producer's).
+        let plugin = |plugin_type: &str, parameters: &str| crate::config::Plugin {
+            name: "p".into(),
+            plugin_type: plugin_type.into(),
+            parameters: serde_yaml::from_str(parameters).unwrap(),
+        };
+        assert!(super::reads_precise(
+            &plugin("precise-prefix-cache-scorer", "{}"),
+            "precise"
+        ));
+        let named = plugin(
+            "prefix-cache-scorer",
+            "{prefixMatchInfoProducerName: precise}",
+        );
+        assert!(super::reads_precise(&named, "precise"));
+        assert!(!super::reads_precise(&named, "other"));
+        assert!(!super::reads_precise(
+            &plugin("prefix-cache-scorer", "{}"),
+            "precise"
+        ));
+        let blank = plugin("prefix-cache-scorer", "{prefixMatchInfoProducerName: \"\"}");
+        assert!(
+            !super::reads_precise(&blank, ""),
+            "an empty name names nothing"
+        );
+    }
 }

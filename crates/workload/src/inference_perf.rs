@@ -1684,4 +1684,62 @@ circuit_breakers: null
                 .all(|s| s.prompt.tokens() == 566 && s.output_tokens == 247)
         );
     }
+
+    #[test]
+    fn limits_are_refused_past_their_bound_and_not_at_it() {
+        let stages = "  stages:\n  - rate: 5.0\n    duration: 4\n  - rate: 2.5\n    duration: 2\n";
+        assert!(EXPANDED.contains(stages));
+        let with_stages = |n: usize| {
+            let many: String = (0..n).map(|_| "  - rate: 1.0\n    duration: 1\n").collect();
+            EXPANDED.replacen(stages, &format!("  stages:\n{many}"), 1)
+        };
+        // MAX_STAGES stages run; one more is refused.
+        let reader = InferencePerf::new(&with_stages(MAX_STAGES), "c.yaml", 0).unwrap();
+        assert_eq!(reader.stages().len(), MAX_STAGES);
+        let e = InferencePerf::new(&with_stages(MAX_STAGES + 1), "c.yaml", 0)
+            .err()
+            .expect("one stage too many");
+        assert_eq!(e.column.as_deref(), Some("load.stages"));
+        assert!(e.message.contains("65 stages are more than the 64"), "{e}");
+        // A random length list must hold the largest stage's 20 requests:
+        // 20 lengths do, 1 is too few (not invalid), 0 is invalid.
+        let random = |count: i64| {
+            EXPANDED.replacen(
+                "  type: shared_prefix\n  path: null\n  input_distribution: null\n  output_distribution: null\n  shared_prefix:\n    num_groups: 3\n    num_prompts_per_group: 2\n    system_prompt_len: 150\n    question_len: 600\n    output_len: 251\n",
+                &format!("  type: random\n  input_distribution: {{min: 10, max: 100, mean: 50, std_dev: 30, total_count: {count}}}\n  output_distribution: {{min: 1, max: 8, mean: 2, std_dev: 4}}\n"),
+                1,
+            )
+        };
+        assert!(InferencePerf::new(&random(20), "c.yaml", 0).is_ok());
+        let e = InferencePerf::new(&random(1), "c.yaml", 0).err().unwrap();
+        assert!(
+            e.message
+                .contains("1 lengths are fewer than the 20 requests"),
+            "{e}"
+        );
+        let e = InferencePerf::new(&random(0), "c.yaml", 0).err().unwrap();
+        assert!(e.message.contains("0 must be a positive integer"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_data_type_is_named_as_inference_perf_spells_it() {
+        for spelled in [
+            "shareGPT",
+            "cnn_dailymail",
+            "infinity_instruct",
+            "billsum_conversations",
+            "mock",
+        ] {
+            let text = EXPANDED.replacen("  type: shared_prefix", &format!("  type: {spelled}"), 1);
+            let e = InferencePerf::new(&text, "c.yaml", 0).err().unwrap();
+            assert!(
+                e.message.starts_with(&format!("`{spelled}` is refused")),
+                "{e}"
+            );
+        }
+        // With random data, a shared_prefix block is refused naming it.
+        let text = EXPANDED.replacen("  type: shared_prefix", "  type: random", 1);
+        let e = InferencePerf::new(&text, "c.yaml", 0).err().unwrap();
+        assert!(e.message.contains("with random data"), "{e}");
+    }
 }

@@ -77,10 +77,15 @@ impl<R: BufRead> Lines<R> {
     }
 
     /// Reads up to and including the next `\n` into `buf`, keeping at most
-    /// [`MAX_LINE_BYTES`] plus a line ending of it; returns the bytes read
-    /// and whether the line was longer than that (then `buf` is empty).
-    fn read_bounded(&mut self) -> std::io::Result<(usize, bool)> {
+    /// [`MAX_LINE_BYTES`] plus a line ending of it; returns the bytes read,
+    /// whether the line was longer than that (then `buf` is empty) and how
+    /// many of the bytes read were its line ending (`\n` or `\r\n`), so a
+    /// refused line's length is reported without it.
+    fn read_bounded(&mut self) -> std::io::Result<(usize, bool, usize)> {
         let (mut read, mut over) = (0usize, false);
+        // The last byte consumed, for a `\r` that ends one buffer fill and
+        // a `\n` that starts the next.
+        let mut last = None;
         loop {
             let available = match self.input.fill_buf() {
                 Ok(available) => available,
@@ -88,12 +93,18 @@ impl<R: BufRead> Lines<R> {
                 Err(e) => return Err(e),
             };
             if available.is_empty() {
-                return Ok((read, over));
+                return Ok((read, over, 0));
             }
             let (take, end) = match available.iter().position(|&b| b == b'\n') {
                 Some(i) => (i + 1, true),
                 None => (available.len(), false),
             };
+            let before_newline = if take >= 2 {
+                Some(available[take - 2])
+            } else {
+                last
+            };
+            last = Some(available[take - 1]);
             if !over {
                 if self.buf.len() + take > MAX_LINE_BYTES + 2 {
                     over = true;
@@ -105,7 +116,8 @@ impl<R: BufRead> Lines<R> {
             self.input.consume(take);
             read = read.saturating_add(take);
             if end {
-                return Ok((read, over));
+                let ending = 1 + usize::from(before_newline == Some(b'\r'));
+                return Ok((read, over, ending));
             }
         }
     }
@@ -117,14 +129,14 @@ impl<R: BufRead> Lines<R> {
         }
         self.buf.clear();
         match self.read_bounded() {
-            Ok((0, _)) => {
+            Ok((0, _, _)) => {
                 self.done = true;
                 None
             }
-            Ok((read, over)) => {
+            Ok((read, over, ending)) => {
                 self.line += 1;
                 if over {
-                    return Some(Line::Bad(self.line, too_long("line", read)));
+                    return Some(Line::Bad(self.line, too_long("line", read - ending)));
                 }
                 let mut start = 0;
                 if self.line == 1 {
@@ -473,6 +485,31 @@ mod tests {
             got[1].1.as_ref().unwrap_err().contains("longer than"),
             "{:?}",
             got[1]
+        );
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_refused_with_its_length() {
+        // One byte over the limit, then a line ending, then a short line.
+        let mut input = vec![b'x'; MAX_LINE_BYTES + 1];
+        input.extend_from_slice(b"\r\nok\n");
+        let mut lines = Lines::new(&input[..]);
+        match lines.next_line() {
+            Some(Line::Bad(1, why)) => {
+                assert!(
+                    why.contains(&format!("it has {} bytes", MAX_LINE_BYTES + 1)),
+                    "{why}"
+                )
+            }
+            _ => panic!("the long line was not refused as too long"),
+        }
+        assert!(matches!(lines.next_line(), Some(Line::Text(2, "ok"))));
+        // Exactly at the limit is read.
+        let mut input = vec![b'y'; MAX_LINE_BYTES];
+        input.push(b'\n');
+        let mut lines = Lines::new(&input[..]);
+        assert!(
+            matches!(lines.next_line(), Some(Line::Text(1, text)) if text.len() == MAX_LINE_BYTES)
         );
     }
 }

@@ -395,4 +395,25 @@ mod tests {
             .unwrap();
         assert!(e.message.contains("header"), "{e}");
     }
+
+    #[test]
+    fn only_an_inference_perf_configuration_carries_a_client_timeout() {
+        // `load.request_timeout: null` is aiohttp's 300 s session timeout;
+        // a given value is used as is; a recorded trace has none.
+        let config = |timeout: &str| {
+            format!(
+                "api: {{type: completion, streaming: true}}\ndata:\n  type: shared_prefix\n  shared_prefix: {{num_groups: 1, num_prompts_per_group: 1, system_prompt_len: 10, question_len: 10, output_len: 10}}\nload:\n  type: constant\n  stages: [{{rate: 1.0, duration: 2}}]\n  request_timeout: {timeout}\nserver: {{type: vllm, model_name: m, base_url: 'http://x', ignore_eos: true}}\n"
+            )
+        };
+        for (timeout, want) in [("null", 300.0), ("42.5", 42.5)] {
+            let text = config(timeout);
+            let reader = TraceReader::sniff(BufReader::new(text.as_bytes()), "c.yaml", None, 0)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(reader.client_timeout_s(), Some(want));
+        }
+        let mooncake =
+            b"{\"timestamp\": 0, \"input_length\": 3, \"output_length\": 1, \"hash_ids\": [1]}\n";
+        let reader = TraceReader::sniff(BufReader::new(&mooncake[..]), "t.jsonl", None, 0).unwrap();
+        assert_eq!(reader.client_timeout_s(), None);
+    }
 }

@@ -421,4 +421,12 @@ mod tests {
         );
         assert!(all.iter().all(|r| r.prompt.segments.len() == 1));
     }
+
+    #[test]
+    fn synthetic_requests_are_all_of_the_one_unnamed_class() {
+        use crate::RequestSource;
+        let source = Synthetic::new("chat", &shape(), 10, 10.0, 1).unwrap();
+        assert_eq!(source.slo_classes(), &[String::new()][..]);
+        assert!(source.map(Result::unwrap).all(|r| r.slo_class == 0));
+    }
 }

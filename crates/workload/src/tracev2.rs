@@ -1108,4 +1108,36 @@ mod tests {
         assert!(e.to_string().len() < 300, "{e}");
         assert!(e.message.contains("(1000000 bytes)"), "{e}");
     }
+
+    #[test]
+    fn every_turn_of_every_session_answers_with_its_own_content() {
+        // An answer's content id is keyed by session and round, so a later
+        // turn's history holds each earlier answer as distinct content,
+        // never one another's. 24 sessions of 4 rounds: 96 distinct ids.
+        let body: String = (0..24)
+            .flat_map(|s| {
+                (0..4).map(move |r| {
+                    turn(
+                        &format!("s{s}"),
+                        r,
+                        10,
+                        3,
+                        1_000 * (100 * s + r + 1) as u64,
+                        0,
+                        "",
+                    )
+                })
+            })
+            .collect();
+        let all: Vec<RequestSpec> = read_sessions(Some("accumulate"), &body)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(all.len(), 96);
+        let ids: std::collections::BTreeSet<u64> = all
+            .iter()
+            .map(|r| r.output_id.expect("a session turn"))
+            .collect();
+        assert_eq!(ids.len(), 96, "two turns share an answer's content");
+    }
 }
