@@ -517,6 +517,24 @@ fn link_windows_report_bytes_over_the_link_capacity_of_their_second() {
         );
         assert!(w.utilization <= 1.0, "{w:?}");
     }
+    // Windows are the whole seconds of simulated time; the first one with
+    // NIC traffic is the second the first transfer started in.
+    for w in &out {
+        assert_eq!(w.window_start.as_ns() % 1_000_000_000, 0, "{w:?}");
+    }
+    let first_transfer = sink
+        .memory
+        .records
+        .iter()
+        .filter_map(|r| r.transfer_start)
+        .min()
+        .expect("a transfer");
+    let first_window = out.iter().map(|w| w.window_start).min().unwrap();
+    assert_eq!(
+        first_window.as_ns(),
+        first_transfer.as_ns() / 1_000_000_000 * 1_000_000_000,
+        "first transfer at {first_transfer:?}"
+    );
     let carried: f64 = out.iter().map(|w| w.bytes).sum();
     assert!(
         (carried - transferred as f64).abs() <= 1e-3 * transferred as f64,

@@ -790,8 +790,8 @@ fn a_long_prefill_pays_for_its_gemm_and_attention_flops() {
 /// rank, 32 layers) prefilling 8,192 tokens runs, per rank, 8,192 · 2
 /// experts · 2 FLOPs · 3 · 4096 · 7168 · 32 layers = 9.235e13 FLOPs of
 /// expert GEMMs: 93.3 ms at 989.5 TFLOP/s before anything else. Its
-/// weights (23.4 GB per rank) read in under 9 ms at the datasheet's 3.35
-/// TB/s, so only the FLOPs can make the step this long.
+/// weights (46.7 GB per rank) read in 14 ms at the datasheet's 3.35 TB/s,
+/// so only the FLOPs can make the step this long.
 #[test]
 fn an_moe_prefill_pays_for_its_expert_flops() {
     let model = setup("mixtral-8x7b", "h100", "{tp: 2, pp: 1, dp: 1}", "{}", 1)
@@ -870,4 +870,50 @@ fn a_scope_may_quote_its_widths() {
     assert!(slow("{tp: [\"1\"]}") > 1.5 * base);
     assert!(slow("{tp: [\" 1 \"]}") > 1.5 * base);
     assert_eq!(slow("{tp: [\"2\"]}"), base);
+}
+
+/// A decode step reads every request's KV: Llama-3.1-8B caches 32 layers ×
+/// 8 KV heads × 128 × 2 (K and V) × 2 bytes = 131,072 B per token, so 64
+/// requests at 8,192 tokens read 68.72 GB, and the weights (8.03 G
+/// parameters, 16.06 GB) are read once more: 84.78 GB, 25.3 ms at the H100
+/// datasheet's 3.35 TB/s before any derate.
+#[test]
+fn a_long_context_decode_pays_for_its_kv_reads() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let cost = model.step(&decode(64, 8192));
+    assert!(ms(&cost) >= 25.3, "{} ms", ms(&cost));
+}
+
+/// An MoE decode reads the experts its tokens touch: Mixtral-8x7B at tp 2
+/// with 8 decodes, top 2 of 8 experts routed uniformly, touches
+/// 8 · (1 − (6/8)^8) = 7.199 experts per layer, each 3 · 4096 · 7168 · 2
+/// bytes = 176.2 MB on a rank: 40.59 GB over 32 layers, 12.1 ms at 3.35
+/// TB/s, whatever else the step does.
+#[test]
+fn an_moe_decode_pays_for_the_experts_it_touches() {
+    let model = setup("mixtral-8x7b", "h100", "{tp: 2, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    let cost = model.step(&decode(8, 512));
+    assert!(ms(&cost) >= 12.1, "{} ms", ms(&cost));
+}
+
+/// Kernel launches the graph mode does not hide are paid on top of the GPU
+/// work: the same batch run eager takes longer than replayed as one full
+/// graph, by at least the difference in their host launch cost.
+#[test]
+fn launches_add_to_the_step() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let step = |graph| {
+        model.step(&Batch {
+            graph,
+            ..decode(8, 512)
+        })
+    };
+    let (full, eager) = (step(GraphMode::Full), step(GraphMode::Eager));
+    assert!(eager.host_ns > full.host_ns, "{full:?} {eager:?}");
+    assert!(
+        eager.total.as_ns() - full.total.as_ns() >= eager.host_ns - full.host_ns,
+        "{full:?} {eager:?}"
+    );
 }

@@ -504,6 +504,20 @@ mod tests {
             _ => panic!("the long line was not refused as too long"),
         }
         assert!(matches!(lines.next_line(), Some(Line::Text(2, "ok"))));
+        // The same with a bare `\n`, which fits the buffer's allowance for a
+        // line ending and is refused after the ending is stripped.
+        let mut input = vec![b'x'; MAX_LINE_BYTES + 1];
+        input.push(b'\n');
+        let mut lines = Lines::new(&input[..]);
+        match lines.next_line() {
+            Some(Line::Bad(1, why)) => {
+                assert!(
+                    why.contains(&format!("it has {} bytes", MAX_LINE_BYTES + 1)),
+                    "{why}"
+                )
+            }
+            _ => panic!("the long line was not refused as too long"),
+        }
         // Exactly at the limit is read.
         let mut input = vec![b'y'; MAX_LINE_BYTES];
         input.push(b'\n');
