@@ -1512,4 +1512,51 @@ mod stage_tests {
         assert_eq!(get("output_tokens"), "5");
         assert_eq!(get("outcome"), "completed");
     }
+
+    #[test]
+    fn link_and_padding_figures_and_the_cdf_from_hand_built_counters() {
+        // Four requests with TTFTs 100, 200, 300 and 400 ms over 0–10 s.
+        let mut a = Aggregator::default();
+        for (i, ttft) in [100, 200, 300, 400].into_iter().enumerate() {
+            let at = 1000 * i as u64;
+            a.record(&completed(
+                i as u64 + 1,
+                [at, at + ttft, at + ttft, 10_000],
+                1,
+            ));
+        }
+        // Two links over the 10 s: 5 GB carried at 1 GB/s (half used) and
+        // 1 GB at 10 GB/s (a hundredth); one core scheduled 900 tokens
+        // padded to 1000.
+        let stats = RunStats {
+            requests: 4,
+            completed: 4,
+            links: vec![(5e9, 1e9), (1e9, 10e9)],
+            cores: vec![pdsim_cluster::CoreStats {
+                tokens_scheduled: 900,
+                tokens_padded: 1000,
+                ..Default::default()
+            }],
+            ..RunStats::default()
+        };
+        let s = a.summary(&stats, info());
+        let near = |x: f64, y: f64| (x - y).abs() <= 1e-12;
+        assert!(near(s.duration_s, 10.0));
+        assert!(
+            near(s.link_utilization_max, 0.5),
+            "{}",
+            s.link_utilization_max
+        );
+        assert!(near(s.link_utilization_mean, (0.5 + 0.01) / 2.0));
+        assert!(near(s.step_time_s.padded_tokens_share, 0.1));
+        // The CDF runs from the smallest TTFT (quantile 0) to the largest
+        // (quantile 1) through the median, to the histogram's 3 digits.
+        let cdf = a.cdf(super::Metric::Ttft);
+        let at = |q: f64| cdf.iter().find(|(_, p)| (*p - q).abs() < 1e-12).unwrap().0;
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-3 * y;
+        assert!(close(at(0.0), 100.0), "{cdf:?}");
+        assert!(close(at(0.5), 200.0), "{cdf:?}");
+        assert!(close(at(1.0), 400.0), "{cdf:?}");
+        assert!(cdf.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
+    }
 }

@@ -3236,4 +3236,49 @@ mod tests {
             "an empty name names nothing"
         );
     }
+
+    #[test]
+    fn no_hit_lru_forgets_beyond_its_size() {
+        // `lruSize: 3` over 4 endpoints: after cold requests to 0, 1, 2 the
+        // LRU holds exactly those three, so the fourth goes to the one never
+        // used, 3. Were it to hold only two, 0 would count as never used and
+        // win by input order.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: no-hit-lru-scorer\n  parameters: {lruSize: 3}\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 4]), 4);
+        let views = vec![EndpointView::default(); 4];
+        let picks: Vec<usize> = (0..5)
+            .map(|i| router.pick(&prompt(100 + i, 8), &views).unwrap().decode)
+            .collect();
+        // Taking 3 in evicts 0, the oldest, which then counts as never used
+        // again and comes first for the fifth.
+        assert_eq!(picks, vec![0, 1, 2, 3, 0]);
+    }
+
+    #[test]
+    fn the_affinity_filter_gives_way_when_the_cached_endpoint_costs_too_much_ttft() {
+        // `filter/prefixcacheaffinity/plugin.go`: endpoint 0 holds the whole
+        // prompt (10 of 10 blocks ≥ affinityThreshold 0.8), endpoint 1 none.
+        // At peakPrefillThroughput 1000 tokens/s, 0's in-flight backlog of
+        // 10,000 tokens is 10 s of TTFT over 1's 0: within
+        // maxTTFTPenaltyMs 18,000, so only 0 stays. At 30,000 tokens (30 s)
+        // it is not, and both stay.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-affinity-filter\n  parameters: {affinityThreshold: 0.8, maxTTFTPenaltyMs: 18000, peakPrefillThroughput: 1000}\n- type: queue-scorer\n";
+        let filtered = |backlog: u64| {
+            let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 2]), 1);
+            router.matches = vec![10, 0];
+            router.hashes = [0; 10].into();
+            router.block_size = 16;
+            router.inflight = Some((vec![1, 0], vec![backlog, 0]));
+            let mut candidates = vec![0, 1];
+            router.affinity_filter("prefix-cache-affinity-filter", &mut candidates);
+            candidates
+        };
+        assert_eq!(filtered(10_000), vec![0]);
+        assert_eq!(
+            filtered(18_000),
+            vec![0],
+            "exactly the penalty is within it"
+        );
+        assert_eq!(filtered(30_000), vec![0, 1]);
+    }
 }
