@@ -1742,4 +1742,30 @@ circuit_breakers: null
         let e = InferencePerf::new(&text, "c.yaml", 0).err().unwrap();
         assert!(e.message.contains("with random data"), "{e}");
     }
+
+    #[test]
+    fn a_length_spread_must_be_a_finite_non_negative_number() {
+        let with_std = |std: &str| {
+            EXPANDED.replacen(
+                "  type: shared_prefix\n  path: null\n  input_distribution: null\n  output_distribution: null\n  shared_prefix:\n    num_groups: 3\n    num_prompts_per_group: 2\n    system_prompt_len: 150\n    question_len: 600\n    output_len: 251\n",
+                &format!("  type: random\n  input_distribution: {{min: 10, max: 100, mean: 50, std_dev: {std}}}\n  output_distribution: {{min: 1, max: 8, mean: 2, std_dev: 4}}\n"),
+                1,
+            )
+        };
+        assert!(InferencePerf::new(&with_std("0"), "c.yaml", 0).is_ok());
+        for bad in ["-1", ".nan", ".inf"] {
+            let e = InferencePerf::new(&with_std(bad), "c.yaml", 0)
+                .err()
+                .unwrap_or_else(|| panic!("std_dev {bad} accepted"));
+            assert_eq!(
+                e.column.as_deref(),
+                Some("data.input_distribution.std_dev"),
+                "{e}"
+            );
+            assert!(
+                e.message.contains("must be a finite number, not negative"),
+                "{e}"
+            );
+        }
+    }
 }

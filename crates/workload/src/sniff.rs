@@ -416,4 +416,37 @@ mod tests {
         let reader = TraceReader::sniff(BufReader::new(&mooncake[..]), "t.jsonl", None, 0).unwrap();
         assert_eq!(reader.client_timeout_s(), None);
     }
+
+    #[test]
+    fn the_sniffed_reader_names_the_classes_its_trace_names() {
+        use crate::RequestSource;
+        let header = pdsim_spec::scenario::TraceHeader {
+            trace_version: 3,
+            time_unit: "microseconds".into(),
+            mode: "generated".into(),
+            workload_seed: Some(42),
+            server: None,
+            goodput_slo_targets: Default::default(),
+            session_context_growth: None,
+        };
+        let head = "request_id,client_id,tenant_id,slo_class,vllm_priority,session_id,round_index,prefix_group,prefix_length,streaming,input_tokens,output_tokens,text_tokens,image_tokens,audio_tokens,video_tokens,reason_ratio,model,deadline_us,server_input_tokens,arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,status,error_message,finish_reason,adapter\n";
+        let row = |id: u32, class: &str, at: u64| {
+            format!("{id},c1,,{class},0,,0,,0,true,10,2,10,0,0,0,0,,0,0,{at},{at},0,0,0,ok,,,\n")
+        };
+        let text = format!(
+            "{head}{}{}{}",
+            row(1, "gold", 0),
+            row(2, "", 5),
+            row(3, "silver", 9)
+        );
+        let mut reader =
+            TraceReader::sniff(BufReader::new(text.as_bytes()), "t.csv", Some(&header), 0).unwrap();
+        let classes: Vec<u16> = reader.by_ref().map(|r| r.unwrap().slo_class).collect();
+        let names = reader.slo_classes();
+        let name = |i: u16| names[i as usize].as_str();
+        assert_eq!(
+            classes.iter().map(|c| name(*c)).collect::<Vec<_>>(),
+            ["gold", "", "silver"]
+        );
+    }
 }

@@ -1140,4 +1140,27 @@ mod tests {
             .collect();
         assert_eq!(ids.len(), 96, "two turns share an answer's content");
     }
+
+    #[test]
+    fn a_prompt_over_the_token_limit_is_refused_whatever_its_split() {
+        // The limit is on prefix + input, so a prompt of no prefix and one
+        // token over the limit is refused as surely as a split one.
+        let over = (crate::MAX_TOKENS + 1) as u32;
+        for (prefix, input) in [(0, over), (over - 5, 5)] {
+            let text = format!("{HEAD}{}", row("", 0, "g", prefix, input, 1, 0));
+            let rows: Vec<_> = TraceV2Reader::new(&header(), text.as_bytes(), "t.csv")
+                .unwrap()
+                .collect();
+            let e = rows[0].as_ref().expect_err("too long");
+            assert!(e.message.contains("is more than the 10000000"), "{e}");
+        }
+        let text = format!(
+            "{HEAD}{}",
+            row("", 0, "g", 0, crate::MAX_TOKENS as u32, 1, 0)
+        );
+        let rows: Vec<_> = TraceV2Reader::new(&header(), text.as_bytes(), "t.csv")
+            .unwrap()
+            .collect();
+        assert!(rows[0].is_ok(), "exactly the limit is accepted");
+    }
 }
