@@ -504,11 +504,11 @@ pub fn load_config(
                     "epp-not-simulated",
                     format!("`{reference}` used as a filter is not simulated yet"),
                 ),
-                Some(_) => loader.problem(
-                    &format!("{pat}.pluginRef"),
-                    "epp-profile-plugin",
-                    format!("`{reference}` is not a filter, scorer or picker"),
-                ),
+                // `SchedulerProfile.AddPlugins` (`pkg/epp/scheduling/
+                // scheduler_profile.go`) keeps what is a filter, scorer or
+                // picker and passes over anything else a profile names (a
+                // parser, producer, decider or handler) without an error.
+                Some(_) => {}
             }
         }
         // Go adds weight × score in float64 as pdsim does, so any finite
@@ -2977,6 +2977,44 @@ mod tests {
                 .any(|p| p.message.contains("missing-decider")),
             "{problems:?}"
         );
+    }
+
+    #[test]
+    fn a_profile_naming_a_non_scheduling_plugin_passes_over_it_as_the_epp_does() {
+        // `SchedulerProfile.AddPlugins` keeps filters, scorers and pickers
+        // and skips the rest: a parser and a decider named in a profile are
+        // no error and take no part in it.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: vllmhttp-parser\n- type: always-disagg-pd-decider\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: vllmhttp-parser}, {pluginRef: always-disagg-pd-decider}, {pluginRef: queue-scorer}]\n";
+        let config = load_config("f", text, false).unwrap_or_else(|p| panic!("{p:?}"));
+        let profile = &config.profiles[0];
+        assert!(profile.filters.is_empty());
+        assert_eq!(profile.scorers, vec![("queue-scorer".to_string(), 1.0)]);
+    }
+
+    #[test]
+    fn registered_types_pdsim_does_not_run_are_refused_with_the_reason_not_as_unknown() {
+        for (plugin_type, why) in [
+            ("multicluster-queue-scorer", "several clusters"),
+            ("p2p-source-producer", "P2P"),
+            ("burst-prefix-cache-producer", "batch window"),
+            ("header-based-testing-filter", "conformance tests"),
+        ] {
+            let text = format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: {plugin_type}\n- type: queue-scorer\n"
+            );
+            let problems = load_config("f", &text, true).unwrap_err();
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert_eq!(problems[0].code, "epp-not-simulated", "{problems:?}");
+            assert!(problems[0].message.contains(why), "{problems:?}");
+        }
+        // Registered and simulated as what they are: the agent-identity
+        // header processor (no headers, so no identity) and the topology
+        // extractor (its only readers are refused on their own).
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: agent-identity\n  parameters: {additionalSessionHeaders: [x-my-session]}\n- type: topology-extractor\n  parameters: {zone: my/zone}\n- type: queue-scorer\n";
+        load_config("f", text, true).unwrap_or_else(|p| panic!("{p:?}"));
+        let wrong = text.replace("zone: my/zone", "zones: my/zone");
+        let problems = load_config("f", &wrong, true).unwrap_err();
+        assert_eq!(problems[0].code, "epp-plugin-parameter", "{problems:?}");
     }
 
     #[test]

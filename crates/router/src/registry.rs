@@ -49,6 +49,8 @@ const TOKEN_PARAMS: &[&str] = &["udsTokenizerConfig", "vllm", "estimate", "model
 
 const NOT_YET: &str = "its scheduling behaviour is not simulated yet";
 const EXTERNAL: &str = "it needs a service outside the cluster model (tokenizer, latency predictor, KV-event stream or metrics endpoint)";
+const MULTI_CLUSTER: &str =
+    "it routes across the InferencePools of several clusters, and pdsim simulates one cluster";
 
 macro_rules! plugins {
     ($( $name:literal => $role:ident, $params:expr, $alpha:literal, $sim:expr; )*) => {
@@ -179,6 +181,41 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "soft-reflective-ceiling-policy" => FlowControl, None, true, Some("its adaptive ceiling is not simulated yet");
     "sheddable-eviction-filter" => FlowControl, None, true, Some("in-flight eviction (flowControl.enableEviction) is not simulated");
     "priority-then-time-eviction-order-policy" => FlowControl, None, true, Some("in-flight eviction (flowControl.enableEviction) is not simulated");
+    // Registered at ebab687 too (`registerInTreePlugins`), in the groups the
+    // runner gives them.
+    // Request header processor, Alpha (`requestheader/agentidentity`): it
+    // copies the first agent session header it finds into the request's
+    // `agent-identity` attribute, from which the Director derives the
+    // fairness id. pdsim's requests carry no headers, so it finds none and
+    // sets nothing, as the EPP does for such a request.
+    "agent-identity" => Other, Some(&["additionalSessionHeaders"]), true, None;
+    // Screener, Alpha (`screener/disaggregatedsetrollout`).
+    "disaggregatedset-rollout-screener" => Other, None, true, Some("it screens endpoints by DisaggregatedSet revision labels and request headers during a rollout, and pdsim models no rollouts or revisions");
+    // Data producers, Alpha.
+    "burst-prefix-cache-producer" => Producer, None, true, Some("it holds arriving requests for a batch window and places prompt-sharing bursts jointly (`dataproducer/burstprefix`); that batching is not simulated yet");
+    "p2p-source-producer" => Producer, None, true, Some("it names a peer for the routing sidecar to pull cached KV from over a P2P connector (`x-kv-cache-source-host-port`), and pdsim simulates no P2P KV pulls");
+    // Data layer, Alpha (`datalayer/extractor/topology`): it stamps each
+    // endpoint with hostname, rack, zone and region from pod labels; only
+    // topology-affinity-filter and -scorer read them.
+    "topology-extractor" => DataLayer, Some(&["hostname", "rack", "zone", "region"]), true, None;
+    // Parsers: pdsim's requests arrive as tokens already, so parsing is moot
+    // (`parsers/vllmhttp`: vLLM's /inference/v1/generate; `parsers/sglanghttp`:
+    // SGLang's /generate); neither factory reads parameters.
+    "vllmhttp-parser" => Parser, Some(&[]), false, None;
+    "sglanghttp-parser" => Parser, Some(&[]), false, None;
+    // For the Gateway API conformance tests only.
+    "header-based-testing-filter" => Filter, None, false, Some("it is registered for the Gateway API conformance tests, which pick endpoints by a test header that pdsim's requests do not carry");
+    "destination-endpoint-served-verifier" => Other, None, false, Some("it is registered for the Gateway API conformance tests, to check which endpoint served a request");
+    // Multi-cluster variants, Alpha: they route across the InferencePools of
+    // several clusters.
+    "multicluster-approx-prefix-cache-producer" => Producer, None, true, Some(MULTI_CLUSTER);
+    "multicluster-file-discovery" => DataLayer, None, true, Some(MULTI_CLUSTER);
+    "multicluster-kv-cache-utilization-scorer" => Scorer, None, true, Some(MULTI_CLUSTER);
+    "multicluster-metrics-data-source" => DataLayer, None, true, Some(MULTI_CLUSTER);
+    "multicluster-metrics-extractor" => DataLayer, None, true, Some(MULTI_CLUSTER);
+    "multicluster-prefix-cache-scorer" => Scorer, None, true, Some(MULTI_CLUSTER);
+    "multicluster-queue-scorer" => Scorer, None, true, Some(MULTI_CLUSTER);
+    "multicluster-session-affinity-filter" => Filter, None, true, Some(MULTI_CLUSTER);
 };
 
 /// Types that older EPP releases had and the newest does not (§3.9).
@@ -219,4 +256,153 @@ pub const REMOVED: &[(&str, &str)] = &[
 
 pub fn lookup(name: &str) -> Option<&'static PluginType> {
     PLUGINS.iter().find(|p| p.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PLUGINS, REMOVED, Role, lookup};
+
+    /// Every type `registerInTreePlugins` (`cmd/epp/runner/runner.go` at
+    /// llm-d-router ebab687) registers, its name constant resolved to the
+    /// string: 97 types (`prefill-filter` and `decode-filter` are registered
+    /// twice).
+    const REGISTERED: &[&str] = &[
+        "active-request-scorer",
+        "agent-identity",
+        "always-disagg-multimodal-decider",
+        "always-disagg-pd-decider",
+        "anthropic-parser",
+        "approx-prefix-cache-producer",
+        "burst-prefix-cache-producer",
+        "by-label",
+        "by-label-selector",
+        "concurrency-detector",
+        "context-length-aware",
+        "core-metrics-extractor",
+        "data-parallel-profile-handler",
+        "dcgm-data-source",
+        "dcgm-extractor",
+        "decode-filter",
+        "destination-endpoint-served-verifier",
+        "disagg-headers-handler",
+        "disagg-profile-handler",
+        "disaggregatedset-rollout-screener",
+        "edf-ordering-policy",
+        "encode-filter",
+        "endpoint-attribute-filter",
+        "endpoint-attribute-scorer",
+        "endpoint-notification-source",
+        "fcfs-ordering-policy",
+        "file-discovery",
+        "global-strict-fairness-policy",
+        "header-based-testing-filter",
+        "header-label-affinity-scorer",
+        "header-profile-handler",
+        "inflight-load-producer",
+        "k8s-notification-source",
+        "kv-cache-utilization-scorer",
+        "label-selector-filter",
+        "latency-scorer",
+        "latency-slo-admitter",
+        "load-aware-scorer",
+        "lora-affinity-scorer",
+        "max-score-picker",
+        "metrics-data-source",
+        "mm-embeddings-cache-producer",
+        "mm-embeddings-cache-scorer",
+        "models-data-extractor",
+        "models-data-source",
+        "multicluster-approx-prefix-cache-producer",
+        "multicluster-file-discovery",
+        "multicluster-kv-cache-utilization-scorer",
+        "multicluster-metrics-data-source",
+        "multicluster-metrics-extractor",
+        "multicluster-prefix-cache-scorer",
+        "multicluster-queue-scorer",
+        "multicluster-session-affinity-filter",
+        "no-hit-lru-scorer",
+        "openai-parser",
+        "p2p-source-producer",
+        "passthrough-parser",
+        "pd-profile-handler",
+        "precise-prefix-cache-producer",
+        "precise-prefix-cache-scorer",
+        "predicted-latency-producer",
+        "prefill-filter",
+        "prefill-header-handler",
+        "prefix-based-pd-decider",
+        "prefix-cache-affinity-filter",
+        "prefix-cache-scorer",
+        "priority-holdback-policy",
+        "priority-then-time-eviction-order-policy",
+        "probabilistic-admitter",
+        "program-aware-fairness",
+        "queue-scorer",
+        "random-picker",
+        "request-attribute-reporter",
+        "round-robin-fairness-policy",
+        "running-requests-size-scorer",
+        "session-affinity-filter",
+        "session-affinity-scorer",
+        "session-id-producer",
+        "sglanghttp-parser",
+        "sheddable-eviction-filter",
+        "single-profile-handler",
+        "slo-deadline-ordering-policy",
+        "slo-headroom-tier-filter",
+        "soft-reflective-ceiling-policy",
+        "static-usage-limit-policy",
+        "token-load-scorer",
+        "token-producer",
+        "tokenizer",
+        "topology-affinity-filter",
+        "topology-affinity-scorer",
+        "topology-extractor",
+        "utilization-detector",
+        "utilization-filter",
+        "vertexai-parser",
+        "vllmgrpc-parser",
+        "vllmhttp-parser",
+        "weighted-random-picker",
+    ];
+
+    #[test]
+    fn every_type_the_epp_registers_is_known_and_nothing_else() {
+        for name in REGISTERED {
+            assert!(lookup(name).is_some(), "`{name}` is registered by the EPP");
+        }
+        for p in PLUGINS {
+            assert!(
+                REGISTERED.contains(&p.name),
+                "`{}` is not registered",
+                p.name
+            );
+        }
+        assert_eq!(PLUGINS.len(), REGISTERED.len(), "a type listed twice");
+        for (name, _) in REMOVED {
+            assert!(!REGISTERED.contains(name), "`{name}` is registered");
+        }
+    }
+
+    #[test]
+    fn a_type_pdsim_does_not_run_says_why_and_the_parsers_run() {
+        for p in PLUGINS {
+            if let Some(why) = p.not_simulated {
+                assert!(why.len() > 20, "`{}`: {why}", p.name);
+            }
+        }
+        for parser in PLUGINS
+            .iter()
+            .filter(|p| p.role == Role::Parser && p.params.is_some())
+        {
+            assert_eq!(parser.not_simulated, None, "{}", parser.name);
+        }
+        assert!(
+            lookup("multicluster-queue-scorer")
+                .unwrap()
+                .not_simulated
+                .unwrap()
+                .contains("one cluster")
+        );
+    }
 }
