@@ -21,7 +21,37 @@ pub const API_VERSIONS: &[&str] = &[
 ];
 
 /// Feature gates the EPP knows.
-pub const FEATURE_GATES: &[&str] = &["flowControl", "dataLayer", "enableLegacyMetrics"];
+/// The feature gates the EPP registers, with their defaults
+/// (`loader.RegisterFeatureGate` in `cmd/epp/runner/runner.go`:
+/// `flowcontrol.FeatureGate` off, `runserver.HAPopulateNonLeaderDatastoreFeatureGate`
+/// on). `haPopulateNonLeaderDatastore` concerns standby EPP replicas, which
+/// pdsim does not run, so it changes nothing here.
+pub const FEATURE_GATES: &[(&str, bool)] = &[
+    ("flowControl", false),
+    ("haPopulateNonLeaderDatastore", true),
+];
+
+/// A gate entry as `validateFeatureGates` and `loadFeatureConfig`
+/// (`pkg/epp/config/loader/`) read it: `name` or `name=value`, the name
+/// untrimmed, the value through Go's `strconv.ParseBool` after lower-casing
+/// and trimming. `Err` carries the EPP's message.
+fn parse_gate(entry: &str) -> Result<(&str, bool), String> {
+    let mut parts = entry.split('=');
+    let name = parts.next().unwrap_or("");
+    if !FEATURE_GATES.iter().any(|(g, _)| *g == name) {
+        return Err(format!("feature gate '{name}' is unknown or unregistered"));
+    }
+    let Some(value) = parts.next() else {
+        return Ok((name, true));
+    };
+    match value.trim().to_lowercase().as_str() {
+        "1" | "t" | "true" => Ok((name, true)),
+        "0" | "f" | "false" => Ok((name, false)),
+        _ => Err(format!(
+            "{value} is not a valid value for the feature gate {name} (strconv.ParseBool refuses it)"
+        )),
+    }
+}
 
 const TOP_LEVEL: &[&str] = &[
     "apiVersion",
@@ -245,6 +275,7 @@ pub fn load_config(
 
     // Feature gates.
     let mut feature_gates = Vec::new();
+    let mut gates_on: std::collections::BTreeMap<&str, bool> = std::collections::BTreeMap::new();
     for (i, gate) in top
         .get("featureGates")
         .and_then(Value::as_sequence)
@@ -253,15 +284,25 @@ pub fn load_config(
         .enumerate()
     {
         let gate = gate.as_str().unwrap_or("");
-        if !FEATURE_GATES.contains(&gate) {
-            loader.problem(
-                &format!("featureGates[{i}]"),
-                "epp-feature-gate",
-                format!("feature gate `{gate}` is not registered"),
-            );
-        }
+        match parse_gate(gate) {
+            Ok((name, on)) => gates_on.insert(name, on),
+            Err(why) => {
+                loader.problem(&format!("featureGates[{i}]"), "epp-feature-gate", why);
+                None
+            }
+        };
         feature_gates.push(gate.to_string());
     }
+    // Registered defaults, then the entries in order, the last one winning
+    // (`loadFeatureConfig` assigns into one map).
+    let gate_on = |name: &str| {
+        gates_on.get(name).copied().unwrap_or_else(|| {
+            FEATURE_GATES
+                .iter()
+                .find(|(g, _)| *g == name)
+                .is_some_and(|(_, default)| *default)
+        })
+    };
 
     // Plugins, in list order.
     let mut plugins: Vec<Plugin> = Vec::new();
@@ -632,12 +673,7 @@ pub fn load_config(
 
     // Data layer and parsers: references must resolve. The saturation
     // detector and the flowControl section: `load_flow_control`.
-    let flow_control = load_flow_control(
-        &mut loader,
-        top,
-        &plugins,
-        feature_gates.iter().any(|g| g == "flowControl"),
-    );
+    let flow_control = load_flow_control(&mut loader, top, &plugins, gate_on("flowControl"));
     let mut extractors: Vec<(String, String)> = Vec::new();
     for section in ["data", "dataLayer"] {
         let Some(map) = top.get(section).and_then(Value::as_mapping) else {
@@ -3015,6 +3051,54 @@ mod tests {
         let wrong = text.replace("zone: my/zone", "zones: my/zone");
         let problems = load_config("f", &wrong, true).unwrap_err();
         assert_eq!(problems[0].code, "epp-plugin-parameter", "{problems:?}");
+    }
+
+    #[test]
+    fn feature_gates_are_the_registered_ones_with_go_booleans() {
+        // `validateFeatureGates` / `loadFeatureConfig`: `name[=bool]`, the
+        // last entry for a name winning; unknown names and values that
+        // `strconv.ParseBool` refuses are errors.
+        let with = |gates: &str| {
+            load_config(
+                "f",
+                &format!(
+                    "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: {gates}\nplugins:\n- type: queue-scorer\n"
+                ),
+                false,
+            )
+        };
+        let on = |gates: &str| {
+            with(gates)
+                .unwrap_or_else(|p| panic!("{gates}: {p:?}"))
+                .flow_control
+                .is_some()
+        };
+        assert!(on("[flowControl]"));
+        assert!(on("[flowControl=TRUE]"));
+        assert!(on("[\"flowControl= 1 \"]"));
+        assert!(!on("[flowControl=f]"));
+        assert!(
+            !on("[flowControl, flowControl=false]"),
+            "the last entry wins"
+        );
+        assert!(!on("[haPopulateNonLeaderDatastore]"));
+        assert!(!on("[]"), "off by default");
+        for (gates, why) in [
+            (
+                "[dataLayer]",
+                "feature gate 'dataLayer' is unknown or unregistered",
+            ),
+            ("[enableLegacyMetrics]", "'enableLegacyMetrics' is unknown"),
+            ("[\" flowControl\"]", "' flowControl' is unknown"),
+            (
+                "[flowControl=maybe]",
+                "maybe is not a valid value for the feature gate flowControl",
+            ),
+        ] {
+            let problems = with(gates).unwrap_err();
+            assert_eq!(problems[0].code, "epp-feature-gate", "{problems:?}");
+            assert!(problems[0].message.contains(why), "{gates}: {problems:?}");
+        }
     }
 
     #[test]

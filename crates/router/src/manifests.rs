@@ -295,17 +295,13 @@ pub fn load_manifests(file: &str, text: &str) -> Result<Manifests, Vec<RouterPro
                     file,
                     &at,
                     &spec,
-                    &["priority", "poolRef", "targetModels"],
+                    // `InferenceObjectiveSpec` (`apix/v1alpha2/
+                    // inferenceobjective_types.go`) has these two fields and
+                    // no other; `targetModels` was the retired InferenceModel
+                    // CRD's, and the API server's strict decoding refuses it
+                    // as any unknown field.
+                    &["priority", "poolRef"],
                 );
-                if spec.contains_key("targetModels") {
-                    problems.push(RouterProblem {
-                        file: file.into(),
-                        path: format!("{at}.targetModels"),
-                        line: None,
-                        code: "epp-not-simulated",
-                        message: "`targetModels` sends requests to LoRA adapters; pdsim serves no adapters".into(),
-                    });
-                }
                 // `Priority *int`; omitted or null is 0.
                 let priority_value = spec.get("priority").unwrap_or(&Value::Null);
                 if !crate::config::go_accepts(GoType::Int, priority_value) {
@@ -474,5 +470,28 @@ fn locate(
             .find_map(|p| problem.path.strip_prefix(p))
             .map_or("", |rest| rest.trim_start_matches('.'));
         problem.line = index.line_of(inner).or_else(|| index.line_of(""));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load_manifests;
+
+    #[test]
+    fn an_inference_objective_field_the_crd_lacks_is_an_unknown_field() {
+        let text = "apiVersion: inference.networking.x-k8s.io/v1alpha2\nkind: InferenceObjective\nmetadata:\n  name: chat\nspec:\n  priority: 5\n  poolRef:\n    name: pool\n  targetModels:\n  - name: adapter-a\n";
+        let problems = load_manifests("m.yaml", text).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        let p = &problems[0];
+        assert_eq!(p.code, "unknown-key");
+        assert_eq!(p.message, "unknown field `targetModels`");
+        assert_eq!(p.line, Some(9), "{p:?}");
+        // Without it, the objective loads with its priority and pool.
+        let text = text.split("  targetModels").next().unwrap();
+        let m = load_manifests("m.yaml", text).unwrap();
+        assert_eq!(
+            (m.objectives[0].priority, m.objectives[0].pool.as_str()),
+            (5, "pool")
+        );
     }
 }
