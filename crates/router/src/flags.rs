@@ -41,10 +41,6 @@ const KNOWN: &[&str] = &[
     "metrics-client-ca-file",
     "metrics-cert-dir",
     "allow-experimental-plugins",
-    "model-server-metrics-scheme",
-    "model-server-metrics-path",
-    "model-server-metrics-https-insecure-skip-verify",
-    "model-server-metrics-port",
     "v",
     "zap-devel",
     "zap-encoder",
@@ -52,6 +48,115 @@ const KNOWN: &[&str] = &[
     "zap-stacktrace-level",
     "zap-time-encoding",
 ];
+
+/// Flags the EPP had and `ebab687` no longer defines, so its flag parser
+/// fails on them ("unknown flag"): removed in llm-d-router `936f064`
+/// (#1940, "remove deprecated model-server-metrics CLI flags").
+const REMOVED: &[&str] = &[
+    "model-server-metrics-scheme",
+    "model-server-metrics-path",
+    "model-server-metrics-https-insecure-skip-verify",
+    "model-server-metrics-port",
+];
+
+/// Integer flags (`fs.IntVar`, and the logging options' `fs.IntVarP` for
+/// `v`), and which of them name a port the EPP listens on (`net.Listen`
+/// refuses a port outside 0–65535, so the EPP does not start).
+const INTEGER: &[(&str, bool)] = &[
+    ("grpc-port", true),
+    ("grpc-health-port", true),
+    ("metrics-port", true),
+    ("v", false),
+];
+
+/// Duration flags (`fs.DurationVar`).
+const DURATION: &[&str] = &[
+    "refresh-metrics-interval",
+    "refresh-prometheus-metrics-interval",
+    "metrics-staleness-threshold",
+    "drain-timeout",
+];
+
+/// pflag's `intValue.Set`: `strconv.ParseInt(s, 0, 64)` — an optional
+/// sign, then decimal, or `0x`, `0o`, `0b` or a leading `0` (octal), with
+/// `_` between digits (or after a base prefix) as Go's integer literals
+/// allow (`underscoreOK` in Go's `strconv/atoi.go`).
+fn parse_go_int(text: &str) -> Option<i64> {
+    let (negative, body) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let lower = body.to_ascii_lowercase();
+    let prefix = ["0x", "0o", "0b"]
+        .into_iter()
+        .find(|p| lower.starts_with(p));
+    if lower.contains('_') && !underscores_ok(&lower, prefix.is_some()) {
+        return None;
+    }
+    let clean: String = lower.chars().filter(|c| *c != '_').collect();
+    let (radix, digits) = match prefix {
+        Some("0x") => (16, &clean[2..]),
+        Some("0o") => (8, &clean[2..]),
+        Some(_) => (2, &clean[2..]),
+        None if clean.len() > 1 && clean.starts_with('0') => (8, &clean[1..]),
+        None => (10, &clean[..]),
+    };
+    // `from_str_radix` would take a second sign.
+    if digits.is_empty() || digits.starts_with(['+', '-']) {
+        return None;
+    }
+    let magnitude = u64::from_str_radix(digits, radix).ok()?;
+    if negative {
+        if magnitude > 1u64 << 63 {
+            return None;
+        }
+        Some((magnitude as i64).wrapping_neg())
+    } else {
+        i64::try_from(magnitude).ok()
+    }
+}
+
+/// Go's `underscoreOK` over an unsigned, lower-cased literal: each `_`
+/// follows a digit or the base prefix and is followed by a digit.
+fn underscores_ok(literal: &str, prefixed: bool) -> bool {
+    // The last character class: '^' start, '0' digit or prefix, '_', '!'.
+    let mut saw = '^';
+    let bytes = literal.as_bytes();
+    let mut i = 0;
+    let hex = prefixed && bytes[1] == b'x';
+    if prefixed {
+        i = 2;
+        saw = '0';
+    }
+    while i < bytes.len() {
+        let c = bytes[i];
+        i += 1;
+        if c.is_ascii_digit() || (hex && (b'a'..=b'f').contains(&c)) {
+            saw = '0';
+        } else if c == b'_' {
+            if saw != '0' {
+                return false;
+            }
+            saw = '_';
+        } else {
+            if saw == '_' {
+                return false;
+            }
+            saw = '!';
+        }
+    }
+    saw != '_'
+}
+
+/// pflag's `boolValue.Set`: Go's `strconv.ParseBool`, case as written.
+fn parse_go_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
 
 /// Deprecated flags the EPP rejects when set.
 const REJECTED: &[&str] = &[
@@ -181,7 +286,6 @@ const BOOLEAN: &[&str] = &[
     "secure-serving",
     "metrics-endpoint-auth",
     "allow-experimental-plugins",
-    "model-server-metrics-https-insecure-skip-verify",
     "zap-devel",
 ];
 
@@ -232,6 +336,16 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
             );
             continue;
         }
+        if REMOVED.contains(&name) {
+            problem(
+                path,
+                "epp-flag-unknown",
+                format!(
+                    "--{name} is not an EPP flag: llm-d-router removed it in 936f064 (#1940); the metrics endpoint is set in the metrics-data-source plugin's parameters"
+                ),
+            );
+            continue;
+        }
         if !KNOWN.contains(&name) {
             problem(
                 path,
@@ -260,8 +374,68 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
                 }
             },
         };
+        // Every value by its Go type first, as pflag sets it.
+        if BOOLEAN.contains(&name) && parse_go_bool(value).is_none() {
+            problem(
+                path,
+                "epp-flag-value",
+                format!(
+                    "--{name} `{value}` is not a boolean (strconv.ParseBool takes 1, t, T, TRUE, true, True, 0, f, F, FALSE, false or False)"
+                ),
+            );
+            continue;
+        }
+        if let Some((_, port)) = INTEGER.iter().find(|(n, _)| *n == name) {
+            match parse_go_int(value) {
+                None => {
+                    problem(
+                        path,
+                        "epp-flag-value",
+                        format!("--{name} `{value}` is not an integer (strconv.ParseInt)"),
+                    );
+                    continue;
+                }
+                Some(n) if *port && !(0..=65535).contains(&n) => {
+                    problem(
+                        path,
+                        "epp-flag-value",
+                        format!(
+                            "--{name} {n} is not a port: the EPP cannot listen on it (0 to 65535)"
+                        ),
+                    );
+                    continue;
+                }
+                Some(_) => {}
+            }
+        }
+        if DURATION.contains(&name) && parse_go_duration(value).is_none() {
+            problem(
+                path,
+                "epp-flag-value",
+                format!(
+                    "--{name} `{value}` is not a duration (time.ParseDuration, e.g. 50ms or 1m30s)"
+                ),
+            );
+            continue;
+        }
         match name {
+            "pool-name" if value.is_empty() => problem(
+                path,
+                "epp-flag-value",
+                "--pool-name is empty: the EPP needs the name of its InferencePool (or --endpoint-selector instead)".into(),
+            ),
             "pool-name" => out.pool_name = Some(value.to_string()),
+            "endpoint-target-ports" => {
+                // `fs.IntSliceVar`: comma-separated integers.
+                let ports: Vec<Option<i64>> = value.split(',').map(|p| parse_go_int(p.trim())).collect();
+                if ports.iter().any(|p| p.is_none_or(|n| !(0..=65535).contains(&n))) || ports.len() > 8 {
+                    problem(
+                        path,
+                        "epp-flag-value",
+                        format!("--endpoint-target-ports `{value}`: 1 to 8 comma-separated ports, each 0 to 65535 (options.go, Validate)"),
+                    );
+                }
+            }
             "endpoint-selector" => {
                 let mut selector = BTreeMap::new();
                 for pair in value.split(',').filter(|p| !p.is_empty()) {
@@ -279,27 +453,15 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
                 out.endpoint_selector = Some(selector);
             }
             // Values below the minimum, zero and negative ones included,
-            // are clamped to it (`options.go`, `Validate`).
-            "refresh-metrics-interval" => match parse_go_duration(value) {
-                Some(ns) => {
-                    out.refresh_interval_ns = u64::try_from(ns).unwrap_or(0).max(MIN_REFRESH_NS)
-                }
-                None => problem(
-                    path,
-                    "epp-flag-value",
-                    format!("--refresh-metrics-interval `{value}` is not a duration"),
-                ),
-            },
-            // pflag reads booleans with Go's `strconv.ParseBool`.
-            "allow-experimental-plugins" => match value {
-                "1" | "t" | "T" | "TRUE" | "true" | "True" => out.allow_experimental = true,
-                "0" | "f" | "F" | "FALSE" | "false" | "False" => out.allow_experimental = false,
-                _ => problem(
-                    path,
-                    "epp-flag-value",
-                    format!("--allow-experimental-plugins `{value}` is not true or false"),
-                ),
-            },
+            // are clamped to it (`options.go`, `Validate`), as the EPP
+            // does with a warning.
+            "refresh-metrics-interval" => {
+                let ns = parse_go_duration(value).unwrap_or(0);
+                out.refresh_interval_ns = u64::try_from(ns).unwrap_or(0).max(MIN_REFRESH_NS)
+            }
+            "allow-experimental-plugins" => {
+                out.allow_experimental = parse_go_bool(value).unwrap_or(false)
+            }
             "config-file" => out.config_file = Some(value.to_string()),
             "config-text" => out.config_text = Some(value.to_string()),
             _ => {}
@@ -434,5 +596,77 @@ mod tests {
             vec!["epp-flag-rejected", "epp-flag-unknown", "epp-flag-conflict"]
         );
         assert!(problems[1].message.contains("--warp"));
+    }
+
+    #[test]
+    fn go_integers_as_strconv_reads_them() {
+        use super::parse_go_int;
+        for (text, want) in [
+            ("9002", Some(9002)),
+            ("-3", Some(-3)),
+            ("+7", Some(7)),
+            ("0x1F", Some(31)),
+            ("0o17", Some(15)),
+            ("017", Some(15)),
+            ("0b101", Some(5)),
+            ("1_000", Some(1000)),
+            ("0x_ff", Some(255)),
+            ("0", Some(0)),
+            ("abc", None),
+            ("", None),
+            ("1__0", None),
+            ("_1", None),
+            ("1_", None),
+            ("08", None),
+            ("0x", None),
+            ("--1", None),
+            ("+-1", None),
+            ("9223372036854775808", None),
+            ("-9223372036854775808", Some(i64::MIN)),
+        ] {
+            assert_eq!(parse_go_int(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn flag_values_are_checked_by_their_go_types() {
+        let one = |flag: &str| parse_flags("d.yaml", &[flag.to_string()]);
+        for bad in [
+            "--v=abc",
+            "--tracing=maybe",
+            "--tracing=yes",
+            "--grpc-port=70000",
+            "--metrics-port=-1",
+            "--grpc-health-port=0x10000",
+            "--drain-timeout=5",
+            "--metrics-staleness-threshold=soon",
+            "--pool-name=",
+            "--endpoint-target-ports=8000,70000",
+            "--endpoint-target-ports=1,2,3,4,5,6,7,8,9",
+        ] {
+            let problems = one(bad).expect_err(bad);
+            assert_eq!(problems.len(), 1, "{bad}: {problems:?}");
+            assert_eq!(problems[0].code, "epp-flag-value", "{bad}: {problems:?}");
+        }
+        for good in [
+            "--v=4",
+            "--v=-1",
+            "--tracing=False",
+            "--tracing",
+            "--grpc-port=65535",
+            "--metrics-port=0",
+            "--drain-timeout=1m30s",
+            "--endpoint-target-ports=8000,8001",
+            // Clamped to the 50 ms floor with a warning, not refused.
+            "--refresh-metrics-interval=-1s",
+        ] {
+            one(good).unwrap_or_else(|p| panic!("{good}: {p:?}"));
+        }
+        let p = one("--grpc-port=70000").unwrap_err();
+        assert!(p[0].message.contains("is not a port"), "{p:?}");
+        // Flags ebab687 no longer defines fail as unknown, with when.
+        let p = one("--model-server-metrics-port=8000").unwrap_err();
+        assert_eq!(p[0].code, "epp-flag-unknown");
+        assert!(p[0].message.contains("936f064"), "{p:?}");
     }
 }
