@@ -256,3 +256,24 @@ fn requests_arriving_together_are_served_in_trace_order() {
         "{a:?}\n{b:?}"
     );
 }
+
+/// A core's KV usage is weighted by step time: one 1000-token request
+/// holds 63 blocks (⌈1004 / 16⌉, its prompt and four tokens) in every step,
+/// so its time-weighted mean usage equals its peak.
+#[test]
+fn kv_usage_is_weighted_by_the_time_each_step_takes() {
+    let cluster = cluster();
+    let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
+        MooncakeReader::new(std::io::Cursor::new(requests(&[0]).into_bytes()), "t.jsonl"),
+    );
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut source, 0, true, &mut sink).expect("runs");
+    let core = &stats.cores[0];
+    assert!(core.busy_ns > 0 && core.kv_usage_peak > 0.0, "{core:?}");
+    let mean = core.kv_usage_ns / core.busy_ns as f64;
+    assert!(
+        (mean - core.kv_usage_peak).abs() <= 1e-9 * core.kv_usage_peak,
+        "mean {mean}, peak {}",
+        core.kv_usage_peak
+    );
+}

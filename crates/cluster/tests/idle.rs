@@ -529,6 +529,16 @@ fn link_windows_report_bytes_over_the_link_capacity_of_their_second() {
         .filter_map(|r| r.transfer_start)
         .min()
         .expect("a transfer");
+    // Every second in which a transfer started has its window.
+    for r in &sink.memory.records {
+        if let Some(start) = r.transfer_start {
+            let second = start.as_ns() / 1_000_000_000 * 1_000_000_000;
+            assert!(
+                out.iter().any(|w| w.window_start.as_ns() == second),
+                "no window for the transfer at {start:?}"
+            );
+        }
+    }
     let first_window = out.iter().map(|w| w.window_start).min().unwrap();
     assert_eq!(
         first_window.as_ns(),

@@ -917,3 +917,37 @@ fn launches_add_to_the_step() {
         "{full:?} {eager:?}"
     );
 }
+
+/// Attention also writes the step's new tokens into the KV cache: two
+/// batches alike in everything the GEMMs, the head and the attention reads
+/// see (padded tokens, requests, context, pairs) but with 100 more new
+/// tokens in the second move 100 tokens' KV more, 32 layers × 4,096 bytes
+/// (8 KV heads × 128 × K and V × 2 bytes) each: 13.1 MB, about 4–5 µs at
+/// H100's derated bandwidth (3.35 TB/s × 0.8).
+#[test]
+fn new_tokens_are_written_to_the_kv_cache() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let base = Batch {
+        num_reqs: 1,
+        prefill_reqs: 1,
+        decode_reqs: 0,
+        prefill_tokens: 100,
+        decode_tokens: 0,
+        spec_tokens: 0,
+        padded_tokens: 200,
+        graph: GraphMode::Piecewise,
+        attn_context_tokens: 1000,
+        attn_pairs: 100_000,
+        dbo: false,
+    };
+    let more = Batch {
+        prefill_tokens: 200,
+        ..base
+    };
+    let delta = model.step(&more).memory_ns as f64 - model.step(&base).memory_ns as f64;
+    let expected_ns = 32.0 * 4096.0 * 100.0 / (3.35e12 * 0.8) * 1e9;
+    assert!(
+        (delta - expected_ns).abs() <= 0.05 * expected_ns + 1.0,
+        "{delta} ns more memory time, expected {expected_ns:.0}"
+    );
+}

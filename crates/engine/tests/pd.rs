@@ -37,8 +37,20 @@ fn a_decode_side_prefix_hit_shrinks_the_transfer_by_exactly_the_cached_blocks() 
         step(&mut decode);
     }
     // A disaggregated request sharing them: only the other 36 tokens move.
+    let (queried, hit) = (decode.prefix_queries_tokens, decode.prefix_hits_tokens);
+    assert_eq!(
+        (queried, hit),
+        (74, 0),
+        "the first request found nothing cached"
+    );
     decode.add_request(request(1, &[(7, 64), (2, 36)], 5, KvTransfer::Consume));
     let events = step(&mut decode);
+    // Its 100 prompt tokens are queried and 64 hit, as vLLM's prefix-cache
+    // stats count a request the connector will fill.
+    assert_eq!(
+        (decode.prefix_queries_tokens, decode.prefix_hits_tokens),
+        (queried + 100, hit + 64)
+    );
     assert_eq!(
         events,
         vec![EngineEvent::NeedsKv {

@@ -707,3 +707,32 @@ fn without_chunked_prefill_a_prompt_waits_until_it_fits_whole() {
         "40 tokens fit the 40 left"
     );
 }
+
+/// The batch handed to the cost model sums, over the scheduled requests,
+/// the context each one's attention reads (tokens already computed plus its
+/// new ones) and its causal query-key pairs, q·c + q·(q + 1)/2 for q new
+/// tokens after c computed. Three 20-token prompts, then (their first
+/// tokens sampled) one decode token each after 20 computed and a 97-token
+/// chunk of a new prompt:
+/// - step 1: context 3 · 20 = 60; pairs 3 · (20 · 21 / 2) = 630.
+/// - step 2: context 3 · 21 + 97 = 160; pairs 3 · (20 + 1) + 97 · 98 / 2 =
+///   63 + 4753 = 4816.
+#[test]
+fn the_batch_sums_attention_context_and_causal_pairs() {
+    let mut engine = Engine::new(config());
+    let mut rng = stream();
+    for id in 0..3 {
+        engine.add_request(request(id, &[(id as u64, 20)], 10));
+    }
+    let batch = engine.schedule().unwrap();
+    assert_eq!((batch.attn_context_tokens, batch.attn_pairs), (60, 630));
+    assert_eq!(
+        (batch.num_reqs, batch.prefill_reqs, batch.decode_reqs),
+        (3, 3, 0)
+    );
+    engine.complete_step(&mut rng);
+    engine.add_request(request(9, &[(9, 500)], 10));
+    let batch = engine.schedule().unwrap();
+    assert_eq!((batch.prefill_tokens, batch.decode_tokens), (97, 3));
+    assert_eq!((batch.attn_context_tokens, batch.attn_pairs), (160, 4816));
+}
