@@ -1559,4 +1559,29 @@ mod stage_tests {
         assert!(close(at(1.0), 400.0), "{cdf:?}");
         assert!(cdf.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
     }
+
+    #[test]
+    fn an_itl_slo_judges_requests_with_a_second_token_only() {
+        use super::slo::{ClassNames, Slo, SloPlan};
+        // ITL ≤ 50 ms: A decodes at 100 ms per token (10 gaps over 1 s) and
+        // misses; C has one token, no gap, so only its TTFT counts and it
+        // meets; B decodes at 40 ms per token and meets.
+        let slo = SloPlan::new(
+            Some(Slo::parse("ttft_ms=1000,itl_ms=50").unwrap()),
+            &Default::default(),
+            &Default::default(),
+            ClassNames::new(&[String::new()]),
+        );
+        let mut a = Aggregator::with_slo(slo);
+        a.record(&completed(1, [0, 100, 1100, 1100], 11));
+        a.record(&completed(2, [0, 100, 260, 260], 5));
+        a.record(&completed(3, [0, 100, 100, 100], 1));
+        let stats = RunStats {
+            requests: 3,
+            completed: 3,
+            ..RunStats::default()
+        };
+        let g = a.summary(&stats, info()).goodput.expect("an SLO");
+        assert_eq!((g.requests, g.requests_met), (3, 2));
+    }
 }
