@@ -1768,4 +1768,49 @@ circuit_breakers: null
             );
         }
     }
+
+    #[test]
+    fn a_client_timeout_and_the_stages_span_are_bounded() {
+        // A timeout must be positive (and at most 30 days); 0 would give up
+        // on every request at once.
+        for (timeout, ok) in [
+            ("0", false),
+            ("-5", false),
+            ("0.5", true),
+            ("2592000", true),
+            ("2592001", false),
+        ] {
+            let text = EXPANDED.replacen(
+                "  request_timeout: null",
+                &format!("  request_timeout: {timeout}"),
+                1,
+            );
+            let result = InferencePerf::new(&text, "c.yaml", 0);
+            assert_eq!(result.is_ok(), ok, "request_timeout {timeout}");
+            if !ok {
+                assert_eq!(
+                    result.err().unwrap().column.as_deref(),
+                    Some("load.request_timeout")
+                );
+            }
+        }
+        // Stages that last longer than the year pdsim replays are refused:
+        // 40,000,000 s at 1e-6 requests per second (40 requests).
+        let stages = "  stages:\n  - rate: 5.0\n    duration: 4\n  - rate: 2.5\n    duration: 2\n";
+        let long = EXPANDED.replacen(
+            stages,
+            "  stages:\n  - rate: 0.000001\n    duration: 40000000\n",
+            1,
+        );
+        let e = InferencePerf::new(&long, "c.yaml", 0)
+            .err()
+            .expect("over a year");
+        assert!(e.message.contains("one year"), "{e}");
+        let year = EXPANDED.replacen(
+            stages,
+            "  stages:\n  - rate: 0.000001\n    duration: 30000000\n",
+            1,
+        );
+        InferencePerf::new(&year, "c.yaml", 0).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
