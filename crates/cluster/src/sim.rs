@@ -716,18 +716,23 @@ impl<'a> Sim<'a> {
             pod_cores.push(pods);
         }
         let disaggregated = cluster.pools.iter().any(|p| p.role != Role::Colocated);
-        // The router's endpoints: each pod, or each group of its ranks the
-        // load-balancing mode exposes separately.
+        // The router's endpoints: each pod the EPP's pool selects, or each
+        // group of its ranks the load-balancing mode exposes separately. A
+        // pod outside the selector is no endpoint and never gets a request.
         let mut pods = Vec::new();
         let mut pod_labels = Vec::new();
         for (pool, list) in pod_cores.iter().enumerate() {
+            let labels = cluster.pool_labels.get(pool).cloned().unwrap_or_default();
+            if !cluster.epp.selects(&labels) {
+                continue;
+            }
             let per = cluster.pools[pool].ranks_per_endpoint.max(1) as usize;
             for (first, len) in list {
                 let mut start = *first;
                 while start < first + len {
                     let n = per.min(first + len - start);
                     pods.push((start, n));
-                    pod_labels.push(cluster.pool_labels.get(pool).cloned().unwrap_or_default());
+                    pod_labels.push(labels.clone());
                     start += n;
                 }
             }

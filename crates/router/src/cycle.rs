@@ -1517,6 +1517,10 @@ impl Router {
         let config = std::sync::Arc::clone(&self.config);
         let profile = config.profiles.iter().find(|p| p.name == name)?;
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
+        // A pool whose selector matches no pod has no endpoint at all.
+        if candidates.is_empty() {
+            return None;
+        }
         for filter in &profile.filters {
             let plugin = config.plugin(filter);
             match plugin.map(|p| p.plugin_type.as_str()) {

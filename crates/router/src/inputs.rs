@@ -45,6 +45,32 @@ impl RouterInputs {
     pub fn is_builtin(&self) -> bool {
         self.config_origin == BUILTIN_ORIGIN
     }
+
+    /// The labels a pod must carry to be one of the EPP's endpoints: the
+    /// `--endpoint-selector` of a standalone EPP, or the `selector.matchLabels`
+    /// of the InferencePool `--pool-name` names among the manifests (the
+    /// EPP's datastore keeps the pods that match, `pkg/epp/datastore`). `None`:
+    /// every pod, as for a deployment that gives neither (the pool is then
+    /// taken to select the deployment's pods). [`check_router_inputs`] has
+    /// refused a `--pool-name` that names none of the manifests' pools.
+    pub fn endpoint_selector(&self) -> Option<&std::collections::BTreeMap<String, String>> {
+        if let Some(selector) = &self.flags.endpoint_selector {
+            return Some(selector);
+        }
+        let name = self.flags.pool_name.as_deref()?;
+        self.manifests
+            .pools
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| &p.match_labels)
+    }
+
+    /// Whether a pod with these labels is an endpoint: every selector label
+    /// present with its value (`matchLabels`).
+    pub fn selects(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.endpoint_selector()
+            .is_none_or(|want| want.iter().all(|(k, v)| labels.get(k) == Some(v)))
+    }
 }
 
 /// A router problem as the spec reports problems; a problem without a line
@@ -205,6 +231,23 @@ pub fn check_router_inputs(
             }
             Err(found) => problems.extend(found.into_iter().map(|p| to_problem(p, None))),
         }
+    }
+    if let Some(name) = &flags.pool_name
+        && !manifests.pools.is_empty()
+        && !manifests.pools.iter().any(|p| &p.name == name)
+    {
+        let names: Vec<&str> = manifests.pools.iter().map(|p| p.name.as_str()).collect();
+        problems.push(Problem {
+            severity: Severity::Error,
+            file: deployment_file.to_string(),
+            line: deployment_lines.line_of("router.epp_flags"),
+            path: "router.epp_flags".into(),
+            code: "epp-pool-missing".into(),
+            message: format!(
+                "--pool-name={name} names none of the InferencePools in router.manifests ({}): the EPP would wait for that pool and never serve",
+                names.join(", ")
+            ),
+        });
     }
     if flags.endpoint_selector.is_some() && !manifests.objectives.is_empty() {
         problems.push(Problem {

@@ -1,0 +1,156 @@
+//! The EPP's endpoints are the pods its pool selects: the InferencePool
+//! that `--pool-name` names (`spec.selector.matchLabels`), or the labels of
+//! `--endpoint-selector` for a standalone EPP. Pods outside it never get a
+//! request. With no endpoint the EPP answers 503 (pdsim: rejected,
+//! `no-endpoints`); under P/D a pool without decode pods fails every
+//! request ("failed to find available decode workers",
+//! `disagg_profile_handler.go` `ProcessResults`) and one without prefill
+//! pods serves every request whole on a decode pod (the prefill profile
+//! finds no endpoint, so no prefill header is set).
+
+use pdsim_cluster::{Cluster, MemorySink, Outcome, RequestRecord, RunStats, run};
+use pdsim_spec::files::MemoryFiles;
+use pdsim_spec::validate::{Request, validate};
+use pdsim_workload::{MooncakeReader, RequestSpec};
+
+const SCENARIO: &str = include_str!("../../../scenarios/default.yaml");
+const DEPLOYMENT: &str = include_str!("../../../deployments/default.yaml");
+const H200: &str = include_str!("../../../scenarios/4x8-h200.yaml");
+const P1D3: &str = include_str!("../../../deployments/1p3d-ep8.yaml");
+const ALWAYS: &str = include_str!("../../../deployments/pd/epp-always-pd.yaml");
+const TRACE: &str = include_str!("../../../traces/default.jsonl");
+
+fn build(scenario: &str, deployment: &str, extra: &[(&str, &str)]) -> Result<Cluster, String> {
+    let mut files = MemoryFiles::new()
+        .with("s.yaml", scenario)
+        .with("d.yaml", deployment);
+    for (path, text) in extra {
+        files = files.with(path, text);
+    }
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    if !report.valid {
+        return Err(format!("{:?}", report.problems));
+    }
+    let block = report.loaded[0].1.router.as_ref();
+    let inputs =
+        pdsim_router::check_router_inputs(&files, "d.yaml", block).map_err(|p| format!("{p:?}"))?;
+    pdsim_cluster::build_with_router(
+        &report.deployments[0],
+        report.scenario.as_ref().unwrap(),
+        Some(inputs),
+    )
+    .map_err(|e| format!("{e:?}"))
+}
+
+/// The colocated default with a router block carrying these EPP flags.
+fn colocated(flags: &[&str], manifests: Option<&str>) -> Result<Cluster, String> {
+    let mut deployment = format!(
+        "{DEPLOYMENT}router:\n  epp_flags: [{}]\n",
+        flags
+            .iter()
+            .map(|f| format!("\"{f}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut extra = Vec::new();
+    if let Some(text) = manifests {
+        deployment.push_str("  manifests: [pool.yaml]\n");
+        extra.push(("pool.yaml", text));
+    }
+    build(SCENARIO, &deployment, &extra)
+}
+
+/// 1P3D with always-disaggregate and the given flag instead of its
+/// `--pool-name`.
+fn pd(flag: &str) -> Cluster {
+    assert!(P1D3.contains("--pool-name=deepseek-v3"));
+    let deployment = P1D3.replace("--pool-name=deepseek-v3", flag);
+    build(H200, &deployment, &[("pd/epp-always-pd.yaml", ALWAYS)]).expect("builds")
+}
+
+fn replay(cluster: &Cluster, n: usize) -> (RunStats, Vec<RequestRecord>) {
+    let specs: Vec<RequestSpec> =
+        MooncakeReader::new(std::io::Cursor::new(TRACE.as_bytes()), "default.jsonl")
+            .take(n)
+            .map(|r| r.unwrap())
+            .collect();
+    let mut sink = MemorySink::default();
+    let stats = run(cluster, &mut specs.into_iter().map(Ok), 3, true, &mut sink).expect("runs");
+    (stats, sink.records)
+}
+
+const POOL: &str = "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata:\n  name: mine\nspec:\n  selector:\n    matchLabels:\n      llm-d.ai/role: ROLE\n  targetPorts:\n  - number: 8000\n";
+
+#[test]
+fn a_selector_that_matches_no_pod_leaves_no_endpoint_and_every_request_is_refused() {
+    for cluster in [
+        colocated(&["--endpoint-selector=llm-d.ai/role=encode"], None).unwrap(),
+        colocated(&["--pool-name=mine"], Some(&POOL.replace("ROLE", "encode"))).unwrap(),
+    ] {
+        let (stats, records) = replay(&cluster, 50);
+        assert_eq!((stats.rejected, stats.completed), (50, 0));
+        assert!(
+            records
+                .iter()
+                .all(|r| r.outcome == Outcome::Rejected && r.reason == "no-endpoints")
+        );
+        assert!(stats.cores.iter().all(|c| c.steps == 0), "no engine worked");
+    }
+}
+
+#[test]
+fn the_pool_the_flags_name_selects_the_endpoints() {
+    // The default's pods carry `llm-d.ai/role: prefill-decode`.
+    for cluster in [
+        colocated(&["--endpoint-selector=llm-d.ai/role=prefill-decode"], None).unwrap(),
+        colocated(
+            &["--pool-name=mine"],
+            Some(&POOL.replace("ROLE", "prefill-decode")),
+        )
+        .unwrap(),
+        colocated(&[], None).unwrap(),
+    ] {
+        let (stats, _) = replay(&cluster, 50);
+        assert_eq!(stats.completed, 50);
+    }
+    // A pool name the manifests do not define is refused at startup.
+    let Err(e) = colocated(
+        &["--pool-name=other"],
+        Some(&POOL.replace("ROLE", "prefill-decode")),
+    ) else {
+        panic!("a pool name the manifests lack was accepted");
+    };
+    assert!(e.contains("epp-pool-missing") && e.contains("mine"), "{e}");
+}
+
+#[test]
+fn under_pd_a_pool_of_decode_pods_serves_whole_and_one_of_prefill_pods_fails() {
+    let (stats, records) = replay(&pd("--endpoint-selector=llm-d.ai/role=decode"), 40);
+    assert_eq!(stats.completed, 40);
+    assert!(
+        records.iter().all(|r| r.prefill.is_none()),
+        "nothing disaggregated"
+    );
+    let prefill_pool_steps: u64 = stats
+        .cores
+        .iter()
+        .filter(|c| c.pool == 0)
+        .map(|c| c.steps)
+        .sum();
+    assert_eq!(
+        prefill_pool_steps, 0,
+        "the prefill pods outside the pool got nothing"
+    );
+    let (stats, records) = replay(&pd("--endpoint-selector=llm-d.ai/role=prefill"), 40);
+    assert_eq!((stats.rejected, stats.completed), (40, 0));
+    assert!(records.iter().all(|r| r.reason == "no-endpoints"));
+    // Both roles: disaggregated as before.
+    let (stats, records) = replay(&pd("--pool-name=deepseek-v3"), 40);
+    assert_eq!(stats.completed, 40);
+    assert!(records.iter().all(|r| r.prefill.is_some()));
+}
