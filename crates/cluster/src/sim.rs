@@ -2481,6 +2481,28 @@ mod checker_tests {
     }
 
     #[test]
+    fn events_at_one_instant_come_out_in_the_order_they_were_queued() {
+        // Whatever their kinds: the queue breaks time ties by a sequence
+        // number, never by the event itself.
+        let cluster = cluster();
+        let mut sim = Sim::new(&cluster, 0, true);
+        sim.push(SimTime(5), Event::Sample);
+        sim.push(SimTime(5), Event::Arrival);
+        sim.push(SimTime(5), Event::FlowTick);
+        sim.push(SimTime(5), Event::Sample);
+        let order: Vec<Event> = std::iter::from_fn(|| sim.next_event().unwrap()).collect();
+        assert_eq!(
+            order,
+            vec![
+                Event::Sample,
+                Event::Arrival,
+                Event::FlowTick,
+                Event::Sample
+            ]
+        );
+    }
+
+    #[test]
     fn a_request_ending_twice_is_reported() {
         let cluster = cluster();
         let mut sim = Sim::new(&cluster, 0, true);

@@ -545,6 +545,18 @@ fn link_windows_report_bytes_over_the_link_capacity_of_their_second() {
         first_transfer.as_ns() / 1_000_000_000 * 1_000_000_000,
         "first transfer at {first_transfer:?}"
     );
+    // Egress is on the prefill node's GPUs (0–7), ingress on the decode
+    // nodes' (8–31): each window names its GPU, not its link kind.
+    assert!(out.iter().all(|w| w.gpu < 8), "{out:?}");
+    let inbound: Vec<&LinkWindow> = sink
+        .windows
+        .iter()
+        .filter(|w| w.kind == "nic-in" && w.bytes > 0.0)
+        .collect();
+    assert!(
+        !inbound.is_empty() && inbound.iter().all(|w| (8..32).contains(&w.gpu)),
+        "{inbound:?}"
+    );
     let carried: f64 = out.iter().map(|w| w.bytes).sum();
     assert!(
         (carried - transferred as f64).abs() <= 1e-3 * transferred as f64,
