@@ -736,3 +736,24 @@ fn the_batch_sums_attention_context_and_causal_pairs() {
     assert_eq!((batch.prefill_tokens, batch.decode_tokens), (97, 3));
     assert_eq!((batch.attn_context_tokens, batch.attn_pairs), (160, 4816));
 }
+
+/// `vllm:kv_cache_usage_perc` is 1 − free / usable blocks: 40 prompt
+/// tokens and their first output hold 3 of the 1000 usable 16-token
+/// blocks, 0.3 %; with prefix caching, freed blocks stay cached but count
+/// as free, so usage returns to 0 when the request ends.
+#[test]
+fn kv_usage_is_the_share_of_usable_blocks_held() {
+    let mut engine = Engine::new(config());
+    assert_eq!(engine.kv_usage(), 0.0);
+    engine.add_request(request(0, &[(1, 40)], 2));
+    engine.schedule().expect("a step");
+    assert!(
+        (engine.kv_usage() - 3.0 / 1000.0).abs() < 1e-12,
+        "{}",
+        engine.kv_usage()
+    );
+    engine.complete_step(&mut stream());
+    run_to_end(&mut engine, 10);
+    assert!(!engine.has_requests());
+    assert_eq!(engine.kv_usage(), 0.0);
+}
