@@ -1576,12 +1576,14 @@ mod stage_tests {
         a.record(&completed(1, [0, 100, 1100, 1100], 11));
         a.record(&completed(2, [0, 100, 260, 260], 5));
         a.record(&completed(3, [0, 100, 100, 100], 1));
+        // D, like C, has one token and meets on its TTFT.
+        a.record(&completed(4, [0, 200, 200, 200], 1));
         let stats = RunStats {
-            requests: 3,
-            completed: 3,
+            requests: 4,
+            completed: 4,
             ..RunStats::default()
         };
         let g = a.summary(&stats, info()).goodput.expect("an SLO");
-        assert_eq!((g.requests, g.requests_met), (3, 2));
+        assert_eq!((g.requests, g.requests_met), (4, 3), "B, C and D meet");
     }
 }

@@ -1146,7 +1146,9 @@ mod tests {
         // The limit is on prefix + input, so a prompt of no prefix and one
         // token over the limit is refused as surely as a split one.
         let over = (crate::MAX_TOKENS + 1) as u32;
-        for (prefix, input) in [(0, over), (over - 5, 5)] {
+        let max = crate::MAX_TOKENS as u32;
+        // (max, 1): each part within the limit, their sum one over it.
+        for (prefix, input) in [(0, over), (over - 5, 5), (max, 1)] {
             let text = format!("{HEAD}{}", row("", 0, "g", prefix, input, 1, 0));
             let rows: Vec<_> = TraceV2Reader::new(&header(), text.as_bytes(), "t.csv")
                 .unwrap()
