@@ -951,3 +951,54 @@ fn new_tokens_are_written_to_the_kv_cache() {
         "{delta} ns more memory time, expected {expected_ns:.0}"
     );
 }
+
+/// A trip through `pp` stages sends the activations `pp − 1` times. With
+/// tp 1 the sends are a step's only communication, and for one decode
+/// token each is essentially the link's latency: four stages send three
+/// times as often as two.
+#[test]
+fn pipeline_stages_send_once_between_each_pair() {
+    let comm = |pp: u32| {
+        setup(
+            "llama-3.1-8b",
+            "h100",
+            &format!("{{tp: 1, pp: {pp}, dp: 1}}"),
+            "{}",
+            1,
+        )
+        .roofline(&[])
+        .unwrap()
+        .step(&decode(1, 16))
+        .communication_ns as f64
+    };
+    let (two, four) = (comm(2), comm(4));
+    assert!(two > 0.0);
+    assert!(
+        (four / two - 3.0).abs() < 0.1,
+        "pp 4: {four} ns, pp 2: {two} ns"
+    );
+}
+
+/// Every kernel pays the HBM floor (`hbm_constant_latency`) on top of its
+/// roofline time, and an MoE layer runs 16 kernels: Mixtral-8x7B's 32 MoE
+/// layers and its head make 32 · 16 + 3 = 515, so a step lasts at least its
+/// memory traffic plus 515 floors.
+#[test]
+fn an_moe_layer_pays_the_floor_of_each_of_its_kernels() {
+    let model = setup("mixtral-8x7b", "h100", "{tp: 2, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    let floor_us = model
+        .provenance()
+        .into_iter()
+        .find(|p| p.0 == "hbm_constant_latency")
+        .expect("read")
+        .1;
+    assert!(floor_us > 0.0);
+    let cost = model.step(&decode(1, 16));
+    let floors_ns = 515.0 * floor_us * 1e3;
+    assert!(
+        cost.total.as_ns() as f64 >= cost.memory_ns as f64 + floors_ns,
+        "{cost:?}, floors {floors_ns} ns"
+    );
+}
