@@ -721,6 +721,15 @@ impl Roofline {
         self.provenance.iter().map(Provenance::row).collect()
     }
 
+    /// The expert-parallel dispatch and combine bytes per token, for tests
+    /// that pin the formula (`None` without expert parallelism).
+    #[cfg(test)]
+    pub(crate) fn expert_bytes_per_token(&self) -> Option<(f64, f64)> {
+        self.expert_comm
+            .as_ref()
+            .map(|ec| (ec.dispatch_bytes_per_token, ec.combine_bytes_per_token))
+    }
+
     /// Every coefficient the model read: (name, value, units, source).
     pub fn provenance_rows(&self) -> Vec<(String, f64, String, String)> {
         self.provenance

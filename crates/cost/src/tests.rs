@@ -1002,3 +1002,34 @@ fn an_moe_layer_pays_the_floor_of_each_of_its_kernels() {
         "{cost:?}, floors {floors_ns} ns"
     );
 }
+
+/// The all-gather families move every token's hidden state, 16-bit, to
+/// each of the EP group's ranks, of which each TP group holds one copy:
+/// DeepSeek-V3 (hidden 7168) with tp 2 and dp 4 under expert parallelism
+/// (ep 8) gathers 7168 · 2 · 8 / 2 = 57,344 bytes per token for dispatch
+/// and the same for combine (`all2all_backend: allgather_reducescatter`);
+/// with tp 1 and dp 8, 114,688.
+#[test]
+fn all_gather_expert_bytes_follow_the_group_and_the_tp_width() {
+    let bytes = |parallel: &str| {
+        setup(
+            "deepseek-v3",
+            "h200",
+            parallel,
+            "{all2all_backend: allgather_reducescatter}",
+            1,
+        )
+        .roofline(&[])
+        .unwrap()
+        .expert_bytes_per_token()
+        .expect("expert parallel")
+    };
+    assert_eq!(
+        bytes("{tp: 2, pp: 1, dp: 4, enable_expert_parallel: true}"),
+        (57_344.0, 57_344.0)
+    );
+    assert_eq!(
+        bytes("{tp: 1, pp: 1, dp: 8, enable_expert_parallel: true}"),
+        (114_688.0, 114_688.0)
+    );
+}
