@@ -2457,6 +2457,22 @@ mod checker_tests {
         crate::build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("builds")
     }
 
+    /// A run with one short request that has just arrived (it is in the
+    /// API server's intake; no engine has it yet).
+    fn one_arrived(cluster: &Cluster) -> (Sim<'_>, MemorySink) {
+        let mut sim = Sim::new(cluster, 0, true);
+        let trace =
+            "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 4, \"hash_ids\": [1]}\n";
+        let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
+            MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl"),
+        );
+        let mut sink = MemorySink::default();
+        sim.pull_arrival(&mut source).expect("one request");
+        assert!(matches!(sim.next_event(), Ok(Some(Event::Arrival))));
+        sim.arrive(&mut sink);
+        (sim, sink)
+    }
+
     fn invariant(e: RunError) -> String {
         match e {
             RunError::Invariant(m) => m,
@@ -2505,16 +2521,7 @@ mod checker_tests {
     #[test]
     fn a_request_ending_twice_is_reported() {
         let cluster = cluster();
-        let mut sim = Sim::new(&cluster, 0, true);
-        let trace =
-            "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 4, \"hash_ids\": [1]}\n";
-        let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
-            MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl"),
-        );
-        let mut sink = MemorySink::default();
-        sim.pull_arrival(&mut source).expect("one request");
-        assert!(matches!(sim.next_event(), Ok(Some(Event::Arrival))));
-        sim.arrive(&mut sink);
+        let (mut sim, mut sink) = one_arrived(&cluster);
         let id = RequestId(0);
         sim.give_up(id, &mut sink);
         assert_eq!(sink.records.len(), 1);
@@ -2536,16 +2543,7 @@ mod checker_tests {
     #[test]
     fn a_request_the_client_gave_up_on_leaves_the_in_flight_table() {
         let cluster = cluster();
-        let mut sim = Sim::new(&cluster, 0, true);
-        let trace =
-            "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 4, \"hash_ids\": [1]}\n";
-        let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
-            MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl"),
-        );
-        let mut sink = MemorySink::default();
-        sim.pull_arrival(&mut source).expect("one request");
-        assert!(matches!(sim.next_event(), Ok(Some(Event::Arrival))));
-        sim.arrive(&mut sink);
+        let (mut sim, mut sink) = one_arrived(&cluster);
         assert!(!sim.in_flight.is_empty());
         // Still in the API server's intake: no engine holds anything of it.
         sim.client_timeout(RequestId(0), &mut sink);

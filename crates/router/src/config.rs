@@ -44,13 +44,13 @@ fn parse_gate(entry: &str) -> Result<(&str, bool), String> {
     let Some(value) = parts.next() else {
         return Ok((name, true));
     };
-    match value.trim().to_lowercase().as_str() {
-        "1" | "t" | "true" => Ok((name, true)),
-        "0" | "f" | "false" => Ok((name, false)),
-        _ => Err(format!(
-            "{value} is not a valid value for the feature gate {name} (strconv.ParseBool refuses it)"
-        )),
-    }
+    crate::flags::parse_go_bool(&value.trim().to_lowercase())
+        .map(|on| (name, on))
+        .ok_or_else(|| {
+            format!(
+                "{value} is not a valid value for the feature gate {name} (strconv.ParseBool refuses it)"
+            )
+        })
 }
 
 const TOP_LEVEL: &[&str] = &[

@@ -150,7 +150,7 @@ fn underscores_ok(literal: &str, prefixed: bool) -> bool {
 }
 
 /// pflag's `boolValue.Set`: Go's `strconv.ParseBool`, case as written.
-fn parse_go_bool(text: &str) -> Option<bool> {
+pub(crate) fn parse_go_bool(text: &str) -> Option<bool> {
     match text {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),

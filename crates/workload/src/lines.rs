@@ -491,32 +491,23 @@ mod tests {
     #[test]
     fn a_line_over_the_limit_is_refused_with_its_length() {
         // One byte over the limit, then a line ending, then a short line.
-        let mut input = vec![b'x'; MAX_LINE_BYTES + 1];
-        input.extend_from_slice(b"\r\nok\n");
-        let mut lines = Lines::new(&input[..]);
-        match lines.next_line() {
-            Some(Line::Bad(1, why)) => {
-                assert!(
-                    why.contains(&format!("it has {} bytes", MAX_LINE_BYTES + 1)),
-                    "{why}"
-                )
+        // `\r\n` overflows the buffer's allowance and is counted out after;
+        // a bare `\n` fits it and is stripped before the check.
+        for ending in [&b"\r\n"[..], b"\n"] {
+            let mut input = vec![b'x'; MAX_LINE_BYTES + 1];
+            input.extend_from_slice(ending);
+            input.extend_from_slice(b"ok\n");
+            let mut lines = Lines::new(&input[..]);
+            match lines.next_line() {
+                Some(Line::Bad(1, why)) => {
+                    assert!(
+                        why.contains(&format!("it has {} bytes", MAX_LINE_BYTES + 1)),
+                        "{why}"
+                    )
+                }
+                _ => panic!("the long line was not refused as too long"),
             }
-            _ => panic!("the long line was not refused as too long"),
-        }
-        assert!(matches!(lines.next_line(), Some(Line::Text(2, "ok"))));
-        // The same with a bare `\n`, which fits the buffer's allowance for a
-        // line ending and is refused after the ending is stripped.
-        let mut input = vec![b'x'; MAX_LINE_BYTES + 1];
-        input.push(b'\n');
-        let mut lines = Lines::new(&input[..]);
-        match lines.next_line() {
-            Some(Line::Bad(1, why)) => {
-                assert!(
-                    why.contains(&format!("it has {} bytes", MAX_LINE_BYTES + 1)),
-                    "{why}"
-                )
-            }
-            _ => panic!("the long line was not refused as too long"),
+            assert!(matches!(lines.next_line(), Some(Line::Text(2, "ok"))));
         }
         // Exactly at the limit is read.
         let mut input = vec![b'y'; MAX_LINE_BYTES];
