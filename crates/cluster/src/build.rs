@@ -73,6 +73,10 @@ pub struct OffloadRuntime {
 /// The cluster as the event loop runs it.
 pub struct Cluster {
     pub pools: Vec<PoolRuntime>,
+    /// Whether requests can be split into a prefill on one engine and a
+    /// decode on another: a prefill or decode pool, or colocated pods under
+    /// a P/D profile handler. The engines then run the KV connector.
+    pub disaggregated: bool,
     /// The name of the routing policy, for reports.
     pub router: &'static str,
     pub gpus_per_node: u64,
@@ -425,7 +429,32 @@ pub fn build_with_router(
             kv_bytes_per_token_gpu: resolved.kv.kv_bytes_per_token_rank,
         });
     }
-    let disaggregated = pools.iter().any(|p| p.role != Role::Colocated);
+    // Under a P/D profile handler a deployment of colocated pods still
+    // disaggregates: `prefill-filter` and `decode-filter` both keep
+    // `llm-d.ai/role: prefill-decode` (llm-d-router
+    // `pkg/epp/framework/plugins/scheduling/filter/bylabel/README.md`), so
+    // the decider splits requests between those pods, which then run the
+    // KV connector like prefill and decode pods do.
+    let splitting_handler = router
+        .as_ref()
+        .and_then(|r| r.disaggregating_handler())
+        .map(str::to_string);
+    let colocated_split =
+        pools.iter().all(|p| p.role == Role::Colocated) && splitting_handler.is_some();
+    if colocated_split && deployment.pd_transfer.is_none() {
+        return Err(BuildError {
+            path: "router.endpoint_picker_config".into(),
+            message: format!(
+                "`{}` disaggregates requests, and with no prefill or decode pool its prefill profile runs on the \
+                 colocated pods (`prefill-filter` keeps `llm-d.ai/role: prefill-decode`); the deployment declares \
+                 no `pd_transfer` connector, so those pods could not move KV to each other, and pdsim does not \
+                 simulate a split whose KV cannot move. Declare `pd_transfer: {{connector: NixlConnector}}`, or \
+                 run `single-profile-handler`",
+                splitting_handler.as_deref().unwrap_or_default()
+            ),
+        });
+    }
+    let disaggregated = colocated_split || pools.iter().any(|p| p.role != Role::Colocated);
     let decode_layout = deployment
         .pools
         .iter()
@@ -485,6 +514,7 @@ pub fn build_with_router(
     )?;
     Ok(Cluster {
         pools,
+        disaggregated,
         router: match &router {
             Some(inputs) if !inputs.is_builtin() => "epp",
             _ => "epp-builtin-default",

@@ -715,7 +715,7 @@ impl<'a> Sim<'a> {
             }
             pod_cores.push(pods);
         }
-        let disaggregated = cluster.pools.iter().any(|p| p.role != Role::Colocated);
+        let disaggregated = cluster.disaggregated;
         // The router's endpoints: each pod the EPP's pool selects, or each
         // group of its ranks the load-balancing mode exposes separately. A
         // pod outside the selector is no endpoint and never gets a request.

@@ -154,3 +154,49 @@ fn under_pd_a_pool_of_decode_pods_serves_whole_and_one_of_prefill_pods_fails() {
     assert_eq!(stats.completed, 40);
     assert!(records.iter().all(|r| r.prefill.is_some()));
 }
+
+/// Colocated pods under a P/D profile handler: `prefill-filter` and
+/// `decode-filter` both keep `llm-d.ai/role: prefill-decode` (llm-d-router
+/// `filter/bylabel/README.md`), so always-disaggregate splits requests
+/// between the default's eight pods and their KV moves over the node's
+/// links, unless both profiles land on the same pod, which serves the
+/// request whole. Without a `pd_transfer` connector the pods could not move
+/// KV, and the run is refused rather than simulated some other way.
+#[test]
+fn colocated_pods_under_a_pd_handler_split_requests_between_them() {
+    let router = "router:\n  endpoint_picker_config: pd/epp-always-pd.yaml\n";
+    let with_connector = format!("{DEPLOYMENT}pd_transfer:\n  connector: NixlConnector\n{router}");
+    let cluster = build(
+        SCENARIO,
+        &with_connector,
+        &[("pd/epp-always-pd.yaml", ALWAYS)],
+    )
+    .expect("builds");
+    let (stats, records) = replay(&cluster, 60);
+    assert_eq!(stats.completed, 60);
+    let split: Vec<&RequestRecord> = records.iter().filter(|r| r.prefill.is_some()).collect();
+    assert!(!split.is_empty(), "some requests were disaggregated");
+    for r in &split {
+        let (pool, pod, _) = r.prefill.unwrap();
+        assert_eq!(pool, r.pool, "one pool holds both sides");
+        assert_ne!(pod, r.pod, "prefill and decode on different pods");
+        assert!(
+            r.transfer_bytes > 0 && r.transfer_end.is_some(),
+            "its KV moved"
+        );
+    }
+    for r in records.iter().filter(|r| r.prefill.is_none()) {
+        assert_eq!(r.transfer_bytes, 0, "a request served whole moves no KV");
+    }
+    let Err(e) = build(
+        SCENARIO,
+        &format!("{DEPLOYMENT}{router}"),
+        &[("pd/epp-always-pd.yaml", ALWAYS)],
+    ) else {
+        panic!("a colocated split without a connector was accepted");
+    };
+    assert!(
+        e.contains("disagg-profile-handler") && e.contains("pd_transfer"),
+        "{e}"
+    );
+}

@@ -41,6 +41,18 @@ impl RouterInputs {
         }
     }
 
+    /// The profile handler that splits a request into a prefill on one
+    /// endpoint and a decode on another (`disagg-profile-handler`, the
+    /// deprecated `pd-profile-handler`), if the configuration runs one.
+    pub fn disaggregating_handler(&self) -> Option<&str> {
+        let handler = self.config.plugin(&self.config.handler)?;
+        matches!(
+            handler.plugin_type.as_str(),
+            "disagg-profile-handler" | "pd-profile-handler"
+        )
+        .then_some(handler.plugin_type.as_str())
+    }
+
     /// Whether this is the EPP's built-in configuration.
     pub fn is_builtin(&self) -> bool {
         self.config_origin == BUILTIN_ORIGIN
