@@ -11,6 +11,12 @@ use crate::config::{
     DisaggParams, EndpointPickerConfig, PdParams, Plugin, Profile, disagg_params, pd_params,
     prefill_header_writers,
 };
+use crate::plugins::scheduling::picker::{Picker, PickerPlugin, shuffle};
+use crate::plugins::scheduling::profilehandler::disagg::{Decider, DeciderPlugin};
+use crate::plugins::scheduling::scorer::contextlengthaware::{context_label, parse_context_range};
+use crate::plugins::scheduling::scorer::{Scorer, ScorerPlugin};
+use crate::plugins::scheduling::util::sessionaffinity::Session;
+use crate::plugins::{Cycle, MatchInfo, PrefixSource};
 use crate::precise::{Precise, Weights};
 use crate::role;
 use pdsim_core::kv_events::KvEventBatch;
@@ -99,46 +105,6 @@ enum Handler {
     /// the request header to read (lower-cased) and the profile run when
     /// it is absent or blank.
     Header { header: String, default: String },
-}
-
-/// One no-hit-lru-scorer instance (`scorer/nohitlru/no_hit_lru.go`): its
-/// LRU of endpoints, least recently used first, and whether the current
-/// request was cold when it last scored it (its per-request plugin state).
-#[derive(Clone, Debug)]
-struct NoHit {
-    lru: VecDeque<usize>,
-    size: usize,
-    cold: Option<bool>,
-}
-
-/// A session-affinity-scorer strategy (`scorer/sessionaffinity`).
-#[derive(Clone, Debug)]
-enum Strategy {
-    /// `encoded_endpoint_header`: the header carries base64 of the
-    /// endpoint's id, as the scorer wrote it on an earlier response.
-    Encoded { header: String },
-    /// `session_id`: an opaque id from the first non-empty source, bound
-    /// server-side to the endpoint that served it. Attribute sources read
-    /// a request attribute from an upstream producer; none that pdsim runs
-    /// publishes one, so they never yield an id (`None` here).
-    SessionId {
-        sources: Vec<Option<String>>,
-        ttl_ns: u64,
-        sweep_ns: u64,
-    },
-}
-
-/// One session-affinity-scorer instance.
-#[derive(Clone, Debug)]
-struct Session {
-    strategy: Strategy,
-    /// `profileName`: whose target a binding records; empty: the primary.
-    profile: String,
-    /// session id → (endpoint, last seen), for `session_id`.
-    bindings: BTreeMap<String, (usize, u64)>,
-    /// Whether the bound endpoint was among the candidates when the
-    /// current request was scored (`boundPodPresence`).
-    present: Option<bool>,
 }
 
 /// A utilization-filter metric (`scheduling/filter/utilization/filter.go`).
@@ -351,6 +317,18 @@ impl Approx {
     }
 }
 
+/// A scheduling profile as the cycle runs it (`scheduler_profile.go`).
+#[derive(Debug)]
+struct RunProfile {
+    name: String,
+    filters: Vec<String>,
+    /// Scorer instances by their index in `Router::scorers` (`None`: a
+    /// reference the configuration does not define, which scores 0), with
+    /// their weights.
+    scorers: Vec<(Option<usize>, f64)>,
+    picker: PickerPlugin,
+}
+
 /// The simulated EPP.
 pub struct Router {
     /// Shared so a scheduling cycle can hold a profile while it mutates
@@ -374,10 +352,18 @@ pub struct Router {
     /// them (capped); their count is the match info's total.
     hashes: VecDeque<u64>,
     prompt_tokens: u64,
-    /// no-hit-lru-scorer instances by plugin name.
-    no_hit: BTreeMap<String, NoHit>,
-    /// session-affinity-scorer and session-affinity-filter instances by
-    /// plugin name (both run `util/sessionaffinity`).
+    /// One scorer instance per configured plugin, in the configuration's
+    /// order ([`ScorerPlugin::Zero`] for a plugin that is no scorer).
+    scorers: Vec<ScorerPlugin>,
+    /// The profiles as the cycle runs them: scorers by instance index, the
+    /// picker built.
+    profiles: std::sync::Arc<Vec<RunProfile>>,
+    /// The decider the P/D profile handler asks.
+    decider: DeciderPlugin,
+    /// Whose match info the inflight-load-producer reads.
+    load_source: PrefixSource,
+    /// session-affinity-filter instances by plugin name (the scorers' are
+    /// in `scorers`; both run `util/sessionaffinity`).
     sessions: BTreeMap<String, Session>,
     /// utilization-filter instances by plugin name.
     utilization: BTreeMap<String, Utilization>,
@@ -489,268 +475,6 @@ fn build_precise(plugin: &Plugin, endpoints: usize) -> Precise {
         speculative.then_some(ttl),
         endpoints,
     )
-}
-
-impl Session {
-    /// The scorer's parameters with its defaults (`session_affinity.go`,
-    /// `applyDefaults`; `util/sessionaffinity/{header,session_id}.go`):
-    /// header `x-session-token`, or sources `[header: x-session-id]`, TTL
-    /// 300 s swept every 10 s; header names lower-cased and trimmed
-    /// (`NormalizeHeader`), since the EPP stores request headers so.
-    fn new(plugin: &Plugin) -> Session {
-        let p = &plugin.parameters;
-        let normalize = |name: Option<&str>, default: &str| {
-            let name = name.unwrap_or("").trim().to_lowercase();
-            if name.is_empty() {
-                default.to_string()
-            } else {
-                name
-            }
-        };
-        let strategy = if p.get("strategy").and_then(Value::as_str) == Some("session_id") {
-            let block = p.get("sessionIdConfig");
-            let mut sources: Vec<Option<String>> = block
-                .and_then(|b| b.get("sources"))
-                .and_then(Value::as_sequence)
-                .into_iter()
-                .flatten()
-                .map(|source| {
-                    source
-                        .get("header")
-                        .and_then(Value::as_str)
-                        .filter(|h| !h.is_empty())
-                        .map(|h| normalize(Some(h), "x-session-id"))
-                })
-                .collect();
-            if sources.is_empty() {
-                sources.push(Some("x-session-id".into()));
-            }
-            let seconds = |key: &str, default: f64| {
-                let v = block
-                    .and_then(|b| b.get(key))
-                    .and_then(Value::as_f64)
-                    .unwrap_or(0.0);
-                let v = if v == 0.0 { default } else { v };
-                (v * 1e9).clamp(1.0, 1e18) as u64
-            };
-            Strategy::SessionId {
-                sources,
-                ttl_ns: seconds("evictionTtlSeconds", 300.0),
-                sweep_ns: seconds("evictionSweepSeconds", 10.0),
-            }
-        } else {
-            Strategy::Encoded {
-                header: normalize(
-                    p.get("encodedEndpointHeaderConfig")
-                        .and_then(|b| b.get("header"))
-                        .and_then(Value::as_str),
-                    "x-session-token",
-                ),
-            }
-        };
-        Session {
-            strategy,
-            profile: p
-                .get("profileName")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            bindings: BTreeMap::new(),
-            present: None,
-        }
-    }
-
-    /// The request's session id: the first source giving a non-empty
-    /// value, trimmed (`resolveSessionID`).
-    fn session_id<'r>(&self, request: &RequestContext<'r>) -> Option<&'r str> {
-        let Strategy::SessionId { sources, .. } = &self.strategy else {
-            return None;
-        };
-        sources.iter().flatten().find_map(|header| {
-            request
-                .headers
-                .get(header)
-                .map(|v| v.trim())
-                .filter(|v| !v.is_empty())
-        })
-    }
-
-    /// Whether a binding last seen at `last` is gone by `now`: the
-    /// eviction loop sweeps every `sweep` from the plugin's start and drops
-    /// a binding idle for longer than the TTL (`runEviction`, `expired`).
-    fn expired(&self, last: u64, now: u64) -> bool {
-        let Strategy::SessionId {
-            ttl_ns, sweep_ns, ..
-        } = &self.strategy
-        else {
-            return false;
-        };
-        let first_sweep = (last.saturating_add(*ttl_ns) / sweep_ns)
-            .saturating_add(1)
-            .saturating_mul(*sweep_ns);
-        first_sweep <= now
-    }
-
-    /// The endpoint bound to this request's session, if any.
-    fn bound(&self, request: &RequestContext<'_>) -> Option<usize> {
-        let id = self.session_id(request)?;
-        let (endpoint, last) = self.bindings.get(id)?;
-        (!self.expired(*last, request.now_ns)).then_some(*endpoint)
-    }
-
-    /// The endpoint the session names: the decoded `x-session-token`
-    /// (`DecodePodName`; an undecodable token names none), or the bound
-    /// endpoint (`Choose`).
-    fn target(&self, request: &RequestContext<'_>, ids: &[String]) -> Option<usize> {
-        match &self.strategy {
-            Strategy::Encoded { header } => {
-                let token = request.headers.get(header).filter(|t| !t.is_empty())?;
-                let name = base64_decode(token)?;
-                ids.iter().position(|id| id.as_bytes() == name.as_slice())
-            }
-            Strategy::SessionId { .. } => self.bound(request),
-        }
-    }
-
-    fn note_presence(&mut self, request: &RequestContext<'_>, candidates: &[usize]) {
-        if let Some(endpoint) = self.bound(request) {
-            self.present = Some(candidates.contains(&endpoint));
-        }
-    }
-
-    /// PreRequest under `session_id` (`SessionIDHeader.PreRequest`): a new
-    /// session binds to the target; the same target refreshes the binding;
-    /// another target rebinds only when the bound endpoint was not a
-    /// candidate when the request was scored.
-    fn bind(&mut self, request: &RequestContext<'_>, target: usize) {
-        let Some(id) = self.session_id(request) else {
-            return;
-        };
-        let now = request.now_ns;
-        let live = self
-            .bindings
-            .get(id)
-            .filter(|(_, last)| !self.expired(*last, now))
-            .copied();
-        match live {
-            Some((endpoint, _)) if endpoint != target && self.present != Some(false) => {}
-            _ => {
-                self.bindings.insert(id.to_string(), (target, now));
-            }
-        }
-    }
-}
-
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding (Go's `base64.StdEncoding`).
-#[cfg(test)]
-fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(BASE64[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// Go's `base64.StdEncoding.DecodeString`: padding required, line breaks
-/// ignored, any other stray character an error (`None`).
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let symbols: Vec<u8> = text
-        .bytes()
-        .filter(|b| *b != b'\r' && *b != b'\n')
-        .collect();
-    if !symbols.len().is_multiple_of(4) {
-        return None;
-    }
-    let mut out = Vec::with_capacity(symbols.len() / 4 * 3);
-    let quads = symbols.len() / 4;
-    for (q, quad) in symbols.chunks(4).enumerate() {
-        let pad = quad.iter().rev().take_while(|b| **b == b'=').count();
-        if pad > 2 || (pad > 0 && q + 1 != quads) {
-            return None;
-        }
-        let mut n = 0u32;
-        for (i, b) in quad.iter().enumerate() {
-            let v = if i >= 4 - pad {
-                0
-            } else {
-                BASE64.iter().position(|c| c == b)? as u32
-            };
-            n = (n << 6) | v;
-        }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..3 - pad]);
-    }
-    Some(out)
-}
-
-/// The label context-length-aware reads, `llm-d.ai/context-length-range`
-/// (`DefaultContextLengthLabel`) unless set
-/// (`scorer/contextlengthaware/context_length_aware.go`).
-fn context_label(plugin: &Plugin) -> &str {
-    plugin
-        .parameters
-        .get("label")
-        .and_then(Value::as_str)
-        .unwrap_or("llm-d.ai/context-length-range")
-}
-
-/// A `min-max` range label (`parseContextRange` in
-/// `scorer/contextlengthaware/context_length_aware.go`): exactly one `-`, both
-/// sides decimal integers after trimming (Go's `strconv.Atoi`, sign
-/// allowed), min not above max; anything else is unparsable.
-fn parse_context_range(text: &str) -> Option<(i64, i64)> {
-    let (lo, hi) = text.split_once('-')?;
-    if hi.contains('-') {
-        return None;
-    }
-    let atoi = |s: &str| {
-        let s = s.trim();
-        let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        s.parse::<i64>().ok()
-    };
-    let (lo, hi) = (atoi(lo)?, atoi(hi)?);
-    (lo <= hi).then_some((lo, hi))
-}
-
-/// How well a range fits a request of `l` tokens (`calculateRangeScore` in
-/// `scorer/contextlengthaware/context_length_aware.go`):
-/// in range, 0.3 + 0.7·(0.7/(1 + width/10000) + 0.3·headroom/width), a
-/// zero-width range 1; out of range, 0.3/(1 + distance/1000), so any
-/// in-range endpoint outscores every out-of-range one.
-fn context_range_score(l: i64, (lo, hi): (i64, i64)) -> f64 {
-    const FALLBACK: f64 = 0.3;
-    if lo <= l && l <= hi {
-        let width = i128::from(hi) - i128::from(lo);
-        if width == 0 {
-            return 1.0;
-        }
-        let width_score = 1.0 / (1.0 + width as f64 / 10_000.0);
-        let position = (i128::from(hi) - i128::from(l)) as f64 / width as f64;
-        return FALLBACK + (0.7 * width_score + 0.3 * position) * (1.0 - FALLBACK);
-    }
-    let distance = if l > hi {
-        i128::from(l) - i128::from(hi)
-    } else {
-        i128::from(lo) - i128::from(l)
-    };
-    FALLBACK / (1.0 + distance as f64 / 1000.0)
 }
 
 /// The pass lists of the label-only filters the profiles name, by plugin
@@ -900,34 +624,43 @@ impl Router {
             }
         });
         let n = labels.len();
-        // `lruSize` above 0, else 1024 (`NewNoHitLRU`).
-        let no_hit = config
+        // Whose PrefixCacheMatchInfo a consumer reads, fixed now.
+        let source_of = |p: &Plugin| match &precise_name {
+            Some(name) if reads_precise(p, name) => PrefixSource::Precise,
+            _ => PrefixSource::Approx,
+        };
+        let scorers: Vec<ScorerPlugin> = config
             .plugins
             .iter()
-            .filter(|p| p.plugin_type == "no-hit-lru-scorer")
-            .map(|p| {
-                let size = param_f64(p, "lruSize")
-                    .filter(|v| *v >= 1.0)
-                    .unwrap_or(1024.0) as usize;
-                (
-                    p.name.clone(),
-                    NoHit {
-                        lru: VecDeque::new(),
-                        size,
-                        cold: None,
-                    },
-                )
-            })
+            .map(|p| ScorerPlugin::new(p, source_of(p)))
             .collect();
+        let profiles = config
+            .profiles
+            .iter()
+            .map(|profile| RunProfile {
+                name: profile.name.clone(),
+                filters: profile.filters.clone(),
+                scorers: profile
+                    .scorers
+                    .iter()
+                    .map(|(name, weight)| {
+                        let index = config.plugins.iter().position(|p| &p.name == name);
+                        (index, *weight)
+                    })
+                    .collect(),
+                picker: PickerPlugin::new(config.plugin(&profile.picker)),
+            })
+            .collect::<Vec<_>>()
+            .into();
+        let load_source = config
+            .plugins
+            .iter()
+            .find(|p| p.plugin_type == "inflight-load-producer")
+            .map_or(PrefixSource::Approx, source_of);
         let sessions = config
             .plugins
             .iter()
-            .filter(|p| {
-                matches!(
-                    p.plugin_type.as_str(),
-                    "session-affinity-scorer" | "session-affinity-filter"
-                )
-            })
+            .filter(|p| p.plugin_type == "session-affinity-filter")
             .map(|p| (p.name.clone(), Session::new(p)))
             .collect();
         let handler = match config
@@ -961,6 +694,11 @@ impl Router {
             }
             _ => Handler::Single,
         };
+        let decider = DeciderPlugin::new(match &handler {
+            Handler::Disagg(p) => p.decider.as_deref().and_then(|d| config.plugin(d)),
+            Handler::Pd(p) => config.plugin(&p.decider),
+            _ => None,
+        });
         let header_profile = prefill_header_writers(&config.plugins, &config.handler)
             .into_iter()
             .map(|(_, profile)| profile)
@@ -1026,7 +764,10 @@ impl Router {
             block_size: 16,
             hashes: VecDeque::new(),
             prompt_tokens: 0,
-            no_hit,
+            scorers,
+            profiles,
+            decider,
+            load_source,
             sessions,
             utilization,
             label_filters,
@@ -1049,6 +790,44 @@ impl Router {
             );
         }
         (&self.matches, self.hashes.len() as u32, self.block_size)
+    }
+
+    /// The match info a producer made for the current request.
+    fn source_info(&self, source: PrefixSource) -> MatchInfo<'_> {
+        match (source, &self.precise) {
+            (PrefixSource::Precise, Some(precise)) => MatchInfo {
+                matches: &precise.matches,
+                total: precise.keys.len() as u32,
+                block_size: precise.block_size,
+            },
+            _ => MatchInfo {
+                matches: &self.matches,
+                total: self.hashes.len() as u32,
+                block_size: self.block_size,
+            },
+        }
+    }
+
+    /// What the plugins read of the cycle in progress.
+    fn cycle<'a, 'r>(
+        &'a self,
+        endpoints: &'a [EndpointView],
+        request: &'a RequestContext<'r>,
+    ) -> Cycle<'a, 'r> {
+        Cycle {
+            endpoints,
+            labels: &self.labels,
+            request,
+            ids: &self.ids,
+            prompt_tokens: self.prompt_tokens,
+            approx: self.source_info(PrefixSource::Approx),
+            precise: self
+                .precise
+                .is_some()
+                .then(|| self.source_info(PrefixSource::Precise)),
+            inflight: self.inflight.as_ref(),
+            load_source: self.load_source,
+        }
     }
 
     /// Whether a precise producer reads the engines' KV events; without
@@ -1092,7 +871,45 @@ impl Router {
     /// pdsim's clients never echo it; only the tests do.
     #[cfg(test)]
     pub fn session_token(&self, e: usize) -> String {
-        base64_encode(self.ids[e].as_bytes())
+        crate::plugins::scheduling::util::sessionaffinity::base64_encode(self.ids[e].as_bytes())
+    }
+
+    /// The scores the scorer named `scorer` gives these candidates, as a
+    /// profile would have it score them (without the state it leaves).
+    #[cfg(test)]
+    fn score(
+        &self,
+        scorer: &str,
+        candidates: &[usize],
+        endpoints: &[EndpointView],
+        request: &RequestContext<'_>,
+        out: &mut Vec<f64>,
+    ) {
+        let index = self.config.plugins.iter().position(|p| p.name == scorer);
+        let zero = ScorerPlugin::Zero;
+        let plugin = index.map_or(&zero, |i| &self.scorers[i]);
+        plugin.score(&self.cycle(endpoints, request), candidates, out);
+    }
+
+    /// The verdict of the decider named `decider` (none: never) on the
+    /// decode target `decode`.
+    #[cfg(test)]
+    fn decide(&self, decider: Option<&str>, decode: usize) -> bool {
+        let plugin = DeciderPlugin::new(decider.and_then(|d| self.config.plugin(d)));
+        plugin.disaggregate(&self.cycle(&[], &RequestContext::default()), decode)
+    }
+
+    /// The no-hit-lru-scorer instance named `name`.
+    #[cfg(test)]
+    fn no_hit_mut(
+        &mut self,
+        name: &str,
+    ) -> &mut crate::plugins::scheduling::scorer::nohitlru::NoHitLruScorer {
+        let index = self.config.plugins.iter().position(|p| p.name == name);
+        match index.map(|i| &mut self.scorers[i]) {
+            Some(ScorerPlugin::NoHitLru(s)) => s,
+            _ => panic!("no no-hit-lru-scorer named {name}"),
+        }
     }
 
     fn profile(&self, name: &str) -> Option<&Profile> {
@@ -1187,16 +1004,8 @@ impl Router {
     /// Tokens of the prompt an endpoint's index lacks: the unmatched blocks
     /// plus the tail past the last full block (`inflightload`, R).
     fn uncached_tokens(&self, endpoint: usize, prompt_tokens: u64) -> u64 {
-        let producer = self
-            .config
-            .plugins
-            .iter()
-            .find(|p| p.plugin_type == "inflight-load-producer")
-            .map_or("", |p| p.name.as_str());
-        let (matches, total, block_size) = self.match_info(producer);
-        let indexed = total as u64 * block_size as u64;
-        let tail = prompt_tokens.saturating_sub(indexed);
-        (total - matches[endpoint].min(total)) as u64 * block_size as u64 + tail
+        self.source_info(self.load_source)
+            .uncached_tokens(endpoint, prompt_tokens)
     }
 
     /// prefix-cache-affinity-filter (`filter/prefixcacheaffinity/plugin.go`): keep the
@@ -1311,200 +1120,6 @@ impl Router {
         *candidates = kept;
     }
 
-    fn score(
-        &self,
-        scorer: &str,
-        candidates: &[usize],
-        endpoints: &[EndpointView],
-        request: &RequestContext<'_>,
-        out: &mut Vec<f64>,
-    ) {
-        out.clear();
-        let Some(plugin) = self.config.plugin(scorer) else {
-            out.resize(candidates.len(), 0.0);
-            return;
-        };
-        let minmax = |values: &mut dyn Iterator<Item = f64>, out: &mut Vec<f64>| {
-            let values: Vec<f64> = values.collect();
-            let (lo, hi) = values
-                .iter()
-                .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-            out.extend(
-                values
-                    .iter()
-                    .map(|v| if hi > lo { (hi - v) / (hi - lo) } else { 1.0 }),
-            );
-        };
-        match plugin.plugin_type.as_str() {
-            // Min-max over the candidates' waiting queues, shortest 1
-            // (`scorer/queuedepth/queue.go`).
-            "queue-scorer" => minmax(
-                &mut candidates.iter().map(|c| endpoints[*c].waiting as f64),
-                out,
-            ),
-            // The same over running requests
-            // (`scorer/runningrequests/runningrequest.go`).
-            "running-requests-size-scorer" => minmax(
-                &mut candidates.iter().map(|c| endpoints[*c].running as f64),
-                out,
-            ),
-            // 1 − KV-cache usage
-            // (`scorer/kvcacheutilization/kvcache_utilization.go`).
-            "kv-cache-utilization-scorer" => {
-                out.extend(candidates.iter().map(|c| 1.0 - endpoints[*c].kv_usage))
-            }
-            // An empty queue 0.5, falling linearly to 0 at `threshold`
-            // waiting (`scorer/loadaware/load_aware.go`).
-            "load-aware-scorer" => {
-                let threshold = param_f64(plugin, "threshold")
-                    .filter(|t| *t > 0.0)
-                    .unwrap_or(128.0);
-                out.extend(candidates.iter().map(|c| {
-                    let w = endpoints[*c].waiting as f64;
-                    if w == 0.0 {
-                        0.5
-                    } else {
-                        0.5 * (1.0 - w.min(threshold) / threshold)
-                    }
-                }));
-            }
-            // In-flight tokens plus the uncached prompt, 1 when idle,
-            // falling linearly to 0 at `queueThresholdTokens`
-            // (`scorer/tokenload/token_load.go`).
-            "token-load-scorer" => {
-                let threshold = param_f64(plugin, "queueThresholdTokens")
-                    .filter(|t| *t > 0.0)
-                    .unwrap_or(4_194_304.0);
-                out.extend(candidates.iter().map(|c| {
-                    let load = self.inflight.as_ref().map_or(0, |(_, t)| t[*c])
-                        + self.uncached_tokens(*c, self.prompt_tokens);
-                    if load == 0 {
-                        1.0
-                    } else {
-                        1.0 - (load as f64).min(threshold) / threshold
-                    }
-                }));
-            }
-            // In-flight requests: at most `idleThreshold` 1, else
-            // (max − n)/max · `maxBusyScore`
-            // (`scorer/activerequest/active_request.go`).
-            "active-request-scorer" => {
-                let idle = param_f64(plugin, "idleThreshold").unwrap_or(0.0);
-                let max_busy = param_f64(plugin, "maxBusyScore").unwrap_or(1.0);
-                let requests = |c: usize| self.inflight.as_ref().map_or(0, |(r, _)| r[c]) as f64;
-                let max_n = candidates.iter().map(|c| requests(*c)).fold(0.0, f64::max);
-                out.extend(candidates.iter().map(|c| {
-                    let n = requests(*c);
-                    if n <= idle || max_n == 0.0 {
-                        1.0
-                    } else {
-                        (max_n - n) / max_n * max_busy
-                    }
-                }));
-            }
-            "no-hit-lru-scorer" => {
-                // Warm (some candidate has the prefix; `isColdRequest`
-                // looks only at the endpoints it is asked to score): 0.5
-                // everywhere. Cold: never-used endpoints first in input
-                // order, then the least recently used
-                // (`scoreColdRequestByLRU`).
-                let (matches, _, _) = self.match_info(scorer);
-                let cold = candidates.iter().all(|c| matches[*c] == 0);
-                let n = candidates.len();
-                let Some(state) = self.no_hit.get(scorer) else {
-                    out.resize(n, 0.0);
-                    return;
-                };
-                if !cold {
-                    out.resize(n, 0.5);
-                } else if n == 1 {
-                    out.push(1.0);
-                } else {
-                    let used: Vec<usize> = state
-                        .lru
-                        .iter()
-                        .copied()
-                        .filter(|e| candidates.contains(e))
-                        .collect();
-                    let never = candidates.iter().filter(|c| !used.contains(c)).count();
-                    let mut never_index = 0;
-                    for c in candidates {
-                        let rank = match used.iter().position(|u| u == c) {
-                            Some(position) => never + position,
-                            None => {
-                                never_index += 1;
-                                never_index - 1
-                            }
-                        };
-                        out.push((1.0 - rank as f64 / (n - 1) as f64).max(0.0));
-                    }
-                }
-            }
-            // Matched blocks over total, blended with the match length
-            // (`scorer/prefix/plugin.go`); the legacy precise scorer's
-            // inner one has neither length parameter
-            // (`scorer/preciseprefixcache/precise_prefix_cache.go`).
-            "prefix-cache-scorer" | "precise-prefix-cache-scorer" => {
-                let (matches, total, block_size) = self.match_info(scorer);
-                let legacy = plugin.plugin_type == "precise-prefix-cache-scorer";
-                let weight = if legacy {
-                    None
-                } else {
-                    param_f64(plugin, "matchLengthWeight")
-                }
-                .unwrap_or(0.0)
-                .clamp(0.0, 1.0);
-                let scale = if legacy {
-                    None
-                } else {
-                    param_f64(plugin, "matchLengthScaleTokens")
-                }
-                .filter(|s| *s > 0.0)
-                .unwrap_or(8192.0);
-                out.extend(candidates.iter().map(|c| {
-                    if total == 0 {
-                        return 0.0;
-                    }
-                    let matched = matches[*c] as f64;
-                    let ratio = (matched / total as f64).min(1.0);
-                    let length = (matched * block_size as f64 / scale).min(1.0);
-                    weight * length * length + (1.0 - weight) * ratio
-                }));
-            }
-            // context-length-aware as a scorer: unlabelled 0.5, an
-            // unparsable label 0, else `context_range_score`.
-            "context-length-aware" => {
-                let key = context_label(plugin);
-                let l = self.context_length();
-                out.extend(candidates.iter().map(|c| match self.labels[*c].get(key) {
-                    None => 0.5,
-                    Some(text) => {
-                        parse_context_range(text).map_or(0.0, |range| context_range_score(l, range))
-                    }
-                }));
-            }
-            "session-affinity-scorer" => {
-                // The session's endpoint 1, every other candidate 0; no
-                // session, or its endpoint not a candidate: 0 everywhere
-                // (`scorer/sessionaffinity/{encoded_endpoint_header,
-                // session_id_header}.go`).
-                // pdsim's requests carry no session header, so in a run
-                // every request is a new session and scores 0 everywhere,
-                // as the EPP scores a client that sends none.
-                let target = self
-                    .sessions
-                    .get(scorer)
-                    .and_then(|s| s.target(request, &self.ids));
-                out.extend(
-                    candidates
-                        .iter()
-                        .map(|c| if Some(*c) == target { 1.0 } else { 0.0 }),
-                );
-            }
-            _ => out.resize(candidates.len(), 0.0),
-        }
-    }
-
     /// Runs one profile: filters, scorers, picker
     /// (`pkg/epp/scheduling/scheduler_profile.go`, `Run`). `None` when the
     /// filters leave nothing.
@@ -1515,7 +1130,8 @@ impl Router {
         request: &RequestContext<'_>,
     ) -> Option<usize> {
         let config = std::sync::Arc::clone(&self.config);
-        let profile = config.profiles.iter().find(|p| p.name == name)?;
+        let profiles = std::sync::Arc::clone(&self.profiles);
+        let profile = profiles.iter().find(|p| p.name == name)?;
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
         // A pool whose selector matches no pod has no endpoint at all.
         if candidates.is_empty() {
@@ -1544,105 +1160,30 @@ impl Router {
         }
         // The weighted sum of the scores, each clamped to [0, 1]
         // (`scheduler_profile.go`, `runScorerPlugins`, `enforceScoreRange`).
+        // The instances are taken out while they score, so that they can
+        // update their own state while reading the router's.
         let mut totals = vec![0.0; candidates.len()];
         let mut scores = Vec::new();
-        for (scorer, weight) in &profile.scorers {
-            self.score(scorer, &candidates, endpoints, request, &mut scores);
-            for (t, s) in totals.iter_mut().zip(&scores) {
-                *t += weight * s.clamp(0.0, 1.0);
-            }
-            self.note_scored(scorer, &candidates, request);
-        }
-        let picker_type = config
-            .plugin(&profile.picker)
-            .map_or("max-score-picker", |p| p.plugin_type.as_str());
-        // Shuffle (the EPP's PCG shuffle, `ShuffleScoredEndpoints` in
-        // `picker/common.go`), then pick.
-        self.order.clear();
-        self.order.extend(0..candidates.len());
-        for i in (1..self.order.len()).rev() {
-            let j = self.rng.below(i as u64 + 1) as usize;
-            self.order.swap(i, j);
-        }
-        let chosen = match picker_type {
-            // `picker/random/picker.go`: the first after the shuffle.
-            "random-picker" => self.order[0],
-            "weighted-random-picker" if totals.iter().any(|t| *t > 0.0) => {
-                // A-Res: key = U^(1/score), largest key wins
-                // (`picker/weightedrandom/picker.go`); with every score 0
-                // it falls back to the random picker.
-                let mut best = (f64::MIN, self.order[0]);
-                for &i in &self.order {
-                    let u = self.rng.unit().max(1e-10);
-                    let key = if totals[i] > 0.0 {
-                        u.powf(1.0 / totals[i])
-                    } else {
-                        0.0
-                    };
-                    if key > best.0 {
-                        best = (key, i);
-                    }
+        let mut scorers = std::mem::take(&mut self.scorers);
+        let mut zero = ScorerPlugin::Zero;
+        {
+            let cycle = self.cycle(endpoints, request);
+            for (index, weight) in &profile.scorers {
+                let scorer = match index {
+                    Some(i) => &mut scorers[*i],
+                    None => &mut zero,
+                };
+                scorer.score(&cycle, &candidates, &mut scores);
+                for (t, s) in totals.iter_mut().zip(&scores) {
+                    *t += weight * s.clamp(0.0, 1.0);
                 }
-                best.1
+                scorer.scored(&cycle, &candidates);
             }
-            "weighted-random-picker" => self.order[0],
-            // max-score-picker (`picker/maxscore/picker.go`): stable sort
-            // by score descending after the shuffle, so ties fall
-            // uniformly at random.
-            _ => {
-                let mut best = self.order[0];
-                for &i in &self.order {
-                    if totals[i] > totals[best] {
-                        best = i;
-                    }
-                }
-                best
-            }
-        };
+        }
+        self.scorers = scorers;
+        shuffle(&mut self.order, candidates.len(), &mut self.rng);
+        let chosen = profile.picker.pick(&totals, &self.order, &mut self.rng);
         Some(candidates[chosen])
-    }
-
-    /// What a scorer leaves in its per-request plugin state when it scores:
-    /// no-hit-lru-scorer whether the request is cold over these candidates
-    /// (`Score` writes `coldRequestState`; a later profile's call
-    /// overwrites it), session-affinity-scorer under `session_id` whether
-    /// the bound endpoint is among them (`Choose` writes
-    /// `boundPodPresence`).
-    fn note_scored(&mut self, scorer: &str, candidates: &[usize], request: &RequestContext<'_>) {
-        let cold = {
-            let (matches, _, _) = self.match_info(scorer);
-            candidates.iter().all(|c| matches[*c] == 0)
-        };
-        if let Some(state) = self.no_hit.get_mut(scorer) {
-            state.cold = Some(cold);
-        }
-        if let Some(session) = self.sessions.get_mut(scorer) {
-            session.note_presence(request, candidates);
-        }
-    }
-
-    /// A prefill decider's verdict on the decode profile's target
-    /// (`disagg/prefix_based_pd_decider.go`, `always_disagg_pd_decider.go`).
-    fn decide(&self, decider: Option<&str>, decode: usize) -> bool {
-        match decider.and_then(|d| self.config.plugin(d)) {
-            None => false,
-            Some(d) if d.plugin_type == "always-disagg-pd-decider" => true,
-            Some(d) => {
-                // prefix-based-pd-decider: nonCachedTokens 0 never
-                // disaggregates; a prompt under promptTokens or under
-                // nonCachedTokens stays decode-only; else disaggregate when
-                // the part the decode endpoint has not cached is at least
-                // nonCachedTokens.
-                let non_cached = param_f64(d, "nonCachedTokens").unwrap_or(0.0);
-                let prompt_min = param_f64(d, "promptTokens").unwrap_or(0.0);
-                let input = self.prompt_tokens as f64;
-                let cached = self.matches[decode] as f64 * self.block_size as f64;
-                non_cached > 0.0
-                    && !(prompt_min > 0.0 && input < prompt_min)
-                    && input >= non_cached
-                    && input - cached >= non_cached
-            }
-        }
     }
 
     /// One scheduling cycle for a request with no headers. `None` when no
@@ -1662,8 +1203,12 @@ impl Router {
     ) -> Option<Decision> {
         self.prompt_tokens = prompt.tokens();
         self.produce(prompt, endpoints);
-        for state in self.no_hit.values_mut() {
-            state.cold = None;
+        for scorer in &mut self.scorers {
+            match scorer {
+                ScorerPlugin::NoHitLru(s) => s.begin_request(),
+                ScorerPlugin::SessionAffinity(s) => s.session.present = None,
+                _ => {}
+            }
         }
         for session in self.sessions.values_mut() {
             session.present = None;
@@ -1739,7 +1284,9 @@ impl Router {
             Handler::Disagg(p) => {
                 let decode = self.run_profile(&p.decode, endpoints, request)?;
                 let prefill = if self.profile(&p.prefill).is_some()
-                    && self.decide(p.decider.as_deref(), decode)
+                    && self
+                        .decider
+                        .disaggregate(&self.cycle(endpoints, request), decode)
                 {
                     self.run_profile(&p.prefill, endpoints, request)
                         .map(|t| (p.prefill.clone(), t))
@@ -1759,7 +1306,9 @@ impl Router {
                 let decode = self.run_profile(&p.decode, endpoints, request)?;
                 let prefill = if self.config.profiles.len() > 1
                     && p.prefill != p.decode
-                    && self.decide(Some(&p.decider), decode)
+                    && self
+                        .decider
+                        .disaggregate(&self.cycle(endpoints, request), decode)
                 {
                     self.run_profile(&p.prefill, endpoints, request)
                         .map(|t| (p.prefill.clone(), t))
@@ -1841,23 +1390,24 @@ impl Router {
         // no-hit-lru-scorer's PreRequest: a request its last Score found
         // cold touches the primary target, then the `prefill` profile's
         // (`scorer/nohitlru/no_hit_lru.go`).
-        for state in self.no_hit.values_mut() {
-            if state.cold != Some(true) {
-                continue;
-            }
-            for target in [Some(decode), named_prefill].into_iter().flatten() {
-                state.lru.retain(|e| *e != target);
-                state.lru.push_back(target);
-                while state.lru.len() > state.size {
-                    state.lru.pop_front();
-                }
+        let targets: Vec<usize> = [Some(decode), named_prefill]
+            .into_iter()
+            .flatten()
+            .collect();
+        for scorer in &mut self.scorers {
+            if let ScorerPlugin::NoHitLru(s) = scorer {
+                s.pre_request(&targets);
             }
         }
         // session-affinity-scorer's PreRequest (`session_id` strategy,
         // `scorer/sessionaffinity/session_affinity.go` and
         // `util/sessionaffinity/session_id.go`): bind the session to the
         // target of `profileName` (default the primary).
-        for session in self.sessions.values_mut() {
+        let scorer_sessions = self.scorers.iter_mut().filter_map(|s| match s {
+            ScorerPlugin::SessionAffinity(s) => Some(&mut s.session),
+            _ => None,
+        });
+        for session in self.sessions.values_mut().chain(scorer_sessions) {
             let target = if session.profile.is_empty() || session.profile == decode_name {
                 Some(decode)
             } else {
@@ -1923,11 +1473,10 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        Approx, EndpointView, Lru, RequestContext, Router, Session, base64_decode, base64_encode,
-    };
+    use super::{Approx, EndpointView, Lru, RequestContext, Router, Session};
     use crate::RouterInputs;
     use crate::config::load_config;
+    use crate::plugins::scheduling::util::sessionaffinity::{base64_decode, base64_encode};
     use pdsim_core::{Prompt, Segment};
     use std::collections::BTreeMap;
 
@@ -2318,7 +1867,7 @@ mod tests {
         // Cold with history: LRU (oldest first) [2, 0]; 1 never used ranks
         // 0, then 2 ranks 1 and 0 ranks 2, over n − 1 = 2.
         router.matches = vec![0, 0, 0];
-        router.no_hit.get_mut("no-hit-lru-scorer").unwrap().lru = [2, 0].into();
+        router.no_hit_mut("no-hit-lru-scorer").lru = [2, 0].into();
         router.score("no-hit-lru-scorer", &[0, 1, 2], &views, &request, &mut out);
         assert_eq!(out, vec![0.0, 1.0, 0.5]);
         // A lone candidate scores 1.
@@ -2334,7 +1883,7 @@ mod tests {
         let mut router = Router::new(&inputs(idle), labels(&["prefill-decode"; 2]), 1);
         let views = vec![EndpointView::default(); 2];
         router.pick(&prompt(1, 64), &views).unwrap();
-        assert!(router.no_hit["no-hit-lru-scorer"].lru.is_empty());
+        assert!(router.no_hit_mut("no-hit-lru-scorer").lru.is_empty());
         // In the profile, with the producer it needs auto-created: a new
         // prompt is cold and touches its endpoint; the same prompt again is
         // warm (its endpoint holds it) and touches nothing.
@@ -2342,12 +1891,12 @@ mod tests {
         let mut router = Router::new(&inputs(used), labels(&["prefill-decode"; 2]), 1);
         let first = router.pick(&prompt(7, 256), &views).unwrap().decode;
         assert_eq!(
-            Vec::from(router.no_hit["no-hit-lru-scorer"].lru.clone()),
+            Vec::from(router.no_hit_mut("no-hit-lru-scorer").lru.clone()),
             vec![first]
         );
         router.pick(&prompt(7, 256), &views).unwrap();
-        assert_eq!(router.no_hit["no-hit-lru-scorer"].cold, Some(false));
-        assert_eq!(router.no_hit["no-hit-lru-scorer"].lru.len(), 1);
+        assert_eq!(router.no_hit_mut("no-hit-lru-scorer").cold, Some(false));
+        assert_eq!(router.no_hit_mut("no-hit-lru-scorer").lru.len(), 1);
     }
 
     #[test]
@@ -2741,7 +2290,9 @@ mod tests {
 
     #[test]
     fn context_range_labels_parse_as_the_epp_parses_them() {
-        use super::{context_range_score, parse_context_range};
+        use crate::plugins::scheduling::scorer::contextlengthaware::{
+            context_range_score, parse_context_range,
+        };
         assert_eq!(parse_context_range("0-2048"), Some((0, 2048)));
         assert_eq!(parse_context_range(" 10 - +20 "), Some((10, 20)));
         assert_eq!(parse_context_range("5-5"), Some((5, 5)));

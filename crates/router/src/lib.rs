@@ -14,6 +14,7 @@ pub mod cycle;
 pub mod flags;
 pub mod flowcontrol;
 pub mod manifests;
+pub(crate) mod plugins;
 pub mod precise;
 pub mod registry;
 

@@ -1,0 +1,111 @@
+//! The plugins the simulated EPP runs, laid out as llm-d-router lays out
+//! `pkg/epp/framework/plugins/` (at `ebab687`): one module per plugin, under
+//! the folder of its kind. Each plugin is a type implementing its kind's
+//! trait, built once at load from its decoded parameters (the EPP's
+//! defaults applied there, citing the Go file), so the scheduling cycle
+//! runs instances and looks nothing up by name or by parameter key per
+//! request.
+//!
+//! Moved so far: the scorers, the pickers and the P/D deciders
+//! (`scheduling/`). The filters, the profile handlers and the data
+//! producers still run in [`crate::cycle`]; the loader's checks are in
+//! [`crate::config`].
+
+pub(crate) mod scheduling;
+
+use crate::config::Plugin;
+use crate::cycle::{EndpointView, RequestContext};
+use serde_yaml::Value;
+use std::collections::BTreeMap;
+
+/// A `PrefixCacheMatchInfo` as a consumer reads it: matched blocks per
+/// endpoint, the request's total blocks, and the block size in tokens.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MatchInfo<'a> {
+    pub matches: &'a [u32],
+    pub total: u32,
+    pub block_size: u32,
+}
+
+impl MatchInfo<'_> {
+    /// Tokens of a prompt of `prompt_tokens` an endpoint's index lacks: the
+    /// unmatched blocks plus the tail past the last full block
+    /// (`inflightload`, R).
+    pub fn uncached_tokens(&self, endpoint: usize, prompt_tokens: u64) -> u64 {
+        let indexed = self.total as u64 * self.block_size as u64;
+        let tail = prompt_tokens.saturating_sub(indexed);
+        (self.total - self.matches[endpoint].min(self.total)) as u64 * self.block_size as u64 + tail
+    }
+}
+
+/// Which producer's `PrefixCacheMatchInfo` a consumer reads, fixed at load:
+/// the precise producer's when its `prefixMatchInfoProducerName` names it
+/// (or it is the legacy precise scorer), else the approx producer's under
+/// the default key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PrefixSource {
+    Approx,
+    Precise,
+}
+
+/// What a plugin reads of the scheduling cycle in progress: the request,
+/// the endpoints' last scraped metrics and their labels, and what the data
+/// producers produced for this request.
+pub(crate) struct Cycle<'a, 'r> {
+    pub endpoints: &'a [EndpointView],
+    pub labels: &'a [BTreeMap<String, String>],
+    pub request: &'a RequestContext<'r>,
+    /// Endpoint ids as the EPP names endpoints (`namespace/name`).
+    pub ids: &'a [String],
+    pub prompt_tokens: u64,
+    pub approx: MatchInfo<'a>,
+    /// Present when the configuration runs a precise producer.
+    pub precise: Option<MatchInfo<'a>>,
+    /// The inflight-load-producer's (requests, tokens) per endpoint, when a
+    /// plugin consumes them.
+    pub inflight: Option<&'a (Vec<u64>, Vec<u64>)>,
+    /// Whose match info the inflight-load-producer reads for the uncached
+    /// part of a prompt.
+    pub load_source: PrefixSource,
+}
+
+impl Cycle<'_, '_> {
+    pub fn match_info(&self, source: PrefixSource) -> MatchInfo<'_> {
+        match (source, self.precise) {
+            (PrefixSource::Precise, Some(precise)) => precise,
+            _ => self.approx,
+        }
+    }
+
+    /// Tokens of the prompt an endpoint's index lacks, by the match info
+    /// the inflight-load-producer reads.
+    pub fn uncached_tokens(&self, endpoint: usize) -> u64 {
+        self.match_info(self.load_source)
+            .uncached_tokens(endpoint, self.prompt_tokens)
+    }
+
+    /// The request's context length for context-length-aware: the token
+    /// count of the tokenized prompt (`getContextLength` in
+    /// `scorer/contextlengthaware/context_length_aware.go`), which the
+    /// loader only lets a real tokenizer (`vllm` or UDS) produce, so it is
+    /// the prompt's tokens.
+    pub fn context_length(&self) -> i64 {
+        i64::try_from(self.prompt_tokens).unwrap_or(i64::MAX)
+    }
+
+    /// In-flight requests of an endpoint (0 without the producer).
+    pub fn inflight_requests(&self, endpoint: usize) -> u64 {
+        self.inflight.map_or(0, |(r, _)| r[endpoint])
+    }
+
+    /// In-flight tokens of an endpoint (0 without the producer).
+    pub fn inflight_tokens(&self, endpoint: usize) -> u64 {
+        self.inflight.map_or(0, |(_, t)| t[endpoint])
+    }
+}
+
+/// A numeric parameter as the loader has checked it (its Go field's type),
+/// read once at build.
+pub(crate) fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
+    p.parameters.get(key).and_then(Value::as_f64)
+}

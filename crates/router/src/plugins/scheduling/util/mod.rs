@@ -1,0 +1,3 @@
+//! `scheduling/util/`: code several scheduling plugins share.
+
+pub(crate) mod sessionaffinity;
