@@ -11,14 +11,12 @@ use crate::config::{
     DisaggParams, EndpointPickerConfig, PdParams, Plugin, Profile, disagg_params, pd_params,
     prefill_header_writers,
 };
+use crate::plugins::scheduling::filter::{Filter, FilterPlugin};
 use crate::plugins::scheduling::picker::{Picker, PickerPlugin, shuffle};
 use crate::plugins::scheduling::profilehandler::disagg::{Decider, DeciderPlugin};
-use crate::plugins::scheduling::scorer::contextlengthaware::{context_label, parse_context_range};
 use crate::plugins::scheduling::scorer::{Scorer, ScorerPlugin};
-use crate::plugins::scheduling::util::sessionaffinity::Session;
 use crate::plugins::{Cycle, MatchInfo, PrefixSource};
 use crate::precise::{Precise, Weights};
-use crate::role;
 use pdsim_core::kv_events::KvEventBatch;
 use pdsim_core::prompt::BlockHasher;
 use pdsim_core::{Prompt, Purpose, Stream};
@@ -105,57 +103,6 @@ enum Handler {
     /// the request header to read (lower-cased) and the profile run when
     /// it is absent or blank.
     Header { header: String, default: String },
-}
-
-/// A utilization-filter metric (`scheduling/filter/utilization/filter.go`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum UtilMetric {
-    /// The EPP's in-flight request count (InFlightLoad.Requests).
-    ActiveRequests,
-    /// `vllm:num_requests_running`.
-    RunningRequests,
-    /// `vllm:num_requests_waiting`.
-    WaitingQueue,
-    /// `vllm:kv_cache_usage_perc`, a fraction.
-    KvCacheUtilization,
-}
-
-/// One utilization-filter instance: its conditions (metric, maxValue) and
-/// whether an emptied set falls back to the candidates it was given.
-#[derive(Clone, Debug)]
-struct Utilization {
-    conditions: Vec<(UtilMetric, f64)>,
-    fallback_on_empty: bool,
-}
-
-impl Utilization {
-    /// From parameters the loader has validated (`NewUtilizationFilter`).
-    fn new(plugin: &Plugin) -> Utilization {
-        let p = &plugin.parameters;
-        let conditions = p
-            .get("conditions")
-            .and_then(Value::as_sequence)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| {
-                let metric = match c.get("metric").and_then(Value::as_str)? {
-                    "active-requests" => UtilMetric::ActiveRequests,
-                    "running-requests" => UtilMetric::RunningRequests,
-                    "waiting-queue" => UtilMetric::WaitingQueue,
-                    "kv-cache-utilization" => UtilMetric::KvCacheUtilization,
-                    _ => return None,
-                };
-                Some((metric, c.get("maxValue").and_then(Value::as_f64)?))
-            })
-            .collect();
-        Utilization {
-            conditions,
-            fallback_on_empty: p
-                .get("fallbackOnEmpty")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-        }
-    }
 }
 
 /// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
@@ -321,7 +268,9 @@ impl Approx {
 #[derive(Debug)]
 struct RunProfile {
     name: String,
-    filters: Vec<String>,
+    /// Filter instances by their index in `Router::filters` (`None`: a
+    /// reference the configuration does not define, which keeps all).
+    filters: Vec<Option<usize>>,
     /// Scorer instances by their index in `Router::scorers` (`None`: a
     /// reference the configuration does not define, which scores 0), with
     /// their weights.
@@ -329,29 +278,85 @@ struct RunProfile {
     picker: PickerPlugin,
 }
 
-/// The simulated EPP.
-pub struct Router {
-    /// Shared so a scheduling cycle can hold a profile while it mutates
-    /// the router's state, without copying the profile per request.
-    config: std::sync::Arc<EndpointPickerConfig>,
+/// The router state plugins read during a cycle, apart from the plugin
+/// instances themselves, so that an instance can update its own state
+/// while it reads this.
+struct CycleData {
     labels: Vec<BTreeMap<String, String>>,
-    approx: Option<Approx>,
-    index: PrefixIndex,
-    rng: Stream,
-    order: Vec<usize>,
+    /// Endpoint ids as the EPP names endpoints (`namespace/name`).
+    ids: Vec<String>,
     /// The inflight-load-producer's counters per endpoint, when a plugin
     /// consumes them.
     inflight: Option<(Vec<u64>, Vec<u64>)>,
-    /// Requests routed and how many were disaggregated.
-    pub routed: u64,
-    pub disaggregated: u64,
-    /// Scratch: per endpoint, matched blocks for the current request.
+    /// Per endpoint, the approx producer's matched blocks for the current
+    /// request.
     matches: Vec<u32>,
     block_size: u32,
     /// The current request's block hashes, as the approx producer hashed
     /// them (capped); their count is the match info's total.
     hashes: VecDeque<u64>,
     prompt_tokens: u64,
+    /// The precise-prefix-cache-producer (or the legacy scorer's own one).
+    precise: Option<Precise>,
+    /// Whose match info the inflight-load-producer reads.
+    load_source: PrefixSource,
+}
+
+impl CycleData {
+    /// The match info a producer made for the current request.
+    fn source_info(&self, source: PrefixSource) -> MatchInfo<'_> {
+        match (source, &self.precise) {
+            (PrefixSource::Precise, Some(precise)) => MatchInfo {
+                matches: &precise.matches,
+                total: precise.keys.len() as u32,
+                block_size: precise.block_size,
+            },
+            _ => MatchInfo {
+                matches: &self.matches,
+                total: self.hashes.len() as u32,
+                block_size: self.block_size,
+            },
+        }
+    }
+
+    /// What the plugins read of the cycle in progress.
+    fn cycle<'a, 'r>(
+        &'a self,
+        endpoints: &'a [EndpointView],
+        request: &'a RequestContext<'r>,
+    ) -> Cycle<'a, 'r> {
+        Cycle {
+            endpoints,
+            labels: &self.labels,
+            request,
+            ids: &self.ids,
+            prompt_tokens: self.prompt_tokens,
+            approx: self.source_info(PrefixSource::Approx),
+            precise: self
+                .precise
+                .is_some()
+                .then(|| self.source_info(PrefixSource::Precise)),
+            inflight: self.inflight.as_ref(),
+            load_source: self.load_source,
+        }
+    }
+}
+
+/// The simulated EPP.
+pub struct Router {
+    /// Shared so a scheduling cycle can hold a profile while it mutates
+    /// the router's state, without copying the profile per request.
+    config: std::sync::Arc<EndpointPickerConfig>,
+    /// What the endpoints are and what the producers made for the
+    /// current request: what the plugins read.
+    data: CycleData,
+    approx: Option<Approx>,
+    index: PrefixIndex,
+    rng: Stream,
+    order: Vec<usize>,
+    /// Requests routed and how many were disaggregated.
+    pub routed: u64,
+    pub disaggregated: u64,
     /// One scorer instance per configured plugin, in the configuration's
     /// order ([`ScorerPlugin::Zero`] for a plugin that is no scorer).
     scorers: Vec<ScorerPlugin>,
@@ -360,25 +365,14 @@ pub struct Router {
     profiles: std::sync::Arc<Vec<RunProfile>>,
     /// The decider the P/D profile handler asks.
     decider: DeciderPlugin,
-    /// Whose match info the inflight-load-producer reads.
-    load_source: PrefixSource,
-    /// session-affinity-filter instances by plugin name (the scorers' are
-    /// in `scorers`; both run `util/sessionaffinity`).
-    sessions: BTreeMap<String, Session>,
-    /// utilization-filter instances by plugin name.
-    utilization: BTreeMap<String, Utilization>,
-    /// Per filter that reads only endpoint labels, by plugin name: whether
-    /// it keeps each endpoint ([`label_filter_passes`], once per run).
-    label_filters: FxHashMap<String, Vec<bool>>,
+    /// One filter instance per configured plugin, in the configuration's
+    /// order ([`FilterPlugin::PassAll`] for a plugin that is no filter).
+    filters: Vec<FilterPlugin>,
     handler: Handler,
     /// The profile whose first target `x-prefiller-host-port` names, when
     /// some plugin writes that header (the loader refuses writers that
     /// disagree).
     header_profile: Option<String>,
-    /// Endpoint ids as the EPP names endpoints (`namespace/name`).
-    ids: Vec<String>,
-    /// The precise-prefix-cache-producer (or the legacy scorer's own one).
-    precise: Option<Precise>,
     /// Whether engine KV events reach the precise index.
     kv_events_wired: bool,
     /// Simulated time of the last [`Router::advance`], in nanoseconds.
@@ -477,94 +471,6 @@ fn build_precise(plugin: &Plugin, endpoints: usize) -> Precise {
     )
 }
 
-/// The pass lists of the label-only filters the profiles name, by plugin
-/// name: whether each keeps each endpoint.
-fn label_filters(
-    config: &EndpointPickerConfig,
-    labels: &[BTreeMap<String, String>],
-) -> FxHashMap<String, Vec<bool>> {
-    let mut out = FxHashMap::default();
-    for filter in config.profiles.iter().flat_map(|p| &p.filters) {
-        // The type alone decides whether a filter reads only labels.
-        if let Some(plugin) = config.plugin(filter)
-            && label_filter_passes(plugin, &BTreeMap::new()).is_some()
-            && !out.contains_key(filter)
-        {
-            let pass = labels
-                .iter()
-                .map(|l| label_filter_passes(plugin, l) == Some(true))
-                .collect();
-            out.insert(filter.clone(), pass);
-        }
-    }
-    out
-}
-
-/// Whether a filter that reads only the endpoint's labels keeps an
-/// endpoint with `labels`; `None` for every other filter type. Labels are
-/// fixed for a run, so [`Router::new`] evaluates these once per endpoint.
-fn label_filter_passes(plugin: &Plugin, labels: &BTreeMap<String, String>) -> Option<bool> {
-    let p = &plugin.parameters;
-    Some(match plugin.plugin_type.as_str() {
-        // A Kubernetes LabelSelector (`filter/bylabel/selector.go`): every
-        // matchLabels pair and every matchExpressions requirement must hold.
-        "label-selector-filter" | "by-label-selector" => {
-            let labels_ok = p
-                .get("matchLabels")
-                .and_then(Value::as_mapping)
-                .is_none_or(|m| {
-                    m.iter().all(|(k, v)| {
-                        labels.get(k.as_str().unwrap_or("")).map(String::as_str) == v.as_str()
-                    })
-                });
-            let expressions_ok = p
-                .get("matchExpressions")
-                .and_then(Value::as_sequence)
-                .is_none_or(|list| {
-                    list.iter().all(|e| {
-                        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-                        let values: Vec<&str> = e
-                            .get("values")
-                            .and_then(Value::as_sequence)
-                            .into_iter()
-                            .flatten()
-                            .filter_map(Value::as_str)
-                            .collect();
-                        let value = labels.get(key).map(String::as_str);
-                        match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-                            "In" => value.is_some_and(|v| values.contains(&v)),
-                            "NotIn" => value.is_none_or(|v| !values.contains(&v)),
-                            "Exists" => value.is_some(),
-                            "DoesNotExist" => value.is_none(),
-                            _ => false,
-                        }
-                    })
-                });
-            labels_ok && expressions_ok
-        }
-        // by-label (`filter/bylabel/filter.go`): keep a listed value, or an
-        // absent label when allowed.
-        "by-label" => {
-            let key = p.get("label").and_then(Value::as_str).unwrap_or("");
-            let allow_none = p
-                .get("allowsNoLabel")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            match labels.get(key) {
-                None => allow_none,
-                Some(v) => p
-                    .get("validValues")
-                    .and_then(Value::as_sequence)
-                    .is_some_and(|vals| vals.iter().any(|x| x.as_str() == Some(v.as_str()))),
-            }
-        }
-        // `NewDecodeRole` / `NewPrefillRole` (`filter/bylabel/roles.go`).
-        "decode-filter" => role::decode(labels),
-        "prefill-filter" => role::prefill(labels),
-        _ => return None,
-    })
-}
-
 fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
     p.parameters.get(key).and_then(Value::as_f64)
 }
@@ -639,7 +545,11 @@ impl Router {
             .iter()
             .map(|profile| RunProfile {
                 name: profile.name.clone(),
-                filters: profile.filters.clone(),
+                filters: profile
+                    .filters
+                    .iter()
+                    .map(|name| config.plugins.iter().position(|p| &p.name == name))
+                    .collect(),
                 scorers: profile
                     .scorers
                     .iter()
@@ -657,11 +567,10 @@ impl Router {
             .iter()
             .find(|p| p.plugin_type == "inflight-load-producer")
             .map_or(PrefixSource::Approx, source_of);
-        let sessions = config
+        let filters: Vec<FilterPlugin> = config
             .plugins
             .iter()
-            .filter(|p| p.plugin_type == "session-affinity-filter")
-            .map(|p| (p.name.clone(), Session::new(p)))
+            .map(|p| FilterPlugin::new(p, &labels, source_of(p)))
             .collect();
         let handler = match config
             .plugin(&config.handler)
@@ -713,14 +622,7 @@ impl Router {
                     | "concurrency-detector"
             ) || crate::config::utilization_reads_load(p)
         });
-        let utilization = config
-            .plugins
-            .iter()
-            .filter(|p| p.plugin_type == "utilization-filter")
-            .map(|p| (p.name.clone(), Utilization::new(p)))
-            .collect();
         let precise = precise_plugin(&config.plugins).map(|p| build_precise(p, n));
-        let label_filters = label_filters(&config, &labels);
         // Events reach the index through a subscriber: one on the global
         // `zmqEndpoint`, or per pod when `discoverPods` (default true) and
         // the producer is an extractor of the endpoint-notification-source,
@@ -748,98 +650,45 @@ impl Router {
             global || (discover && extractor)
         });
         Router {
-            precise,
+            data: CycleData {
+                labels,
+                ids: (0..n).map(|i| format!("pdsim/endpoint-{i}")).collect(),
+                inflight: consumes_load.then(|| (vec![0; n], vec![0; n])),
+                matches: vec![0; n],
+                block_size: 16,
+                hashes: VecDeque::new(),
+                prompt_tokens: 0,
+                precise,
+                load_source,
+            },
             kv_events_wired,
             clock: 0,
-            inflight: consumes_load.then(|| (vec![0; n], vec![0; n])),
             config: config.into(),
-            labels,
             approx,
             index: PrefixIndex::new(n),
             rng: Stream::new(seed, Purpose::RouterTies, 0),
             order: Vec::with_capacity(n),
             routed: 0,
             disaggregated: 0,
-            matches: vec![0; n],
-            block_size: 16,
-            hashes: VecDeque::new(),
-            prompt_tokens: 0,
             scorers,
             profiles,
             decider,
-            load_source,
-            sessions,
-            utilization,
-            label_filters,
+            filters,
             handler,
             header_profile,
-            ids: (0..n).map(|i| format!("pdsim/endpoint-{i}")).collect(),
-        }
-    }
-
-    /// The PrefixCacheMatchInfo a consumer reads: (matched blocks per
-    /// endpoint, total blocks, block size).
-    fn match_info(&self, consumer: &str) -> (&[u32], u32, u32) {
-        if let (Some(precise), Some(plugin)) = (&self.precise, self.config.plugin(consumer))
-            && reads_precise(plugin, &precise.name)
-        {
-            return (
-                &precise.matches,
-                precise.keys.len() as u32,
-                precise.block_size,
-            );
-        }
-        (&self.matches, self.hashes.len() as u32, self.block_size)
-    }
-
-    /// The match info a producer made for the current request.
-    fn source_info(&self, source: PrefixSource) -> MatchInfo<'_> {
-        match (source, &self.precise) {
-            (PrefixSource::Precise, Some(precise)) => MatchInfo {
-                matches: &precise.matches,
-                total: precise.keys.len() as u32,
-                block_size: precise.block_size,
-            },
-            _ => MatchInfo {
-                matches: &self.matches,
-                total: self.hashes.len() as u32,
-                block_size: self.block_size,
-            },
-        }
-    }
-
-    /// What the plugins read of the cycle in progress.
-    fn cycle<'a, 'r>(
-        &'a self,
-        endpoints: &'a [EndpointView],
-        request: &'a RequestContext<'r>,
-    ) -> Cycle<'a, 'r> {
-        Cycle {
-            endpoints,
-            labels: &self.labels,
-            request,
-            ids: &self.ids,
-            prompt_tokens: self.prompt_tokens,
-            approx: self.source_info(PrefixSource::Approx),
-            precise: self
-                .precise
-                .is_some()
-                .then(|| self.source_info(PrefixSource::Precise)),
-            inflight: self.inflight.as_ref(),
-            load_source: self.load_source,
         }
     }
 
     /// Whether a precise producer reads the engines' KV events; without
     /// one, engines need not publish any.
     pub fn wants_kv_events(&self) -> bool {
-        self.precise.is_some() && self.kv_events_wired
+        self.data.precise.is_some() && self.kv_events_wired
     }
 
     /// Sends an engine step's KV events, taken from `batch` (left empty),
     /// to arrive at the index `KV_EVENT_DELAY_NS` after `now_ns`.
     pub fn send_kv_events(&mut self, now_ns: u64, endpoint: usize, batch: &mut KvEventBatch) {
-        if let Some(precise) = self.precise.as_mut().filter(|_| self.kv_events_wired) {
+        if let Some(precise) = self.data.precise.as_mut().filter(|_| self.kv_events_wired) {
             let at = now_ns.saturating_add(crate::precise::KV_EVENT_DELAY_NS);
             precise.send(at, endpoint as u32, batch);
         } else {
@@ -851,7 +700,7 @@ impl Router {
     /// speculative expiries due by then.
     pub fn advance(&mut self, now_ns: u64) {
         self.clock = self.clock.max(now_ns);
-        if let Some(precise) = &mut self.precise {
+        if let Some(precise) = &mut self.data.precise {
             precise.advance(self.clock);
         }
     }
@@ -860,8 +709,38 @@ impl Router {
     /// pass lists follow.
     #[cfg(test)]
     fn set_labels(&mut self, labels: Vec<BTreeMap<String, String>>) {
-        self.label_filters = label_filters(&self.config, &labels);
-        self.labels = labels;
+        for (filter, plugin) in self.filters.iter_mut().zip(&self.config.plugins) {
+            if let FilterPlugin::ByLabel(_) = filter {
+                *filter = FilterPlugin::new(plugin, &labels, PrefixSource::Approx);
+            }
+        }
+        self.data.labels = labels;
+    }
+
+    /// Runs the filter named `name` over `candidates`, as a profile would.
+    #[cfg(test)]
+    fn run_filter(
+        &mut self,
+        name: &str,
+        endpoints: &[EndpointView],
+        request: &RequestContext<'_>,
+        candidates: &mut Vec<usize>,
+    ) {
+        let index = self.config.plugins.iter().position(|p| p.name == name);
+        let cycle = self.data.cycle(endpoints, request);
+        if let Some(i) = index {
+            self.filters[i].filter(&cycle, &mut self.rng, candidates);
+        }
+    }
+
+    /// Whether the filter named `name` keeps endpoint `e` alone, for a
+    /// request with no headers over never-scraped endpoints.
+    #[cfg(test)]
+    fn passes(&mut self, name: &str, e: usize) -> bool {
+        let views = vec![EndpointView::default(); self.data.labels.len()];
+        let mut candidates = vec![e];
+        self.run_filter(name, &views, &RequestContext::default(), &mut candidates);
+        !candidates.is_empty()
     }
 
     /// The `x-session-token` value the session-affinity-scorer's
@@ -871,7 +750,9 @@ impl Router {
     /// pdsim's clients never echo it; only the tests do.
     #[cfg(test)]
     pub fn session_token(&self, e: usize) -> String {
-        crate::plugins::scheduling::util::sessionaffinity::base64_encode(self.ids[e].as_bytes())
+        crate::plugins::scheduling::util::sessionaffinity::base64_encode(
+            self.data.ids[e].as_bytes(),
+        )
     }
 
     /// The scores the scorer named `scorer` gives these candidates, as a
@@ -888,7 +769,7 @@ impl Router {
         let index = self.config.plugins.iter().position(|p| p.name == scorer);
         let zero = ScorerPlugin::Zero;
         let plugin = index.map_or(&zero, |i| &self.scorers[i]);
-        plugin.score(&self.cycle(endpoints, request), candidates, out);
+        plugin.score(&self.data.cycle(endpoints, request), candidates, out);
     }
 
     /// The verdict of the decider named `decider` (none: never) on the
@@ -896,7 +777,7 @@ impl Router {
     #[cfg(test)]
     fn decide(&self, decider: Option<&str>, decode: usize) -> bool {
         let plugin = DeciderPlugin::new(decider.and_then(|d| self.config.plugin(d)));
-        plugin.disaggregate(&self.cycle(&[], &RequestContext::default()), decode)
+        plugin.disaggregate(&self.data.cycle(&[], &RequestContext::default()), decode)
     }
 
     /// The no-hit-lru-scorer instance named `name`.
@@ -922,15 +803,15 @@ impl Router {
     /// the leading blocks it holds, stopping at the first block no endpoint
     /// holds.
     fn produce(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) {
-        if let Some(precise) = &mut self.precise {
+        if let Some(precise) = &mut self.data.precise {
             precise.produce(prompt);
         }
-        self.matches.iter_mut().for_each(|m| *m = 0);
-        self.hashes.clear();
+        self.data.matches.iter_mut().for_each(|m| *m = 0);
+        self.data.hashes.clear();
         let Some(approx) = &self.approx else { return };
         let block = approx.block_size(endpoints);
         let max_blocks = approx.max_blocks(block);
-        self.block_size = block;
+        self.data.block_size = block;
         let mut hasher = BlockHasher::new(block);
         for segment in &prompt.segments {
             hasher.feed_segment(*segment);
@@ -941,7 +822,7 @@ impl Router {
         hasher.hashes.truncate(max_blocks);
         for hash in &hasher.hashes {
             let mut any = false;
-            for (e, m) in self.matches.iter_mut().enumerate() {
+            for (e, m) in self.data.matches.iter_mut().enumerate() {
                 if self.index.holds(e, *hash) {
                     *m += 1;
                     any = true;
@@ -951,173 +832,15 @@ impl Router {
                 break;
             }
         }
-        self.hashes.extend(hasher.hashes);
-    }
-
-    /// Whether `filter` keeps `endpoint`, evaluated afresh: the label
-    /// filters as [`label_filter_passes`], context-length-aware against
-    /// the request's length; an unknown name or any other type keeps it.
-    fn passes(&self, filter: &str, endpoint: usize) -> bool {
-        let Some(plugin) = self.config.plugin(filter) else {
-            return true;
-        };
-        let labels = &self.labels[endpoint];
-        if let Some(pass) = label_filter_passes(plugin, labels) {
-            return pass;
-        }
-        match plugin.plugin_type.as_str() {
-            // context-length-aware as a filter (`Filter` in
-            // `scorer/contextlengthaware/context_length_aware.go`), only
-            // with enableFiltering: keep unlabelled endpoints and those
-            // whose range holds the request's length; drop unparsable
-            // labels.
-            "context-length-aware" => {
-                let p = &plugin.parameters;
-                if !p
-                    .get("enableFiltering")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false)
-                {
-                    return true;
-                }
-                match labels.get(context_label(plugin)) {
-                    None => true,
-                    Some(text) => parse_context_range(text).is_some_and(|(lo, hi)| {
-                        let l = self.context_length();
-                        lo <= l && l <= hi
-                    }),
-                }
-            }
-            _ => true,
-        }
-    }
-
-    /// The request's context length for context-length-aware: the token
-    /// count of the tokenized prompt (`getContextLength` in
-    /// `scorer/contextlengthaware/context_length_aware.go`), which the
-    /// loader only lets a real tokenizer (`vllm` or UDS) produce, so it is
-    /// the prompt's tokens.
-    fn context_length(&self) -> i64 {
-        i64::try_from(self.prompt_tokens).unwrap_or(i64::MAX)
+        self.data.hashes.extend(hasher.hashes);
     }
 
     /// Tokens of the prompt an endpoint's index lacks: the unmatched blocks
     /// plus the tail past the last full block (`inflightload`, R).
     fn uncached_tokens(&self, endpoint: usize, prompt_tokens: u64) -> u64 {
-        self.source_info(self.load_source)
+        self.data
+            .source_info(self.data.load_source)
             .uncached_tokens(endpoint, prompt_tokens)
-    }
-
-    /// prefix-cache-affinity-filter (`filter/prefixcacheaffinity/plugin.go`): keep the
-    /// endpoints whose prefix match reaches the threshold, unless exploring,
-    /// none qualifies, or their in-flight prefill backlog would cost more
-    /// TTFT than `maxTTFTPenaltyMs` over the best other endpoint.
-    fn affinity_filter(&mut self, filter: &str, candidates: &mut Vec<usize>) {
-        let config = std::sync::Arc::clone(&self.config);
-        let Some(plugin) = config.plugin(filter) else {
-            return;
-        };
-        let threshold = param_f64(plugin, "affinityThreshold").unwrap_or(0.80);
-        if candidates.len() <= 1 || threshold <= 0.0 {
-            return;
-        }
-        let explore = param_f64(plugin, "explorationProbability").unwrap_or(0.0);
-        if explore > 0.0 && self.rng.bernoulli(explore) {
-            return;
-        }
-        let (matches, total, _) = self.match_info(filter);
-        let score = |e: usize| {
-            if total == 0 {
-                0.0
-            } else {
-                matches[e] as f64 / total as f64
-            }
-        };
-        let (sticky, other): (Vec<usize>, Vec<usize>) =
-            candidates.iter().partition(|e| score(**e) >= threshold);
-        if sticky.is_empty() {
-            return;
-        }
-        let penalty_ms = param_f64(plugin, "maxTTFTPenaltyMs").unwrap_or(18_000.0);
-        if penalty_ms > 0.0 && !other.is_empty() {
-            let peak = param_f64(plugin, "peakPrefillThroughput")
-                .filter(|p| *p > 0.0)
-                .unwrap_or(15_928.0);
-            let tokens = |e: usize| self.inflight.as_ref().map_or(0, |(_, t)| t[e]) as f64;
-            let ttft = |set: &[usize]| {
-                set.iter()
-                    .map(|e| tokens(*e) / peak * 1000.0)
-                    .fold(f64::MAX, f64::min)
-            };
-            if ttft(&sticky) - ttft(&other) > penalty_ms {
-                return;
-            }
-        }
-        *candidates = sticky;
-    }
-
-    /// session-affinity-filter (`filter/sessionaffinity/{encoded_endpoint_
-    /// header,session_id_header}.go`): the session's endpoint alone when it
-    /// is among the candidates, else every candidate, so the set never
-    /// empties. Under `session_id` its `Choose` records whether the bound
-    /// endpoint was a candidate, which decides a rebind at PreRequest.
-    /// pdsim's requests carry no session header: the filter passes every
-    /// candidate and binds nothing, as the EPP does for a client that sends
-    /// none.
-    fn session_filter(
-        &mut self,
-        filter: &str,
-        request: &RequestContext<'_>,
-        candidates: &mut Vec<usize>,
-    ) {
-        let Some(session) = self.sessions.get_mut(filter) else {
-            return;
-        };
-        session.note_presence(request, candidates);
-        if let Some(target) = session.target(request, &self.ids)
-            && candidates.contains(&target)
-        {
-            *candidates = vec![target];
-        }
-    }
-
-    /// utilization-filter (`scheduling/filter/utilization/filter.go`,
-    /// `Filter`): keep the endpoints whose every capped metric is at most
-    /// its `maxValue` (a value above it drops the endpoint); when none is
-    /// left and `fallbackOnEmpty` is set, keep the candidates as given,
-    /// else leave the set empty (the profile then fails). Model-server
-    /// metrics are the last scrape's, stale or not (a never-scraped
-    /// endpoint reads zero, as the EPP reads missing metrics); the active
-    /// count is the in-flight load producer's request counter.
-    fn utilization_filter(
-        &self,
-        filter: &str,
-        endpoints: &[EndpointView],
-        candidates: &mut Vec<usize>,
-    ) {
-        let Some(state) = self.utilization.get(filter) else {
-            return;
-        };
-        let value = |e: usize, metric: UtilMetric| match metric {
-            UtilMetric::ActiveRequests => self.inflight.as_ref().map_or(0, |(r, _)| r[e]) as f64,
-            UtilMetric::RunningRequests => f64::from(endpoints[e].running),
-            UtilMetric::WaitingQueue => f64::from(endpoints[e].waiting),
-            UtilMetric::KvCacheUtilization => endpoints[e].kv_usage,
-        };
-        let kept: Vec<usize> = candidates
-            .iter()
-            .copied()
-            .filter(|e| {
-                state
-                    .conditions
-                    .iter()
-                    .all(|(metric, max)| value(*e, *metric) <= *max)
-            })
-            .collect();
-        if kept.is_empty() && state.fallback_on_empty {
-            return;
-        }
-        *candidates = kept;
     }
 
     /// Runs one profile: filters, scorers, picker
@@ -1129,7 +852,6 @@ impl Router {
         endpoints: &[EndpointView],
         request: &RequestContext<'_>,
     ) -> Option<usize> {
-        let config = std::sync::Arc::clone(&self.config);
         let profiles = std::sync::Arc::clone(&self.profiles);
         let profile = profiles.iter().find(|p| p.name == name)?;
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
@@ -1137,50 +859,29 @@ impl Router {
         if candidates.is_empty() {
             return None;
         }
-        for filter in &profile.filters {
-            let plugin = config.plugin(filter);
-            match plugin.map(|p| p.plugin_type.as_str()) {
-                Some("prefix-cache-affinity-filter") => {
-                    self.affinity_filter(filter, &mut candidates);
-                }
-                Some("session-affinity-filter") => {
-                    self.session_filter(filter, request, &mut candidates);
-                }
-                _ if self.utilization.contains_key(filter) => {
-                    self.utilization_filter(filter, endpoints, &mut candidates);
-                }
-                _ => match self.label_filters.get(filter) {
-                    Some(pass) => candidates.retain(|e| pass[*e]),
-                    None => candidates.retain(|e| self.passes(filter, *e)),
-                },
-            }
+        let cycle = self.data.cycle(endpoints, request);
+        for index in profile.filters.iter().flatten() {
+            self.filters[*index].filter(&cycle, &mut self.rng, &mut candidates);
             if candidates.is_empty() {
                 return None;
             }
         }
         // The weighted sum of the scores, each clamped to [0, 1]
         // (`scheduler_profile.go`, `runScorerPlugins`, `enforceScoreRange`).
-        // The instances are taken out while they score, so that they can
-        // update their own state while reading the router's.
         let mut totals = vec![0.0; candidates.len()];
         let mut scores = Vec::new();
-        let mut scorers = std::mem::take(&mut self.scorers);
         let mut zero = ScorerPlugin::Zero;
-        {
-            let cycle = self.cycle(endpoints, request);
-            for (index, weight) in &profile.scorers {
-                let scorer = match index {
-                    Some(i) => &mut scorers[*i],
-                    None => &mut zero,
-                };
-                scorer.score(&cycle, &candidates, &mut scores);
-                for (t, s) in totals.iter_mut().zip(&scores) {
-                    *t += weight * s.clamp(0.0, 1.0);
-                }
-                scorer.scored(&cycle, &candidates);
+        for (index, weight) in &profile.scorers {
+            let scorer = match index {
+                Some(i) => &mut self.scorers[*i],
+                None => &mut zero,
+            };
+            scorer.score(&cycle, &candidates, &mut scores);
+            for (t, s) in totals.iter_mut().zip(&scores) {
+                *t += weight * s.clamp(0.0, 1.0);
             }
+            scorer.scored(&cycle, &candidates);
         }
-        self.scorers = scorers;
         shuffle(&mut self.order, candidates.len(), &mut self.rng);
         let chosen = profile.picker.pick(&totals, &self.order, &mut self.rng);
         Some(candidates[chosen])
@@ -1201,7 +902,7 @@ impl Router {
         request: &RequestContext<'_>,
         endpoints: &[EndpointView],
     ) -> Option<Decision> {
-        self.prompt_tokens = prompt.tokens();
+        self.data.prompt_tokens = prompt.tokens();
         self.produce(prompt, endpoints);
         for scorer in &mut self.scorers {
             match scorer {
@@ -1210,8 +911,10 @@ impl Router {
                 _ => {}
             }
         }
-        for session in self.sessions.values_mut() {
-            session.present = None;
+        for filter in &mut self.filters {
+            if let FilterPlugin::SessionAffinity(f) = filter {
+                f.session.present = None;
+            }
         }
         // (primary profile name, its target, the other profile that ran
         // and its target).
@@ -1286,7 +989,7 @@ impl Router {
                 let prefill = if self.profile(&p.prefill).is_some()
                     && self
                         .decider
-                        .disaggregate(&self.cycle(endpoints, request), decode)
+                        .disaggregate(&self.data.cycle(endpoints, request), decode)
                 {
                     self.run_profile(&p.prefill, endpoints, request)
                         .map(|t| (p.prefill.clone(), t))
@@ -1308,7 +1011,7 @@ impl Router {
                     && p.prefill != p.decode
                     && self
                         .decider
-                        .disaggregate(&self.cycle(endpoints, request), decode)
+                        .disaggregate(&self.data.cycle(endpoints, request), decode)
                 {
                     self.run_profile(&p.prefill, endpoints, request)
                         .map(|t| (p.prefill.clone(), t))
@@ -1346,11 +1049,11 @@ impl Router {
         // PreRequest: the in-flight load of each profile's target grows by
         // one request and by the prompt tokens its index lacks
         // (`requestcontrol/dataproducer/inflightload/producer.go`).
-        if self.inflight.is_some() {
-            let prompt_tokens = self.prompt_tokens;
+        if self.data.inflight.is_some() {
+            let prompt_tokens = self.data.prompt_tokens;
             let add = |router: &mut Router, e: usize| {
                 let tokens = router.uncached_tokens(e, prompt_tokens);
-                if let Some((requests, load)) = router.inflight.as_mut() {
+                if let Some((requests, load)) = router.data.inflight.as_mut() {
                     requests[e] += 1;
                     load[e] += tokens;
                 }
@@ -1373,14 +1076,14 @@ impl Router {
                 } else {
                     approx.lru_capacity
                 };
-                for hash in &self.hashes {
+                for hash in &self.data.hashes {
                     self.index.add(target, *hash, capacity);
                 }
             }
         }
         // The precise producer's PreRequest (speculative indexing,
         // `requestcontrol/dataproducer/preciseprefixcache/prerequest.go`).
-        if let Some(precise) = &mut self.precise {
+        if let Some(precise) = &mut self.data.precise {
             let targets: Vec<usize> = [Some(decode), named_prefill]
                 .into_iter()
                 .flatten()
@@ -1407,7 +1110,11 @@ impl Router {
             ScorerPlugin::SessionAffinity(s) => Some(&mut s.session),
             _ => None,
         });
-        for session in self.sessions.values_mut().chain(scorer_sessions) {
+        let filter_sessions = self.filters.iter_mut().filter_map(|f| match f {
+            FilterPlugin::SessionAffinity(f) => Some(&mut f.session),
+            _ => None,
+        });
+        for session in filter_sessions.chain(scorer_sessions) {
             let target = if session.profile.is_empty() || session.profile == decode_name {
                 Some(decode)
             } else {
@@ -1426,7 +1133,7 @@ impl Router {
     }
 
     fn release(&mut self, slot: Option<(usize, u64)>) {
-        if let (Some((e, tokens)), Some((requests, load))) = (slot, self.inflight.as_mut()) {
+        if let (Some((e, tokens)), Some((requests, load))) = (slot, self.data.inflight.as_mut()) {
             requests[e] = requests[e].saturating_sub(1);
             load[e] = load[e].saturating_sub(tokens);
         }
@@ -1448,7 +1155,7 @@ impl Router {
             .into_iter()
             .flatten()
         {
-            if let Some((_, load)) = self.inflight.as_mut() {
+            if let Some((_, load)) = self.data.inflight.as_mut() {
                 load[*e] = load[*e].saturating_sub(*tokens);
             }
             *tokens = 0;
@@ -1465,7 +1172,8 @@ impl Router {
 
     /// The in-flight (requests, tokens) counters of an endpoint.
     pub fn inflight(&self, endpoint: usize) -> (u64, u64) {
-        self.inflight
+        self.data
+            .inflight
             .as_ref()
             .map_or((0, 0), |(r, t)| (r[endpoint], t[endpoint]))
     }
@@ -1473,9 +1181,10 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
-    use super::{Approx, EndpointView, Lru, RequestContext, Router, Session};
+    use super::{Approx, EndpointView, Lru, RequestContext, Router};
     use crate::RouterInputs;
     use crate::config::load_config;
+    use crate::plugins::scheduling::util::sessionaffinity::Session;
     use crate::plugins::scheduling::util::sessionaffinity::{base64_decode, base64_encode};
     use pdsim_core::{Prompt, Segment};
     use std::collections::BTreeMap;
@@ -1782,17 +1491,17 @@ mod tests {
             "{matchLengthWeight: 0.4, matchLengthScaleTokens: 320}",
             &views,
             |r| {
-                r.matches = vec![0, 5, 10];
-                r.hashes = [0; 10].into();
-                r.block_size = 16;
+                r.data.matches = vec![0, 5, 10];
+                r.data.hashes = [0; 10].into();
+                r.data.block_size = 16;
             },
         );
         assert!(close(&out, &[0.0, 0.325, 0.7]), "{out:?}");
         // Without the weight only the ratio counts: 0, 0.5, 1.
         let out = scores("prefix-cache-scorer", "{}", &views, |r| {
-            r.matches = vec![0, 5, 10];
-            r.hashes = [0; 10].into();
-            r.block_size = 16;
+            r.data.matches = vec![0, 5, 10];
+            r.data.hashes = [0; 10].into();
+            r.data.block_size = 16;
         });
         assert!(close(&out, &[0.0, 0.5, 1.0]), "{out:?}");
     }
@@ -1824,7 +1533,7 @@ mod tests {
             "active-request-scorer",
             "{idleThreshold: 2, maxBusyScore: 0.8}",
             &views,
-            |r| r.inflight = Some((vec![0, 2, 5, 10], vec![0; 4])),
+            |r| r.data.inflight = Some((vec![0, 2, 5, 10], vec![0; 4])),
         );
         assert!(close(&out, &[1.0, 1.0, 0.4, 0.0]), "{out:?}");
     }
@@ -1857,8 +1566,8 @@ mod tests {
         let mut out = Vec::new();
         // Endpoint 0 holds the prefix, but it is not a candidate: the
         // request is cold over 1 and 2, both never used: 1 − i/(n−1).
-        router.matches = vec![4, 0, 0];
-        router.hashes = [0; 4].into();
+        router.data.matches = vec![4, 0, 0];
+        router.data.hashes = [0; 4].into();
         router.score("no-hit-lru-scorer", &[1, 2], &views, &request, &mut out);
         assert_eq!(out, vec![1.0, 0.0]);
         // With 0 among the candidates it is warm: 0.5 everywhere.
@@ -1866,7 +1575,7 @@ mod tests {
         assert_eq!(out, vec![0.5, 0.5, 0.5]);
         // Cold with history: LRU (oldest first) [2, 0]; 1 never used ranks
         // 0, then 2 ranks 1 and 0 ranks 2, over n − 1 = 2.
-        router.matches = vec![0, 0, 0];
+        router.data.matches = vec![0, 0, 0];
         router.no_hit_mut("no-hit-lru-scorer").lru = [2, 0].into();
         router.score("no-hit-lru-scorer", &[0, 1, 2], &views, &request, &mut out);
         assert_eq!(out, vec![0.0, 1.0, 0.5]);
@@ -2216,7 +1925,7 @@ mod tests {
         let caps = text(
             "{conditions: [{metric: waiting-queue, maxValue: 3}, {metric: kv-cache-utilization, maxValue: 0.8}, {metric: running-requests, maxValue: 10}]}",
         );
-        let router = Router::new(&inputs_experimental(&caps), labels(&["decode"; 5]), 1);
+        let mut router = Router::new(&inputs_experimental(&caps), labels(&["decode"; 5]), 1);
         let views = vec![
             loaded(3, 10, 0.8),      // exactly at every cap: kept
             loaded(4, 0, 0.0),       // queue over
@@ -2225,21 +1934,36 @@ mod tests {
             EndpointView::default(), // never scraped: zeros, kept
         ];
         let mut candidates = vec![0, 1, 2, 3, 4];
-        router.utilization_filter("utilization-filter", &views, &mut candidates);
+        router.run_filter(
+            "utilization-filter",
+            &views,
+            &RequestContext::default(),
+            &mut candidates,
+        );
         assert_eq!(candidates, vec![0, 4]);
         // Everything saturated: without fallback the set empties and the
         // request fails; with fallbackOnEmpty the candidates pass whole.
         let full = vec![loaded(9, 0, 0.0); 3];
         let mut router = Router::new(&inputs_experimental(&caps), labels(&["decode"; 3]), 1);
         let mut candidates = vec![0, 1, 2];
-        router.utilization_filter("utilization-filter", &full, &mut candidates);
+        router.run_filter(
+            "utilization-filter",
+            &full,
+            &RequestContext::default(),
+            &mut candidates,
+        );
         assert!(candidates.is_empty());
         assert!(router.pick(&prompt(1, 16), &full).is_none());
         let fallback =
             text("{conditions: [{metric: waiting-queue, maxValue: 3}], fallbackOnEmpty: true}");
         let mut router = Router::new(&inputs_experimental(&fallback), labels(&["decode"; 3]), 1);
         let mut candidates = vec![0, 2];
-        router.utilization_filter("utilization-filter", &full, &mut candidates);
+        router.run_filter(
+            "utilization-filter",
+            &full,
+            &RequestContext::default(),
+            &mut candidates,
+        );
         assert_eq!(candidates, vec![0, 2]);
         assert!(router.pick(&prompt(1, 16), &full).is_some());
         // The filter runs before the scorers: the shortest queue (1) is
@@ -2254,7 +1978,7 @@ mod tests {
         let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: utilization-filter\n  parameters: {conditions: [{metric: active-requests, maxValue: 0}]}\n- type: random-picker\n";
         let mut router = Router::new(&inputs_experimental(text), labels(&["decode"; 2]), 3);
         // The in-flight producer is auto-created for it.
-        assert!(router.inflight.is_some());
+        assert!(router.data.inflight.is_some());
         let views = vec![EndpointView::default(); 2];
         // maxValue 0: an endpoint with a request in flight is over the cap
         // (a value equal to it passes), so two requests take both and the
@@ -2273,7 +1997,7 @@ mod tests {
         // Without an active-requests cap no producer is created.
         let plain = text.replace("active-requests", "waiting-queue");
         let router = Router::new(&inputs_experimental(&plain), labels(&["decode"; 2]), 3);
-        assert!(router.inflight.is_none());
+        assert!(router.data.inflight.is_none());
     }
 
     fn ranges(values: &[Option<&str>]) -> Vec<BTreeMap<String, String>> {
@@ -2320,7 +2044,7 @@ mod tests {
         let scoring = format!("{CLA}}}\n");
         let mut router = Router::new(&inputs(&scoring), endpoints.clone(), 1);
         let mut out = Vec::new();
-        router.prompt_tokens = 1000;
+        router.data.prompt_tokens = 1000;
         let request = RequestContext::default();
         router.score(
             "context-length-aware",
@@ -2342,12 +2066,12 @@ mod tests {
         // ranges are inclusive at both ends.
         let filtering = format!("{CLA}, enableFiltering: true}}\n");
         let mut router = Router::new(&inputs(&filtering), endpoints, 1);
-        router.prompt_tokens = 2048;
+        router.data.prompt_tokens = 2048;
         let kept: Vec<usize> = (0..4)
             .filter(|e| router.passes("context-length-aware", *e))
             .collect();
         assert_eq!(kept, vec![0, 1, 2]);
-        router.prompt_tokens = 9000;
+        router.data.prompt_tokens = 9000;
         let kept: Vec<usize> = (0..4)
             .filter(|e| router.passes("context-length-aware", *e))
             .collect();
@@ -2381,7 +2105,7 @@ mod tests {
             now_ns: 0,
         };
         let mut candidates = vec![0, 1, 2];
-        router.session_filter("session-affinity-filter", &request, &mut candidates);
+        router.run_filter("session-affinity-filter", &[], &request, &mut candidates);
         assert_eq!(candidates, vec![2]);
         assert_eq!(
             router
@@ -2393,7 +2117,7 @@ mod tests {
         // The token's endpoint not a candidate, no header (every pdsim
         // request), or an undecodable token: every candidate passes.
         let mut candidates = vec![0, 1];
-        router.session_filter("session-affinity-filter", &request, &mut candidates);
+        router.run_filter("session-affinity-filter", &[], &request, &mut candidates);
         assert_eq!(candidates, vec![0, 1]);
         for h in [headers(&[]), headers(&[("x-session-token", "%%%")])] {
             let request = RequestContext {
@@ -2401,7 +2125,7 @@ mod tests {
                 now_ns: 0,
             };
             let mut candidates = vec![0, 1, 2];
-            router.session_filter("session-affinity-filter", &request, &mut candidates);
+            router.run_filter("session-affinity-filter", &[], &request, &mut candidates);
             assert_eq!(candidates, vec![0, 1, 2], "{h:?}");
             assert_eq!(
                 router
@@ -2585,8 +2309,8 @@ mod tests {
             "{queueThresholdTokens: 10000}",
             &views,
             |r| {
-                r.inflight = Some((vec![0; 4], vec![0, 900, 4_900, 20_000]));
-                r.prompt_tokens = 100;
+                r.data.inflight = Some((vec![0; 4], vec![0, 900, 4_900, 20_000]));
+                r.data.prompt_tokens = 100;
             },
         );
         assert!(close(&out, &[0.99, 0.9, 0.5, 0.0]), "{out:?}");
@@ -2595,7 +2319,7 @@ mod tests {
             "token-load-scorer",
             "{queueThresholdTokens: 10000}",
             &views[..1],
-            |r| r.inflight = Some((vec![0], vec![0])),
+            |r| r.data.inflight = Some((vec![0], vec![0])),
         );
         assert!(close(&out, &[1.0]), "{out:?}");
     }
@@ -2733,9 +2457,9 @@ mod tests {
         let mut router = Router::new(&config, labels(&["decode"]), 1);
         let name = "prefix-based-pd-decider";
         let mut case = |input: u64, cached_blocks: u32| {
-            router.prompt_tokens = input;
-            router.block_size = 16;
-            router.matches = vec![cached_blocks];
+            router.data.prompt_tokens = input;
+            router.data.block_size = 16;
+            router.data.matches = vec![cached_blocks];
             router.decide(Some(name), 0)
         };
         assert!(!case(99, 0), "99 < promptTokens 100");
@@ -2744,17 +2468,17 @@ mod tests {
         assert!(!case(128, 5), "128 − 80 = 48 < 64");
         let config = decider("{nonCachedTokens: 64}");
         let mut router = Router::new(&config, labels(&["decode"]), 1);
-        router.prompt_tokens = 63;
-        router.block_size = 16;
-        router.matches = vec![0];
+        router.data.prompt_tokens = 63;
+        router.data.block_size = 16;
+        router.data.matches = vec![0];
         assert!(!router.decide(Some(name), 0), "63 < nonCachedTokens 64");
-        router.prompt_tokens = 64;
+        router.data.prompt_tokens = 64;
         assert!(router.decide(Some(name), 0), "64, nothing cached");
         let config = decider("{nonCachedTokens: 0}");
         let mut router = Router::new(&config, labels(&["decode"]), 1);
-        router.prompt_tokens = 10_000;
-        router.block_size = 16;
-        router.matches = vec![0];
+        router.data.prompt_tokens = 10_000;
+        router.data.block_size = 16;
+        router.data.matches = vec![0];
         assert!(!router.decide(Some(name), 0), "0 disables disaggregation");
         // No decider configured: decode only.
         assert!(!router.decide(None, 0));
@@ -2820,12 +2544,17 @@ mod tests {
         let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-affinity-filter\n  parameters: {affinityThreshold: 0.8, maxTTFTPenaltyMs: 18000, peakPrefillThroughput: 1000}\n- type: queue-scorer\n";
         let filtered = |backlog: u64| {
             let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 2]), 1);
-            router.matches = vec![10, 0];
-            router.hashes = [0; 10].into();
-            router.block_size = 16;
-            router.inflight = Some((vec![1, 0], vec![backlog, 0]));
+            router.data.matches = vec![10, 0];
+            router.data.hashes = [0; 10].into();
+            router.data.block_size = 16;
+            router.data.inflight = Some((vec![1, 0], vec![backlog, 0]));
             let mut candidates = vec![0, 1];
-            router.affinity_filter("prefix-cache-affinity-filter", &mut candidates);
+            router.run_filter(
+                "prefix-cache-affinity-filter",
+                &[],
+                &RequestContext::default(),
+                &mut candidates,
+            );
             candidates
         };
         assert_eq!(filtered(10_000), vec![0]);
