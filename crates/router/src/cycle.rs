@@ -7,13 +7,13 @@
 //! picker is reproduced as a seeded shuffle.
 
 use crate::RouterInputs;
-use crate::config::{
-    DisaggParams, EndpointPickerConfig, PdParams, Plugin, Profile, disagg_params, pd_params,
-    prefill_header_writers,
-};
+#[cfg(test)]
+use crate::config::EndpointPickerConfig;
+use crate::config::{Plugin, prefill_header_writers};
 use crate::plugins::scheduling::filter::{Filter, FilterPlugin};
 use crate::plugins::scheduling::picker::{Picker, PickerPlugin, shuffle};
 use crate::plugins::scheduling::profilehandler::disagg::{Decider, DeciderPlugin};
+use crate::plugins::scheduling::profilehandler::{HandlerPlugin, ProfileHandler, Profiles};
 use crate::plugins::scheduling::scorer::{Scorer, ScorerPlugin};
 use crate::plugins::{Cycle, MatchInfo, PrefixSource};
 use crate::precise::{Precise, Weights};
@@ -85,24 +85,6 @@ impl Default for RequestContext<'_> {
             now_ns: 0,
         }
     }
-}
-
-/// How the configured profile handler runs the profiles.
-#[derive(Clone, Debug)]
-enum Handler {
-    /// single-profile-handler (`single/single_profile_handler.go`): the
-    /// one profile.
-    Single,
-    /// disagg-profile-handler (`disagg/disagg_profile_handler.go`).
-    Disagg(DisaggParams),
-    /// The deprecated pd-profile-handler (`disagg/pd_profile_handler.go`).
-    Pd(PdParams),
-    /// data-parallel-profile-handler (`dataparallel/dp_profile_handler.go`).
-    DataParallel,
-    /// header-profile-handler (`headerprofile/header_profile_handler.go`):
-    /// the request header to read (lower-cased) and the profile run when
-    /// it is absent or blank.
-    Header { header: String, default: String },
 }
 
 /// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
@@ -264,6 +246,29 @@ impl Approx {
     }
 }
 
+/// What the profile handler runs for one request: the router's profiles
+/// over these endpoints, and its decider.
+struct RunProfiles<'a, 'r> {
+    router: &'a mut Router,
+    endpoints: &'a [EndpointView],
+    request: &'a RequestContext<'r>,
+}
+
+impl Profiles for RunProfiles<'_, '_> {
+    fn run(&mut self, name: &str) -> Option<usize> {
+        self.router.run_profile(name, self.endpoints, self.request)
+    }
+
+    fn disaggregate(&mut self, decode: usize) -> bool {
+        let cycle = self.router.data.cycle(self.endpoints, self.request);
+        self.router.decider.disaggregate(&cycle, decode)
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.router.profiles.iter().any(|p| p.name == name)
+    }
+}
+
 /// A scheduling profile as the cycle runs it (`scheduler_profile.go`).
 #[derive(Debug)]
 struct RunProfile {
@@ -344,9 +349,10 @@ impl CycleData {
 
 /// The simulated EPP.
 pub struct Router {
-    /// Shared so a scheduling cycle can hold a profile while it mutates
-    /// the router's state, without copying the profile per request.
-    config: std::sync::Arc<EndpointPickerConfig>,
+    /// The configuration, which only tests read after the build: the
+    /// cycle runs the plugin instances built from it.
+    #[cfg(test)]
+    config: EndpointPickerConfig,
     /// What the endpoints are and what the producers made for the
     /// current request: what the plugins read.
     data: CycleData,
@@ -368,7 +374,8 @@ pub struct Router {
     /// One filter instance per configured plugin, in the configuration's
     /// order ([`FilterPlugin::PassAll`] for a plugin that is no filter).
     filters: Vec<FilterPlugin>,
-    handler: Handler,
+    /// Shared so a request's cycle can run it while it runs profiles.
+    handler: std::sync::Arc<HandlerPlugin>,
     /// The profile whose first target `x-prefiller-host-port` names, when
     /// some plugin writes that header (the loader refuses writers that
     /// disagree).
@@ -478,7 +485,7 @@ fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
 impl Router {
     /// A router over endpoints with these labels.
     pub fn new(inputs: &RouterInputs, labels: Vec<BTreeMap<String, String>>, seed: u64) -> Router {
-        let config = inputs.config.clone();
+        let config = &inputs.config;
         // Plugins whose `Consumes()` requires PrefixCacheMatchInfo: the
         // scorers, the affinity filter, the decider and both P/D handlers.
         let precise_name = precise_plugin(&config.plugins).map(|p| p.name.clone());
@@ -572,42 +579,8 @@ impl Router {
             .iter()
             .map(|p| FilterPlugin::new(p, &labels, source_of(p)))
             .collect();
-        let handler = match config
-            .plugin(&config.handler)
-            .map(|h| h.plugin_type.as_str())
-        {
-            Some("disagg-profile-handler") => Handler::Disagg(disagg_params(
-                &config.plugin(&config.handler).expect("found").parameters,
-            )),
-            Some("pd-profile-handler") => Handler::Pd(pd_params(
-                &config.plugin(&config.handler).expect("found").parameters,
-            )),
-            Some("data-parallel-profile-handler") => Handler::DataParallel,
-            // `NewHeaderProfileHandler`: both trimmed, the header name
-            // lower-cased (the EPP stores header keys so); empty means
-            // `EPP-Profile` and the profile `decode`.
-            Some("header-profile-handler") => {
-                let p = &config.plugin(&config.handler).expect("found").parameters;
-                let get = |key: &str, default: &str| {
-                    let v = p.get(key).and_then(Value::as_str).unwrap_or("").trim();
-                    if v.is_empty() {
-                        default.to_string()
-                    } else {
-                        v.to_string()
-                    }
-                };
-                Handler::Header {
-                    header: get("headerName", "EPP-Profile").to_lowercase(),
-                    default: get("defaultProfile", "decode"),
-                }
-            }
-            _ => Handler::Single,
-        };
-        let decider = DeciderPlugin::new(match &handler {
-            Handler::Disagg(p) => p.decider.as_deref().and_then(|d| config.plugin(d)),
-            Handler::Pd(p) => config.plugin(&p.decider),
-            _ => None,
-        });
+        let handler = HandlerPlugin::new(config);
+        let decider = DeciderPlugin::new(handler.decider().and_then(|d| config.plugin(d)));
         let header_profile = prefill_header_writers(&config.plugins, &config.handler)
             .into_iter()
             .map(|(_, profile)| profile)
@@ -663,7 +636,8 @@ impl Router {
             },
             kv_events_wired,
             clock: 0,
-            config: config.into(),
+            #[cfg(test)]
+            config: config.clone(),
             approx,
             index: PrefixIndex::new(n),
             rng: Stream::new(seed, Purpose::RouterTies, 0),
@@ -674,7 +648,7 @@ impl Router {
             profiles,
             decider,
             filters,
-            handler,
+            handler: handler.into(),
             header_profile,
         }
     }
@@ -791,10 +765,6 @@ impl Router {
             Some(ScorerPlugin::NoHitLru(s)) => s,
             _ => panic!("no no-hit-lru-scorer named {name}"),
         }
-    }
-
-    fn profile(&self, name: &str) -> Option<&Profile> {
-        self.config.profiles.iter().find(|p| p.name == name)
     }
 
     /// The approx producer (`requestcontrol/dataproducer/approximateprefix/
@@ -918,109 +888,16 @@ impl Router {
         }
         // (primary profile name, its target, the other profile that ran
         // and its target).
-        let (decode_name, decode, prefill) = match self.handler.clone() {
-            Handler::Single => {
-                let name = self
-                    .config
-                    .profiles
-                    .first()
-                    .map(|p| p.name.clone())
-                    .unwrap_or_default();
-                let decode = self.run_profile(&name, endpoints, request)?;
-                (name, decode, None)
-            }
-            // data-parallel-profile-handler: exactly one profile, else its
-            // Pick returns nothing and the request fails; the picked
-            // endpoint is the data-parallel rank, named to the sidecar by
-            // `x-data-parallel-host-port` while the destination port is
-            // rewritten to primaryPort. The sidecar forwards to that rank
-            // (`pkg/sidecar/proxy/data_parallel.go`), so the request runs
-            // on the endpoint picked, as pdsim's endpoints already are
-            // ranks (or the pod's internally balanced group of them).
-            Handler::DataParallel => {
-                if self.config.profiles.len() != 1 {
-                    return None;
-                }
-                let name = self.config.profiles[0].name.clone();
-                let decode = self.run_profile(&name, endpoints, request)?;
-                (name, decode, None)
-            }
-            // header-profile-handler: one profile per request. A lone
-            // profile always runs; otherwise the one the header names
-            // (trimmed), or `defaultProfile` when the header is absent or
-            // blank. A name matching no profile runs nothing, and the
-            // request fails (the EPP logs it and answers 429). pdsim's
-            // requests carry no headers, so with several profiles every
-            // request runs `defaultProfile`, or fails if none has its name.
-            Handler::Header { header, default } => {
-                let name = if self.config.profiles.len() == 1 {
-                    self.config.profiles[0].name.clone()
-                } else {
-                    let value = request.headers.get(&header).map_or("", |v| v.trim());
-                    let name = if value.is_empty() {
-                        default
-                    } else {
-                        value.to_string()
-                    };
-                    self.profile(&name)?;
-                    name
-                };
-                let decode = self.run_profile(&name, endpoints, request)?;
-                (name, decode, None)
-            }
-            // stageOrder prefill-first (`pickPrefillFirst`): the prefill
-            // profile runs first for every request (no decider is allowed),
-            // then decode; a failed prefill leaves the request decode-only.
-            Handler::Disagg(p) if p.prefill_first => {
-                let prefill = if self.profile(&p.prefill).is_some() {
-                    self.run_profile(&p.prefill, endpoints, request)
-                        .map(|t| (p.prefill.clone(), t))
-                } else {
-                    None
-                };
-                let decode = self.run_profile(&p.decode, endpoints, request)?;
-                (p.decode, decode, prefill)
-            }
-            // decode-first (`pickDecodeFirst`): decode, then the prefill
-            // profile if it exists and the decider, given the decode
-            // target, says so.
-            Handler::Disagg(p) => {
-                let decode = self.run_profile(&p.decode, endpoints, request)?;
-                let prefill = if self.profile(&p.prefill).is_some()
-                    && self
-                        .decider
-                        .disaggregate(&self.data.cycle(endpoints, request), decode)
-                {
-                    self.run_profile(&p.prefill, endpoints, request)
-                        .map(|t| (p.prefill.clone(), t))
-                } else {
-                    None
-                };
-                (p.decode, decode, prefill)
-            }
-            // pd-profile-handler (`PdProfileHandler.Pick`): decode first;
-            // its Pick stops once as many profiles ran as are configured, so
-            // with the decode profile alone the decider is never asked;
-            // otherwise the prefill profile runs when the decider says so.
-            // (Were the decider to say yes with three or more profiles, the
-            // EPP would pick the prefill profile again on every round; pdsim
-            // runs it once.)
-            Handler::Pd(p) => {
-                let decode = self.run_profile(&p.decode, endpoints, request)?;
-                let prefill = if self.config.profiles.len() > 1
-                    && p.prefill != p.decode
-                    && self
-                        .decider
-                        .disaggregate(&self.data.cycle(endpoints, request), decode)
-                {
-                    self.run_profile(&p.prefill, endpoints, request)
-                        .map(|t| (p.prefill.clone(), t))
-                } else {
-                    None
-                };
-                (p.decode, decode, prefill)
-            }
-        };
+        let handler = std::sync::Arc::clone(&self.handler);
+        let picked = handler.pick(
+            request,
+            &mut RunProfiles {
+                router: self,
+                endpoints,
+                request,
+            },
+        )?;
+        let (decode_name, decode, prefill) = (picked.primary, picked.target, picked.other);
         // PreRequest: `x-prefiller-host-port` is the first target of the
         // profile its writer reads (the disagg handler's own prefill
         // profile, `disagg/disagg_profile_handler.go`, or a

@@ -1,4 +1,94 @@
-//! `scheduling/profilehandler/`: the profile handlers' deciders so far; the
-//! handlers themselves still run in [`crate::cycle`].
+//! `scheduling/profilehandler/`: the profile handler decides which
+//! scheduling profiles run for a request, in which order, and which
+//! result is primary (`framework.ProfileHandler`, `Pick` and
+//! `ProcessResults`).
 
+mod dataparallel;
 pub(crate) mod disagg;
+mod headerprofile;
+mod single;
+
+use crate::config::{EndpointPickerConfig, Plugin, disagg_params, pd_params};
+use crate::cycle::RequestContext;
+
+/// What a handler asks of the cycle: run a profile by name, ask the P/D
+/// decider, or check that a profile exists.
+pub(crate) trait Profiles {
+    /// Runs the named profile; its target, or `None` when its filters left
+    /// nothing (or it does not exist).
+    fn run(&mut self, name: &str) -> Option<usize>;
+    /// The decider's verdict on the decode target.
+    fn disaggregate(&mut self, decode: usize) -> bool;
+    fn exists(&self, name: &str) -> bool;
+}
+
+/// What the profiles gave: the primary profile's name and target, and the
+/// other profile that ran, with its target.
+pub(crate) struct Picked {
+    pub primary: String,
+    pub target: usize,
+    pub other: Option<(String, usize)>,
+}
+
+/// A handler's extension point.
+pub(crate) trait ProfileHandler {
+    /// Runs the profiles for one request; `None` when there is no primary
+    /// result (the EPP answers 503).
+    fn pick(&self, request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked>;
+}
+
+/// The configured handler, by type.
+#[derive(Clone, Debug)]
+pub(crate) enum HandlerPlugin {
+    Single(single::SingleProfileHandler),
+    Disagg(disagg::DisaggProfileHandler),
+    Pd(disagg::PdProfileHandler),
+    DataParallel(dataparallel::DataParallelProfileHandler),
+    Header(headerprofile::HeaderProfileHandler),
+}
+
+impl HandlerPlugin {
+    /// The handler `config` names, with the names of its profiles; the
+    /// single-profile handler when it names none pdsim knows.
+    pub fn new(config: &EndpointPickerConfig) -> HandlerPlugin {
+        let names: Vec<String> = config.profiles.iter().map(|p| p.name.clone()).collect();
+        let plugin: Option<&Plugin> = config.plugin(&config.handler);
+        match plugin.map(|h| (h.plugin_type.as_str(), h)) {
+            Some(("disagg-profile-handler", h)) => HandlerPlugin::Disagg(
+                disagg::DisaggProfileHandler::new(disagg_params(&h.parameters)),
+            ),
+            Some(("pd-profile-handler", h)) => HandlerPlugin::Pd(disagg::PdProfileHandler::new(
+                pd_params(&h.parameters),
+                names.len(),
+            )),
+            Some(("data-parallel-profile-handler", _)) => {
+                HandlerPlugin::DataParallel(dataparallel::DataParallelProfileHandler::new(&names))
+            }
+            Some(("header-profile-handler", h)) => {
+                HandlerPlugin::Header(headerprofile::HeaderProfileHandler::new(h, &names))
+            }
+            _ => HandlerPlugin::Single(single::SingleProfileHandler::new(&names)),
+        }
+    }
+
+    /// The decider plugin's name, for the handlers that ask one.
+    pub fn decider(&self) -> Option<&str> {
+        match self {
+            HandlerPlugin::Disagg(h) => h.decider(),
+            HandlerPlugin::Pd(h) => Some(h.decider()),
+            _ => None,
+        }
+    }
+}
+
+impl ProfileHandler for HandlerPlugin {
+    fn pick(&self, request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
+        match self {
+            HandlerPlugin::Single(h) => h.pick(request, profiles),
+            HandlerPlugin::Disagg(h) => h.pick(request, profiles),
+            HandlerPlugin::Pd(h) => h.pick(request, profiles),
+            HandlerPlugin::DataParallel(h) => h.pick(request, profiles),
+            HandlerPlugin::Header(h) => h.pick(request, profiles),
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! header-profile-handler
+//! (`scheduling/profilehandler/headerprofile/header_profile_handler.go`).
+
+use super::{Picked, ProfileHandler, Profiles};
+use crate::config::Plugin;
+use crate::cycle::RequestContext;
+use serde_yaml::Value;
+
+/// One profile per request. A lone profile always runs; otherwise the one
+/// the header names (trimmed), or `defaultProfile` when the header is
+/// absent or blank. A name matching no profile runs nothing, and the
+/// request fails (the EPP logs it and answers 429). pdsim's requests carry
+/// no headers, so with several profiles every request runs
+/// `defaultProfile`, or fails if none has its name.
+#[derive(Clone, Debug)]
+pub(crate) struct HeaderProfileHandler {
+    /// `headerName` trimmed and lower-cased (the EPP stores header keys
+    /// so); empty means `EPP-Profile`.
+    header: String,
+    /// `defaultProfile` trimmed; empty means `decode`.
+    default: String,
+    /// The profile when there is exactly one.
+    lone: Option<String>,
+}
+
+impl HeaderProfileHandler {
+    /// `NewHeaderProfileHandler`.
+    pub fn new(plugin: &Plugin, names: &[String]) -> HeaderProfileHandler {
+        let p = &plugin.parameters;
+        let get = |key: &str, default: &str| {
+            let v = p.get(key).and_then(Value::as_str).unwrap_or("").trim();
+            if v.is_empty() {
+                default.to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        HeaderProfileHandler {
+            header: get("headerName", "EPP-Profile").to_lowercase(),
+            default: get("defaultProfile", "decode"),
+            lone: (names.len() == 1).then(|| names[0].clone()),
+        }
+    }
+}
+
+impl ProfileHandler for HeaderProfileHandler {
+    fn pick(&self, request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
+        let name = match &self.lone {
+            Some(name) => name.clone(),
+            None => {
+                let value = request.headers.get(&self.header).map_or("", |v| v.trim());
+                let name = if value.is_empty() {
+                    self.default.clone()
+                } else {
+                    value.to_string()
+                };
+                if !profiles.exists(&name) {
+                    return None;
+                }
+                name
+            }
+        };
+        let target = profiles.run(&name)?;
+        Some(Picked {
+            primary: name,
+            target,
+            other: None,
+        })
+    }
+}
