@@ -2473,6 +2473,40 @@ mod checker_tests {
         (sim, sink)
     }
 
+    /// The in-flight table keeps a slot per id from its base: a gap in the
+    /// ids leaves empty slots, so every id finds its own entry, and the
+    /// base moves past the leading empty slots as entries leave.
+    #[test]
+    fn the_in_flight_table_finds_each_id_across_a_gap() {
+        let spec = || {
+            let trace = "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 4, \"hash_ids\": [1]}\n";
+            MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl")
+                .next()
+                .unwrap()
+                .unwrap()
+        };
+        let flight = |id: u32| {
+            let record = RequestRecord::arrived(RequestId(id), 1, 0, SimTime::ZERO, 32, (0, 0, 0));
+            InFlight::new(record, spec(), false)
+        };
+        let mut table = InFlightTable::default();
+        table.insert(RequestId(3), flight(3));
+        table.insert(RequestId(7), flight(7));
+        assert_eq!(table.slots.len(), 5, "ids 3 to 7, 4 to 6 empty");
+        assert_eq!(
+            table.get_mut(&RequestId(7)).unwrap().record.id,
+            RequestId(7)
+        );
+        assert!(table.get_mut(&RequestId(5)).is_none());
+        assert!(table.get_mut(&RequestId(2)).is_none(), "before the base");
+        assert_eq!(table.remove(&RequestId(3)).unwrap().record.id, RequestId(3));
+        assert_eq!(table.base, 7, "the empty slots before 7 are gone");
+        assert_eq!(
+            table.get_mut(&RequestId(7)).unwrap().record.id,
+            RequestId(7)
+        );
+    }
+
     fn invariant(e: RunError) -> String {
         match e {
             RunError::Invariant(m) => m,

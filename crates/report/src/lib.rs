@@ -1388,6 +1388,10 @@ mod stage_tests {
         assert!(near(s.throughput.output_tokens_per_s, 17.0 / 4.0));
         assert!(near(s.throughput.requests_per_s_per_gpu, 0.375));
         assert!(near(s.throughput.output_tokens_per_s_per_gpu, 17.0 / 8.0));
+        // Each prompt is 100 tokens: 300 over 4 s is 75 per second, 37.5
+        // per GPU.
+        assert!(near(s.throughput.input_tokens_per_s, 75.0));
+        assert!(near(s.throughput.input_tokens_per_s_per_gpu, 37.5));
         // Goodput: A and C meet, B misses: 2 of 3, 0.5 per second.
         let g = s.goodput.as_ref().expect("an SLO was given");
         assert_eq!((g.requests, g.requests_met), (3, 2));

@@ -1106,6 +1106,13 @@ mod tests {
         assert_eq!(approx.block_size(&[unread.clone(), read(4096)]), 64);
         assert_eq!(approx.block_size(&[read(4096), unread]), 4096);
         assert_eq!(approx.block_size(&[read(16)]), 64);
+        // A scraped block size of 0 is no value (`> 0` in `GetBlockSize`):
+        // blockSizeTokens stands.
+        let configured = Approx {
+            block_size_tokens: 128,
+            ..approx
+        };
+        assert_eq!(configured.block_size(&[read(0)]), 128);
         // The token cap is converted at the block size in use.
         assert_eq!(approx.max_blocks(64), 2048);
         assert_eq!(approx.max_blocks(4096), 32);
@@ -1648,6 +1655,41 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, vec![0.0; 4]);
+    }
+
+    /// `profileName` names whose target a binding records
+    /// (`session_affinity.go`): here the prefill profile's, under P/D, so
+    /// the session sticks to the prefill endpoint, not the decode one.
+    #[test]
+    fn a_session_binds_to_the_target_of_the_profile_it_names() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: queue-scorer\n- type: always-disagg-pd-decider\n- type: session-affinity-scorer\n  parameters: {strategy: session_id, profileName: prefill}\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}, {pluginRef: session-affinity-scorer}, {pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n";
+        let mut router = Router::new(
+            &inputs_experimental(text),
+            labels(&["prefill", "prefill", "decode", "decode"]),
+            5,
+        );
+        let views = vec![EndpointView::default(); 4];
+        let with = headers(&[("x-session-id", "abc")]);
+        let request = RequestContext {
+            headers: &with,
+            now_ns: 0,
+        };
+        let decision = router
+            .pick_request(&prompt(1, 16), &request, &views)
+            .unwrap();
+        let prefill = decision.prefill.expect("disaggregated");
+        assert!(prefill < 2 && decision.decode >= 2);
+        let mut out = Vec::new();
+        router.score(
+            "session-affinity-scorer",
+            &[0, 1],
+            &views,
+            &request,
+            &mut out,
+        );
+        let mut expected = vec![0.0; 2];
+        expected[prefill] = 1.0;
+        assert_eq!(out, expected, "bound to the prefill target");
     }
 
     #[test]
@@ -2441,5 +2483,22 @@ mod tests {
             "exactly the penalty is within it"
         );
         assert_eq!(filtered(30_000), vec![0, 1]);
+        // peakPrefillThroughput 0 is no throughput: the default 15,928
+        // tokens/s stands, so a backlog of 300,000 tokens is 18.8 s, past
+        // the penalty, and the filter gives way.
+        let text = text.replace("peakPrefillThroughput: 1000", "peakPrefillThroughput: 0");
+        let mut router = Router::new(&inputs(&text), labels(&["prefill-decode"; 2]), 1);
+        router.data.matches = vec![10, 0];
+        router.data.hashes = [0; 10].into();
+        router.data.block_size = 16;
+        router.data.inflight = Some((vec![1, 0], vec![300_000, 0]));
+        let mut candidates = vec![0, 1];
+        router.run_filter(
+            "prefix-cache-affinity-filter",
+            &[],
+            &RequestContext::default(),
+            &mut candidates,
+        );
+        assert_eq!(candidates, vec![0, 1]);
     }
 }

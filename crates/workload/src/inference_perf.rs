@@ -1719,6 +1719,35 @@ circuit_breakers: null
         );
         let e = InferencePerf::new(&random(0), "c.yaml", 0).err().unwrap();
         assert!(e.message.contains("0 must be a positive integer"), "{e}");
+        // worker_max_concurrency: 1 is the least a worker can send.
+        let concurrency = |n: i64| {
+            EXPANDED.replacen(
+                "worker_max_concurrency: 100",
+                &format!("worker_max_concurrency: {n}"),
+                1,
+            )
+        };
+        assert!(InferencePerf::new(&concurrency(1), "c.yaml", 0).is_ok());
+        let e = InferencePerf::new(&concurrency(0), "c.yaml", 0)
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.column.as_deref(),
+            Some("load.worker_max_concurrency"),
+            "{e}"
+        );
+        // A shared-prefix count below its floor and one above the token
+        // bound are refused alike; the bounds themselves are not.
+        let groups = |n: i64| EXPANDED.replacen("num_groups: 3", &format!("num_groups: {n}"), 1);
+        let output = |n: i64| EXPANDED.replacen("output_len: 251", &format!("output_len: {n}"), 1);
+        for text in [groups(0), output(MAX_LEN + 1)] {
+            let e = InferencePerf::new(&text, "c.yaml", 0)
+                .err()
+                .expect("refused");
+            assert!(e.message.contains("must lie in ["), "{e}");
+        }
+        assert!(InferencePerf::new(&groups(1), "c.yaml", 0).is_ok());
+        assert!(InferencePerf::new(&output(MAX_LEN), "c.yaml", 0).is_ok());
     }
 
     #[test]

@@ -326,6 +326,26 @@ mod tests {
         assert_eq!(lengths, [512, 512, 40]);
     }
 
+    /// A timestamp whose nanoseconds would overflow is refused at the row,
+    /// by key; the largest that fits is not refused as too large.
+    #[test]
+    fn a_timestamp_past_the_nanosecond_range_is_refused_as_too_large() {
+        let row = |ms: u64| {
+            format!(
+                "{{\"timestamp\": {ms}, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1]}}"
+            )
+        };
+        let bound = u64::MAX / 1_000_000;
+        let e = only_error(&row(bound + 1));
+        assert_eq!(e.column.as_deref(), Some("timestamp"), "{e}");
+        assert!(e.message.contains("is too large"), "{e}");
+        for r in read(&row(bound)) {
+            if let Err(e) = r {
+                assert!(!e.message.contains("is too large"), "{e}");
+            }
+        }
+    }
+
     #[test]
     fn zero_output_becomes_one_and_is_counted() {
         let text =

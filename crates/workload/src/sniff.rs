@@ -378,9 +378,29 @@ mod tests {
             assert!(e.message.starts_with("the file is UTF-16 text"), "{e}");
             assert!(e.message.contains("pdsim reads UTF-8"), "{e}");
         }
+        // Azure needs both of its columns: one alone is no Azure header.
+        for head in [&b"TIMESTAMP,Other\n"[..], b"ContextTokens,Other\n"] {
+            assert!(TraceFormat::detect("a.csv", head).is_err(), "{head:?}");
+        }
         let e = TraceFormat::detect("a.csv", b"a,b,c\n").unwrap_err();
         assert_eq!((e.file.as_str(), e.line), ("a.csv", 1));
         assert!(TraceFormat::detect("a.csv", b"").is_err());
+    }
+
+    /// The sniffed reader reports the outputs its inner reader raised:
+    /// BurstGPT's failed rows (0 response tokens) are replayed as 1 token.
+    #[test]
+    fn the_sniffed_reader_counts_the_outputs_its_trace_raised() {
+        use crate::RequestSource;
+        let text = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
+                    1,ChatGPT,10,0,10,Conversation log\n\
+                    2,ChatGPT,10,5,15,Conversation log\n\
+                    3,ChatGPT,10,0,10,Conversation log\n";
+        let mut reader =
+            TraceReader::sniff(BufReader::new(text.as_bytes()), "BurstGPT_1.csv", None, 0).unwrap();
+        assert_eq!(reader.format(), TraceFormat::BurstGpt);
+        assert_eq!(reader.by_ref().count(), 3);
+        assert_eq!(reader.outputs_raised(), 2);
     }
 
     #[test]
