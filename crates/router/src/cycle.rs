@@ -10,17 +10,16 @@ use crate::RouterInputs;
 #[cfg(test)]
 use crate::config::EndpointPickerConfig;
 use crate::config::{Plugin, prefill_header_writers};
+use crate::plugins::requestcontrol::dataproducer::approximateprefix::ApproxPrefixProducer;
+use crate::plugins::requestcontrol::dataproducer::preciseprefixcache::{Precise, Weights};
 use crate::plugins::scheduling::filter::{Filter, FilterPlugin};
 use crate::plugins::scheduling::picker::{Picker, PickerPlugin, shuffle};
 use crate::plugins::scheduling::profilehandler::disagg::{Decider, DeciderPlugin};
 use crate::plugins::scheduling::profilehandler::{HandlerPlugin, ProfileHandler, Profiles};
 use crate::plugins::scheduling::scorer::{Scorer, ScorerPlugin};
 use crate::plugins::{Cycle, MatchInfo, PrefixSource};
-use crate::precise::{Precise, Weights};
 use pdsim_core::kv_events::KvEventBatch;
-use pdsim_core::prompt::BlockHasher;
 use pdsim_core::{Prompt, Purpose, Stream};
-use rustc_hash::FxHashMap;
 use serde_yaml::Value;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -84,165 +83,6 @@ impl Default for RequestContext<'_> {
             headers: &NO_HEADERS,
             now_ns: 0,
         }
-    }
-}
-
-/// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
-/// hashes, capacity fixed at the first insert (`approximateprefix`, which
-/// keeps one fixed-size LRU cache per server).
-#[derive(Clone, Debug, Default)]
-struct PrefixIndex {
-    lrus: Vec<Lru>,
-}
-
-impl PrefixIndex {
-    fn new(endpoints: usize) -> PrefixIndex {
-        PrefixIndex {
-            lrus: vec![Lru::default(); endpoints],
-        }
-    }
-
-    fn holds(&self, endpoint: usize, hash: u64) -> bool {
-        self.lrus[endpoint].map.contains_key(&hash)
-    }
-
-    fn add(&mut self, endpoint: usize, hash: u64, capacity: u64) {
-        self.lrus[endpoint].touch(hash, capacity);
-    }
-}
-
-const NIL: u32 = u32::MAX;
-
-/// One endpoint's LRU: a hash map into a slab of nodes linked from most to
-/// least recently used, so a touch and an eviction are O(1) and an entry
-/// costs a map slot and 16 bytes.
-#[derive(Clone, Debug)]
-struct Lru {
-    capacity: Option<u64>,
-    map: FxHashMap<u64, u32>,
-    nodes: Vec<LruNode>,
-    head: u32,
-    tail: u32,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct LruNode {
-    hash: u64,
-    prev: u32,
-    next: u32,
-}
-
-impl Default for Lru {
-    fn default() -> Lru {
-        Lru {
-            capacity: None,
-            map: FxHashMap::default(),
-            nodes: Vec::new(),
-            head: NIL,
-            tail: NIL,
-        }
-    }
-}
-
-impl Lru {
-    fn unlink(&mut self, slot: u32) {
-        let LruNode { prev, next, .. } = self.nodes[slot as usize];
-        match prev {
-            NIL => self.head = next,
-            p => self.nodes[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.nodes[n as usize].prev = prev,
-        }
-    }
-
-    fn push_front(&mut self, slot: u32) {
-        self.nodes[slot as usize].prev = NIL;
-        self.nodes[slot as usize].next = self.head;
-        if self.head != NIL {
-            self.nodes[self.head as usize].prev = slot;
-        }
-        self.head = slot;
-        if self.tail == NIL {
-            self.tail = slot;
-        }
-    }
-
-    /// Adds `hash` as the most recently used entry, evicting the least
-    /// recently used one when the cache is full.
-    fn touch(&mut self, hash: u64, capacity: u64) {
-        let cap = *self.capacity.get_or_insert(capacity.max(1));
-        if let Some(&slot) = self.map.get(&hash) {
-            self.unlink(slot);
-            self.push_front(slot);
-            return;
-        }
-        let slot = if self.map.len() as u64 >= cap && self.tail != NIL {
-            let victim = self.tail;
-            self.unlink(victim);
-            self.map.remove(&self.nodes[victim as usize].hash);
-            self.nodes[victim as usize].hash = hash;
-            victim
-        } else {
-            self.nodes.push(LruNode {
-                hash,
-                prev: NIL,
-                next: NIL,
-            });
-            (self.nodes.len() - 1) as u32
-        };
-        self.map.insert(hash, slot);
-        self.push_front(slot);
-    }
-}
-
-/// The approx producer's settings.
-#[derive(Clone, Debug)]
-struct Approx {
-    auto_tune: bool,
-    block_size_tokens: u32,
-    /// `maxPrefixTokensToMatch`, converted to blocks at the block size in
-    /// use; when zero, `maxPrefixBlocksToMatch`; both zero: no cap.
-    max_prefix_tokens: u64,
-    max_prefix_blocks: u64,
-    lru_capacity: u64,
-}
-
-/// The floor `GetBlockSize` applies to the producer's block size, whatever
-/// the configuration or autoTune says (`minBlockSizeTokens` in
-/// `requestcontrol/dataproducer/approximateprefix/plugin.go`): smaller
-/// blocks would make the routing-side index grow without bound.
-const MIN_BLOCK_SIZE_TOKENS: u32 = 64;
-
-impl Approx {
-    /// The block size the producer hashes at (`GetBlockSize`): under
-    /// autoTune the first endpoint's `cache_config_info` block size when it
-    /// has been read, else `blockSizeTokens`; never below the floor.
-    fn block_size(&self, endpoints: &[EndpointView]) -> u32 {
-        let tuned = if self.auto_tune {
-            endpoints
-                .first()
-                .and_then(|e| e.block_size)
-                .filter(|b| *b > 0)
-        } else {
-            None
-        };
-        tuned
-            .unwrap_or(self.block_size_tokens)
-            .max(MIN_BLOCK_SIZE_TOKENS)
-    }
-
-    /// The prefix cap in blocks of `block` tokens (`resolveMaxBlocks`).
-    fn max_blocks(&self, block: u32) -> usize {
-        let blocks = if self.max_prefix_tokens > 0 {
-            (self.max_prefix_tokens / u64::from(block.max(1))).max(1)
-        } else if self.max_prefix_blocks > 0 {
-            self.max_prefix_blocks
-        } else {
-            u64::MAX
-        };
-        usize::try_from(blocks).unwrap_or(usize::MAX)
     }
 }
 
@@ -356,8 +196,8 @@ pub struct Router {
     /// What the endpoints are and what the producers made for the
     /// current request: what the plugins read.
     data: CycleData,
-    approx: Option<Approx>,
-    index: PrefixIndex,
+    /// The approx-prefix-cache-producer, when configured or needed.
+    approx: Option<ApproxPrefixProducer>,
     rng: Stream,
     order: Vec<usize>,
     /// Requests routed and how many were disaggregated.
@@ -468,7 +308,6 @@ fn build_precise(plugin: &Plugin, endpoints: usize) -> Precise {
         .filter(|t| *t > 0)
         .map_or(2_000_000_000, |t| t as u64);
     Precise::new(
-        plugin.name.clone(),
         block.min(u32::MAX as i64) as u32,
         weights,
         size.max(1) as usize,
@@ -476,10 +315,6 @@ fn build_precise(plugin: &Plugin, endpoints: usize) -> Precise {
         speculative.then_some(ttl),
         endpoints,
     )
-}
-
-fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
-    p.parameters.get(key).and_then(Value::as_f64)
 }
 
 impl Router {
@@ -502,40 +337,14 @@ impl Router {
                 .as_deref()
                 .is_some_and(|name| reads_precise(p, name))
         });
+        // The producer is created with its defaults when a consumer needs
+        // it and none is configured (`CreateMissingDataProducers`).
         let producer = config
             .plugins
             .iter()
             .find(|p| p.plugin_type == "approx-prefix-cache-producer");
-        // The producer is created with its defaults when a consumer needs
-        // it and none is configured (`CreateMissingDataProducers`).
-        let approx = (consumes_prefix || producer.is_some()).then(|| {
-            let get = |k: &str| producer.and_then(|p| param_f64(p, k));
-            // The deprecated `blockSize` is taken as `blockSizeTokens` when
-            // that is left at its default of 16 (`ApproxPrefixCacheFactory`,
-            // `approximateprefix/plugin.go`; the default in `types.go`).
-            let mut block_size_tokens =
-                get("blockSizeTokens").filter(|v| *v > 0.0).unwrap_or(16.0) as u32;
-            if let Some(deprecated) = get("blockSize").filter(|v| *v > 0.0)
-                && block_size_tokens == 16
-            {
-                block_size_tokens = deprecated as u32;
-            }
-            let max_prefix_tokens =
-                get("maxPrefixTokensToMatch").unwrap_or(131_072.0).max(0.0) as u64;
-            let max_prefix_blocks = get("maxPrefixBlocksToMatch").unwrap_or(2048.0).max(0.0) as u64;
-            Approx {
-                auto_tune: producer
-                    .and_then(|p| p.parameters.get("autoTune"))
-                    .and_then(Value::as_bool)
-                    .unwrap_or(true),
-                block_size_tokens,
-                max_prefix_tokens,
-                max_prefix_blocks,
-                lru_capacity: get("lruCapacityPerServer")
-                    .filter(|v| *v > 0.0)
-                    .unwrap_or(31_250.0) as u64,
-            }
-        });
+        let approx = (consumes_prefix || producer.is_some())
+            .then(|| ApproxPrefixProducer::new(producer, labels.len()));
         let n = labels.len();
         // Whose PrefixCacheMatchInfo a consumer reads, fixed now.
         let source_of = |p: &Plugin| match &precise_name {
@@ -639,7 +448,6 @@ impl Router {
             #[cfg(test)]
             config: config.clone(),
             approx,
-            index: PrefixIndex::new(n),
             rng: Stream::new(seed, Purpose::RouterTies, 0),
             order: Vec::with_capacity(n),
             routed: 0,
@@ -663,7 +471,9 @@ impl Router {
     /// to arrive at the index `KV_EVENT_DELAY_NS` after `now_ns`.
     pub fn send_kv_events(&mut self, now_ns: u64, endpoint: usize, batch: &mut KvEventBatch) {
         if let Some(precise) = self.data.precise.as_mut().filter(|_| self.kv_events_wired) {
-            let at = now_ns.saturating_add(crate::precise::KV_EVENT_DELAY_NS);
+            let at = now_ns.saturating_add(
+                crate::plugins::requestcontrol::dataproducer::preciseprefixcache::KV_EVENT_DELAY_NS,
+            );
             precise.send(at, endpoint as u32, batch);
         } else {
             batch.clear();
@@ -779,30 +589,12 @@ impl Router {
         self.data.matches.iter_mut().for_each(|m| *m = 0);
         self.data.hashes.clear();
         let Some(approx) = &self.approx else { return };
-        let block = approx.block_size(endpoints);
-        let max_blocks = approx.max_blocks(block);
-        self.data.block_size = block;
-        let mut hasher = BlockHasher::new(block);
-        for segment in &prompt.segments {
-            hasher.feed_segment(*segment);
-            if hasher.full_blocks() >= max_blocks {
-                break;
-            }
-        }
-        hasher.hashes.truncate(max_blocks);
-        for hash in &hasher.hashes {
-            let mut any = false;
-            for (e, m) in self.data.matches.iter_mut().enumerate() {
-                if self.index.holds(e, *hash) {
-                    *m += 1;
-                    any = true;
-                }
-            }
-            if !any {
-                break;
-            }
-        }
-        self.data.hashes.extend(hasher.hashes);
+        self.data.block_size = approx.produce(
+            prompt,
+            endpoints,
+            &mut self.data.matches,
+            &mut self.data.hashes,
+        );
     }
 
     /// Tokens of the prompt an endpoint's index lacks: the unmatched blocks
@@ -943,20 +735,12 @@ impl Router {
         // PreRequest: the approx producer indexes the prompt on the primary
         // target and on the `prefill` profile's target
         // (`requestcontrol/dataproducer/approximateprefix/plugin.go`).
-        if let Some(approx) = self.approx.clone() {
-            for target in [Some(decode), named_prefill].into_iter().flatten() {
-                let capacity = if approx.auto_tune {
-                    endpoints[target]
-                        .num_blocks
-                        .filter(|n| *n > 0)
-                        .unwrap_or(approx.lru_capacity)
-                } else {
-                    approx.lru_capacity
-                };
-                for hash in &self.data.hashes {
-                    self.index.add(target, *hash, capacity);
-                }
-            }
+        let targets: Vec<usize> = [Some(decode), named_prefill]
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Some(approx) = &mut self.approx {
+            approx.pre_request(&targets, endpoints, &self.data.hashes);
         }
         // The precise producer's PreRequest (speculative indexing,
         // `requestcontrol/dataproducer/preciseprefixcache/prerequest.go`).
@@ -970,10 +754,6 @@ impl Router {
         // no-hit-lru-scorer's PreRequest: a request its last Score found
         // cold touches the primary target, then the `prefill` profile's
         // (`scorer/nohitlru/no_hit_lru.go`).
-        let targets: Vec<usize> = [Some(decode), named_prefill]
-            .into_iter()
-            .flatten()
-            .collect();
         for scorer in &mut self.scorers {
             if let ScorerPlugin::NoHitLru(s) = scorer {
                 s.pre_request(&targets);
@@ -1058,7 +838,7 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
-    use super::{Approx, EndpointView, Lru, RequestContext, Router};
+    use super::{EndpointView, RequestContext, Router};
     use crate::RouterInputs;
     use crate::config::load_config;
     use crate::plugins::scheduling::util::sessionaffinity::Session;
@@ -1089,49 +869,13 @@ mod tests {
     const QUEUE: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n";
 
     #[test]
-    fn the_producer_block_size_has_a_floor_and_tunes_to_the_first_endpoint() {
-        let approx = Approx {
-            auto_tune: true,
-            block_size_tokens: 16,
-            max_prefix_tokens: 131_072,
-            max_prefix_blocks: 2048,
-            lru_capacity: 31_250,
-        };
-        let unread = EndpointView::default();
-        let read = |b| EndpointView {
-            block_size: Some(b),
-            ..Default::default()
-        };
-        // Nothing scraped yet: blockSizeTokens, raised to 64.
-        assert_eq!(approx.block_size(&[unread.clone(), read(4096)]), 64);
-        assert_eq!(approx.block_size(&[read(4096), unread]), 4096);
-        assert_eq!(approx.block_size(&[read(16)]), 64);
-        // A scraped block size of 0 is no value (`> 0` in `GetBlockSize`):
-        // blockSizeTokens stands.
-        let configured = Approx {
-            block_size_tokens: 128,
-            ..approx
-        };
-        assert_eq!(configured.block_size(&[read(0)]), 128);
-        // The token cap is converted at the block size in use.
-        assert_eq!(approx.max_blocks(64), 2048);
-        assert_eq!(approx.max_blocks(4096), 32);
-        let uncapped = Approx {
-            max_prefix_tokens: 0,
-            max_prefix_blocks: 0,
-            ..approx
-        };
-        assert_eq!(uncapped.max_blocks(64), usize::MAX);
-    }
-
-    #[test]
     fn the_deprecated_block_size_stands_in_for_a_default_block_size_tokens() {
         let approx_block = |params: &str| {
             let text = format!(
                 "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-scorer\n- type: approx-prefix-cache-producer\n  parameters: {params}\n"
             );
             let router = Router::new(&inputs(&text), labels(&["prefill-decode"; 2]), 1);
-            router.approx.as_ref().map(|a| a.block_size_tokens)
+            router.approx.as_ref().map(|a| a.settings.block_size_tokens)
         };
         assert_eq!(approx_block("{autoTune: false, blockSize: 128}"), Some(128));
         // An explicit blockSizeTokens other than the default wins.
@@ -1145,22 +889,6 @@ mod tests {
             approx_block("{autoTune: false, blockSize: 128, blockSizeTokens: 16}"),
             Some(128)
         );
-    }
-
-    #[test]
-    fn the_prefix_lru_evicts_the_least_recently_used_hash_at_capacity() {
-        let mut lru = Lru::default();
-        // The capacity is fixed by the first insert, as in the producer.
-        lru.touch(1, 2);
-        lru.touch(2, 99);
-        lru.touch(1, 99); // 1 is now the most recent
-        lru.touch(3, 99); // evicts 2
-        assert!(lru.map.contains_key(&1) && lru.map.contains_key(&3));
-        assert!(!lru.map.contains_key(&2));
-        assert_eq!(lru.map.len(), 2);
-        lru.touch(4, 99); // evicts 1
-        assert!(!lru.map.contains_key(&1));
-        assert_eq!(lru.nodes.len(), 2, "evicted slots are reused");
     }
 
     #[test]

@@ -15,7 +15,6 @@ pub mod flags;
 pub mod flowcontrol;
 pub mod manifests;
 pub(crate) mod plugins;
-pub mod precise;
 pub mod registry;
 
 mod inputs;

@@ -11,6 +11,7 @@
 //! producers still run in [`crate::cycle`]; the loader's checks are in
 //! [`crate::config`].
 
+pub(crate) mod requestcontrol;
 pub(crate) mod scheduling;
 
 use crate::config::Plugin;

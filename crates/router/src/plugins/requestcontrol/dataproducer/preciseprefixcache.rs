@@ -151,10 +151,6 @@ impl<V> LruMap<V> {
             self.free.push(slot);
         }
     }
-
-    fn len(&self) -> usize {
-        self.map.len()
-    }
 }
 
 /// The in-memory index (`InMemoryIndex`): request key → the pods holding
@@ -171,6 +167,17 @@ pub struct Index {
 }
 
 impl Index {
+    /// Keys the index holds.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.data.map.len()
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn new(size: usize, pod_cache_size: usize) -> Index {
         Index {
             data: LruMap::new(size),
@@ -178,15 +185,6 @@ impl Index {
             pod_cache_size: pod_cache_size.max(1),
             refs: FxHashMap::default(),
         }
-    }
-
-    /// Keys the index holds.
-    pub fn len(&self) -> usize {
-        self.data.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.data.len() == 0
     }
 
     /// `Add`: map each engine key to its request keys
@@ -381,8 +379,6 @@ impl Weights {
 /// current request's match info.
 #[derive(Clone, Debug)]
 pub struct Precise {
-    /// The producer's plugin name (the name its match info is keyed by).
-    pub name: String,
     pub block_size: u32,
     pub weights: Weights,
     pub index: Index,
@@ -405,7 +401,6 @@ pub struct Precise {
 
 impl Precise {
     pub fn new(
-        name: String,
         block_size: u32,
         weights: Weights,
         size: usize,
@@ -414,7 +409,6 @@ impl Precise {
         endpoints: usize,
     ) -> Precise {
         Precise {
-            name,
             block_size: block_size.max(1),
             weights,
             index: Index::new(size, pod_cache_size),
@@ -588,15 +582,7 @@ mod tests {
     }
 
     fn precise(block: u32, endpoints: usize) -> Precise {
-        Precise::new(
-            "p".into(),
-            block,
-            Weights::default(),
-            1 << 20,
-            10,
-            None,
-            endpoints,
-        )
+        Precise::new(block, Weights::default(), 1 << 20, 10, None, endpoints)
     }
 
     #[test]
@@ -744,15 +730,7 @@ mod tests {
 
     #[test]
     fn speculative_entries_expire_after_the_ttl() {
-        let mut p = Precise::new(
-            "p".into(),
-            16,
-            Weights::default(),
-            1 << 20,
-            10,
-            Some(2_000),
-            2,
-        );
+        let mut p = Precise::new(16, Weights::default(), 1 << 20, 10, Some(2_000), 2);
         let text = prompt(&[(1, 48)]);
         p.produce(&text);
         p.speculate(100, &[1]);
@@ -768,7 +746,7 @@ mod tests {
 
     #[test]
     fn pod_caches_and_the_index_are_bounded() {
-        let mut p = Precise::new("p".into(), 16, Weights::default(), 2, 1, None, 2);
+        let mut p = Precise::new(16, Weights::default(), 2, 1, None, 2);
         let a = prompt(&[(1, 16)]);
         let mut b = KvEventBatch::default();
         stored(&mut b, &a, 16, Medium::Gpu);

@@ -1,0 +1,337 @@
+//! approx-prefix-cache-producer
+//! (`requestcontrol/dataproducer/approximateprefix/plugin.go`): hashes each
+//! prompt into blocks, counts per endpoint the leading blocks the EPP's own
+//! index says it holds (the `PrefixCacheMatchInfo` the prefix consumers
+//! read), and at PreRequest records the prompt's blocks on the endpoints
+//! the request went to.
+
+use crate::config::Plugin;
+use crate::cycle::EndpointView;
+use crate::plugins::param_f64;
+use pdsim_core::Prompt;
+use pdsim_core::prompt::BlockHasher;
+use rustc_hash::FxHashMap;
+use serde_yaml::Value;
+use std::collections::VecDeque;
+
+/// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
+/// hashes, capacity fixed at the first insert (`approximateprefix`, which
+/// keeps one fixed-size LRU cache per server).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PrefixIndex {
+    lrus: Vec<Lru>,
+}
+
+impl PrefixIndex {
+    pub(crate) fn new(endpoints: usize) -> PrefixIndex {
+        PrefixIndex {
+            lrus: vec![Lru::default(); endpoints],
+        }
+    }
+
+    pub(crate) fn holds(&self, endpoint: usize, hash: u64) -> bool {
+        self.lrus[endpoint].map.contains_key(&hash)
+    }
+
+    pub(crate) fn add(&mut self, endpoint: usize, hash: u64, capacity: u64) {
+        self.lrus[endpoint].touch(hash, capacity);
+    }
+}
+
+const NIL: u32 = u32::MAX;
+
+/// One endpoint's LRU: a hash map into a slab of nodes linked from most to
+/// least recently used, so a touch and an eviction are O(1) and an entry
+/// costs a map slot and 16 bytes.
+#[derive(Clone, Debug)]
+pub(crate) struct Lru {
+    capacity: Option<u64>,
+    map: FxHashMap<u64, u32>,
+    nodes: Vec<LruNode>,
+    head: u32,
+    tail: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LruNode {
+    hash: u64,
+    prev: u32,
+    next: u32,
+}
+
+impl Default for Lru {
+    fn default() -> Lru {
+        Lru {
+            capacity: None,
+            map: FxHashMap::default(),
+            nodes: Vec::new(),
+            head: NIL,
+            tail: NIL,
+        }
+    }
+}
+
+impl Lru {
+    fn unlink(&mut self, slot: u32) {
+        let LruNode { prev, next, .. } = self.nodes[slot as usize];
+        match prev {
+            NIL => self.head = next,
+            p => self.nodes[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.nodes[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, slot: u32) {
+        self.nodes[slot as usize].prev = NIL;
+        self.nodes[slot as usize].next = self.head;
+        if self.head != NIL {
+            self.nodes[self.head as usize].prev = slot;
+        }
+        self.head = slot;
+        if self.tail == NIL {
+            self.tail = slot;
+        }
+    }
+
+    /// Adds `hash` as the most recently used entry, evicting the least
+    /// recently used one when the cache is full.
+    pub(crate) fn touch(&mut self, hash: u64, capacity: u64) {
+        let cap = *self.capacity.get_or_insert(capacity.max(1));
+        if let Some(&slot) = self.map.get(&hash) {
+            self.unlink(slot);
+            self.push_front(slot);
+            return;
+        }
+        let slot = if self.map.len() as u64 >= cap && self.tail != NIL {
+            let victim = self.tail;
+            self.unlink(victim);
+            self.map.remove(&self.nodes[victim as usize].hash);
+            self.nodes[victim as usize].hash = hash;
+            victim
+        } else {
+            self.nodes.push(LruNode {
+                hash,
+                prev: NIL,
+                next: NIL,
+            });
+            (self.nodes.len() - 1) as u32
+        };
+        self.map.insert(hash, slot);
+        self.push_front(slot);
+    }
+}
+
+/// The approx producer's settings.
+#[derive(Clone, Debug)]
+pub(crate) struct Approx {
+    auto_tune: bool,
+    pub(crate) block_size_tokens: u32,
+    /// `maxPrefixTokensToMatch`, converted to blocks at the block size in
+    /// use; when zero, `maxPrefixBlocksToMatch`; both zero: no cap.
+    max_prefix_tokens: u64,
+    max_prefix_blocks: u64,
+    lru_capacity: u64,
+}
+
+/// The floor `GetBlockSize` applies to the producer's block size, whatever
+/// the configuration or autoTune says (`minBlockSizeTokens` in
+/// `requestcontrol/dataproducer/approximateprefix/plugin.go`): smaller
+/// blocks would make the routing-side index grow without bound.
+const MIN_BLOCK_SIZE_TOKENS: u32 = 64;
+
+impl Approx {
+    /// The block size the producer hashes at (`GetBlockSize`): under
+    /// autoTune the first endpoint's `cache_config_info` block size when it
+    /// has been read, else `blockSizeTokens`; never below the floor.
+    pub(crate) fn block_size(&self, endpoints: &[EndpointView]) -> u32 {
+        let tuned = if self.auto_tune {
+            endpoints
+                .first()
+                .and_then(|e| e.block_size)
+                .filter(|b| *b > 0)
+        } else {
+            None
+        };
+        tuned
+            .unwrap_or(self.block_size_tokens)
+            .max(MIN_BLOCK_SIZE_TOKENS)
+    }
+
+    /// The prefix cap in blocks of `block` tokens (`resolveMaxBlocks`).
+    pub(crate) fn max_blocks(&self, block: u32) -> usize {
+        let blocks = if self.max_prefix_tokens > 0 {
+            (self.max_prefix_tokens / u64::from(block.max(1))).max(1)
+        } else if self.max_prefix_blocks > 0 {
+            self.max_prefix_blocks
+        } else {
+            u64::MAX
+        };
+        usize::try_from(blocks).unwrap_or(usize::MAX)
+    }
+}
+
+/// The producer: its settings and its index.
+#[derive(Clone, Debug)]
+pub(crate) struct ApproxPrefixProducer {
+    pub(crate) settings: Approx,
+    index: PrefixIndex,
+}
+
+impl ApproxPrefixProducer {
+    /// The producer `plugin` configures, or the one the EPP creates with
+    /// its defaults for a consumer (`None`), over `endpoints` endpoints.
+    pub fn new(producer: Option<&Plugin>, endpoints: usize) -> ApproxPrefixProducer {
+        let get = |k: &str| producer.and_then(|p| param_f64(p, k));
+        // The deprecated `blockSize` is taken as `blockSizeTokens` when
+        // that is left at its default of 16 (`ApproxPrefixCacheFactory`,
+        // `approximateprefix/plugin.go`; the default in `types.go`).
+        let mut block_size_tokens =
+            get("blockSizeTokens").filter(|v| *v > 0.0).unwrap_or(16.0) as u32;
+        if let Some(deprecated) = get("blockSize").filter(|v| *v > 0.0)
+            && block_size_tokens == 16
+        {
+            block_size_tokens = deprecated as u32;
+        }
+        let max_prefix_tokens = get("maxPrefixTokensToMatch").unwrap_or(131_072.0).max(0.0) as u64;
+        let max_prefix_blocks = get("maxPrefixBlocksToMatch").unwrap_or(2048.0).max(0.0) as u64;
+        let settings = Approx {
+            auto_tune: producer
+                .and_then(|p| p.parameters.get("autoTune"))
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            block_size_tokens,
+            max_prefix_tokens,
+            max_prefix_blocks,
+            lru_capacity: get("lruCapacityPerServer")
+                .filter(|v| *v > 0.0)
+                .unwrap_or(31_250.0) as u64,
+        };
+        ApproxPrefixProducer {
+            settings,
+            index: PrefixIndex::new(endpoints),
+        }
+    }
+
+    /// `Produce`: hash the prompt at the block size `GetBlockSize` gives,
+    /// up to the prefix cap, into `hashes`, then count in `matches`, per
+    /// endpoint, the leading blocks it holds, stopping at the first block
+    /// no endpoint holds. Returns the block size used.
+    pub fn produce(
+        &self,
+        prompt: &Prompt,
+        endpoints: &[EndpointView],
+        matches: &mut [u32],
+        hashes: &mut VecDeque<u64>,
+    ) -> u32 {
+        let block = self.settings.block_size(endpoints);
+        let max_blocks = self.settings.max_blocks(block);
+        let mut hasher = BlockHasher::new(block);
+        for segment in &prompt.segments {
+            hasher.feed_segment(*segment);
+            if hasher.full_blocks() >= max_blocks {
+                break;
+            }
+        }
+        hasher.hashes.truncate(max_blocks);
+        for hash in &hasher.hashes {
+            let mut any = false;
+            for (e, m) in matches.iter_mut().enumerate() {
+                if self.index.holds(e, *hash) {
+                    *m += 1;
+                    any = true;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        hashes.extend(hasher.hashes);
+        block
+    }
+
+    /// PreRequest: index the prompt's blocks on each target (the primary
+    /// one, then the `prefill` profile's), each endpoint's LRU sized by its
+    /// scraped block count under autoTune.
+    pub fn pre_request(
+        &mut self,
+        targets: &[usize],
+        endpoints: &[EndpointView],
+        hashes: &VecDeque<u64>,
+    ) {
+        let s = &self.settings;
+        for &target in targets {
+            let capacity = if s.auto_tune {
+                endpoints[target]
+                    .num_blocks
+                    .filter(|n| *n > 0)
+                    .unwrap_or(s.lru_capacity)
+            } else {
+                s.lru_capacity
+            };
+            for hash in hashes {
+                self.index.add(target, *hash, capacity);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Approx, Lru};
+    use crate::cycle::EndpointView;
+
+    #[test]
+    fn the_producer_block_size_has_a_floor_and_tunes_to_the_first_endpoint() {
+        let approx = Approx {
+            auto_tune: true,
+            block_size_tokens: 16,
+            max_prefix_tokens: 131_072,
+            max_prefix_blocks: 2048,
+            lru_capacity: 31_250,
+        };
+        let unread = EndpointView::default();
+        let read = |b| EndpointView {
+            block_size: Some(b),
+            ..Default::default()
+        };
+        // Nothing scraped yet: blockSizeTokens, raised to 64.
+        assert_eq!(approx.block_size(&[unread.clone(), read(4096)]), 64);
+        assert_eq!(approx.block_size(&[read(4096), unread]), 4096);
+        assert_eq!(approx.block_size(&[read(16)]), 64);
+        // A scraped block size of 0 is no value (`> 0` in `GetBlockSize`):
+        // blockSizeTokens stands.
+        let configured = Approx {
+            block_size_tokens: 128,
+            ..approx
+        };
+        assert_eq!(configured.block_size(&[read(0)]), 128);
+        // The token cap is converted at the block size in use.
+        assert_eq!(approx.max_blocks(64), 2048);
+        assert_eq!(approx.max_blocks(4096), 32);
+        let uncapped = Approx {
+            max_prefix_tokens: 0,
+            max_prefix_blocks: 0,
+            ..approx
+        };
+        assert_eq!(uncapped.max_blocks(64), usize::MAX);
+    }
+
+    #[test]
+    fn the_prefix_lru_evicts_the_least_recently_used_hash_at_capacity() {
+        let mut lru = Lru::default();
+        // The capacity is fixed by the first insert, as in the producer.
+        lru.touch(1, 2);
+        lru.touch(2, 99);
+        lru.touch(1, 99); // 1 is now the most recent
+        lru.touch(3, 99); // evicts 2
+        assert!(lru.map.contains_key(&1) && lru.map.contains_key(&3));
+        assert!(!lru.map.contains_key(&2));
+        assert_eq!(lru.map.len(), 2);
+        lru.touch(4, 99); // evicts 1
+        assert!(!lru.map.contains_key(&1));
+        assert_eq!(lru.nodes.len(), 2, "evicted slots are reused");
+    }
+}
