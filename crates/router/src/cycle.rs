@@ -11,6 +11,8 @@ use crate::RouterInputs;
 use crate::config::EndpointPickerConfig;
 use crate::config::{Plugin, prefill_header_writers};
 use crate::plugins::requestcontrol::dataproducer::approximateprefix::ApproxPrefixProducer;
+use crate::plugins::requestcontrol::dataproducer::inflightload::InFlightLoad;
+pub use crate::plugins::requestcontrol::dataproducer::inflightload::Ticket;
 use crate::plugins::requestcontrol::dataproducer::preciseprefixcache::{Precise, Weights};
 use crate::plugins::scheduling::filter::{Filter, FilterPlugin};
 use crate::plugins::scheduling::picker::{Picker, PickerPlugin, shuffle};
@@ -49,16 +51,6 @@ pub struct Decision {
     /// What the in-flight load counters added, to be taken off again at the
     /// first chunk (prefill) and the end of the stream (decode).
     pub ticket: Ticket,
-}
-
-/// The in-flight load a request added to its endpoints (`inflightload`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Ticket {
-    decode: Option<(usize, u64)>,
-    prefill: Option<(usize, u64)>,
-    /// The other profile is the one literally named `prefill`, whose entry
-    /// the first chunk releases whole.
-    prefill_named: bool,
 }
 
 /// What a request carries besides its prompt that plugins read: its
@@ -132,7 +124,7 @@ struct CycleData {
     ids: Vec<String>,
     /// The inflight-load-producer's counters per endpoint, when a plugin
     /// consumes them.
-    inflight: Option<(Vec<u64>, Vec<u64>)>,
+    inflight: Option<InFlightLoad>,
     /// Per endpoint, the approx producer's matched blocks for the current
     /// request.
     matches: Vec<u32>,
@@ -435,7 +427,7 @@ impl Router {
             data: CycleData {
                 labels,
                 ids: (0..n).map(|i| format!("pdsim/endpoint-{i}")).collect(),
-                inflight: consumes_load.then(|| (vec![0; n], vec![0; n])),
+                inflight: consumes_load.then(|| InFlightLoad::new(n)),
                 matches: vec![0; n],
                 block_size: 16,
                 hashes: VecDeque::new(),
@@ -720,17 +712,16 @@ impl Router {
         // (`requestcontrol/dataproducer/inflightload/producer.go`).
         if self.data.inflight.is_some() {
             let prompt_tokens = self.data.prompt_tokens;
-            let add = |router: &mut Router, e: usize| {
-                let tokens = router.uncached_tokens(e, prompt_tokens);
-                if let Some((requests, load)) = router.data.inflight.as_mut() {
-                    requests[e] += 1;
-                    load[e] += tokens;
-                }
-                (e, tokens)
-            };
-            decision.ticket.decode = Some(add(self, decode));
-            decision.ticket.prefill = prefill_target.map(|p| add(self, p));
-            decision.ticket.prefill_named = named_prefill.is_some();
+            let uncached = |router: &Router, e: usize| router.uncached_tokens(e, prompt_tokens);
+            let (d, p) = (
+                uncached(self, decode),
+                prefill_target.map(|p| (p, uncached(self, p))),
+            );
+            if let Some(load) = self.data.inflight.as_mut() {
+                decision.ticket.decode = Some(load.add(decode, d));
+                decision.ticket.prefill = p.map(|(e, tokens)| load.add(e, tokens));
+                decision.ticket.prefill_named = named_prefill.is_some();
+            }
         }
         // PreRequest: the approx producer indexes the prompt on the primary
         // target and on the `prefill` profile's target
@@ -745,10 +736,6 @@ impl Router {
         // The precise producer's PreRequest (speculative indexing,
         // `requestcontrol/dataproducer/preciseprefixcache/prerequest.go`).
         if let Some(precise) = &mut self.data.precise {
-            let targets: Vec<usize> = [Some(decode), named_prefill]
-                .into_iter()
-                .flatten()
-                .collect();
             precise.speculate(self.clock, &targets);
         }
         // no-hit-lru-scorer's PreRequest: a request its last Score found
@@ -772,59 +759,26 @@ impl Router {
             _ => None,
         });
         for session in filter_sessions.chain(scorer_sessions) {
-            let target = if session.profile.is_empty() || session.profile == decode_name {
-                Some(decode)
-            } else {
-                prefill
-                    .as_ref()
-                    .filter(|(name, _)| *name == session.profile)
-                    .map(|(_, t)| *t)
-            };
-            if let Some(target) = target {
-                session.bind(request, target);
-            }
+            session.pre_request(request, (&decode_name, decode), prefill.as_ref());
         }
         self.routed += 1;
         self.disaggregated += u64::from(decision.prefill.is_some());
         Some(decision)
     }
 
-    fn release(&mut self, slot: Option<(usize, u64)>) {
-        if let (Some((e, tokens)), Some((requests, load))) = (slot, self.data.inflight.as_mut()) {
-            requests[e] = requests[e].saturating_sub(1);
-            load[e] = load[e].saturating_sub(tokens);
-        }
-    }
-
-    /// ResponseBody at the first chunk (`requestcontrol/dataproducer/
-    /// inflightload/producer.go`, `releaseTokensEarly`): with
-    /// `addEstimatedOutputTokens` off (the only setting pdsim accepts) the
-    /// tokens stood for the prompt, which every target has now computed, so
-    /// each target's tokens are released; its request stays counted, except
-    /// that the entry of the profile named `prefill` goes whole (`release`),
-    /// its request included: the prefill worker has handed off.
+    /// ResponseBody at the first chunk: the in-flight load producer
+    /// releases what the ticket says ([`InFlightLoad::first_chunk`]).
     pub fn first_chunk(&mut self, ticket: &mut Ticket) {
-        if ticket.prefill_named {
-            let prefill = ticket.prefill.take();
-            self.release(prefill);
-        }
-        for (e, tokens) in [ticket.decode.as_mut(), ticket.prefill.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            if let Some((_, load)) = self.data.inflight.as_mut() {
-                load[*e] = load[*e].saturating_sub(*tokens);
-            }
-            *tokens = 0;
+        if let Some(load) = self.data.inflight.as_mut() {
+            load.first_chunk(ticket);
         }
     }
 
-    /// ResponseBody at the end of the stream (same file, the
-    /// `PluginState.Delete` eviction): release what is left, once.
+    /// ResponseBody at the end of the stream: release what is left, once.
     pub fn end_of_stream(&mut self, ticket: &mut Ticket) {
-        let (decode, prefill) = (ticket.decode.take(), ticket.prefill.take());
-        self.release(decode);
-        self.release(prefill);
+        if let Some(load) = self.data.inflight.as_mut() {
+            load.end_of_stream(ticket);
+        }
     }
 
     /// The in-flight (requests, tokens) counters of an endpoint.
@@ -832,13 +786,13 @@ impl Router {
         self.data
             .inflight
             .as_ref()
-            .map_or((0, 0), |(r, t)| (r[endpoint], t[endpoint]))
+            .map_or((0, 0), |l| (l.requests[endpoint], l.tokens[endpoint]))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{EndpointView, RequestContext, Router};
+    use super::{EndpointView, InFlightLoad, RequestContext, Router};
     use crate::RouterInputs;
     use crate::config::load_config;
     use crate::plugins::scheduling::util::sessionaffinity::Session;
@@ -1145,7 +1099,12 @@ mod tests {
             "active-request-scorer",
             "{idleThreshold: 2, maxBusyScore: 0.8}",
             &views,
-            |r| r.data.inflight = Some((vec![0, 2, 5, 10], vec![0; 4])),
+            |r| {
+                r.data.inflight = Some(InFlightLoad {
+                    requests: vec![0, 2, 5, 10],
+                    tokens: vec![0; 4],
+                })
+            },
         );
         assert!(close(&out, &[1.0, 1.0, 0.4, 0.0]), "{out:?}");
     }
@@ -1956,7 +1915,10 @@ mod tests {
             "{queueThresholdTokens: 10000}",
             &views,
             |r| {
-                r.data.inflight = Some((vec![0; 4], vec![0, 900, 4_900, 20_000]));
+                r.data.inflight = Some(InFlightLoad {
+                    requests: vec![0; 4],
+                    tokens: vec![0, 900, 4_900, 20_000],
+                });
                 r.data.prompt_tokens = 100;
             },
         );
@@ -1966,7 +1928,12 @@ mod tests {
             "token-load-scorer",
             "{queueThresholdTokens: 10000}",
             &views[..1],
-            |r| r.data.inflight = Some((vec![0], vec![0])),
+            |r| {
+                r.data.inflight = Some(InFlightLoad {
+                    requests: vec![0],
+                    tokens: vec![0],
+                })
+            },
         );
         assert!(close(&out, &[1.0]), "{out:?}");
     }
@@ -2194,7 +2161,10 @@ mod tests {
             router.data.matches = vec![10, 0];
             router.data.hashes = [0; 10].into();
             router.data.block_size = 16;
-            router.data.inflight = Some((vec![1, 0], vec![backlog, 0]));
+            router.data.inflight = Some(InFlightLoad {
+                requests: vec![1, 0],
+                tokens: vec![backlog, 0],
+            });
             let mut candidates = vec![0, 1];
             router.run_filter(
                 "prefix-cache-affinity-filter",
@@ -2219,7 +2189,10 @@ mod tests {
         router.data.matches = vec![10, 0];
         router.data.hashes = [0; 10].into();
         router.data.block_size = 16;
-        router.data.inflight = Some((vec![1, 0], vec![300_000, 0]));
+        router.data.inflight = Some(InFlightLoad {
+            requests: vec![1, 0],
+            tokens: vec![300_000, 0],
+        });
         let mut candidates = vec![0, 1];
         router.run_filter(
             "prefix-cache-affinity-filter",

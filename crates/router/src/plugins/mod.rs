@@ -16,6 +16,7 @@ pub(crate) mod scheduling;
 
 use crate::config::Plugin;
 use crate::cycle::{EndpointView, RequestContext};
+use crate::plugins::requestcontrol::dataproducer::inflightload::InFlightLoad;
 use serde_yaml::Value;
 use std::collections::BTreeMap;
 
@@ -64,7 +65,7 @@ pub(crate) struct Cycle<'a, 'r> {
     pub precise: Option<MatchInfo<'a>>,
     /// The inflight-load-producer's (requests, tokens) per endpoint, when a
     /// plugin consumes them.
-    pub inflight: Option<&'a (Vec<u64>, Vec<u64>)>,
+    pub inflight: Option<&'a InFlightLoad>,
     /// Whose match info the inflight-load-producer reads for the uncached
     /// part of a prompt.
     pub load_source: PrefixSource,
@@ -96,12 +97,12 @@ impl Cycle<'_, '_> {
 
     /// In-flight requests of an endpoint (0 without the producer).
     pub fn inflight_requests(&self, endpoint: usize) -> u64 {
-        self.inflight.map_or(0, |(r, _)| r[endpoint])
+        self.inflight.map_or(0, |l| l.requests[endpoint])
     }
 
     /// In-flight tokens of an endpoint (0 without the producer).
     pub fn inflight_tokens(&self, endpoint: usize) -> u64 {
-        self.inflight.map_or(0, |(_, t)| t[endpoint])
+        self.inflight.map_or(0, |l| l.tokens[endpoint])
     }
 }
 

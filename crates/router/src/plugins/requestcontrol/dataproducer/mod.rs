@@ -1,6 +1,7 @@
 //! `requestcontrol/dataproducer/`: producers that compute per-request
-//! data the scheduling plugins consume. The in-flight load producer's
-//! counters still live in [`crate::cycle`].
+//! data the scheduling plugins consume, and update it at PreRequest and
+//! as responses stream back.
 
 pub(crate) mod approximateprefix;
+pub(crate) mod inflightload;
 pub(crate) mod preciseprefixcache;

@@ -165,6 +165,27 @@ impl Session {
         }
     }
 
+    /// PreRequest (`session_affinity.go`): bind the session to the target
+    /// of `profileName`, the primary profile's when it names none; a
+    /// profile that did not run binds nothing.
+    pub(crate) fn pre_request(
+        &mut self,
+        request: &RequestContext<'_>,
+        (primary, target): (&str, usize),
+        other: Option<&(String, usize)>,
+    ) {
+        let target = if self.profile.is_empty() || self.profile == primary {
+            Some(target)
+        } else {
+            other
+                .filter(|(name, _)| *name == self.profile)
+                .map(|(_, t)| *t)
+        };
+        if let Some(target) = target {
+            self.bind(request, target);
+        }
+    }
+
     /// PreRequest under `session_id` (`SessionIDHeader.PreRequest`): a new
     /// session binds to the target; the same target refreshes the binding;
     /// another target rebinds only when the bound endpoint was not a
