@@ -730,6 +730,28 @@ impl Roofline {
             .map(|ec| (ec.dispatch_bytes_per_token, ec.combine_bytes_per_token))
     }
 
+    /// One pipeline stage's communication over a pass of `tokens` tokens,
+    /// the expert-parallel dispatch plus combine time of one MoE layer at
+    /// that size, and the stage's MoE layers: for tests that pin how the
+    /// layers multiply the per-layer exchange.
+    #[cfg(test)]
+    pub(crate) fn pass_communication_ns(&self, tokens: f64) -> (f64, f64, f64) {
+        let w = Work {
+            padded: tokens,
+            tokens,
+            context: tokens,
+            pairs: tokens,
+            logits_rows: 0.0,
+            prefill_tokens: 0.0,
+        };
+        let parts = self.stage(w, self.dense_layers_stage, self.moe_layers_stage, false);
+        let per_layer = self.expert_comm.as_ref().map_or(0.0, |ec| {
+            ec.dispatch.time_ns(tokens * ec.dispatch_bytes_per_token)
+                + ec.combine.time_ns(tokens * ec.combine_bytes_per_token)
+        });
+        (parts.comm_ns, per_layer, self.moe_layers_stage)
+    }
+
     /// Every coefficient the model read: (name, value, units, source).
     pub fn provenance_rows(&self) -> Vec<(String, f64, String, String)> {
         self.provenance

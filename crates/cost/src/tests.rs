@@ -1033,3 +1033,29 @@ fn all_gather_expert_bytes_follow_the_group_and_the_tp_width() {
         (114_688.0, 114_688.0)
     );
 }
+
+/// Expert parallelism exchanges tokens twice per MoE layer: DeepSeek-V3
+/// has 61 layers, the first 3 dense (`first_k_dense_replace`), so a pass
+/// pays 58 dispatches and 58 combines. With tp 1 there is no tensor-parallel
+/// collective, so that is all its communication.
+#[test]
+fn expert_exchanges_are_paid_once_per_moe_layer() {
+    let roofline = setup(
+        "deepseek-v3",
+        "h200",
+        "{tp: 1, pp: 1, dp: 8, enable_expert_parallel: true}",
+        "{all2all_backend: deepep_low_latency}",
+        1,
+    )
+    .roofline(&[])
+    .unwrap();
+    for tokens in [1.0, 64.0, 512.0] {
+        let (comm, per_layer, moe) = roofline.pass_communication_ns(tokens);
+        assert_eq!(moe, 58.0);
+        assert!(per_layer > 0.0);
+        assert!(
+            (comm - 58.0 * per_layer).abs() <= 1e-9 * comm,
+            "{tokens} tokens: {comm} ns against 58 × {per_layer}"
+        );
+    }
+}
