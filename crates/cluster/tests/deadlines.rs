@@ -369,3 +369,90 @@ flowControl:
         sink.samples
     );
 }
+
+/// Records the times the cluster was sampled at.
+#[derive(Default)]
+struct SampleTimes {
+    records: Vec<RequestRecord>,
+    times: Vec<SimTime>,
+}
+
+impl RecordSink for SampleTimes {
+    fn record(&mut self, record: &RequestRecord) {
+        self.records.push(record.clone());
+    }
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+    fn core_sample(&mut self, sample: &CoreSample) {
+        if self.times.last() != Some(&sample.time) {
+            self.times.push(sample.time);
+        }
+    }
+}
+
+/// A client that gives up mid-transfer leaves its KV transfer running: the
+/// network carries it to the end (NIXL reads are not cancelled), so the
+/// cluster is not idle until it ends, and the observation loops go on
+/// sampling through it; only after it do they pause until the next
+/// arrival, a minute later.
+#[test]
+fn a_transfer_its_client_left_keeps_the_cluster_observed_until_it_ends() {
+    let cluster = pd();
+    let row = |ms: u64| {
+        format!(
+            "{{\"timestamp\": {ms}, \"input_length\": 60000, \"output_length\": 8, \"hash_ids\": []}}\n"
+        )
+    };
+    let run_one = |specs: &[RequestSpec]| {
+        let mut sink = SampleTimes::default();
+        run(
+            &cluster,
+            &mut specs.iter().cloned().map(Ok),
+            11,
+            true,
+            &mut sink,
+        )
+        .expect("runs");
+        sink
+    };
+    // Place the request so that a whole second falls inside its transfer.
+    let probe = run_one(&mooncake(&row(0)));
+    let r = &probe.records[0];
+    let (start, end) = (r.transfer_start.unwrap(), r.transfer_end.unwrap());
+    let second = SimDuration::from_secs_f64(1.0).as_ns();
+    let span = end.as_ns() - start.as_ns();
+    assert!(span < second / 2, "a short transfer");
+    // Arriving `shift` later starts the transfer half of it before the
+    // next whole second (the run is alone on the cluster, so it shifts
+    // whole); a second request comes a minute later.
+    let tick = (start.as_ns() + span).div_ceil(second) * second;
+    let shift = SimDuration(tick - span / 2 - start.as_ns());
+    let mut specs = mooncake(&format!("{}{}", row(0), row(60_000)));
+    for spec in &mut specs {
+        spec.arrival = spec.arrival + shift;
+    }
+    let placed = run_one(&specs);
+    let r = &placed.records[0];
+    let (start, end) = (r.transfer_start.unwrap(), r.transfer_end.unwrap());
+    let tick = SimTime(start.as_ns().div_ceil(second) * second);
+    assert!(start < tick && tick < end, "{start:?} {tick:?} {end:?}");
+    // The client gives up after the transfer started, before that tick.
+    let deadline = SimTime(start.as_ns() + (tick.as_ns() - start.as_ns()) / 2);
+    let specs = [with_deadline(specs[0].clone(), deadline), specs[1].clone()];
+    let left = run_one(&specs);
+    assert_eq!(left.records[0].outcome, Outcome::Aborted);
+    // Sampled at the tick in the transfer and at the first after its end.
+    let after = SimTime(tick.as_ns() + second);
+    assert!(after > end);
+    assert!(left.times.contains(&tick), "{:?}", left.times);
+    assert!(left.times.contains(&after), "{:?}", left.times);
+    // Then paused until the next arrival.
+    let next = specs[1].arrival;
+    assert!(
+        !left
+            .times
+            .iter()
+            .any(|t| *t > SimTime(after.as_ns() + second) && *t < next),
+        "{:?}",
+        left.times
+    );
+}
