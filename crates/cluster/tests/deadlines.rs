@@ -428,7 +428,7 @@ fn a_transfer_its_client_left_keeps_the_cluster_observed_until_it_ends() {
     let shift = SimDuration(tick - span / 2 - start.as_ns());
     let mut specs = mooncake(&format!("{}{}", row(0), row(60_000)));
     for spec in &mut specs {
-        spec.arrival = spec.arrival + shift;
+        spec.arrival += shift;
     }
     let placed = run_one(&specs);
     let r = &placed.records[0];
