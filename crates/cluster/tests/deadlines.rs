@@ -456,3 +456,37 @@ fn a_transfer_its_client_left_keeps_the_cluster_observed_until_it_ends() {
         left.times
     );
 }
+
+/// The EPP's scrape loops pause over an idle gap longer than their interval
+/// and resume when the next request arrives, so its views are fresh again:
+/// under flow control, whose utilization detector counts a view older than
+/// `metricsStalenessThreshold` (200 ms) as saturated, a request arriving
+/// 700 ms into the gap is dispatched at once instead of waiting for views
+/// that would never come.
+#[test]
+fn scrapes_resume_after_an_idle_gap_so_the_views_are_fresh_again() {
+    let epp = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates: [flowControl]
+plugins:
+- type: queue-scorer
+flowControl:
+  maxRequests: \"500\"
+  defaultRequestTTL: 30s
+";
+    let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n");
+    let cluster = cluster_from(SCENARIO, &deployment, Some(("epp.yaml", epp)));
+    let specs = mooncake(concat!(
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 4, \"hash_ids\": [1]}\n",
+        "{\"timestamp\": 800, \"input_length\": 100, \"output_length\": 4, \"hash_ids\": [2]}\n",
+    ));
+    let (stats, records) = run_checked(&cluster, &specs);
+    assert!(
+        records[0].finished.as_ns() < 200_000_000,
+        "the first is done long before the second: {:?}",
+        records[0].finished
+    );
+    assert_eq!(stats.completed, 2, "{records:?}");
+    let waited = records[1].enqueued.unwrap().as_ns() - records[1].arrival.as_ns();
+    assert!(waited < 20_000_000, "held {waited} ns at the EPP");
+}

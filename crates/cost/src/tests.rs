@@ -543,6 +543,37 @@ fn the_linear_model_needs_its_coefficients() {
     assert!(error.contains("linear_step_us"), "{error}");
 }
 
+/// The linear model is chosen for a pool only when a set scoped to it gives
+/// all four terms; none chooses the roofline; some but not all is refused
+/// by name.
+#[test]
+fn the_linear_model_is_selected_by_its_four_terms() {
+    let s = llama8b_tp1();
+    let selected = |sets: &[CoefficientSet]| {
+        Linear::selected(
+            &s.model,
+            &s.chip_name,
+            s.chip.gpus_per_node,
+            &s.layout,
+            sets,
+        )
+    };
+    assert_eq!(selected(&[]), Ok(false));
+    assert_eq!(selected(&[linear_set("{}")]), Ok(true));
+    assert_eq!(
+        selected(&[linear_set("{hardware: [h200]}")]),
+        Ok(false),
+        "scoped elsewhere"
+    );
+    let (name, units) = LINEAR_COEFFICIENTS[0];
+    let partial = set("half", &entry(name, 1.0, units, "{}"));
+    let error = selected(&[partial]).unwrap_err();
+    assert!(
+        error.contains(name) && error.contains("all four"),
+        "{error}"
+    );
+}
+
 /// Models shared by the property tests, built once.
 fn fleet() -> &'static Vec<Roofline> {
     static FLEET: OnceLock<Vec<Roofline>> = OnceLock::new();
