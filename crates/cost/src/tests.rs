@@ -543,6 +543,26 @@ fn the_linear_model_needs_its_coefficients() {
     assert!(error.contains("linear_step_us"), "{error}");
 }
 
+/// A chip figure the roofline divides by must be a positive number; the
+/// model refuses to build rather than price steps at infinite speed.
+#[test]
+fn a_chip_without_positive_figures_is_refused() {
+    for (key, value) in [
+        ("TFlopsPeak", 0.0),
+        ("BwPeakTBs", f64::NAN),
+        ("IntraNodeBwGBps", -1.0),
+    ] {
+        let mut s = llama8b_tp1();
+        match key {
+            "TFlopsPeak" => s.chip.t_flops_peak = value,
+            "BwPeakTBs" => s.chip.bw_peak_tbs = value,
+            _ => s.chip.intra_node_bw_gbps = value,
+        }
+        let error = s.roofline(&[]).err().expect("refused");
+        assert!(error.contains(key) && error.contains("positive"), "{error}");
+    }
+}
+
 /// The linear model is chosen for a pool only when a set scoped to it gives
 /// all four terms; none chooses the roofline; some but not all is refused
 /// by name.
@@ -1028,6 +1048,27 @@ fn an_moe_layer_pays_the_floor_of_each_of_its_kernels() {
     assert!(floor_us > 0.0);
     let cost = model.step(&decode(1, 16));
     let floors_ns = 515.0 * floor_us * 1e3;
+    assert!(
+        cost.total.as_ns() as f64 >= cost.memory_ns as f64 + floors_ns,
+        "{cost:?}, floors {floors_ns} ns"
+    );
+}
+
+/// A dense layer runs 9 kernels (norm, QKV, rotary and cache write,
+/// attention, output projection, norm, gate-up, activation, down):
+/// Llama-3.1-8B's 32 layers and its head make 32 · 9 + 3 = 291 floors on
+/// top of the step's memory traffic.
+#[test]
+fn a_dense_layer_pays_the_floor_of_each_of_its_kernels() {
+    let model = llama8b_tp1().roofline(&[]).unwrap();
+    let floor_us = model
+        .provenance()
+        .into_iter()
+        .find(|p| p.0 == "hbm_constant_latency")
+        .expect("read")
+        .1;
+    let cost = model.step(&decode(1, 16));
+    let floors_ns = 291.0 * floor_us * 1e3;
     assert!(
         cost.total.as_ns() as f64 >= cost.memory_ns as f64 + floors_ns,
         "{cost:?}, floors {floors_ns} ns"
