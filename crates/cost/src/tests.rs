@@ -543,6 +543,25 @@ fn the_linear_model_needs_its_coefficients() {
     assert!(error.contains("linear_step_us"), "{error}");
 }
 
+/// A step's breakdown is of one stage's GPU time, as its duration is: with
+/// two pipeline stages each runs 40 of Llama-3.1-70B's 80 layers over the
+/// whole batch (in two microbatches), so a compute-bound prefill reports
+/// about half the compute of one stage of 80 layers (a little more: the
+/// smaller microbatches run their GEMMs less efficiently).
+#[test]
+fn a_pipeline_stage_reports_the_compute_of_its_own_layers() {
+    let one = setup("llama-3.1-70b", "h100", "{tp: 8, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap()
+        .step(&prefill(8192));
+    let two = setup("llama-3.1-70b", "h100", "{tp: 8, pp: 2, dp: 1}", "{}", 2)
+        .roofline(&[])
+        .unwrap()
+        .step(&prefill(8192));
+    let ratio = two.compute_ns as f64 / one.compute_ns as f64;
+    assert!((0.5..0.6).contains(&ratio), "pp 2 / pp 1 compute: {ratio}");
+}
+
 /// A chip figure the roofline divides by must be a positive number; the
 /// model refuses to build rather than price steps at infinite speed.
 #[test]
