@@ -45,6 +45,9 @@ fn a_decode_side_prefix_hit_shrinks_the_transfer_by_exactly_the_cached_blocks() 
     );
     decode.add_request(request(1, &[(7, 64), (2, 36)], 5, KvTransfer::Consume));
     let events = step(&mut decode);
+    // It holds blocks for its whole prompt: the 4 it hit and 3 for the 36
+    // tokens to come, ceil(100 / 16) = 7 of the 100.
+    assert_eq!(decode.pool().free(), 100 - 7);
     // Its 100 prompt tokens are queried and 64 hit, as vLLM's prefix-cache
     // stats count a request the connector will fill.
     assert_eq!(

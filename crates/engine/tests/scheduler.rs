@@ -757,3 +757,34 @@ fn kv_usage_is_the_share_of_usable_blocks_held() {
     assert!(!engine.has_requests());
     assert_eq!(engine.kv_usage(), 0.0);
 }
+
+/// A decode that fills its last block caches it in the step that computes
+/// that block's last token, as `allocate_slots` caches
+/// `num_computed_tokens + num_new_tokens` even when it needs no new block
+/// (`KVCacheManager.allocate_slots`, `vllm/v1/core/kv_cache_manager.py`):
+/// a 31-token prompt fills block 0 in its prefill; the first decode step
+/// computes token 31 (the 32nd), filling block 1, and stores it then.
+#[test]
+fn a_decode_that_fills_a_block_stores_it_in_that_step() {
+    use pdsim_core::kv_events::KvEvent;
+    let mut engine = Engine::new(config());
+    engine.enable_kv_events();
+    engine.add_request(request(0, &[(1, 31)], 4));
+    let mut rng = stream();
+    let mut stored = Vec::new();
+    for _ in 0..3 {
+        engine.schedule().expect("a step");
+        engine.complete_step(&mut rng);
+        let log = std::mem::take(engine.kv_events_mut().expect("events on"));
+        let blocks: usize = log
+            .events
+            .iter()
+            .map(|e| match e {
+                KvEvent::Stored { hashes, .. } => log.hashes_of(hashes).len(),
+                _ => 0,
+            })
+            .sum();
+        stored.push(blocks);
+    }
+    assert_eq!(stored, vec![1, 1, 0], "blocks stored per step");
+}
