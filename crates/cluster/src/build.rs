@@ -77,6 +77,9 @@ pub struct Cluster {
     /// decode on another: a prefill or decode pool, or colocated pods under
     /// a P/D profile handler. The engines then run the KV connector.
     pub disaggregated: bool,
+    /// How many of each selected pod's API servers the EPP makes endpoints
+    /// of (its target ports), the first ones in rank order; `None`: all.
+    pub endpoints_per_pod: Option<usize>,
     /// The name of the routing policy, for reports.
     pub router: &'static str,
     pub gpus_per_node: u64,
@@ -455,6 +458,38 @@ pub fn build_with_router(
         });
     }
     let disaggregated = colocated_split || pools.iter().any(|p| p.role != Role::Colocated);
+    // The EPP makes one endpoint of each target port of each selected pod
+    // (`pkg/epp/datastore/datastore.go`), the i-th port reaching the pod's
+    // i-th API server: one per pod under internal load balancing, one per
+    // node's ranks under hybrid, one per rank under external
+    // (`ranks_per_endpoint`). A port past the last API server is an address
+    // nothing listens on.
+    let endpoints_per_pod = router
+        .as_ref()
+        .and_then(|r| r.target_ports())
+        .map(<[u32]>::len);
+    if let (Some(ports), Some(inputs)) = (endpoints_per_pod, router.as_ref()) {
+        for (i, (pool, resolved)) in pools.iter().zip(&bundle.resolution.pools).enumerate() {
+            if !inputs.selects(&resolved.labels) {
+                continue;
+            }
+            let servers = usize::from(pool.ranks.max(1))
+                .div_ceil(usize::from(pool.ranks_per_endpoint.max(1)));
+            if ports > servers {
+                return Err(BuildError {
+                    path: format!("pools[{i}].parallel"),
+                    message: format!(
+                        "the EPP sends to {ports} target port(s) of each pod, but each pod of this pool \
+                         runs {servers} API server(s) ({} data-parallel rank(s), {} behind each): the \
+                         EPP would route requests to ports nothing listens on, which pdsim does not \
+                         simulate; list at most {servers} port(s), or expose more API servers \
+                         (`data_parallel_load_balancing`)",
+                        pool.ranks, pool.ranks_per_endpoint
+                    ),
+                });
+            }
+        }
+    }
     let decode_layout = deployment
         .pools
         .iter()
@@ -515,6 +550,7 @@ pub fn build_with_router(
     Ok(Cluster {
         pools,
         disaggregated,
+        endpoints_per_pod,
         router: match &router {
             Some(inputs) if !inputs.is_builtin() => "epp",
             _ => "epp-builtin-default",

@@ -729,8 +729,13 @@ impl<'a> Sim<'a> {
             let per = cluster.pools[pool].ranks_per_endpoint.max(1) as usize;
             for (first, len) in list {
                 let mut start = *first;
-                while start < first + len {
-                    let n = per.min(first + len - start);
+                // The API servers past the pod's last target port get no
+                // endpoint, so no traffic.
+                let end = cluster
+                    .endpoints_per_pod
+                    .map_or(first + len, |ports| (first + ports * per).min(first + len));
+                while start < end {
+                    let n = per.min(end - start);
                     pods.push((start, n));
                     pod_labels.push(labels.clone());
                     start += n;

@@ -89,7 +89,14 @@ const POOL: &str = "apiVersion: inference.networking.k8s.io/v1\nkind: InferenceP
 #[test]
 fn a_selector_that_matches_no_pod_leaves_no_endpoint_and_every_request_is_refused() {
     for cluster in [
-        colocated(&["--endpoint-selector=llm-d.ai/role=encode"], None).unwrap(),
+        colocated(
+            &[
+                "--endpoint-selector=llm-d.ai/role=encode",
+                "--endpoint-target-ports=8000",
+            ],
+            None,
+        )
+        .unwrap(),
         colocated(&["--pool-name=mine"], Some(&POOL.replace("ROLE", "encode"))).unwrap(),
     ] {
         let (stats, records) = replay(&cluster, 50);
@@ -107,7 +114,14 @@ fn a_selector_that_matches_no_pod_leaves_no_endpoint_and_every_request_is_refuse
 fn the_pool_the_flags_name_selects_the_endpoints() {
     // The default's pods carry `llm-d.ai/role: prefill-decode`.
     for cluster in [
-        colocated(&["--endpoint-selector=llm-d.ai/role=prefill-decode"], None).unwrap(),
+        colocated(
+            &[
+                "--endpoint-selector=llm-d.ai/role=prefill-decode",
+                "--endpoint-target-ports=8000",
+            ],
+            None,
+        )
+        .unwrap(),
         colocated(
             &["--pool-name=mine"],
             Some(&POOL.replace("ROLE", "prefill-decode")),
@@ -130,7 +144,10 @@ fn the_pool_the_flags_name_selects_the_endpoints() {
 
 #[test]
 fn under_pd_a_pool_of_decode_pods_serves_whole_and_one_of_prefill_pods_fails() {
-    let (stats, records) = replay(&pd("--endpoint-selector=llm-d.ai/role=decode"), 40);
+    let (stats, records) = replay(
+        &pd("--endpoint-selector=llm-d.ai/role=decode\n    - --endpoint-target-ports=8000"),
+        40,
+    );
     assert_eq!(stats.completed, 40);
     assert!(
         records.iter().all(|r| r.prefill.is_none()),
@@ -146,7 +163,10 @@ fn under_pd_a_pool_of_decode_pods_serves_whole_and_one_of_prefill_pods_fails() {
         prefill_pool_steps, 0,
         "the prefill pods outside the pool got nothing"
     );
-    let (stats, records) = replay(&pd("--endpoint-selector=llm-d.ai/role=prefill"), 40);
+    let (stats, records) = replay(
+        &pd("--endpoint-selector=llm-d.ai/role=prefill\n    - --endpoint-target-ports=8000"),
+        40,
+    );
     assert_eq!((stats.rejected, stats.completed), (40, 0));
     assert!(records.iter().all(|r| r.reason == "no-endpoints"));
     // Both roles: disaggregated as before.
@@ -199,4 +219,54 @@ fn colocated_pods_under_a_pd_handler_split_requests_between_them() {
         e.contains("disagg-profile-handler") && e.contains("pd_transfer"),
         "{e}"
     );
+}
+
+/// Colocated DeepSeek-V3 pods of 8 data-parallel ranks, each its own API
+/// server (`data_parallel_load_balancing: external`), behind a standalone
+/// EPP sending to these ports of it.
+fn external_ranks(ports: &str) -> Result<Cluster, String> {
+    let deployment = format!(
+        "kind: Deployment\nname: ext\npools:\n  - role: colocated\n    nodes: 4\n    parallel: {{tp: 1, pp: 1, dp: 8, dp_local: 8, enable_expert_parallel: true, data_parallel_load_balancing: external}}\nrouter:\n  epp_flags: [\"--endpoint-selector=llm-d.ai/role=prefill-decode\", \"--endpoint-target-ports={ports}\"]\n"
+    );
+    build(H200, &deployment, &[])
+}
+
+/// The EPP makes one endpoint of each target port of a pod, the i-th port
+/// reaching its i-th API server (`pkg/epp/datastore/datastore.go`,
+/// `<pod>-rank-<i>`): with one port only the first rank gets requests, with
+/// eight every rank does, and a port past the pod's API servers (two ports
+/// where the pod balances its ranks behind one) is refused, since nothing
+/// listens there.
+#[test]
+fn target_ports_decide_the_endpoints_of_each_pod() {
+    let ranks_used = |cluster: &Cluster| {
+        let (stats, records) = replay(cluster, 200);
+        assert_eq!(stats.completed, 200);
+        let mut ranks: Vec<u16> = records.iter().map(|r| r.rank).collect();
+        ranks.sort();
+        ranks.dedup();
+        ranks
+    };
+    assert_eq!(ranks_used(&external_ranks("8000").unwrap()), vec![0]);
+    assert_eq!(
+        ranks_used(&external_ranks("8000,8001,8002,8003,8004,8005,8006,8007").unwrap()),
+        (0..8).collect::<Vec<u16>>()
+    );
+    // Repeated ports are one port (`removeDuplicatePorts`).
+    assert_eq!(ranks_used(&external_ranks("8000,8000").unwrap()), vec![0]);
+    let Err(e) = colocated(
+        &[
+            "--endpoint-selector=llm-d.ai/role=prefill-decode",
+            "--endpoint-target-ports=8000,8001",
+        ],
+        None,
+    ) else {
+        panic!("two ports on a pod of one API server were accepted");
+    };
+    assert!(e.contains("nothing listens"), "{e}");
+    // A standalone EPP must be given its ports, as `Options.Validate` says.
+    let Err(e) = colocated(&["--endpoint-selector=llm-d.ai/role=prefill-decode"], None) else {
+        panic!("an endpoint selector without target ports was accepted");
+    };
+    assert!(e.contains("--endpoint-target-ports"), "{e}");
 }

@@ -172,6 +172,10 @@ const REJECTED: &[&str] = &[
 pub struct EppFlags {
     pub pool_name: Option<String>,
     pub endpoint_selector: Option<BTreeMap<String, String>>,
+    /// `--endpoint-target-ports` with repeats removed, order kept
+    /// (`removeDuplicatePorts` in `options.go`): the ports of each pod a
+    /// standalone EPP makes endpoints of.
+    pub endpoint_target_ports: Vec<u32>,
     /// `--refresh-metrics-interval`, at least 50 ms.
     pub refresh_interval_ns: u64,
     pub allow_experimental: bool,
@@ -186,6 +190,7 @@ impl Default for EppFlags {
         EppFlags {
             pool_name: None,
             endpoint_selector: None,
+            endpoint_target_ports: Vec::new(),
             refresh_interval_ns: MIN_REFRESH_NS,
             allow_experimental: false,
             config_file: None,
@@ -434,6 +439,14 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
                         "epp-flag-value",
                         format!("--endpoint-target-ports `{value}`: 1 to 8 comma-separated ports, each 0 to 65535 (options.go, Validate)"),
                     );
+                } else {
+                    out.endpoint_target_ports.clear();
+                    for port in ports.into_iter().flatten() {
+                        let port = port as u32;
+                        if !out.endpoint_target_ports.contains(&port) {
+                            out.endpoint_target_ports.push(port);
+                        }
+                    }
                 }
             }
             "endpoint-selector" => {
@@ -472,6 +485,18 @@ pub fn parse_flags(file: &str, flags: &[String]) -> Result<EppFlags, Vec<RouterP
             "epp_flags".into(),
             "epp-flag-conflict",
             "--pool-name and --endpoint-selector are exclusive".into(),
+        );
+    }
+    // `Options.Validate`: a standalone EPP (`--endpoint-selector`) must be
+    // told which ports of each pod to send to.
+    if out.endpoint_selector.is_some()
+        && out.pool_name.is_none()
+        && out.endpoint_target_ports.is_empty()
+    {
+        problem(
+            "epp_flags".into(),
+            "epp-flag-missing",
+            "--endpoint-selector needs --endpoint-target-ports (1 to 8 ports of each pod; options.go, Validate)".into(),
         );
     }
     if out.config_file.is_some() && out.config_text.is_some() {

@@ -77,6 +77,26 @@ impl RouterInputs {
             .map(|p| &p.match_labels)
     }
 
+    /// The ports of each selected pod the EPP makes an endpoint of, rank
+    /// by rank (`podUpdateOrAddIfNotExist` in `pkg/epp/datastore/
+    /// datastore.go`: endpoint `<pod>-rank-<i>` for the i-th port, every
+    /// port active without the active-ports annotation): the standalone
+    /// EPP's `--endpoint-target-ports`, or the `targetPorts` of the pool
+    /// `--pool-name` names. `None` without either: the pool is then taken
+    /// to reach every API server of each pod.
+    pub fn target_ports(&self) -> Option<&[u32]> {
+        if self.flags.endpoint_selector.is_some() {
+            return Some(&self.flags.endpoint_target_ports);
+        }
+        let name = self.flags.pool_name.as_deref()?;
+        self.manifests
+            .pools
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.target_ports.as_slice())
+            .filter(|ports| !ports.is_empty())
+    }
+
     /// Whether a pod with these labels is an endpoint: every selector label
     /// present with its value (`matchLabels`).
     pub fn selects(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
