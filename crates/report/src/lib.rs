@@ -1494,6 +1494,12 @@ mod stage_tests {
         assert_eq!(st.requests_per_s, 0.0);
         assert_eq!(st.input_tokens_per_s, 0.0);
         assert_eq!(st.output_tokens_per_s, 0.0);
+        // No output token: the cost per million of them is 0, not infinite.
+        let mut run = info();
+        run.gpu_hour_usd = Some(3.0);
+        let s = a.summary(&RunStats::default(), run);
+        let cost = s.cost.expect("a price was given");
+        assert_eq!(cost.usd_per_million_output_tokens, 0.0);
     }
 
     #[test]
@@ -1515,6 +1521,10 @@ mod stage_tests {
         assert_eq!(get("tpot_ms"), "100.000");
         assert_eq!(get("output_tokens"), "5");
         assert_eq!(get("outcome"), "completed");
+        // The optional times: present ones in ms, absent ones empty.
+        assert_eq!(get("first_token_ms"), "1100.000");
+        assert_eq!(get("last_token_ms"), "1500.000");
+        assert_eq!(get("prefill_scheduled_ms"), "", "not disaggregated");
     }
 
     #[test]

@@ -2098,6 +2098,34 @@ mod tests {
         assert!(!router.decide(None, 0));
     }
 
+    /// `speculativeTTL` is a Go duration, 2 s when absent
+    /// (`preciseprefixcache/prerequest.go`), read only with
+    /// `speculativeIndexing`.
+    #[test]
+    fn the_speculative_ttl_is_read_as_a_duration_with_its_default() {
+        let ttl = |params: &str| {
+            let text = format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: precise-prefix-cache-producer\n  parameters: {params}\n- type: prefix-cache-scorer\n  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}\n"
+            );
+            let router = Router::new(&inputs(&text), labels(&["prefill-decode"; 2]), 1);
+            router
+                .data
+                .precise
+                .as_ref()
+                .expect("a precise producer")
+                .speculative_ttl
+        };
+        assert_eq!(
+            ttl("{speculativeIndexing: true, speculativeTTL: 500ms}"),
+            Some(500_000_000)
+        );
+        assert_eq!(ttl("{speculativeIndexing: true}"), Some(2_000_000_000));
+        assert_eq!(
+            ttl("{speculativeIndexing: false, speculativeTTL: 500ms}"),
+            None
+        );
+    }
+
     #[test]
     fn which_consumers_read_the_precise_producer() {
         // `scorer/preciseprefixcache/precise_prefix_cache.go`: the legacy
