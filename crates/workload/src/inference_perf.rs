@@ -1465,6 +1465,31 @@ circuit_breakers: null
         assert_ne!(key(&other[0]), key(&specs[0]));
     }
 
+    /// The prompts are shuffled as `random.shuffle` shuffles (Fisher–Yates:
+    /// each position swaps with any position up to itself, itself
+    /// included), so a shuffle may leave a prompt where it was; a shuffle
+    /// that never did (Sattolo's, which swaps only below) would give only
+    /// cyclic orders. Over 40 seeds of 6 prompts about 1 − 1/e of them
+    /// keep one in place.
+    #[test]
+    fn the_prompt_shuffle_can_leave_a_prompt_in_place() {
+        let mut kept = 0;
+        for seed in 0..40 {
+            let reader = InferencePerf::new(EXPANDED, "c.yaml", seed).unwrap();
+            let Data::SharedPrefix { order, .. } = &reader.data else {
+                panic!("shared prefix");
+            };
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert_eq!(sorted, (0..6).collect::<Vec<u32>>(), "a permutation");
+            kept += usize::from(order.iter().enumerate().any(|(i, p)| i as u32 == *p));
+        }
+        assert!(
+            (15..=35).contains(&kept),
+            "{kept} of 40 kept a prompt in place"
+        );
+    }
+
     #[test]
     fn constant_stages_end_exactly_at_their_duration_and_start_after_the_gap() {
         let (_, specs) = all(EXPANDED, 1);

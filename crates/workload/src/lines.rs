@@ -356,6 +356,44 @@ mod tests {
         assert!(lines.next_line().is_none());
     }
 
+    /// A reader that is interrupted once, then reads its text, then fails
+    /// for good.
+    struct Flaky {
+        calls: u32,
+        text: &'static [u8],
+    }
+
+    impl std::io::Read for Flaky {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            match self.calls {
+                1 => Err(std::io::ErrorKind::Interrupted.into()),
+                2 => {
+                    buf[..self.text.len()].copy_from_slice(self.text);
+                    Ok(self.text.len())
+                }
+                _ => Err(std::io::Error::other("the disk went away")),
+            }
+        }
+    }
+
+    /// An interrupted read is retried, as `BufRead::read_until` retries it;
+    /// any other error ends the input with that error, at the line after
+    /// the last one read.
+    #[test]
+    fn an_interrupted_read_is_retried_and_another_error_ends_the_input() {
+        let mut lines = Lines::new(std::io::BufReader::new(Flaky {
+            calls: 0,
+            text: b"one\n",
+        }));
+        assert!(matches!(lines.next_line(), Some(Line::Text(1, "one"))));
+        match lines.next_line() {
+            Some(Line::Failed(2, e)) => assert_eq!(e.to_string(), "the disk went away"),
+            _ => panic!("the failure ends the input"),
+        }
+        assert!(lines.next_line().is_none());
+    }
+
     fn records(input: &[u8]) -> Vec<(u64, Result<Vec<String>, String>)> {
         let mut reader = CsvRecords::new(input);
         let mut out = Vec::new();
