@@ -2098,6 +2098,41 @@ mod tests {
         assert!(!router.decide(None, 0));
     }
 
+    /// Without LoRA adapters (pdsim's engines serve none, so they export no
+    /// `vllm:lora_requests_info`: no active or waiting adapter, and a
+    /// maximum of 0) lora-affinity-scorer's switch reaches its last case
+    /// for every endpoint: 0 (`scorer/loraaffinity/lora_affinity.go`). So a
+    /// profile that adds it picks exactly as one without it.
+    #[test]
+    fn lora_affinity_scores_every_endpoint_zero_without_adapters() {
+        let with = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: lora-affinity-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}, {pluginRef: lora-affinity-scorer, weight: 5}]\n";
+        let without = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n";
+        let views: Vec<EndpointView> = [3, 0, 7, 0]
+            .iter()
+            .map(|w| EndpointView {
+                waiting: *w,
+                ..Default::default()
+            })
+            .collect();
+        let router = Router::new(&inputs(with), labels(&["prefill-decode"; 4]), 1);
+        let mut out = Vec::new();
+        router.score(
+            "lora-affinity-scorer",
+            &[0, 1, 2, 3],
+            &views,
+            &RequestContext::default(),
+            &mut out,
+        );
+        assert_eq!(out, vec![0.0; 4]);
+        let picks = |text: &str| {
+            let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 4]), 9);
+            (0..20)
+                .map(|i| router.pick(&prompt(i, 16), &views).unwrap().decode)
+                .collect::<Vec<usize>>()
+        };
+        assert_eq!(picks(with), picks(without));
+    }
+
     /// `speculativeTTL` is a Go duration, 2 s when absent
     /// (`preciseprefixcache/prerequest.go`), read only with
     /// `speculativeIndexing`.

@@ -105,7 +105,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "active-request-scorer" => Scorer, Some(&["idleThreshold", "maxBusyScore", "requestTimeout"]), false, None;
     "no-hit-lru-scorer" => Scorer, Some(&["lruSize", "prefixPluginType", "prefixPluginName", "prefixMatchInfoProducerName"]), false, None;
     "session-affinity-scorer" => Scorer, Some(&["strategy", "encodedEndpointHeaderConfig", "sessionIdConfig", "profileName"]), true, None;
-    "lora-affinity-scorer" => Scorer, None, false, Some("pdsim serves no LoRA adapters");
+    // Simulated for what pdsim's engines are: servers of no LoRA adapter,
+    // where it scores every endpoint 0 (`scorer/loraaffinity.rs`).
+    "lora-affinity-scorer" => Scorer, Some(&[]), false, None;
     // The legacy form: its own precise producer plus a prefix-cache-scorer
     // reading it, or deferring to a configured producer
     // (`scorer/preciseprefixcache/precise_prefix_cache.go`).

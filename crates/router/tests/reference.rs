@@ -100,7 +100,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     (
         "llm-d-router__test__integration__epp__testdata__default-config.yaml",
-        "lora-affinity-scorer",
+        "load",
     ),
     (
         "llm-d-router__test__integration__epp__testdata__request-attribute-reporter-config.yaml",

@@ -6,6 +6,7 @@ mod activerequest;
 pub(crate) mod contextlengthaware;
 mod kvcacheutilization;
 mod loadaware;
+mod loraaffinity;
 pub(crate) mod nohitlru;
 mod prefix;
 mod queuedepth;
@@ -34,6 +35,7 @@ pub(crate) enum ScorerPlugin {
     RunningRequests(runningrequests::RunningRequestsScorer),
     KvCacheUtilization(kvcacheutilization::KvCacheUtilizationScorer),
     LoadAware(loadaware::LoadAwareScorer),
+    LoraAffinity(loraaffinity::LoraAffinityScorer),
     TokenLoad(tokenload::TokenLoadScorer),
     ActiveRequest(activerequest::ActiveRequestScorer),
     NoHitLru(nohitlru::NoHitLruScorer),
@@ -58,6 +60,7 @@ impl ScorerPlugin {
                 ScorerPlugin::KvCacheUtilization(kvcacheutilization::KvCacheUtilizationScorer)
             }
             "load-aware-scorer" => ScorerPlugin::LoadAware(loadaware::LoadAwareScorer::new(plugin)),
+            "lora-affinity-scorer" => ScorerPlugin::LoraAffinity(loraaffinity::LoraAffinityScorer),
             "token-load-scorer" => ScorerPlugin::TokenLoad(tokenload::TokenLoadScorer::new(plugin)),
             "active-request-scorer" => {
                 ScorerPlugin::ActiveRequest(activerequest::ActiveRequestScorer::new(plugin))
@@ -84,6 +87,7 @@ impl ScorerPlugin {
             ScorerPlugin::RunningRequests(s) => s,
             ScorerPlugin::KvCacheUtilization(s) => s,
             ScorerPlugin::LoadAware(s) => s,
+            ScorerPlugin::LoraAffinity(s) => s,
             ScorerPlugin::TokenLoad(s) => s,
             ScorerPlugin::ActiveRequest(s) => s,
             ScorerPlugin::NoHitLru(s) => s,
