@@ -19,10 +19,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+mod common;
+
+use common::build;
 use pdsim_cluster::{Cluster, MemorySink, Outcome, RequestRecord, run};
 use pdsim_core::SimTime;
-use pdsim_spec::files::MemoryFiles;
-use pdsim_spec::validate::{Request, validate};
 use pdsim_workload::{MooncakeReader, RequestSpec};
 
 const SCENARIO: &str = include_str!("../../../scenarios/default.yaml");
@@ -51,32 +52,14 @@ fn documents(pd: bool) -> (String, String) {
     (scenario, deployment)
 }
 
-fn build(config: Option<&str>, pd: bool) -> Result<Cluster, String> {
+fn cluster(config: Option<&str>, pd: bool) -> Result<Cluster, String> {
     let (scenario, mut deployment) = documents(pd);
-    let mut files = MemoryFiles::new().with("s.yaml", &scenario);
+    let mut extra = Vec::new();
     if let Some(text) = config {
         deployment.push_str("router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [\"--allow-experimental-plugins\"]\n");
-        files = files.with("epp.yaml", text);
+        extra.push(("epp.yaml", text));
     }
-    let files = files.with("d.yaml", &deployment);
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec![],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
-    if !report.valid {
-        return Err(format!("{:?}", report.problems));
-    }
-    let block = report.loaded[0].1.router.as_ref();
-    let inputs =
-        pdsim_router::check_router_inputs(&files, "d.yaml", block).map_err(|p| format!("{p:?}"))?;
-    pdsim_cluster::build_with_router(
-        &report.deployments[0],
-        report.scenario.as_ref().unwrap(),
-        Some(inputs),
-    )
-    .map_err(|e| format!("{e:?}"))
+    build(&scenario, &deployment, &extra)
 }
 
 fn specs() -> Vec<RequestSpec> {
@@ -136,7 +119,7 @@ fn line(name: &str, records: &[RequestRecord], pods: usize) -> String {
 }
 
 fn replay(name: &str, config: Option<&str>, pd: bool) -> Result<String, String> {
-    let cluster = build(config, pd)?;
+    let cluster = cluster(config, pd)?;
     let mut sink = MemorySink::default();
     run(
         &cluster,

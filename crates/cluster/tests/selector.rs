@@ -8,9 +8,10 @@
 //! pods serves every request whole on a decode pod (the prefill profile
 //! finds no endpoint, so no prefill header is set).
 
+mod common;
+
+use common::build;
 use pdsim_cluster::{Cluster, MemorySink, Outcome, RequestRecord, RunStats, run};
-use pdsim_spec::files::MemoryFiles;
-use pdsim_spec::validate::{Request, validate};
 use pdsim_workload::{MooncakeReader, RequestSpec};
 
 const SCENARIO: &str = include_str!("../../../scenarios/default.yaml");
@@ -19,33 +20,6 @@ const H200: &str = include_str!("../../../scenarios/4x8-h200.yaml");
 const P1D3: &str = include_str!("../../../deployments/1p3d-ep8.yaml");
 const ALWAYS: &str = include_str!("../../../deployments/pd/epp-always-pd.yaml");
 const TRACE: &str = include_str!("../../../traces/default.jsonl");
-
-fn build(scenario: &str, deployment: &str, extra: &[(&str, &str)]) -> Result<Cluster, String> {
-    let mut files = MemoryFiles::new()
-        .with("s.yaml", scenario)
-        .with("d.yaml", deployment);
-    for (path, text) in extra {
-        files = files.with(path, text);
-    }
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec![],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
-    if !report.valid {
-        return Err(format!("{:?}", report.problems));
-    }
-    let block = report.loaded[0].1.router.as_ref();
-    let inputs =
-        pdsim_router::check_router_inputs(&files, "d.yaml", block).map_err(|p| format!("{p:?}"))?;
-    pdsim_cluster::build_with_router(
-        &report.deployments[0],
-        report.scenario.as_ref().unwrap(),
-        Some(inputs),
-    )
-    .map_err(|e| format!("{e:?}"))
-}
 
 /// The colocated default with a router block carrying these EPP flags.
 fn colocated(flags: &[&str], manifests: Option<&str>) -> Result<Cluster, String> {

@@ -1051,15 +1051,10 @@ fn pipeline_stages_send_once_between_each_pair() {
     );
 }
 
-/// Every kernel pays the HBM floor (`hbm_constant_latency`) on top of its
-/// roofline time, and an MoE layer runs 16 kernels: Mixtral-8x7B's 32 MoE
-/// layers and its head make 32 · 16 + 3 = 515, so a step lasts at least its
-/// memory traffic plus 515 floors.
-#[test]
-fn an_moe_layer_pays_the_floor_of_each_of_its_kernels() {
-    let model = setup("mixtral-8x7b", "h100", "{tp: 2, pp: 1, dp: 1}", "{}", 1)
-        .roofline(&[])
-        .unwrap();
+/// Asserts that a one-token decode on `model` lasts at least its memory
+/// traffic plus `kernels` HBM floors (`hbm_constant_latency`), the floor
+/// every kernel pays on top of its roofline time.
+fn assert_pays_kernel_floors(model: &Roofline, kernels: f64) {
     let floor_us = model
         .provenance()
         .into_iter()
@@ -1068,32 +1063,29 @@ fn an_moe_layer_pays_the_floor_of_each_of_its_kernels() {
         .1;
     assert!(floor_us > 0.0);
     let cost = model.step(&decode(1, 16));
-    let floors_ns = 515.0 * floor_us * 1e3;
+    let floors_ns = kernels * floor_us * 1e3;
     assert!(
         cost.total.as_ns() as f64 >= cost.memory_ns as f64 + floors_ns,
         "{cost:?}, floors {floors_ns} ns"
     );
 }
 
+/// An MoE layer runs 16 kernels: Mixtral-8x7B's 32 MoE layers and its head
+/// make 32 · 16 + 3 = 515 floors.
+#[test]
+fn an_moe_layer_pays_the_floor_of_each_of_its_kernels() {
+    let model = setup("mixtral-8x7b", "h100", "{tp: 2, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    assert_pays_kernel_floors(&model, 515.0);
+}
+
 /// A dense layer runs 9 kernels (norm, QKV, rotary and cache write,
 /// attention, output projection, norm, gate-up, activation, down):
-/// Llama-3.1-8B's 32 layers and its head make 32 · 9 + 3 = 291 floors on
-/// top of the step's memory traffic.
+/// Llama-3.1-8B's 32 layers and its head make 32 · 9 + 3 = 291 floors.
 #[test]
 fn a_dense_layer_pays_the_floor_of_each_of_its_kernels() {
-    let model = llama8b_tp1().roofline(&[]).unwrap();
-    let floor_us = model
-        .provenance()
-        .into_iter()
-        .find(|p| p.0 == "hbm_constant_latency")
-        .expect("read")
-        .1;
-    let cost = model.step(&decode(1, 16));
-    let floors_ns = 291.0 * floor_us * 1e3;
-    assert!(
-        cost.total.as_ns() as f64 >= cost.memory_ns as f64 + floors_ns,
-        "{cost:?}, floors {floors_ns} ns"
-    );
+    assert_pays_kernel_floors(&llama8b_tp1().roofline(&[]).unwrap(), 291.0);
 }
 
 /// The all-gather families move every token's hidden state, 16-bit, to

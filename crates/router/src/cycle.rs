@@ -726,24 +726,29 @@ impl Router {
         // PreRequest: the approx producer indexes the prompt on the primary
         // target and on the `prefill` profile's target
         // (`requestcontrol/dataproducer/approximateprefix/plugin.go`).
-        let targets: Vec<usize> = [Some(decode), named_prefill]
-            .into_iter()
-            .flatten()
-            .collect();
+        // At most two, on the stack: this runs for every request.
+        let both;
+        let targets: &[usize] = match named_prefill {
+            Some(p) => {
+                both = [decode, p];
+                &both
+            }
+            None => std::slice::from_ref(&decode),
+        };
         if let Some(approx) = &mut self.approx {
-            approx.pre_request(&targets, endpoints, &self.data.hashes);
+            approx.pre_request(targets, endpoints, &self.data.hashes);
         }
         // The precise producer's PreRequest (speculative indexing,
         // `requestcontrol/dataproducer/preciseprefixcache/prerequest.go`).
         if let Some(precise) = &mut self.data.precise {
-            precise.speculate(self.clock, &targets);
+            precise.speculate(self.clock, targets);
         }
         // no-hit-lru-scorer's PreRequest: a request its last Score found
         // cold touches the primary target, then the `prefill` profile's
         // (`scorer/nohitlru/no_hit_lru.go`).
         for scorer in &mut self.scorers {
             if let ScorerPlugin::NoHitLru(s) = scorer {
-                s.pre_request(&targets);
+                s.pre_request(targets);
             }
         }
         // session-affinity-scorer's PreRequest (`session_id` strategy,

@@ -6,10 +6,11 @@
 //! runs instances and looks nothing up by name or by parameter key per
 //! request.
 //!
-//! Moved so far: the scorers, the pickers and the P/D deciders
-//! (`scheduling/`). The filters, the profile handlers and the data
-//! producers still run in [`crate::cycle`]; the loader's checks are in
-//! [`crate::config`].
+//! Modules so far: the scheduling plugins (`scheduling/`: scorers, filters,
+//! pickers, profile handlers and their deciders) and the data producers
+//! (`requestcontrol/dataproducer/`). The admission and saturation plugins
+//! and the flow-control policies are still in [`crate::flowcontrol`], and
+//! the loader's checks in [`crate::config`].
 
 pub(crate) mod requestcontrol;
 pub(crate) mod scheduling;

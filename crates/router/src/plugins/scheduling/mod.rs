@@ -1,5 +1,6 @@
 //! `pkg/epp/framework/plugins/scheduling/`: what runs in a scheduling
-//! profile (scorers, pickers) and the profile handlers' deciders.
+//! profile (filters, scorers, pickers), the profile handlers with their
+//! deciders, and what several of them share (`util/`).
 
 pub(crate) mod filter;
 pub(crate) mod picker;

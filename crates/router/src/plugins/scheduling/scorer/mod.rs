@@ -74,9 +74,9 @@ impl ScorerPlugin {
             "context-length-aware" => ScorerPlugin::ContextLengthAware(
                 contextlengthaware::ContextLengthAwareScorer::new(plugin),
             ),
-            "session-affinity-scorer" => ScorerPlugin::SessionAffinity(
-                sessionaffinity::SessionAffinityScorer::new(plugin, source),
-            ),
+            "session-affinity-scorer" => {
+                ScorerPlugin::SessionAffinity(sessionaffinity::SessionAffinityScorer::new(plugin))
+            }
             _ => ScorerPlugin::Zero,
         }
     }

@@ -4,8 +4,8 @@
 
 use super::Scorer;
 use crate::config::Plugin;
+use crate::plugins::Cycle;
 use crate::plugins::scheduling::util::sessionaffinity::Session;
-use crate::plugins::{Cycle, PrefixSource};
 
 /// The session's endpoint 1, every other candidate 0; no session, or its
 /// endpoint not a candidate: 0 everywhere. pdsim's requests carry no
@@ -14,15 +14,12 @@ use crate::plugins::{Cycle, PrefixSource};
 #[derive(Clone, Debug)]
 pub(crate) struct SessionAffinityScorer {
     pub(crate) session: Session,
-    /// Whose match info it would read; it reads none.
-    _source: PrefixSource,
 }
 
 impl SessionAffinityScorer {
-    pub fn new(plugin: &Plugin, source: PrefixSource) -> SessionAffinityScorer {
+    pub fn new(plugin: &Plugin) -> SessionAffinityScorer {
         SessionAffinityScorer {
             session: Session::new(plugin),
-            _source: source,
         }
     }
 }

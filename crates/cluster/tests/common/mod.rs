@@ -1,0 +1,35 @@
+//! What the cluster's integration tests share.
+
+use pdsim_cluster::Cluster;
+use pdsim_spec::files::MemoryFiles;
+use pdsim_spec::validate::{Request, validate};
+
+/// The cluster the documents `s.yaml` (scenario) and `d.yaml` (deployment)
+/// lay out, with `extra` files beside them, its router inputs loaded as
+/// `pdsim run` loads them; every problem as text.
+pub fn build(scenario: &str, deployment: &str, extra: &[(&str, &str)]) -> Result<Cluster, String> {
+    let mut files = MemoryFiles::new()
+        .with("s.yaml", scenario)
+        .with("d.yaml", deployment);
+    for (path, text) in extra {
+        files = files.with(path, text);
+    }
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    if !report.valid {
+        return Err(format!("{:?}", report.problems));
+    }
+    let block = report.loaded[0].1.router.as_ref();
+    let inputs =
+        pdsim_router::check_router_inputs(&files, "d.yaml", block).map_err(|p| format!("{p:?}"))?;
+    pdsim_cluster::build_with_router(
+        &report.deployments[0],
+        report.scenario.as_ref().unwrap(),
+        Some(inputs),
+    )
+    .map_err(|e| format!("{e:?}"))
+}
