@@ -8,6 +8,7 @@
 use crate::RouterProblem;
 use crate::flags::parse_go_duration;
 use crate::flowcontrol::{self, Band, ConcurrencyMode, Detector, Fairness, FlowControl, Ordering};
+use crate::plugins::flowcontrol::usagelimits::{Domain, PriorityHoldback, UsageLimit};
 use crate::registry::{self, REMOVED, Role};
 use pdsim_spec::lines::LineIndex;
 use serde_yaml::{Mapping, Value};
@@ -1176,13 +1177,14 @@ fn load_flow_control(
     let no_endpoint_ttl_ns = no_endpoint_ttl
         .or(ttl)
         .map_or(flowcontrol::DEFAULT_TTL_NS, |n| n.max(0) as u64);
-    if eviction {
-        loader.problem(
-            "flowControl.enableEviction",
-            "epp-not-simulated",
-            "enableEviction revokes in-flight sheddable requests (priority < 0) to reclaim capacity; pdsim does not simulate the eviction plumbing (sheddable-eviction-filter, priority-then-time-eviction-order-policy, reclamation pacing)",
-        );
-    }
+    // enableEviction is simulated by what it does to pdsim's requests:
+    // nothing. The runner builds the evictor with the sheddable filter
+    // fixed in (`cmd/epp/runner/runner.go`, `buildRequestEvictor`), which
+    // lets only priority < 0 requests into the victim heap
+    // (`eviction/filtering/sheddable.go`, `eviction/queue.go` `Track`),
+    // and pdsim's requests all have priority 0, so `maybeReclaim`
+    // (`controller/internal/reclamation.go`) never finds a victim.
+    let _ = eviction;
     // `resolvePlugin`: a reference names a plugin (or one of the defaults
     // `ensureFlowControlLayer` injects when no plugin has its name) that
     // implements the policy.
@@ -1324,10 +1326,23 @@ fn load_flow_control(
         usage_ref.as_deref().unwrap_or("static-usage-limit-policy"),
         FlowKind::UsageLimit,
     );
-    let ceiling = usage
+    let usage_limit = usage
         .as_ref()
-        .and_then(|p| number(&p.parameters, "threshold"))
-        .unwrap_or(1.0);
+        .map_or(UsageLimit::Static { threshold: 1.0 }, usage_limit_of);
+    // soft-reflective-ceiling-policy's alternating tick counts every
+    // dispatch cycle, including the ones pdsim's event loop can skip; it
+    // decides dispatches only in a band below a higher provisioned one.
+    if usage_limit == UsageLimit::SoftReflective
+        && let Some(high) = priorities.iter().find(|p| **p > 0)
+    {
+        loader.problem(
+            "flowControl.usageLimitPolicyPluginRef",
+            "epp-not-simulated",
+            format!(
+                "pdsim does not simulate soft-reflective-ceiling-policy with a band above priority 0 (priority {high} is provisioned): band 0, where every request of pdsim's is, would then open on one dispatch cycle in round(s/(1-s)) by a tick over every cycle, which pdsim's event loop does not run one by one"
+            ),
+        );
+    }
     let detector = detector_of(detector_plugin.as_ref());
     if loader.problems.len() > problems_before {
         return None;
@@ -1339,9 +1354,30 @@ fn load_flow_control(
         max_requests,
         band,
         priorities,
-        ceiling,
+        usage_limit,
         detector,
     })
+}
+
+/// The usage-limit policy a plugin configures, its parameters checked by
+/// `check_parameters` (`static-usage-limit-policy` when the type is none
+/// of the others).
+fn usage_limit_of(plugin: &Plugin) -> UsageLimit {
+    let p = &plugin.parameters;
+    match plugin.plugin_type.as_str() {
+        "priority-holdback-policy" => UsageLimit::PriorityHoldback(PriorityHoldback {
+            min_ceiling: number(p, "minCeiling").unwrap_or(0.0),
+            max_ceiling: number(p, "maxCeiling").unwrap_or(1.0),
+            domain: match p.get("domain").and_then(Value::as_str) {
+                Some("value") => Domain::Value,
+                _ => Domain::Rank,
+            },
+        }),
+        "soft-reflective-ceiling-policy" => UsageLimit::SoftReflective,
+        _ => UsageLimit::Static {
+            threshold: number(p, "threshold").unwrap_or(1.0),
+        },
+    }
 }
 
 /// The detector with its factory's defaults (`utilization/config.go`,
@@ -1644,6 +1680,29 @@ const PARAM_TYPES: &[(&str, &[(&str, GoType)])] = {
         ),
         ("load-aware-scorer", &[("threshold", Int)]),
         (
+            "priority-holdback-policy",
+            &[
+                ("shape", Str),
+                ("domain", Str),
+                ("minCeiling", Float),
+                ("maxCeiling", Float),
+            ],
+        ),
+        (
+            "topology-extractor",
+            &[
+                ("hostname", Str),
+                ("rack", Str),
+                ("zone", Str),
+                ("region", Str),
+            ],
+        ),
+        (
+            "topology-affinity-filter",
+            &[("minAffinity", Str), ("topologyProducerName", Str)],
+        ),
+        ("topology-affinity-scorer", &[("topologyProducerName", Str)]),
+        (
             "token-load-scorer",
             &[
                 ("queueThresholdTokens", Int),
@@ -1859,6 +1918,21 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
                 }
             }
         }
+        // `topologyaffinity.Factory` (filter): an empty level is `host`,
+        // anything else must be a level `ParseLevel` knows.
+        "topology-affinity-filter" => {
+            if let Some(Value::String(level)) = parameters.get("minAffinity")
+                && !level.is_empty()
+                && crate::plugins::scheduling::util::topology::Level::parse(level).is_none()
+            {
+                bad(
+                    "minAffinity",
+                    &format!(
+                        "invalid topology level {level:?}, must be one of host, rack, zone, region"
+                    ),
+                );
+            }
+        }
         // `contextlengthaware.Factory`: the label defaults to
         // `llm-d.ai/context-length-range`; set empty, it is an error.
         "context-length-aware" => {
@@ -1949,6 +2023,55 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
                 && !v.as_f64().is_some_and(f64::is_finite)
             {
                 bad("threshold", "threshold must be a number");
+            }
+        }
+        // `usagelimits/priorityholdback/config.go`, `buildConfig`: every
+        // failure is reported, as `validateConfig` joins them.
+        "priority-holdback-policy" => {
+            let min = number(parameters, "minCeiling");
+            let max = number(parameters, "maxCeiling").unwrap_or(1.0);
+            // A *float64 left nil (absent or null); a value of the wrong
+            // type is the decoder's error, reported already.
+            if parameters.get("minCeiling").is_none_or(Value::is_null) {
+                bad("minCeiling", "minCeiling is required");
+            }
+            if let Some(shape) = parameters.get("shape").and_then(Value::as_str)
+                && shape != "linear"
+            {
+                bad(
+                    "shape",
+                    &format!("unsupported shape {shape:?}, must be \"linear\""),
+                );
+            }
+            if let Some(domain) = parameters.get("domain").and_then(Value::as_str)
+                && !matches!(domain, "rank" | "value")
+            {
+                bad(
+                    "domain",
+                    &format!("unsupported domain {domain:?}, must be one of: \"rank\", \"value\""),
+                );
+            }
+            if let Some(min) = min {
+                if !(0.0..1.0).contains(&min) {
+                    bad(
+                        "minCeiling",
+                        &format!("minCeiling must be in [0.0, 1.0), got {min:.6}"),
+                    );
+                }
+                if min >= max {
+                    bad(
+                        "minCeiling",
+                        &format!(
+                            "minCeiling ({min:.6}) must be strictly less than maxCeiling ({max:.6})"
+                        ),
+                    );
+                }
+            }
+            if !(max > 0.0 && max <= 1.0) {
+                bad(
+                    "maxCeiling",
+                    &format!("maxCeiling must be in (0.0, 1.0], got {max:.6}"),
+                );
             }
         }
         // `fairness/program-aware/plugin.go`, `Config.validate` and
@@ -2961,6 +3084,7 @@ pub fn pd_params(p: &Mapping) -> PdParams {
 #[cfg(test)]
 mod tests {
     use super::{DEFAULT_CONFIG, load_config};
+    use crate::plugins::flowcontrol::usagelimits::{Domain, PriorityHoldback, UsageLimit};
 
     #[test]
     fn the_built_in_default_is_what_an_empty_file_gets() {
@@ -3121,6 +3245,49 @@ mod tests {
 
     const HEAD: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n";
     const PD_PROFILES: &str = "schedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}]\n";
+
+    #[test]
+    fn topology_parameters_are_checked_as_their_factories_check_them() {
+        let with = |plugin: &str, params: &str| {
+            codes(
+                &format!("{HEAD}- type: {plugin}\n  parameters: {params}\n"),
+                true,
+            )
+        };
+        for level in ["host", "rack", "zone", "region", "''", "null"] {
+            assert!(
+                with(
+                    "topology-affinity-filter",
+                    &format!("{{minAffinity: {level}}}")
+                )
+                .is_empty()
+            );
+        }
+        let path = |key: &str| format!("plugins[0].parameters.{key}");
+        assert_eq!(
+            with("topology-affinity-filter", "{minAffinity: node}"),
+            vec![("epp-plugin-parameter", path("minAffinity"))]
+        );
+        assert_eq!(
+            with("topology-affinity-filter", "{minAffinity: Host}"),
+            vec![("epp-plugin-parameter", path("minAffinity"))]
+        );
+        assert_eq!(
+            with("topology-affinity-filter", "{minAffinity: 1}"),
+            vec![("wrong-type", path("minAffinity"))]
+        );
+        assert_eq!(
+            with("topology-affinity-scorer", "{topologyProducerName: [a]}"),
+            vec![("wrong-type", path("topologyProducerName"))]
+        );
+        assert_eq!(
+            with("topology-extractor", "{rack: 7}"),
+            vec![("wrong-type", path("rack"))]
+        );
+        assert!(with("topology-extractor", "{rack: my/rack, zone: ''}").is_empty());
+        // Alpha, so they need --allow-experimental-plugins.
+        assert!(!codes(&format!("{HEAD}- type: topology-affinity-scorer\n"), false).is_empty());
+    }
 
     #[test]
     fn session_affinity_parameters_are_decoded_strictly_and_validated() {
@@ -3398,7 +3565,7 @@ mod tests {
         assert_eq!(fc.band.max_requests, 5000);
         assert_eq!(fc.band.fairness, Fairness::GlobalStrict);
         assert_eq!(fc.band.ordering, Ordering::Fcfs);
-        assert_eq!(fc.ceiling, 1.0);
+        assert_eq!(fc.usage_limit, UsageLimit::Static { threshold: 1.0 });
         assert_eq!(
             fc.detector,
             Detector::Utilization {
@@ -3462,7 +3629,10 @@ mod tests {
                 "flowControl.defaultRequestTTL",
             ),
             ("  maxRequests: \"-5\"\n", "flowControl.maxRequests"),
-            ("  enableEviction: true\n", "flowControl.enableEviction"),
+            (
+                "  enableEviction: yes please\n",
+                "flowControl.enableEviction",
+            ),
             (
                 "  usageLimitPolicyPluginRef: nowhere\n",
                 "flowControl.usageLimitPolicyPluginRef",
@@ -3545,14 +3715,132 @@ mod tests {
             assert_eq!(found.len(), 1, "{plugin}: {found:?}");
             assert_eq!(found[0].1, path, "{plugin}");
         }
-        // The adaptive usage-limit policies stay refused by name.
+    }
+
+    #[test]
+    fn eviction_loads_and_its_plugins_take_any_parameters() {
+        // Nothing of pdsim's is evictable (priority 0, the filter takes
+        // only priority < 0), so the switch and the policy plugins load.
+        let text = format!(
+            "{FC_HEAD}- type: sheddable-eviction-filter\n  parameters: {{anything: 1}}\n- type: priority-then-time-eviction-order-policy\nflowControl:\n  enableEviction: true\n"
+        );
+        assert_eq!(codes(&text, true), vec![]);
+        // Alpha, as registered.
+        assert_eq!(codes(&text, false).len(), 2);
+    }
+
+    #[test]
+    fn the_usage_limit_policies_load_as_their_factories_build_them() {
+        let policy = |plugin: &str, experimental: bool| {
+            load_config(
+                "f",
+                &format!("{FC_HEAD}{plugin}flowControl:\n  usageLimitPolicyPluginRef: u\n  priorityBands: [{{priority: -5}}]\n"),
+                experimental,
+            )
+            .map(|c| c.flow_control.unwrap().usage_limit)
+            .map_err(|p| p.into_iter().map(|p| (p.code, p.path)).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            policy(
+                "- name: u\n  type: static-usage-limit-policy\n  parameters: {threshold: 0.7}\n",
+                false
+            ),
+            Ok(UsageLimit::Static { threshold: 0.7 })
+        );
+        assert_eq!(
+            policy(
+                "- name: u\n  type: priority-holdback-policy\n  parameters: {minCeiling: 0.4, domain: value}\n",
+                true
+            ),
+            Ok(UsageLimit::PriorityHoldback(PriorityHoldback {
+                min_ceiling: 0.4,
+                max_ceiling: 1.0,
+                domain: Domain::Value
+            }))
+        );
+        // Alpha: refused without --allow-experimental-plugins.
+        assert!(
+            policy(
+                "- name: u\n  type: priority-holdback-policy\n  parameters: {minCeiling: 0.4}\n",
+                false
+            )
+            .is_err()
+        );
+        // Band -5 lies below band 0: the soft ceiling's tick cannot matter.
+        assert_eq!(
+            policy("- name: u\n  type: soft-reflective-ceiling-policy\n", true),
+            Ok(UsageLimit::SoftReflective)
+        );
+        // It takes no parameters.
+        assert_eq!(
+            policy(
+                "- name: u\n  type: soft-reflective-ceiling-policy\n  parameters: {period: 2}\n",
+                true
+            ),
+            Err(vec![(
+                "epp-plugin-parameter",
+                "plugins[1].parameters.period".to_string()
+            )])
+        );
+        // A band above 0: band 0 would alternate, which is refused.
         let found = codes(
-            &format!("{FC_HEAD}- type: priority-holdback-policy\n"),
+            &format!(
+                "{FC_HEAD}- type: soft-reflective-ceiling-policy\nflowControl:\n  usageLimitPolicyPluginRef: soft-reflective-ceiling-policy\n  priorityBands: [{{priority: 100}}]\n"
+            ),
             true,
         );
         assert_eq!(
             found,
-            vec![("epp-not-simulated", "plugins[1].type".to_string())]
+            vec![(
+                "epp-not-simulated",
+                "flowControl.usageLimitPolicyPluginRef".to_string()
+            )]
+        );
+        // priority-holdback-policy's checks, every failure reported.
+        let holdback = |params: &str| {
+            codes(
+                &format!("{FC_HEAD}- type: priority-holdback-policy\n  parameters: {params}\n"),
+                true,
+            )
+        };
+        let at = |key: &str| {
+            (
+                "epp-plugin-parameter",
+                format!("plugins[1].parameters.{key}"),
+            )
+        };
+        assert_eq!(holdback("{}"), vec![at("minCeiling")]);
+        assert_eq!(holdback("{minCeiling: null}"), vec![at("minCeiling")]);
+        assert_eq!(
+            holdback("{minCeiling: 1.0}"),
+            vec![at("minCeiling"), at("minCeiling")]
+        );
+        assert_eq!(
+            holdback("{minCeiling: 0.5, maxCeiling: 0.5}"),
+            vec![at("minCeiling")]
+        );
+        assert_eq!(
+            holdback("{minCeiling: 0.5, maxCeiling: 1.5}"),
+            vec![at("maxCeiling")]
+        );
+        assert_eq!(
+            holdback("{minCeiling: 0.0, maxCeiling: 0}"),
+            vec![at("minCeiling"), at("maxCeiling")]
+        );
+        assert_eq!(
+            holdback("{minCeiling: 0.2, shape: sigmoid, domain: rank}"),
+            vec![at("shape")]
+        );
+        assert_eq!(
+            holdback("{minCeiling: 0.2, domain: ordinal}"),
+            vec![at("domain")]
+        );
+        assert_eq!(
+            holdback("{minCeiling: high}"),
+            vec![("wrong-type", "plugins[1].parameters.minCeiling".to_string())]
+        );
+        assert!(
+            holdback("{minCeiling: 0, shape: linear, domain: value, maxCeiling: 1}").is_empty()
         );
     }
 

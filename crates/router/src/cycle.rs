@@ -87,8 +87,9 @@ struct RunProfiles<'a, 'r> {
 }
 
 impl Profiles for RunProfiles<'_, '_> {
-    fn run(&mut self, name: &str) -> Option<usize> {
-        self.router.run_profile(name, self.endpoints, self.request)
+    fn run(&mut self, name: &str, peer: Option<usize>) -> Option<usize> {
+        self.router
+            .run_profile(name, peer, self.endpoints, self.request)
     }
 
     fn disaggregate(&mut self, decode: usize) -> bool {
@@ -175,6 +176,7 @@ impl CycleData {
                 .then(|| self.source_info(PrefixSource::Precise)),
             inflight: self.inflight.as_ref(),
             load_source: self.load_source,
+            peer: None,
         }
     }
 }
@@ -346,7 +348,7 @@ impl Router {
         let scorers: Vec<ScorerPlugin> = config
             .plugins
             .iter()
-            .map(|p| ScorerPlugin::new(p, source_of(p)))
+            .map(|p| ScorerPlugin::new(p, &config.plugins, &labels, source_of(p)))
             .collect();
         let profiles = config
             .profiles
@@ -378,7 +380,7 @@ impl Router {
         let filters: Vec<FilterPlugin> = config
             .plugins
             .iter()
-            .map(|p| FilterPlugin::new(p, &labels, source_of(p)))
+            .map(|p| FilterPlugin::new(p, &config.plugins, &labels, source_of(p)))
             .collect();
         let handler = HandlerPlugin::new(config);
         let decider = DeciderPlugin::new(handler.decider().and_then(|d| config.plugin(d)));
@@ -487,7 +489,7 @@ impl Router {
     fn set_labels(&mut self, labels: Vec<BTreeMap<String, String>>) {
         for (filter, plugin) in self.filters.iter_mut().zip(&self.config.plugins) {
             if let FilterPlugin::ByLabel(_) = filter {
-                *filter = FilterPlugin::new(plugin, &labels, PrefixSource::Approx);
+                *filter = FilterPlugin::new(plugin, &[], &labels, PrefixSource::Approx);
             }
         }
         self.data.labels = labels;
@@ -603,6 +605,7 @@ impl Router {
     fn run_profile(
         &mut self,
         name: &str,
+        peer: Option<usize>,
         endpoints: &[EndpointView],
         request: &RequestContext<'_>,
     ) -> Option<usize> {
@@ -613,7 +616,8 @@ impl Router {
         if candidates.is_empty() {
             return None;
         }
-        let cycle = self.data.cycle(endpoints, request);
+        let mut cycle = self.data.cycle(endpoints, request);
+        cycle.peer = peer;
         for index in profile.filters.iter().flatten() {
             self.filters[*index].filter(&cycle, &mut self.rng, &mut candidates);
             if candidates.is_empty() {
@@ -904,6 +908,189 @@ mod tests {
         let d = router.pick(&prompt(10, 32), &views).unwrap();
         assert_eq!(d.prefill, None);
         assert_eq!((router.routed, router.disaggregated), (3, 1));
+    }
+
+    /// Topology affinity over five endpoints: prefill 0 shares the decode
+    /// endpoint's rack, 1 its host, 2 only its zone, 4 carries no topology
+    /// labels; 3 is the decode endpoint.
+    fn topology_labels() -> Vec<BTreeMap<String, String>> {
+        let pod = |role: &str, topology: &[(&str, &str)]| {
+            let mut l = BTreeMap::from([("llm-d.ai/role".to_string(), role.to_string())]);
+            for (k, v) in topology {
+                l.insert(format!("topology.kubernetes.io/{k}"), v.to_string());
+            }
+            l
+        };
+        let host = |l: BTreeMap<String, String>, h: &str| {
+            let mut l = l;
+            l.insert("kubernetes.io/hostname".into(), h.into());
+            l
+        };
+        vec![
+            host(pod("prefill", &[("rack", "r1"), ("zone", "z1")]), "h0"),
+            host(pod("prefill", &[("rack", "r1"), ("zone", "z1")]), "h3"),
+            host(pod("prefill", &[("rack", "r2"), ("zone", "z1")]), "h2"),
+            host(pod("decode", &[("rack", "r1"), ("zone", "z1")]), "h3"),
+            pod("prefill", &[]),
+        ]
+    }
+
+    fn topology_config(filter: &str, queue_weight: f64, stage_order: &str) -> String {
+        format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: queue-scorer\n- type: topology-extractor\n- type: topology-affinity-filter\n  parameters: {filter}\n- type: topology-affinity-scorer\n- type: always-disagg-pd-decider\n- type: disagg-profile-handler\n  parameters: {{deciders: {{prefill: always-disagg-pd-decider}}, stageOrder: {stage_order}}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{{pluginRef: prefill-filter}}, {{pluginRef: topology-affinity-filter}}, {{pluginRef: queue-scorer, weight: {queue_weight}}}, {{pluginRef: topology-affinity-scorer}}]\n- name: decode\n  plugins: [{{pluginRef: decode-filter}}]\n"
+        )
+    }
+
+    /// Waiting requests per endpoint: the queue scorer prefers 0 (min-max:
+    /// 0 waiting scores 1, the most waiting 0).
+    fn topology_views() -> Vec<EndpointView> {
+        [0, 10, 10, 0, 10]
+            .iter()
+            .map(|w| EndpointView {
+                waiting: *w,
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_topology_filter_keeps_prefill_endpoints_near_the_decode_pick() {
+        let views = topology_views();
+        // With no filter in play (`minAffinity: region` keeps all but the
+        // unlabelled endpoint), queue weight 2 makes endpoint 0 win:
+        // 0.2 (rack) + 2 × 1 against 1.0 (host) + 2 × 0.
+        let picks = |filter: &str| {
+            let mut router = Router::new(
+                &inputs_experimental(&topology_config(filter, 2.0, "decode-first")),
+                topology_labels(),
+                1,
+            );
+            let d = router.pick(&prompt(1, 64), &views).unwrap();
+            assert_eq!(d.decode, 3);
+            d.prefill.unwrap()
+        };
+        assert_eq!(picks("{minAffinity: region}"), 0);
+        // `host`, the default: only the decode endpoint's host is left.
+        assert_eq!(picks("{}"), 1);
+        assert_eq!(picks("{minAffinity: host}"), 1);
+        // `rack`: 0 and 1 are in rack r1, and the queue decides.
+        assert_eq!(picks("{minAffinity: rack}"), 0);
+    }
+
+    #[test]
+    fn the_topology_filter_fails_open_and_drops_endpoints_without_topology() {
+        let views = topology_views();
+        // The decode endpoint without topology labels: no peer topology,
+        // every prefill candidate stays (the unlabelled 4 too), the scorer
+        // gives 0 everywhere and the queue picks 0, the only one idle.
+        let mut labels = topology_labels();
+        labels[3] = BTreeMap::from([("llm-d.ai/role".to_string(), "decode".to_string())]);
+        let mut router = Router::new(
+            &inputs_experimental(&topology_config("{}", 2.0, "decode-first")),
+            labels,
+            1,
+        );
+        assert_eq!(
+            router.pick(&prompt(1, 64), &views).unwrap().prefill,
+            Some(0)
+        );
+        // A peer whose host and rack no candidate shares: `host` fails open
+        // (all four stay). Make endpoint 4 the queue's favourite to see it
+        // stay in; with the filter able to act it would be dropped for
+        // lacking the attribute.
+        let mut views = topology_views();
+        views[0].waiting = 10;
+        views[4].waiting = 0;
+        let mut labels = topology_labels();
+        labels[3].insert("kubernetes.io/hostname".into(), "h9".into());
+        labels[3].insert("topology.kubernetes.io/rack".into(), "r9".into());
+        let mut router = Router::new(
+            &inputs_experimental(&topology_config("{}", 2.0, "decode-first")),
+            labels,
+            1,
+        );
+        assert_eq!(
+            router.pick(&prompt(1, 64), &views).unwrap().prefill,
+            Some(4)
+        );
+        // `zone` can act (0, 1, 2 share z1): 4 has no attribute and goes;
+        // the scorer gives 0.05 each, the queue ties 0, 1 and 2 at 0 and
+        // the max-score picker takes one of them.
+        let mut labels = topology_labels();
+        labels[3].insert("kubernetes.io/hostname".into(), "h9".into());
+        labels[3].insert("topology.kubernetes.io/rack".into(), "r9".into());
+        let mut router = Router::new(
+            &inputs_experimental(&topology_config("{minAffinity: zone}", 2.0, "decode-first")),
+            labels,
+            1,
+        );
+        let p = router
+            .pick(&prompt(1, 64), &views)
+            .unwrap()
+            .prefill
+            .unwrap();
+        assert!(p < 3, "endpoint 4 lacks the attribute and is filtered out");
+    }
+
+    #[test]
+    fn the_topology_scorer_grades_host_1_rack_0_2() {
+        let views = topology_views();
+        let pick = |queue_weight: f64| {
+            let mut router = Router::new(
+                &inputs_experimental(&topology_config(
+                    "{minAffinity: region}",
+                    queue_weight,
+                    "decode-first",
+                )),
+                topology_labels(),
+                1,
+            );
+            router
+                .pick(&prompt(1, 64), &views)
+                .unwrap()
+                .prefill
+                .unwrap()
+        };
+        // Endpoint 1 (same host): 1.0 + w × 0; endpoint 0 (same rack):
+        // 0.2 + w × 1; endpoint 2 (same zone): 0.05 + w × 0. So 1 wins
+        // below w = 0.8 and 0 above it.
+        assert_eq!(pick(0.7), 1);
+        assert_eq!(pick(0.9), 0);
+    }
+
+    #[test]
+    fn topology_prefill_first_publishes_the_prefill_pick_to_the_decode_profile() {
+        // Two decode endpoints on different hosts; the decode profile
+        // filters by topology against the prefill pick (endpoint 0, the
+        // only prefill endpoint), so decode goes to its host although the
+        // queue prefers the other.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: queue-scorer\n- type: topology-extractor\n- type: topology-affinity-filter\n- type: disagg-profile-handler\n  parameters: {stageOrder: prefill-first}\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: topology-affinity-filter}, {pluginRef: queue-scorer}]\n";
+        let host = |role: &str, h: &str| {
+            BTreeMap::from([
+                ("llm-d.ai/role".to_string(), role.to_string()),
+                ("kubernetes.io/hostname".to_string(), h.to_string()),
+            ])
+        };
+        let labels = vec![
+            host("prefill", "a"),
+            host("decode", "b"),
+            host("decode", "a"),
+        ];
+        let views: Vec<EndpointView> = [0, 0, 10]
+            .iter()
+            .map(|w| EndpointView {
+                waiting: *w,
+                ..Default::default()
+            })
+            .collect();
+        let mut router = Router::new(&inputs_experimental(text), labels.clone(), 1);
+        let d = router.pick(&prompt(1, 64), &views).unwrap();
+        assert_eq!((d.prefill, d.decode), (Some(0), 2));
+        // Decode-first publishes nothing to the decode profile: the queue
+        // decides.
+        let decode_first = text.replace("stageOrder: prefill-first", "stageOrder: decode-first");
+        let mut router = Router::new(&inputs_experimental(&decode_first), labels, 1);
+        assert_eq!(router.pick(&prompt(1, 64), &views).unwrap().decode, 1);
     }
 
     const AGG: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 16}\n- type: inflight-load-producer\n- type: prefix-cache-affinity-filter\n  parameters: {peakPrefillThroughput: 2256}\n- type: token-load-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: prefix-cache-affinity-filter}, {pluginRef: token-load-scorer}]\n";

@@ -17,6 +17,9 @@
 //! round-robin, program-aware) picks that flow's queue whenever it is not
 //! empty, so they reduce to the one queue. The code below still runs the
 //! policy's own choice over the band's flows ([`Fairness::pick`]).
+//! In-flight eviction (`enableEviction`) revokes only requests of priority
+//! below 0 (the runner's fixed sheddable filter), so it never acts on
+//! pdsim's.
 //!
 //! What is modelled and when (`controller/internal/processor.go`, `Run`):
 //! the processor runs a dispatch cycle right after each enqueue and on a
@@ -32,6 +35,7 @@
 //! `now ≥ enqueue + TTL` (`isExpired`).
 
 use crate::cycle::{EndpointView, Router};
+pub use crate::plugins::flowcontrol::usagelimits::UsageLimit;
 use crate::role;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -258,10 +262,13 @@ pub struct FlowControl {
     /// system default (`registry.NewConfig` always provisions band 0).
     pub band: Band,
     /// Priorities of every provisioned band, highest first
-    /// (`AllOrderedPriorityLevels`); only band 0 ever holds requests.
+    /// (`AllOrderedPriorityLevels`): the configured bands, band 0, and the
+    /// priorities of the pool's InferenceObjectives (`syncPriorityBands`
+    /// in `controller/inferenceobjective_reconciler.go`; all of them are
+    /// protected from the registry's GC). Only band 0 ever holds requests.
     pub priorities: Vec<i64>,
-    /// `static-usage-limit-policy`'s threshold: the ceiling of every band.
-    pub ceiling: f64,
+    /// The usage-limit policy, which gives each band its ceiling.
+    pub usage_limit: UsageLimit,
     pub detector: Detector,
 }
 
@@ -323,6 +330,8 @@ pub struct FlowController {
     prefill: Vec<usize>,
     decode: Vec<usize>,
     all: Vec<usize>,
+    /// The ceilings buffer a cycle reuses (`ceilingsBuffer`).
+    ceilings: Vec<f64>,
 }
 
 impl FlowController {
@@ -351,6 +360,7 @@ impl FlowController {
             prefill,
             decode,
             all: (0..labels.len()).collect(),
+            ceilings: Vec::new(),
         }
     }
 
@@ -414,8 +424,8 @@ impl FlowController {
     }
 
     /// One `dispatchCycle`: bands from the highest priority down, each
-    /// gated by its ceiling (the static policy gives every band the same
-    /// one, so the first band's check decides); the band's fairness policy
+    /// gated by its ceiling, the walk stopping at the first gated band
+    /// (`dispatchCycle`: "Stop the dispatch cycle entirely"); the band's fairness policy
     /// picks a flow and the ordering policy its head. Returns the request
     /// released to the scheduler, if any.
     pub fn dispatch(
@@ -427,7 +437,22 @@ impl FlowController {
         if self.len == 0 {
             return None;
         }
-        if self.saturation(views, router, now_ns) >= self.settings.ceiling {
+        // Bands above band 0 hold nothing, so the walk dispatches from
+        // band 0 unless a band at or above it is gated first; bands below
+        // it are never reached with band 0 non-empty.
+        let saturation = self.saturation(views, router, now_ns);
+        let mut ceilings = std::mem::take(&mut self.ceilings);
+        let s = &self.settings;
+        s.usage_limit
+            .ceilings(saturation, &s.priorities, &mut ceilings);
+        let gated = s
+            .priorities
+            .iter()
+            .zip(&ceilings)
+            .take_while(|(p, _)| **p >= 0)
+            .any(|(_, c)| saturation >= *c);
+        self.ceilings = ceilings;
+        if gated {
             return None; // Head-of-line blocking.
         }
         let s = &self.settings.band;
@@ -541,7 +566,7 @@ mod tests {
                 ordering: Ordering::Fcfs,
             },
             priorities: vec![0],
-            ceiling: 1.0,
+            usage_limit: UsageLimit::Static { threshold: 1.0 },
             detector,
         }
     }
@@ -648,12 +673,62 @@ mod tests {
     #[test]
     fn a_lower_ceiling_holds_earlier() {
         let mut s = settings(UTIL);
-        s.ceiling = 0.5;
+        s.usage_limit = UsageLimit::Static { threshold: 0.5 };
         let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
         let r = router(1);
         fc.enqueue(1, 0, 1).unwrap();
         assert_eq!(fc.dispatch(&[view(3, 0.0, 0)], &r, 0), None, "0.6 ≥ 0.5");
         assert_eq!(fc.dispatch(&[view(2, 0.0, 0)], &r, 0), Some(1), "0.4 < 0.5");
+    }
+
+    #[test]
+    fn priority_holdback_gates_band_zero_at_its_rank_among_the_provisioned_bands() {
+        use crate::plugins::flowcontrol::usagelimits::{Domain, PriorityHoldback};
+        // Saturation is waiting / 5 on the one endpoint.
+        let dispatches = |priorities: &[i64], domain: Domain, waiting: u32| {
+            let mut s = settings(UTIL);
+            s.priorities = priorities.to_vec();
+            s.usage_limit = UsageLimit::PriorityHoldback(PriorityHoldback {
+                min_ceiling: 0.4,
+                max_ceiling: 0.9,
+                domain,
+            });
+            let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+            fc.enqueue(1, 0, 1).unwrap();
+            fc.dispatch(&[view(waiting, 0.0, 0)], &router(1), 0)
+                .is_some()
+        };
+        // Rank over [100, 0, -10]: band 0's ceiling is 0.9 − 0.5/2 = 0.65.
+        assert!(dispatches(&[100, 0, -10], Domain::Rank, 3), "0.6 < 0.65");
+        assert!(!dispatches(&[100, 0, -10], Domain::Rank, 4), "0.8 ≥ 0.65");
+        // Band 0 highest of [0, -10]: 0.9.
+        assert!(dispatches(&[0, -10], Domain::Rank, 4), "0.8 < 0.9");
+        // Lowest of [100, 0]: minCeiling.
+        assert!(!dispatches(&[100, 0], Domain::Rank, 2), "0.4 ≥ 0.4");
+        assert!(dispatches(&[100, 0], Domain::Rank, 1), "0.2 < 0.4");
+        // Alone: maxCeiling.
+        assert!(dispatches(&[0], Domain::Rank, 4), "0.8 < 0.9");
+        assert!(!dispatches(&[0], Domain::Rank, 5), "1.0 ≥ 0.9");
+        // Value over [100, 0, -10]: 0.4 + (10/110) · 0.5 ≈ 0.445.
+        assert!(dispatches(&[100, 0, -10], Domain::Value, 2), "0.4 < 0.445");
+        assert!(!dispatches(&[100, 0, -10], Domain::Value, 3), "0.6 ≥ 0.445");
+    }
+
+    #[test]
+    fn soft_reflective_ceiling_holds_band_zero_only_at_full_saturation_when_it_is_highest() {
+        let dispatches = |waiting: u32| {
+            let mut s = settings(UTIL);
+            s.priorities = vec![0, -1, -2];
+            s.usage_limit = UsageLimit::SoftReflective;
+            let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+            fc.enqueue(1, 0, 1).unwrap();
+            fc.dispatch(&[view(waiting, 0.0, 0)], &router(1), 0)
+                .is_some()
+        };
+        // The lower bands' ceilings (1 − s/2, 1 − s) are passed at 0.8, but
+        // they sit below band 0, whose ceiling is 1.0.
+        assert!(dispatches(4));
+        assert!(!dispatches(5), "1.0 ≥ 1.0");
     }
 
     #[test]

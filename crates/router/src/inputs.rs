@@ -291,6 +291,18 @@ pub fn check_router_inputs(
             message: "InferenceObjectives take effect only for an InferencePool (--pool-name); with --endpoint-selector the EPP does not reconcile them".into(),
         });
     }
+    if let (Some(config), Some(pool)) = (config.as_mut(), flags.pool_name.as_deref()) {
+        provision_objective_bands(config, &manifests, pool, |message| {
+            problems.push(Problem {
+                severity: Severity::Error,
+                file: deployment_file.to_string(),
+                line: deployment_lines.line_of("router.manifests"),
+                path: "router.manifests".into(),
+                code: "epp-not-simulated".into(),
+                message,
+            })
+        });
+    }
     match (config, problems.is_empty()) {
         (Some(config), true) => Ok(RouterInputs {
             flags,
@@ -316,6 +328,36 @@ pub fn check_router_inputs(
     }
 }
 
+/// The priority bands the pool's InferenceObjectives provision: the EPP's
+/// objective reconciler submits the priority of every objective of the pool
+/// as a desired band (`syncPriorityBands`), which the registry provisions
+/// and keeps (`ApplyDesiredPriorities`). Only the usage-limit policies that
+/// look at the set of bands see them.
+fn provision_objective_bands(
+    config: &mut EndpointPickerConfig,
+    manifests: &Manifests,
+    pool: &str,
+    mut refuse: impl FnMut(String),
+) {
+    let Some(flow) = config.flow_control.as_mut() else {
+        return;
+    };
+    for objective in manifests.objectives.iter().filter(|o| o.pool == pool) {
+        let priority = i64::from(objective.priority);
+        if flow.priorities.contains(&priority) {
+            continue;
+        }
+        if priority > 0 && flow.usage_limit == crate::flowcontrol::UsageLimit::SoftReflective {
+            refuse(format!(
+                "InferenceObjective {} provisions priority band {priority}, above band 0 where every request of pdsim's is; pdsim does not simulate soft-reflective-ceiling-policy with a band above priority 0 (band 0 would open on one dispatch cycle in round(s/(1-s)) by a tick over every cycle, which pdsim's event loop does not run one by one)",
+                objective.name
+            ));
+        }
+        flow.priorities.push(priority);
+    }
+    flow.priorities.sort_unstable_by(|a, b| b.cmp(a));
+}
+
 #[cfg(test)]
 mod tests {
     use super::RouterInputs;
@@ -339,5 +381,44 @@ mod tests {
             ]
         );
         assert_eq!(profile.picker, "max-score-picker");
+    }
+
+    #[test]
+    fn the_pools_objectives_provision_priority_bands() {
+        use super::provision_objective_bands;
+        use crate::config::load_config;
+        use crate::manifests::{InferenceObjective, Manifests};
+        let config = |policy: &str| {
+            load_config(
+                "f",
+                &format!("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\nplugins:\n- type: queue-scorer\n- type: {policy}\nflowControl:\n  usageLimitPolicyPluginRef: {policy}\n  priorityBands: [{{priority: -3}}]\n"),
+                true,
+            )
+            .unwrap()
+        };
+        let objective = |name: &str, priority: i32, pool: &str| InferenceObjective {
+            name: name.into(),
+            priority,
+            pool: pool.into(),
+        };
+        let manifests = Manifests {
+            objectives: vec![
+                objective("critical", 10, "p"),
+                objective("other-pool", 50, "q"),
+                objective("plain", 0, "p"),
+                objective("batch", -3, "p"),
+            ],
+            ..Default::default()
+        };
+        let mut c = config("static-usage-limit-policy");
+        let mut refused = Vec::new();
+        provision_objective_bands(&mut c, &manifests, "p", |m| refused.push(m));
+        assert_eq!(c.flow_control.unwrap().priorities, vec![10, 0, -3]);
+        assert!(refused.is_empty());
+        // Band 10 above band 0 under the soft ceiling: refused by name.
+        let mut c = config("soft-reflective-ceiling-policy");
+        provision_objective_bands(&mut c, &manifests, "p", |m| refused.push(m));
+        assert_eq!(refused.len(), 1);
+        assert!(refused[0].contains("InferenceObjective critical provisions priority band 10"));
     }
 }

@@ -25,8 +25,9 @@ pub enum Role {
 pub struct PluginType {
     pub name: &'static str,
     pub role: Role,
-    /// Parameter keys the strict decoder accepts; `None` when the schema was
-    /// not read (the type is then refused before its parameters matter).
+    /// Parameter keys the strict decoder accepts; `None` for a simulated
+    /// type whose factory never reads its decoder (any parameters load, as
+    /// in the EPP), or for a refused type whose schema was not read.
     pub params: Option<&'static [&'static str]>,
     /// Alpha types load only with `--allow-experimental-plugins`.
     pub alpha: bool,
@@ -92,7 +93,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // (`util/sessionaffinity`); Alpha (`filter/sessionaffinity`).
     "session-affinity-filter" => Filter, Some(&["strategy", "encodedEndpointHeaderConfig", "sessionIdConfig", "profileName"]), true, None;
     "endpoint-attribute-filter" => Filter, None, true, Some(NOT_YET);
-    "topology-affinity-filter" => Filter, None, true, Some(NOT_YET);
+    // Alpha (`filter/topologyaffinity`, `scorer/topologyaffinity`): they
+    // compare each candidate's Topology with the peer endpoint's.
+    "topology-affinity-filter" => Filter, Some(&["minAffinity", "topologyProducerName"]), true, None;
     // Registered Alpha (`scheduling/filter/utilization/filter.go`).
     "utilization-filter" => Filter, Some(&["conditions", "fallbackOnEmpty", "inFlightLoadProducerName"]), true, None;
     // Scorers (§3.4).
@@ -116,7 +119,7 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "latency-scorer" => Scorer, None, false, Some(EXTERNAL);
     "mm-embeddings-cache-scorer" => Scorer, None, false, Some("pdsim's workloads carry no multimodal content");
     "endpoint-attribute-scorer" => Scorer, None, true, Some(NOT_YET);
-    "topology-affinity-scorer" => Scorer, None, true, Some(NOT_YET);
+    "topology-affinity-scorer" => Scorer, Some(&["topologyProducerName"]), true, None;
     "header-label-affinity-scorer" => Scorer, None, true, Some(NOT_YET);
     // Pickers (§3.5).
     "max-score-picker" => Picker, Some(&["maxNumOfEndpoints"]), false, None;
@@ -179,10 +182,16 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "edf-ordering-policy" => FlowControl, Some(&[]), false, None;
     "slo-deadline-ordering-policy" => FlowControl, Some(&[]), false, None;
     "static-usage-limit-policy" => FlowControl, Some(&["threshold"]), false, None;
-    "priority-holdback-policy" => FlowControl, None, true, Some("its per-band ceilings depend on the saturation trend and the set of provisioned bands; not simulated yet");
-    "soft-reflective-ceiling-policy" => FlowControl, None, true, Some("its adaptive ceiling is not simulated yet");
-    "sheddable-eviction-filter" => FlowControl, None, true, Some("in-flight eviction (flowControl.enableEviction) is not simulated");
-    "priority-then-time-eviction-order-policy" => FlowControl, None, true, Some("in-flight eviction (flowControl.enableEviction) is not simulated");
+    // Alpha (`flowcontrol/usagelimits/priorityholdback`,
+    // `.../softreflectiveceiling`; `plugins/flowcontrol/usagelimits`).
+    "priority-holdback-policy" => FlowControl, Some(&["shape", "domain", "minCeiling", "maxCeiling"]), true, None;
+    "soft-reflective-ceiling-policy" => FlowControl, Some(&[]), true, None;
+    // Alpha (`flowcontrol/eviction/{filtering,ordering}`). The runner builds
+    // the evictor from its own instances of both, so a configured one is
+    // instantiated and used by nothing; their factories ignore their
+    // decoder, so any parameters load.
+    "sheddable-eviction-filter" => FlowControl, None, true, None;
+    "priority-then-time-eviction-order-policy" => FlowControl, None, true, None;
     // Registered at ebab687 too (`registerInTreePlugins`), in the groups the
     // runner gives them.
     // Request header processor, Alpha (`requestheader/agentidentity`): it
@@ -197,8 +206,8 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "burst-prefix-cache-producer" => Producer, None, true, Some("it holds arriving requests for a batch window and places prompt-sharing bursts jointly (`dataproducer/burstprefix`); that batching is not simulated yet");
     "p2p-source-producer" => Producer, None, true, Some("it names a peer for the routing sidecar to pull cached KV from over a P2P connector (`x-kv-cache-source-host-port`), and pdsim simulates no P2P KV pulls");
     // Data layer, Alpha (`datalayer/extractor/topology`): it stamps each
-    // endpoint with hostname, rack, zone and region from pod labels; only
-    // topology-affinity-filter and -scorer read them.
+    // endpoint with hostname, rack, zone and region from pod labels, which
+    // topology-affinity-filter and -scorer read (`plugins/datalayer`).
     "topology-extractor" => DataLayer, Some(&["hostname", "rack", "zone", "region"]), true, None;
     // Parsers: pdsim's requests arrive as tokens already, so parsing is moot
     // (`parsers/vllmhttp`: vLLM's /inference/v1/generate; `parsers/sglanghttp`:

@@ -7,11 +7,14 @@
 //! request.
 //!
 //! Modules so far: the scheduling plugins (`scheduling/`: scorers, filters,
-//! pickers, profile handlers and their deciders) and the data producers
-//! (`requestcontrol/dataproducer/`). The admission and saturation plugins
+//! pickers, profile handlers and their deciders), the data producers
+//! (`requestcontrol/dataproducer/`) and the topology extractor
+//! (`datalayer/`). The admission and saturation plugins
 //! and the flow-control policies are still in [`crate::flowcontrol`], and
 //! the loader's checks in [`crate::config`].
 
+pub(crate) mod datalayer;
+pub mod flowcontrol;
 pub(crate) mod requestcontrol;
 pub(crate) mod scheduling;
 
@@ -70,6 +73,11 @@ pub(crate) struct Cycle<'a, 'r> {
     /// Whose match info the inflight-load-producer reads for the uncached
     /// part of a prompt.
     pub load_source: PrefixSource,
+    /// The endpoint an earlier profile of this request picked, as the
+    /// disagg handler publishes it (`PeerEndpointAttributeKey`) for the
+    /// profile running now: the decode pick for the prefill profile, or
+    /// the prefill pick for the decode profile in prefill-first order.
+    pub peer: Option<usize>,
 }
 
 impl Cycle<'_, '_> {

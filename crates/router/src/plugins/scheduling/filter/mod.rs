@@ -6,6 +6,7 @@ mod bylabel;
 mod contextlengthaware;
 mod prefixcacheaffinity;
 pub(crate) mod sessionaffinity;
+mod topologyaffinity;
 mod utilization;
 
 use crate::config::Plugin;
@@ -27,6 +28,7 @@ pub(crate) enum FilterPlugin {
     ContextLengthAware(contextlengthaware::ContextLengthAwareFilter),
     PrefixCacheAffinity(prefixcacheaffinity::PrefixCacheAffinityFilter),
     SessionAffinity(sessionaffinity::SessionAffinityFilter),
+    TopologyAffinity(topologyaffinity::TopologyAffinityFilter),
     Utilization(utilization::UtilizationFilter),
     /// A plugin that filters nothing pdsim runs (the loader has refused
     /// every filter type it does not simulate): every candidate stays.
@@ -35,9 +37,12 @@ pub(crate) enum FilterPlugin {
 
 impl FilterPlugin {
     /// The filter `plugin` configures, over endpoints with these labels;
-    /// `source` is whose prefix match info it would read.
+    /// `source` is whose prefix match info it would read, and `plugins`
+    /// the configuration's plugins (a filter may read what another
+    /// produces).
     pub fn new(
         plugin: &Plugin,
+        plugins: &[Plugin],
         labels: &[BTreeMap<String, String>],
         source: PrefixSource,
     ) -> FilterPlugin {
@@ -54,6 +59,9 @@ impl FilterPlugin {
             "session-affinity-filter" => {
                 FilterPlugin::SessionAffinity(sessionaffinity::SessionAffinityFilter::new(plugin))
             }
+            "topology-affinity-filter" => FilterPlugin::TopologyAffinity(
+                topologyaffinity::TopologyAffinityFilter::new(plugin, plugins, labels),
+            ),
             "utilization-filter" => {
                 FilterPlugin::Utilization(utilization::UtilizationFilter::new(plugin))
             }
@@ -69,6 +77,7 @@ impl Filter for FilterPlugin {
             FilterPlugin::ContextLengthAware(f) => f.filter(cycle, rng, candidates),
             FilterPlugin::PrefixCacheAffinity(f) => f.filter(cycle, rng, candidates),
             FilterPlugin::SessionAffinity(f) => f.filter(cycle, rng, candidates),
+            FilterPlugin::TopologyAffinity(f) => f.filter(cycle, rng, candidates),
             FilterPlugin::Utilization(f) => f.filter(cycle, rng, candidates),
             FilterPlugin::PassAll => {}
         }

@@ -28,7 +28,7 @@ impl DataParallelProfileHandler {
 impl ProfileHandler for DataParallelProfileHandler {
     fn pick(&self, _request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
         let name = self.profile.as_ref()?;
-        let target = profiles.run(name)?;
+        let target = profiles.run(name, None)?;
         Some(Picked {
             primary: name.clone(),
             target,

@@ -60,7 +60,7 @@ impl ProfileHandler for HeaderProfileHandler {
                 name
             }
         };
-        let target = profiles.run(&name)?;
+        let target = profiles.run(&name, None)?;
         Some(Picked {
             primary: name,
             target,

@@ -14,9 +14,11 @@ use crate::cycle::RequestContext;
 /// What a handler asks of the cycle: run a profile by name, ask the P/D
 /// decider, or check that a profile exists.
 pub(crate) trait Profiles {
-    /// Runs the named profile; its target, or `None` when its filters left
-    /// nothing (or it does not exist).
-    fn run(&mut self, name: &str) -> Option<usize>;
+    /// Runs the named profile with `peer` published as the request's
+    /// `peer-endpoint` (the endpoint an earlier profile picked); its
+    /// target, or `None` when its filters left nothing (or it does not
+    /// exist).
+    fn run(&mut self, name: &str, peer: Option<usize>) -> Option<usize>;
     /// The decider's verdict on the decode target.
     fn disaggregate(&mut self, decode: usize) -> bool;
     fn exists(&self, name: &str) -> bool;

@@ -21,7 +21,7 @@ impl SingleProfileHandler {
 
 impl ProfileHandler for SingleProfileHandler {
     fn pick(&self, _request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
-        let target = profiles.run(&self.profile)?;
+        let target = profiles.run(&self.profile, None)?;
         Some(Picked {
             primary: self.profile.clone(),
             target,

@@ -13,9 +13,11 @@ mod queuedepth;
 mod runningrequests;
 pub(crate) mod sessionaffinity;
 mod tokenload;
+mod topologyaffinity;
 
 use crate::config::Plugin;
 use crate::plugins::{Cycle, PrefixSource};
+use std::collections::BTreeMap;
 
 /// A scorer's extension point (`framework.Scorer`).
 pub(crate) trait Scorer {
@@ -42,6 +44,7 @@ pub(crate) enum ScorerPlugin {
     Prefix(prefix::PrefixScorer),
     ContextLengthAware(contextlengthaware::ContextLengthAwareScorer),
     SessionAffinity(sessionaffinity::SessionAffinityScorer),
+    TopologyAffinity(topologyaffinity::TopologyAffinityScorer),
     /// A plugin that is no scorer pdsim runs (the loader has refused every
     /// scorer type it does not simulate): every candidate scores 0.
     Zero,
@@ -49,8 +52,15 @@ pub(crate) enum ScorerPlugin {
 
 impl ScorerPlugin {
     /// The scorer `plugin` configures; `source` is whose prefix match
-    /// info it would read.
-    pub fn new(plugin: &Plugin, source: PrefixSource) -> ScorerPlugin {
+    /// info it would read, and `plugins` and `labels` the configuration's
+    /// plugins and the endpoints' labels (a scorer may read what an
+    /// extractor made of them).
+    pub fn new(
+        plugin: &Plugin,
+        plugins: &[Plugin],
+        labels: &[BTreeMap<String, String>],
+        source: PrefixSource,
+    ) -> ScorerPlugin {
         match plugin.plugin_type.as_str() {
             "queue-scorer" => ScorerPlugin::Queue(queuedepth::QueueScorer),
             "running-requests-size-scorer" => {
@@ -77,6 +87,9 @@ impl ScorerPlugin {
             "session-affinity-scorer" => {
                 ScorerPlugin::SessionAffinity(sessionaffinity::SessionAffinityScorer::new(plugin))
             }
+            "topology-affinity-scorer" => ScorerPlugin::TopologyAffinity(
+                topologyaffinity::TopologyAffinityScorer::new(plugin, plugins, labels),
+            ),
             _ => ScorerPlugin::Zero,
         }
     }
@@ -94,6 +107,7 @@ impl ScorerPlugin {
             ScorerPlugin::Prefix(s) => s,
             ScorerPlugin::ContextLengthAware(s) => s,
             ScorerPlugin::SessionAffinity(s) => s,
+            ScorerPlugin::TopologyAffinity(s) => s,
             ScorerPlugin::Zero => return None,
         })
     }

@@ -1,3 +1,4 @@
 //! `scheduling/util/`: code several scheduling plugins share.
 
 pub(crate) mod sessionaffinity;
+pub(crate) mod topology;

@@ -34,20 +34,26 @@ impl ProfileHandler for DisaggProfileHandler {
             // stageOrder prefill-first (`pickPrefillFirst`): the prefill
             // profile runs first for every request (no decider is
             // allowed), then decode; a failed prefill leaves the request
-            // decode-only.
+            // decode-only. The decode profile sees the prefill pick as
+            // its peer endpoint.
             let other = if profiles.exists(&p.prefill) {
-                profiles.run(&p.prefill).map(|t| (p.prefill.clone(), t))
+                profiles
+                    .run(&p.prefill, None)
+                    .map(|t| (p.prefill.clone(), t))
             } else {
                 None
             };
-            (profiles.run(&p.decode)?, other)
+            (profiles.run(&p.decode, other.as_ref().map(|o| o.1))?, other)
         } else {
             // decode-first (`pickDecodeFirst`): decode, then the prefill
             // profile if it exists and the decider, given the decode
-            // target, says so.
-            let target = profiles.run(&p.decode)?;
+            // target, says so; the prefill profile sees the decode pick as
+            // its peer endpoint.
+            let target = profiles.run(&p.decode, None)?;
             let other = if profiles.exists(&p.prefill) && profiles.disaggregate(target) {
-                profiles.run(&p.prefill).map(|t| (p.prefill.clone(), t))
+                profiles
+                    .run(&p.prefill, Some(target))
+                    .map(|t| (p.prefill.clone(), t))
             } else {
                 None
             };
@@ -87,9 +93,12 @@ impl PdProfileHandler {
 impl ProfileHandler for PdProfileHandler {
     fn pick(&self, _request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
         let p = &self.params;
-        let target = profiles.run(&p.decode)?;
+        // It publishes no peer endpoint (only disagg-profile-handler does).
+        let target = profiles.run(&p.decode, None)?;
         let other = if self.profiles > 1 && p.prefill != p.decode && profiles.disaggregate(target) {
-            profiles.run(&p.prefill).map(|t| (p.prefill.clone(), t))
+            profiles
+                .run(&p.prefill, None)
+                .map(|t| (p.prefill.clone(), t))
         } else {
             None
         };

@@ -1,0 +1,56 @@
+//! `flowcontrol/usagelimits/`: a usage-limit policy gives each provisioned
+//! priority band a ceiling; a dispatch cycle walks the bands from the
+//! highest priority down and stops at the first whose ceiling the pool's
+//! saturation has reached (`controller/internal/processor.go`,
+//! `dispatchCycle`). `static-usage-limit-policy` is in
+//! `usagelimitpolicy.go`, the others in their own folders.
+
+mod priorityholdback;
+mod softreflectiveceiling;
+
+pub use priorityholdback::{Domain, PriorityHoldback};
+
+/// The configured usage-limit policy (`flowControl.usageLimitPolicyPluginRef`;
+/// the static policy with threshold 1.0 when none is named, as the
+/// framework injects it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum UsageLimit {
+    /// `static-usage-limit-policy`: `threshold` (default 1.0, in (0, 1])
+    /// for every band.
+    Static { threshold: f64 },
+    /// `priority-holdback-policy`.
+    PriorityHoldback(PriorityHoldback),
+    /// `soft-reflective-ceiling-policy`. pdsim simulates it only where band
+    /// 0, which all of pdsim's requests are in, is the highest provisioned
+    /// band (the loader refuses the rest): its ceiling is then always 1.0
+    /// and the policy's alternating tick touches only bands below it,
+    /// which hold nothing.
+    SoftReflective,
+}
+
+impl UsageLimit {
+    /// The ceiling of each band, `priorities` ordered highest first, as
+    /// `ComputeLimit` writes them into a buffer pre-filled with 1.0
+    /// (`processor.go`, `ceilingsBuffer`).
+    pub fn ceilings(&self, saturation: f64, priorities: &[i64], out: &mut Vec<f64>) {
+        out.clear();
+        out.resize(priorities.len(), 1.0);
+        match self {
+            UsageLimit::Static { threshold } => out.fill(*threshold),
+            UsageLimit::PriorityHoldback(p) => p.compute(priorities, out),
+            UsageLimit::SoftReflective => softreflectiveceiling::compute(saturation, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_static_policy_gives_every_band_its_threshold() {
+        let mut out = Vec::new();
+        UsageLimit::Static { threshold: 0.8 }.ceilings(0.3, &[5, 0, -5], &mut out);
+        assert_eq!(out, vec![0.8, 0.8, 0.8]);
+    }
+}

@@ -1,0 +1,60 @@
+//! topology-affinity-filter (`scheduling/filter/topologyaffinity/filter.go`).
+
+use super::Filter;
+use crate::config::Plugin;
+use crate::plugins::Cycle;
+use crate::plugins::datalayer::topology::{self, Topology};
+use crate::plugins::scheduling::util::topology::{Level, compare, peer_topology};
+use pdsim_core::Stream;
+use serde_yaml::Value;
+use std::collections::BTreeMap;
+
+/// Keeps the candidates co-located with the peer endpoint (the decode pick,
+/// or the prefill pick in prefill-first order) at `minAffinity` (default
+/// `host`) or tighter. It fails open: with no peer topology, or when no
+/// candidate qualifies, every candidate stays; a candidate without the
+/// attribute is dropped otherwise.
+#[derive(Clone, Debug)]
+pub(crate) struct TopologyAffinityFilter {
+    min_affinity: Level,
+    /// The attribute each endpoint carries from the extractor this filter
+    /// reads (`topologyProducerName`), fixed for the run.
+    topology: Vec<Option<Topology>>,
+}
+
+impl TopologyAffinityFilter {
+    /// The loader has checked `minAffinity` against `ParseLevel`.
+    pub fn new(
+        plugin: &Plugin,
+        plugins: &[Plugin],
+        labels: &[BTreeMap<String, String>],
+    ) -> TopologyAffinityFilter {
+        let text = |key: &str| plugin.parameters.get(key).and_then(Value::as_str);
+        TopologyAffinityFilter {
+            min_affinity: text("minAffinity")
+                .filter(|s| !s.is_empty())
+                .and_then(Level::parse)
+                .unwrap_or(Level::Host),
+            topology: topology::read(plugins, text("topologyProducerName"), labels),
+        }
+    }
+}
+
+impl Filter for TopologyAffinityFilter {
+    fn filter(&mut self, cycle: &Cycle<'_, '_>, _rng: &mut Stream, candidates: &mut Vec<usize>) {
+        let Some(peer) = peer_topology(cycle.peer, &self.topology) else {
+            return;
+        };
+        let kept: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|e| {
+                self.topology[*e].is_some()
+                    && compare(Some(peer), self.topology[*e].as_ref()) <= self.min_affinity
+            })
+            .collect();
+        if !kept.is_empty() {
+            *candidates = kept;
+        }
+    }
+}
