@@ -42,6 +42,10 @@ mod tests {
         // At 0.7: band 1's ceiling 0.65 ≤ 0.7 and band 2's 0.3: past them.
         compute(0.7, &mut out);
         assert_eq!(out, vec![1.0, 0.0, 0.0]);
+        // At its ceiling exactly (band 2 at 0.5 = 1 − 0.5) a band is past
+        // it (`saturation < reflectiveCeiling` fails).
+        compute(0.5, &mut out);
+        assert_eq!(out, vec![1.0, 1.0, 0.0]);
         let mut one = vec![0.5];
         compute(0.99, &mut one);
         assert_eq!(one, vec![1.0]);
