@@ -357,6 +357,13 @@ pub fn load_config(
         let parameters = match map.get("parameters") {
             None | Some(Value::Null) => Mapping::new(),
             Some(Value::Mapping(m)) => m.clone(),
+            // A factory that never reads its decoder takes any JSON value.
+            Some(_)
+                if registry::lookup(plugin_type)
+                    .is_some_and(|k| k.params.is_none() && k.not_simulated.is_none()) =>
+            {
+                Mapping::new()
+            }
             Some(_) => {
                 loader.problem(
                     &format!("{at}.parameters"),
@@ -3683,10 +3690,6 @@ mod tests {
                 "plugins[1].parameters.threshold",
             ),
             (
-                "- type: fcfs-ordering-policy\n  parameters: {x: 1}\n",
-                "plugins[1].parameters.x",
-            ),
-            (
                 "- type: program-aware-fairness\n  parameters: {strategy: drr}\n",
                 "plugins[1].parameters.strategy",
             ),
@@ -3715,6 +3718,35 @@ mod tests {
             assert_eq!(found.len(), 1, "{plugin}: {found:?}");
             assert_eq!(found[0].1, path, "{plugin}");
         }
+    }
+
+    #[test]
+    fn a_factory_that_ignores_its_decoder_takes_any_parameters() {
+        // `DecodeRoleFactory(name string, _ *json.Decoder, ...)` and the
+        // queue scorer's factory never decode, so the EPP loads these.
+        let text = format!(
+            "{HEAD}- type: decode-filter\n  parameters: {{label: x}}\n- type: queue-scorer\n  parameters: 5\n- type: fcfs-ordering-policy\n  parameters: [a]\n"
+        );
+        assert_eq!(codes(&text, false), vec![]);
+        // A factory that decodes strictly still refuses a key it lacks, and
+        // a scalar where its struct is.
+        assert_eq!(
+            codes(
+                &format!("{HEAD}- type: load-aware-scorer\n  parameters: {{limit: 3}}\n"),
+                false
+            ),
+            vec![(
+                "epp-plugin-parameter",
+                "plugins[0].parameters.limit".to_string()
+            )]
+        );
+        assert_eq!(
+            codes(
+                &format!("{HEAD}- type: load-aware-scorer\n  parameters: 5\n"),
+                false
+            ),
+            vec![("wrong-type", "plugins[0].parameters".to_string())]
+        );
     }
 
     #[test]

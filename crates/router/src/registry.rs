@@ -61,7 +61,7 @@ macro_rules! plugins {
 
 pub const PLUGINS: &[PluginType] = plugins! {
     // Profile handlers (§3.1).
-    "single-profile-handler" => ProfileHandler, Some(&[]), false, None;
+    "single-profile-handler" => ProfileHandler, None, false, None;
     "disagg-profile-handler" => ProfileHandler, Some(&["stageOrder", "profiles", "deciders", "decodeProfile", "prefillProfile", "encodeProfile", "prefillDeciderPluginName", "encodeDeciderPluginName", "deciderPluginName"]), false, None;
     // Deprecated in v0.7.0, removal v0.9.0 (`RegisterDeprecatedWithPluginDependencies`);
     // use disagg-profile-handler.
@@ -73,12 +73,12 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "header-profile-handler" => ProfileHandler, Some(&["headerName", "defaultProfile"]), true, None;
     // Deciders (§3.2).
     "prefix-based-pd-decider" => Decider, Some(&["nonCachedTokens", "promptTokens"]), false, None;
-    "always-disagg-pd-decider" => Decider, Some(&[]), false, None;
-    "always-disagg-multimodal-decider" => Decider, Some(&[]), false, Some("pdsim's workloads carry no multimodal content to decide on");
+    "always-disagg-pd-decider" => Decider, None, false, None;
+    "always-disagg-multimodal-decider" => Decider, None, false, Some("pdsim's workloads carry no multimodal content to decide on");
     // Filters (§3.3).
-    "decode-filter" => Filter, Some(&[]), false, None;
-    "prefill-filter" => Filter, Some(&[]), false, None;
-    "encode-filter" => Filter, Some(&[]), false, Some("pdsim has no encode pools");
+    "decode-filter" => Filter, None, false, None;
+    "prefill-filter" => Filter, None, false, None;
+    "encode-filter" => Filter, None, false, Some("pdsim has no encode pools");
     "label-selector-filter" => Filter, Some(&["matchLabels", "matchExpressions"]), false, None;
     // Deprecated alias; use label-selector-filter.
     "by-label-selector" => Filter, Some(&["matchLabels", "matchExpressions"]), false, None;
@@ -99,9 +99,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Registered Alpha (`scheduling/filter/utilization/filter.go`).
     "utilization-filter" => Filter, Some(&["conditions", "fallbackOnEmpty", "inFlightLoadProducerName"]), true, None;
     // Scorers (§3.4).
-    "queue-scorer" => Scorer, Some(&[]), false, None;
-    "running-requests-size-scorer" => Scorer, Some(&[]), false, None;
-    "kv-cache-utilization-scorer" => Scorer, Some(&[]), false, None;
+    "queue-scorer" => Scorer, None, false, None;
+    "running-requests-size-scorer" => Scorer, None, false, None;
+    "kv-cache-utilization-scorer" => Scorer, None, false, None;
     "load-aware-scorer" => Scorer, Some(&["threshold"]), false, None;
     "prefix-cache-scorer" => Scorer, Some(&["matchLengthWeight", "matchLengthScaleTokens", "prefixMatchInfoProducerName"]), false, None;
     "token-load-scorer" => Scorer, Some(&["queueThresholdTokens", "inFlightLoadProducerName"]), false, None;
@@ -110,7 +110,7 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "session-affinity-scorer" => Scorer, Some(&["strategy", "encodedEndpointHeaderConfig", "sessionIdConfig", "profileName"]), true, None;
     // Simulated for what pdsim's engines are: servers of no LoRA adapter,
     // where it scores every endpoint 0 (`scorer/loraaffinity.rs`).
-    "lora-affinity-scorer" => Scorer, Some(&[]), false, None;
+    "lora-affinity-scorer" => Scorer, None, false, None;
     // The legacy form: its own precise producer plus a prefix-cache-scorer
     // reading it, or deferring to a configured producer
     // (`scorer/preciseprefixcache/precise_prefix_cache.go`).
@@ -165,8 +165,8 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "dcgm-extractor" => DataLayer, None, true, Some(EXTERNAL);
     "file-discovery" => DataLayer, None, false, Some(NOT_YET);
     // Parsers: pdsim's requests arrive as tokens already, so parsing is moot.
-    "openai-parser" => Parser, Some(&[]), false, None;
-    "passthrough-parser" => Parser, Some(&[]), false, None;
+    "openai-parser" => Parser, None, false, None;
+    "passthrough-parser" => Parser, None, false, None;
     "vllmgrpc-parser" => Parser, None, false, Some(NOT_YET);
     "vertexai-parser" => Parser, None, false, Some(NOT_YET);
     "anthropic-parser" => Parser, None, false, Some(NOT_YET);
@@ -174,13 +174,16 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // fairness id or objective header, so they form one flow in the
     // priority-0 band, where every fairness policy picks that flow and the
     // ordering policies all serve arrival order (no deadlines or SLO
-    // headers). Factories that ignore their decoder take no parameters.
-    "global-strict-fairness-policy" => FlowControl, Some(&[]), false, None;
-    "round-robin-fairness-policy" => FlowControl, Some(&[]), false, None;
+    // headers). A factory that ignores its decoder (`_ *json.Decoder`)
+    // accepts any parameters: `instantiatePlugins`
+    // (`config/loader/configloader.go`) hands it a strict decoder it never
+    // reads, so those types list no schema (`None`).
+    "global-strict-fairness-policy" => FlowControl, None, false, None;
+    "round-robin-fairness-policy" => FlowControl, None, false, None;
     "program-aware-fairness" => FlowControl, Some(&["strategy", "evictionTtlSeconds", "evictionSweepSeconds", "lasWeightService", "lasWeightHeadWait", "lasHalfLifeSeconds"]), false, None;
-    "fcfs-ordering-policy" => FlowControl, Some(&[]), false, None;
-    "edf-ordering-policy" => FlowControl, Some(&[]), false, None;
-    "slo-deadline-ordering-policy" => FlowControl, Some(&[]), false, None;
+    "fcfs-ordering-policy" => FlowControl, None, false, None;
+    "edf-ordering-policy" => FlowControl, None, false, None;
+    "slo-deadline-ordering-policy" => FlowControl, None, false, None;
     "static-usage-limit-policy" => FlowControl, Some(&["threshold"]), false, None;
     // Alpha (`flowcontrol/usagelimits/priorityholdback`,
     // `.../softreflectiveceiling`; `plugins/flowcontrol/usagelimits`).
@@ -212,8 +215,8 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Parsers: pdsim's requests arrive as tokens already, so parsing is moot
     // (`parsers/vllmhttp`: vLLM's /inference/v1/generate; `parsers/sglanghttp`:
     // SGLang's /generate); neither factory reads parameters.
-    "vllmhttp-parser" => Parser, Some(&[]), false, None;
-    "sglanghttp-parser" => Parser, Some(&[]), false, None;
+    "vllmhttp-parser" => Parser, None, false, None;
+    "sglanghttp-parser" => Parser, None, false, None;
     // For the Gateway API conformance tests only.
     "header-based-testing-filter" => Filter, None, false, Some("it is registered for the Gateway API conformance tests, which pick endpoints by a test header that pdsim's requests do not carry");
     "destination-endpoint-served-verifier" => Other, None, false, Some("it is registered for the Gateway API conformance tests, to check which endpoint served a request");
