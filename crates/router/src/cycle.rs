@@ -19,7 +19,7 @@ use crate::plugins::scheduling::picker::{Picker, PickerPlugin, shuffle};
 use crate::plugins::scheduling::profilehandler::disagg::{Decider, DeciderPlugin};
 use crate::plugins::scheduling::profilehandler::{HandlerPlugin, ProfileHandler, Profiles};
 use crate::plugins::scheduling::scorer::{Scorer, ScorerPlugin};
-use crate::plugins::{Cycle, MatchInfo, PrefixSource};
+use crate::plugins::{Build, Cycle, MatchInfo, PrefixSource};
 use pdsim_core::kv_events::KvEventBatch;
 use pdsim_core::{Prompt, Purpose, Stream};
 use serde_yaml::Value;
@@ -87,9 +87,9 @@ struct RunProfiles<'a, 'r> {
 }
 
 impl Profiles for RunProfiles<'_, '_> {
-    fn run(&mut self, name: &str, peer: Option<usize>) -> Option<usize> {
+    fn run(&mut self, profile: usize, peer: Option<usize>) -> Option<usize> {
         self.router
-            .run_profile(name, peer, self.endpoints, self.request)
+            .run_profile(profile, peer, self.endpoints, self.request)
     }
 
     fn disaggregate(&mut self, decode: usize) -> bool {
@@ -97,8 +97,8 @@ impl Profiles for RunProfiles<'_, '_> {
         self.router.decider.disaggregate(&cycle, decode)
     }
 
-    fn exists(&self, name: &str) -> bool {
-        self.router.profiles.iter().any(|p| p.name == name)
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.router.profiles.iter().position(|p| p.name == name)
     }
 }
 
@@ -212,8 +212,11 @@ pub struct Router {
     handler: std::sync::Arc<HandlerPlugin>,
     /// The profile whose first target `x-prefiller-host-port` names, when
     /// some plugin writes that header (the loader refuses writers that
-    /// disagree).
-    header_profile: Option<String>,
+    /// disagree) and the configuration has a profile of that name.
+    header_profile: Option<usize>,
+    /// The profile literally named `prefill`, whose target the approx
+    /// producer and no-hit-lru-scorer index besides the primary's.
+    prefill_profile: Option<usize>,
     /// Whether engine KV events reach the precise index.
     kv_events_wired: bool,
     /// Simulated time of the last [`Router::advance`], in nanoseconds.
@@ -345,10 +348,16 @@ impl Router {
             Some(name) if reads_precise(p, name) => PrefixSource::Precise,
             _ => PrefixSource::Approx,
         };
+        let names: Vec<String> = config.profiles.iter().map(|p| p.name.clone()).collect();
+        let build = Build {
+            plugins: &config.plugins,
+            labels: &labels,
+            profiles: &names,
+        };
         let scorers: Vec<ScorerPlugin> = config
             .plugins
             .iter()
-            .map(|p| ScorerPlugin::new(p, &config.plugins, &labels, source_of(p)))
+            .map(|p| ScorerPlugin::new(p, &build, source_of(p)))
             .collect();
         let profiles = config
             .profiles
@@ -380,14 +389,17 @@ impl Router {
         let filters: Vec<FilterPlugin> = config
             .plugins
             .iter()
-            .map(|p| FilterPlugin::new(p, &config.plugins, &labels, source_of(p)))
+            .map(|p| FilterPlugin::new(p, &build, source_of(p)))
             .collect();
         let handler = HandlerPlugin::new(config);
         let decider = DeciderPlugin::new(handler.decider().and_then(|d| config.plugin(d)));
+        let profile_index = |name: &str| config.profiles.iter().position(|p| p.name == name);
         let header_profile = prefill_header_writers(&config.plugins, &config.handler)
             .into_iter()
             .map(|(_, profile)| profile)
-            .next();
+            .next()
+            .and_then(|name| profile_index(&name));
+        let prefill_profile = profile_index("prefill");
         let consumes_load = config.plugins.iter().any(|p| {
             matches!(
                 p.plugin_type.as_str(),
@@ -452,6 +464,7 @@ impl Router {
             filters,
             handler: handler.into(),
             header_profile,
+            prefill_profile,
         }
     }
 
@@ -489,7 +502,12 @@ impl Router {
     fn set_labels(&mut self, labels: Vec<BTreeMap<String, String>>) {
         for (filter, plugin) in self.filters.iter_mut().zip(&self.config.plugins) {
             if let FilterPlugin::ByLabel(_) = filter {
-                *filter = FilterPlugin::new(plugin, &[], &labels, PrefixSource::Approx);
+                let build = Build {
+                    plugins: &[],
+                    labels: &labels,
+                    profiles: &[],
+                };
+                *filter = FilterPlugin::new(plugin, &build, PrefixSource::Approx);
             }
         }
         self.data.labels = labels;
@@ -604,13 +622,13 @@ impl Router {
     /// filters leave nothing.
     fn run_profile(
         &mut self,
-        name: &str,
+        profile: usize,
         peer: Option<usize>,
         endpoints: &[EndpointView],
         request: &RequestContext<'_>,
     ) -> Option<usize> {
         let profiles = std::sync::Arc::clone(&self.profiles);
-        let profile = profiles.iter().find(|p| p.name == name)?;
+        let profile = profiles.get(profile)?;
         let mut candidates: Vec<usize> = (0..endpoints.len()).collect();
         // A pool whose selector matches no pod has no endpoint at all.
         if candidates.is_empty() {
@@ -674,8 +692,8 @@ impl Router {
                 f.session.present = None;
             }
         }
-        // (primary profile name, its target, the other profile that ran
-        // and its target).
+        // (primary profile, its target, the other profile that ran and its
+        // target).
         let handler = std::sync::Arc::clone(&self.handler);
         let picked = handler.pick(
             request,
@@ -685,7 +703,7 @@ impl Router {
                 request,
             },
         )?;
-        let (decode_name, decode, prefill) = (picked.primary, picked.target, picked.other);
+        let (decode_profile, decode, prefill) = (picked.primary, picked.target, picked.other);
         // PreRequest: `x-prefiller-host-port` is the first target of the
         // profile its writer reads (the disagg handler's own prefill
         // profile, `disagg/disagg_profile_handler.go`, or a
@@ -694,18 +712,17 @@ impl Router {
         // deprecated pd-profile-handler writes no header: without a header
         // handler its prefill profile runs and is counted, but the sidecar
         // serves the request whole on the decode endpoint.
-        let header = self.header_profile.as_deref().and_then(|h| match &prefill {
-            Some((name, target)) if name == h => Some(*target),
-            _ if h == decode_name => Some(decode),
+        let header = self.header_profile.and_then(|h| match prefill {
+            Some((profile, target)) if profile == h => Some(target),
+            _ if h == decode_profile => Some(decode),
             _ => None,
         });
-        let prefill_target = prefill.as_ref().map(|(_, t)| *t);
+        let prefill_target = prefill.map(|(_, t)| t);
         // The approx producer and no-hit-lru-scorer index the primary
         // target and the target of the profile literally named `prefill`.
         let named_prefill = prefill
-            .as_ref()
-            .filter(|(name, _)| name == "prefill")
-            .map(|(_, t)| *t);
+            .filter(|(profile, _)| Some(*profile) == self.prefill_profile)
+            .map(|(_, t)| t);
         let mut decision = Decision {
             decode,
             prefill: header,
@@ -768,7 +785,7 @@ impl Router {
             _ => None,
         });
         for session in filter_sessions.chain(scorer_sessions) {
-            session.pre_request(request, (&decode_name, decode), prefill.as_ref());
+            session.pre_request(request, (decode_profile, decode), prefill);
         }
         self.routed += 1;
         self.disaggregated += u64::from(decision.prefill.is_some());
@@ -1575,7 +1592,7 @@ mod tests {
     fn a_session_rebinds_only_when_its_endpoint_was_not_a_candidate() {
         let text = SESSION.to_string() + "  parameters: {strategy: session_id}\n";
         let config = load_config("t", &text, true).unwrap();
-        let mut session = Session::new(config.plugin("session-affinity-scorer").unwrap());
+        let mut session = Session::new(config.plugin("session-affinity-scorer").unwrap(), &[]);
         let with = headers(&[("x-session-id", "s")]);
         let request = RequestContext {
             headers: &with,

@@ -24,6 +24,16 @@ use crate::plugins::requestcontrol::dataproducer::inflightload::InFlightLoad;
 use serde_yaml::Value;
 use std::collections::BTreeMap;
 
+/// What a plugin may read of the configuration and the cluster when it is
+/// built: the configured plugins (one may consume what another produces),
+/// the endpoints' labels, and the scheduling profiles' names in order (a
+/// plugin naming a profile resolves it to its index once, here).
+pub(crate) struct Build<'a> {
+    pub plugins: &'a [Plugin],
+    pub labels: &'a [BTreeMap<String, String>],
+    pub profiles: &'a [String],
+}
+
 /// A `PrefixCacheMatchInfo` as a consumer reads it: matched blocks per
 /// endpoint, the request's total blocks, and the block size in tokens.
 #[derive(Clone, Copy, Debug)]

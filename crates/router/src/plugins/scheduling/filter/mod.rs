@@ -10,9 +10,8 @@ mod topologyaffinity;
 mod utilization;
 
 use crate::config::Plugin;
-use crate::plugins::{Cycle, PrefixSource};
+use crate::plugins::{Build, Cycle, PrefixSource};
 use pdsim_core::Stream;
-use std::collections::BTreeMap;
 
 /// A filter's extension point (`framework.Filter`).
 pub(crate) trait Filter {
@@ -36,16 +35,10 @@ pub(crate) enum FilterPlugin {
 }
 
 impl FilterPlugin {
-    /// The filter `plugin` configures, over endpoints with these labels;
-    /// `source` is whose prefix match info it would read, and `plugins`
-    /// the configuration's plugins (a filter may read what another
-    /// produces).
-    pub fn new(
-        plugin: &Plugin,
-        plugins: &[Plugin],
-        labels: &[BTreeMap<String, String>],
-        source: PrefixSource,
-    ) -> FilterPlugin {
+    /// The filter `plugin` configures; `source` is whose prefix match info
+    /// it would read.
+    pub fn new(plugin: &Plugin, build: &Build<'_>, source: PrefixSource) -> FilterPlugin {
+        let labels = build.labels;
         if let Some(filter) = bylabel::ByLabelFilter::new(plugin, labels) {
             return FilterPlugin::ByLabel(filter);
         }
@@ -56,11 +49,11 @@ impl FilterPlugin {
             "prefix-cache-affinity-filter" => FilterPlugin::PrefixCacheAffinity(
                 prefixcacheaffinity::PrefixCacheAffinityFilter::new(plugin, source),
             ),
-            "session-affinity-filter" => {
-                FilterPlugin::SessionAffinity(sessionaffinity::SessionAffinityFilter::new(plugin))
-            }
+            "session-affinity-filter" => FilterPlugin::SessionAffinity(
+                sessionaffinity::SessionAffinityFilter::new(plugin, build.profiles),
+            ),
             "topology-affinity-filter" => FilterPlugin::TopologyAffinity(
-                topologyaffinity::TopologyAffinityFilter::new(plugin, plugins, labels),
+                topologyaffinity::TopologyAffinityFilter::new(plugin, build.plugins, labels),
             ),
             "utilization-filter" => {
                 FilterPlugin::Utilization(utilization::UtilizationFilter::new(plugin))

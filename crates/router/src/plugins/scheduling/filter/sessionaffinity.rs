@@ -20,9 +20,9 @@ pub(crate) struct SessionAffinityFilter {
 }
 
 impl SessionAffinityFilter {
-    pub fn new(plugin: &Plugin) -> SessionAffinityFilter {
+    pub fn new(plugin: &Plugin, profiles: &[String]) -> SessionAffinityFilter {
         SessionAffinityFilter {
-            session: Session::new(plugin),
+            session: Session::new(plugin, profiles),
         }
     }
 }

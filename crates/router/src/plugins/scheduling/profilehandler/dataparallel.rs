@@ -14,23 +14,23 @@ use crate::cycle::RequestContext;
 #[derive(Clone, Debug)]
 pub(crate) struct DataParallelProfileHandler {
     /// The lone profile; `None` when there are none or several.
-    profile: Option<String>,
+    profile: Option<usize>,
 }
 
 impl DataParallelProfileHandler {
     pub fn new(names: &[String]) -> DataParallelProfileHandler {
         DataParallelProfileHandler {
-            profile: (names.len() == 1).then(|| names[0].clone()),
+            profile: (names.len() == 1).then_some(0),
         }
     }
 }
 
 impl ProfileHandler for DataParallelProfileHandler {
     fn pick(&self, _request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
-        let name = self.profile.as_ref()?;
-        let target = profiles.run(name, None)?;
+        let profile = self.profile?;
+        let target = profiles.run(profile, None)?;
         Some(Picked {
-            primary: name.clone(),
+            primary: profile,
             target,
             other: None,
         })

@@ -20,7 +20,7 @@ pub(crate) struct HeaderProfileHandler {
     /// `defaultProfile` trimmed; empty means `decode`.
     default: String,
     /// The profile when there is exactly one.
-    lone: Option<String>,
+    lone: Option<usize>,
 }
 
 impl HeaderProfileHandler {
@@ -38,31 +38,28 @@ impl HeaderProfileHandler {
         HeaderProfileHandler {
             header: get("headerName", "EPP-Profile").to_lowercase(),
             default: get("defaultProfile", "decode"),
-            lone: (names.len() == 1).then(|| names[0].clone()),
+            lone: (names.len() == 1).then_some(0),
         }
     }
 }
 
 impl ProfileHandler for HeaderProfileHandler {
     fn pick(&self, request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
-        let name = match &self.lone {
-            Some(name) => name.clone(),
+        let profile = match self.lone {
+            Some(profile) => profile,
             None => {
                 let value = request.headers.get(&self.header).map_or("", |v| v.trim());
                 let name = if value.is_empty() {
-                    self.default.clone()
+                    self.default.as_str()
                 } else {
-                    value.to_string()
+                    value
                 };
-                if !profiles.exists(&name) {
-                    return None;
-                }
-                name
+                profiles.index_of(name)?
             }
         };
-        let target = profiles.run(&name, None)?;
+        let target = profiles.run(profile, None)?;
         Some(Picked {
-            primary: name,
+            primary: profile,
             target,
             other: None,
         })

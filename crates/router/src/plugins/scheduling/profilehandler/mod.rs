@@ -11,25 +11,32 @@ mod single;
 use crate::config::{EndpointPickerConfig, Plugin, disagg_params, pd_params};
 use crate::cycle::RequestContext;
 
-/// What a handler asks of the cycle: run a profile by name, ask the P/D
-/// decider, or check that a profile exists.
+/// What a handler asks of the cycle: run a profile (by its index in the
+/// configuration's `schedulingProfiles`, which handlers resolve from names
+/// at build), ask the P/D decider, or find a profile a request names.
 pub(crate) trait Profiles {
-    /// Runs the named profile with `peer` published as the request's
+    /// Runs profile `profile` with `peer` published as the request's
     /// `peer-endpoint` (the endpoint an earlier profile picked); its
-    /// target, or `None` when its filters left nothing (or it does not
-    /// exist).
-    fn run(&mut self, name: &str, peer: Option<usize>) -> Option<usize>;
+    /// target, or `None` when its filters left nothing.
+    fn run(&mut self, profile: usize, peer: Option<usize>) -> Option<usize>;
     /// The decider's verdict on the decode target.
     fn disaggregate(&mut self, decode: usize) -> bool;
-    fn exists(&self, name: &str) -> bool;
+    /// The profile of this name, for a handler that reads a name off the
+    /// request (the EPP's own map lookup, `profiles[name]`).
+    fn index_of(&self, name: &str) -> Option<usize>;
 }
 
-/// What the profiles gave: the primary profile's name and target, and the
+/// What the profiles gave: the primary profile and its target, and the
 /// other profile that ran, with its target.
 pub(crate) struct Picked {
-    pub primary: String,
+    pub primary: usize,
     pub target: usize,
-    pub other: Option<(String, usize)>,
+    pub other: Option<(usize, usize)>,
+}
+
+/// The index of the profile called `name` among `names`.
+fn position(names: &[String], name: &str) -> Option<usize> {
+    names.iter().position(|n| n == name)
 }
 
 /// A handler's extension point.
@@ -57,11 +64,11 @@ impl HandlerPlugin {
         let plugin: Option<&Plugin> = config.plugin(&config.handler);
         match plugin.map(|h| (h.plugin_type.as_str(), h)) {
             Some(("disagg-profile-handler", h)) => HandlerPlugin::Disagg(
-                disagg::DisaggProfileHandler::new(disagg_params(&h.parameters)),
+                disagg::DisaggProfileHandler::new(disagg_params(&h.parameters), &names),
             ),
             Some(("pd-profile-handler", h)) => HandlerPlugin::Pd(disagg::PdProfileHandler::new(
                 pd_params(&h.parameters),
-                names.len(),
+                &names,
             )),
             Some(("data-parallel-profile-handler", _)) => {
                 HandlerPlugin::DataParallel(dataparallel::DataParallelProfileHandler::new(&names))

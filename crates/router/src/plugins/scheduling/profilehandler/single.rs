@@ -7,23 +7,24 @@ use crate::cycle::RequestContext;
 /// Runs the one profile.
 #[derive(Clone, Debug)]
 pub(crate) struct SingleProfileHandler {
-    /// The first profile's name; empty when there is none.
-    profile: String,
+    /// The first profile; `None` when there is none.
+    profile: Option<usize>,
 }
 
 impl SingleProfileHandler {
     pub fn new(names: &[String]) -> SingleProfileHandler {
         SingleProfileHandler {
-            profile: names.first().cloned().unwrap_or_default(),
+            profile: (!names.is_empty()).then_some(0),
         }
     }
 }
 
 impl ProfileHandler for SingleProfileHandler {
     fn pick(&self, _request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
-        let target = profiles.run(&self.profile, None)?;
+        let profile = self.profile?;
+        let target = profiles.run(profile, None)?;
         Some(Picked {
-            primary: self.profile.clone(),
+            primary: profile,
             target,
             other: None,
         })

@@ -16,8 +16,7 @@ mod tokenload;
 mod topologyaffinity;
 
 use crate::config::Plugin;
-use crate::plugins::{Cycle, PrefixSource};
-use std::collections::BTreeMap;
+use crate::plugins::{Build, Cycle, PrefixSource};
 
 /// A scorer's extension point (`framework.Scorer`).
 pub(crate) trait Scorer {
@@ -52,15 +51,8 @@ pub(crate) enum ScorerPlugin {
 
 impl ScorerPlugin {
     /// The scorer `plugin` configures; `source` is whose prefix match
-    /// info it would read, and `plugins` and `labels` the configuration's
-    /// plugins and the endpoints' labels (a scorer may read what an
-    /// extractor made of them).
-    pub fn new(
-        plugin: &Plugin,
-        plugins: &[Plugin],
-        labels: &[BTreeMap<String, String>],
-        source: PrefixSource,
-    ) -> ScorerPlugin {
+    /// info it would read.
+    pub fn new(plugin: &Plugin, build: &Build<'_>, source: PrefixSource) -> ScorerPlugin {
         match plugin.plugin_type.as_str() {
             "queue-scorer" => ScorerPlugin::Queue(queuedepth::QueueScorer),
             "running-requests-size-scorer" => {
@@ -84,11 +76,11 @@ impl ScorerPlugin {
             "context-length-aware" => ScorerPlugin::ContextLengthAware(
                 contextlengthaware::ContextLengthAwareScorer::new(plugin),
             ),
-            "session-affinity-scorer" => {
-                ScorerPlugin::SessionAffinity(sessionaffinity::SessionAffinityScorer::new(plugin))
-            }
+            "session-affinity-scorer" => ScorerPlugin::SessionAffinity(
+                sessionaffinity::SessionAffinityScorer::new(plugin, build.profiles),
+            ),
             "topology-affinity-scorer" => ScorerPlugin::TopologyAffinity(
-                topologyaffinity::TopologyAffinityScorer::new(plugin, plugins, labels),
+                topologyaffinity::TopologyAffinityScorer::new(plugin, build.plugins, build.labels),
             ),
             _ => ScorerPlugin::Zero,
         }

@@ -17,9 +17,9 @@ pub(crate) struct SessionAffinityScorer {
 }
 
 impl SessionAffinityScorer {
-    pub fn new(plugin: &Plugin) -> SessionAffinityScorer {
+    pub fn new(plugin: &Plugin, profiles: &[String]) -> SessionAffinityScorer {
         SessionAffinityScorer {
-            session: Session::new(plugin),
+            session: Session::new(plugin, profiles),
         }
     }
 }

@@ -25,12 +25,22 @@ pub(crate) enum Strategy {
     },
 }
 
+/// Whose target a session binding records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BindTo {
+    Primary,
+    Named(Option<usize>),
+}
+
 /// One session-affinity-scorer instance.
 #[derive(Clone, Debug)]
 pub(crate) struct Session {
     pub(crate) strategy: Strategy,
-    /// `profileName`: whose target a binding records; empty: the primary.
-    pub(crate) profile: String,
+    /// `profileName`: whose target a binding records, resolved to the
+    /// profile's index; `Primary` when it names none (empty), `Named(None)`
+    /// when it names a profile the configuration lacks (which never runs,
+    /// so binds nothing).
+    pub(crate) profile: BindTo,
     /// session id → (endpoint, last seen), for `session_id`.
     pub(crate) bindings: BTreeMap<String, (usize, u64)>,
     /// Whether the bound endpoint was among the candidates when the
@@ -44,7 +54,7 @@ impl Session {
     /// header `x-session-token`, or sources `[header: x-session-id]`, TTL
     /// 300 s swept every 10 s; header names lower-cased and trimmed
     /// (`NormalizeHeader`), since the EPP stores request headers so.
-    pub(crate) fn new(plugin: &Plugin) -> Session {
+    pub(crate) fn new(plugin: &Plugin, profiles: &[String]) -> Session {
         let p = &plugin.parameters;
         let normalize = |name: Option<&str>, default: &str| {
             let name = name.unwrap_or("").trim().to_lowercase();
@@ -97,11 +107,10 @@ impl Session {
         };
         Session {
             strategy,
-            profile: p
-                .get("profileName")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
+            profile: match p.get("profileName").and_then(Value::as_str).unwrap_or("") {
+                "" => BindTo::Primary,
+                name => BindTo::Named(profiles.iter().position(|n| n == name)),
+            },
             bindings: BTreeMap::new(),
             present: None,
         }
@@ -171,15 +180,15 @@ impl Session {
     pub(crate) fn pre_request(
         &mut self,
         request: &RequestContext<'_>,
-        (primary, target): (&str, usize),
-        other: Option<&(String, usize)>,
+        (primary, target): (usize, usize),
+        other: Option<(usize, usize)>,
     ) {
-        let target = if self.profile.is_empty() || self.profile == primary {
-            Some(target)
-        } else {
-            other
-                .filter(|(name, _)| *name == self.profile)
-                .map(|(_, t)| *t)
+        let target = match self.profile {
+            BindTo::Primary => Some(target),
+            BindTo::Named(Some(p)) if p == primary => Some(target),
+            BindTo::Named(p) => other
+                .filter(|(profile, _)| Some(*profile) == p)
+                .map(|(_, t)| t),
         };
         if let Some(target) = target {
             self.bind(request, target);

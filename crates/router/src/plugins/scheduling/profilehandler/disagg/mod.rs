@@ -6,61 +6,64 @@
 mod always_disagg_pd_decider;
 mod prefix_based_pd_decider;
 
-use super::{Picked, ProfileHandler, Profiles};
+use super::{Picked, ProfileHandler, Profiles, position};
 use crate::config::{DisaggParams, PdParams, Plugin};
 use crate::cycle::RequestContext;
 use crate::plugins::Cycle;
 
-/// disagg-profile-handler.
+/// disagg-profile-handler, its profiles resolved to indices (`None`: the
+/// configuration has no profile of that name).
 #[derive(Clone, Debug)]
 pub(crate) struct DisaggProfileHandler {
-    params: DisaggParams,
+    decode: Option<usize>,
+    prefill: Option<usize>,
+    prefill_first: bool,
+    decider: Option<String>,
 }
 
 impl DisaggProfileHandler {
-    pub fn new(params: DisaggParams) -> DisaggProfileHandler {
-        DisaggProfileHandler { params }
+    pub fn new(params: DisaggParams, names: &[String]) -> DisaggProfileHandler {
+        DisaggProfileHandler {
+            decode: position(names, &params.decode),
+            prefill: position(names, &params.prefill),
+            prefill_first: params.prefill_first,
+            decider: params.decider,
+        }
     }
 
     pub fn decider(&self) -> Option<&str> {
-        self.params.decider.as_deref()
+        self.decider.as_deref()
     }
 }
 
 impl ProfileHandler for DisaggProfileHandler {
     fn pick(&self, _request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
-        let p = &self.params;
-        let (target, other) = if p.prefill_first {
+        let (target, other) = if self.prefill_first {
             // stageOrder prefill-first (`pickPrefillFirst`): the prefill
             // profile runs first for every request (no decider is
             // allowed), then decode; a failed prefill leaves the request
             // decode-only. The decode profile sees the prefill pick as
             // its peer endpoint.
-            let other = if profiles.exists(&p.prefill) {
-                profiles
-                    .run(&p.prefill, None)
-                    .map(|t| (p.prefill.clone(), t))
-            } else {
-                None
-            };
-            (profiles.run(&p.decode, other.as_ref().map(|o| o.1))?, other)
+            let other = self
+                .prefill
+                .and_then(|p| profiles.run(p, None).map(|t| (p, t)));
+            (profiles.run(self.decode?, other.map(|o| o.1))?, other)
         } else {
             // decode-first (`pickDecodeFirst`): decode, then the prefill
             // profile if it exists and the decider, given the decode
             // target, says so; the prefill profile sees the decode pick as
             // its peer endpoint.
-            let target = profiles.run(&p.decode, None)?;
-            let other = if profiles.exists(&p.prefill) && profiles.disaggregate(target) {
-                profiles
-                    .run(&p.prefill, Some(target))
-                    .map(|t| (p.prefill.clone(), t))
-            } else {
-                None
+            let target = profiles.run(self.decode?, None)?;
+            let other = match self.prefill {
+                Some(p) if profiles.disaggregate(target) => {
+                    profiles.run(p, Some(target)).map(|t| (p, t))
+                }
+                _ => None,
             };
             (target, other)
         };
         Some(Picked {
-            primary: p.decode.clone(),
+            primary: self.decode?,
             target,
             other,
         })
@@ -75,35 +78,40 @@ impl ProfileHandler for DisaggProfileHandler {
 /// again on every round; pdsim runs it once.)
 #[derive(Clone, Debug)]
 pub(crate) struct PdProfileHandler {
-    params: PdParams,
-    /// How many profiles the configuration has.
-    profiles: usize,
+    decode: Option<usize>,
+    /// The prefill profile, when a second profile can run: the
+    /// configuration has more than one and the prefill profile is another
+    /// than the decode one.
+    prefill: Option<usize>,
+    decider: String,
 }
 
 impl PdProfileHandler {
-    pub fn new(params: PdParams, profiles: usize) -> PdProfileHandler {
-        PdProfileHandler { params, profiles }
+    pub fn new(params: PdParams, names: &[String]) -> PdProfileHandler {
+        let second = names.len() > 1 && params.prefill != params.decode;
+        PdProfileHandler {
+            decode: position(names, &params.decode),
+            prefill: position(names, &params.prefill).filter(|_| second),
+            decider: params.decider,
+        }
     }
 
     pub fn decider(&self) -> &str {
-        &self.params.decider
+        &self.decider
     }
 }
 
 impl ProfileHandler for PdProfileHandler {
     fn pick(&self, _request: &RequestContext<'_>, profiles: &mut dyn Profiles) -> Option<Picked> {
-        let p = &self.params;
         // It publishes no peer endpoint (only disagg-profile-handler does).
-        let target = profiles.run(&p.decode, None)?;
-        let other = if self.profiles > 1 && p.prefill != p.decode && profiles.disaggregate(target) {
-            profiles
-                .run(&p.prefill, None)
-                .map(|t| (p.prefill.clone(), t))
-        } else {
-            None
+        let decode = self.decode?;
+        let target = profiles.run(decode, None)?;
+        let other = match self.prefill {
+            Some(p) if profiles.disaggregate(target) => profiles.run(p, None).map(|t| (p, t)),
+            _ => None,
         };
         Some(Picked {
-            primary: p.decode.clone(),
+            primary: decode,
             target,
             other,
         })
