@@ -534,6 +534,39 @@ fn the_linear_model_is_its_formula_exactly() {
 }
 
 #[test]
+fn the_linear_model_batches_tokenization_as_the_roofline_does() {
+    // The host terms are the roofline's: 0.15.1's Python frontend batches
+    // prompts for its tokenizer (2 ms, 32 prompts), 0.31.0's does not.
+    let on_0151 = setup_for(
+        "0.15.1",
+        "llama-3.1-8b",
+        "h100",
+        "{tp: 1, pp: 1, dp: 1}",
+        "{}",
+        1,
+    );
+    let linear = on_0151.linear(&[linear_set("{}")]).unwrap();
+    assert_eq!(
+        linear.tokenizer_batching(),
+        Some(crate::TokenizerBatching {
+            wait: pdsim_core::SimDuration::from_ns(2_000_000),
+            max_prompts: 32,
+        })
+    );
+    assert_eq!(
+        linear.tokenizer_batching(),
+        on_0151.roofline(&[]).unwrap().tokenizer_batching()
+    );
+    assert_eq!(
+        llama8b_tp1()
+            .linear(&[linear_set("{}")])
+            .unwrap()
+            .tokenizer_batching(),
+        None
+    );
+}
+
+#[test]
 fn the_linear_model_needs_its_coefficients() {
     let s = llama8b_tp1();
     let error = s.linear(&[]).unwrap_err();

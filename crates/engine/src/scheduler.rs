@@ -798,15 +798,16 @@ impl Engine {
         let req = self.req(slot);
         let unit = self.config.prefix_unit.max(1);
         let max_units = (req.tokens() - 1) / unit;
+        // Whole blocks only: the tier stores a block under the hash of its
+        // last unit (`cache_units`), and the connector looks up every
+        // `offloaded_block_size / hash_block_size`-th request block hash.
         let mut units = hit_units;
-        while units < max_units
-            && units < req.hasher.hashes.len() as u32
-            && tier.contains(req.hasher.hashes[units as usize])
+        while units + per_block <= max_units
+            && units + per_block <= req.hasher.hashes.len() as u32
+            && tier.contains(req.hasher.hashes[(units + per_block - 1) as usize])
         {
-            units += 1;
+            units += per_block;
         }
-        // Whole blocks only: the tier stores blocks.
-        let units = units - (units - hit_units) % per_block;
         (units - hit_units) * unit
     }
 

@@ -196,6 +196,43 @@ fn a_failed_transfer_recomputes_from_the_local_hit() {
 }
 
 #[test]
+fn offloaded_blocks_hit_when_prefix_units_are_smaller_than_a_block() {
+    // 64-token blocks reused in 16-token units (vllm-rbln's layout, scaled
+    // down) with a host tier. The tier stores whole blocks under the hash
+    // of each block's last unit, and a lookup walks whole blocks by that
+    // hash (`OffloadingConnectorScheduler.get_num_new_matched_tokens` reads
+    // every `offloaded_block_size / hash_block_size`-th block hash).
+    let mut c = config(4);
+    c.block_size = 64;
+    c.prefix_unit = 16;
+    c.offload_blocks = Some(100);
+    let mut engine = Engine::new(c);
+    // A's 128-token prefix: two full blocks, stored in the tier as they
+    // fill.
+    engine.add_request(request(0, &[(7, 128), (1, 1)], 1, KvTransfer::Local));
+    while engine.has_work() {
+        step(&mut engine);
+    }
+    // B takes all four blocks, evicting A's from HBM.
+    engine.add_request(request(1, &[(8, 250)], 1, KvTransfer::Local));
+    while engine.has_work() {
+        step(&mut engine);
+    }
+    assert!(engine.pool().evictions >= 2);
+    // C shares A's prefix: both blocks come from the tier.
+    engine.add_request(request(2, &[(7, 128), (2, 10)], 1, KvTransfer::Local));
+    let events = step(&mut engine);
+    assert!(
+        events.contains(&EngineEvent::LoadsKv {
+            id: RequestId(2),
+            cached_tokens: 0,
+            tokens: 128
+        }),
+        "{events:?}"
+    );
+}
+
+#[test]
 fn offloaded_blocks_survive_hbm_eviction_and_load_on_a_later_hit() {
     let mut c = config(8);
     c.offload_blocks = Some(100);

@@ -466,6 +466,14 @@ fn whole_blocks_hit_under_sub_block_reuse_are_shared_not_copied() {
     // 140 tokens need three blocks: two shared, one new.
     assert_eq!(free_before - engine.pool().free(), 1);
     engine.check_full().unwrap();
+    // The two shared blocks are request 0's two blocks, each held once
+    // more: when request 0 goes, only its own third block is freed.
+    engine.complete_step(&mut rng);
+    engine.drain_events().count();
+    let free_before = engine.pool().free();
+    engine.abort(RequestId(0));
+    assert_eq!(engine.pool().free() - free_before, 1);
+    engine.check_full().unwrap();
 }
 
 /// vLLM caches full blocks when they are scheduled
@@ -787,4 +795,41 @@ fn a_decode_that_fills_a_block_stores_it_in_that_step() {
         stored.push(blocks);
     }
     assert_eq!(stored, vec![1, 1, 0], "blocks stored per step");
+}
+
+#[test]
+fn a_request_that_preempts_itself_ends_the_running_loop_under_priority() {
+    // Priority scheduling, six usable blocks. A (priority 0) and B
+    // (priority 5, the lowest) are admitted first, C (priority 1) a step
+    // later, so the running list is A, B, C and every block is held. In
+    // the third step A and C have room for their next token, B needs a
+    // third block: B is its own victim, and vLLM then breaks out of the
+    // running loop (`if new_blocks is None: break`, `Scheduler.schedule`),
+    // so C, after it, is not scheduled this step.
+    let mut c = config();
+    c.policy = pdsim_engine::Policy::Priority;
+    c.num_blocks = 1 + 6;
+    let mut engine = Engine::new(c);
+    let mut rng = stream();
+    let with_priority = |id: u32, tokens: u32, priority: i32| {
+        let mut r = request(id, &[(u64::from(id) + 10, tokens)], 50);
+        r.priority = priority;
+        r
+    };
+    engine.add_request(with_priority(0, 20, 0));
+    engine.add_request(with_priority(1, 31, 5));
+    engine.schedule().unwrap();
+    engine.complete_step(&mut rng);
+    engine.add_request(with_priority(2, 20, 1));
+    engine.schedule().unwrap();
+    assert_eq!(
+        engine.last_schedule(),
+        vec![(RequestId(0), 1), (RequestId(1), 1), (RequestId(2), 20)]
+    );
+    assert_eq!(engine.pool().free(), 0);
+    engine.complete_step(&mut rng);
+    engine.drain_events().count();
+    engine.schedule().unwrap();
+    assert_eq!(engine.last_schedule(), vec![(RequestId(0), 1)]);
+    engine.check_full().unwrap();
 }

@@ -1138,6 +1138,36 @@ mod tests {
     }
 
     #[test]
+    fn the_affinity_filter_draws_no_exploration_when_it_cannot_act() {
+        // `Filter` returns before its exploration draw when there is at
+        // most one candidate or `affinityThreshold` is not above 0
+        // (`filter/prefixcacheaffinity/plugin.go`), so the random picker
+        // after it sees the same stream as with no filter at all.
+        let head = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 16}\n- type: random-picker\n";
+        let picks = |filter: &str, n: usize| {
+            let text = format!(
+                "{head}{filter}schedulingProfiles:\n- name: default\n  plugins: [{{pluginRef: random-picker}}{}]\n",
+                if filter.is_empty() {
+                    ""
+                } else {
+                    ", {pluginRef: prefix-cache-affinity-filter}"
+                }
+            );
+            let mut router = Router::new(&inputs(&text), labels(&vec!["prefill-decode"; n]), 5);
+            let views = vec![EndpointView::default(); n];
+            (0..40)
+                .map(|i| router.pick(&prompt(i, 64), &views).unwrap().decode)
+                .collect::<Vec<_>>()
+        };
+        let off = "- type: prefix-cache-affinity-filter\n  parameters: {affinityThreshold: 0, explorationProbability: 0.5}\n";
+        assert_eq!(picks(off, 4), picks("", 4));
+        let on = "- type: prefix-cache-affinity-filter\n  parameters: {affinityThreshold: 0.5, explorationProbability: 0.5}\n";
+        // Acting, it draws: the picks differ (each fresh prompt matches
+        // nothing, so the filter itself keeps every candidate).
+        assert_ne!(picks(on, 4), picks("", 4));
+    }
+
+    #[test]
     fn token_load_scorer_prefers_the_endpoint_with_less_work_in_flight() {
         let mut router = Router::new(&inputs(AGG), labels(&["prefill-decode"; 2]), 2);
         let views = vec![EndpointView::default(); 2];

@@ -1587,6 +1587,54 @@ circuit_breakers: null
     }
 
     #[test]
+    fn bounds_are_checked_at_their_edges() {
+        let refused = |text: &str| InferencePerf::new(text, "c.yaml", 0).is_err();
+        // load.interval lies in [0, 86400]: either side out is refused.
+        assert!(refused(
+            &EXPANDED.replace("interval: 1.0", "interval: -0.5")
+        ));
+        assert!(refused(
+            &EXPANDED.replace("interval: 1.0", "interval: 86400.5")
+        ));
+        assert!(!refused(
+            &EXPANDED.replace("interval: 1.0", "interval: 86400")
+        ));
+        // A stage of exactly MAX_STAGE_REQUESTS requests is allowed, one
+        // more is not (int(rate × duration), truncated).
+        let stage = |rate: &str| {
+            EXPANDED.replace(
+                "  - rate: 5.0\n    duration: 4\n  - rate: 2.5\n    duration: 2\n",
+                &format!("  - rate: {rate}\n    duration: 1\n"),
+            )
+        };
+        assert!(!refused(&stage("100000000")));
+        assert!(!refused(&stage("100000000.5")));
+        assert!(refused(&stage("100000001")));
+        // A length distribution may be a point (min = max).
+        let random = |min: u32, max: u32| {
+            EXPANDED.replace(
+                "  type: shared_prefix\n  path: null\n  input_distribution: null\n  output_distribution: null\n  shared_prefix:\n    num_groups: 3\n    num_prompts_per_group: 2\n    system_prompt_len: 150\n    question_len: 600\n    output_len: 251\n",
+                &format!("  type: random\n  input_distribution: {{min: {min}, max: {max}, mean: 50, std_dev: 30}}\n  output_distribution: {{min: 4, max: 8, mean: 6, std_dev: 1}}\n"),
+            )
+        };
+        let (_, specs) = all(&random(50, 50), 1);
+        assert!(specs.iter().all(|s| s.prompt.tokens() == 50));
+        assert!(refused(&random(51, 50)));
+        // The note on the gap between stages is for runs of several stages.
+        let one_stage = EXPANDED.replace("  - rate: 2.5\n    duration: 2\n", "");
+        let (reader, _) = all(&one_stage, 1);
+        assert_eq!(reader.stages().len(), 1);
+        assert!(reader.notes().iter().all(|n| !n.contains("load.interval")));
+        let (reader, _) = all(EXPANDED, 1);
+        assert!(reader.notes().iter().any(|n| n.contains("load.interval")));
+        // A stage holds its requests and not the next one's.
+        let plan = &reader.stages()[0];
+        assert_eq!((plan.first_request, plan.requests), (1, 20));
+        assert!(plan.contains(1) && plan.contains(20));
+        assert!(!plan.contains(21) && !plan.contains(0));
+    }
+
+    #[test]
     fn numpy_rounds_half_to_even() {
         let d = LengthDraw {
             normal: Normal::new(2.5, 0.0).unwrap(),

@@ -290,6 +290,18 @@ mod tests {
     }
 
     #[test]
+    fn its_size_hint_is_the_requests_left() {
+        let mut s = Synthetic::new("chat", &shape(), 3, 10.0, 7).unwrap();
+        assert_eq!(s.size_hint(), (3, Some(3)));
+        s.next().unwrap().unwrap();
+        assert_eq!(s.size_hint(), (2, Some(2)));
+        s.by_ref().for_each(|r| {
+            r.unwrap();
+        });
+        assert_eq!(s.size_hint(), (0, Some(0)));
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_requests() {
         let a: Vec<RequestSpec> = Synthetic::new("chat", &shape(), 50, 10.0, 7)
             .unwrap()
