@@ -9,6 +9,7 @@
 
 pub mod graph;
 pub mod kv;
+pub mod replay;
 pub mod scheduler;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};

@@ -1,0 +1,471 @@
+//! `replay`: drive one engine step by step through a workload of token-id
+//! prompts and give one canonical JSON line per step, in the format
+//! `tools/vllm-oracle/oracle.py` prints for vLLM's own scheduler
+//! (`tools/vllm-oracle/README.md`), so the two can be diffed byte for byte.
+//! `pdsim engine replay` prints it; `tests/oracle.rs` compares it with the
+//! golden traces, so the engine's own tests hold it to vLLM's decisions.
+//!
+//! It maps token ids to pdsim's content-addressed segments (one
+//! single-token segment per token, so equal token prefixes give equal block
+//! hashes at any block size), resolves the release's rules pack, forces each
+//! verification's accepted drafts from the workload
+//! (`Engine::complete_step_forced`), and reads each step's decisions back
+//! from the engine's events and accessors. No I/O: texts in, lines out.
+
+use crate::{
+    CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, KvTransfer, NewRequest, Policy,
+    SpecConfig,
+};
+use pdsim_core::prompt::content_id;
+use pdsim_core::{Prompt, RequestId, Segment, SimTime};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The same cap as the oracle's: a run that has not drained by then is a
+/// livelock (a request that can never fit), reported instead of hanging.
+const MAX_STEPS: u64 = 100_000;
+
+/// Salt of the content ids standing for prompt token ids.
+const TOKEN_SALT: u64 = 0x746f_6b65_6e5f_6964;
+
+/// Why a replay stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayError {
+    /// The config or workload is not one the replay can run.
+    Input(String),
+    /// The line sink refused a line.
+    Output(String),
+    /// An engine invariant broke, or the run did not drain.
+    Invariant(String),
+}
+
+/// The engine config document.
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ReplayConfig {
+    release: String,
+    block_size: u32,
+    num_gpu_blocks: u32,
+    max_num_seqs: u32,
+    max_num_batched_tokens: u32,
+    max_model_len: u32,
+    long_prefill_token_threshold: u32,
+    enable_prefix_caching: bool,
+    scheduling_policy: String,
+    async_scheduling: bool,
+    #[serde(default)]
+    speculative: Option<Speculative>,
+    /// vLLM's `enable_chunked_prefill`, true when absent.
+    #[serde(default)]
+    enable_chunked_prefill: Option<bool>,
+}
+
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct Speculative {
+    method: String,
+    num_spec_tokens: u32,
+}
+
+/// One workload line.
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ReplayRequest {
+    id: u32,
+    arrive_step: u64,
+    prompt: Vec<u64>,
+    max_tokens: u32,
+    #[serde(default)]
+    priority: i32,
+    #[serde(default)]
+    accepted: Option<Vec<u32>>,
+    #[serde(default)]
+    kv: Option<String>,
+    #[serde(default)]
+    kv_ready_step: Option<u64>,
+}
+
+fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
+    let cfg: ReplayConfig =
+        serde_json::from_str(text).map_err(|e| ReplayError::Input(format!("{name}: {e}")))?;
+    let bad = |key: &str, why: &str| ReplayError::Input(format!("{name}: `{key}`: {why}"));
+    if cfg.block_size == 0 {
+        return Err(bad("block_size", "must be positive"));
+    }
+    if cfg.num_gpu_blocks < 2 {
+        return Err(bad(
+            "num_gpu_blocks",
+            "must be at least 2 (one is the null block)",
+        ));
+    }
+    if cfg.max_num_seqs == 0 || cfg.max_num_batched_tokens == 0 || cfg.max_model_len == 0 {
+        return Err(bad(
+            "max_num_seqs",
+            "max_num_seqs, max_num_batched_tokens and max_model_len must be positive",
+        ));
+    }
+    if !matches!(cfg.scheduling_policy.as_str(), "fcfs" | "priority") {
+        return Err(bad("scheduling_policy", "must be fcfs or priority"));
+    }
+    if let Some(spec) = &cfg.speculative {
+        if !matches!(spec.method.as_str(), "ngram" | "ngram_gpu") {
+            return Err(bad(
+                "speculative.method",
+                "only ngram and ngram_gpu are supported (as by the oracle)",
+            ));
+        }
+        if spec.num_spec_tokens == 0 {
+            return Err(bad("speculative.num_spec_tokens", "must be at least 1"));
+        }
+    }
+    if pdsim_spec::rules::pack::for_version(&cfg.release).is_none() {
+        return Err(bad(
+            "release",
+            &format!(
+                "pdsim has no rules pack for vLLM {} (known: {})",
+                cfg.release,
+                pdsim_spec::rules::pack::known_versions().join(", ")
+            ),
+        ));
+    }
+    Ok(cfg)
+}
+
+fn load_workload(text: &str, name: &str) -> Result<Vec<ReplayRequest>, ReplayError> {
+    let mut reqs = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = format!("{name}:{}", i + 1);
+        let r: ReplayRequest =
+            serde_json::from_str(line).map_err(|e| ReplayError::Input(format!("{at}: {e}")))?;
+        if r.prompt.is_empty() {
+            return Err(ReplayError::Input(format!("{at}: `prompt` is empty")));
+        }
+        match (r.kv.as_deref(), r.kv_ready_step) {
+            (None, None) | (Some("produce" | "consume"), Some(_)) => {}
+            (Some("produce" | "consume"), None) => {
+                return Err(ReplayError::Input(format!(
+                    "{at}: `kv_ready_step` (an integer) goes with `kv`"
+                )));
+            }
+            (None, Some(_)) => {
+                return Err(ReplayError::Input(format!(
+                    "{at}: `kv_ready_step` without `kv`"
+                )));
+            }
+            (Some(other), _) => {
+                return Err(ReplayError::Input(format!(
+                    "{at}: `kv` must be produce or consume, not {other:?}"
+                )));
+            }
+        }
+        if !ids.insert(r.id) {
+            return Err(ReplayError::Input(format!(
+                "{at}: `id` {} is repeated",
+                r.id
+            )));
+        }
+        reqs.push(r);
+    }
+    Ok(reqs)
+}
+
+fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
+    let pack = pdsim_spec::rules::pack::for_version(&cfg.release).expect("checked at load");
+    // The rates are never drawn from: the replay forces each verification's
+    // accepted count (`Engine::complete_step_forced`).
+    let spec = cfg.speculative.as_ref().map(|s| SpecConfig {
+        num_spec_tokens: s.num_spec_tokens,
+        acceptance: vec![0.0; s.num_spec_tokens as usize],
+        eagle_style: false,
+        // n-gram drafters reserve no lookahead slots.
+        lookahead_tokens: 0,
+    });
+    EngineConfig {
+        block_size: cfg.block_size,
+        prefix_unit: cfg.block_size,
+        num_blocks: cfg.num_gpu_blocks,
+        max_num_batched_tokens: cfg.max_num_batched_tokens,
+        max_num_seqs: cfg.max_num_seqs,
+        long_prefill_token_threshold: cfg.long_prefill_token_threshold,
+        long_prefill_waiver_when_alone: pack.features.long_prefill_waiver_when_alone,
+        policy: if cfg.scheduling_policy == "priority" {
+            Policy::Priority
+        } else {
+            Policy::Fcfs
+        },
+        enable_prefix_caching: cfg.enable_prefix_caching,
+        max_model_len: cfg.max_model_len,
+        reserve_full_prompt: pack.features.reserve_full_prompt,
+        unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
+        // Graphs and DBO change pricing, not decisions.
+        graphs: Graphs {
+            mode: CudaGraphMode::None,
+            sizes: vec![],
+        },
+        dbo: Dbo {
+            enabled: false,
+            decode_threshold: 0,
+            prefill_threshold: 0,
+        },
+        spec,
+        offload_blocks: None,
+        async_scheduling: cfg.async_scheduling,
+        enable_chunked_prefill: cfg.enable_chunked_prefill.unwrap_or(true),
+        // The oracle's scripted connector (`kv_role: kv_both`) is there
+        // when any request moves KV: it consumes, so frees are deferred
+        // under async scheduling, and produces, so it requires delivery.
+        defer_block_free: connector && cfg.async_scheduling,
+        drop_stale_output: connector,
+        pad_spec_decode: pack.features.pad_spec_decode,
+        victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
+        async_load_reserve: pack.features.async_load_reserve,
+    }
+}
+
+/// A token-id prompt as pdsim segments: one segment per token, its id a
+/// function of the token id alone, so prompts with equal token prefixes share
+/// exactly the blocks those prefixes fill.
+fn prompt_of(tokens: &[u64]) -> Prompt {
+    Prompt::new(
+        tokens
+            .iter()
+            .map(|&t| Segment {
+                id: content_id(t, TOKEN_SALT),
+                tokens: 1,
+            })
+            .collect(),
+    )
+}
+
+fn ids_map(pairs: impl IntoIterator<Item = (u32, u32)>) -> Value {
+    let map: BTreeMap<String, Value> = pairs
+        .into_iter()
+        .map(|(id, n)| (id.to_string(), Value::from(n)))
+        .collect();
+    Value::Object(map.into_iter().collect::<Map<String, Value>>())
+}
+
+/// Applies `NAME=BOOL` feature overrides (`--feature`) to a resolved engine config.
+fn apply_features(config: &mut EngineConfig, features: &[String]) -> Result<(), ReplayError> {
+    for f in features {
+        let bad = || {
+            ReplayError::Input(format!(
+                "--feature {f}: want NAME=true|false with NAME one of reserve_full_prompt, \
+                 unhashed_blocks_to_front, long_prefill_waiver_when_alone"
+            ))
+        };
+        let (name, value) = f.split_once('=').ok_or_else(bad)?;
+        let value: bool = value.parse().map_err(|_| bad())?;
+        match name {
+            "reserve_full_prompt" => config.reserve_full_prompt = value,
+            "unhashed_blocks_to_front" => config.unhashed_blocks_to_front = value,
+            "long_prefill_waiver_when_alone" => config.long_prefill_waiver_when_alone = value,
+            _ => return Err(bad()),
+        }
+    }
+    Ok(())
+}
+
+/// Replays the workload `workload` (JSONL, one request a line, named
+/// `workload_name` in errors) through an engine built from the config
+/// `config` (one JSON object), with `features` (`NAME=true|false`)
+/// overriding the rules pack's switches, handing each step's line
+/// (newline-terminated) to `emit`.
+pub fn replay(
+    config: &str,
+    config_name: &str,
+    workload: &str,
+    workload_name: &str,
+    features: &[String],
+    emit: &mut dyn FnMut(&str) -> Result<(), String>,
+) -> Result<(), ReplayError> {
+    let cfg = load_config(config, config_name)?;
+    let reqs = load_workload(workload, workload_name)?;
+    let connector = reqs.iter().any(|r| r.kv.is_some());
+    let mut engine_cfg = engine_config(&cfg, connector);
+    apply_features(&mut engine_cfg, features)?;
+    let mut engine = Engine::new(engine_cfg);
+    // Accepted drafts per request, forced as the oracle forces them
+    // (tools/vllm-oracle/oracle.py, `model_output`): the i-th verification
+    // of a request (a step that scheduled it drafts; the count survives
+    // preemption) accepts `accepted[i]` drafts, 0 past the list's end,
+    // never more than it verifies.
+    let accepted_of: BTreeMap<u32, &[u32]> = reqs
+        .iter()
+        .map(|r| (r.id, r.accepted.as_deref().unwrap_or(&[])))
+        .collect();
+    let mut verify_count: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut by_step: BTreeMap<u64, Vec<&ReplayRequest>> = BTreeMap::new();
+    for r in &reqs {
+        by_step.entry(r.arrive_step).or_default().push(r);
+    }
+    let last_arrival = by_step.keys().next_back().copied();
+    // P/D, scripted as the oracle's fake connector scripts it
+    // (tools/vllm-oracle/fake_connector.py): a consuming request's KV arrives
+    // at the first step >= its `kv_ready_step` once its load started (it was
+    // parked for it), and a producing request's held blocks are read at the
+    // first step >= `kv_ready_step` after the one it finished in.
+    let mut kv_ready: BTreeMap<u32, u64> = BTreeMap::new();
+    // id -> the first step the transfer may complete in.
+    let mut recv_pending: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut send_pending: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut text = String::new();
+    let mut step: u64 = 0;
+    loop {
+        for r in by_step.get(&step).into_iter().flatten() {
+            engine.add_request(NewRequest {
+                id: RequestId(r.id),
+                arrival: SimTime(r.arrive_step),
+                priority: r.priority,
+                prompt: prompt_of(&r.prompt),
+                max_output_tokens: r.max_tokens,
+                kv: match r.kv.as_deref() {
+                    Some("produce") => KvTransfer::Produce,
+                    Some("consume") => KvTransfer::Consume,
+                    _ => KvTransfer::Local,
+                },
+                output_id: None,
+            });
+            if let Some(ready) = r.kv_ready_step {
+                kv_ready.insert(r.id, ready);
+            }
+        }
+        let arrived_all = last_arrival.is_none_or(|last| step > last);
+        let transfers = !recv_pending.is_empty() || !send_pending.is_empty();
+        if arrived_all && !engine.has_work() && engine.steps_in_flight() == 0 && !transfers {
+            break;
+        }
+        if step >= MAX_STEPS {
+            return Err(ReplayError::Invariant(format!(
+                "not drained after {MAX_STEPS} steps"
+            )));
+        }
+        let mut preempted = Vec::new();
+        let mut finished = Vec::new();
+        let mut rejected = Vec::new();
+        let mut scheduled: Vec<(u32, u32)> = Vec::new();
+        let mut drafts: Vec<(u32, u32)> = Vec::new();
+        // The engine core's loop, as the oracle plays it: `EngineCore.step`
+        // schedules and applies the output in one call; under async
+        // scheduling `EngineCore.step_with_batch_queue` (queue of two,
+        // `vllm/v1/engine/core.py`) schedules only while the engine has
+        // requests, and applies the oldest step's output only once the
+        // queue is full or nothing more could be scheduled.
+        let schedules = !cfg.async_scheduling || engine.has_requests();
+        let mut complete = !cfg.async_scheduling || engine.steps_in_flight() > 0;
+        if schedules {
+            let batch = engine.schedule();
+            for event in engine.drain_events() {
+                match event {
+                    EngineEvent::Preempted { id } => preempted.push(id.0),
+                    EngineEvent::Rejected { id } => rejected.push(id.0),
+                    EngineEvent::NeedsKv { id, .. } => {
+                        let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
+                        recv_pending.insert(id.0, ready.max(step));
+                    }
+                    _ => {}
+                }
+            }
+            scheduled = engine
+                .last_schedule()
+                .into_iter()
+                .map(|(id, n)| (id.0, n))
+                .collect();
+            drafts = engine
+                .last_schedule_drafts()
+                .into_iter()
+                .map(|(id, n)| (id.0, n))
+                .collect();
+            if let Some(batch) = &batch {
+                let total: u32 = drafts.iter().map(|d| d.1).sum();
+                if total != batch.spec_tokens {
+                    return Err(ReplayError::Invariant(format!(
+                        "step {step}: drafts scheduled ({total}) differ from the batch's spec tokens ({})",
+                        batch.spec_tokens
+                    )));
+                }
+            }
+            if cfg.async_scheduling {
+                let executed = batch.is_some();
+                complete = !(engine.steps_in_flight() < 2 && (executed || engine.has_requests()));
+            }
+        }
+        if complete {
+            engine.complete_step_forced(&mut |id, _drafts| {
+                let idx = verify_count.entry(id.0).or_insert(0);
+                let forced = accepted_of.get(&id.0).and_then(|l| l.get(*idx)).copied();
+                *idx += 1;
+                forced.unwrap_or(0)
+            });
+        }
+        for event in engine.drain_events() {
+            match event {
+                EngineEvent::Finished { id, .. } => finished.push(id.0),
+                // A producing request finishes here for the engine core (vLLM
+                // reports it finished and delays only the free); its
+                // `Finished` comes with the release and is not reported again.
+                EngineEvent::Held { id, .. } => {
+                    finished.push(id.0);
+                    let ready = kv_ready.get(&id.0).copied().unwrap_or(0);
+                    send_pending.insert(id.0, ready.max(step + 1));
+                }
+                EngineEvent::Rejected { id } => rejected.push(id.0),
+                _ => {}
+            }
+        }
+        if !rejected.is_empty() {
+            return Err(ReplayError::Input(format!(
+                "{workload_name}: request(s) {rejected:?} rejected: prompt empty or not below max_model_len"
+            )));
+        }
+        let due = |pending: &mut BTreeMap<u32, u64>| {
+            let ids: Vec<u32> = pending
+                .iter()
+                .filter(|(_, at)| **at <= step)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &ids {
+                pending.remove(id);
+            }
+            ids
+        };
+        // Finished transfers come with a step's output
+        // (`KVConnectorOutput` in the `ModelRunnerOutput`), so only a step
+        // whose output is applied brings them.
+        if complete {
+            for id in due(&mut recv_pending) {
+                engine.kv_arrived(RequestId(id));
+            }
+            for id in due(&mut send_pending) {
+                engine.release(RequestId(id));
+            }
+        }
+        // The release's `Finished` was reported with `Held`.
+        engine.drain_events().for_each(drop);
+        engine.check_full().map_err(ReplayError::Invariant)?;
+        preempted.sort_unstable();
+        finished.sort_unstable();
+        let computed = engine
+            .running_ids()
+            .into_iter()
+            .filter_map(|id| engine.computed_tokens(id).map(|c| (id.0, c)));
+        let mut line = Map::new();
+        line.insert("computed".into(), ids_map(computed));
+        line.insert("drafts".into(), ids_map(drafts));
+        line.insert("finished".into(), Value::from(finished));
+        line.insert("free_blocks".into(), Value::from(engine.pool().free()));
+        line.insert("preempted".into(), Value::from(preempted));
+        line.insert("scheduled".into(), ids_map(scheduled));
+        line.insert("step".into(), Value::from(step));
+        text.clear();
+        text.push_str(&Value::Object(line).to_string());
+        text.push('\n');
+        emit(&text).map_err(ReplayError::Output)?;
+        step += 1;
+    }
+    Ok(())
+}
