@@ -292,6 +292,13 @@ mod tests {
         let b = net.add_link(1e9);
         net.start(SimTime::ZERO, [a, b], 1e9, 0);
         assert_eq!(drain(&mut net), vec![(0, 999_999_999)]);
+        // Each of its two links carried the flow's bytes, at its bandwidth.
+        let carried = net.carried();
+        assert_eq!(carried.len(), 2);
+        for (bytes, bandwidth) in carried {
+            assert!((bytes - 1e9).abs() < 1e3, "{bytes}");
+            assert_eq!(bandwidth, 1e9);
+        }
     }
 
     #[test]

@@ -1177,3 +1177,23 @@ fn expert_comm(
         }
     })
 }
+
+#[cfg(test)]
+mod parts_tests {
+    use super::Parts;
+
+    #[test]
+    fn scaling_parts_scales_each_of_them() {
+        let p = Parts {
+            compute_ns: 1.0,
+            memory_ns: 2.0,
+            device_ns: 3.0,
+            comm_ns: 4.0,
+        }
+        .scaled(2.5);
+        assert_eq!(
+            (p.compute_ns, p.memory_ns, p.device_ns, p.comm_ns),
+            (2.5, 5.0, 7.5, 10.0)
+        );
+    }
+}

@@ -1082,6 +1082,18 @@ fn pipeline_stages_send_once_between_each_pair() {
         (four / two - 3.0).abs() < 0.1,
         "pp 4: {four} ns, pp 2: {two} ns"
     );
+    // Each send carries every padded token's activations: an 8192-token
+    // prefill sends 8192 × 4096 × 2 B = 64 MiB per stage boundary, several
+    // times the link's latency that a one-token decode pays (8.4× here).
+    let prefill_comm = setup("llama-3.1-8b", "h100", "{tp: 1, pp: 2, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap()
+        .step(&prefill(8192))
+        .communication_ns as f64;
+    assert!(
+        prefill_comm > 4.0 * two,
+        "prefill {prefill_comm} ns, decode {two} ns"
+    );
 }
 
 /// Asserts that a one-token decode on `model` lasts at least its memory

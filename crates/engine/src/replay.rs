@@ -469,3 +469,86 @@ pub fn replay(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"{"release": "0.31.0", "block_size": 16, "num_gpu_blocks": 100, "max_num_seqs": 4, "max_num_batched_tokens": 64, "max_model_len": 512, "long_prefill_token_threshold": 0, "enable_prefix_caching": true, "scheduling_policy": "fcfs", "async_scheduling": false}"#;
+
+    fn lines(workload: &str, features: &[&str]) -> Result<Vec<String>, ReplayError> {
+        let features: Vec<String> = features.iter().map(|f| f.to_string()).collect();
+        let mut out = Vec::new();
+        replay(CONFIG, "c", workload, "w", &features, &mut |line| {
+            out.push(line.to_string());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn each_feature_override_sets_its_switch() {
+        let cfg: ReplayConfig = serde_json::from_str(CONFIG).unwrap();
+        let base = engine_config(&cfg, false);
+        for (name, get) in [
+            (
+                "reserve_full_prompt",
+                (|c: &EngineConfig| c.reserve_full_prompt) as fn(&EngineConfig) -> bool,
+            ),
+            ("unhashed_blocks_to_front", |c| c.unhashed_blocks_to_front),
+            ("long_prefill_waiver_when_alone", |c| {
+                c.long_prefill_waiver_when_alone
+            }),
+        ] {
+            for value in [true, false] {
+                let mut c = base.clone();
+                apply_features(&mut c, &[format!("{name}={value}")]).unwrap();
+                assert_eq!(get(&c), value, "{name}={value}");
+            }
+        }
+        let mut c = base.clone();
+        for bad in [
+            "speed=true",
+            "reserve_full_prompt",
+            "reserve_full_prompt=yes",
+        ] {
+            assert!(matches!(
+                apply_features(&mut c, &[bad.to_string()]),
+                Err(ReplayError::Input(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn a_workload_replays_to_one_line_a_step_and_bad_rows_are_refused() {
+        let out = lines(
+            "{\"id\": 0, \"arrive_step\": 0, \"prompt\": [1, 2, 3], \"max_tokens\": 2}\n",
+            &[],
+        )
+        .unwrap();
+        // A 3-token prefill, then one decode that emits the second token.
+        assert_eq!(out.len(), 2);
+        assert!(out[0].starts_with("{\"computed\":{\"0\":3}"), "{}", out[0]);
+        assert!(out[0].ends_with("\"step\":0}\n"));
+        assert!(out[1].contains("\"finished\":[0]"), "{}", out[1]);
+        for (row, why) in [
+            (
+                "{\"id\": 0, \"arrive_step\": 0, \"prompt\": [], \"max_tokens\": 2}",
+                "empty",
+            ),
+            (
+                "{\"id\": 0, \"arrive_step\": 0, \"prompt\": [1], \"max_tokens\": 2, \"kv\": \"produce\"}",
+                "kv_ready_step",
+            ),
+            (
+                "{\"id\": 0, \"arrive_step\": 0, \"prompt\": [1], \"max_tokens\": 2, \"color\": 1}",
+                "unknown field",
+            ),
+        ] {
+            match lines(row, &[]) {
+                Err(ReplayError::Input(msg)) => assert!(msg.contains(why), "{msg}"),
+                other => panic!("{row}: {other:?}"),
+            }
+        }
+    }
+}

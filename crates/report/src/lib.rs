@@ -1525,6 +1525,44 @@ mod stage_tests {
         assert_eq!(get("first_token_ms"), "1100.000");
         assert_eq!(get("last_token_ms"), "1500.000");
         assert_eq!(get("prefill_scheduled_ms"), "", "not disaggregated");
+        assert_eq!(get("transfer_ms"), "");
+        assert_eq!(get("offload_load_ms"), "");
+        // With a transfer of 40 ms and an offload load of 12.5 ms, both
+        // durations are written.
+        r.transfer_start = Some(SimTime::from_ms(1010));
+        r.transfer_end = Some(SimTime::from_ms(1050));
+        r.offload_load_start = Some(SimTime::from_ms(1000));
+        r.offload_load_end = Some(SimTime(1_012_500_000));
+        let mut sink = CsvSink::new(Vec::new());
+        sink.record(&r);
+        let text = String::from_utf8(sink.finish().unwrap()).unwrap();
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split(',').collect();
+        let get = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!(get("transfer_ms"), "40.000");
+        assert_eq!(get("offload_load_ms"), "12.500");
+    }
+
+    #[test]
+    fn sessions_and_kv_usage_are_reported_only_from_what_ran() {
+        let mut a = Aggregator::default();
+        a.record(&completed(1, [0, 10, 15, 15], 2));
+        // No turns, no busy time: no sessions section, and a KV mean of 0
+        // rather than 0 / 0.
+        let s = a.summary(&RunStats::default(), info());
+        assert!(s.sessions.is_none());
+        assert_eq!(s.kv_usage.mean, 0.0);
+        let stats = RunStats {
+            session_turns_sent: 3,
+            session_turns_not_sent: 1,
+            ..RunStats::default()
+        };
+        let sessions = a.summary(&stats, info()).sessions.expect("turns ran");
+        assert_eq!((sessions.turns_sent, sessions.turns_not_sent), (3, 1));
+        let stats = RunStats {
+            session_turns_not_sent: 2,
+            ..RunStats::default()
+        };
+        assert!(a.summary(&stats, info()).sessions.is_some());
     }
 
     #[test]

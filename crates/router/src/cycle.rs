@@ -2372,6 +2372,28 @@ mod tests {
         assert_eq!(picks(with), picks(without));
     }
 
+    /// Engines publish KV events only to a precise producer wired to
+    /// receive them: not without one, and not to one whose events have no
+    /// way in (no `zmqEndpoint`, `discoverPods` off).
+    #[test]
+    fn kv_events_are_wanted_only_by_a_wired_precise_producer() {
+        let wants = |text: &str| {
+            Router::new(&inputs(text), labels(&["prefill-decode"; 2]), 1).wants_kv_events()
+        };
+        let precise = |params: &str| {
+            format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: precise-prefix-cache-producer\n  parameters: {params}\n- type: prefix-cache-scorer\n  parameters: {{prefixMatchInfoProducerName: precise-prefix-cache-producer}}\n"
+            )
+        };
+        assert!(!wants(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n"
+        ));
+        assert!(wants(&precise(
+            "{kvEventsConfig: {zmqEndpoint: 'tcp://*:5557'}}"
+        )));
+        assert!(!wants(&precise("{kvEventsConfig: {discoverPods: false}}")));
+    }
+
     /// `speculativeTTL` is a Go duration, 2 s when absent
     /// (`preciseprefixcache/prerequest.go`), read only with
     /// `speculativeIndexing`.

@@ -1610,6 +1610,16 @@ circuit_breakers: null
         assert!(!refused(&stage("100000000")));
         assert!(!refused(&stage("100000000.5")));
         assert!(refused(&stage("100000001")));
+        // The stages may last exactly the year pdsim replays (each stage's
+        // duration plus load.interval + 2 s), not a second more.
+        let long = |duration: u64| {
+            EXPANDED.replace(
+                "  - rate: 5.0\n    duration: 4\n  - rate: 2.5\n    duration: 2\n",
+                &format!("  - rate: 0.000001\n    duration: {duration}\n"),
+            )
+        };
+        assert!(!refused(&long(365 * 24 * 3600 - 3)));
+        assert!(refused(&long(365 * 24 * 3600 - 2)));
         // A length distribution may be a point (min = max).
         let random = |min: u32, max: u32| {
             EXPANDED.replace(
@@ -1620,6 +1630,10 @@ circuit_breakers: null
         let (_, specs) = all(&random(50, 50), 1);
         assert!(specs.iter().all(|s| s.prompt.tokens() == 50));
         assert!(refused(&random(51, 50)));
+        // Lengths reach MAX_TOKENS and no further.
+        let max = crate::MAX_TOKENS as u32;
+        assert!(!refused(&random(50, max)));
+        assert!(refused(&random(50, max + 1)));
         // The note on the gap between stages is for runs of several stages.
         let one_stage = EXPANDED.replace("  - rate: 2.5\n    duration: 2\n", "");
         let (reader, _) = all(&one_stage, 1);

@@ -1165,4 +1165,24 @@ mod tests {
             .collect();
         assert!(rows[0].is_ok(), "exactly the limit is accepted");
     }
+
+    #[test]
+    fn an_arrival_too_large_to_scale_is_refused_apart_from_one_past_the_year() {
+        // Past u64::MAX / 1000 µs the ns value would overflow; at that bound
+        // it is a time pdsim could hold, refused for lying past the year.
+        let bound = u64::MAX / 1_000;
+        let message = |at: u64| {
+            read(&row("", 0, "", 0, 10, 5, at))
+                .pop()
+                .unwrap()
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            message(bound + 1).contains("is too large"),
+            "{}",
+            message(bound + 1)
+        );
+        assert!(message(bound).contains("beyond"), "{}", message(bound));
+    }
 }
