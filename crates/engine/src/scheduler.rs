@@ -788,7 +788,8 @@ impl Engine {
 
     /// Tokens of the prefix found in the offload tier right after the local
     /// hit of `hit_units` units, in whole blocks, leaving at least one token
-    /// to compute (`OffloadingConnectorScheduler.get_num_new_matched_tokens`).
+    /// to compute (`OffloadingConnectorScheduler.get_num_new_matched_tokens`,
+    /// `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`).
     fn offload_hit(&self, slot: u32, hit_units: u32) -> u32 {
         let Some(tier) = &self.offload else { return 0 };
         let per_block = self.pool.units_per_block();

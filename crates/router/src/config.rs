@@ -8,7 +8,9 @@
 use crate::RouterProblem;
 use crate::flags::parse_go_duration;
 use crate::flowcontrol::{self, Band, ConcurrencyMode, Detector, Fairness, FlowControl, Ordering};
-use crate::plugins::flowcontrol::usagelimits::{Domain, PriorityHoldback, UsageLimit};
+use crate::plugins::flowcontrol::usagelimits::{
+    Domain, PriorityHoldback, UsageLimit, soft_reflective_refusal,
+};
 use crate::registry::{self, REMOVED, Role};
 use pdsim_spec::lines::LineIndex;
 use serde_yaml::{Mapping, Value};
@@ -1048,18 +1050,23 @@ fn load_flow_control(
     let max_requests = quantity(loader, section, "flowControl", "maxRequests");
     let ttl = duration(loader, "defaultRequestTTL");
     let no_endpoint_ttl = duration(loader, "noEndpointRequestTTL");
-    let eviction = match section.get("enableEviction") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            loader.problem(
-                "flowControl.enableEviction",
-                "wrong-type",
-                "enableEviction must be a boolean",
-            );
-            false
-        }
-    };
+    // enableEviction is simulated by what it does to pdsim's requests:
+    // nothing, so only its type is checked. The runner builds the evictor
+    // with the sheddable filter fixed in (`cmd/epp/runner/runner.go`,
+    // `buildRequestEvictor`), which lets only priority < 0 requests into the
+    // victim heap (`eviction/filtering/sheddable.go`, `eviction/queue.go`
+    // `Track`), and pdsim's requests all have priority 0, so `maybeReclaim`
+    // (`controller/internal/reclamation.go`) never finds a victim.
+    if section
+        .get("enableEviction")
+        .is_some_and(|v| !(v.is_bool() || v.is_null()))
+    {
+        loader.problem(
+            "flowControl.enableEviction",
+            "wrong-type",
+            "enableEviction must be a boolean",
+        );
+    }
     let usage_ref = match section.get("usageLimitPolicyPluginRef") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.is_empty() => None,
@@ -1184,14 +1191,6 @@ fn load_flow_control(
     let no_endpoint_ttl_ns = no_endpoint_ttl
         .or(ttl)
         .map_or(flowcontrol::DEFAULT_TTL_NS, |n| n.max(0) as u64);
-    // enableEviction is simulated by what it does to pdsim's requests:
-    // nothing. The runner builds the evictor with the sheddable filter
-    // fixed in (`cmd/epp/runner/runner.go`, `buildRequestEvictor`), which
-    // lets only priority < 0 requests into the victim heap
-    // (`eviction/filtering/sheddable.go`, `eviction/queue.go` `Track`),
-    // and pdsim's requests all have priority 0, so `maybeReclaim`
-    // (`controller/internal/reclamation.go`) never finds a victim.
-    let _ = eviction;
     // `resolvePlugin`: a reference names a plugin (or one of the defaults
     // `ensureFlowControlLayer` injects when no plugin has its name) that
     // implements the policy.
@@ -1345,9 +1344,7 @@ fn load_flow_control(
         loader.problem(
             "flowControl.usageLimitPolicyPluginRef",
             "epp-not-simulated",
-            format!(
-                "pdsim does not simulate soft-reflective-ceiling-policy with a band above priority 0 (priority {high} is provisioned): band 0, where every request of pdsim's is, would then open on one dispatch cycle in round(s/(1-s)) by a tick over every cycle, which pdsim's event loop does not run one by one"
-            ),
+            soft_reflective_refusal(&format!("priority {high} is provisioned")),
         );
     }
     let detector = detector_of(detector_plugin.as_ref());

@@ -348,10 +348,12 @@ fn provision_objective_bands(
             continue;
         }
         if priority > 0 && flow.usage_limit == crate::flowcontrol::UsageLimit::SoftReflective {
-            refuse(format!(
-                "InferenceObjective {} provisions priority band {priority}, above band 0 where every request of pdsim's is; pdsim does not simulate soft-reflective-ceiling-policy with a band above priority 0 (band 0 would open on one dispatch cycle in round(s/(1-s)) by a tick over every cycle, which pdsim's event loop does not run one by one)",
-                objective.name
-            ));
+            refuse(
+                crate::plugins::flowcontrol::usagelimits::soft_reflective_refusal(&format!(
+                    "InferenceObjective {} provisions priority band {priority}",
+                    objective.name
+                )),
+            );
         }
         flow.priorities.push(priority);
     }

@@ -12,6 +12,7 @@
 //! is what the EPP sees of a pod template that sets no `hostname`.
 
 use crate::config::Plugin;
+use crate::plugins::Build;
 use serde_yaml::Value;
 use std::collections::BTreeMap;
 
@@ -73,12 +74,12 @@ impl TopologyExtractor {
     }
 }
 
-/// The `Topology` attribute a consumer reads, per endpoint: the one the
-/// extractor named `producer` wrote (an extractor writes under its own
-/// instance name, `WithNonEmptyProducerName(name)`) (`topologyProducerName`, or the
-/// default producer `topology-extractor`), or none on every endpoint when
-/// no such extractor is configured (the consumers declare the attribute an
-/// optional dependency, so the EPP only warns).
+/// The `Topology` attribute a consumer reads, per endpoint: the one written
+/// by the extractor named `producer` (`topologyProducerName`, default the
+/// producer `topology-extractor`; an extractor writes under its own
+/// instance name, `WithNonEmptyProducerName(name)`), or none on every
+/// endpoint when no such extractor is configured (the consumers declare the
+/// attribute an optional dependency, so the EPP only warns).
 pub(crate) fn read(
     plugins: &[Plugin],
     producer: Option<&str>,
@@ -93,6 +94,16 @@ pub(crate) fn read(
         .iter()
         .map(|l| extractor.as_ref().and_then(|e| e.extract(l)))
         .collect()
+}
+
+/// What the consumer `plugin` (topology-affinity-filter or -scorer) reads,
+/// by its `topologyProducerName`.
+pub(crate) fn consumed_by(plugin: &Plugin, build: &Build<'_>) -> Vec<Option<Topology>> {
+    let producer = plugin
+        .parameters
+        .get("topologyProducerName")
+        .and_then(Value::as_str);
+    read(build.plugins, producer, build.labels)
 }
 
 #[cfg(test)]

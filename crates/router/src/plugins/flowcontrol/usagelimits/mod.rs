@@ -9,6 +9,7 @@ mod priorityholdback;
 mod softreflectiveceiling;
 
 pub use priorityholdback::{Domain, PriorityHoldback};
+pub(crate) use softreflectiveceiling::refusal as soft_reflective_refusal;
 
 /// The configured usage-limit policy (`flowControl.usageLimitPolicyPluginRef`;
 /// the static policy with threshold 1.0 when none is named, as the

@@ -11,21 +11,20 @@
 /// bands are always empty and the tick's phase cannot change what is
 /// dispatched; they are given their closed value in that regime.
 pub(super) fn compute(saturation: f64, out: &mut [f64]) {
+    // With one band only `i == 0` is reached, so `n - 1` divides only
+    // when there are at least two.
     let n = out.len();
-    if n <= 1 {
-        if let Some(first) = out.first_mut() {
-            *first = 1.0;
-        }
-        return;
-    }
     for (i, c) in out.iter_mut().enumerate() {
-        let reflective = 1.0 - i as f64 * saturation / (n - 1) as f64;
-        *c = if i == 0 || saturation < reflective {
-            1.0
-        } else {
-            0.0
-        };
+        let open = i == 0 || saturation < 1.0 - i as f64 * saturation / (n - 1) as f64;
+        *c = if open { 1.0 } else { 0.0 };
     }
+}
+
+/// Why the loader refuses the policy where `why` puts a band above band 0.
+pub(crate) fn refusal(why: &str) -> String {
+    format!(
+        "pdsim does not simulate soft-reflective-ceiling-policy with a band above priority 0 ({why}): band 0, where every request of pdsim's is, would then open on one dispatch cycle in round(s/(1-s)) by a tick over every cycle, which pdsim's event loop does not run one by one"
+    )
 }
 
 #[cfg(test)]

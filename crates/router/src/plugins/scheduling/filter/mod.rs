@@ -38,8 +38,7 @@ impl FilterPlugin {
     /// The filter `plugin` configures; `source` is whose prefix match info
     /// it would read.
     pub fn new(plugin: &Plugin, build: &Build<'_>, source: PrefixSource) -> FilterPlugin {
-        let labels = build.labels;
-        if let Some(filter) = bylabel::ByLabelFilter::new(plugin, labels) {
+        if let Some(filter) = bylabel::ByLabelFilter::new(plugin, build.labels) {
             return FilterPlugin::ByLabel(filter);
         }
         match plugin.plugin_type.as_str() {
@@ -53,7 +52,7 @@ impl FilterPlugin {
                 sessionaffinity::SessionAffinityFilter::new(plugin, build.profiles),
             ),
             "topology-affinity-filter" => FilterPlugin::TopologyAffinity(
-                topologyaffinity::TopologyAffinityFilter::new(plugin, build.plugins, labels),
+                topologyaffinity::TopologyAffinityFilter::new(plugin, build),
             ),
             "utilization-filter" => {
                 FilterPlugin::Utilization(utilization::UtilizationFilter::new(plugin))

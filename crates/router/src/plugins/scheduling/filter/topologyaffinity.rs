@@ -2,12 +2,11 @@
 
 use super::Filter;
 use crate::config::Plugin;
-use crate::plugins::Cycle;
 use crate::plugins::datalayer::topology::{self, Topology};
 use crate::plugins::scheduling::util::topology::{Level, compare, peer_topology};
+use crate::plugins::{Build, Cycle};
 use pdsim_core::Stream;
 use serde_yaml::Value;
-use std::collections::BTreeMap;
 
 /// Keeps the candidates co-located with the peer endpoint (the decode pick,
 /// or the prefill pick in prefill-first order) at `minAffinity` (default
@@ -24,18 +23,16 @@ pub(crate) struct TopologyAffinityFilter {
 
 impl TopologyAffinityFilter {
     /// The loader has checked `minAffinity` against `ParseLevel`.
-    pub fn new(
-        plugin: &Plugin,
-        plugins: &[Plugin],
-        labels: &[BTreeMap<String, String>],
-    ) -> TopologyAffinityFilter {
-        let text = |key: &str| plugin.parameters.get(key).and_then(Value::as_str);
+    pub fn new(plugin: &Plugin, build: &Build<'_>) -> TopologyAffinityFilter {
         TopologyAffinityFilter {
-            min_affinity: text("minAffinity")
+            min_affinity: plugin
+                .parameters
+                .get("minAffinity")
+                .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
                 .and_then(Level::parse)
                 .unwrap_or(Level::Host),
-            topology: topology::read(plugins, text("topologyProducerName"), labels),
+            topology: topology::consumed_by(plugin, build),
         }
     }
 }
@@ -48,10 +45,9 @@ impl Filter for TopologyAffinityFilter {
         let kept: Vec<usize> = candidates
             .iter()
             .copied()
-            .filter(|e| {
-                self.topology[*e].is_some()
-                    && compare(Some(peer), self.topology[*e].as_ref()) <= self.min_affinity
-            })
+            // A candidate without the attribute compares as `Level::None`,
+            // looser than any `minAffinity`, so it is dropped.
+            .filter(|e| compare(Some(peer), self.topology[*e].as_ref()) <= self.min_affinity)
             .collect();
         if !kept.is_empty() {
             *candidates = kept;

@@ -80,7 +80,7 @@ impl ScorerPlugin {
                 sessionaffinity::SessionAffinityScorer::new(plugin, build.profiles),
             ),
             "topology-affinity-scorer" => ScorerPlugin::TopologyAffinity(
-                topologyaffinity::TopologyAffinityScorer::new(plugin, build.plugins, build.labels),
+                topologyaffinity::TopologyAffinityScorer::new(plugin, build),
             ),
             _ => ScorerPlugin::Zero,
         }

@@ -2,11 +2,9 @@
 
 use super::Scorer;
 use crate::config::Plugin;
-use crate::plugins::Cycle;
 use crate::plugins::datalayer::topology::{self, Topology};
 use crate::plugins::scheduling::util::topology::{Level, compare, peer_topology};
-use serde_yaml::Value;
-use std::collections::BTreeMap;
+use crate::plugins::{Build, Cycle};
 
 /// The score of the tightest tier a candidate shares with the peer
 /// (`levelScores`, fixed in the Go source: shaped by the KV-transfer
@@ -30,17 +28,9 @@ pub(crate) struct TopologyAffinityScorer {
 }
 
 impl TopologyAffinityScorer {
-    pub fn new(
-        plugin: &Plugin,
-        plugins: &[Plugin],
-        labels: &[BTreeMap<String, String>],
-    ) -> TopologyAffinityScorer {
-        let producer = plugin
-            .parameters
-            .get("topologyProducerName")
-            .and_then(Value::as_str);
+    pub fn new(plugin: &Plugin, build: &Build<'_>) -> TopologyAffinityScorer {
         TopologyAffinityScorer {
-            topology: topology::read(plugins, producer, labels),
+            topology: topology::consumed_by(plugin, build),
         }
     }
 }
