@@ -157,6 +157,22 @@ impl BlockHasher {
     pub fn full_blocks(&self) -> usize {
         self.hashes.len()
     }
+
+    /// The chained hash of the block being filled, when tokens were fed
+    /// past the last full block: the trailing partial block the EPP's
+    /// `prefixhash` hashes too (`getKVCacheBlocksFromTokens` yields the
+    /// last, shorter slice). It covers exactly the tokens fed so far, so a
+    /// block holding more of the same content hashes differently, as a
+    /// hash over different token ids would.
+    pub fn partial(&self) -> Option<u64> {
+        let (id, offset, len) = self.piece?;
+        let mixed = if self.mixed.0 == id {
+            self.mixed.1
+        } else {
+            mix64(id)
+        };
+        Some(combine(self.hash, mixed, offset, len))
+    }
 }
 
 /// Hashes of every full block of `prompt` at `block_size`.
@@ -207,6 +223,40 @@ mod tests {
         gapped.feed(7, 11, 20);
         assert_eq!(gapped.hashes[..3], repeated[..3]);
         assert_ne!(gapped.hashes[3], repeated[3]);
+    }
+
+    #[test]
+    fn a_partial_block_hashes_its_own_tokens_only() {
+        let hash = |segments: Vec<Segment>| {
+            let mut h = super::BlockHasher::new(16);
+            for s in segments {
+                h.feed_segment(s);
+            }
+            (h.hashes.clone(), h.partial())
+        };
+        // 40 tokens: two full blocks and a partial one of 8.
+        let (full, partial) = hash(vec![seg(1, 40)]);
+        assert_eq!(full.len(), 2);
+        let partial = partial.expect("8 tokens past the last full block");
+        // The same 40 tokens fed in two segments of the same content: same.
+        let mut split = super::BlockHasher::new(16);
+        split.feed(1, 0, 35);
+        split.feed(1, 35, 5);
+        assert_eq!(split.partial(), Some(partial));
+        // One more token of that content is another partial block.
+        assert_ne!(hash(vec![seg(1, 41)]).1, Some(partial));
+        // So is the same length of other content after the same blocks.
+        let (other_full, other) = hash(vec![seg(1, 32), seg(2, 8)]);
+        assert_eq!(other_full, full);
+        assert_ne!(other, Some(partial));
+        // A prompt that ends on a block boundary has none; the partial hash
+        // is not the next full block's either.
+        assert_eq!(hash(vec![seg(1, 32)]).1, None);
+        assert_ne!(hash(vec![seg(1, 48)]).0[2], partial);
+        // A block mixing two segments chains both pieces.
+        let (_, mixed) = hash(vec![seg(1, 36), seg(2, 4)]);
+        assert_ne!(mixed, hash(vec![seg(1, 40)]).1);
+        assert_ne!(mixed, hash(vec![seg(1, 32), seg(2, 8)]).1);
     }
 
     #[test]

@@ -1119,9 +1119,13 @@ mod tests {
         let views = vec![EndpointView::default(); 2];
         let mut d = router.pick(&prompt(1, 100), &views).unwrap();
         assert_eq!((d.decode, d.prefill), (1, Some(0)));
-        // Nothing indexed: every prompt token is uncached on both.
-        assert_eq!(router.inflight(0), (1, 100));
-        assert_eq!(router.inflight(1), (1, 100));
+        // Nothing indexed: every block is uncached on both. The 100 tokens
+        // are a full block of 64 and a partial one the producer hashes too,
+        // so the EPP counts two blocks' worth, 128 tokens
+        // (`uncachedInputTokens` in `inflightload/producer.go`: (total −
+        // matched) · block size, the tail past them 0).
+        assert_eq!(router.inflight(0), (1, 128));
+        assert_eq!(router.inflight(1), (1, 128));
         router.first_chunk(&mut d.ticket);
         // The prompt is computed: tokens go at the first chunk; the
         // `prefill` profile's entry goes whole, the decode request stays in
@@ -1309,6 +1313,49 @@ mod tests {
             r.data.block_size = 16;
         });
         assert!(close(&out, &[0.0, 0.5, 1.0]), "{out:?}");
+    }
+
+    #[test]
+    fn the_approx_producer_hashes_a_trailing_partial_block() {
+        // `prefixhash.GetBlockHashes` hashes a prompt's last, shorter slice
+        // too (`getKVCacheBlocksFromTokens`), so a repeated prompt matches
+        // whole while another prompt with the same first block and a
+        // different tail matches half.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 64}\n- type: prefix-cache-scorer\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: prefix-cache-scorer, weight: 2}, {pluginRef: queue-scorer}]\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 2]), 1);
+        let a = Prompt::new(vec![
+            Segment { id: 1, tokens: 64 },
+            Segment { id: 2, tokens: 36 },
+        ]);
+        let b = Prompt::new(vec![
+            Segment { id: 1, tokens: 64 },
+            Segment { id: 3, tokens: 36 },
+        ]);
+        // The queue sends the first request to endpoint 0.
+        let busy = vec![
+            EndpointView::default(),
+            EndpointView {
+                waiting: 10,
+                ..Default::default()
+            },
+        ];
+        assert_eq!(router.pick(&a, &busy).unwrap().decode, 0);
+        assert_eq!(
+            router.data.hashes.len(),
+            2,
+            "a full block and a partial one"
+        );
+        let idle = vec![EndpointView::default(); 2];
+        // Same first block, other 36 tokens: one of two blocks held.
+        assert_eq!(router.pick(&b, &idle).unwrap().decode, 0);
+        assert_eq!(router.data.matches, [1, 0]);
+        // The first prompt again: both blocks, its partial one included.
+        assert_eq!(router.pick(&a, &idle).unwrap().decode, 0);
+        assert_eq!(router.data.matches, [2, 0]);
+        assert_eq!(router.data.hashes.len(), 2);
+        // A prompt ending on a block boundary has no partial block.
+        router.pick(&prompt(1, 64), &idle).unwrap();
+        assert_eq!((router.data.hashes.len(), router.data.matches[0]), (1, 1));
     }
 
     #[test]
@@ -1668,7 +1715,7 @@ mod tests {
         let mut router = Router::new(&inputs(&text), labels(&["prefill", "decode"]), 1);
         let d = router.pick(&prompt(1, 100), &views).unwrap();
         assert_eq!((d.decode, d.prefill), (1, None));
-        assert_eq!(router.inflight(0), (1, 100));
+        assert_eq!(router.inflight(0), (1, 128));
         assert_eq!(router.disaggregated, 0);
         // A header handler reading another profile sets no header either.
         let text = format!(

@@ -218,7 +218,11 @@ impl ApproxPrefixProducer {
     /// `Produce`: hash the prompt at the block size `GetBlockSize` gives,
     /// up to the prefix cap, into `hashes`, then count in `matches`, per
     /// endpoint, the leading blocks it holds, stopping at the first block
-    /// no endpoint holds. Returns the block size used.
+    /// no endpoint holds. Returns the block size used. A trailing partial
+    /// block is hashed too, as the shared `prefixhash.GetBlockHashes`
+    /// hashes it (`requestcontrol/dataproducer/prefixhash/hashing.go`): it
+    /// counts in the match info's total, matches only where a prompt with
+    /// the same last tokens was indexed, and is indexed at PreRequest.
     pub fn produce(
         &self,
         prompt: &Prompt,
@@ -235,6 +239,8 @@ impl ApproxPrefixProducer {
                 break;
             }
         }
+        let partial = hasher.partial();
+        hasher.hashes.extend(partial);
         hasher.hashes.truncate(max_blocks);
         for hash in &hasher.hashes {
             let mut any = false;
