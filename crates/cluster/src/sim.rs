@@ -30,6 +30,7 @@ use crate::records::{
 use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
 use pdsim_cost::{ApiServerCosts, StepCost};
 use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
+use pdsim_router::BurstJoin;
 use pdsim_spec::deployment::Role;
 use pdsim_workload::{RequestSpec, TraceError};
 use serde::Serialize;
@@ -179,6 +180,9 @@ enum Event {
         core: u32,
         prompt_tokens: u32,
     },
+    /// The EPP's burst-prefix-cache-producer seals its batch window: the
+    /// requests it held are placed and scheduled.
+    BurstSeal,
 }
 
 /// The reason on the record of a request whose client gave up.
@@ -307,7 +311,8 @@ struct InFlight {
     load_flows_left: u32,
     /// The EPP's in-flight load this request added.
     ticket: pdsim_router::Ticket,
-    /// Waiting in the EPP's flow-control queue, not yet routed.
+    /// Waiting in the EPP, not yet routed: in the flow-control queue, or
+    /// held in the burst producer's batch window.
     queued: bool,
     /// The client's deadline while its event is queued.
     deadline: Option<SimTime>,
@@ -600,6 +605,7 @@ fn run_observed(
             Event::FlowTick => sim.flow_tick(sink),
             Event::FlowSweep => sim.flow_sweep(sink),
             Event::Deadline { id } => sim.client_timeout(id, sink),
+            Event::BurstSeal => sim.burst_seal(sink),
         }
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
@@ -1385,7 +1391,57 @@ impl<'a> Sim<'a> {
         flight.queued = false;
         let prompt = flight.prompt.take().unwrap_or_default();
         self.epp.advance(self.now.as_ns());
-        let decision = self.epp.pick(&prompt, &self.views);
+        // With a burst producer every request waits in its batch window
+        // (an empty pool answers 503 before the producers run,
+        // `director.go`).
+        let decision = if self.epp.burst_window_ns().is_some() && !self.views.is_empty() {
+            let now = self.now.as_ns();
+            match self.epp.burst_join(id.0, &prompt, &self.views, now) {
+                BurstJoin::Full => self.epp.pick_skipping_producers(&prompt, &self.views),
+                joined => {
+                    if let BurstJoin::Opened { seal_at_ns } = joined {
+                        self.push(SimTime(seal_at_ns), Event::BurstSeal);
+                    }
+                    if let Some(flight) = self.in_flight.get_mut(&id) {
+                        flight.queued = true;
+                        flight.prompt = Some(prompt);
+                    }
+                    return;
+                }
+            }
+        } else {
+            self.epp.pick(&prompt, &self.views)
+        };
+        self.dispatch(id, prompt, decision, sink);
+    }
+
+    /// The burst producer's window ends: each request it held, in the
+    /// order it joined, is scheduled on the endpoints as it found them
+    /// (unless its client left meanwhile; it still counted in the joint
+    /// placement, as its entry stays in the Go batch).
+    fn burst_seal(&mut self, sink: &mut dyn RecordSink) {
+        self.epp.advance(self.now.as_ns());
+        for member in self.epp.burst_seal() {
+            let id = RequestId(member.token);
+            let Some(flight) = self.in_flight.get_mut(&id).filter(|f| !f.client_gone) else {
+                continue;
+            };
+            flight.queued = false;
+            let prompt = flight.prompt.take().unwrap_or_default();
+            let decision = self.epp.pick_member(&prompt, &member);
+            self.dispatch(id, prompt, decision, sink);
+        }
+    }
+
+    /// Sends a request where the EPP's decision says, through the
+    /// frontend's admission delay; rejects it when no endpoint survived.
+    fn dispatch(
+        &mut self,
+        id: RequestId,
+        prompt: Prompt,
+        decision: Option<pdsim_router::Decision>,
+        sink: &mut dyn RecordSink,
+    ) {
         let Some(d) = decision else {
             // No endpoint survived the filters: the EPP answers 503.
             self.reject(id, "no-endpoints", sink);

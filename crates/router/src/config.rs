@@ -429,6 +429,21 @@ pub fn load_config(
 
     check_inflight_refs(&mut loader, &plugins);
     check_token_consumers(&mut loader, &plugins);
+    // Each burst producer holds every request for its own window; pdsim
+    // runs one window per EPP.
+    if let Some((i, _)) = plugins
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.plugin_type == "burst-prefix-cache-producer")
+        .nth(1)
+    {
+        let at = format!("plugins[{}]", loader.declared[i].1);
+        loader.problem(
+            &format!("{at}.type"),
+            "epp-not-simulated",
+            format!("pdsim does not simulate a second burst-prefix-cache-producer (`{}`): each holds every request for its own batch window, and pdsim runs one window per EPP", plugins[i].name),
+        );
+    }
 
     let role_of = |plugins: &[Plugin], name: &str| -> Option<Role> {
         plugins
@@ -1658,6 +1673,18 @@ const PARAM_TYPES: &[(&str, &[(&str, GoType)])] = {
                 ("lruCapacityPerServer", Int),
             ],
         ),
+        (
+            "burst-prefix-cache-producer",
+            &[
+                ("windowDurationMs", Int),
+                ("maxPerReplica", Int),
+                ("blockSizeTokens", Int),
+                ("maxPrefixTokensToMatch", Int),
+                ("minColocateBlocks", Int),
+                ("maxBatchSize", Int),
+                ("balanceBy", Str),
+            ],
+        ),
         ("max-score-picker", PICKER),
         ("random-picker", PICKER),
         ("weighted-random-picker", PICKER),
@@ -1954,6 +1981,84 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         }
         "precise-prefix-cache-producer" | "precise-prefix-cache-scorer" => {
             check_precise(loader, at, plugin_type, parameters)
+        }
+        // `requestcontrol/dataproducer/burstprefix/plugin.go`,
+        // `newDataProducer`, over the defaults of `types.go`.
+        "burst-prefix-cache-producer" => {
+            use crate::plugins::requestcontrol::dataproducer::burstprefix::{
+                DEFAULT_WINDOW_MS, MAX_WINDOW_MS,
+            };
+            let int = |key: &str, default: f64| number(parameters, key).unwrap_or(default);
+            let window = int("windowDurationMs", DEFAULT_WINDOW_MS as f64);
+            if window <= 0.0 {
+                bad(
+                    "windowDurationMs",
+                    &format!("windowDurationMs must be > 0 (current value: {window})"),
+                );
+            } else if window > MAX_WINDOW_MS as f64 {
+                bad(
+                    "windowDurationMs",
+                    &format!(
+                        "windowDurationMs must be <= {MAX_WINDOW_MS} (current value: {window})"
+                    ),
+                );
+            }
+            let per_replica = int("maxPerReplica", -1.0);
+            if per_replica != -1.0 && per_replica < 1.0 {
+                bad(
+                    "maxPerReplica",
+                    &format!(
+                        "maxPerReplica must be -1 (unlimited) or >= 1 (current value: {per_replica})"
+                    ),
+                );
+            }
+            let block = int("blockSizeTokens", 64.0);
+            if block <= 0.0 {
+                bad(
+                    "blockSizeTokens",
+                    &format!("blockSizeTokens must be > 0 (current value: {block})"),
+                );
+            }
+            let max_tokens = int("maxPrefixTokensToMatch", 0.0);
+            if max_tokens < 0.0 {
+                bad(
+                    "maxPrefixTokensToMatch",
+                    &format!("maxPrefixTokensToMatch must be >= 0 (current value: {max_tokens})"),
+                );
+            } else if max_tokens > 0.0 && max_tokens < block {
+                bad(
+                    "maxPrefixTokensToMatch",
+                    &format!(
+                        "maxPrefixTokensToMatch ({max_tokens}) must be 0 or >= blockSizeTokens ({block}); a smaller positive value yields zero prefix blocks"
+                    ),
+                );
+            }
+            let min_colocate = int("minColocateBlocks", 0.0);
+            if min_colocate < 0.0 {
+                bad(
+                    "minColocateBlocks",
+                    &format!("minColocateBlocks must be >= 0 (current value: {min_colocate})"),
+                );
+            }
+            let batch = int("maxBatchSize", 1000.0);
+            if batch != -1.0 && batch < 1.0 {
+                bad(
+                    "maxBatchSize",
+                    &format!(
+                        "maxBatchSize must be -1 (unlimited) or >= 1 (current value: {batch})"
+                    ),
+                );
+            }
+            if let Some(mode) = parameters.get("balanceBy").and_then(Value::as_str)
+                && !matches!(mode, "" | "requests" | "tokens")
+            {
+                bad(
+                    "balanceBy",
+                    &format!(
+                        "balanceBy must be \"requests\" or \"tokens\" (current value: {mode:?})"
+                    ),
+                );
+            }
         }
         "token-producer" | "tokenizer" => check_token_producer(loader, at, plugin_type, parameters),
         // `utilization/config.go`, `validateConfig`; Go decodes
@@ -3160,7 +3265,6 @@ mod tests {
         for (plugin_type, why) in [
             ("multicluster-queue-scorer", "several clusters"),
             ("p2p-source-producer", "P2P"),
-            ("burst-prefix-cache-producer", "batch window"),
             ("header-based-testing-filter", "conformance tests"),
         ] {
             let text = format!(
@@ -3179,6 +3283,92 @@ mod tests {
         let wrong = text.replace("zone: my/zone", "zones: my/zone");
         let problems = load_config("f", &wrong, true).unwrap_err();
         assert_eq!(problems[0].code, "epp-plugin-parameter", "{problems:?}");
+    }
+
+    #[test]
+    fn the_burst_producer_is_checked_as_new_data_producer_checks_it() {
+        let with = |params: &str| {
+            format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: burst-prefix-cache-producer\n  parameters: {params}\n- type: prefix-cache-scorer\n  parameters: {{prefixMatchInfoProducerName: burst-prefix-cache-producer}}\n"
+            )
+        };
+        // The sample's own parameters, and the full set at its edges.
+        load_config(
+            "f",
+            &with("{windowDurationMs: 100, maxPerReplica: -1, minColocateBlocks: 0}"),
+            true,
+        )
+        .unwrap_or_else(|p| panic!("{p:?}"));
+        load_config("f", &with("{windowDurationMs: 10000, maxPerReplica: 1, blockSizeTokens: 1, maxPrefixTokensToMatch: 1, minColocateBlocks: 3, maxBatchSize: -1, balanceBy: tokens}"), true)
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        // Alpha: refused without --allow-experimental-plugins.
+        let problems = load_config("f", &with("{}"), false).unwrap_err();
+        assert_eq!(problems[0].code, "epp-plugin-alpha", "{problems:?}");
+        for (params, key, code) in [
+            (
+                "{windowDurationMs: 0}",
+                "windowDurationMs",
+                "epp-plugin-parameter",
+            ),
+            (
+                "{windowDurationMs: 10001}",
+                "windowDurationMs",
+                "epp-plugin-parameter",
+            ),
+            ("{windowDurationMs: 1.5}", "windowDurationMs", "wrong-type"),
+            (
+                "{maxPerReplica: 0}",
+                "maxPerReplica",
+                "epp-plugin-parameter",
+            ),
+            (
+                "{maxPerReplica: -2}",
+                "maxPerReplica",
+                "epp-plugin-parameter",
+            ),
+            (
+                "{blockSizeTokens: 0}",
+                "blockSizeTokens",
+                "epp-plugin-parameter",
+            ),
+            (
+                "{maxPrefixTokensToMatch: -1}",
+                "maxPrefixTokensToMatch",
+                "epp-plugin-parameter",
+            ),
+            (
+                "{blockSizeTokens: 64, maxPrefixTokensToMatch: 63}",
+                "maxPrefixTokensToMatch",
+                "epp-plugin-parameter",
+            ),
+            (
+                "{minColocateBlocks: -1}",
+                "minColocateBlocks",
+                "epp-plugin-parameter",
+            ),
+            ("{maxBatchSize: 0}", "maxBatchSize", "epp-plugin-parameter"),
+            ("{balanceBy: bytes}", "balanceBy", "epp-plugin-parameter"),
+            ("{balanceBy: 1}", "balanceBy", "wrong-type"),
+            ("{window: 100}", "window", "epp-plugin-parameter"),
+        ] {
+            let problems = load_config("f", &with(params), true).unwrap_err();
+            assert_eq!(problems.len(), 1, "{params}: {problems:?}");
+            assert_eq!(problems[0].code, code, "{params}: {problems:?}");
+            assert!(
+                problems[0].path.ends_with(&format!("parameters.{key}")),
+                "{params}: {problems:?}"
+            );
+        }
+        // An empty balanceBy is the default.
+        load_config("f", &with("{balanceBy: ''}"), true).unwrap_or_else(|p| panic!("{p:?}"));
+        // A second producer is refused: pdsim runs one window.
+        let two = with("{}").replace(
+            "- type: prefix-cache-scorer",
+            "- type: burst-prefix-cache-producer\n  name: second\n- type: prefix-cache-scorer",
+        );
+        let problems = load_config("f", &two, true).unwrap_err();
+        assert_eq!(problems[0].code, "epp-not-simulated", "{problems:?}");
+        assert!(problems[0].message.contains("`second`"), "{problems:?}");
     }
 
     #[test]

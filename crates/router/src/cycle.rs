@@ -11,6 +11,8 @@ use crate::RouterInputs;
 use crate::config::EndpointPickerConfig;
 use crate::config::{Plugin, prefill_header_writers};
 use crate::plugins::requestcontrol::dataproducer::approximateprefix::ApproxPrefixProducer;
+use crate::plugins::requestcontrol::dataproducer::burstprefix::BurstPrefixProducer;
+pub use crate::plugins::requestcontrol::dataproducer::burstprefix::{BurstJoin, BurstMember};
 use crate::plugins::requestcontrol::dataproducer::inflightload::InFlightLoad;
 pub use crate::plugins::requestcontrol::dataproducer::inflightload::Ticket;
 use crate::plugins::requestcontrol::dataproducer::preciseprefixcache::{Precise, Weights};
@@ -138,16 +140,36 @@ struct CycleData {
     precise: Option<Precise>,
     /// Whose match info the inflight-load-producer reads.
     load_source: PrefixSource,
+    /// The burst-prefix-cache-producer's match info for the current
+    /// request, when it is configured: all blocks on the assigned replica.
+    burst: Option<BurstData>,
+    /// The producers did not run for the current request: the burst
+    /// producer's batch was full, and the director skips the producers
+    /// after a failing one ([`BurstJoin::Full`]).
+    skipped: bool,
+}
+
+/// The burst producer's `PrefixCacheMatchInfo` for one request.
+#[derive(Clone, Debug)]
+struct BurstData {
+    matches: Vec<u32>,
+    total: u32,
+    block_size: u32,
 }
 
 impl CycleData {
     /// The match info a producer made for the current request.
     fn source_info(&self, source: PrefixSource) -> MatchInfo<'_> {
-        match (source, &self.precise) {
-            (PrefixSource::Precise, Some(precise)) => MatchInfo {
+        match (source, &self.precise, &self.burst) {
+            (PrefixSource::Precise, Some(precise), _) => MatchInfo {
                 matches: &precise.matches,
                 total: precise.keys.len() as u32,
                 block_size: precise.block_size,
+            },
+            (PrefixSource::Burst, _, Some(burst)) => MatchInfo {
+                matches: &burst.matches,
+                total: burst.total,
+                block_size: burst.block_size,
             },
             _ => MatchInfo {
                 matches: &self.matches,
@@ -174,9 +196,14 @@ impl CycleData {
                 .precise
                 .is_some()
                 .then(|| self.source_info(PrefixSource::Precise)),
+            burst: self
+                .burst
+                .is_some()
+                .then(|| self.source_info(PrefixSource::Burst)),
             inflight: self.inflight.as_ref(),
             load_source: self.load_source,
             peer: None,
+            producers_skipped: self.skipped,
         }
     }
 }
@@ -192,6 +219,8 @@ pub struct Router {
     data: CycleData,
     /// The approx-prefix-cache-producer, when configured or needed.
     approx: Option<ApproxPrefixProducer>,
+    /// The burst-prefix-cache-producer, when configured.
+    burst: Option<BurstPrefixProducer>,
     rng: Stream,
     order: Vec<usize>,
     /// Requests routed and how many were disaggregated.
@@ -229,12 +258,17 @@ pub struct Router {
 /// own producer (`scorer/preciseprefixcache/precise_prefix_cache.go`).
 /// Others read the default key, the approx producer's.
 fn reads_precise(plugin: &Plugin, precise: &str) -> bool {
-    plugin.plugin_type == "precise-prefix-cache-scorer"
-        || plugin
-            .parameters
-            .get("prefixMatchInfoProducerName")
-            .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty() && n == precise)
+    plugin.plugin_type == "precise-prefix-cache-scorer" || names_producer(plugin, precise)
+}
+
+/// Whether a consumer's `prefixMatchInfoProducerName` names `producer`
+/// (an empty name reads the default key).
+fn names_producer(plugin: &Plugin, producer: &str) -> bool {
+    plugin
+        .parameters
+        .get("prefixMatchInfoProducerName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty() && n == producer)
 }
 
 /// The precise producer a configuration runs, if any: an explicit
@@ -321,6 +355,11 @@ impl Router {
         // Plugins whose `Consumes()` requires PrefixCacheMatchInfo: the
         // scorers, the affinity filter, the decider and both P/D handlers.
         let precise_name = precise_plugin(&config.plugins).map(|p| p.name.clone());
+        let burst_plugin = config
+            .plugins
+            .iter()
+            .find(|p| p.plugin_type == "burst-prefix-cache-producer");
+        let reads_burst = |p: &Plugin| burst_plugin.is_some_and(|b| names_producer(p, &b.name));
         let consumes_prefix = config.plugins.iter().any(|p| {
             matches!(
                 p.plugin_type.as_str(),
@@ -333,6 +372,7 @@ impl Router {
             ) && !precise_name
                 .as_deref()
                 .is_some_and(|name| reads_precise(p, name))
+                && !reads_burst(p)
         });
         // The producer is created with its defaults when a consumer needs
         // it and none is configured (`CreateMissingDataProducers`).
@@ -345,6 +385,7 @@ impl Router {
         let n = labels.len();
         // Whose PrefixCacheMatchInfo a consumer reads, fixed now.
         let source_of = |p: &Plugin| match &precise_name {
+            _ if reads_burst(p) => PrefixSource::Burst,
             Some(name) if reads_precise(p, name) => PrefixSource::Precise,
             _ => PrefixSource::Approx,
         };
@@ -448,12 +489,19 @@ impl Router {
                 prompt_tokens: 0,
                 precise,
                 load_source,
+                burst: burst_plugin.map(|_| BurstData {
+                    matches: vec![0; n],
+                    total: 0,
+                    block_size: 0,
+                }),
+                skipped: false,
             },
             kv_events_wired,
             clock: 0,
             #[cfg(test)]
             config: config.clone(),
             approx,
+            burst: burst_plugin.map(BurstPrefixProducer::new),
             rng: Stream::new(seed, Purpose::RouterTies, 0),
             order: Vec::with_capacity(n),
             routed: 0,
@@ -595,6 +643,14 @@ impl Router {
     /// the leading blocks it holds, stopping at the first block no endpoint
     /// holds.
     fn produce(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) {
+        // Producers the director skipped leave no data: no match info and
+        // nothing for their PreRequest to index (an empty prompt produces
+        // exactly that).
+        let prompt = if self.data.skipped {
+            &Prompt::default()
+        } else {
+            prompt
+        };
         if let Some(precise) = &mut self.data.precise {
             precise.produce(prompt);
         }
@@ -667,6 +723,68 @@ impl Router {
     /// endpoint survives (the EPP answers 503).
     pub fn pick(&mut self, prompt: &Prompt, endpoints: &[EndpointView]) -> Option<Decision> {
         self.pick_request(prompt, &RequestContext::default(), endpoints)
+    }
+
+    /// The burst-prefix-cache-producer's window in nanoseconds, when one
+    /// is configured: the caller then hands each request to
+    /// [`Router::burst_join`] instead of picking it at once.
+    pub fn burst_window_ns(&self) -> Option<u64> {
+        self.burst.as_ref().map(|b| b.settings.window_ns)
+    }
+
+    /// The burst producer's `Produce` up to its wait, for a request that
+    /// reaches the producers now with the endpoints as `endpoints` has
+    /// them (the snapshot it is scheduled on). `token` is the caller's.
+    pub fn burst_join(
+        &mut self,
+        token: u32,
+        prompt: &Prompt,
+        endpoints: &[EndpointView],
+        now_ns: u64,
+    ) -> BurstJoin {
+        match &mut self.burst {
+            Some(burst) => burst.join(token, prompt, endpoints, now_ns),
+            None => BurstJoin::Full,
+        }
+    }
+
+    /// Seals the burst producer's batch: its members, each with the
+    /// replica it was assigned, in the order they joined, for
+    /// [`Router::pick_member`].
+    pub fn burst_seal(&mut self) -> Vec<BurstMember> {
+        match &mut self.burst {
+            Some(burst) => burst.seal(&self.data.ids),
+            None => Vec::new(),
+        }
+    }
+
+    /// The scheduling cycle of a sealed batch's member, on the endpoints
+    /// as it found them, with the burst producer's match info.
+    pub fn pick_member(&mut self, prompt: &Prompt, member: &BurstMember) -> Option<Decision> {
+        if let (Some(burst), Some(data)) = (&self.burst, &mut self.data.burst) {
+            (data.total, data.block_size) = burst.match_info(member, &mut data.matches);
+        }
+        let decision = self.pick(prompt, &member.views);
+        // Other requests carry none of this producer's data.
+        if let Some(data) = &mut self.data.burst {
+            data.total = 0;
+            data.matches.iter_mut().for_each(|m| *m = 0);
+        }
+        decision
+    }
+
+    /// The scheduling cycle of a request the burst producer's full batch
+    /// refused: the director skips the producers after the failing one,
+    /// so the cycle runs without any producer's data.
+    pub fn pick_skipping_producers(
+        &mut self,
+        prompt: &Prompt,
+        endpoints: &[EndpointView],
+    ) -> Option<Decision> {
+        self.data.skipped = true;
+        let decision = self.pick(prompt, endpoints);
+        self.data.skipped = false;
+        decision
     }
 
     /// One scheduling cycle: producers, the profile handler's loop over
@@ -1356,6 +1474,63 @@ mod tests {
         // A prompt ending on a block boundary has no partial block.
         router.pick(&prompt(1, 64), &idle).unwrap();
         assert_eq!((router.data.hashes.len(), router.data.matches[0]), (1, 1));
+    }
+
+    #[test]
+    fn a_burst_member_is_scheduled_on_its_snapshot_with_a_full_match_on_its_replica() {
+        use super::BurstJoin;
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: burst-prefix-cache-producer\n  parameters: {maxBatchSize: 2, blockSizeTokens: 64}\n- type: prefix-cache-scorer\n  parameters: {prefixMatchInfoProducerName: burst-prefix-cache-producer}\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 64}\n- type: load-aware-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: prefix-cache-scorer, weight: 2}, {pluginRef: load-aware-scorer}]\n";
+        let mut router = Router::new(
+            &inputs_experimental(text),
+            labels(&["prefill-decode"; 3]),
+            1,
+        );
+        assert_eq!(router.burst_window_ns(), Some(100_000_000));
+        let p = prompt(1, 100);
+        // Endpoint 0 is busy as the burst arrives, endpoint 1 less so.
+        let busy = |w: [u32; 3]| -> Vec<EndpointView> {
+            w.iter()
+                .map(|w| EndpointView {
+                    waiting: *w,
+                    ..Default::default()
+                })
+                .collect()
+        };
+        let at_arrival = busy([10, 0, 5]);
+        assert_eq!(
+            router.burst_join(1, &p, &at_arrival, 7),
+            BurstJoin::Opened {
+                seal_at_ns: 100_000_007
+            }
+        );
+        assert_eq!(router.burst_join(2, &p, &at_arrival, 8), BurstJoin::Joined);
+        // The batch holds maxBatchSize 2: the third fails `Produce` and is
+        // scheduled without any producer's data, so the approx producer
+        // neither matches nor indexes it.
+        assert_eq!(router.burst_join(3, &p, &at_arrival, 9), BurstJoin::Full);
+        router.pick_skipping_producers(&p, &at_arrival).unwrap();
+        assert!(router.data.hashes.is_empty());
+        // The seal places the two identical samples on one replica: the
+        // first by name, all batch loads and running counts being equal.
+        let members = router.burst_seal();
+        assert_eq!(members.iter().map(|m| m.token).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(members[0].assigned, Some(0));
+        // Scheduled later, on the metrics as they arrived: endpoint 0 has
+        // the full match (2 blocks: 64 + a partial 36), which outweighs
+        // its queue.
+        let d = router.pick_member(&p, &members[0]).unwrap();
+        assert_eq!(d.decode, 0);
+        // The approx producer ran this time, on an index the skipped
+        // request left empty.
+        assert_eq!((router.data.hashes.len(), router.data.matches[0]), (2, 0));
+        // Outside a member's cycle no burst data remains.
+        let data = router.data.burst.as_ref().unwrap();
+        assert_eq!((data.total, data.matches.iter().sum::<u32>()), (0, 0));
+        // A new batch opens after the seal.
+        assert!(matches!(
+            router.burst_join(4, &p, &at_arrival, 200_000_000),
+            BurstJoin::Opened { .. }
+        ));
     }
 
     #[test]

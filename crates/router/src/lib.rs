@@ -22,7 +22,7 @@ mod role;
 pub use inputs::{RouterInputs, check_router_inputs};
 
 pub use config::{EndpointPickerConfig, load_config};
-pub use cycle::{Decision, EndpointView, Router, Ticket};
+pub use cycle::{BurstJoin, BurstMember, Decision, EndpointView, Router, Ticket};
 pub use flags::{EppFlags, parse_flags};
 pub use flowcontrol::{FlowControl, FlowController};
 pub use manifests::{Manifests, load_manifests};

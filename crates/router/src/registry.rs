@@ -206,7 +206,10 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Screener, Alpha (`screener/disaggregatedsetrollout`).
     "disaggregatedset-rollout-screener" => Other, None, true, Some("it screens endpoints by DisaggregatedSet revision labels and request headers during a rollout, and pdsim models no rollouts or revisions");
     // Data producers, Alpha.
-    "burst-prefix-cache-producer" => Producer, None, true, Some("it holds arriving requests for a batch window and places prompt-sharing bursts jointly (`dataproducer/burstprefix`); that batching is not simulated yet");
+    // burst-prefix-cache-producer holds arriving requests for a batch window
+    // and places prompt-sharing bursts jointly (`dataproducer/burstprefix`;
+    // `plugins/requestcontrol/dataproducer/burstprefix.rs`).
+    "burst-prefix-cache-producer" => Producer, Some(&["windowDurationMs", "maxPerReplica", "blockSizeTokens", "maxPrefixTokensToMatch", "minColocateBlocks", "maxBatchSize", "balanceBy"]), true, None;
     "p2p-source-producer" => Producer, None, true, Some("it names a peer for the routing sidecar to pull cached KV from over a P2P connector (`x-kv-cache-source-host-port`), and pdsim simulates no P2P KV pulls");
     // Data layer, Alpha (`datalayer/extractor/topology`): it stamps each
     // endpoint with hostname, rack, zone and region from pod labels, which

@@ -55,13 +55,14 @@ impl MatchInfo<'_> {
 }
 
 /// Which producer's `PrefixCacheMatchInfo` a consumer reads, fixed at load:
-/// the precise producer's when its `prefixMatchInfoProducerName` names it
-/// (or it is the legacy precise scorer), else the approx producer's under
-/// the default key.
+/// the precise or the burst producer's when its
+/// `prefixMatchInfoProducerName` names it (or it is the legacy precise
+/// scorer), else the approx producer's under the default key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PrefixSource {
     Approx,
     Precise,
+    Burst,
 }
 
 /// What a plugin reads of the scheduling cycle in progress: the request,
@@ -77,6 +78,8 @@ pub(crate) struct Cycle<'a, 'r> {
     pub approx: MatchInfo<'a>,
     /// Present when the configuration runs a precise producer.
     pub precise: Option<MatchInfo<'a>>,
+    /// Present when the configuration runs a burst producer.
+    pub burst: Option<MatchInfo<'a>>,
     /// The inflight-load-producer's (requests, tokens) per endpoint, when a
     /// plugin consumes them.
     pub inflight: Option<&'a InFlightLoad>,
@@ -88,19 +91,30 @@ pub(crate) struct Cycle<'a, 'r> {
     /// profile running now: the decode pick for the prefill profile, or
     /// the prefill pick for the decode profile in prefill-first order.
     pub peer: Option<usize>,
+    /// The director skipped the producers for this request (the burst
+    /// producer's batch was full): their attributes are missing, which
+    /// some readers treat otherwise than an empty match.
+    pub producers_skipped: bool,
 }
 
 impl Cycle<'_, '_> {
     pub fn match_info(&self, source: PrefixSource) -> MatchInfo<'_> {
-        match (source, self.precise) {
-            (PrefixSource::Precise, Some(precise)) => precise,
+        match (source, self.precise, self.burst) {
+            (PrefixSource::Precise, Some(precise), _) => precise,
+            (PrefixSource::Burst, _, Some(burst)) => burst,
             _ => self.approx,
         }
     }
 
-    /// Tokens of the prompt an endpoint's index lacks, by the match info
-    /// the inflight-load-producer reads.
+    /// The `UncachedRequestTokens` the inflight-load-producer's `Produce`
+    /// gives this request on an endpoint: the prompt tokens its index
+    /// lacks, by the match info the producer reads; none when the
+    /// producers were skipped (the attribute is missing, and token-load
+    /// adds nothing, `tokenload/token_load.go`).
     pub fn uncached_tokens(&self, endpoint: usize) -> u64 {
+        if self.producers_skipped {
+            return 0;
+        }
         self.match_info(self.load_source)
             .uncached_tokens(endpoint, self.prompt_tokens)
     }

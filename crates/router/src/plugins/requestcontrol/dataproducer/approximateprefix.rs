@@ -5,11 +5,11 @@
 //! read), and at PreRequest records the prompt's blocks on the endpoints
 //! the request went to.
 
+use super::prefixhash::block_hashes;
 use crate::config::Plugin;
 use crate::cycle::EndpointView;
 use crate::plugins::param_f64;
 use pdsim_core::Prompt;
-use pdsim_core::prompt::BlockHasher;
 use rustc_hash::FxHashMap;
 use serde_yaml::Value;
 use std::collections::VecDeque;
@@ -219,10 +219,9 @@ impl ApproxPrefixProducer {
     /// up to the prefix cap, into `hashes`, then count in `matches`, per
     /// endpoint, the leading blocks it holds, stopping at the first block
     /// no endpoint holds. Returns the block size used. A trailing partial
-    /// block is hashed too, as the shared `prefixhash.GetBlockHashes`
-    /// hashes it (`requestcontrol/dataproducer/prefixhash/hashing.go`): it
-    /// counts in the match info's total, matches only where a prompt with
-    /// the same last tokens was indexed, and is indexed at PreRequest.
+    /// block is hashed too ([`block_hashes`]): it counts in the match
+    /// info's total, matches only where a prompt with the same last tokens
+    /// was indexed, and is indexed at PreRequest.
     pub fn produce(
         &self,
         prompt: &Prompt,
@@ -231,18 +230,8 @@ impl ApproxPrefixProducer {
         hashes: &mut VecDeque<u64>,
     ) -> u32 {
         let block = self.settings.block_size(endpoints);
-        let max_blocks = self.settings.max_blocks(block);
-        let mut hasher = BlockHasher::new(block);
-        for segment in &prompt.segments {
-            hasher.feed_segment(*segment);
-            if hasher.full_blocks() >= max_blocks {
-                break;
-            }
-        }
-        let partial = hasher.partial();
-        hasher.hashes.extend(partial);
-        hasher.hashes.truncate(max_blocks);
-        for hash in &hasher.hashes {
+        let prompt_hashes = block_hashes(prompt, block, self.settings.max_blocks(block));
+        for hash in &prompt_hashes {
             let mut any = false;
             for (e, m) in matches.iter_mut().enumerate() {
                 if self.index.holds(e, *hash) {
@@ -254,7 +243,7 @@ impl ApproxPrefixProducer {
                 break;
             }
         }
-        hashes.extend(hasher.hashes);
+        hashes.extend(prompt_hashes);
         block
     }
 

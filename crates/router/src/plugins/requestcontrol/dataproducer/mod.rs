@@ -3,5 +3,7 @@
 //! as responses stream back.
 
 pub(crate) mod approximateprefix;
+pub(crate) mod burstprefix;
 pub(crate) mod inflightload;
 pub(crate) mod preciseprefixcache;
+pub(crate) mod prefixhash;

@@ -28,6 +28,12 @@ impl PrefixBasedPdDecider {
 
 impl Decider for PrefixBasedPdDecider {
     fn disaggregate(&self, cycle: &Cycle<'_, '_>, decode: usize) -> bool {
+        // Without the approx producer's attribute the decider cannot read
+        // the prefix cache state and keeps the request decode-only
+        // (`unable to read prefix cache state`).
+        if cycle.producers_skipped {
+            return false;
+        }
         let input = cycle.prompt_tokens as f64;
         let cached = cycle.approx.matches[decode] as f64 * cycle.approx.block_size as f64;
         self.non_cached > 0.0
