@@ -1514,6 +1514,9 @@ mod tests {
         // first by name, all batch loads and running counts being equal.
         let members = router.burst_seal();
         assert_eq!(members.iter().map(|m| m.token).collect::<Vec<_>>(), [1, 2]);
+        // Members that found the same metrics share one snapshot of them.
+        assert!(std::sync::Arc::ptr_eq(&members[0].views, &members[1].views));
+        assert_eq!(*members[0].views, at_arrival[..]);
         assert_eq!(members[0].assigned, Some(0));
         // Scheduled later, on the metrics as they arrived: endpoint 0 has
         // the full match (2 blocks: 64 + a partial 36), which outweighs
@@ -1526,11 +1529,20 @@ mod tests {
         // Outside a member's cycle no burst data remains.
         let data = router.data.burst.as_ref().unwrap();
         assert_eq!((data.total, data.matches.iter().sum::<u32>()), (0, 0));
-        // A new batch opens after the seal.
+        // A new batch opens after the seal; a member that finds other
+        // metrics keeps its own snapshot.
         assert!(matches!(
             router.burst_join(4, &p, &at_arrival, 200_000_000),
             BurstJoin::Opened { .. }
         ));
+        let later = busy([0, 0, 0]);
+        router.burst_join(5, &p, &later, 200_000_001);
+        let members = router.burst_seal();
+        assert!(!std::sync::Arc::ptr_eq(
+            &members[0].views,
+            &members[1].views
+        ));
+        assert_eq!(*members[1].views, later[..]);
     }
 
     #[test]

@@ -34,6 +34,7 @@ use crate::cycle::EndpointView;
 use crate::plugins::param_f64;
 use pdsim_core::Prompt;
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 /// `defaultWindowDurationMs`, `maxWindowDurationMs` (`types.go`).
 pub(crate) const DEFAULT_WINDOW_MS: i64 = 100;
@@ -97,8 +98,11 @@ impl BurstSettings {
 pub struct BurstMember {
     /// The caller's token for the request.
     pub token: u32,
-    /// The endpoints as the EPP saw them when the request arrived.
-    pub views: Vec<EndpointView>,
+    /// The endpoints as the EPP saw them when the request arrived, shared
+    /// with the other members that found them the same (they change only
+    /// at a scrape), so a large burst holds one copy per scrape, not one
+    /// per request.
+    pub views: Arc<[EndpointView]>,
     pub(crate) hashes: Vec<u64>,
     /// The replica the seal assigned; `None`: no affinity.
     pub(crate) assigned: Option<usize>,
@@ -122,6 +126,8 @@ pub enum BurstJoin {
 pub(crate) struct BurstPrefixProducer {
     pub(crate) settings: BurstSettings,
     batch: Vec<BurstMember>,
+    /// The last snapshot a member took.
+    snapshot: Option<Arc<[EndpointView]>>,
 }
 
 impl BurstPrefixProducer {
@@ -129,6 +135,7 @@ impl BurstPrefixProducer {
         BurstPrefixProducer {
             settings: BurstSettings::new(plugin),
             batch: Vec::new(),
+            snapshot: None,
         }
     }
 
@@ -146,9 +153,17 @@ impl BurstPrefixProducer {
             return BurstJoin::Full;
         }
         let opened = self.batch.is_empty();
+        let snapshot = match &self.snapshot {
+            Some(last) if **last == *views => Arc::clone(last),
+            _ => {
+                let fresh: Arc<[EndpointView]> = views.into();
+                self.snapshot = Some(Arc::clone(&fresh));
+                fresh
+            }
+        };
         self.batch.push(BurstMember {
             token,
-            views: views.to_vec(),
+            views: snapshot,
             hashes: block_hashes(prompt, s.block_size, s.max_blocks),
             assigned: None,
         });
