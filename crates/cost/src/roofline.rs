@@ -217,6 +217,21 @@ struct Experts {
     imbalance: f64,
 }
 
+impl Experts {
+    /// What `t` tokens of this rank bring to one MoE layer on it: the
+    /// tokens that reach the expert-parallel group's rank (every rank's
+    /// share with expert parallelism), the (token, expert) pairs it
+    /// computes, and the expected number of its experts they touch,
+    /// routing uniformly (each of `local` experts is missed by a token
+    /// with probability 1 − k/E).
+    fn load(&self, t: f64) -> (f64, f64, f64) {
+        let tokens_in = t * self.tokens_in_per_token;
+        let pairs = tokens_in * self.pairs_per_token_in;
+        let touched = self.local * (1.0 - (tokens_in * self.ln_miss).exp());
+        (tokens_in, pairs, touched)
+    }
+}
+
 /// The expert-parallel dispatch and combine of one MoE layer.
 #[derive(Clone, Copy, Debug)]
 struct ExpertComm {
@@ -721,6 +736,13 @@ impl Roofline {
         self.provenance.iter().map(Provenance::row).collect()
     }
 
+    /// [`Experts::load`] of `t` tokens, for tests that pin it (`None` for
+    /// a dense model).
+    #[cfg(test)]
+    pub(crate) fn expert_load(&self, t: f64) -> Option<(f64, f64, f64)> {
+        self.experts.as_ref().map(|x| x.load(t))
+    }
+
     /// The expert-parallel dispatch and combine bytes per token, for tests
     /// that pin the formula (`None` without expert parallelism).
     #[cfg(test)]
@@ -824,10 +846,8 @@ impl Roofline {
         if let Some(x) = &self.experts
             && moe > 0.0
         {
-            let tokens_in = t * x.tokens_in_per_token;
+            let (tokens_in, pairs, touched) = x.load(t);
             if tokens_in > 0.0 {
-                let pairs = tokens_in * x.pairs_per_token_in;
-                let touched = x.local * (1.0 - (tokens_in * x.ln_miss).exp());
                 // flops / (peak · eff(pairs / touched)), times the imbalance.
                 let c = moe * x.flops_per_pair * (pairs + self.gemm_m_half_tokens * touched)
                     / self.gemm_flops_per_ns

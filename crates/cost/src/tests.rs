@@ -529,6 +529,18 @@ fn the_linear_model_is_its_formula_exactly() {
         cost.total.as_ns()
     );
     assert_eq!(model.admission_delay(100).as_ns(), 35_000);
+    // The API server's work is priced by the host set, as under the
+    // roofline: 3.9 ms to take a request in, 45.9 µs per streamed token,
+    // 777.3 µs per completion.
+    let api = model.api_server();
+    assert_eq!(
+        (
+            api.request.as_ns(),
+            api.output_token.as_ns(),
+            api.completion.as_ns()
+        ),
+        (3_900_000, 45_900, 777_300)
+    );
     let direct = Linear::from_us(2000.0, 50.0, 100.0, 0.5);
     assert_eq!(direct.step(&b).total, cost.total);
 }
@@ -1001,6 +1013,34 @@ fn an_moe_decode_pays_for_the_experts_it_touches() {
         .unwrap();
     let cost = model.step(&decode(8, 512));
     assert!(ms(&cost) >= 12.1, "{} ms", ms(&cost));
+}
+
+/// The routed experts' load, worked by hand. Mixtral-8x7B at tp 2 (no
+/// expert parallelism): 8 tokens stay on the rank, make 8 · 2 = 16 pairs
+/// and touch 8 · (1 − (6/8)^8) = 7.1991 of its 8 experts. DeepSeek-V3 at
+/// EP 8 (tp 1): 4 tokens per rank bring 4 · 8 = 32 into each rank, whose
+/// 256 / 8 = 32 experts take 32 · 8/8 = 32 pairs and are touched
+/// 32 · (1 − (248/256)^32) = 20.4142 times in expectation.
+#[test]
+fn the_routed_experts_load_follows_the_tokens_into_the_rank() {
+    let close = |a: (f64, f64, f64), b: (f64, f64, f64)| {
+        (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-9 && (a.2 - b.2).abs() < 1e-4
+    };
+    let mixtral = setup("mixtral-8x7b", "h100", "{tp: 2, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap();
+    let load = mixtral.expert_load(8.0).unwrap();
+    assert!(close(load, (8.0, 16.0, 7.1991)), "{load:?}");
+    let deepseek = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
+    let load = deepseek.expert_load(4.0).unwrap();
+    assert!(close(load, (32.0, 32.0, 20.4142)), "{load:?}");
+    assert!(
+        llama8b_tp1()
+            .roofline(&[])
+            .unwrap()
+            .expert_load(1.0)
+            .is_none()
+    );
 }
 
 /// Kernel launches the graph mode does not hide are paid on top of the GPU

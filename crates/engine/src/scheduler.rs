@@ -2143,8 +2143,8 @@ mod checker_tests {
     use super::*;
     use pdsim_core::{Prompt, Segment};
 
-    fn engine_with_one_running() -> Engine {
-        let mut engine = Engine::new(EngineConfig {
+    fn small_config() -> EngineConfig {
+        EngineConfig {
             block_size: 16,
             prefix_unit: 16,
             num_blocks: 1 + 64,
@@ -2175,7 +2175,11 @@ mod checker_tests {
             pad_spec_decode: PadSpecDecode::Never,
             victim_blocks_must_be_freeable: true,
             async_load_reserve: AsyncLoadReserve::None,
-        });
+        }
+    }
+
+    fn engine_with_one_running() -> Engine {
+        let mut engine = Engine::new(small_config());
         engine.add_request(NewRequest {
             id: RequestId(0),
             arrival: SimTime(0),
@@ -2188,6 +2192,34 @@ mod checker_tests {
         engine.schedule().expect("a step");
         engine.check_full().expect("a sound state to start from");
         engine
+    }
+
+    #[test]
+    fn a_spec_decode_step_takes_the_blocks_of_its_slots() {
+        // `_spec_decode_step_blocks`: cdiv(1 + num_spec_tokens + lookahead,
+        // block_size), 0 without drafts. 4-token blocks: EAGLE with 2
+        // drafts (2 lookahead slots) needs cdiv(5, 4) = 2 blocks; n-gram
+        // with 3 drafts and no lookahead cdiv(4, 4) = 1; DFlash with 3
+        // drafts (4 slots) cdiv(8, 4) = 2.
+        let blocks = |spec: Option<(u32, u32)>| {
+            let config = EngineConfig {
+                block_size: 4,
+                prefix_unit: 4,
+                spec: spec.map(|(k, lookahead)| SpecConfig {
+                    num_spec_tokens: k,
+                    acceptance: vec![0.5; k as usize],
+                    eagle_style: lookahead > 0,
+                    lookahead_tokens: lookahead,
+                }),
+                ..small_config()
+            };
+            Engine::new(config).spec_decode_step_blocks()
+        };
+        assert_eq!(blocks(Some((2, 2))), 2);
+        assert_eq!(blocks(Some((3, 0))), 1);
+        assert_eq!(blocks(Some((3, 4))), 2);
+        assert_eq!(blocks(Some((0, 0))), 0);
+        assert_eq!(blocks(None), 0);
     }
 
     fn running_req(engine: &mut Engine) -> &mut Req {

@@ -269,3 +269,40 @@ fn offloaded_blocks_survive_hbm_eviction_and_load_on_a_later_hit() {
     let (stores, _) = engine.offload_counts();
     assert!(stores >= 4 + 7);
 }
+
+#[test]
+fn an_offload_hit_is_whole_blocks_short_of_the_prompts_last_token() {
+    // The tier's hit leaves at least one token to compute
+    // (`get_num_new_matched_tokens`): of a prompt that is exactly A's four
+    // offloaded 16-token blocks, three load (48 tokens) and the last block
+    // is computed; one more token lets all four load.
+    for (extra, loaded) in [(0, 48), (1, 64)] {
+        let mut c = config(8);
+        c.offload_blocks = Some(100);
+        let mut engine = Engine::new(c);
+        engine.add_request(request(0, &[(7, 64), (1, 1)], 1, KvTransfer::Local));
+        while engine.has_work() {
+            step(&mut engine);
+        }
+        // B evicts A's blocks from HBM; the tier keeps them.
+        engine.add_request(request(1, &[(8, 120)], 1, KvTransfer::Local));
+        while engine.has_work() {
+            step(&mut engine);
+        }
+        let prompt: &[(u64, u32)] = if extra == 0 {
+            &[(7, 64)]
+        } else {
+            &[(7, 64), (2, extra)]
+        };
+        engine.add_request(request(2, prompt, 1, KvTransfer::Local));
+        let events = step(&mut engine);
+        assert!(
+            events.contains(&EngineEvent::LoadsKv {
+                id: RequestId(2),
+                cached_tokens: 0,
+                tokens: loaded
+            }),
+            "{extra}: {events:?}"
+        );
+    }
+}

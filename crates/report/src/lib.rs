@@ -1476,6 +1476,26 @@ mod stage_tests {
         assert!(near(p.kv_usage_mean, 1.7 / 4.0), "{}", p.kv_usage_mean);
         assert!(near(p.kv_usage_peak, 0.9));
         assert!(near(p.prefix_hit_rate, 0.5));
+        // The run's figures, over all its cores: the same weighting.
+        assert!(near(s.kv_usage.mean, 1.7 / 4.0), "{}", s.kv_usage.mean);
+        assert!(near(s.kv_usage.peak, 0.9));
+    }
+
+    #[test]
+    fn a_fanout_hands_every_record_and_emission_to_each_sink_in_order() {
+        use pdsim_cluster::MemorySink;
+        let (mut first, mut second) = (MemorySink::default(), MemorySink::default());
+        {
+            let mut fanout = super::Fanout(vec![&mut first, &mut second]);
+            let r = done(1, 500);
+            fanout.record(&r);
+            fanout.emission(7, 2);
+            fanout.emission_of(&r, 9, 1);
+        }
+        for sink in [&first, &second] {
+            assert_eq!(sink.records, vec![done(1, 500)]);
+            assert_eq!(sink.emissions, vec![(7, 2), (9, 1)]);
+        }
     }
 
     #[test]

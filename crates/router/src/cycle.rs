@@ -1817,6 +1817,75 @@ mod tests {
         assert_eq!(out, vec![0.0; 4]);
     }
 
+    /// Under `session_id` the scorer notes whether the bound endpoint was
+    /// a candidate (`Choose` writes `boundPodPresence`): a session whose
+    /// endpoint a filter removed moves to where its request went, while
+    /// one merely outscored elsewhere stays bound.
+    #[test]
+    fn a_session_scorer_moves_its_binding_only_when_its_endpoint_was_filtered_out() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: decode-filter\n- type: session-affinity-scorer\n  parameters: {strategy: session_id}\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: decode-filter}, {pluginRef: session-affinity-scorer}, {pluginRef: queue-scorer, weight: 2}]\n";
+        let mut router = Router::new(&inputs_experimental(text), labels(&["decode"; 2]), 5);
+        let with = headers(&[("x-session-id", "s1")]);
+        let ctx = RequestContext {
+            headers: &with,
+            now_ns: 0,
+        };
+        let queue = |w: [u32; 2]| -> Vec<EndpointView> {
+            w.iter()
+                .map(|w| EndpointView {
+                    waiting: *w,
+                    ..Default::default()
+                })
+                .collect()
+        };
+        // Bound to endpoint 1, the idle one.
+        assert_eq!(
+            router
+                .pick_request(&prompt(1, 16), &ctx, &queue([9, 0]))
+                .unwrap()
+                .decode,
+            1
+        );
+        // Endpoint 1's queue outweighs the session (weight 2 against 1):
+        // the request goes to 0, but the session stays bound to 1.
+        assert_eq!(
+            router
+                .pick_request(&prompt(1, 16), &ctx, &queue([0, 9]))
+                .unwrap()
+                .decode,
+            0
+        );
+        let idle = queue([0, 0]);
+        assert_eq!(
+            router
+                .pick_request(&prompt(1, 16), &ctx, &idle)
+                .unwrap()
+                .decode,
+            1
+        );
+        // Endpoint 1 stops being a decode endpoint: the filter removes it,
+        // the request goes to 0 and the session moves there.
+        router.set_labels(labels(&["decode", "prefill"]));
+        assert_eq!(
+            router
+                .pick_request(&prompt(1, 16), &ctx, &idle)
+                .unwrap()
+                .decode,
+            0
+        );
+        // Back as it was, with equal queues: the session decides, for 0.
+        router.set_labels(labels(&["decode"; 2]));
+        for _ in 0..4 {
+            assert_eq!(
+                router
+                    .pick_request(&prompt(1, 16), &ctx, &idle)
+                    .unwrap()
+                    .decode,
+                0
+            );
+        }
+    }
+
     /// `profileName` names whose target a binding records
     /// (`session_affinity.go`): here the prefill profile's, under P/D, so
     /// the session sticks to the prefill endpoint, not the decode one.

@@ -1629,11 +1629,34 @@ circuit_breakers: null
         };
         let (_, specs) = all(&random(50, 50), 1);
         assert!(specs.iter().all(|s| s.prompt.tokens() == 50));
+        // Outputs are the drawn lengths, in [4, 8]; a drawn 0 is sent as
+        // no max_tokens, which the client fills with 30.
+        assert!(specs.iter().all(|s| (4..=8).contains(&s.output_tokens)));
+        let zero = random(50, 50).replace(
+            "output_distribution: {min: 4, max: 8, mean: 6, std_dev: 1}",
+            "output_distribution: {min: 0, max: 0, mean: 0, std_dev: 0}",
+        );
+        let (_, specs) = all(&zero, 1);
+        assert!(specs.iter().all(|s| s.output_tokens == DEFAULT_MAX_TOKENS));
         assert!(refused(&random(51, 50)));
         // Lengths reach MAX_TOKENS and no further.
         let max = crate::MAX_TOKENS as u32;
         assert!(!refused(&random(50, max)));
         assert!(refused(&random(50, max + 1)));
+        // A prompt length's floor is 1 (vLLM refuses an empty prompt), an
+        // output length's 0, and each refusal says which.
+        let message = |text: &str| InferencePerf::new(text, "c.yaml", 0).err().unwrap().message;
+        let e = message(&random(0, 50));
+        assert!(
+            e.contains("lie in [1, ") && e.contains("a prompt of 0 tokens is empty"),
+            "{e}"
+        );
+        let output_over = random(50, 60).replace(
+            "output_distribution: {min: 4, max: 8,",
+            &format!("output_distribution: {{min: 4, max: {},", max + 1),
+        );
+        let e = message(&output_over);
+        assert!(e.contains("lie in [0, ") && !e.contains("empty"), "{e}");
         // The note on the gap between stages is for runs of several stages.
         let one_stage = EXPANDED.replace("  - rate: 2.5\n    duration: 2\n", "");
         let (reader, _) = all(&one_stage, 1);
