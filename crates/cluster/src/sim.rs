@@ -480,6 +480,8 @@ struct Sim<'a> {
     flow_sweep_phase: u64,
     /// The earliest dispatch tick and sweep already queued.
     flow_tick_at: Option<SimTime>,
+    /// The last dispatch tick that ran a cycle.
+    flow_ticked_at: Option<SimTime>,
     flow_sweep_at: Option<SimTime>,
     /// Scratch for expired requests.
     expired_buf: Vec<u32>,
@@ -777,6 +779,10 @@ impl<'a> Sim<'a> {
         // the run: their phases are seeded (a stream of their own).
         let mut flow_phases = Stream::new(seed, Purpose::ScrapePhases, 1);
         let flow_tick_phase = flow_phases.below(pdsim_router::flowcontrol::DISPATCH_TICK_NS);
+        let mut flow = flow;
+        if let Some(flow) = flow.as_mut() {
+            flow.set_dispatch_phase(flow_tick_phase);
+        }
         let flow_sweep_phase = flow_phases.below(pdsim_router::flowcontrol::SWEEP_NS);
         // What the EPP last scraped from each endpoint. No plugin reads
         // labels from a view (the router holds them), so views carry
@@ -836,6 +842,7 @@ impl<'a> Sim<'a> {
             flow_tick_phase,
             flow_sweep_phase,
             flow_tick_at: None,
+            flow_ticked_at: None,
             flow_sweep_at: None,
             expired_buf: Vec::new(),
             sampling: false,
@@ -1165,6 +1172,7 @@ impl<'a> Sim<'a> {
     /// controller's saturation detector could now answer differently (a
     /// metric changed, or the view was stale to it).
     fn read_metrics(&mut self, pod: usize, at_ns: u64) -> bool {
+        self.flow_account();
         let core = &self.cores[self.pods[pod].0];
         let view = &mut self.views[pod];
         let before = (view.waiting, view.running, view.kv_usage);
@@ -1305,7 +1313,7 @@ impl<'a> Sim<'a> {
             return;
         }
         self.schedule_sweep();
-        self.flow_cycle(sink);
+        self.flow_cycle(pdsim_router::flowcontrol::CycleKind::Enqueue, sink);
     }
 
     /// The first tick of a ticker with `phase` and `period` at or after
@@ -1349,20 +1357,44 @@ impl<'a> Sim<'a> {
         if self.flow_tick_at == Some(self.now) {
             self.flow_tick_at = None;
         }
-        self.flow_cycle(sink);
+        // The ticker runs one cycle per instant; a second tick queued for
+        // the same instant is the same one.
+        if self.flow_ticked_at == Some(self.now) {
+            return;
+        }
+        self.flow_ticked_at = Some(self.now);
+        self.flow_cycle(pdsim_router::flowcontrol::CycleKind::Tick, sink);
+    }
+
+    /// Counts the dispatch cycles the flow controller's ticker ran since it
+    /// last looked, before the detector's inputs change now
+    /// ([`pdsim_router::FlowController::account`]).
+    fn flow_account(&mut self) {
+        if let Some(flow) = self.flow.as_mut() {
+            flow.account(&self.views, &self.epp, self.now.as_ns());
+        }
     }
 
     /// One dispatch cycle. After a dispatch the ticker's next tick may
     /// dispatch again; while the head of the line is held, only a change of
     /// the detector's inputs (a scrape, the in-flight counters, a view
-    /// turning stale) can release it, and those queue the next tick.
-    fn flow_cycle(&mut self, sink: &mut dyn RecordSink) {
+    /// turning stale) can release it, and those queue the next tick, or
+    /// the soft-reflective policy's alternation, which names the tick at
+    /// which it opens.
+    fn flow_cycle(
+        &mut self,
+        kind: pdsim_router::flowcontrol::CycleKind,
+        sink: &mut dyn RecordSink,
+    ) {
         let now = self.now.as_ns();
         let Some(flow) = self.flow.as_mut() else {
             return;
         };
-        let dispatched = flow.dispatch(&self.views, &self.epp, now);
-        let stale = flow.next_stale_ns(&self.views, now);
+        let (dispatched, opens) = flow.dispatch_cycle(&self.views, &self.epp, now, kind);
+        let stale = match (flow.next_stale_ns(&self.views, now), opens) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let waiting = !flow.is_empty();
         let tick = pdsim_router::flowcontrol::DISPATCH_TICK_NS;
         if let Some(token) = dispatched {
@@ -1391,6 +1423,7 @@ impl<'a> Sim<'a> {
         flight.queued = false;
         let prompt = flight.prompt.take().unwrap_or_default();
         self.epp.advance(self.now.as_ns());
+        self.flow_account();
         // With a burst producer every request waits in its batch window
         // (an empty pool answers 503 before the producers run,
         // `director.go`).
@@ -1421,6 +1454,7 @@ impl<'a> Sim<'a> {
     /// placement, as its entry stays in the Go batch).
     fn burst_seal(&mut self, sink: &mut dyn RecordSink) {
         self.epp.advance(self.now.as_ns());
+        self.flow_account();
         for member in self.epp.burst_seal() {
             let id = RequestId(member.token);
             let Some(flight) = self.in_flight.get_mut(&id).filter(|f| !f.client_gone) else {
@@ -1992,6 +2026,8 @@ impl<'a> Sim<'a> {
     /// from the other events, with one look-up of the request, as it is
     /// the event of every decode step.
     fn emitted(&mut self, core: usize, id: RequestId, tokens: u32, sink: &mut dyn RecordSink) {
+        // The first chunk may move the EPP's in-flight counters.
+        self.flow_account();
         let Some(f) = self.in_flight.get_mut(&id) else {
             return;
         };
@@ -2295,6 +2331,7 @@ impl<'a> Sim<'a> {
             // Its record was written when the client gave up.
             return;
         }
+        self.flow_account();
         self.epp.end_of_stream(&mut flight.ticket);
         self.flow_wake(false);
         flight.record.finished = self.now;
@@ -2446,6 +2483,7 @@ impl<'a> Sim<'a> {
     /// end of the stream, `PluginState.Delete`). The request stays in
     /// flight, marked, until nothing holds its blocks ([`Sim::retire`]).
     fn give_up(&mut self, id: RequestId, sink: &mut dyn RecordSink) {
+        self.flow_account();
         let Some(f) = self.in_flight.get_mut(&id) else {
             return;
         };

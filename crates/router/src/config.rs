@@ -8,9 +8,7 @@
 use crate::RouterProblem;
 use crate::flags::parse_go_duration;
 use crate::flowcontrol::{self, Band, ConcurrencyMode, Detector, Fairness, FlowControl, Ordering};
-use crate::plugins::flowcontrol::usagelimits::{
-    Domain, PriorityHoldback, UsageLimit, soft_reflective_refusal,
-};
+use crate::plugins::flowcontrol::usagelimits::{Domain, PriorityHoldback, UsageLimit};
 use crate::registry::{self, REMOVED, Role};
 use pdsim_spec::lines::LineIndex;
 use serde_yaml::{Mapping, Value};
@@ -1350,18 +1348,6 @@ fn load_flow_control(
     let usage_limit = usage
         .as_ref()
         .map_or(UsageLimit::Static { threshold: 1.0 }, usage_limit_of);
-    // soft-reflective-ceiling-policy's alternating tick counts every
-    // dispatch cycle, including the ones pdsim's event loop can skip; it
-    // decides dispatches only in a band below a higher provisioned one.
-    if usage_limit == UsageLimit::SoftReflective
-        && let Some(high) = priorities.iter().find(|p| **p > 0)
-    {
-        loader.problem(
-            "flowControl.usageLimitPolicyPluginRef",
-            "epp-not-simulated",
-            soft_reflective_refusal(&format!("priority {high} is provisioned")),
-        );
-    }
     let detector = detector_of(detector_plugin.as_ref());
     if loader.problems.len() > problems_before {
         return None;
@@ -4001,20 +3987,14 @@ mod tests {
                 "plugins[1].parameters.period".to_string()
             )])
         );
-        // A band above 0: band 0 would alternate, which is refused.
+        // A band above 0: band 0 alternates below it, simulated.
         let found = codes(
             &format!(
                 "{FC_HEAD}- type: soft-reflective-ceiling-policy\nflowControl:\n  usageLimitPolicyPluginRef: soft-reflective-ceiling-policy\n  priorityBands: [{{priority: 100}}]\n"
             ),
             true,
         );
-        assert_eq!(
-            found,
-            vec![(
-                "epp-not-simulated",
-                "flowControl.usageLimitPolicyPluginRef".to_string()
-            )]
-        );
+        assert_eq!(found, vec![]);
         // priority-holdback-policy's checks, every failure reported.
         let holdback = |params: &str| {
             codes(

@@ -30,12 +30,17 @@
 //! change only at scrapes) or the EPP's own in-flight counters, so the
 //! event loop re-runs a cycle only at the ticks after one of those inputs
 //! changed, or after a dispatch: a tick where nothing changed would find
-//! the same answer. Expiry runs on the cleanup sweep, every 1 s
+//! the same answer. The one exception is the soft-reflective usage-limit
+//! policy's alternation, which advances on every cycle: the controller
+//! counts the cycles the event loop skipped ([`FlowController::account`])
+//! and names the tick at which the alternation opens. Expiry runs on the cleanup sweep, every 1 s
 //! (`defaultExpiryCleanupInterval`), which evicts an item once
 //! `now ≥ enqueue + TTL` (`isExpired`).
 
 use crate::cycle::{EndpointView, Router};
+use crate::plugins::flowcontrol::usagelimits::SoftTick;
 pub use crate::plugins::flowcontrol::usagelimits::UsageLimit;
+use crate::plugins::flowcontrol::usagelimits::softreflectiveceiling::alternating;
 use crate::role;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -332,6 +337,19 @@ pub struct FlowController {
     all: Vec<usize>,
     /// The ceilings buffer a cycle reuses (`ceilingsBuffer`).
     ceilings: Vec<f64>,
+    /// The soft-reflective policy's tick, kept only where it can gate band
+    /// 0: with a provisioned band above it.
+    soft: Option<SoftTick>,
+}
+
+/// What started a dispatch cycle (`processor.go`, `Run`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CycleKind {
+    /// The processor ran one right after an enqueue.
+    Enqueue,
+    /// A tick of the 1 ms dispatch ticker (the caller runs it at one of
+    /// the ticker's instants).
+    Tick,
 }
 
 impl FlowController {
@@ -361,7 +379,63 @@ impl FlowController {
             decode,
             all: (0..labels.len()).collect(),
             ceilings: Vec::new(),
+            soft: (settings.usage_limit == UsageLimit::SoftReflective
+                && settings.priorities.first().is_some_and(|p| *p > 0))
+            .then_some(SoftTick {
+                tick: 0,
+                through_ns: 0,
+                phase_ns: 0,
+            }),
         }
+    }
+
+    /// The dispatch ticker's phase, which the soft-reflective tick counts
+    /// instants by.
+    pub fn set_dispatch_phase(&mut self, phase_ns: u64) {
+        if let Some(soft) = &mut self.soft {
+            soft.phase_ns = phase_ns;
+        }
+    }
+
+    /// Counts the dispatch cycles the ticker ran before `now_ns` and the
+    /// caller did not, each at the saturation it saw: the caller calls
+    /// this before the detector's inputs (the views, the EPP's in-flight
+    /// counters) change. In between, the utilization detector's answer
+    /// changes only where a view turns stale, at a known instant.
+    pub fn account(&mut self, views: &[EndpointView], router: &Router, now_ns: u64) {
+        let Some(through) = self.soft.as_ref().map(|s| s.through_ns) else {
+            return;
+        };
+        let mut from = through;
+        while from < now_ns {
+            let until = self
+                .stale_instants(views)
+                .filter(|t| *t > from && *t < now_ns)
+                .min()
+                .unwrap_or(now_ns);
+            let saturation = self.saturation(views, router, from);
+            if let Some(soft) = self.soft.as_mut()
+                && alternating(saturation)
+            {
+                soft.tick += soft.instants(from, until);
+            }
+            from = until;
+        }
+        if let Some(soft) = self.soft.as_mut() {
+            soft.through_ns = soft.through_ns.max(now_ns);
+        }
+    }
+
+    /// The instants at which a view turns stale to the utilization
+    /// detector (none for the concurrency detector).
+    fn stale_instants<'v>(&self, views: &'v [EndpointView]) -> impl Iterator<Item = u64> + 'v {
+        let staleness = match self.settings.detector {
+            Detector::Utilization { staleness_ns, .. } => Some(staleness_ns),
+            Detector::Concurrency { .. } => None,
+        };
+        views
+            .iter()
+            .filter_map(move |v| Some(v.updated_ns?.saturating_add(staleness?).saturating_add(1)))
     }
 
     pub fn settings(&self) -> &FlowControl {
@@ -434,17 +508,43 @@ impl FlowController {
         router: &Router,
         now_ns: u64,
     ) -> Option<u32> {
+        self.dispatch_cycle(views, router, now_ns, CycleKind::Tick)
+            .0
+    }
+
+    /// [`FlowController::dispatch`] for a cycle of `kind`; also returns,
+    /// when the soft-reflective policy's alternation held band 0, the
+    /// ticker instant at which it next opens if the saturation stays.
+    pub fn dispatch_cycle(
+        &mut self,
+        views: &[EndpointView],
+        router: &Router,
+        now_ns: u64,
+        kind: CycleKind,
+    ) -> (Option<u32>, Option<u64>) {
+        // The policy runs on every cycle, queued requests or not.
+        self.account(views, router, now_ns);
+        let saturation = self.saturation(views, router, now_ns);
+        let open = match self.soft.as_mut() {
+            Some(soft) => {
+                let open = soft.call(saturation);
+                if kind == CycleKind::Tick {
+                    soft.through_ns = now_ns.saturating_add(1);
+                }
+                open
+            }
+            None => false,
+        };
         if self.len == 0 {
-            return None;
+            return (None, None);
         }
         // Bands above band 0 hold nothing, so the walk dispatches from
         // band 0 unless a band at or above it is gated first; bands below
         // it are never reached with band 0 non-empty.
-        let saturation = self.saturation(views, router, now_ns);
         let mut ceilings = std::mem::take(&mut self.ceilings);
         let s = &self.settings;
         s.usage_limit
-            .ceilings(saturation, &s.priorities, &mut ceilings);
+            .ceilings(saturation, &s.priorities, open, &mut ceilings);
         let gated = s
             .priorities
             .iter()
@@ -453,20 +553,31 @@ impl FlowController {
             .any(|(_, c)| saturation >= *c);
         self.ceilings = ceilings;
         if gated {
-            return None; // Head-of-line blocking.
+            // Head-of-line blocking. Below full saturation only the
+            // alternation gates, and it opens on a known tick.
+            let retry = self
+                .soft
+                .as_ref()
+                .filter(|_| alternating(saturation))
+                .map(|soft| soft.next_open_ns(saturation));
+            return (None, retry);
         }
         let s = &self.settings.band;
-        let flow = s.fairness.pick(
+        let Some(flow) = s.fairness.pick(
             &self.flows,
             s.ordering,
             self.settings.ttl_ns,
             self.last_flow,
-        )?;
+        ) else {
+            return (None, None);
+        };
         self.last_flow = Some(flow);
-        let item = self.flows[flow].items.pop_front()?;
+        let Some(item) = self.flows[flow].items.pop_front() else {
+            return (None, None);
+        };
         self.bytes -= item.bytes;
         self.len -= 1;
-        Some(item.token)
+        (Some(item.token), None)
     }
 
     /// The cleanup sweep at `now_ns`: every item whose budget ran out
@@ -729,6 +840,60 @@ mod tests {
         // they sit below band 0, whose ceiling is 1.0.
         assert!(dispatches(4));
         assert!(!dispatches(5), "1.0 ≥ 1.0");
+    }
+
+    #[test]
+    fn soft_reflective_ceiling_alternates_band_zero_below_a_higher_band() {
+        // Bands [10, 0]: band 0 is rank 1 of 2, its reflective ceiling
+        // 1 − s. One endpoint, saturation waiting / 5: 4 waiting is 0.8,
+        // past the ceiling (0.2) and below 1, so band 0 alternates with
+        // period round(0.8 / 0.2) = 4, open on ticks 4, 8, …
+        let mut s = settings(UTIL);
+        s.priorities = vec![10, 0];
+        s.usage_limit = UsageLimit::SoftReflective;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        fc.set_dispatch_phase(0);
+        let r = router(1);
+        for token in [1, 2, 3] {
+            fc.enqueue(token, 0, 1).unwrap();
+        }
+        let ms = |n: u64| n * 1_000_000;
+        let busy = [view(4, 0.0, 0)];
+        // Tick 1 at 0 ms: closed; the alternation opens on the third
+        // instant after it.
+        let mut cycle =
+            |views: &[EndpointView], at: u64, kind| fc.dispatch_cycle(views, &r, at, kind);
+        assert_eq!(cycle(&busy, 0, CycleKind::Tick), (None, Some(ms(3))));
+        // The ticks at 1 and 2 ms ran without the caller; at 3 ms the
+        // fourth opens.
+        assert_eq!(cycle(&busy, ms(3), CycleKind::Tick), (Some(1), None));
+        assert_eq!(cycle(&busy, ms(4), CycleKind::Tick), (None, Some(ms(7))));
+        // An enqueue's cycle counts too: the tick at 5 ms (skipped) and the
+        // enqueue's own make 7, so the instant at 6 ms is the eighth.
+        assert_eq!(
+            cycle(&busy, 5_500_000, CycleKind::Enqueue),
+            (None, Some(ms(6)))
+        );
+        assert_eq!(cycle(&busy, ms(6), CycleKind::Tick), (Some(2), None));
+        // Below the regime (2 waiting: 0.4 < 1 − 0.4) band 0 is open on
+        // every cycle; at full saturation closed with no tick to wait for.
+        assert_eq!(
+            cycle(&[view(2, 0.0, 0)], ms(7), CycleKind::Tick),
+            (Some(3), None)
+        );
+        fc.enqueue(4, ms(7), 1).unwrap();
+        let mut cycle =
+            |views: &[EndpointView], at: u64, kind| fc.dispatch_cycle(views, &r, at, kind);
+        assert_eq!(
+            cycle(&[view(5, 0.0, 0)], ms(8), CycleKind::Tick),
+            (None, None)
+        );
+        // The view turns stale after 200 ms, so saturation is 1.0 from
+        // then: of the instants 9 ms … 300 ms only 9 … 200 ms (192 of
+        // them) count at 0.8. Tick 8 + 192 = 200 at 300 ms, where the
+        // cycle (stale: 1.0) adds none.
+        assert_eq!(cycle(&busy, ms(300), CycleKind::Tick), (None, None));
+        assert_eq!(fc.soft.as_ref().unwrap().tick, 200);
     }
 
     #[test]

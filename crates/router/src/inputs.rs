@@ -292,16 +292,7 @@ pub fn check_router_inputs(
         });
     }
     if let (Some(config), Some(pool)) = (config.as_mut(), flags.pool_name.as_deref()) {
-        provision_objective_bands(config, &manifests, pool, |message| {
-            problems.push(Problem {
-                severity: Severity::Error,
-                file: deployment_file.to_string(),
-                line: deployment_lines.line_of("router.manifests"),
-                path: "router.manifests".into(),
-                code: "epp-not-simulated".into(),
-                message,
-            })
-        });
+        provision_objective_bands(config, &manifests, pool);
     }
     match (config, problems.is_empty()) {
         (Some(config), true) => Ok(RouterInputs {
@@ -333,12 +324,7 @@ pub fn check_router_inputs(
 /// as a desired band (`syncPriorityBands`), which the registry provisions
 /// and keeps (`ApplyDesiredPriorities`). Only the usage-limit policies that
 /// look at the set of bands see them.
-fn provision_objective_bands(
-    config: &mut EndpointPickerConfig,
-    manifests: &Manifests,
-    pool: &str,
-    mut refuse: impl FnMut(String),
-) {
+fn provision_objective_bands(config: &mut EndpointPickerConfig, manifests: &Manifests, pool: &str) {
     let Some(flow) = config.flow_control.as_mut() else {
         return;
     };
@@ -346,14 +332,6 @@ fn provision_objective_bands(
         let priority = i64::from(objective.priority);
         if flow.priorities.contains(&priority) {
             continue;
-        }
-        if priority > 0 && flow.usage_limit == crate::flowcontrol::UsageLimit::SoftReflective {
-            refuse(
-                crate::plugins::flowcontrol::usagelimits::soft_reflective_refusal(&format!(
-                    "InferenceObjective {} provisions priority band {priority}",
-                    objective.name
-                )),
-            );
         }
         flow.priorities.push(priority);
     }
@@ -413,14 +391,11 @@ mod tests {
             ..Default::default()
         };
         let mut c = config("static-usage-limit-policy");
-        let mut refused = Vec::new();
-        provision_objective_bands(&mut c, &manifests, "p", |m| refused.push(m));
+        provision_objective_bands(&mut c, &manifests, "p");
         assert_eq!(c.flow_control.unwrap().priorities, vec![10, 0, -3]);
-        assert!(refused.is_empty());
-        // Band 10 above band 0 under the soft ceiling: refused by name.
+        // Under the soft ceiling too: band 0 then alternates below band 10.
         let mut c = config("soft-reflective-ceiling-policy");
-        provision_objective_bands(&mut c, &manifests, "p", |m| refused.push(m));
-        assert_eq!(refused.len(), 1);
-        assert!(refused[0].contains("InferenceObjective critical provisions priority band 10"));
+        provision_objective_bands(&mut c, &manifests, "p");
+        assert_eq!(c.flow_control.unwrap().priorities, vec![10, 0, -3]);
     }
 }

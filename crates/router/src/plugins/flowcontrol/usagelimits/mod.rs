@@ -6,10 +6,10 @@
 //! `usagelimitpolicy.go`, the others in their own folders.
 
 mod priorityholdback;
-mod softreflectiveceiling;
+pub(crate) mod softreflectiveceiling;
 
 pub use priorityholdback::{Domain, PriorityHoldback};
-pub(crate) use softreflectiveceiling::refusal as soft_reflective_refusal;
+pub(crate) use softreflectiveceiling::SoftTick;
 
 /// The configured usage-limit policy (`flowControl.usageLimitPolicyPluginRef`;
 /// the static policy with threshold 1.0 when none is named, as the
@@ -21,25 +21,23 @@ pub enum UsageLimit {
     Static { threshold: f64 },
     /// `priority-holdback-policy`.
     PriorityHoldback(PriorityHoldback),
-    /// `soft-reflective-ceiling-policy`. pdsim simulates it only where band
-    /// 0, which all of pdsim's requests are in, is the highest provisioned
-    /// band (the loader refuses the rest): its ceiling is then always 1.0
-    /// and the policy's alternating tick touches only bands below it,
-    /// which hold nothing.
+    /// `soft-reflective-ceiling-policy`, its tick kept by the flow
+    /// controller ([`SoftTick`]).
     SoftReflective,
 }
 
 impl UsageLimit {
     /// The ceiling of each band, `priorities` ordered highest first, as
     /// `ComputeLimit` writes them into a buffer pre-filled with 1.0
-    /// (`processor.go`, `ceilingsBuffer`).
-    pub fn ceilings(&self, saturation: f64, priorities: &[i64], out: &mut Vec<f64>) {
+    /// (`processor.go`, `ceilingsBuffer`); `open` is the soft-reflective
+    /// policy's alternation on this call.
+    pub fn ceilings(&self, saturation: f64, priorities: &[i64], open: bool, out: &mut Vec<f64>) {
         out.clear();
         out.resize(priorities.len(), 1.0);
         match self {
             UsageLimit::Static { threshold } => out.fill(*threshold),
             UsageLimit::PriorityHoldback(p) => p.compute(priorities, out),
-            UsageLimit::SoftReflective => softreflectiveceiling::compute(saturation, out),
+            UsageLimit::SoftReflective => softreflectiveceiling::compute(saturation, open, out),
         }
     }
 }
@@ -51,7 +49,7 @@ mod tests {
     #[test]
     fn the_static_policy_gives_every_band_its_threshold() {
         let mut out = Vec::new();
-        UsageLimit::Static { threshold: 0.8 }.ceilings(0.3, &[5, 0, -5], &mut out);
+        UsageLimit::Static { threshold: 0.8 }.ceilings(0.3, &[5, 0, -5], false, &mut out);
         assert_eq!(out, vec![0.8, 0.8, 0.8]);
     }
 }
