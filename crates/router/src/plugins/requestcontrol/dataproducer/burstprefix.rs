@@ -657,6 +657,75 @@ mod tests {
     }
 
     #[test]
+    fn a_cap_that_does_not_divide_the_group_fills_then_spills_the_rest() {
+        // k = 4 and 6 samples: 4 on one replica, the last 2 on the next.
+        let a = run(4, &[(6, P123)], Some(4), 0, false);
+        assert_eq!(counts(&a), map(&[("pod1", 4), ("pod2", 2)]));
+    }
+
+    #[test]
+    fn without_min_colocate_a_shared_prefix_draws_nothing() {
+        // Two groups sharing two leading blocks, and a larger one: with
+        // minColocateBlocks 0 placement is by load only, so the second
+        // group goes to the emptier replica instead of joining the first.
+        let units: &[(usize, &[u64])] = &[(2, &[1, 2, 3]), (2, &[1, 2, 4]), (4, &[9, 9, 9])];
+        let a = run(2, units, None, 0, false);
+        assert_ne!(a[0], a[2]);
+        // With 2 the shared prefix draws it (under the fair share of 4).
+        let a = run(2, units, None, 2, false);
+        assert_eq!(a[0], a[2]);
+    }
+
+    #[test]
+    fn token_balancing_charges_a_replica_once_per_unit() {
+        // k = 1 over two replicas for a group of 4 under token balancing:
+        // each replica is charged the prefix once, at its first sample; the
+        // third and fourth samples find both at the cap, and the
+        // least-loaded fallback (equal loads, then the name) takes pod1
+        // both times, its load unchanged (`placeGroup`, `firstTouch`).
+        let a = run(2, &[(4, P123)], Some(1), 0, true);
+        assert_eq!(counts(&a), map(&[("pod1", 3), ("pod2", 1)]));
+    }
+
+    #[test]
+    fn pick_replica_prefers_the_longest_shared_prefix_then_the_least_loaded() {
+        use super::pick_replica;
+        let names = names(3);
+        let running = [0; 3];
+        let replicas = Replicas {
+            names: &names,
+            running: &running,
+        };
+        let none = [0i64; 3];
+        let pick = |matches: [i64; 3], load: [i64; 3]| {
+            pick_replica(&replicas, &none, None, &load, &matches, 2, 10, true)
+        };
+        // The longest match wins, wherever it is, even against less load.
+        assert_eq!(pick([3, 2, 0], [1, 0, 0]), 0);
+        assert_eq!(pick([2, 3, 0], [0, 0, 0]), 1);
+        // Equal matches: the less loaded, then the lower name.
+        assert_eq!(pick([3, 3, 0], [1, 0, 0]), 1);
+        assert_eq!(pick([3, 3, 0], [0, 1, 0]), 0);
+        // Below minColocateBlocks or at the fair share: not preferred, and
+        // the least loaded takes it.
+        assert_eq!(pick([1, 1, 1], [2, 1, 0]), 2);
+        assert_eq!(pick([9, 0, 0], [10, 3, 5]), 1);
+        // Without the preference, least loaded among those under the cap,
+        // else among all.
+        let full = [1i64, 0, 0];
+        let load = [0i64, 1, 2];
+        assert_eq!(
+            pick_replica(&replicas, &full, Some(1), &load, &none, 0, 10, false),
+            1
+        );
+        let all_full = [1i64; 3];
+        assert_eq!(
+            pick_replica(&replicas, &all_full, Some(1), &load, &none, 0, 10, false),
+            0
+        );
+    }
+
+    #[test]
     fn ties_go_to_fewer_running_requests_then_the_lower_name() {
         // `less`: equal batch load, then running requests, then name.
         let names = names(3);
