@@ -38,6 +38,9 @@
 //! `now ≥ enqueue + TTL` (`isExpired`).
 
 use crate::cycle::{EndpointView, Router};
+pub use crate::plugins::flowcontrol::fairness::Fairness;
+pub use crate::plugins::flowcontrol::ordering::Ordering;
+pub use crate::plugins::flowcontrol::saturationdetector::{ConcurrencyMode, Detector};
 use crate::plugins::flowcontrol::usagelimits::SoftTick;
 pub use crate::plugins::flowcontrol::usagelimits::UsageLimit;
 use crate::plugins::flowcontrol::usagelimits::softreflectiveceiling::alternating;
@@ -63,181 +66,6 @@ pub const DEFAULT_BAND_MAX_REQUESTS: u64 = 5000;
 /// per token (`requestcontrol/dataproducer/tokenizer/estimate.go`,
 /// `bytesPerToken`), used here to size a request for the byte limits.
 pub const BYTES_PER_TOKEN: u64 = 4;
-
-/// Which request a band's queue serves next (an `OrderingPolicy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ordering {
-    /// `fcfs-ordering-policy` (`ordering/fcfs/fcfs.go`): earliest enqueue
-    /// time first.
-    Fcfs,
-    /// `edf-ordering-policy` (`ordering/edf/edf.go`): earliest deadline
-    /// `enqueue + EffectiveTTL` first (no TTL: the far future), ties by
-    /// enqueue time. Every request gets the same TTL (the admission adapter
-    /// plumbs no per-request TTL: `InitialEffectiveTTL` returns 0, so the
-    /// controller's `DefaultRequestTTL` applies), so deadlines are ordered
-    /// exactly as enqueue times and EDF serves FCFS order.
-    Edf,
-    /// `slo-deadline-ordering-policy` (`ordering/slodeadline/
-    /// slo_deadline.go`): deadline = received time + the TTFT SLO header;
-    /// without the header (pdsim's requests carry none) every deadline is
-    /// the far future and ties go by received time, i.e. FCFS order.
-    SloDeadline,
-}
-
-/// How a band chooses among its flows (a `FairnessPolicy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fairness {
-    /// `global-strict-fairness-policy` (`fairness/globalstrict/
-    /// global_strict.go`): the flow whose head item is best by the
-    /// ordering policy.
-    GlobalStrict,
-    /// `round-robin-fairness-policy` (`fairness/roundrobin/roundrobin.go`):
-    /// flows sorted by key, the next non-empty one after the last picked.
-    RoundRobin,
-    /// `program-aware-fairness` (`fairness/program-aware/plugin.go`,
-    /// `strategy_las.go`): least attained service per fairness id. With one
-    /// flow the LAS score has a single entry and picks it; pdsim never has
-    /// more than one flow (see the module comment).
-    ProgramAware,
-}
-
-impl Fairness {
-    /// The queue to serve next among `flows` (index), given the index the
-    /// policy picked last (round-robin's cursor) and the items' TTL. `None`:
-    /// every flow is empty.
-    fn pick(
-        self,
-        flows: &[FlowQueue],
-        ordering: Ordering,
-        ttl_ns: u64,
-        last: Option<usize>,
-    ) -> Option<usize> {
-        let busy = |i: &usize| !flows[*i].items.is_empty();
-        match self {
-            Fairness::GlobalStrict | Fairness::ProgramAware => {
-                (0..flows.len()).filter(busy).min_by_key(|i| {
-                    flows[*i]
-                        .items
-                        .front()
-                        .map(|item| item.key(ordering, ttl_ns))
-                })
-            }
-            Fairness::RoundRobin => {
-                let n = flows.len();
-                let start = last.map_or(0, |l| (l + 1) % n.max(1));
-                (0..n).map(|k| (start + k) % n).find(busy)
-            }
-        }
-    }
-}
-
-/// `concurrency-detector`'s `concurrencyMode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConcurrencyMode {
-    Requests,
-    Tokens,
-    Hybrid,
-}
-
-/// The saturation detector the flow controller consults.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Detector {
-    /// `utilization-detector` (`saturationdetector/utilization/detector.go`,
-    /// `Saturation`): the mean over endpoints of max(waiting / queue
-    /// threshold, KV usage / KV threshold); an endpoint whose metrics are
-    /// missing or older than the staleness threshold counts 1.0; no
-    /// endpoints → 1.0. `headroom` only shapes its filter role.
-    Utilization {
-        queue_depth: f64,
-        kv_util: f64,
-        staleness_ns: u64,
-    },
-    /// `concurrency-detector` (`saturationdetector/concurrency/detector.go`):
-    /// the EPP's in-flight counters against a per-endpoint capacity.
-    Concurrency {
-        max_concurrency: u64,
-        max_tokens: u64,
-        mode: ConcurrencyMode,
-    },
-}
-
-impl Detector {
-    /// `Saturation(endpoints)` for one stage's endpoints.
-    fn saturation(
-        &self,
-        set: &[usize],
-        views: &[EndpointView],
-        router: &Router,
-        now_ns: u64,
-    ) -> f64 {
-        if set.is_empty() {
-            return 1.0;
-        }
-        match *self {
-            Detector::Utilization {
-                queue_depth,
-                kv_util,
-                staleness_ns,
-            } => {
-                let total: f64 = set
-                    .iter()
-                    .map(|e| {
-                        let v = &views[*e];
-                        match v.updated_ns {
-                            Some(at) if now_ns.saturating_sub(at) <= staleness_ns => {
-                                (v.waiting as f64 / queue_depth).max(v.kv_usage / kv_util)
-                            }
-                            _ => 1.0,
-                        }
-                    })
-                    .sum();
-                total / set.len() as f64
-            }
-            Detector::Concurrency {
-                max_concurrency,
-                max_tokens,
-                mode,
-            } => {
-                let ratio = |load: u64, cap: u64| {
-                    if cap == 0 {
-                        1.0
-                    } else {
-                        load as f64 / cap as f64
-                    }
-                };
-                let n = set.len() as u64;
-                let (mut requests, mut tokens, mut hybrid) = (0u64, 0u64, 0.0);
-                for e in set {
-                    let (r, t) = router.inflight(*e);
-                    requests += r;
-                    tokens += t;
-                    hybrid += ratio(r, max_concurrency).max(ratio(t, max_tokens));
-                }
-                match mode {
-                    ConcurrencyMode::Requests => ratio(requests, max_concurrency.saturating_mul(n)),
-                    ConcurrencyMode::Tokens => ratio(tokens, max_tokens.saturating_mul(n)),
-                    ConcurrencyMode::Hybrid => hybrid / n as f64,
-                }
-            }
-        }
-    }
-
-    /// Whether the detector reads the scraped metrics (else the EPP's own
-    /// in-flight counters).
-    pub fn reads_metrics(&self) -> bool {
-        matches!(self, Detector::Utilization { .. })
-    }
-
-    /// Whether a view counts as fresh for this detector at `now_ns`.
-    pub fn fresh(&self, view: &EndpointView, now_ns: u64) -> bool {
-        match *self {
-            Detector::Utilization { staleness_ns, .. } => view
-                .updated_ns
-                .is_some_and(|at| now_ns.saturating_sub(at) <= staleness_ns),
-            Detector::Concurrency { .. } => true,
-        }
-    }
-}
 
 /// The limits and policies of one priority band (`registry/config.go`,
 /// `PriorityBandConfig`, defaults applied).
@@ -292,18 +120,7 @@ impl Item {
     /// The ordering policy's key: smaller is served first (its `Less`).
     /// `ttl_ns` is the request TTL (every item has the configured one).
     fn key(&self, ordering: Ordering, ttl_ns: u64) -> (u64, u64, u64) {
-        match ordering {
-            Ordering::Fcfs => (self.enqueued_ns, self.seq, 0),
-            Ordering::Edf => {
-                let deadline = if ttl_ns == 0 {
-                    u64::MAX
-                } else {
-                    self.enqueued_ns.saturating_add(ttl_ns)
-                };
-                (deadline, self.enqueued_ns, self.seq)
-            }
-            Ordering::SloDeadline => (u64::MAX, self.enqueued_ns, self.seq),
-        }
+        ordering.key(self.enqueued_ns, self.seq, ttl_ns)
     }
 }
 
@@ -563,12 +380,14 @@ impl FlowController {
             return (None, retry);
         }
         let s = &self.settings.band;
-        let Some(flow) = s.fairness.pick(
-            &self.flows,
-            s.ordering,
-            self.settings.ttl_ns,
-            self.last_flow,
-        ) else {
+        let (flows, ttl_ns) = (&self.flows, self.settings.ttl_ns);
+        let head = |i: usize| {
+            flows[i]
+                .items
+                .front()
+                .map(|item| item.key(s.ordering, ttl_ns))
+        };
+        let Some(flow) = s.fairness.pick(flows.len(), head, self.last_flow) else {
             return (None, None);
         };
         self.last_flow = Some(flow);
@@ -992,30 +811,5 @@ mod tests {
                 "{ordering:?}"
             );
         }
-    }
-
-    #[test]
-    fn every_fairness_policy_picks_the_only_busy_flow() {
-        let mut flows = vec![FlowQueue::default(), FlowQueue::default()];
-        let item = Item {
-            token: 1,
-            enqueued_ns: 0,
-            bytes: 0,
-            seq: 1,
-        };
-        flows[1].items.push_back(item);
-        for f in [
-            Fairness::GlobalStrict,
-            Fairness::RoundRobin,
-            Fairness::ProgramAware,
-        ] {
-            assert_eq!(f.pick(&flows, Ordering::Fcfs, 0, None), Some(1), "{f:?}");
-            assert_eq!(f.pick(&flows, Ordering::Fcfs, 0, Some(1)), Some(1), "{f:?}");
-        }
-        flows[1].items.clear();
-        assert_eq!(
-            Fairness::RoundRobin.pick(&flows, Ordering::Fcfs, 0, None),
-            None
-        );
     }
 }
