@@ -37,8 +37,8 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 /// `defaultWindowDurationMs`, `maxWindowDurationMs` (`types.go`).
-pub(crate) const DEFAULT_WINDOW_MS: i64 = 100;
-pub(crate) const MAX_WINDOW_MS: i64 = 10_000;
+const DEFAULT_WINDOW_MS: i64 = 100;
+const MAX_WINDOW_MS: i64 = 10_000;
 /// `defaultBlockSizeTokens`, `defaultMaxPrefixBlocks`,
 /// `defaultMaxBatchSize` (`types.go`).
 const DEFAULT_BLOCK_SIZE_TOKENS: i64 = 64;
@@ -89,6 +89,81 @@ impl BurstSettings {
                 .and_then(serde_yaml::Value::as_str)
                 == Some("tokens"),
         }
+    }
+}
+
+/// `newDataProducer`'s checks of the decoded parameters (over the defaults
+/// of `types.go`), each failure reported through `bad` as (key, message).
+pub(crate) fn check(parameters: &serde_yaml::Mapping, bad: &mut impl FnMut(&str, &str)) {
+    let int = |key: &str, default: f64| {
+        parameters
+            .get(key)
+            .and_then(serde_yaml::Value::as_f64)
+            .unwrap_or(default)
+    };
+    let window = int("windowDurationMs", DEFAULT_WINDOW_MS as f64);
+    if window <= 0.0 {
+        bad(
+            "windowDurationMs",
+            &format!("windowDurationMs must be > 0 (current value: {window})"),
+        );
+    } else if window > MAX_WINDOW_MS as f64 {
+        bad(
+            "windowDurationMs",
+            &format!("windowDurationMs must be <= {MAX_WINDOW_MS} (current value: {window})"),
+        );
+    }
+    let per_replica = int("maxPerReplica", -1.0);
+    if per_replica != -1.0 && per_replica < 1.0 {
+        bad(
+            "maxPerReplica",
+            &format!("maxPerReplica must be -1 (unlimited) or >= 1 (current value: {per_replica})"),
+        );
+    }
+    let block = int("blockSizeTokens", DEFAULT_BLOCK_SIZE_TOKENS as f64);
+    if block <= 0.0 {
+        bad(
+            "blockSizeTokens",
+            &format!("blockSizeTokens must be > 0 (current value: {block})"),
+        );
+    }
+    let max_tokens = int("maxPrefixTokensToMatch", 0.0);
+    if max_tokens < 0.0 {
+        bad(
+            "maxPrefixTokensToMatch",
+            &format!("maxPrefixTokensToMatch must be >= 0 (current value: {max_tokens})"),
+        );
+    } else if max_tokens > 0.0 && max_tokens < block {
+        bad(
+            "maxPrefixTokensToMatch",
+            &format!(
+                "maxPrefixTokensToMatch ({max_tokens}) must be 0 or >= blockSizeTokens ({block}); a smaller positive value yields zero prefix blocks"
+            ),
+        );
+    }
+    let min_colocate = int("minColocateBlocks", 0.0);
+    if min_colocate < 0.0 {
+        bad(
+            "minColocateBlocks",
+            &format!("minColocateBlocks must be >= 0 (current value: {min_colocate})"),
+        );
+    }
+    let batch = int("maxBatchSize", DEFAULT_MAX_BATCH_SIZE as f64);
+    if batch != -1.0 && batch < 1.0 {
+        bad(
+            "maxBatchSize",
+            &format!("maxBatchSize must be -1 (unlimited) or >= 1 (current value: {batch})"),
+        );
+    }
+    if let Some(mode) = parameters
+        .get("balanceBy")
+        .and_then(serde_yaml::Value::as_str)
+        && !matches!(mode, "" | "requests" | "tokens")
+    {
+        bad(
+            "balanceBy",
+            &format!("balanceBy must be \"requests\" or \"tokens\" (current value: {mode:?})"),
+        );
     }
 }
 
