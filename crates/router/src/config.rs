@@ -1422,6 +1422,107 @@ fn number(parameters: &Mapping, key: &str) -> Option<f64> {
     parameters.get(key).and_then(Value::as_f64)
 }
 
+/// request-attribute-reporter's parameters: `Config` decoded strictly
+/// (`attributes`, each `{key: {namespace, name}, expression, condition}`,
+/// strings), then `New`'s checks and the CEL compile
+/// (`requestcontrol/requestattributereporter/plugin.go`).
+fn check_attribute_reporter(
+    loader: &mut Loader<'_>,
+    at: &str,
+    plugin_type: &str,
+    parameters: &Mapping,
+) {
+    let mut shape = |path: &str, message: String| {
+        loader.problem(
+            &format!("{at}.parameters.{path}"),
+            "wrong-type",
+            format!("`{plugin_type}`: {message}"),
+        );
+    };
+    let strict = |value: &Value, fields: &[&str]| -> Result<(), String> {
+        let Some(map) = value.as_mapping() else {
+            return Err(format!(
+                "must be a mapping, not {}",
+                crate::manifests::yaml_type(value)
+            ));
+        };
+        for key in map.keys() {
+            let key = key.as_str().unwrap_or("?");
+            if !fields.contains(&key) {
+                return Err(format!(
+                    "`{key}` is not a field (it takes {})",
+                    fields.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    };
+    match parameters.get("attributes") {
+        None | Some(Value::Null) => {}
+        Some(Value::Sequence(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let here = format!("attributes[{i}]");
+                if let Err(e) = strict(item, &["key", "expression", "condition"]) {
+                    shape(&here, e);
+                    return;
+                }
+                for field in ["expression", "condition"] {
+                    if let Some(v) = item.get(field)
+                        && !(v.is_string() || v.is_null())
+                    {
+                        shape(
+                            &format!("{here}.{field}"),
+                            format!("{field} must be a string"),
+                        );
+                        return;
+                    }
+                }
+                if let Some(key) = item.get("key").filter(|k| !k.is_null()) {
+                    if let Err(e) = strict(key, &["namespace", "name"]) {
+                        shape(&format!("{here}.key"), e);
+                        return;
+                    }
+                    for field in ["namespace", "name"] {
+                        if let Some(v) = key.get(field)
+                            && !(v.is_string() || v.is_null())
+                        {
+                            shape(
+                                &format!("{here}.key.{field}"),
+                                format!("{field} must be a string"),
+                            );
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            shape(
+                "attributes",
+                format!(
+                    "attributes must be a list, not {}",
+                    crate::manifests::yaml_type(other)
+                ),
+            );
+            return;
+        }
+    }
+    crate::plugins::requestcontrol::requestattributereporter::check_parameters(
+        parameters,
+        &mut |path, message, invalid| {
+            loader.problem(
+                &format!("{at}.parameters.{path}"),
+                if invalid {
+                    "epp-plugin-parameter"
+                } else {
+                    "epp-not-simulated"
+                },
+                format!("`{plugin_type}`: {message}"),
+            );
+        },
+    );
+}
+
 /// The JSON types of the EPP's own structures around the plugins, as
 /// `EndpointPickerConfig` declares them (`apix/config/v1alpha1/
 /// endpointpickerconfig_types.go`). The strict JSON decoder refuses a
@@ -1972,6 +2073,9 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         // `newDataProducer`, over the defaults of `types.go`.
         "burst-prefix-cache-producer" => {
             crate::plugins::requestcontrol::dataproducer::burstprefix::check(parameters, &mut bad)
+        }
+        "request-attribute-reporter" => {
+            check_attribute_reporter(loader, at, plugin_type, parameters)
         }
         "token-producer" | "tokenizer" => check_token_producer(loader, at, plugin_type, parameters),
         // `utilization/config.go`, `validateConfig`; Go decodes
@@ -3282,6 +3386,74 @@ mod tests {
         let problems = load_config("f", &two, true).unwrap_err();
         assert_eq!(problems[0].code, "epp-not-simulated", "{problems:?}");
         assert!(problems[0].message.contains("`second`"), "{problems:?}");
+    }
+
+    #[test]
+    fn the_attribute_reporter_loads_as_its_factory_loads_it() {
+        let with = |params: &str| {
+            format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- name: total-tokens-cost-reporter\n  type: request-attribute-reporter\n  parameters:\n{params}"
+            )
+        };
+        // The README's configuration.
+        let readme = "    attributes:\n    - key:\n        namespace: envoy.lb\n        name: x-gateway-inference-request-cost\n      expression: |\n        usage.prompt_tokens + usage.completion_tokens\n      condition: \"has(usage.prompt_tokens) && has(usage.completion_tokens)\"\n";
+        load_config("f", &with(readme), false).unwrap_or_else(|p| panic!("{p:?}"));
+        let problems = |params: &str| {
+            load_config("f", &with(params), false)
+                .unwrap_err()
+                .into_iter()
+                .map(|p| (p.code, p.path, p.message))
+                .collect::<Vec<_>>()
+        };
+        let one = |params: &str| {
+            let found = problems(params);
+            assert_eq!(found.len(), 1, "{params}: {found:?}");
+            found.into_iter().next().unwrap()
+        };
+        let at = |p: &str| format!("plugins[1].parameters.{p}");
+        // `New`: exactly one attribute, a name, an expression.
+        let (code, path, _) = one("    attributes: []\n");
+        assert_eq!((code, path), ("epp-plugin-parameter", at("attributes")));
+        let two = "    attributes:\n    - {key: {name: a}, expression: usage.a}\n    - {key: {name: b}, expression: usage.b}\n";
+        assert_eq!(one(two).0, "epp-plugin-parameter");
+        let (code, path, _) =
+            one("    attributes:\n    - {key: {namespace: n}, expression: usage.a}\n");
+        assert_eq!(
+            (code, path),
+            ("epp-plugin-parameter", at("attributes[0].key.name"))
+        );
+        let (code, path, _) = one("    attributes:\n    - {key: {name: a}}\n");
+        assert_eq!(
+            (code, path),
+            ("epp-plugin-parameter", at("attributes[0].expression"))
+        );
+        // The CEL compile: an error cel-go reports, and an expression outside
+        // what pdsim checks, each named.
+        let (code, path, message) = one(
+            "    attributes:\n    - {key: {name: a}, expression: usage.a, condition: 'usage.a + \"x\" > 1'}\n",
+        );
+        assert_eq!(
+            (code, path.as_str()),
+            (
+                "epp-plugin-parameter",
+                at("attributes[0].condition").as_str()
+            )
+        );
+        assert!(message.contains("failed to compile condition"), "{message}");
+        let (code, _, message) =
+            one("    attributes:\n    - {key: {name: a}, expression: 'usage.tags[0]'}\n");
+        assert_eq!(code, "epp-not-simulated");
+        assert!(message.contains("indexing"), "{message}");
+        // Decoded strictly, by type.
+        let (code, path, _) =
+            one("    attributes:\n    - {key: {name: a}, expression: usage.a, weight: 2}\n");
+        assert_eq!((code, path), ("wrong-type", at("attributes[0]")));
+        let (code, path, _) = one("    attributes:\n    - {key: {name: 7}, expression: usage.a}\n");
+        assert_eq!((code, path), ("wrong-type", at("attributes[0].key.name")));
+        let (code, path, _) = one("    attributes: {key: a}\n");
+        assert_eq!((code, path), ("wrong-type", at("attributes")));
+        let (code, _, _) = one("    attributes:\n    - {key: {name: a}, expression: [usage.a]}\n");
+        assert_eq!(code, "wrong-type");
     }
 
     #[test]

@@ -143,7 +143,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "prefill-header-handler" => Other, Some(&["prefillProfile", "encodeProfile"]), false, None;
     // Deprecated alias; use disagg-profile-handler.
     "disagg-headers-handler" => Other, Some(&["prefillProfile", "encodeProfile"]), false, None;
-    "request-attribute-reporter" => Other, None, false, Some(NOT_YET);
+    // A response plugin reporting a CEL value to the proxy: no decision
+    // changes (`plugins/requestcontrol/requestattributereporter.rs`).
+    "request-attribute-reporter" => Other, Some(&["attributes"]), false, None;
     // Admission and saturation (§6). They act only on sheddable requests
     // (negative InferenceObjective priority, chosen by a request header);
     // pdsim's requests carry no objective header, so every request has
