@@ -1798,6 +1798,14 @@ const PARAM_TYPES: &[(&str, &[(&str, GoType)])] = {
         ),
         ("load-aware-scorer", &[("threshold", Int)]),
         (
+            "header-label-affinity-scorer",
+            &[("headerName", Str), ("labelKey", Str)],
+        ),
+        (
+            "session-id-producer",
+            &[("headerName", Str), ("cookieName", Str)],
+        ),
+        (
             "priority-holdback-policy",
             &[
                 ("shape", Str),
@@ -2076,6 +2084,45 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         }
         "request-attribute-reporter" => {
             check_attribute_reporter(loader, at, plugin_type, parameters)
+        }
+        // `scorer/headerlabelaffinity/plugin.go`, `Factory`.
+        "header-label-affinity-scorer" => {
+            for key in ["headerName", "labelKey"] {
+                if parameters
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+                {
+                    bad(
+                        key,
+                        &format!("header-label-affinity-scorer {key} is required"),
+                    );
+                }
+            }
+        }
+        // `dataproducer/sessionid/producer.go`, `Factory`: exactly one of
+        // the two, after trimming.
+        "session-id-producer" => {
+            let set = |key: &str| {
+                !parameters
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .trim()
+                    .is_empty()
+            };
+            match (set("headerName"), set("cookieName")) {
+                (false, false) => bad(
+                    "headerName",
+                    "'session-id-producer' requires exactly one of headerName or cookieName to be set",
+                ),
+                (true, true) => bad(
+                    "cookieName",
+                    "'session-id-producer' requires exactly one of headerName or cookieName to be set, not both",
+                ),
+                _ => {}
+            }
         }
         "token-producer" | "tokenizer" => check_token_producer(loader, at, plugin_type, parameters),
         // `utilization/config.go`, `validateConfig`; Go decodes
@@ -3454,6 +3501,48 @@ mod tests {
         assert_eq!((code, path), ("wrong-type", at("attributes")));
         let (code, _, _) = one("    attributes:\n    - {key: {name: a}, expression: [usage.a]}\n");
         assert_eq!(code, "wrong-type");
+    }
+
+    #[test]
+    fn header_label_affinity_and_session_id_parameters_are_checked_as_their_factories_check_them() {
+        let with = |plugin: &str, params: &str| {
+            format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: {plugin}\n  parameters: {params}\n"
+            )
+        };
+        let scorer = "header-label-affinity-scorer";
+        load_config("f", &with(scorer, "{headerName: x-t, labelKey: t}"), true)
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        // Alpha.
+        assert!(load_config("f", &with(scorer, "{headerName: x-t, labelKey: t}"), false).is_err());
+        for (params, key) in [
+            ("{labelKey: t}", "headerName"),
+            ("{headerName: x-t, labelKey: ''}", "labelKey"),
+        ] {
+            let p = load_config("f", &with(scorer, params), true).unwrap_err();
+            assert_eq!(p.len(), 1, "{p:?}");
+            assert_eq!(p[0].code, "epp-plugin-parameter");
+            assert!(p[0].path.ends_with(key), "{p:?}");
+        }
+        let producer = "session-id-producer";
+        for ok in [
+            "{headerName: X-Session-Id}",
+            "{cookieName: llm-d-session}",
+            "{headerName: ' ', cookieName: c}",
+        ] {
+            load_config("f", &with(producer, ok), false).unwrap_or_else(|p| panic!("{ok}: {p:?}"));
+        }
+        for bad in ["{}", "{headerName: '  '}", "{headerName: h, cookieName: c}"] {
+            let p = load_config("f", &with(producer, bad), false).unwrap_err();
+            assert_eq!(p.len(), 1, "{bad}: {p:?}");
+            assert!(
+                p[0].message
+                    .contains("exactly one of headerName or cookieName"),
+                "{p:?}"
+            );
+        }
+        let p = load_config("f", &with(producer, "{headerName: 7}"), false).unwrap_err();
+        assert_eq!(p[0].code, "wrong-type", "{p:?}");
     }
 
     #[test]

@@ -1546,6 +1546,51 @@ mod tests {
     }
 
     #[test]
+    fn header_label_affinity_scores_the_endpoints_whose_label_the_header_names() {
+        // `headerlabelaffinity/plugin.go`: 1 where the endpoint's label
+        // `labelKey` equals the request's header, else 0; no header: 0.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: header-label-affinity-scorer\n  parameters: {headerName: X-Tenant, labelKey: tenant}\n";
+        let tenant = |t: Option<&str>| {
+            let mut l = BTreeMap::from([("llm-d.ai/role".to_string(), "decode".to_string())]);
+            if let Some(t) = t {
+                l.insert("tenant".to_string(), t.to_string());
+            }
+            l
+        };
+        let router = Router::new(
+            &inputs_experimental(text),
+            vec![
+                tenant(Some("a")),
+                tenant(Some("b")),
+                tenant(None),
+                tenant(Some("a")),
+            ],
+            1,
+        );
+        let views = vec![EndpointView::default(); 4];
+        let score = |headers: &BTreeMap<String, String>| {
+            let mut out = Vec::new();
+            let ctx = RequestContext { headers, now_ns: 0 };
+            router.score(
+                "header-label-affinity-scorer",
+                &[0, 1, 2, 3],
+                &views,
+                &ctx,
+                &mut out,
+            );
+            out
+        };
+        // Header names are lower-case in the EPP; the factory lowers
+        // `headerName` to match.
+        assert_eq!(score(&headers(&[("x-tenant", "a")])), [1.0, 0.0, 0.0, 1.0]);
+        assert_eq!(score(&headers(&[("x-tenant", "c")])), [0.0; 4]);
+        // No header, or an empty one, prefers nothing: not even the
+        // endpoint without the label.
+        assert_eq!(score(&headers(&[])), [0.0; 4]);
+        assert_eq!(score(&headers(&[("x-tenant", "")])), [0.0; 4]);
+    }
+
+    #[test]
     fn load_aware_scorer_halves_and_falls_linearly_to_its_threshold() {
         // `scorer/loadaware/load_aware.go`: 0.5 for an empty queue, else
         // 0.5 · (1 − min(waiting, threshold)/threshold). Threshold 10:

@@ -120,7 +120,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "mm-embeddings-cache-scorer" => Scorer, None, false, Some("pdsim's workloads carry no multimodal content");
     "endpoint-attribute-scorer" => Scorer, None, true, Some(NOT_YET);
     "topology-affinity-scorer" => Scorer, Some(&["topologyProducerName"]), true, None;
-    "header-label-affinity-scorer" => Scorer, None, true, Some(NOT_YET);
+    // The request's header against each endpoint's label
+    // (`scorer/headerlabelaffinity.rs`).
+    "header-label-affinity-scorer" => Scorer, Some(&["headerName", "labelKey"]), true, None;
     // Pickers (§3.5).
     "max-score-picker" => Picker, Some(&["maxNumOfEndpoints"]), false, None;
     "random-picker" => Picker, Some(&["maxNumOfEndpoints"]), false, None;
@@ -135,7 +137,10 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Deprecated alias; use token-producer.
     "tokenizer" => Producer, Some(TOKEN_PARAMS), false, None;
     "predicted-latency-producer" => Producer, None, false, Some(EXTERNAL);
-    "session-id-producer" => Producer, None, false, Some(NOT_YET);
+    // It copies a session header or cookie into the request's `SessionID`
+    // attribute, which no plugin at ebab687 reads; pdsim's requests carry
+    // no headers, so it produces nothing, as the EPP for such a request.
+    "session-id-producer" => Producer, Some(&["headerName", "cookieName"]), false, None;
     "mm-embeddings-cache-producer" => Producer, None, false, Some("pdsim's workloads carry no multimodal content");
     // Both names register `HeadersHandlerFactory`, deprecated in v0.9.0,
     // removal v0.11.0.

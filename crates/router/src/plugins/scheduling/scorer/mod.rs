@@ -4,6 +4,7 @@
 
 mod activerequest;
 pub(crate) mod contextlengthaware;
+mod headerlabelaffinity;
 mod kvcacheutilization;
 mod loadaware;
 mod loraaffinity;
@@ -44,6 +45,7 @@ pub(crate) enum ScorerPlugin {
     ContextLengthAware(contextlengthaware::ContextLengthAwareScorer),
     SessionAffinity(sessionaffinity::SessionAffinityScorer),
     TopologyAffinity(topologyaffinity::TopologyAffinityScorer),
+    HeaderLabelAffinity(headerlabelaffinity::HeaderLabelAffinityScorer),
     /// A plugin that is no scorer pdsim runs (the loader has refused every
     /// scorer type it does not simulate): every candidate scores 0.
     Zero,
@@ -82,6 +84,9 @@ impl ScorerPlugin {
             "topology-affinity-scorer" => ScorerPlugin::TopologyAffinity(
                 topologyaffinity::TopologyAffinityScorer::new(plugin, build),
             ),
+            "header-label-affinity-scorer" => ScorerPlugin::HeaderLabelAffinity(
+                headerlabelaffinity::HeaderLabelAffinityScorer::new(plugin),
+            ),
             _ => ScorerPlugin::Zero,
         }
     }
@@ -100,6 +105,7 @@ impl ScorerPlugin {
             ScorerPlugin::ContextLengthAware(s) => s,
             ScorerPlugin::SessionAffinity(s) => s,
             ScorerPlugin::TopologyAffinity(s) => s,
+            ScorerPlugin::HeaderLabelAffinity(s) => s,
             ScorerPlugin::Zero => return None,
         })
     }
