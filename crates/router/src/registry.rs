@@ -165,12 +165,12 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Endpoint add/delete notifications: pdsim's endpoints are fixed for a
     // run, so every one is announced once at start.
     "endpoint-notification-source" => DataLayer, Some(&[]), false, None;
-    "k8s-notification-source" => DataLayer, None, false, Some(NOT_YET);
-    "models-data-source" => DataLayer, None, false, Some(NOT_YET);
-    "models-data-extractor" => DataLayer, None, false, Some(NOT_YET);
+    "k8s-notification-source" => DataLayer, None, false, Some("it watches a Kubernetes kind (`gvk`) for its extractors, and pdsim simulates no Kubernetes API server whose objects could change during a run");
+    "models-data-source" => DataLayer, None, false, Some("pdsim does not simulate its HTTP polling of each model server's `/v1/models` (nor check its TLS files and interval as its factory does); no plugin at ebab687 reads what it extracts");
+    "models-data-extractor" => DataLayer, None, false, Some("it extracts what `models-data-source` polls from `/v1/models`, which pdsim does not simulate");
     "dcgm-data-source" => DataLayer, None, true, Some(EXTERNAL);
     "dcgm-extractor" => DataLayer, None, true, Some(EXTERNAL);
-    "file-discovery" => DataLayer, None, false, Some(NOT_YET);
+    "file-discovery" => DataLayer, None, false, Some("it discovers the EPP's endpoints from a file on the EPP's disk instead of the InferencePool; pdsim's endpoints are the deployment's pods");
     // Parsers: pdsim's requests arrive as tokens already, so parsing is moot.
     "openai-parser" => Parser, None, false, None;
     "passthrough-parser" => Parser, None, false, None;
