@@ -139,8 +139,65 @@ impl Cycle<'_, '_> {
     }
 }
 
+/// What a plugin module's load-time checks (`check`, the plugin factory's
+/// own) report to: each problem by its key path under the plugin's
+/// `parameters`, a problem code and the message; the loader locates it
+/// (file, line, key path) and names the plugin's type.
+pub(crate) struct Checks<'a> {
+    report: &'a mut dyn FnMut(&str, &'static str, String),
+}
+
+impl<'a> Checks<'a> {
+    pub fn new(report: &'a mut dyn FnMut(&str, &'static str, String)) -> Checks<'a> {
+        Checks { report }
+    }
+
+    pub fn problem(&mut self, key: &str, code: &'static str, message: impl Into<String>) {
+        (self.report)(key, code, message.into());
+    }
+
+    /// A value the plugin's factory refuses.
+    pub fn bad(&mut self, key: &str, message: impl Into<String>) {
+        self.problem(key, "epp-plugin-parameter", message);
+    }
+
+    /// A value the factory takes that pdsim does not simulate.
+    pub fn not_simulated(&mut self, key: &str, message: impl Into<String>) {
+        self.problem(key, "epp-not-simulated", message);
+    }
+}
+
+/// A parameter as a number, whatever its JSON number type (the loader
+/// checks the Go type apart).
+pub(crate) fn number(parameters: &serde_yaml::Mapping, key: &str) -> Option<f64> {
+    parameters.get(key).and_then(Value::as_f64)
+}
+
 /// A numeric parameter as the loader has checked it (its Go field's type),
 /// read once at build.
 pub(crate) fn param_f64(p: &Plugin, key: &str) -> Option<f64> {
     p.parameters.get(key).and_then(Value::as_f64)
+}
+
+/// A nested block decoded strictly: a mapping whose keys are all in `keys`.
+pub(crate) fn strict_block(c: &mut Checks<'_>, key: &str, value: &Value, keys: &[&str]) -> bool {
+    let Some(map) = value.as_mapping() else {
+        c.bad(key, format!("`{key}` must be a mapping"));
+        return false;
+    };
+    let mut ok = true;
+    for k in map.keys() {
+        let k = k.as_str().unwrap_or("?");
+        if !keys.contains(&k) {
+            c.bad(
+                &format!("{key}.{k}"),
+                format!(
+                    "`{k}` is not a field of `{key}` (parameters are decoded strictly; it takes {})",
+                    keys.join(", ")
+                ),
+            );
+            ok = false;
+        }
+    }
+    ok
 }

@@ -1,6 +1,8 @@
 //! `flowcontrol/fairness/`: how a band chooses among its flows (a
 //! `FairnessPolicy`).
 
+use crate::plugins::Checks;
+
 /// The configured fairness policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fairness {
@@ -39,6 +41,34 @@ impl Fairness {
                     .map(|k| (start + k) % flows)
                     .find(|i| head(*i).is_some())
             }
+        }
+    }
+}
+
+/// program-aware-fairness: `fairness/program-aware/plugin.go`,
+/// `Config.validate` and `newStrategy` (only `las`).
+pub(crate) fn check_program_aware(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    if let Some(v) = parameters.get("strategy")
+        && !matches!(v.as_str(), Some("las" | ""))
+    {
+        c.bad("strategy", "strategy must be \"las\"");
+    }
+    for (key, strict) in [
+        ("evictionTtlSeconds", false),
+        ("evictionSweepSeconds", true),
+        ("lasWeightService", false),
+        ("lasWeightHeadWait", false),
+        ("lasHalfLifeSeconds", false),
+    ] {
+        if let Some(v) = parameters.get(key)
+            && !v
+                .as_f64()
+                .is_some_and(|v| if strict { v > 0.0 } else { v >= 0.0 })
+        {
+            c.bad(
+                key,
+                format!("{key} must be {}", if strict { "> 0" } else { ">= 0" }),
+            );
         }
     }
 }

@@ -18,6 +18,7 @@
 //! Definitions"). An expression outside that subset is refused saying so,
 //! never accepted unchecked.
 
+use crate::plugins::Checks;
 use std::fmt;
 
 /// A CEL type as the checker sees it.
@@ -371,21 +372,21 @@ fn overloads(name: &str) -> Option<Vec<(Vec<Ty>, Ty)>> {
     })
 }
 
-fn check(e: &Expr) -> Result<Ty, CelError> {
+fn type_of(e: &Expr) -> Result<Ty, CelError> {
     match e {
         Expr::Lit(t) => Ok(*t),
         Expr::Ident(name) if name == "usage" => Ok(Ty::Map),
         Expr::Ident(name) => Err(CelError::Invalid(format!(
             "undeclared reference to '{name}'"
         ))),
-        Expr::Select(target) => match check(target)? {
+        Expr::Select(target) => match type_of(target)? {
             Ty::Map | Ty::Dyn => Ok(Ty::Dyn),
             other => Err(CelError::Invalid(format!(
                 "type '{other}' does not support field selection"
             ))),
         },
         Expr::Call(name, args) if name == "has" => match args.as_slice() {
-            [Expr::Select(target)] => check(target).and_then(|t| match t {
+            [Expr::Select(target)] => type_of(target).and_then(|t| match t {
                 Ty::Map | Ty::Dyn => Ok(Ty::Bool),
                 other => Err(CelError::Invalid(format!(
                     "type '{other}' does not support field selection"
@@ -394,7 +395,7 @@ fn check(e: &Expr) -> Result<Ty, CelError> {
             _ => Err(CelError::Invalid("invalid argument to has() macro".into())),
         },
         Expr::Call(name, args) if name == "_?_:_" => {
-            let tys = args.iter().map(check).collect::<Result<Vec<_>, _>>()?;
+            let tys = args.iter().map(type_of).collect::<Result<Vec<_>, _>>()?;
             if !matches!(tys[0], Ty::Bool | Ty::Dyn) {
                 return Err(no_overload(name, &tys));
             }
@@ -405,7 +406,7 @@ fn check(e: &Expr) -> Result<Ty, CelError> {
             }
         }
         Expr::Call(name, args) if name == "_==_" || name == "_!=_" => {
-            let tys = args.iter().map(check).collect::<Result<Vec<_>, _>>()?;
+            let tys = args.iter().map(type_of).collect::<Result<Vec<_>, _>>()?;
             match (tys[0], tys[1]) {
                 (a, b) if a == b || a == Ty::Dyn || b == Ty::Dyn => Ok(Ty::Bool),
                 (a, b) if numeric(a) && numeric(b) => Err(CelError::Unchecked(
@@ -418,7 +419,7 @@ fn check(e: &Expr) -> Result<Ty, CelError> {
             let Some(candidates) = overloads(name) else {
                 return Err(CelError::Unchecked(format!("the function `{name}`")));
             };
-            let tys = args.iter().map(check).collect::<Result<Vec<_>, _>>()?;
+            let tys = args.iter().map(type_of).collect::<Result<Vec<_>, _>>()?;
             let matching: Vec<Ty> = candidates
                 .iter()
                 .filter(|(params, _)| {
@@ -472,7 +473,7 @@ pub(crate) fn compile(text: &str) -> Result<(), CelError> {
             parser.tokens[parser.at]
         )));
     }
-    check(&e).map(|_| ())
+    type_of(&e).map(|_| ())
 }
 
 /// `New`'s checks of the decoded parameters, each failure reported through
@@ -542,6 +543,95 @@ pub(crate) fn check_parameters(
             ),
         }
     }
+}
+
+/// request-attribute-reporter's parameters: `Config` decoded strictly
+/// (`attributes`, each `{key: {namespace, name}, expression, condition}`,
+/// strings), then `New`'s checks and the CEL compile
+/// (`requestcontrol/requestattributereporter/plugin.go`).
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    use serde_yaml::Value;
+    let shape = |c: &mut Checks<'_>, path: &str, message: String| {
+        c.problem(path, "wrong-type", message);
+    };
+    let strict = |value: &Value, fields: &[&str]| -> Result<(), String> {
+        let Some(map) = value.as_mapping() else {
+            return Err(format!(
+                "must be a mapping, not {}",
+                crate::manifests::yaml_type(value)
+            ));
+        };
+        for key in map.keys() {
+            let key = key.as_str().unwrap_or("?");
+            if !fields.contains(&key) {
+                return Err(format!(
+                    "`{key}` is not a field (it takes {})",
+                    fields.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    };
+    match parameters.get("attributes") {
+        None | Some(Value::Null) => {}
+        Some(Value::Sequence(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let here = format!("attributes[{i}]");
+                if let Err(e) = strict(item, &["key", "expression", "condition"]) {
+                    shape(c, &here, e);
+                    return;
+                }
+                for field in ["expression", "condition"] {
+                    if let Some(v) = item.get(field)
+                        && !(v.is_string() || v.is_null())
+                    {
+                        shape(
+                            c,
+                            &format!("{here}.{field}"),
+                            format!("{field} must be a string"),
+                        );
+                        return;
+                    }
+                }
+                if let Some(key) = item.get("key").filter(|k| !k.is_null()) {
+                    if let Err(e) = strict(key, &["namespace", "name"]) {
+                        shape(c, &format!("{here}.key"), e);
+                        return;
+                    }
+                    for field in ["namespace", "name"] {
+                        if let Some(v) = key.get(field)
+                            && !(v.is_string() || v.is_null())
+                        {
+                            shape(
+                                c,
+                                &format!("{here}.key.{field}"),
+                                format!("{field} must be a string"),
+                            );
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            shape(
+                c,
+                "attributes",
+                format!(
+                    "attributes must be a list, not {}",
+                    crate::manifests::yaml_type(other)
+                ),
+            );
+            return;
+        }
+    }
+    check_parameters(parameters, &mut |path, message, invalid| {
+        if invalid {
+            c.bad(path, message);
+        } else {
+            c.not_simulated(path, message);
+        }
+    });
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! `flowcontrol/saturationdetector/`: how saturated the pool is, as the
 //! flow controller's dispatch cycle and the admitter read it.
 
-mod concurrency;
-mod utilization;
+pub(crate) mod concurrency;
+pub(crate) mod utilization;
 
 use crate::cycle::{EndpointView, Router};
 

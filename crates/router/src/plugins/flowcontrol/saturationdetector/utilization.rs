@@ -2,6 +2,7 @@
 //! `Saturation`).
 
 use crate::cycle::EndpointView;
+use crate::plugins::Checks;
 
 /// The mean over `set` of max(waiting / `queue_depth`, KV usage /
 /// `kv_util`); an endpoint whose metrics are missing or older than
@@ -27,4 +28,39 @@ pub(super) fn saturation(
         })
         .sum();
     total / set.len() as f64
+}
+
+/// `utilization/config.go`, `validateConfig`; Go decodes
+/// queueDepthThreshold into an int and the staleness into a
+/// metav1.Duration string.
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    if let Some(v) = parameters.get("queueDepthThreshold")
+        && v.as_i64().is_none_or(|n| n <= 0)
+    {
+        c.bad(
+            "queueDepthThreshold",
+            "queueDepthThreshold must be a strictly positive integer",
+        );
+    }
+    if let Some(v) = parameters.get("kvCacheUtilThreshold")
+        && !v.as_f64().is_some_and(|v| v > 0.0 && v <= 1.0)
+    {
+        c.bad(
+            "kvCacheUtilThreshold",
+            "kvCacheUtilThreshold must lie in (0, 1]",
+        );
+    }
+    if let Some(v) = parameters.get("metricsStalenessThreshold")
+        && crate::config::duration_of(v).is_none_or(|n| n <= 0)
+    {
+        c.bad(
+            "metricsStalenessThreshold",
+            "metricsStalenessThreshold must be a strictly positive duration such as \"200ms\"",
+        );
+    }
+    if let Some(v) = parameters.get("headroom")
+        && !v.as_f64().is_some_and(|v| v >= 0.0)
+    {
+        c.bad("headroom", "headroom must be a non-negative number");
+    }
 }

@@ -5,7 +5,9 @@
 //! `dispatchCycle`). `static-usage-limit-policy` is in
 //! `usagelimitpolicy.go`, the others in their own folders.
 
-mod priorityholdback;
+use crate::plugins::Checks;
+
+pub(crate) mod priorityholdback;
 pub(crate) mod softreflectiveceiling;
 
 pub use priorityholdback::{Domain, PriorityHoldback};
@@ -39,6 +41,15 @@ impl UsageLimit {
             UsageLimit::PriorityHoldback(p) => p.compute(priorities, out),
             UsageLimit::SoftReflective => softreflectiveceiling::compute(saturation, open, out),
         }
+    }
+}
+
+/// `usagelimitpolicy.go`, `StaticPolicyFactory`.
+pub(crate) fn check_static(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    if let Some(v) = parameters.get("threshold")
+        && !v.as_f64().is_some_and(f64::is_finite)
+    {
+        c.bad("threshold", "threshold must be a number");
     }
 }
 

@@ -1,6 +1,8 @@
 //! priority-holdback-policy
 //! (`flowcontrol/usagelimits/priorityholdback/{priority_holdback,config}.go`).
 
+use crate::plugins::Checks;
+
 /// How priorities map onto the ceiling range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Domain {
@@ -56,6 +58,56 @@ impl PriorityHoldback {
                 }
             }
         }
+    }
+}
+
+/// `priorityholdback/config.go`, `buildConfig`: every failure is
+/// reported, as `validateConfig` joins them.
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    use crate::plugins::number;
+    use serde_yaml::Value;
+    let min = number(parameters, "minCeiling");
+    let max = number(parameters, "maxCeiling").unwrap_or(1.0);
+    // A *float64 left nil (absent or null); a value of the wrong type is
+    // the decoder's error, reported already.
+    if parameters.get("minCeiling").is_none_or(Value::is_null) {
+        c.bad("minCeiling", "minCeiling is required");
+    }
+    if let Some(shape) = parameters.get("shape").and_then(Value::as_str)
+        && shape != "linear"
+    {
+        c.bad(
+            "shape",
+            format!("unsupported shape {shape:?}, must be \"linear\""),
+        );
+    }
+    if let Some(domain) = parameters.get("domain").and_then(Value::as_str)
+        && !matches!(domain, "rank" | "value")
+    {
+        c.bad(
+            "domain",
+            format!("unsupported domain {domain:?}, must be one of: \"rank\", \"value\""),
+        );
+    }
+    if let Some(min) = min {
+        if !(0.0..1.0).contains(&min) {
+            c.bad(
+                "minCeiling",
+                format!("minCeiling must be in [0.0, 1.0), got {min:.6}"),
+            );
+        }
+        if min >= max {
+            c.bad(
+                "minCeiling",
+                format!("minCeiling ({min:.6}) must be strictly less than maxCeiling ({max:.6})"),
+            );
+        }
+    }
+    if !(max > 0.0 && max <= 1.0) {
+        c.bad(
+            "maxCeiling",
+            format!("maxCeiling must be in (0.0, 1.0], got {max:.6}"),
+        );
     }
 }
 

@@ -9,6 +9,7 @@ use super::prefixhash::block_hashes;
 use crate::config::Plugin;
 use crate::cycle::EndpointView;
 use crate::plugins::param_f64;
+use crate::plugins::{Checks, number};
 use pdsim_core::Prompt;
 use rustc_hash::FxHashMap;
 use serde_yaml::Value;
@@ -270,6 +271,28 @@ impl ApproxPrefixProducer {
                 self.index.add(target, *hash, capacity);
             }
         }
+    }
+}
+
+/// `ApproxPrefixCacheFactory` and `newDataProducer`'s checks, over the
+/// defaults (blockSizeTokens 16), a positive deprecated blockSize standing
+/// in for a default one.
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    let auto_tune = parameters
+        .get("autoTune")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let mut block = number(parameters, "blockSizeTokens").unwrap_or(16.0);
+    if let Some(deprecated) = number(parameters, "blockSize").filter(|v| *v > 0.0)
+        && block == 16.0
+    {
+        block = deprecated;
+    }
+    if !auto_tune && block <= 0.0 {
+        c.bad(
+            "blockSizeTokens",
+            "with autoTune false, blockSizeTokens must be above 0",
+        );
     }
 }
 

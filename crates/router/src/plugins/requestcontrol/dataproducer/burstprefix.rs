@@ -31,7 +31,7 @@
 use super::prefixhash::block_hashes;
 use crate::config::Plugin;
 use crate::cycle::EndpointView;
-use crate::plugins::param_f64;
+use crate::plugins::{Checks, param_f64};
 use pdsim_core::Prompt;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -94,7 +94,8 @@ impl BurstSettings {
 
 /// `newDataProducer`'s checks of the decoded parameters (over the defaults
 /// of `types.go`), each failure reported through `bad` as (key, message).
-pub(crate) fn check(parameters: &serde_yaml::Mapping, bad: &mut impl FnMut(&str, &str)) {
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    let mut bad = |key: &str, message: &str| c.bad(key, message);
     let int = |key: &str, default: f64| {
         parameters
             .get(key)

@@ -4,6 +4,8 @@
 //! still owe, which the load-aware consumers read instead of (or beside)
 //! the scraped metrics.
 
+use crate::plugins::Checks;
+
 /// The counters per endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct InFlightLoad {
@@ -71,5 +73,27 @@ impl InFlightLoad {
         let (decode, prefill) = (ticket.decode.take(), ticket.prefill.take());
         self.release(decode);
         self.release(prefill);
+    }
+}
+
+/// The producer's parameters pdsim does not honour are refused, never
+/// ignored: estimated output tokens need an output-length estimator pdsim
+/// does not model (`inflightload/producer.go`).
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    let adds = parameters
+        .get("addEstimatedOutputTokens")
+        .and_then(serde_yaml::Value::as_bool)
+        .unwrap_or(false);
+    for key in [
+        "addEstimatedOutputTokens",
+        "outputRatio",
+        "maxEstimatedOutputTokens",
+    ] {
+        if parameters.contains_key(key) && (adds || key != "addEstimatedOutputTokens") {
+            c.not_simulated(
+                key,
+                format!("estimated output tokens (`{key}`) are not simulated; the in-flight load counts prompt tokens only"),
+            );
+        }
     }
 }

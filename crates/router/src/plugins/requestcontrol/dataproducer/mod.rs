@@ -7,3 +7,5 @@ pub(crate) mod burstprefix;
 pub(crate) mod inflightload;
 pub(crate) mod preciseprefixcache;
 pub(crate) mod prefixhash;
+pub(crate) mod sessionid;
+pub(crate) mod tokenizer;

@@ -16,10 +16,13 @@
 //! indexer block boundaries. `hashSeed` changes the real hash on both sides
 //! alike; pdsim's hashes are synthetic, so any seed gives the same matches.
 
+use crate::flags::parse_go_duration;
+use crate::plugins::{Checks, strict_block};
 use pdsim_core::Prompt;
 use pdsim_core::kv_events::{KvEvent, KvEventBatch, Medium};
 use pdsim_core::prompt::{BlockHasher, ROOT_HASH};
 use rustc_hash::FxHashMap;
+use serde_yaml::Value;
 use std::collections::VecDeque;
 
 /// The time from the end of the engine step that queued an event to the
@@ -532,6 +535,243 @@ impl Precise {
         }
         self.expiries
             .push_back((now.saturating_add(ttl), keys, entries));
+    }
+}
+
+/// The precise producer's (and legacy scorer's) `PluginConfig`, decoded
+/// strictly down to the nested llm-d-kv-cache structures
+/// (`kvblock.TokenProcessorConfig`, `kvcache.Config`, `kvblock.IndexConfig`,
+/// `InMemoryIndexConfig`, `KVCacheBackendConfig`, `kvevents.Config`,
+/// `PodDiscoveryConfig`), with the factories' checks. What pdsim does not
+/// simulate is refused by key: the Redis/Valkey and cost-aware index
+/// backends, engines other than vLLM.
+pub(crate) fn check(c: &mut Checks<'_>, plugin_type: &str, p: &serde_yaml::Mapping) {
+    let not_simulated = |c: &mut Checks<'_>, key: &str, why: &str| c.not_simulated(key, why);
+    let bad = |c: &mut Checks<'_>, key: &str, why: String| c.bad(key, why);
+    if let Some(tp) = p.get("tokenProcessorConfig")
+        && strict_block(
+            c,
+            "tokenProcessorConfig",
+            tp,
+            &["blockSize", "blockSizeTokens", "hashSeed", "hashAlgorithm"],
+        )
+    {
+        for key in ["blockSize", "blockSizeTokens"] {
+            if let Some(v) = tp.get(key) {
+                match v.as_i64() {
+                    Some(n) if n >= 0 => {}
+                    _ => bad(
+                        c,
+                        &format!("tokenProcessorConfig.{key}"),
+                        format!("{key} must be a non-negative integer"),
+                    ),
+                }
+            }
+        }
+        // Zero means unset: blockSize is promoted, else the default 16
+        // (`NewChunkedTokenDatabase`).
+        if tp.get("hashSeed").is_some_and(|v| !v.is_string()) {
+            bad(
+                c,
+                "tokenProcessorConfig.hashSeed",
+                "hashSeed must be a string".into(),
+            );
+        }
+        match tp.get("hashAlgorithm").map(Value::as_str) {
+            None | Some(Some("" | "cbor-fnv" | "xxh64")) => {}
+            _ => bad(
+                c,
+                "tokenProcessorConfig.hashAlgorithm",
+                "hashAlgorithm must be `cbor-fnv` or `xxh64`".into(),
+            ),
+        }
+    }
+    if let Some(ix) = p.get("indexerConfig")
+        && strict_block(
+            c,
+            "indexerConfig",
+            ix,
+            &[
+                "kvBlockIndexConfig",
+                "kvCacheBackendConfigs",
+                "tokenizersPoolConfig",
+            ],
+        )
+    {
+        if let Some(tok) = ix.get("tokenizersPoolConfig") {
+            if plugin_type == "precise-prefix-cache-producer" {
+                bad(c,
+                    "indexerConfig.tokenizersPoolConfig",
+                    "tokenizersPoolConfig is not supported; configure a token-producer plugin instead".into(),
+                );
+            } else if !tok.is_mapping() {
+                bad(
+                    c,
+                    "indexerConfig.tokenizersPoolConfig",
+                    "tokenizersPoolConfig must be a mapping".into(),
+                );
+            }
+        }
+        if let Some(kb) = ix.get("kvBlockIndexConfig") {
+            let at_kb = "indexerConfig.kvBlockIndexConfig";
+            if strict_block(
+                c,
+                at_kb,
+                kb,
+                &[
+                    "inMemoryConfig",
+                    "redisConfig",
+                    "costAwareMemoryConfig",
+                    "enableMetrics",
+                    "metricsLoggingInterval",
+                ],
+            ) {
+                for (key, why) in [
+                    (
+                        "costAwareMemoryConfig",
+                        "the cost-aware memory index is not simulated; use inMemoryConfig",
+                    ),
+                    (
+                        "redisConfig",
+                        "a Redis/Valkey index is a service outside the cluster model; use inMemoryConfig",
+                    ),
+                ] {
+                    if kb.get(key).is_some_and(|v| !v.is_null()) {
+                        not_simulated(c, &format!("{at_kb}.{key}"), why);
+                    }
+                }
+                if let Some(mem) = kb.get("inMemoryConfig")
+                    && strict_block(
+                        c,
+                        &format!("{at_kb}.inMemoryConfig"),
+                        mem,
+                        &["size", "podCacheSize"],
+                    )
+                {
+                    // golang-lru refuses a size of zero or below.
+                    for key in ["size", "podCacheSize"] {
+                        if let Some(v) = mem.get(key)
+                            && v.as_i64().is_none_or(|n| n <= 0)
+                        {
+                            bad(
+                                c,
+                                &format!("{at_kb}.inMemoryConfig.{key}"),
+                                format!("{key} must be a positive integer"),
+                            );
+                        }
+                    }
+                }
+                if kb.get("enableMetrics").is_some_and(|v| !v.is_bool()) {
+                    bad(
+                        c,
+                        &format!("{at_kb}.enableMetrics"),
+                        "enableMetrics must be a boolean".into(),
+                    );
+                }
+            }
+        }
+        if let Some(list) = ix.get("kvCacheBackendConfigs") {
+            match list.as_sequence() {
+                None => bad(
+                    c,
+                    "indexerConfig.kvCacheBackendConfigs",
+                    "kvCacheBackendConfigs must be a list".into(),
+                ),
+                Some(list) => {
+                    for (i, backend) in list.iter().enumerate() {
+                        let key = format!("indexerConfig.kvCacheBackendConfigs[{i}]");
+                        if strict_block(c, &key, backend, &["name", "weight"])
+                            && (!backend.get("name").is_none_or(Value::is_string)
+                                || backend.get("weight").is_some_and(|w| w.as_f64().is_none()))
+                        {
+                            bad(c, &key, "name is a string and weight a number".into());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(ev) = p.get("kvEventsConfig")
+        && strict_block(
+            c,
+            "kvEventsConfig",
+            ev,
+            &[
+                "zmqEndpoint",
+                "topicFilter",
+                "concurrency",
+                "engineType",
+                "discoverPods",
+                "podDiscoveryConfig",
+            ],
+        )
+    {
+        match ev.get("engineType").map(Value::as_str) {
+            None | Some(Some("" | "vllm")) => {}
+            Some(Some("sglang")) => not_simulated(
+                c,
+                "kvEventsConfig.engineType",
+                "pdsim simulates vLLM engines; sglang's events are not simulated",
+            ),
+            _ => bad(
+                c,
+                "kvEventsConfig.engineType",
+                "engineType must be `vllm` or `sglang`".into(),
+            ),
+        }
+        if let Some(v) = ev.get("concurrency")
+            && v.as_i64().is_none_or(|n| n <= 0)
+        {
+            bad(
+                c,
+                "kvEventsConfig.concurrency",
+                "concurrency must be a positive integer".into(),
+            );
+        }
+        if let Some(pd) = ev.get("podDiscoveryConfig")
+            && strict_block(
+                c,
+                "kvEventsConfig.podDiscoveryConfig",
+                pd,
+                &[
+                    "podLabelSelector",
+                    "podNamespace",
+                    "socketPort",
+                    "replaySocketPort",
+                ],
+            )
+        {
+            for key in ["socketPort", "replaySocketPort"] {
+                if let Some(v) = pd.get(key)
+                    && !v.as_i64().is_some_and(|n| (0..=65_535).contains(&n))
+                {
+                    bad(
+                        c,
+                        &format!("kvEventsConfig.podDiscoveryConfig.{key}"),
+                        format!("{key} must be a port number"),
+                    );
+                }
+            }
+        }
+    }
+    if p.get("speculativeIndexing").is_some_and(|v| !v.is_bool()) {
+        bad(
+            c,
+            "speculativeIndexing",
+            "speculativeIndexing must be a boolean".into(),
+        );
+    }
+    if let Some(ttl) = p.get("speculativeTTL") {
+        let parsed = ttl
+            .as_str()
+            .map(|t| t.is_empty() || parse_go_duration(t).is_some());
+        if parsed != Some(true) {
+            bad(
+                c,
+                "speculativeTTL",
+                format!("invalid speculativeTTL {ttl:?}: a Go duration such as `2s`"),
+            );
+        }
     }
 }
 

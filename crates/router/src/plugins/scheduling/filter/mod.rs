@@ -4,10 +4,10 @@
 
 mod bylabel;
 mod contextlengthaware;
-mod prefixcacheaffinity;
+pub(crate) mod prefixcacheaffinity;
 pub(crate) mod sessionaffinity;
-mod topologyaffinity;
-mod utilization;
+pub(crate) mod topologyaffinity;
+pub(crate) mod utilization;
 
 use crate::config::Plugin;
 use crate::plugins::{Build, Cycle, PrefixSource};

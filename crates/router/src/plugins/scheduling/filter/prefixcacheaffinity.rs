@@ -3,6 +3,7 @@
 
 use super::Filter;
 use crate::config::Plugin;
+use crate::plugins::Checks;
 use crate::plugins::{Cycle, PrefixSource, param_f64};
 use pdsim_core::Stream;
 
@@ -70,5 +71,20 @@ impl Filter for PrefixCacheAffinityFilter {
             }
         }
         *candidates = sticky;
+    }
+}
+
+/// `ttftSource: latencyPredictor` needs the latency predictor, a separate
+/// service pdsim does not simulate (`filter/prefixcacheaffinity/plugin.go`).
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    if parameters
+        .get("ttftSource")
+        .and_then(serde_yaml::Value::as_str)
+        == Some("latencyPredictor")
+    {
+        c.not_simulated(
+            "ttftSource",
+            "ttftSource latencyPredictor needs the latency predictor, which is not simulated",
+        );
     }
 }

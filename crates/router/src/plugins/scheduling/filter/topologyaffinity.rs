@@ -2,6 +2,7 @@
 
 use super::Filter;
 use crate::config::Plugin;
+use crate::plugins::Checks;
 use crate::plugins::datalayer::topology::{self, Topology};
 use crate::plugins::scheduling::util::topology::{Level, compare, peer_topology};
 use crate::plugins::{Build, Cycle};
@@ -52,5 +53,19 @@ impl Filter for TopologyAffinityFilter {
         if !kept.is_empty() {
             *candidates = kept;
         }
+    }
+}
+
+/// `topologyaffinity.Factory` (filter): an empty level is `host`, anything
+/// else must be a level `ParseLevel` knows.
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    if let Some(serde_yaml::Value::String(level)) = parameters.get("minAffinity")
+        && !level.is_empty()
+        && crate::plugins::scheduling::util::topology::Level::parse(level).is_none()
+    {
+        c.bad(
+            "minAffinity",
+            format!("invalid topology level {level:?}, must be one of host, rack, zone, region"),
+        );
     }
 }

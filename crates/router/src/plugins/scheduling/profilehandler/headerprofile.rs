@@ -4,6 +4,7 @@
 use super::{Picked, ProfileHandler, Profiles};
 use crate::config::Plugin;
 use crate::cycle::RequestContext;
+use crate::plugins::Checks;
 use serde_yaml::Value;
 
 /// One profile per request. A lone profile always runs; otherwise the one
@@ -63,5 +64,17 @@ impl ProfileHandler for HeaderProfileHandler {
             target,
             other: None,
         })
+    }
+}
+
+/// `HeaderProfileHandlerFactory`: two strings, any value accepted (an
+/// unknown profile fails per request).
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    for key in ["headerName", "defaultProfile"] {
+        if let Some(v) = parameters.get(key)
+            && !(v.is_string() || v.is_null())
+        {
+            c.bad(key, format!("{key} must be a string"));
+        }
     }
 }

@@ -5,11 +5,12 @@
 
 mod dataparallel;
 pub(crate) mod disagg;
-mod headerprofile;
+pub(crate) mod headerprofile;
 mod single;
 
 use crate::config::{EndpointPickerConfig, Plugin, disagg_params, pd_params};
 use crate::cycle::RequestContext;
+use crate::plugins::Checks;
 
 /// What a handler asks of the cycle: run a profile (by its index in the
 /// configuration's `schedulingProfiles`, which handlers resolve from names
@@ -98,6 +99,21 @@ impl ProfileHandler for HandlerPlugin {
             HandlerPlugin::Pd(h) => h.pick(request, profiles),
             HandlerPlugin::DataParallel(h) => h.pick(request, profiles),
             HandlerPlugin::Header(h) => h.pick(request, profiles),
+        }
+    }
+}
+
+/// `primaryPort`: 0 (no rewrite) or a port (`pd_profile_handler.go`,
+/// `dp_profile_handler.go`).
+pub(crate) fn check_primary_port(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    if let Some(port) = parameters.get("primaryPort") {
+        match port.as_i64() {
+            Some(n) if n == 0 || (1..=65_535).contains(&n) => {}
+            Some(n) => c.bad(
+                "primaryPort",
+                format!("invalid primaryPort: must be between 1 and 65535, got {n}"),
+            ),
+            None => c.bad("primaryPort", "primaryPort must be an integer"),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use super::Scorer;
 use crate::config::Plugin;
+use crate::plugins::Checks;
 use crate::plugins::Cycle;
 use serde_yaml::Value;
 
@@ -92,4 +93,21 @@ pub(crate) fn context_range_score(l: i64, (lo, hi): (i64, i64)) -> f64 {
         i128::from(lo) - i128::from(l)
     };
     FALLBACK / (1.0 + distance as f64 / 1000.0)
+}
+
+/// `contextlengthaware.Factory`: the label defaults to
+/// `llm-d.ai/context-length-range`; set empty, it is an error.
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    use serde_yaml::Value;
+    match parameters.get("label") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if s.is_empty() => c.bad("label", "'label' must be specified"),
+        Some(Value::String(_)) => {}
+        Some(_) => c.bad("label", "label must be a string"),
+    }
+    if let Some(v) = parameters.get("enableFiltering")
+        && !(v.is_bool() || v.is_null())
+    {
+        c.bad("enableFiltering", "enableFiltering must be a boolean");
+    }
 }

@@ -6,6 +6,7 @@
 
 use super::Scorer;
 use crate::config::Plugin;
+use crate::plugins::Checks;
 use crate::plugins::Cycle;
 use serde_yaml::Value;
 
@@ -49,5 +50,22 @@ impl Scorer for HeaderLabelAffinityScorer {
                 0.0
             }
         }));
+    }
+}
+
+/// `headerlabelaffinity.Factory`: both parameters required.
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    for key in ["headerName", "labelKey"] {
+        if parameters
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            c.bad(
+                key,
+                format!("header-label-affinity-scorer {key} is required"),
+            );
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 mod activerequest;
 pub(crate) mod contextlengthaware;
-mod headerlabelaffinity;
+pub(crate) mod headerlabelaffinity;
 mod kvcacheutilization;
 mod loadaware;
 mod loraaffinity;

@@ -5,6 +5,7 @@
 
 use crate::config::Plugin;
 use crate::cycle::RequestContext;
+use crate::plugins::Checks;
 use serde_yaml::Value;
 use std::collections::BTreeMap;
 
@@ -272,4 +273,111 @@ pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
         out.extend_from_slice(&bytes[..3 - pad]);
     }
     Some(out)
+}
+
+/// session-affinity-scorer's and session-affinity-filter's parameters (the
+/// same `parameters` struct in both), decoded strictly (nested
+/// structures too) and validated as their factories do
+/// (`scorer/sessionaffinity/session_affinity.go`,
+/// `filter/sessionaffinity/session_affinity.go`, `Factory`;
+/// `util/sessionaffinity/{header,session_id}.go`): `strategy` is
+/// `encoded_endpoint_header` (default) or `session_id`; only the selected
+/// strategy's block is defaulted and validated.
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
+    let mut bad = |key: &str, message: String| c.bad(key, message);
+    let strategy = match parameters.get("strategy") {
+        None => "encoded_endpoint_header",
+        Some(Value::String(s)) if s.is_empty() => "",
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => {
+            bad("strategy", "strategy must be a string".into());
+            return;
+        }
+    };
+    if !["encoded_endpoint_header", "session_id"].contains(&strategy) {
+        bad(
+            "strategy",
+            format!(
+                "strategy must be \"encoded_endpoint_header\" or \"session_id\", got \"{strategy}\""
+            ),
+        );
+    }
+    if let Some(v) = parameters.get("profileName")
+        && !v.is_string()
+    {
+        bad("profileName", "profileName must be a string".into());
+    }
+    let strict = |value: &Value, keys: &[&str]| -> Result<(), String> {
+        let Some(map) = value.as_mapping() else {
+            return Err("must be a mapping".into());
+        };
+        for key in map.keys() {
+            let key = key.as_str().unwrap_or("?");
+            if !keys.contains(&key) {
+                return Err(format!(
+                    "`{key}` is not a field (it takes {})",
+                    keys.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    };
+    if let Some(block) = parameters.get("encodedEndpointHeaderConfig") {
+        if let Err(e) = strict(block, &["header"]) {
+            bad("encodedEndpointHeaderConfig", e);
+        } else if block.get("header").is_some_and(|h| !h.is_string()) {
+            bad(
+                "encodedEndpointHeaderConfig.header",
+                "header must be a string".into(),
+            );
+        }
+    }
+    let Some(block) = parameters.get("sessionIdConfig") else {
+        return;
+    };
+    if let Err(e) = strict(
+        block,
+        &["sources", "evictionTtlSeconds", "evictionSweepSeconds"],
+    ) {
+        bad("sessionIdConfig", e);
+        return;
+    }
+    for (i, source) in block
+        .get("sources")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let key = format!("sessionIdConfig.sources[{i}]");
+        if let Err(e) = strict(source, &["header", "attribute", "producer"]) {
+            bad(&key, e);
+            continue;
+        }
+        let set = |k: &str| {
+            source
+                .get(k)
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.is_empty())
+        };
+        if strategy == "session_id" && set("header") == set("attribute") {
+            bad(
+                &key,
+                "exactly one of header or attribute must be set".into(),
+            );
+        }
+    }
+    if strategy == "session_id" {
+        for key in ["evictionTtlSeconds", "evictionSweepSeconds"] {
+            // Zero is replaced by the default before validation.
+            if let Some(v) = block.get(key)
+                && !v.as_f64().is_some_and(|v| v >= 0.0)
+            {
+                bad(
+                    &format!("sessionIdConfig.{key}"),
+                    format!("{key} must be > 0"),
+                );
+            }
+        }
+    }
 }

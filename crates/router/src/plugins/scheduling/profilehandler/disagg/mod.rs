@@ -4,7 +4,7 @@
 //! the prefill profile for a request, given the decode profile's target.
 
 mod always_disagg_pd_decider;
-mod prefix_based_pd_decider;
+pub(crate) mod prefix_based_pd_decider;
 
 use super::{Picked, ProfileHandler, Profiles, position};
 use crate::config::{DisaggParams, PdParams, Plugin};

@@ -3,7 +3,9 @@
 
 use super::Decider;
 use crate::config::Plugin;
+use crate::plugins::{Checks, number};
 use crate::plugins::{Cycle, param_f64};
+use serde_yaml::Mapping;
 
 /// `nonCachedTokens` 0 never disaggregates; a prompt under `promptTokens`
 /// or under `nonCachedTokens` stays decode-only; else disaggregate when the
@@ -40,5 +42,12 @@ impl Decider for PrefixBasedPdDecider {
             && !(self.prompt_min > 0.0 && input < self.prompt_min)
             && input >= self.non_cached
             && input - cached >= self.non_cached
+    }
+}
+
+/// `NewPrefixBasedPDDecider`'s checks (`validate`).
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &Mapping) {
+    if number(parameters, "nonCachedTokens").is_some_and(|v| v < 0.0) {
+        c.bad("nonCachedTokens", "nonCachedTokens must not be negative");
     }
 }
