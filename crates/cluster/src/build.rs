@@ -458,6 +458,20 @@ pub fn build_with_router(
         });
     }
     let disaggregated = colocated_split || pools.iter().any(|p| p.role != Role::Colocated);
+    // The EPP reads each pod's metrics through its extractor's mapping for
+    // the pod's engine type; pdsim's engines export vLLM's series only.
+    if let Some(inputs) = router.as_ref() {
+        for resolved in &bundle.resolution.pools {
+            if inputs.selects(&resolved.labels)
+                && let Some(why) = inputs.metrics_mismatch(&resolved.labels)
+            {
+                return Err(BuildError {
+                    path: "router.endpoint_picker_config".into(),
+                    message: why,
+                });
+            }
+        }
+    }
     // The EPP makes one endpoint of each target port of each selected pod
     // (`pkg/epp/datastore/datastore.go`), the i-th port reaching the pod's
     // i-th API server: one per pod under internal load balancing, one per

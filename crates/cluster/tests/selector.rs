@@ -244,3 +244,25 @@ fn target_ports_decide_the_endpoints_of_each_pod() {
     };
     assert!(e.contains("--endpoint-target-ports"), "{e}");
 }
+
+/// The EPP reads each pod's metrics through its extractor's mapping for
+/// the pod's engine type: a mapping that reads other series than the
+/// vLLM ones pdsim's engines export is refused at build, naming it.
+#[test]
+fn a_metrics_mapping_reading_other_series_than_vllms_is_refused() {
+    let epp = |params: &str| {
+        format!(
+            "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: core-metrics-extractor\n  parameters: {params}\n"
+        )
+    };
+    let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n");
+    let build_with = |params: &str| build(SCENARIO, &deployment, &[("epp.yaml", &epp(params))]);
+    assert!(build_with("{}").is_ok());
+    assert!(build_with("{defaultEngine: vllm, engineLabelKey: my/engine}").is_ok());
+    let e = build_with("{defaultEngine: sglang}").err().unwrap();
+    assert!(e.contains("sglang:num_queue_reqs"), "{e}");
+    let e = build_with("{engineConfigs: [{name: vllm, queuedRequestsSpec: 'vllm:num_requests_waiting{engine=0}', runningRequestsSpec: 'vllm:num_requests_running', kvUsageSpec: 'vllm:kv_cache_usage_perc', cacheInfoSpec: 'vllm:cache_config_info'}]}")
+        .err()
+        .unwrap();
+    assert!(e.contains("queuedRequestsSpec"), "{e}");
+}

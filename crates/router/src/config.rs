@@ -1883,6 +1883,7 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         "static-usage-limit-policy" => usagelimits::check_static(c, p),
         "priority-holdback-policy" => usagelimits::priorityholdback::check(c, p),
         "program-aware-fairness" => fairness::check_program_aware(c, p),
+        "core-metrics-extractor" => crate::plugins::datalayer::metrics::check(c, p),
         _ => {}
     }
 }
@@ -2510,6 +2511,59 @@ mod tests {
         }
         let p = load_config("f", &with(producer, "{headerName: 7}"), false).unwrap_err();
         assert_eq!(p[0].code, "wrong-type", "{p:?}");
+    }
+
+    #[test]
+    fn the_metrics_extractor_is_checked_as_its_factory_checks_it() {
+        let with = |params: &str| {
+            format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: core-metrics-extractor\n  parameters: {params}\n"
+            )
+        };
+        load_config("f", &with("{engineConfigs: [{name: mine, queuedRequestsSpec: 'q{a=b}', customMetrics: [{attributeKey: k, metricSpec: m}]}], defaultEngine: mine}"), false)
+            .unwrap_or_else(|p| panic!("{p:?}"));
+        for (params, path, text) in [
+            (
+                "{engineConfigs: [{name: ''}]}",
+                "engineConfigs[0].name",
+                "cannot be empty",
+            ),
+            (
+                "{engineConfigs: [{name: default}]}",
+                "engineConfigs[0].name",
+                "reserved",
+            ),
+            (
+                "{engineConfigs: [{name: a}, {name: a}]}",
+                "engineConfigs[1].name",
+                "register",
+            ),
+            (
+                "{engineConfigs: [{name: a, queueSpec: q}]}",
+                "engineConfigs[0].queueSpec",
+                "not a field",
+            ),
+            (
+                "{engineConfigs: [{name: a, kvUsageSpec: '9bad'}]}",
+                "engineConfigs[0].kvUsageSpec",
+                "not a valid metric specification",
+            ),
+            (
+                "{engineConfigs: [{name: a, customMetrics: [{attributeKey: k, metricSpec: 'm{x}'}]}]}",
+                "engineConfigs[0].customMetrics[0].metricSpec",
+                "invalid label pair",
+            ),
+            (
+                "{defaultEngine: nothing}",
+                "defaultEngine",
+                "not found in engineConfigs",
+            ),
+        ] {
+            let p = load_config("f", &with(params), false).unwrap_err();
+            assert_eq!(p.len(), 1, "{params}: {p:?}");
+            assert!(p[0].path.ends_with(path), "{params}: {p:?}");
+            assert!(p[0].message.contains(text), "{params}: {p:?}");
+        }
     }
 
     #[test]

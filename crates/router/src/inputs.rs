@@ -99,6 +99,23 @@ impl RouterInputs {
 
     /// Whether a pod with these labels is an endpoint: every selector label
     /// present with its value (`matchLabels`).
+    /// Why the EPP's metrics extractor would read, from a pod with these
+    /// labels, series pdsim's vLLM engines do not export, if it would
+    /// (`plugins::datalayer::metrics`). Without a configured
+    /// core-metrics-extractor the EPP's default one reads vLLM's.
+    pub fn metrics_mismatch(
+        &self,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Option<String> {
+        let extractor = self
+            .config
+            .plugins
+            .iter()
+            .find(|p| p.plugin_type == "core-metrics-extractor")?;
+        crate::plugins::datalayer::metrics::mismatch(&extractor.parameters, labels)
+            .map(|why| format!("`{}` (core-metrics-extractor): {why}", extractor.name))
+    }
+
     pub fn selects(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
         self.endpoint_selector()
             .is_none_or(|want| want.iter().all(|(k, v)| labels.get(k) == Some(v)))

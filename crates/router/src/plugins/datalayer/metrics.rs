@@ -1,0 +1,451 @@
+//! core-metrics-extractor (`datalayer/extractor/metrics/{factories,spec,
+//! mapping,mapping_registry}.go`): which Prometheus series the EPP reads
+//! each endpoint's waiting queue, running requests, KV-cache usage and
+//! cache configuration from, by engine type. pdsim's engines are vLLM and
+//! export vLLM's series, which the simulated scrape reads; a configuration
+//! that maps pdsim's pods to other series (another engine's, labels that
+//! select among series, other cache-info labels) would make the EPP read
+//! something pdsim does not export, and is refused, never ignored.
+
+use crate::plugins::Checks;
+use regex::Regex;
+use serde_yaml::{Mapping, Value};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// `DefaultEngineTypeLabelKey` (`mapping_registry.go`).
+const ENGINE_LABEL_KEY: &str = "llm-d.ai/engine-type";
+/// `DefaultEngineType`: the registry's name for the default mapping.
+const DEFAULT_ENGINE_TYPE: &str = "default";
+/// `defaultEngineName`.
+const DEFAULT_ENGINE: &str = "vllm";
+
+/// An engine's mapping as configured (`engineConfigParams`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct EngineConfig {
+    name: String,
+    queue: String,
+    running: String,
+    kv_usage: String,
+    lora: String,
+    cache_info: String,
+    cache_block_size_label: String,
+    cache_num_blocks_label: String,
+    cache_block_size: String,
+    cache_num_blocks: String,
+}
+
+/// `engineConfigParams`' JSON fields, in order.
+const ENGINE_FIELDS: [&str; 11] = [
+    "name",
+    "queuedRequestsSpec",
+    "runningRequestsSpec",
+    "kvUsageSpec",
+    "loraSpec",
+    "cacheInfoSpec",
+    "cacheBlockSizeLabelName",
+    "cacheNumBlocksLabelName",
+    "cacheBlockSizeSpec",
+    "cacheNumBlocksSpec",
+    "customMetrics",
+];
+
+impl EngineConfig {
+    fn built_in(name: &str) -> Option<EngineConfig> {
+        let e = |n: &str, q: &str, r: &str, kv: &str, lora: &str, info: &str| EngineConfig {
+            name: n.into(),
+            queue: q.into(),
+            running: r.into(),
+            kv_usage: kv.into(),
+            lora: lora.into(),
+            cache_info: info.into(),
+            ..EngineConfig::default()
+        };
+        // `defaultEngineConfigs`.
+        Some(match name {
+            "vllm" => e(
+                "vllm",
+                "vllm:num_requests_waiting",
+                "vllm:num_requests_running",
+                "vllm:kv_cache_usage_perc",
+                "vllm:lora_requests_info",
+                "vllm:cache_config_info",
+            ),
+            "sglang" => EngineConfig {
+                cache_block_size_label: "page_size".into(),
+                cache_num_blocks_label: "num_pages".into(),
+                ..e(
+                    "sglang",
+                    "sglang:num_queue_reqs",
+                    "sglang:num_running_reqs",
+                    "sglang:token_usage",
+                    "",
+                    "sglang:cache_config_info",
+                )
+            },
+            "trtllm-serve" => EngineConfig {
+                cache_block_size: "trtllm_kv_cache_tokens_per_block".into(),
+                cache_num_blocks: "trtllm_kv_cache_max_blocks".into(),
+                ..e(
+                    "trtllm-serve",
+                    "trtllm_num_requests_waiting",
+                    "trtllm_num_requests_running",
+                    "trtllm_kv_cache_utilization",
+                    "",
+                    "",
+                )
+            },
+            "triton-tensorrt-llm" => EngineConfig {
+                cache_block_size:
+                    "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=tokens_per}".into(),
+                cache_num_blocks: "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}"
+                    .into(),
+                ..e(
+                    "triton-tensorrt-llm",
+                    "nv_trt_llm_request_metrics{request_type=waiting}",
+                    "nv_trt_llm_request_metrics{request_type=scheduled}",
+                    "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=fraction}",
+                    "",
+                    "",
+                )
+            },
+            "triton" => e(
+                "triton",
+                "nv_inference_pending_request_count",
+                "nv_inference_exec_count",
+                "",
+                "",
+                "",
+            ),
+            _ => return None,
+        })
+    }
+
+    fn from_value(v: &Value) -> EngineConfig {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        EngineConfig {
+            name: s("name"),
+            queue: s("queuedRequestsSpec"),
+            running: s("runningRequestsSpec"),
+            kv_usage: s("kvUsageSpec"),
+            lora: s("loraSpec"),
+            cache_info: s("cacheInfoSpec"),
+            cache_block_size_label: s("cacheBlockSizeLabelName"),
+            cache_num_blocks_label: s("cacheNumBlocksLabelName"),
+            cache_block_size: s("cacheBlockSizeSpec"),
+            cache_num_blocks: s("cacheNumBlocksSpec"),
+        }
+    }
+
+    /// The specs and the field each is configured by.
+    fn specs(&self) -> [(&'static str, &str); 7] {
+        [
+            ("queuedRequestsSpec", &self.queue),
+            ("runningRequestsSpec", &self.running),
+            ("kvUsageSpec", &self.kv_usage),
+            ("loraSpec", &self.lora),
+            ("cacheInfoSpec", &self.cache_info),
+            ("cacheBlockSizeSpec", &self.cache_block_size),
+            ("cacheNumBlocksSpec", &self.cache_num_blocks),
+        ]
+    }
+}
+
+fn regexes() -> &'static [Regex; 4] {
+    static RES: OnceLock<[Regex; 4]> = OnceLock::new();
+    RES.get_or_init(|| {
+        // `spec.go`: metricSpecRE, labelPairRE, addQuotesRE; and
+        // Prometheus' legacy metric-name rule (`model.LegacyValidation`).
+        [
+            r#"^\s*(\S+?)\s*(?:\{([^}]*)\})?\s*$"#,
+            r#"^\s*(\S+?)\s*=\s*"([^"]*)"\s*$"#,
+            r#"(\w+)\s*=\s*([^",}\s]+)"#,
+            r#"^[a-zA-Z_:][a-zA-Z0-9_:]*$"#,
+        ]
+        .map(|re| Regex::new(re).expect("a valid pattern"))
+    })
+}
+
+/// `parseStringToSpec`: a PromQL instant-vector selector, `name` or
+/// `name{label=value,…}` (values quoted or not); empty is no spec.
+fn parse_spec(spec: &str) -> Result<(), String> {
+    if spec.is_empty() {
+        return Ok(());
+    }
+    let [spec_re, pair_re, quote_re, name_re] = regexes();
+    let quoted = quote_re.replace_all(spec, r#"$1="$2""#);
+    let Some(m) = spec_re
+        .captures(&quoted)
+        .filter(|m| name_re.is_match(&m[1]))
+    else {
+        return Err(format!("not a valid metric specification: {spec:?}"));
+    };
+    if let Some(block) = m
+        .get(2)
+        .map(|b| b.as_str().trim())
+        .filter(|b| !b.is_empty())
+    {
+        for pair in block.split(',') {
+            let ok = pair_re.captures(pair).is_some_and(|lm| {
+                let label = &lm[1];
+                label.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            });
+            if !ok {
+                return Err(format!(
+                    "invalid label pair {pair:?} in specification: {spec:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `CoreMetricsExtractorFactory` and `newCoreMetricsExtractorPlugin`'s
+/// checks, after the strict decode of `modelServerExtractorParams`.
+pub(crate) fn check(c: &mut Checks<'_>, parameters: &Mapping) {
+    let configs = match parameters.get("engineConfigs") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Sequence(items)) => items.as_slice(),
+        Some(_) => {
+            return c.problem(
+                "engineConfigs",
+                "wrong-type",
+                "engineConfigs must be a list",
+            );
+        }
+    };
+    for (i, item) in configs.iter().enumerate() {
+        let at = format!("engineConfigs[{i}]");
+        let Some(map) = item.as_mapping() else {
+            return c.problem(&at, "wrong-type", "an engine config must be a mapping");
+        };
+        for (key, value) in map {
+            let key = key.as_str().unwrap_or("?");
+            if !ENGINE_FIELDS.contains(&key) {
+                return c.bad(
+                    &format!("{at}.{key}"),
+                    format!("`{key}` is not a field of an engine config (parameters are decoded strictly)"),
+                );
+            }
+            let typed = match key {
+                "customMetrics" => value.is_sequence() || value.is_null(),
+                _ => value.is_string() || value.is_null(),
+            };
+            if !typed {
+                return c.problem(
+                    &format!("{at}.{key}"),
+                    "wrong-type",
+                    format!("{key} has the wrong type"),
+                );
+            }
+        }
+        let config = EngineConfig::from_value(item);
+        if config.name.is_empty() {
+            return c.bad(&format!("{at}.name"), "engine config name cannot be empty");
+        }
+        if config.name == DEFAULT_ENGINE_TYPE {
+            return c.bad(
+                &format!("{at}.name"),
+                format!("engine config name cannot be {DEFAULT_ENGINE_TYPE:?} (reserved)"),
+            );
+        }
+        if configs[..i]
+            .iter()
+            .any(|o| o.get("name").and_then(Value::as_str) == Some(config.name.as_str()))
+        {
+            return c.bad(
+                &format!("{at}.name"),
+                format!("failed to register engine mapping for {:?}", config.name),
+            );
+        }
+        for (field, spec) in config.specs() {
+            if let Err(e) = parse_spec(spec) {
+                c.bad(
+                    &format!("{at}.{field}"),
+                    format!("failed to create mapping for engine {:?}: {e}", config.name),
+                );
+            }
+        }
+        let custom = item.get("customMetrics").and_then(Value::as_sequence);
+        for (j, metric) in custom.into_iter().flatten().enumerate() {
+            let here = format!("{at}.customMetrics[{j}]");
+            let Some(m) = metric.as_mapping() else {
+                return c.problem(&here, "wrong-type", "a custom metric must be a mapping");
+            };
+            if let Some(k) = m
+                .keys()
+                .filter_map(Value::as_str)
+                .find(|k| !matches!(*k, "attributeKey" | "metricSpec"))
+            {
+                return c.bad(
+                    &format!("{here}.{k}"),
+                    format!("`{k}` is not a field of a custom metric"),
+                );
+            }
+            let spec = metric
+                .get("metricSpec")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let key = metric
+                .get("attributeKey")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if let Err(e) = parse_spec(spec) {
+                c.bad(
+                    &format!("{here}.metricSpec"),
+                    format!("custom metric {key:?}: {e}"),
+                );
+            }
+        }
+    }
+    let default = default_engine(parameters);
+    let known = |name: &str| {
+        configs
+            .iter()
+            .any(|o| o.get("name").and_then(Value::as_str) == Some(name))
+            || EngineConfig::built_in(name).is_some()
+    };
+    if !known(&default) {
+        c.bad(
+            "defaultEngine",
+            format!("defaultEngine {default:?} not found in engineConfigs"),
+        );
+    }
+}
+
+fn default_engine(parameters: &Mapping) -> String {
+    match parameters.get("defaultEngine").and_then(Value::as_str) {
+        Some("") | None => DEFAULT_ENGINE.to_string(),
+        Some(e) => e.to_string(),
+    }
+}
+
+/// Why the extractor `parameters` configures would read something pdsim's
+/// vLLM engines do not export from a pod with these `labels`, if it would:
+/// the mapping of the pod's engine type (its `engineLabelKey` label, else
+/// the default engine's) must read vLLM's own series, without label
+/// selectors, and vLLM's cache-info labels.
+pub(crate) fn mismatch(parameters: &Mapping, labels: &BTreeMap<String, String>) -> Option<String> {
+    let label_key = match parameters.get("engineLabelKey").and_then(Value::as_str) {
+        Some("") | None => ENGINE_LABEL_KEY,
+        Some(k) => k,
+    };
+    let engine = labels
+        .get(label_key)
+        .cloned()
+        .unwrap_or_else(|| default_engine(parameters));
+    let configured = parameters
+        .get("engineConfigs")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .find(|o| o.get("name").and_then(Value::as_str) == Some(engine.as_str()))
+        .map(EngineConfig::from_value);
+    let Some(mapping) = configured.or_else(|| EngineConfig::built_in(&engine)) else {
+        return Some(format!(
+            "its pods' engine type is {engine:?} (label `{label_key}`), for which the extractor has no mapping, so the EPP would read no metrics from them (`no mapping found for engine type`)"
+        ));
+    };
+    let vllm = EngineConfig::built_in(DEFAULT_ENGINE).expect("vLLM's mapping");
+    let read = [
+        ("queuedRequestsSpec", &mapping.queue, &vllm.queue),
+        ("runningRequestsSpec", &mapping.running, &vllm.running),
+        ("kvUsageSpec", &mapping.kv_usage, &vllm.kv_usage),
+        ("cacheInfoSpec", &mapping.cache_info, &vllm.cache_info),
+        (
+            "cacheBlockSizeLabelName",
+            &mapping.cache_block_size_label,
+            &vllm.cache_block_size_label,
+        ),
+        (
+            "cacheNumBlocksLabelName",
+            &mapping.cache_num_blocks_label,
+            &vllm.cache_num_blocks_label,
+        ),
+        (
+            "cacheBlockSizeSpec",
+            &mapping.cache_block_size,
+            &vllm.cache_block_size,
+        ),
+        (
+            "cacheNumBlocksSpec",
+            &mapping.cache_num_blocks,
+            &vllm.cache_num_blocks,
+        ),
+    ];
+    read.into_iter().find(|(_, got, want)| got != want).map(|(field, got, want)| {
+        format!(
+            "the mapping for its pods' engine type {engine:?} reads `{field}` as {got:?}, where pdsim's vLLM engines export {want:?}; pdsim simulates the EPP reading vLLM's own series"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{mismatch, parse_spec};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn specs_parse_as_promql_selectors() {
+        for ok in [
+            "",
+            "vllm:num_requests_waiting",
+            " nv_trt_llm_request_metrics{request_type=waiting} ",
+            "m{a=\"x\", b=y}",
+        ] {
+            assert_eq!(parse_spec(ok), Ok(()), "{ok}");
+        }
+        for bad in ["9metric", "m{a}", "m{1a=x}", "a b", "m{a=\"x\",}"] {
+            assert!(parse_spec(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_a_mapping_that_reads_vllms_series_is_simulated() {
+        let params = |text: &str| -> serde_yaml::Mapping { serde_yaml::from_str(text).unwrap() };
+        let none = BTreeMap::new();
+        // The defaults, or vLLM's mapping restated, read vLLM's series.
+        assert_eq!(mismatch(&params("{}"), &none), None);
+        let restated = params(
+            "engineConfigs: [{name: vllm, queuedRequestsSpec: 'vllm:num_requests_waiting', runningRequestsSpec: 'vllm:num_requests_running', kvUsageSpec: 'vllm:kv_cache_usage_perc', cacheInfoSpec: 'vllm:cache_config_info'}]",
+        );
+        assert_eq!(mismatch(&restated, &none), None);
+        // Another default engine, a remapped queue, a label selector.
+        assert!(
+            mismatch(&params("{defaultEngine: sglang}"), &none)
+                .unwrap()
+                .contains("sglang:num_queue_reqs")
+        );
+        let remapped = params(
+            "engineConfigs: [{name: vllm, queuedRequestsSpec: 'vllm:num_requests_waiting{model_name=m}', runningRequestsSpec: 'vllm:num_requests_running', kvUsageSpec: 'vllm:kv_cache_usage_perc', cacheInfoSpec: 'vllm:cache_config_info'}]",
+        );
+        assert!(
+            mismatch(&remapped, &none)
+                .unwrap()
+                .contains("queuedRequestsSpec")
+        );
+        // The pod's engine-type label picks the mapping; an unknown one
+        // has none.
+        let tagged = BTreeMap::from([(
+            "llm-d.ai/engine-type".to_string(),
+            "trtllm-serve".to_string(),
+        )]);
+        assert!(mismatch(&params("{}"), &tagged).unwrap().contains("trtllm"));
+        let odd = BTreeMap::from([("llm-d.ai/engine-type".to_string(), "mine".to_string())]);
+        assert!(
+            mismatch(&params("{}"), &odd)
+                .unwrap()
+                .contains("no mapping")
+        );
+        // A custom label key.
+        let keyed = BTreeMap::from([("engine".to_string(), "vllm".to_string())]);
+        assert_eq!(
+            mismatch(
+                &params("{engineLabelKey: engine, defaultEngine: sglang}"),
+                &keyed
+            ),
+            None
+        );
+    }
+}
