@@ -428,6 +428,30 @@ pub fn load_config(
 
     check_inflight_refs(&mut loader, &plugins);
     check_token_consumers(&mut loader, &plugins);
+    // An endpoint attribute pdsim's scrape cannot give is refused.
+    for (i, plugin) in plugins.iter().enumerate() {
+        let key = match plugin.plugin_type.as_str() {
+            "endpoint-attribute-filter" => "attribute",
+            "endpoint-attribute-scorer" => "attributeKey",
+            _ => continue,
+        };
+        let attribute = plugin
+            .parameters
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let producer = plugin.parameters.get("producer").and_then(Value::as_str);
+        if let Err(why) =
+            crate::plugins::datalayer::metrics::custom_series(&plugins, attribute, producer)
+        {
+            let at = format!("plugins[{}]", loader.declared[i].1);
+            loader.problem(
+                &format!("{at}.parameters.{key}"),
+                "epp-not-simulated",
+                format!("`{}`: {why}", plugin.plugin_type),
+            );
+        }
+    }
     // Each burst producer holds every request for its own window; pdsim
     // runs one window per EPP.
     if let Some((i, _)) = plugins
@@ -1698,6 +1722,19 @@ const PARAM_TYPES: &[(&str, &[(&str, GoType)])] = {
         ),
         ("load-aware-scorer", &[("threshold", Int)]),
         (
+            "endpoint-attribute-filter",
+            &[
+                ("attribute", Str),
+                ("producer", Str),
+                ("onMissing", Str),
+                ("fallbackOnEmpty", Bool),
+            ],
+        ),
+        (
+            "endpoint-attribute-scorer",
+            &[("attributeKey", Str), ("producer", Str)],
+        ),
+        (
             "header-label-affinity-scorer",
             &[("headerName", Str), ("labelKey", Str)],
         ),
@@ -1884,6 +1921,8 @@ fn check_parameters(loader: &mut Loader<'_>, at: &str, plugin_type: &str, parame
         "priority-holdback-policy" => usagelimits::priorityholdback::check(c, p),
         "program-aware-fairness" => fairness::check_program_aware(c, p),
         "core-metrics-extractor" => crate::plugins::datalayer::metrics::check(c, p),
+        "endpoint-attribute-filter" => filter::endpointattribute::check(c, p),
+        "endpoint-attribute-scorer" => scorer::endpointattribute::check(c, p),
         _ => {}
     }
 }
@@ -2561,6 +2600,120 @@ mod tests {
         ] {
             let p = load_config("f", &with(params), false).unwrap_err();
             assert_eq!(p.len(), 1, "{params}: {p:?}");
+            assert!(p[0].path.ends_with(path), "{params}: {p:?}");
+            assert!(p[0].message.contains(text), "{params}: {p:?}");
+        }
+    }
+
+    #[test]
+    fn endpoint_attribute_plugins_are_checked_as_their_factories_check_them() {
+        let with = |plugin: &str, params: &str| {
+            format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n- type: core-metrics-extractor\n  parameters: {{engineConfigs: [{{name: vllm, queuedRequestsSpec: 'vllm:num_requests_waiting', runningRequestsSpec: 'vllm:num_requests_running', kvUsageSpec: 'vllm:kv_cache_usage_perc', cacheInfoSpec: 'vllm:cache_config_info', customMetrics: [{{attributeKey: q, metricSpec: 'vllm:num_requests_waiting'}}, {{attributeKey: p, metricSpec: 'vllm:num_preemptions_total'}}]}}]}}\n- type: {plugin}\n  parameters: {params}\n"
+            )
+        };
+        let filter = "endpoint-attribute-filter";
+        let scorer = "endpoint-attribute-scorer";
+        let ok_filter = "{attribute: q, algorithm: {type: threshold, threshold: {operator: LessThan, value: 3}}}";
+        let ok_scorer = "{attributeKey: q, algorithm: {type: linear_lower_is_better, normalization: {adaptiveRange: {}}}}";
+        load_config("f", &with(filter, ok_filter), true).unwrap_or_else(|p| panic!("{p:?}"));
+        load_config("f", &with(scorer, ok_scorer), true).unwrap_or_else(|p| panic!("{p:?}"));
+        for (plugin, params, path, code, text) in [
+            (
+                filter,
+                "{algorithm: {type: threshold}}",
+                "attribute",
+                "epp-plugin-parameter",
+                "non-empty attribute",
+            ),
+            (
+                filter,
+                "{attribute: q, onMissing: Skip, algorithm: {type: threshold}}",
+                "onMissing",
+                "epp-plugin-parameter",
+                "\"Pass\" or \"Fail\"",
+            ),
+            (
+                filter,
+                "{attribute: q, algorithm: {type: range}}",
+                "algorithm.type",
+                "epp-plugin-parameter",
+                "must be \"threshold\"",
+            ),
+            (
+                filter,
+                "{attribute: q, algorithm: {type: threshold}}",
+                "algorithm.threshold",
+                "epp-plugin-parameter",
+                "requires algorithm.threshold",
+            ),
+            (
+                filter,
+                "{attribute: q, algorithm: {type: threshold, threshold: {operator: Below, value: 1}}}",
+                "algorithm.threshold.operator",
+                "epp-plugin-parameter",
+                "LessThan",
+            ),
+            (
+                filter,
+                "{attribute: q, algorithm: {type: threshold, limit: 1}}",
+                "algorithm.limit",
+                "epp-plugin-parameter",
+                "not a field",
+            ),
+            (
+                filter,
+                "{attribute: q/core-metrics-extractor, algorithm: {type: threshold, threshold: {operator: Equal, value: 1}}}",
+                "attribute",
+                "epp-plugin-parameter",
+                "no producer is set",
+            ),
+            (
+                filter,
+                "{attribute: p, algorithm: {type: threshold, threshold: {operator: Equal, value: 1}}}",
+                "attribute",
+                "epp-not-simulated",
+                "vllm:num_preemptions_total",
+            ),
+            (
+                scorer,
+                "{algorithm: {type: linear_lower_is_better}}",
+                "attributeKey",
+                "epp-plugin-parameter",
+                "non-empty attributeKey",
+            ),
+            (
+                scorer,
+                "{attributeKey: q, algorithm: {type: quadratic}}",
+                "algorithm.type",
+                "epp-plugin-parameter",
+                "linear_lower_is_better",
+            ),
+            (
+                scorer,
+                "{attributeKey: q, algorithm: {type: linear_lower_is_better, normalization: {fixedRange: {min: 0, max: 1}, adaptiveRange: {}}}}",
+                "algorithm.normalization",
+                "epp-plugin-parameter",
+                "at most one",
+            ),
+            (
+                scorer,
+                "{attributeKey: q, algorithm: {type: linear_lower_is_better, normalization: {fixedRange: {min: 2, max: 2}}}}",
+                "algorithm.normalization.fixedRange",
+                "epp-plugin-parameter",
+                "min < max",
+            ),
+            (
+                scorer,
+                "{attributeKey: p, algorithm: {type: linear_lower_is_better}}",
+                "attributeKey",
+                "epp-not-simulated",
+                "do not export",
+            ),
+        ] {
+            let p = load_config("f", &with(plugin, params), true).unwrap_err();
+            assert_eq!(p.len(), 1, "{params}: {p:?}");
+            assert_eq!(p[0].code, code, "{params}: {p:?}");
             assert!(p[0].path.ends_with(path), "{params}: {p:?}");
             assert!(p[0].message.contains(text), "{params}: {p:?}");
         }

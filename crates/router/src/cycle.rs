@@ -1590,6 +1590,107 @@ mod tests {
         assert_eq!(score(&headers(&[("x-tenant", "")])), [0.0; 4]);
     }
 
+    /// A core-metrics-extractor restating vLLM's mapping with custom
+    /// metrics over the series pdsim's engines export.
+    const CUSTOM: &str = "- type: core-metrics-extractor\n  parameters:\n    engineConfigs:\n    - name: vllm\n      queuedRequestsSpec: vllm:num_requests_waiting\n      runningRequestsSpec: vllm:num_requests_running\n      kvUsageSpec: vllm:kv_cache_usage_perc\n      cacheInfoSpec: vllm:cache_config_info\n      customMetrics:\n      - {attributeKey: queue, metricSpec: vllm:num_requests_waiting}\n      - {attributeKey: kv, metricSpec: vllm:kv_cache_usage_perc}\n";
+
+    #[test]
+    fn endpoint_attribute_plugins_read_the_custom_metrics_of_the_scrape() {
+        let views = |waiting: [Option<u32>; 4]| -> Vec<EndpointView> {
+            waiting
+                .iter()
+                .map(|w| EndpointView {
+                    waiting: w.unwrap_or(0),
+                    kv_usage: f64::from(w.unwrap_or(0)) / 10.0,
+                    updated_ns: w.map(|_| 1),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        // Waiting 2, 7, 5 and an endpoint never scraped (the attribute is
+        // missing there).
+        let v = views([Some(2), Some(7), Some(5), None]);
+        let router = |plugin: &str| {
+            let text = format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n{CUSTOM}{plugin}"
+            );
+            Router::new(&inputs_experimental(&text), labels(&["decode"; 4]), 1)
+        };
+        // `filter.go`: LessThan 5 keeps 2; a missing attribute passes by
+        // default, fails with onMissing Fail.
+        let filter = |params: &str| {
+            let mut r = router(&format!(
+                "- type: endpoint-attribute-filter\n  parameters: {params}\n"
+            ));
+            let mut candidates = vec![0, 1, 2, 3];
+            r.run_filter(
+                "endpoint-attribute-filter",
+                &v,
+                &RequestContext::default(),
+                &mut candidates,
+            );
+            candidates
+        };
+        let lt5 = "{attribute: queue, algorithm: {type: threshold, threshold: {operator: LessThan, value: 5}}}";
+        assert_eq!(filter(lt5), [0, 3]);
+        assert_eq!(
+            filter(&lt5.replace("{attribute", "{onMissing: Fail, attribute")),
+            [0]
+        );
+        let ge5 = "{attribute: queue, onMissing: Fail, algorithm: {type: threshold, threshold: {operator: GreaterThanOrEqual, value: 5}}}";
+        assert_eq!(filter(ge5), [1, 2]);
+        let eq9 = "{attribute: kv, onMissing: Fail, algorithm: {type: threshold, threshold: {operator: Equal, value: 0.9}}}";
+        assert!(filter(eq9).is_empty());
+        assert_eq!(
+            filter(&eq9.replace("onMissing: Fail", "onMissing: Fail, fallbackOnEmpty: true")),
+            [0, 1, 2, 3]
+        );
+        // An attribute nothing produces is missing everywhere.
+        assert_eq!(
+            filter(&lt5.replace("attribute: queue", "attribute: other")),
+            [0, 1, 2, 3]
+        );
+        // `endpointattribute.go`: adaptive range over the present values
+        // 2..7: (v − 2)/5, flipped when lower is better; missing scores 0.
+        let scores = |params: &str| {
+            let r = router(&format!(
+                "- type: endpoint-attribute-scorer\n  parameters: {params}\n"
+            ));
+            let mut out = Vec::new();
+            r.score(
+                "endpoint-attribute-scorer",
+                &[0, 1, 2, 3],
+                &v,
+                &RequestContext::default(),
+                &mut out,
+            );
+            out
+        };
+        let lower = scores("{attributeKey: queue, algorithm: {type: linear_lower_is_better}}");
+        assert!(close(&lower, &[1.0, 0.0, 0.4, 0.0]), "{lower:?}");
+        let higher = scores("{attributeKey: queue, algorithm: {type: linear_higher_is_better}}");
+        assert!(close(&higher, &[0.0, 1.0, 0.6, 0.0]), "{higher:?}");
+        // Fixed range [0, 4], clamped.
+        let fixed = scores(
+            "{attributeKey: queue, algorithm: {type: linear_higher_is_better, normalization: {fixedRange: {min: 0, max: 4}}}}",
+        );
+        assert!(close(&fixed, &[0.5, 1.0, 1.0, 0.0]), "{fixed:?}");
+        // One present value: 1.0.
+        let one = views([Some(3), None, None, None]);
+        let r = router(
+            "- type: endpoint-attribute-scorer\n  parameters: {attributeKey: queue, algorithm: {type: linear_lower_is_better}}\n",
+        );
+        let mut out = Vec::new();
+        r.score(
+            "endpoint-attribute-scorer",
+            &[0, 1, 2, 3],
+            &one,
+            &RequestContext::default(),
+            &mut out,
+        );
+        assert_eq!(out, [1.0, 0.0, 0.0, 0.0]);
+    }
+
     #[test]
     fn load_aware_scorer_halves_and_falls_linearly_to_its_threshold() {
         // `scorer/loadaware/load_aware.go`: 0.5 for an empty queue, else

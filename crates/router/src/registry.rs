@@ -48,7 +48,7 @@ const PRECISE_PARAMS: &[&str] = &[
 /// `tokenizerPluginConfig` (`dataproducer/tokenizer/tokenizer.go`).
 const TOKEN_PARAMS: &[&str] = &["udsTokenizerConfig", "vllm", "estimate", "modelName"];
 
-const NOT_YET: &str = "its scheduling behaviour is not simulated yet";
+const OTHER_PROTOCOL: &str = "it parses a request protocol other than the OpenAI-compatible one pdsim's requests stand for (the request bodies it reads, and so what the `estimate` tokenizer would hash, are not modelled)";
 const EXTERNAL: &str = "it needs a service outside the cluster model (tokenizer, latency predictor, KV-event stream or metrics endpoint)";
 const MULTI_CLUSTER: &str =
     "it routes across the InferencePools of several clusters, and pdsim simulates one cluster";
@@ -92,7 +92,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // The scorer's parameters and session machinery
     // (`util/sessionaffinity`); Alpha (`filter/sessionaffinity`).
     "session-affinity-filter" => Filter, Some(&["strategy", "encodedEndpointHeaderConfig", "sessionIdConfig", "profileName"]), true, None;
-    "endpoint-attribute-filter" => Filter, None, true, Some(NOT_YET);
+    // Over the custom metrics pdsim's vLLM series give
+    // (`filter/endpointattribute.rs`).
+    "endpoint-attribute-filter" => Filter, Some(&["attribute", "producer", "onMissing", "fallbackOnEmpty", "algorithm"]), true, None;
     // Alpha (`filter/topologyaffinity`, `scorer/topologyaffinity`): they
     // compare each candidate's Topology with the peer endpoint's.
     "topology-affinity-filter" => Filter, Some(&["minAffinity", "topologyProducerName"]), true, None;
@@ -118,7 +120,7 @@ pub const PLUGINS: &[PluginType] = plugins! {
     "precise-prefix-cache-scorer" => Scorer, Some(PRECISE_PARAMS), false, None;
     "latency-scorer" => Scorer, None, false, Some(EXTERNAL);
     "mm-embeddings-cache-scorer" => Scorer, None, false, Some("pdsim's workloads carry no multimodal content");
-    "endpoint-attribute-scorer" => Scorer, None, true, Some(NOT_YET);
+    "endpoint-attribute-scorer" => Scorer, Some(&["attributeKey", "producer", "algorithm"]), true, None;
     "topology-affinity-scorer" => Scorer, Some(&["topologyProducerName"]), true, None;
     // The request's header against each endpoint's label
     // (`scorer/headerlabelaffinity.rs`).
@@ -174,9 +176,9 @@ pub const PLUGINS: &[PluginType] = plugins! {
     // Parsers: pdsim's requests arrive as tokens already, so parsing is moot.
     "openai-parser" => Parser, None, false, None;
     "passthrough-parser" => Parser, None, false, None;
-    "vllmgrpc-parser" => Parser, None, false, Some(NOT_YET);
-    "vertexai-parser" => Parser, None, false, Some(NOT_YET);
-    "anthropic-parser" => Parser, None, false, Some(NOT_YET);
+    "vllmgrpc-parser" => Parser, None, false, Some(OTHER_PROTOCOL);
+    "vertexai-parser" => Parser, None, false, Some(OTHER_PROTOCOL);
+    "anthropic-parser" => Parser, None, false, Some(OTHER_PROTOCOL);
     // Flow control (§3.8; `flowcontrol.rs`). pdsim's requests carry no
     // fairness id or objective header, so they form one flow in the
     // priority-0 band, where every fairness policy picks that flow and the

@@ -381,6 +381,85 @@ pub(crate) fn mismatch(parameters: &Mapping, labels: &BTreeMap<String, String>) 
     })
 }
 
+/// A series pdsim's vLLM engines export, as the EPP's scrape reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Series {
+    Waiting,
+    Running,
+    KvUsage,
+}
+
+impl Series {
+    /// The series a custom metric's `metricSpec` names, if pdsim exports
+    /// it: a bare vLLM gauge (a label selector would pick among series
+    /// pdsim does not label).
+    fn of_spec(spec: &str) -> Option<Series> {
+        match spec.trim() {
+            "vllm:num_requests_waiting" => Some(Series::Waiting),
+            "vllm:num_requests_running" => Some(Series::Running),
+            "vllm:kv_cache_usage_perc" => Some(Series::KvUsage),
+            _ => None,
+        }
+    }
+
+    /// The value the extractor stores for an endpoint (`ScalarMetricValue`),
+    /// once a scrape has read it; before the first, the attribute is
+    /// missing.
+    pub fn read(self, view: &crate::cycle::EndpointView) -> Option<f64> {
+        view.updated_ns?;
+        Some(match self {
+            Series::Waiting => f64::from(view.waiting),
+            Series::Running => f64::from(view.running),
+            Series::KvUsage => view.kv_usage,
+        })
+    }
+}
+
+/// The series behind the endpoint attribute a consumer names
+/// (`attrmetrics.ResolveConfiguredKey`): a custom metric of the
+/// core-metrics-extractor (no `producer`, or that type), looked up in the
+/// engine config the pods' default engine names. `Ok(None)`: nothing
+/// produces it, so it is missing on every endpoint; `Err`: the custom
+/// metric reads a series pdsim's engines do not export.
+pub(crate) fn custom_series(
+    plugins: &[crate::config::Plugin],
+    attribute: &str,
+    producer: Option<&str>,
+) -> Result<Option<Series>, String> {
+    if producer.is_some_and(|p| p != "core-metrics-extractor") {
+        return Ok(None);
+    }
+    let Some(extractor) = plugins
+        .iter()
+        .find(|p| p.plugin_type == "core-metrics-extractor")
+    else {
+        return Ok(None);
+    };
+    let engine = default_engine(&extractor.parameters);
+    let metric = extractor
+        .parameters
+        .get("engineConfigs")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.get("name").and_then(Value::as_str) == Some(engine.as_str()))
+        .filter_map(|c| c.get("customMetrics").and_then(Value::as_sequence))
+        .flatten()
+        .find(|m| m.get("attributeKey").and_then(Value::as_str) == Some(attribute));
+    let Some(metric) = metric else {
+        return Ok(None);
+    };
+    let spec = metric
+        .get("metricSpec")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    Series::of_spec(spec).map(Some).ok_or_else(|| {
+        format!(
+            "the custom metric {attribute:?} reads {spec:?}, which pdsim's vLLM engines do not export (they export vllm:num_requests_waiting, vllm:num_requests_running and vllm:kv_cache_usage_perc)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::{mismatch, parse_spec};

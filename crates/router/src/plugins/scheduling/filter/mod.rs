@@ -4,6 +4,7 @@
 
 mod bylabel;
 mod contextlengthaware;
+pub(crate) mod endpointattribute;
 pub(crate) mod prefixcacheaffinity;
 pub(crate) mod sessionaffinity;
 pub(crate) mod topologyaffinity;
@@ -29,6 +30,7 @@ pub(crate) enum FilterPlugin {
     SessionAffinity(sessionaffinity::SessionAffinityFilter),
     TopologyAffinity(topologyaffinity::TopologyAffinityFilter),
     Utilization(utilization::UtilizationFilter),
+    EndpointAttribute(endpointattribute::EndpointAttributeFilter),
     /// A plugin that filters nothing pdsim runs (the loader has refused
     /// every filter type it does not simulate): every candidate stays.
     PassAll,
@@ -57,6 +59,9 @@ impl FilterPlugin {
             "utilization-filter" => {
                 FilterPlugin::Utilization(utilization::UtilizationFilter::new(plugin))
             }
+            "endpoint-attribute-filter" => FilterPlugin::EndpointAttribute(
+                endpointattribute::EndpointAttributeFilter::new(plugin, build.plugins),
+            ),
             _ => FilterPlugin::PassAll,
         }
     }
@@ -71,6 +76,7 @@ impl Filter for FilterPlugin {
             FilterPlugin::SessionAffinity(f) => f.filter(cycle, rng, candidates),
             FilterPlugin::TopologyAffinity(f) => f.filter(cycle, rng, candidates),
             FilterPlugin::Utilization(f) => f.filter(cycle, rng, candidates),
+            FilterPlugin::EndpointAttribute(f) => f.filter(cycle, rng, candidates),
             FilterPlugin::PassAll => {}
         }
     }

@@ -4,6 +4,7 @@
 
 mod activerequest;
 pub(crate) mod contextlengthaware;
+pub(crate) mod endpointattribute;
 pub(crate) mod headerlabelaffinity;
 mod kvcacheutilization;
 mod loadaware;
@@ -46,6 +47,7 @@ pub(crate) enum ScorerPlugin {
     SessionAffinity(sessionaffinity::SessionAffinityScorer),
     TopologyAffinity(topologyaffinity::TopologyAffinityScorer),
     HeaderLabelAffinity(headerlabelaffinity::HeaderLabelAffinityScorer),
+    EndpointAttribute(endpointattribute::EndpointAttributeScorer),
     /// A plugin that is no scorer pdsim runs (the loader has refused every
     /// scorer type it does not simulate): every candidate scores 0.
     Zero,
@@ -87,6 +89,9 @@ impl ScorerPlugin {
             "header-label-affinity-scorer" => ScorerPlugin::HeaderLabelAffinity(
                 headerlabelaffinity::HeaderLabelAffinityScorer::new(plugin),
             ),
+            "endpoint-attribute-scorer" => ScorerPlugin::EndpointAttribute(
+                endpointattribute::EndpointAttributeScorer::new(plugin, build.plugins),
+            ),
             _ => ScorerPlugin::Zero,
         }
     }
@@ -106,6 +111,7 @@ impl ScorerPlugin {
             ScorerPlugin::SessionAffinity(s) => s,
             ScorerPlugin::TopologyAffinity(s) => s,
             ScorerPlugin::HeaderLabelAffinity(s) => s,
+            ScorerPlugin::EndpointAttribute(s) => s,
             ScorerPlugin::Zero => return None,
         })
     }
