@@ -716,6 +716,63 @@ mod tests {
     }
 
     #[test]
+    fn the_soft_tick_counts_the_instants_of_the_tickers_own_phase() {
+        // The same alternation as above with the ticker at phase 0.4 ms:
+        // instants at 0.4, 1.4, … ms, so the open tick lands 0.4 ms later.
+        let mut s = settings(UTIL);
+        s.priorities = vec![10, 0];
+        s.usage_limit = UsageLimit::SoftReflective;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        fc.set_dispatch_phase(400_000);
+        fc.enqueue(1, 0, 1).unwrap();
+        let busy = [view(4, 0.0, 0)];
+        assert_eq!(
+            fc.dispatch_cycle(&busy, &router(1), 400_000, CycleKind::Tick),
+            (None, Some(3_400_000))
+        );
+    }
+
+    #[test]
+    fn a_pool_without_prefill_or_decode_pods_is_saturated_as_a_whole() {
+        let role = |r: &str| BTreeMap::from([("llm-d.ai/role".to_string(), r.to_string())]);
+        let r = router(2);
+        // An idle decode pod and an overloaded encode pod: the decode
+        // stage's 0.0 counts (the encode pod is no stage's).
+        let fc = FlowController::new(&settings(UTIL), &[role("decode"), role("encode")]);
+        let views = [view(0, 0.0, 0), view(50, 1.0, 0)];
+        assert_eq!(fc.saturation(&views, &r, 0), 0.0);
+        // With no prefill or decode pod at all, the whole pool: the mean
+        // of max(5/5, 1.0/0.8) = 1.25 and 50/5 = 10.
+        let fc = FlowController::new(&settings(UTIL), &[role("encode"), role("encode")]);
+        let views = [view(5, 1.0, 0), view(50, 0.0, 0)];
+        assert!((fc.saturation(&views, &r, 0) - (1.25 + 10.0) / 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn dispatched_and_expired_requests_give_their_bytes_back() {
+        let mut s = settings(UTIL);
+        s.band.max_bytes = 20;
+        s.ttl_ns = 1_000;
+        let mut fc = FlowController::new(&s, &[BTreeMap::new()]);
+        let r = router(1);
+        assert!(fc.is_empty());
+        fc.enqueue(1, 0, 10).unwrap();
+        fc.enqueue(2, 500, 10).unwrap();
+        assert!(!fc.is_empty());
+        assert_eq!(fc.enqueue(3, 500, 10), Err(Refusal::Capacity));
+        // A dispatch frees its 10 bytes: another fits, and no more.
+        assert_eq!(fc.dispatch(&[view(0, 0.0, 0)], &r, 600), Some(1));
+        fc.enqueue(3, 600, 10).unwrap();
+        assert_eq!(fc.enqueue(4, 600, 10), Err(Refusal::Capacity));
+        // Expiry frees the expired request's bytes too.
+        let mut out = Vec::new();
+        fc.expire(1_500, &mut out);
+        assert_eq!(out, [2]);
+        fc.enqueue(4, 1_500, 10).unwrap();
+        assert_eq!(fc.enqueue(5, 1_500, 10), Err(Refusal::Capacity));
+    }
+
+    #[test]
     fn ttl_expiry_takes_items_whose_budget_ran_out() {
         let mut s = settings(UTIL);
         s.ttl_ns = 1_000;

@@ -96,5 +96,10 @@ mod tests {
         assert_eq!(rr.pick(3, head, Some(1)), Some(2));
         assert_eq!(rr.pick(3, head, Some(2)), Some(1));
         assert_eq!(rr.pick(3, |_| None, Some(0)), None);
+        // With every flow busy the cursor moves one on and wraps.
+        let busy = |_: usize| Some((1, 1, 0));
+        assert_eq!(rr.pick(3, busy, Some(0)), Some(1));
+        assert_eq!(rr.pick(3, busy, Some(1)), Some(2));
+        assert_eq!(rr.pick(3, busy, Some(2)), Some(0));
     }
 }

@@ -41,3 +41,17 @@ impl Ordering {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Ordering;
+
+    #[test]
+    fn edf_orders_by_deadline_and_without_a_ttl_by_enqueue_time() {
+        // A TTL of 0 is none: every deadline is the far future.
+        assert_eq!(Ordering::Edf.key(5, 2, 0), (u64::MAX, 5, 2));
+        assert_eq!(Ordering::Edf.key(5, 2, 10), (15, 5, 2));
+        assert_eq!(Ordering::Fcfs.key(5, 2, 10), (5, 2, 0));
+        assert_eq!(Ordering::SloDeadline.key(5, 2, 10), (u64::MAX, 5, 2));
+    }
+}

@@ -2,15 +2,15 @@
 //! EPP's in-flight counters against a per-endpoint capacity.
 
 use super::ConcurrencyMode;
-use crate::cycle::Router;
 use crate::plugins::Checks;
 
 /// `Saturation` over `set`: in-flight requests (or tokens) over the
 /// stage's capacity, or in hybrid mode the mean over endpoints of the
-/// worse of their two ratios. A zero capacity is full.
+/// worse of their two ratios. A zero capacity is full. `inflight` gives
+/// an endpoint's (requests, tokens), the EPP's in-flight counters.
 pub(super) fn saturation(
     set: &[usize],
-    router: &Router,
+    inflight: impl Fn(usize) -> (u64, u64),
     max_concurrency: u64,
     max_tokens: u64,
     mode: ConcurrencyMode,
@@ -25,7 +25,7 @@ pub(super) fn saturation(
     let n = set.len() as u64;
     let (mut requests, mut tokens, mut hybrid) = (0u64, 0u64, 0.0);
     for e in set {
-        let (r, t) = router.inflight(*e);
+        let (r, t) = inflight(*e);
         requests += r;
         tokens += t;
         hybrid += ratio(r, max_concurrency).max(ratio(t, max_tokens));
@@ -65,6 +65,30 @@ pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
         c.bad(
             "inFlightLoadProducerName",
             "inFlightLoadProducerName must be a string",
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::saturation;
+    use crate::plugins::flowcontrol::saturationdetector::ConcurrencyMode;
+
+    #[test]
+    fn each_mode_weighs_the_counters_against_its_capacity() {
+        // `concurrency/detector.go`: endpoints 0 and 1 with (2 requests,
+        // 300 tokens) and (1, 900); 4 requests and 1000 tokens each.
+        let load = |e: usize| [(2, 300), (1, 900)][e];
+        let s = |mode| saturation(&[0, 1], load, 4, 1000, mode);
+        // Requests: 3 of 8. Tokens: 1200 of 2000. Hybrid: the mean of
+        // max(2/4, 0.3) = 0.5 and max(1/4, 0.9) = 0.9.
+        assert!((s(ConcurrencyMode::Requests) - 0.375).abs() < 1e-12);
+        assert!((s(ConcurrencyMode::Tokens) - 0.6).abs() < 1e-12);
+        assert!((s(ConcurrencyMode::Hybrid) - 0.7).abs() < 1e-12);
+        // A capacity of 0 is full.
+        assert_eq!(
+            saturation(&[0], load, 0, 1000, ConcurrencyMode::Requests),
+            1.0
         );
     }
 }

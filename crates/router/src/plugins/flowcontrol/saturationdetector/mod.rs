@@ -58,7 +58,13 @@ impl Detector {
                 max_concurrency,
                 max_tokens,
                 mode,
-            } => concurrency::saturation(set, router, max_concurrency, max_tokens, mode),
+            } => concurrency::saturation(
+                set,
+                |e| router.inflight(e),
+                max_concurrency,
+                max_tokens,
+                mode,
+            ),
         }
     }
 
@@ -76,5 +82,35 @@ impl Detector {
                 .is_some_and(|at| now_ns.saturating_sub(at) <= staleness_ns),
             Detector::Concurrency { .. } => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ConcurrencyMode, Detector};
+    use crate::cycle::EndpointView;
+
+    #[test]
+    fn only_the_utilization_detector_reads_metrics_and_ages_them() {
+        let util = Detector::Utilization {
+            queue_depth: 5.0,
+            kv_util: 0.8,
+            staleness_ns: 100,
+        };
+        let conc = Detector::Concurrency {
+            max_concurrency: 1,
+            max_tokens: 1,
+            mode: ConcurrencyMode::Requests,
+        };
+        assert!(util.reads_metrics() && !conc.reads_metrics());
+        let view = EndpointView {
+            updated_ns: Some(50),
+            ..Default::default()
+        };
+        // Fresh up to the threshold (`<=`), stale after; never scraped is
+        // stale; the concurrency detector reads no view.
+        assert!(util.fresh(&view, 150) && !util.fresh(&view, 151));
+        assert!(!util.fresh(&EndpointView::default(), 0));
+        assert!(conc.fresh(&EndpointView::default(), u64::MAX));
     }
 }
