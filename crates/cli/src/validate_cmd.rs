@@ -22,9 +22,78 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// A trace to read and check row by row without simulating it (the
+    /// format is detected as `run` detects it; a TraceV2 CSV takes its
+    /// header from the scenario).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// Deployment documents (a Scenario among them is used as the scenario).
-    #[arg(value_name = "FILE", required = true)]
+    #[arg(value_name = "FILE", required_unless_present_any = ["trace", "scenario"])]
     files: Vec<PathBuf>,
+}
+
+/// What a trace holds, read to its end.
+#[derive(Debug, Default, serde::Serialize)]
+struct TraceSummary {
+    file: String,
+    format: String,
+    requests: u64,
+    first_arrival_s: f64,
+    last_arrival_s: f64,
+    prompt_tokens_total: u64,
+    prompt_tokens_max: u64,
+    output_tokens_total: u64,
+    output_tokens_max: u64,
+    /// Requests that are later turns of a closed-loop conversation.
+    session_turns: u64,
+}
+
+/// Reads `path` as `run` would and checks every row; the summary, or the
+/// first broken row's error (file, line, column) and whether it was an
+/// input/output error (exit 2) rather than a bad row (exit 1).
+fn check_trace(
+    path: &std::path::Path,
+    header: Option<&pdsim_spec::scenario::TraceHeader>,
+) -> Result<TraceSummary, (String, bool)> {
+    use pdsim_spec::files::ReadError;
+    use pdsim_workload::{RequestSource, TraceReader};
+    let shown = path.display().to_string();
+    let file = crate::disk::open_regular(path).map_err(|e| {
+        let why = match e {
+            ReadError::IsDirectory => "is a directory, not a trace file".to_string(),
+            ReadError::NotRegular { kind } => {
+                format!("is {kind}, not a regular file; pdsim reads traces only from regular files")
+            }
+            ReadError::Missing => "no such file".to_string(),
+            other => other.to_string(),
+        };
+        (format!("{shown}: {why}"), true)
+    })?;
+    let mut reader = TraceReader::sniff(std::io::BufReader::new(file), &shown, header, 0)
+        .map_err(|e| (e.to_string(), false))?;
+    let mut s = TraceSummary {
+        file: shown,
+        format: format!("{:?}", reader.format()),
+        ..TraceSummary::default()
+    };
+    for row in reader.by_ref() {
+        let spec = row.map_err(|e| (e.to_string(), false))?;
+        let arrival = spec.arrival.as_ns() as f64 / 1e9;
+        if s.requests == 0 {
+            s.first_arrival_s = arrival;
+        }
+        s.last_arrival_s = s.last_arrival_s.max(arrival);
+        s.requests += 1;
+        let prompt = spec.prompt.tokens();
+        s.prompt_tokens_total += prompt;
+        s.prompt_tokens_max = s.prompt_tokens_max.max(prompt);
+        let output = u64::from(spec.output_tokens);
+        s.output_tokens_total += output;
+        s.output_tokens_max = s.output_tokens_max.max(output);
+        s.session_turns += u64::from(spec.session.is_some_and(|t| t.round > 0));
+    }
+    let _ = reader.slo_classes();
+    Ok(s)
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,15 +119,29 @@ pub fn run(args: &Args) -> ExitCode {
         documents: args.files.clone(),
     };
     let report = check(&request);
+    let header = report
+        .scenario
+        .as_ref()
+        .and_then(|s| s.scenario.workload.as_ref())
+        .and_then(|w| w.trace.as_ref())
+        .map(|t| &t.header);
+    let trace = args.trace.as_deref().map(|path| check_trace(path, header));
+    let trace_ok = trace.as_ref().is_none_or(Result::is_ok);
+    let trace_io = matches!(&trace, Some(Err((_, true))));
     let output = match args.format {
         Format::Json => {
             let resolution = args
                 .resolve
                 .then(|| serde_json::json!({ "deployments": report.resolutions }));
+            let trace = trace.as_ref().map(|t| match t {
+                Ok(summary) => serde_json::json!({ "valid": true, "summary": summary }),
+                Err((error, _)) => serde_json::json!({ "valid": false, "error": error }),
+            });
             let value = serde_json::json!({
-                "valid": report.valid,
+                "valid": report.valid && trace_ok,
                 "problems": report.problems,
                 "resolution": resolution,
+                "trace": trace,
             });
             let mut text = serde_json::to_string_pretty(&value)
                 .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
@@ -77,12 +160,38 @@ pub fn run(args: &Args) -> ExitCode {
             }
             let errors = report.problems.error_count();
             let warnings = report.problems.len() - errors;
-            let _ = writeln!(
-                text,
-                "{}: {} file(s), {errors} error(s), {warnings} warning(s)",
-                if report.valid { "valid" } else { "invalid" },
-                args.files.len() + usize::from(args.scenario.is_some()),
-            );
+            let documents = args.files.len() + usize::from(args.scenario.is_some());
+            if documents > 0 {
+                let _ = writeln!(
+                    text,
+                    "{}: {documents} file(s), {errors} error(s), {warnings} warning(s)",
+                    if report.valid { "valid" } else { "invalid" },
+                );
+            }
+            match &trace {
+                Some(Ok(t)) => {
+                    let n = t.requests.max(1) as f64;
+                    let _ = writeln!(
+                        text,
+                        "valid trace {}: {} requests ({}), arrivals from {:.3} s to {:.3} s; prompt tokens mean {:.1}, max {}; output tokens mean {:.1}, max {}; {} later conversation turns",
+                        t.file,
+                        t.requests,
+                        t.format,
+                        t.first_arrival_s,
+                        t.last_arrival_s,
+                        t.prompt_tokens_total as f64 / n,
+                        t.prompt_tokens_max,
+                        t.output_tokens_total as f64 / n,
+                        t.output_tokens_max,
+                        t.session_turns,
+                    );
+                }
+                Some(Err((error, _))) => {
+                    let _ = writeln!(text, "{error}");
+                    let _ = writeln!(text, "invalid trace");
+                }
+                None => {}
+            }
             text
         }
     };
@@ -95,9 +204,9 @@ pub fn run(args: &Args) -> ExitCode {
     {
         // A closed pipe (`pdsim validate ... | head`) is not a failure of validation.
     }
-    ExitCode::from(if report.io_error {
+    ExitCode::from(if report.io_error || trace_io {
         2
-    } else if report.valid {
+    } else if report.valid && trace_ok {
         0
     } else {
         1

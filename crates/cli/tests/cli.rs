@@ -742,3 +742,66 @@ fn validate_loads_the_router_files_and_names_what_it_refuses() {
         );
     }
 }
+
+#[test]
+fn validate_reads_a_trace_to_its_end_without_simulating_it() {
+    // The bundled trace: 2,000 Mooncake rows.
+    let (code, stdout, _) = pdsim(&["validate", "--trace", "traces/default.jsonl"]);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("valid trace traces/default.jsonl: 2000 requests (Mooncake)"),
+        "{stdout}"
+    );
+    // Three rows, worked by hand: prompts of 10, 20 and 30 tokens, outputs
+    // of 1, 2 and 9; arrivals at 0, 1.5 and 3 s.
+    let rows = "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n{\"timestamp\": 1500, \"input_length\": 20, \"output_length\": 2, \"hash_ids\": [2]}\n{\"timestamp\": 3000, \"input_length\": 30, \"output_length\": 9, \"hash_ids\": [3]}\n";
+    let good = temp_file("three.jsonl", rows);
+    let good = good.to_str().unwrap();
+    let (code, stdout, _) = pdsim(&["validate", "--trace", good, "--format", "json"]);
+    assert_eq!(code, 0, "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let s = &v["trace"]["summary"];
+    assert_eq!(s["requests"], 3);
+    assert_eq!(
+        (
+            s["prompt_tokens_total"].as_u64(),
+            s["prompt_tokens_max"].as_u64()
+        ),
+        (Some(60), Some(30))
+    );
+    assert_eq!(
+        (
+            s["output_tokens_total"].as_u64(),
+            s["output_tokens_max"].as_u64()
+        ),
+        (Some(12), Some(9))
+    );
+    assert_eq!(
+        (s["first_arrival_s"].as_f64(), s["last_arrival_s"].as_f64()),
+        (Some(0.0), Some(3.0))
+    );
+    // A broken row names its line and exits 1; a missing file exits 2.
+    let bad = temp_file(
+        "broken.jsonl",
+        &format!("{rows}{{\"timestamp\": 4000, \"input_length\": \"x\"}}\n"),
+    );
+    let (code, stdout, _) = pdsim(&["validate", "--trace", bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("broken.jsonl:4:") && stdout.contains("invalid trace"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = pdsim(&["validate", "--trace", "no/such/trace.jsonl"]);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(stdout.contains("no such file"), "{stdout}");
+    // With documents, both are checked and both must pass.
+    let (code, stdout, _) = pdsim(&[
+        "validate",
+        H200,
+        "deployments/colocated-tp8.yaml",
+        "--trace",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("valid: 2 file(s)"), "{stdout}");
+}
