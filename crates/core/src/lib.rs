@@ -7,6 +7,7 @@
 //! point in time.
 
 pub mod kv_events;
+pub mod lru;
 pub mod prompt;
 pub mod rng;
 pub mod time;

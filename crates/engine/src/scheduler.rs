@@ -275,10 +275,8 @@ impl Req {
 #[derive(Clone, Debug)]
 struct OffloadTier {
     capacity: u64,
-    /// hash → last-use tick; `by_tick` orders them for eviction.
-    entries: rustc_hash::FxHashMap<u64, u64>,
-    by_tick: std::collections::BTreeMap<u64, u64>,
-    tick: u64,
+    /// The stored block hashes, least recently used evicted first.
+    entries: pdsim_core::lru::Lru,
     pub stores: u64,
     pub evictions: u64,
 }
@@ -287,20 +285,10 @@ impl OffloadTier {
     fn new(capacity: u64) -> OffloadTier {
         OffloadTier {
             capacity,
-            entries: rustc_hash::FxHashMap::default(),
-            by_tick: std::collections::BTreeMap::new(),
-            tick: 0,
+            entries: pdsim_core::lru::Lru::default(),
             stores: 0,
             evictions: 0,
         }
-    }
-
-    fn touch(&mut self, hash: u64) {
-        self.tick += 1;
-        if let Some(old) = self.entries.insert(hash, self.tick) {
-            self.by_tick.remove(&old);
-        }
-        self.by_tick.insert(self.tick, hash);
     }
 
     /// Stores a block. With KV events on, a new block queues a
@@ -315,13 +303,12 @@ impl OffloadTier {
             return;
         }
         let mut log = log;
-        if !self.entries.contains_key(&hash) {
+        if !self.entries.contains(hash) {
             self.stores += 1;
             while self.entries.len() as u64 >= self.capacity {
-                let Some((_, victim)) = self.by_tick.pop_first() else {
+                let Some(victim) = self.entries.pop_lru() else {
                     break;
                 };
-                self.entries.remove(&victim);
                 self.evictions += 1;
                 if let Some(log) = log.as_deref_mut() {
                     log.removed(Medium::Cpu, victim);
@@ -331,11 +318,11 @@ impl OffloadTier {
                 log.stored(Medium::Cpu, None, &[hash], []);
             }
         }
-        self.touch(hash);
+        self.entries.touch(hash);
     }
 
     fn contains(&self, hash: u64) -> bool {
-        self.entries.contains_key(&hash)
+        self.entries.contains(hash)
     }
 }
 

@@ -11,7 +11,6 @@ use crate::cycle::EndpointView;
 use crate::plugins::param_f64;
 use crate::plugins::{Checks, number};
 use pdsim_core::Prompt;
-use rustc_hash::FxHashMap;
 use serde_yaml::Value;
 use std::collections::VecDeque;
 
@@ -31,7 +30,7 @@ impl PrefixIndex {
     }
 
     pub(crate) fn holds(&self, endpoint: usize, hash: u64) -> bool {
-        self.lrus[endpoint].map.contains_key(&hash)
+        self.lrus[endpoint].contains(hash)
     }
 
     pub(crate) fn add(&mut self, endpoint: usize, hash: u64, capacity: u64) {
@@ -39,89 +38,32 @@ impl PrefixIndex {
     }
 }
 
-const NIL: u32 = u32::MAX;
-
-/// One endpoint's LRU: a hash map into a slab of nodes linked from most to
-/// least recently used, so a touch and an eviction are O(1) and an entry
-/// costs a map slot and 16 bytes.
-#[derive(Clone, Debug)]
+/// One endpoint's LRU of block hashes, its capacity fixed by the first
+/// insert (the producer sizes each server's cache once).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Lru {
     capacity: Option<u64>,
-    map: FxHashMap<u64, u32>,
-    nodes: Vec<LruNode>,
-    head: u32,
-    tail: u32,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct LruNode {
-    hash: u64,
-    prev: u32,
-    next: u32,
-}
-
-impl Default for Lru {
-    fn default() -> Lru {
-        Lru {
-            capacity: None,
-            map: FxHashMap::default(),
-            nodes: Vec::new(),
-            head: NIL,
-            tail: NIL,
-        }
-    }
+    lru: pdsim_core::lru::Lru,
 }
 
 impl Lru {
-    fn unlink(&mut self, slot: u32) {
-        let LruNode { prev, next, .. } = self.nodes[slot as usize];
-        match prev {
-            NIL => self.head = next,
-            p => self.nodes[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.nodes[n as usize].prev = prev,
-        }
-    }
-
-    fn push_front(&mut self, slot: u32) {
-        self.nodes[slot as usize].prev = NIL;
-        self.nodes[slot as usize].next = self.head;
-        if self.head != NIL {
-            self.nodes[self.head as usize].prev = slot;
-        }
-        self.head = slot;
-        if self.tail == NIL {
-            self.tail = slot;
-        }
-    }
-
     /// Adds `hash` as the most recently used entry, evicting the least
     /// recently used one when the cache is full.
     pub(crate) fn touch(&mut self, hash: u64, capacity: u64) {
         let cap = *self.capacity.get_or_insert(capacity.max(1));
-        if let Some(&slot) = self.map.get(&hash) {
-            self.unlink(slot);
-            self.push_front(slot);
-            return;
+        if !self.lru.contains(hash) && self.lru.len() as u64 >= cap {
+            self.lru.pop_lru();
         }
-        let slot = if self.map.len() as u64 >= cap && self.tail != NIL {
-            let victim = self.tail;
-            self.unlink(victim);
-            self.map.remove(&self.nodes[victim as usize].hash);
-            self.nodes[victim as usize].hash = hash;
-            victim
-        } else {
-            self.nodes.push(LruNode {
-                hash,
-                prev: NIL,
-                next: NIL,
-            });
-            (self.nodes.len() - 1) as u32
-        };
-        self.map.insert(hash, slot);
-        self.push_front(slot);
+        self.lru.touch(hash);
+    }
+
+    fn contains(&self, hash: u64) -> bool {
+        self.lru.contains(hash)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lru.len()
     }
 }
 
@@ -345,11 +287,11 @@ mod tests {
         lru.touch(2, 99);
         lru.touch(1, 99); // 1 is now the most recent
         lru.touch(3, 99); // evicts 2
-        assert!(lru.map.contains_key(&1) && lru.map.contains_key(&3));
-        assert!(!lru.map.contains_key(&2));
-        assert_eq!(lru.map.len(), 2);
+        assert!(lru.contains(1) && lru.contains(3));
+        assert!(!lru.contains(2));
+        assert_eq!(lru.len(), 2);
         lru.touch(4, 99); // evicts 1
-        assert!(!lru.map.contains_key(&1));
-        assert_eq!(lru.nodes.len(), 2, "evicted slots are reused");
+        assert!(!lru.contains(1));
+        assert_eq!(lru.len(), 2);
     }
 }
