@@ -79,29 +79,35 @@ impl Lru {
     /// Makes `key` the most recently used entry, adding it if absent.
     /// Returns whether it was added.
     pub fn touch(&mut self, key: u64) -> bool {
-        if let Some(&slot) = self.map.get(&key) {
+        // One probe of the map whether the key is held or not: the tier and
+        // the index are large, and each probe is a likely cache miss.
+        let (slot, added) = match self.map.entry(key) {
+            std::collections::hash_map::Entry::Occupied(held) => (*held.get(), false),
+            std::collections::hash_map::Entry::Vacant(vacant) => {
+                let node = Node {
+                    key,
+                    prev: NIL,
+                    next: NIL,
+                };
+                let slot = match self.free.pop() {
+                    Some(slot) => {
+                        self.nodes[slot as usize] = node;
+                        slot
+                    }
+                    None => {
+                        self.nodes.push(node);
+                        (self.nodes.len() - 1) as u32
+                    }
+                };
+                vacant.insert(slot);
+                (slot, true)
+            }
+        };
+        if !added {
             self.unlink(slot);
-            self.push_front(slot);
-            return false;
         }
-        let node = Node {
-            key,
-            prev: NIL,
-            next: NIL,
-        };
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.nodes[slot as usize] = node;
-                slot
-            }
-            None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        };
-        self.map.insert(key, slot);
         self.push_front(slot);
-        true
+        added
     }
 
     /// Removes and returns the least recently used key.

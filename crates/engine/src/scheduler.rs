@@ -303,9 +303,11 @@ impl OffloadTier {
             return;
         }
         let mut log = log;
-        if !self.entries.contains(hash) {
+        // A new block goes in as the most recently used, so the evictions
+        // that make room for it (logged before it is) never take it.
+        if self.entries.touch(hash) {
             self.stores += 1;
-            while self.entries.len() as u64 >= self.capacity {
+            while self.entries.len() as u64 > self.capacity {
                 let Some(victim) = self.entries.pop_lru() else {
                     break;
                 };
@@ -318,7 +320,6 @@ impl OffloadTier {
                 log.stored(Medium::Cpu, None, &[hash], []);
             }
         }
-        self.entries.touch(hash);
     }
 
     fn contains(&self, hash: u64) -> bool {

@@ -51,10 +51,11 @@ impl Lru {
     /// recently used one when the cache is full.
     pub(crate) fn touch(&mut self, hash: u64, capacity: u64) {
         let cap = *self.capacity.get_or_insert(capacity.max(1));
-        if !self.lru.contains(hash) && self.lru.len() as u64 >= cap {
+        // A new hash goes in as the most recently used, so making room
+        // after it never evicts it.
+        if self.lru.touch(hash) && self.lru.len() as u64 > cap {
             self.lru.pop_lru();
         }
-        self.lru.touch(hash);
     }
 
     fn contains(&self, hash: u64) -> bool {
