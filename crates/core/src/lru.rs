@@ -10,26 +10,31 @@ use rustc_hash::FxHashMap;
 
 const NIL: u32 = u32::MAX;
 
-#[derive(Clone, Copy, Debug)]
-struct Node {
+#[derive(Clone, Debug)]
+struct Node<V> {
     key: u64,
+    value: V,
     prev: u32,
     next: u32,
 }
 
+/// Keys with a value each, least recently used first out.
 #[derive(Clone, Debug)]
-pub struct Lru {
+pub struct LruMap<V> {
     map: FxHashMap<u64, u32>,
-    nodes: Vec<Node>,
-    /// Slots of evicted entries, reused before the slab grows.
+    nodes: Vec<Node<V>>,
+    /// Slots of removed entries, reused before the slab grows.
     free: Vec<u32>,
     head: u32,
     tail: u32,
 }
 
-impl Default for Lru {
-    fn default() -> Lru {
-        Lru {
+/// A set of keys, least recently used first out.
+pub type Lru = LruMap<()>;
+
+impl<V> Default for LruMap<V> {
+    fn default() -> LruMap<V> {
+        LruMap {
             map: FxHashMap::default(),
             nodes: Vec::new(),
             free: Vec::new(),
@@ -39,7 +44,7 @@ impl Default for Lru {
     }
 }
 
-impl Lru {
+impl<V: Default> LruMap<V> {
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -53,7 +58,10 @@ impl Lru {
     }
 
     fn unlink(&mut self, slot: u32) {
-        let Node { prev, next, .. } = self.nodes[slot as usize];
+        let (prev, next) = (
+            self.nodes[slot as usize].prev,
+            self.nodes[slot as usize].next,
+        );
         match prev {
             NIL => self.head = next,
             p => self.nodes[p as usize].next = next,
@@ -76,16 +84,17 @@ impl Lru {
         }
     }
 
-    /// Makes `key` the most recently used entry, adding it if absent.
-    /// Returns whether it was added.
-    pub fn touch(&mut self, key: u64) -> bool {
-        // One probe of the map whether the key is held or not: the tier and
-        // the index are large, and each probe is a likely cache miss.
+    /// Makes `key` the most recently used entry, adding it with a default
+    /// value if absent; its value, and whether it was added.
+    pub fn touch_entry(&mut self, key: u64) -> (&mut V, bool) {
+        // One probe of the map whether the key is held or not: the maps
+        // are large, and each probe is a likely cache miss.
         let (slot, added) = match self.map.entry(key) {
             std::collections::hash_map::Entry::Occupied(held) => (*held.get(), false),
             std::collections::hash_map::Entry::Vacant(vacant) => {
                 let node = Node {
                     key,
+                    value: V::default(),
                     prev: NIL,
                     next: NIL,
                 };
@@ -107,20 +116,47 @@ impl Lru {
             self.unlink(slot);
         }
         self.push_front(slot);
-        added
+        (&mut self.nodes[slot as usize].value, added)
     }
 
-    /// Removes and returns the least recently used key.
-    pub fn pop_lru(&mut self) -> Option<u64> {
+    /// The value of `key`, made the most recently used.
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+        let slot = *self.map.get(&key)?;
+        self.unlink(slot);
+        self.push_front(slot);
+        Some(&mut self.nodes[slot as usize].value)
+    }
+
+    /// The value of `key`, its recency unchanged.
+    pub fn peek_mut(&mut self, key: u64) -> Option<&mut V> {
+        let slot = *self.map.get(&key)?;
+        Some(&mut self.nodes[slot as usize].value)
+    }
+
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, key: u64) -> Option<V> {
+        let slot = self.map.remove(&key)?;
+        self.unlink(slot);
+        self.free.push(slot);
+        Some(std::mem::take(&mut self.nodes[slot as usize].value))
+    }
+
+    /// Removes and returns the least recently used key and its value.
+    pub fn pop_lru(&mut self) -> Option<(u64, V)> {
         let slot = self.tail;
         if slot == NIL {
             return None;
         }
-        self.unlink(slot);
         let key = self.nodes[slot as usize].key;
-        self.map.remove(&key);
-        self.free.push(slot);
-        Some(key)
+        self.remove(key).map(|value| (key, value))
+    }
+}
+
+impl LruMap<()> {
+    /// Makes `key` the most recently used, adding it if absent; whether it
+    /// was added.
+    pub fn touch(&mut self, key: u64) -> bool {
+        self.touch_entry(key).1
     }
 }
 
@@ -133,17 +169,33 @@ mod tests {
         let mut lru = Lru::default();
         assert!(lru.touch(1) && lru.touch(2) && lru.touch(3));
         assert!(!lru.touch(1), "already held: moved to the front");
-        assert_eq!(lru.pop_lru(), Some(2));
+        assert_eq!(lru.pop_lru(), Some((2, ())));
         assert!(lru.touch(4));
         assert_eq!(lru.len(), 3);
         assert!(lru.contains(1) && !lru.contains(2));
-        assert_eq!(lru.pop_lru(), Some(3));
-        assert_eq!(lru.pop_lru(), Some(1));
-        assert_eq!(lru.pop_lru(), Some(4));
+        assert_eq!(lru.pop_lru(), Some((3, ())));
+        assert_eq!(lru.pop_lru(), Some((1, ())));
+        assert_eq!(lru.pop_lru(), Some((4, ())));
         assert_eq!(lru.pop_lru(), None);
         assert!(lru.is_empty());
         // Freed slots are reused.
         lru.touch(5);
         assert_eq!(lru.nodes.len(), 3);
+    }
+
+    #[test]
+    fn a_map_keeps_values_and_returns_them_on_removal() {
+        let mut map: super::LruMap<Vec<u32>> = super::LruMap::default();
+        map.touch_entry(7).0.push(1);
+        map.touch_entry(8).0.push(2);
+        assert_eq!(map.touch_entry(7), (&mut vec![1], false));
+        assert_eq!(map.get_mut(8), Some(&mut vec![2]));
+        // Peeking leaves the order: 7 is still the least recent.
+        map.peek_mut(7).unwrap().push(3);
+        assert_eq!(map.pop_lru(), Some((7, vec![1, 3])));
+        assert_eq!(map.remove(8), Some(vec![2]));
+        assert_eq!(map.remove(8), None);
+        // A reused slot starts from the default value.
+        assert_eq!(map.touch_entry(9), (&mut vec![], true));
     }
 }

@@ -308,7 +308,7 @@ impl OffloadTier {
         if self.entries.touch(hash) {
             self.stores += 1;
             while self.entries.len() as u64 > self.capacity {
-                let Some(victim) = self.entries.pop_lru() else {
+                let Some((victim, ())) = self.entries.pop_lru() else {
                     break;
                 };
                 self.evictions += 1;

@@ -45,114 +45,40 @@ pub struct Entry {
     pub speculative: bool,
 }
 
-const NIL: u32 = u32::MAX;
-
 /// A fixed-capacity LRU map from u64 keys (hashicorp `golang-lru`'s
 /// `Cache`: `Get` and `Add` make an entry the most recent; adding past the
 /// capacity evicts the least recent). Looked up, never iterated for results.
 #[derive(Clone, Debug)]
 struct LruMap<V> {
     capacity: usize,
-    map: FxHashMap<u64, u32>,
-    nodes: Vec<Node<V>>,
-    free: Vec<u32>,
-    head: u32,
-    tail: u32,
+    map: pdsim_core::lru::LruMap<V>,
 }
 
-#[derive(Clone, Debug)]
-struct Node<V> {
-    key: u64,
-    value: V,
-    prev: u32,
-    next: u32,
-}
-
-impl<V> LruMap<V> {
+impl<V: Default> LruMap<V> {
     fn new(capacity: usize) -> LruMap<V> {
         LruMap {
             capacity: capacity.max(1),
-            map: FxHashMap::default(),
-            nodes: Vec::new(),
-            free: Vec::new(),
-            head: NIL,
-            tail: NIL,
-        }
-    }
-
-    fn unlink(&mut self, slot: u32) {
-        let (prev, next) = (
-            self.nodes[slot as usize].prev,
-            self.nodes[slot as usize].next,
-        );
-        match prev {
-            NIL => self.head = next,
-            p => self.nodes[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.nodes[n as usize].prev = prev,
-        }
-    }
-
-    fn push_front(&mut self, slot: u32) {
-        self.nodes[slot as usize].prev = NIL;
-        self.nodes[slot as usize].next = self.head;
-        if self.head != NIL {
-            self.nodes[self.head as usize].prev = slot;
-        }
-        self.head = slot;
-        if self.tail == NIL {
-            self.tail = slot;
+            map: pdsim_core::lru::LruMap::default(),
         }
     }
 
     /// `Get`: the value, made most recent.
     fn get_mut(&mut self, key: u64) -> Option<&mut V> {
-        let slot = *self.map.get(&key)?;
-        self.unlink(slot);
-        self.push_front(slot);
-        Some(&mut self.nodes[slot as usize].value)
+        self.map.get_mut(key)
     }
 
     /// `Add`: insert or replace, most recent; evicts the oldest when full.
     fn insert(&mut self, key: u64, value: V) -> &mut V {
-        if let Some(&slot) = self.map.get(&key) {
-            self.nodes[slot as usize].value = value;
-            self.unlink(slot);
-            self.push_front(slot);
-            return &mut self.nodes[slot as usize].value;
+        if !self.map.contains(key) && self.map.len() >= self.capacity {
+            self.map.pop_lru();
         }
-        if self.map.len() >= self.capacity && self.tail != NIL {
-            let victim = self.tail;
-            self.remove(self.nodes[victim as usize].key);
-        }
-        let node = Node {
-            key,
-            value,
-            prev: NIL,
-            next: NIL,
-        };
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.nodes[s as usize] = node;
-                s
-            }
-            None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        };
-        self.map.insert(key, slot);
-        self.push_front(slot);
-        &mut self.nodes[slot as usize].value
+        let (slot, _) = self.map.touch_entry(key);
+        *slot = value;
+        slot
     }
 
     fn remove(&mut self, key: u64) {
-        if let Some(slot) = self.map.remove(&key) {
-            self.unlink(slot);
-            self.free.push(slot);
-        }
+        self.map.remove(key);
     }
 }
 
@@ -245,10 +171,10 @@ impl Index {
         for rk in &rks {
             self.evict_request_key(*rk, entry);
         }
-        if rks.iter().all(|rk| !self.data.map.contains_key(rk)) {
+        if rks.iter().all(|rk| !self.data.map.contains(*rk)) {
             self.engine_to_request.remove(key);
-        } else if let Some(slot) = self.engine_to_request.map.get(&key) {
-            self.engine_to_request.nodes[*slot as usize].value = rks;
+        } else if let Some(value) = self.engine_to_request.map.peek_mut(key) {
+            *value = rks;
         }
     }
 
