@@ -232,22 +232,27 @@ fn offloaded_blocks_hit_when_prefix_units_are_smaller_than_a_block() {
     );
 }
 
-#[test]
-fn offloaded_blocks_survive_hbm_eviction_and_load_on_a_later_hit() {
+/// An engine of 8 HBM blocks with a host tier, in which A's 64-token
+/// prefix (four full blocks, cached in HBM and stored in the tier as they
+/// filled) was then evicted from HBM by B, which took all eight blocks.
+fn engine_with_offloaded_prefix() -> Engine {
     let mut c = config(8);
     c.offload_blocks = Some(100);
     let mut engine = Engine::new(c);
-    // A's 64-token prefix: four full blocks, cached in HBM and stored in
-    // the host tier as they fill.
     engine.add_request(request(0, &[(7, 64), (1, 1)], 1, KvTransfer::Local));
     while engine.has_work() {
         step(&mut engine);
     }
-    // B takes all eight blocks, evicting A's from HBM.
     engine.add_request(request(1, &[(8, 120)], 1, KvTransfer::Local));
     while engine.has_work() {
         step(&mut engine);
     }
+    engine
+}
+
+#[test]
+fn offloaded_blocks_survive_hbm_eviction_and_load_on_a_later_hit() {
+    let mut engine = engine_with_offloaded_prefix();
     assert!(engine.pool().evictions >= 4);
     // C shares A's prefix: no HBM hit, 64 tokens from the tier, loaded
     // without compute, then only the last 10 tokens are computed.
@@ -277,18 +282,7 @@ fn an_offload_hit_is_whole_blocks_short_of_the_prompts_last_token() {
     // offloaded 16-token blocks, three load (48 tokens) and the last block
     // is computed; one more token lets all four load.
     for (extra, loaded) in [(0, 48), (1, 64)] {
-        let mut c = config(8);
-        c.offload_blocks = Some(100);
-        let mut engine = Engine::new(c);
-        engine.add_request(request(0, &[(7, 64), (1, 1)], 1, KvTransfer::Local));
-        while engine.has_work() {
-            step(&mut engine);
-        }
-        // B evicts A's blocks from HBM; the tier keeps them.
-        engine.add_request(request(1, &[(8, 120)], 1, KvTransfer::Local));
-        while engine.has_work() {
-            step(&mut engine);
-        }
+        let mut engine = engine_with_offloaded_prefix();
         let prompt: &[(u64, u32)] = if extra == 0 {
             &[(7, 64)]
         } else {
