@@ -232,6 +232,26 @@ fn offloaded_blocks_hit_when_prefix_units_are_smaller_than_a_block() {
     );
 }
 
+#[test]
+fn a_recompute_after_a_failed_transfer_is_capped_as_a_long_prefill() {
+    // `long_prefill_token_threshold` caps every request's new tokens in a
+    // step (`Scheduler.schedule`), a consuming request resuming from its
+    // local hit too: of its 40 tokens to compute, 16 go in this step.
+    let mut c = config(100);
+    c.long_prefill_token_threshold = 16;
+    c.long_prefill_waiver_when_alone = false;
+    let mut decode = Engine::new(c);
+    decode.add_request(request(0, &[(7, 32), (1, 1)], 1, KvTransfer::Local));
+    while decode.has_work() {
+        step(&mut decode);
+    }
+    decode.add_request(request(1, &[(7, 32), (2, 40)], 3, KvTransfer::Consume));
+    step(&mut decode);
+    decode.kv_failed(RequestId(1));
+    decode.schedule().unwrap();
+    assert_eq!(decode.last_schedule(), vec![(RequestId(1), 16)]);
+}
+
 /// An engine of 8 HBM blocks with a host tier, in which A's 64-token
 /// prefix (four full blocks, cached in HBM and stored in the tier as they
 /// filled) was then evicted from HBM by B, which took all eight blocks.
