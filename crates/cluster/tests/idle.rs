@@ -288,6 +288,27 @@ fn pausing_over_idle_stretches_changes_nothing_but_the_samples_it_skips() {
 }
 
 #[test]
+fn samples_resume_after_a_gap_too_short_to_pause_slower_scrapes() {
+    // With the EPP scraping every 2 s, a gap of under 2 s pauses the
+    // per-second samples but not the scrapes: the next arrival must restart
+    // the samples even though every scrape loop is still running.
+    let epp = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n";
+    let deployment = format!(
+        "{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [--refresh-metrics-interval=2s]\n"
+    );
+    let cluster = cluster_from(SCENARIO, &deployment, "epp.yaml", epp);
+    let times: Vec<u64> = (0..30).map(|i| i * 2_300).collect();
+    let ((paused, sparse), (through, dense)) = both(&cluster, &rows(&times));
+    assert_eq!(sparse.memory.records, dense.memory.records);
+    assert_eq!(paused.completed, through.completed);
+    let cores = paused.cores.len();
+    let skipped = check_skipped_samples_repeat(&sparse.samples, &dense.samples, cores, false);
+    assert!(skipped > 0);
+    // Samples run to the end: the last one is the run's last in both.
+    assert_eq!(sparse.samples.last(), dense.samples.last());
+}
+
+#[test]
 fn two_requests_a_billion_milliseconds_apart_cost_a_few_samples() {
     // 10^9 ms is about 11.6 days: within the horizon.
     let text = rows(&[0, 1_000_000_000]);

@@ -1217,3 +1217,128 @@ mod parts_tests {
         );
     }
 }
+
+/// The pieces of one stage's formula, each against the mechanism it prices;
+/// the behavioural tests in `crate::tests` see only whole steps.
+#[cfg(test)]
+mod stage_tests {
+    use super::{ACTIVATION_BYTES, CUSTOM_ALLREDUCE_MAX_BYTES, Work};
+    use crate::tests::{deepseek_ep, setup};
+
+    fn prefill_after_cache(chunk: f64, cached: f64) -> Work {
+        let context = chunk + cached;
+        Work {
+            padded: chunk,
+            tokens: chunk,
+            context,
+            // Σ over the chunk's tokens of the keys each attends to.
+            pairs: chunk * cached + chunk * (chunk + 1.0) / 2.0,
+            logits_rows: 1.0,
+            prefill_tokens: chunk,
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    #[test]
+    fn under_sequence_parallel_moe_a_moe_layer_trades_an_all_reduce_for_scatter_and_gather() {
+        // vLLM's sequence-parallel MoE (`use_sequence_parallel_moe`): the
+        // attention output is all-reduced in every layer; a dense MLP's
+        // output is all-reduced too, while a MoE layer reduce-scatters its
+        // tokens to the ranks and all-gathers them after the experts.
+        let mut model = setup(
+            "mixtral-8x7b",
+            "h100",
+            "{tp: 2, pp: 1, dp: 2, enable_expert_parallel: true}",
+            "{all2all_backend: deepep_high_throughput}",
+            1,
+        )
+        .roofline(&[])
+        .unwrap();
+        model.expert_comm = None;
+        let tc = model.tensor_comm.expect("tp 2 all-reduces");
+        let (rs, ag) = tc.sequence_parallel.expect("sequence-parallel MoE is on");
+        let w = prefill_after_cache(512.0, 0.0);
+        let bytes = w.padded * tc.bytes_per_token;
+        let all_reduce = match tc.custom {
+            Some(custom) if bytes <= CUSTOM_ALLREDUCE_MAX_BYTES => custom.time_ns(bytes),
+            _ => tc.all_reduce.time_ns(bytes),
+        };
+        let dense_layer = model.stage(w, 1.0, 0.0, false).comm_ns;
+        let moe_layer = model.stage(w, 0.0, 1.0, false).comm_ns;
+        assert!(
+            close(dense_layer, 2.0 * all_reduce),
+            "{dense_layer} vs 2 × {all_reduce}"
+        );
+        assert!(
+            close(
+                moe_layer,
+                all_reduce + rs.time_ns(bytes) + ag.time_ns(bytes)
+            ),
+            "{moe_layer}"
+        );
+    }
+
+    #[test]
+    fn the_mla_up_projection_is_priced_per_layer_and_per_token_up_projected() {
+        // Without the up projection's FLOPs the stage's compute loses
+        // exactly that GEMM, whose FLOPs are layers × per-token FLOPs ×
+        // the tokens up-projected: twice the layers, twice the time.
+        let model = deepseek_ep(8, "deepep_high_throughput")
+            .roofline(&[])
+            .unwrap();
+        assert!(
+            model.up_projection_flops_per_token > 0.0,
+            "DeepSeek-V3 is MLA"
+        );
+        let mut without = model.clone();
+        without.up_projection_flops_per_token = 0.0;
+        let up_in = |w: Work, layers: f64| {
+            model.stage(w, layers, 0.0, false).compute_ns
+                - without.stage(w, layers, 0.0, false).compute_ns
+        };
+        let w = prefill_after_cache(2048.0, 6144.0);
+        let up = |layers: f64| up_in(w, layers);
+        assert!(up(1.0) > 0.0);
+        assert!(
+            close(up(2.0), 2.0 * up(1.0)),
+            "{} vs 2 × {}",
+            up(2.0),
+            up(1.0)
+        );
+        assert!(
+            close(up(4.0), 4.0 * up(1.0)),
+            "{} vs 4 × {}",
+            up(4.0),
+            up(1.0)
+        );
+        // A chunk after a longer cached context up-projects more of it.
+        let longer = prefill_after_cache(2048.0, 14336.0);
+        assert!(
+            up_in(longer, 1.0) > up(1.0),
+            "{} vs {}",
+            up_in(longer, 1.0),
+            up(1.0)
+        );
+    }
+
+    #[test]
+    fn expert_parallel_combine_returns_each_routed_expert_output_in_bf16() {
+        // DeepEP's combine sends back, for every token, the output of each
+        // of its k routed experts: hidden × 2 bytes × k, with no FP8 (the
+        // dispatch may quantise, the combine does not).
+        let model = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
+        let ec = model.expert_comm.expect("expert parallel");
+        let (h, k) = (7168.0, 8.0);
+        assert!(
+            close(ec.combine_bytes_per_token, h * ACTIVATION_BYTES * k),
+            "{ec:?}"
+        );
+        assert!(
+            ec.dispatch_bytes_per_token < ec.combine_bytes_per_token,
+            "{ec:?}"
+        );
+    }
+}

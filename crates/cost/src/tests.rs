@@ -13,7 +13,7 @@ use pdsim_spec::resolve::{EngineConfig, resolve_pool};
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
-struct Setup {
+pub(crate) struct Setup {
     model: Model,
     chip: Chip,
     chip_name: String,
@@ -23,7 +23,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn roofline(&self, sets: &[CoefficientSet]) -> Result<Roofline, String> {
+    pub(crate) fn roofline(&self, sets: &[CoefficientSet]) -> Result<Roofline, String> {
         Roofline::new(
             &self.model,
             &self.chip,
@@ -49,7 +49,7 @@ impl Setup {
 
 /// A pool of `nodes` 8-GPU nodes with the given widths and engine keys
 /// (a YAML flow mapping), resolved by the vLLM 0.31.0 rules pack.
-fn setup(model: &str, chip: &str, parallel: &str, engine: &str, nodes: u32) -> Setup {
+pub(crate) fn setup(model: &str, chip: &str, parallel: &str, engine: &str, nodes: u32) -> Setup {
     setup_for("0.31.0", model, chip, parallel, engine, nodes)
 }
 
@@ -86,7 +86,7 @@ fn llama8b_tp1() -> Setup {
     setup("llama-3.1-8b", "h100", "{tp: 1, pp: 1, dp: 1}", "{}", 1)
 }
 
-fn deepseek_ep(dp: u32, backend: &str) -> Setup {
+pub(crate) fn deepseek_ep(dp: u32, backend: &str) -> Setup {
     setup(
         "deepseek-v3",
         "h200",
@@ -298,6 +298,16 @@ fn dual_batch_overlap_is_never_slower_than_its_microbatches_in_series() {
         overlapped.total < plain.total,
         "{overlapped:?} vs {plain:?}"
     );
+    // Each microbatch launches its own kernels or graph: one launch more
+    // of host time than the step run whole, whatever the graph mode.
+    for graph in [GraphMode::Full, GraphMode::Piecewise, GraphMode::Eager] {
+        let b = batch(64, 2048, 0, 0, graph);
+        let (plain, overlapped) = (model.step(&b), model.step(&Batch { dbo: true, ..b }));
+        assert!(
+            overlapped.host_ns > plain.host_ns,
+            "{graph:?}: {overlapped:?} vs {plain:?}"
+        );
+    }
 }
 
 #[test]
@@ -543,6 +553,20 @@ fn the_linear_model_is_its_formula_exactly() {
     );
     let direct = Linear::from_us(2000.0, 50.0, 100.0, 0.5);
     assert_eq!(direct.step(&b).total, cost.total);
+    // Every term read is cited with the set it came from; the host terms
+    // from the built-in pack.
+    let cited = model.provenance();
+    for ((name, _), value) in LINEAR_COEFFICIENTS.iter().zip([2000.0, 50.0, 100.0, 0.5]) {
+        let row = cited.iter().find(|row| row.0 == *name);
+        assert!(
+            row.is_some_and(|row| row.1 == value && !row.2.is_empty()),
+            "{name}: {row:?}"
+        );
+    }
+    assert!(
+        cited.iter().any(|row| row.0 == "host_api_request"),
+        "{cited:?}"
+    );
 }
 
 #[test]

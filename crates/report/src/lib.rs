@@ -1292,10 +1292,16 @@ mod stage_tests {
         let mut rejected =
             RequestRecord::arrived(RequestId(5), 5, 0, SimTime::from_ms(7000), 100, (0, 0, 0));
         rejected.outcome = Outcome::Rejected;
+        rejected.reason = "queue-full";
         a.record(&rejected);
         // A request numbered outside every stage counts only in the run.
         a.record(&done(9, 8000));
         let s = a.summary(&RunStats::default(), info());
+        // Every request not completed is counted under its outcome and reason.
+        assert_eq!(
+            s.requests.not_completed_by_reason,
+            std::collections::BTreeMap::from([("rejected:queue-full".to_string(), 1)])
+        );
         assert_eq!(s.stages.len(), 2);
         let (s0, s1) = (&s.stages[0], &s.stages[1]);
         assert_eq!((s0.count, s0.completed, s0.rejected), (2, 2, 0));

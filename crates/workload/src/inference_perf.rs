@@ -1776,6 +1776,34 @@ circuit_breakers: null
     }
 
     #[test]
+    fn the_client_concurrency_note_appears_only_when_the_cap_can_bind() {
+        // The busiest stage sends 5 × 4 = 20 requests, so a cap of 20 can
+        // never hold one back, a cap of 19 can.
+        let cap_note = |workers: u32, each: u32| {
+            let text = EXPANDED
+                .replacen("num_workers: 224", &format!("num_workers: {workers}"), 1)
+                .replacen(
+                    "worker_max_concurrency: 100",
+                    &format!("worker_max_concurrency: {each}"),
+                    1,
+                );
+            let reader = InferencePerf::new(&text, "c.yaml", 0).unwrap();
+            reader
+                .notes()
+                .iter()
+                .find(|n| n.contains("holds a request back"))
+                .cloned()
+        };
+        assert_eq!(cap_note(224, 100), None);
+        assert_eq!(cap_note(2, 10), None);
+        let note = cap_note(1, 19).expect("a cap of 19 under 20 requests is noted");
+        assert!(
+            note.contains("19 (num_workers × worker_max_concurrency)"),
+            "{note}"
+        );
+    }
+
+    #[test]
     fn one_line_json_profiles_load_too() {
         let text = r#"{"api":{"streaming":true,"type":"completion"},"data":{"shared_prefix":{"num_unique_system_prompts":11,"num_users_per_system_prompt":4,"output_len":247,"question_len":466,"system_prompt_len":100},"type":"shared_prefix"},"load":{"stages":[{"duration":600,"rate":5},{"duration":600,"rate":10}],"type":"constant"},"server":{"base_url":"http://x:8000","ignore_eos":true,"model_name":"m","type":"vllm"}}"#;
         let reader = InferencePerf::new(text, "profile.yaml", 0).unwrap();

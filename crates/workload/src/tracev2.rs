@@ -855,6 +855,26 @@ mod tests {
     }
 
     #[test]
+    fn a_conversation_may_grow_to_exactly_the_token_limit() {
+        // 4 M prompt + 1 M answer + 5 M new input is exactly the limit; one
+        // more input token is over it, and the row names its input column.
+        let read_growing = |input: u32| {
+            let body = [
+                turn("big", 0, 4_000_000, 1_000_000, 10, 0, ""),
+                turn("big", 1, input, 1, 20, 0, ""),
+            ]
+            .concat();
+            read_sessions(Some("accumulate"), &body)
+        };
+        let fits = read_growing(5_000_000);
+        assert_eq!(fits[1].as_ref().unwrap().prompt.tokens(), crate::MAX_TOKENS);
+        let over = read_growing(5_000_001);
+        let e = over[1].as_ref().unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("input_tokens"));
+        assert!(e.message.contains("10000001 tokens"), "{e}");
+    }
+
+    #[test]
     fn an_endless_conversation_is_refused_where_its_history_is_bounded() {
         let body: String = (0..4097)
             .map(|r| turn("long", r, 1, 1, r as u64 * 10, 0, ""))
