@@ -1203,6 +1203,26 @@ mod parts_tests {
     use super::Parts;
 
     #[test]
+    fn adding_parts_adds_each_of_them() {
+        let p = Parts {
+            compute_ns: 1.0,
+            memory_ns: 2.0,
+            device_ns: 3.0,
+            comm_ns: 4.0,
+        }
+        .add(Parts {
+            compute_ns: 10.0,
+            memory_ns: 20.0,
+            device_ns: 30.0,
+            comm_ns: 40.0,
+        });
+        assert_eq!(
+            (p.compute_ns, p.memory_ns, p.device_ns, p.comm_ns),
+            (11.0, 22.0, 33.0, 44.0)
+        );
+    }
+
+    #[test]
     fn scaling_parts_scales_each_of_them() {
         let p = Parts {
             compute_ns: 1.0,
@@ -1325,6 +1345,95 @@ mod stage_tests {
     }
 
     #[test]
+    fn mla_decode_attention_reads_each_context_token_at_the_absorbed_width() {
+        // MLA's absorbed decode path costs extra FLOPs per context token per
+        // layer: removing them removes exactly layers × extra × context of
+        // attention work, proportional to the context.
+        let model = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
+        assert!(model.attention_decode_extra_flops_per_token > 0.0);
+        let mut without = model.clone();
+        without.attention_decode_extra_flops_per_token = 0.0;
+        let decode = |context: f64| Work {
+            padded: 1.0,
+            tokens: 1.0,
+            context,
+            pairs: context,
+            logits_rows: 1.0,
+            prefill_tokens: 0.0,
+        };
+        let extra = |context: f64| {
+            model.stage(decode(context), 2.0, 0.0, false).compute_ns
+                - without.stage(decode(context), 2.0, 0.0, false).compute_ns
+        };
+        let expected = 2.0 * model.attention_decode_extra_flops_per_token * 4096.0
+            / model.attention_flops_per_ns;
+        assert!(
+            close(extra(4096.0), expected),
+            "{} vs {expected}",
+            extra(4096.0)
+        );
+        assert!(close(extra(8192.0), 2.0 * expected));
+    }
+
+    #[test]
+    fn the_drafters_head_scores_one_row_per_request_whatever_the_target_scores() {
+        // The drafter's first pass samples one token per request, so its
+        // output head has one row per request; the target's rows (its
+        // drafts verified) do not enter it.
+        let model = setup(
+            "mixtral-8x7b",
+            "h100",
+            "{tp: 2, pp: 1, dp: 2, enable_expert_parallel: true}",
+            "{all2all_backend: deepep_high_throughput, speculative: {method: eagle, num_spec_tokens: 2}}",
+            1,
+        )
+        .roofline(&[])
+        .unwrap();
+        let full = |logits_rows: f64| Work {
+            logits_rows,
+            ..prefill_after_cache(12.0, 4000.0)
+        };
+        let draft = |rows: f64| model.draft(full(rows), 4.0, 1.0);
+        let (few, many) = (draft(4.0), draft(12.0));
+        assert_eq!(
+            (few.compute_ns, few.memory_ns, few.device_ns, few.comm_ns),
+            (
+                many.compute_ns,
+                many.memory_ns,
+                many.device_ns,
+                many.comm_ns
+            )
+        );
+    }
+
+    #[test]
+    fn the_routed_experts_are_never_faster_than_the_gemm_peak() {
+        // Their GEMMs run at peak × pairs / (pairs + m_half × touched), an
+        // efficiency below 1: never faster than the FLOPs at peak.
+        let model = deepseek_ep(8, "deepep_high_throughput")
+            .roofline(&[])
+            .unwrap();
+        let x = model.experts.expect("MoE");
+        let mut no_experts = model.clone();
+        no_experts.experts = None;
+        for tokens in [1.0, 64.0, 4096.0] {
+            let w = prefill_after_cache(tokens, 0.0);
+            let (_, pairs, touched) = x.load(tokens);
+            let experts = model.stage(w, 0.0, 1.0, false).compute_ns
+                - no_experts.stage(w, 0.0, 1.0, false).compute_ns;
+            let at_peak = x.flops_per_pair * pairs / model.gemm_flops_per_ns * x.imbalance;
+            let expected = x.flops_per_pair * (pairs + model.gemm_m_half_tokens * touched)
+                / model.gemm_flops_per_ns
+                * x.imbalance;
+            assert!(experts > at_peak, "{tokens}: {experts} vs {at_peak}");
+            assert!(
+                close(experts, expected),
+                "{tokens}: {experts} vs {expected}"
+            );
+        }
+    }
+
+    #[test]
     fn expert_parallel_combine_returns_each_routed_expert_output_in_bf16() {
         // DeepEP's combine sends back, for every token, the output of each
         // of its k routed experts: hidden × 2 bytes × k, with no FP8 (the
@@ -1336,8 +1445,13 @@ mod stage_tests {
             close(ec.combine_bytes_per_token, h * ACTIVATION_BYTES * k),
             "{ec:?}"
         );
+        // DeepSeek-V3's FP8 weights make the dispatch FP8, with one 4-byte
+        // scale per 128 values.
         assert!(
-            ec.dispatch_bytes_per_token < ec.combine_bytes_per_token,
+            close(
+                ec.dispatch_bytes_per_token,
+                h * super::FP8_DISPATCH_BYTES * k
+            ),
             "{ec:?}"
         );
     }

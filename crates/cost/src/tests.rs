@@ -291,6 +291,16 @@ fn dual_batch_overlap_is_never_slower_than_its_microbatches_in_series() {
     }
     // Where communication is heavy and compute-bound work large, the
     // overlap pays for re-reading the weights.
+    // The two microbatches share the links: overlap hides compute behind
+    // communication, never communication behind itself.
+    for decodes in [64, 256, 1024] {
+        let cost = model.step(&Batch {
+            dbo: true,
+            ..batch(decodes, 2048, 0, 0, GraphMode::Piecewise)
+        });
+        assert!(cost.communication_ns > 0);
+        assert!(cost.total.as_ns() + 1 >= cost.communication_ns, "{cost:?}");
+    }
     let big = prefill(8192);
     let plain = model.step(&big);
     let overlapped = model.step(&Batch { dbo: true, ..big });
@@ -384,6 +394,30 @@ fn provenance_cites_every_coefficient_read() {
     ] {
         let row = table.iter().find(|p| p.0 == name);
         assert!(row.is_some_and(|p| !p.2.is_empty()), "{name} missing");
+    }
+    // A chip pdsim has a vendor description of cites it for the memory
+    // terms, not the generic default of the same value.
+    for name in ["hbm_derate", "hbm_constant_latency"] {
+        let row = table.iter().find(|p| p.0 == name).unwrap();
+        assert!(
+            row.2
+                .starts_with(crate::coefficients::SRC_PRIMITIVES_VENDOR),
+            "{name}: {}",
+            row.2
+        );
+    }
+    // One it has no description of cites the generic default instead.
+    let other = setup("llama-3.1-8b", "rebel100", "{tp: 1, pp: 1, dp: 1}", "{}", 1)
+        .roofline(&[])
+        .unwrap()
+        .provenance();
+    for name in ["hbm_derate", "hbm_constant_latency"] {
+        let row = other.iter().find(|p| p.0 == name).unwrap();
+        assert!(
+            row.2.starts_with(crate::coefficients::SRC_GENERIC),
+            "{name}: {}",
+            row.2
+        );
     }
     let eps = table.iter().find(|p| p.0 == "gemm_eps_max_fp8").unwrap();
     assert_eq!(eps.1, 0.788);
@@ -674,6 +708,22 @@ fn the_linear_model_is_selected_by_its_four_terms() {
         selected(&[linear_set("{hardware: [h200]}")]),
         Ok(false),
         "scoped elsewhere"
+    );
+    // Each scope dimension is matched by value: this pool has tp 1 and
+    // no expert parallelism (ep 1).
+    assert_eq!(selected(&[linear_set("{ep: [8]}")]), Ok(false), "ep 8");
+    assert_eq!(selected(&[linear_set("{ep: [1, 8]}")]), Ok(true), "ep 1");
+    assert_eq!(selected(&[linear_set("{tp: [2]}")]), Ok(false), "tp 2");
+    assert_eq!(selected(&[linear_set("{tp: [1]}")]), Ok(true), "tp 1");
+    assert_eq!(
+        selected(&[linear_set("{nodes_spanned: [2]}")]),
+        Ok(false),
+        "2 nodes"
+    );
+    assert_eq!(
+        selected(&[linear_set("{nodes_spanned: [1]}")]),
+        Ok(true),
+        "1 node"
     );
     let (name, units) = LINEAR_COEFFICIENTS[0];
     let partial = set("half", &entry(name, 1.0, units, "{}"));

@@ -487,6 +487,30 @@ mod tests {
     }
 
     #[test]
+    fn each_engine_limit_must_be_positive_on_its_own() {
+        for (key, value) in [
+            ("block_size", "16"),
+            ("max_num_seqs", "4"),
+            ("max_num_batched_tokens", "64"),
+            ("max_model_len", "512"),
+        ] {
+            let config = CONFIG.replace(&format!("\"{key}\": {value}"), &format!("\"{key}\": 0"));
+            assert_ne!(config, CONFIG);
+            match load_config(&config, "c") {
+                Err(ReplayError::Input(msg)) => {
+                    assert!(msg.contains("must be positive"), "{key}: {msg}")
+                }
+                other => panic!("{key} 0: {other:?}"),
+            }
+        }
+        let one_block = CONFIG.replace("\"num_gpu_blocks\": 100", "\"num_gpu_blocks\": 1");
+        assert!(
+            matches!(load_config(&one_block, "c"), Err(ReplayError::Input(m)) if m.contains("null block"))
+        );
+        assert!(load_config(CONFIG, "c").is_ok());
+    }
+
+    #[test]
     fn each_feature_override_sets_its_switch() {
         let cfg: ReplayConfig = serde_json::from_str(CONFIG).unwrap();
         let base = engine_config(&cfg, false);

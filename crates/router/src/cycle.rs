@@ -2954,6 +2954,25 @@ mod tests {
             "exactly the penalty is within it"
         );
         assert_eq!(filtered(30_000), vec![0, 1]);
+        // maxTTFTPenaltyMs 0 turns the check off (`MaxTTFTPenaltyMs > 0` in
+        // `Filter`): stickiness holds whatever the backlog.
+        let off = text.replace("maxTTFTPenaltyMs: 18000", "maxTTFTPenaltyMs: 0");
+        let mut router = Router::new(&inputs(&off), labels(&["prefill-decode"; 2]), 1);
+        router.data.matches = vec![10, 0];
+        router.data.hashes = [0; 10].into();
+        router.data.block_size = 16;
+        router.data.inflight = Some(InFlightLoad {
+            requests: vec![1, 0],
+            tokens: vec![300_000, 0],
+        });
+        let mut candidates = vec![0, 1];
+        router.run_filter(
+            "prefix-cache-affinity-filter",
+            &[],
+            &RequestContext::default(),
+            &mut candidates,
+        );
+        assert_eq!(candidates, vec![0]);
         // peakPrefillThroughput 0 is no throughput: the default 15,928
         // tokens/s stands, so a backlog of 300,000 tokens is 18.8 s, past
         // the penalty, and the filter gives way.

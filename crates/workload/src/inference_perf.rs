@@ -1979,5 +1979,29 @@ circuit_breakers: null
             1,
         );
         InferencePerf::new(&year, "c.yaml", 0).unwrap_or_else(|e| panic!("{e}"));
+        // A Poisson stage that fits the year on paper can still draw its
+        // last requests past it (its per-second counts fall short of the
+        // rate): that request is refused by number, never clamped to the
+        // horizon. 31 requests at 1e-6/s over 31,535,000 s: the 31st
+        // arrives after 31 M s on average, ± 5.6 M s.
+        let poisson = EXPANDED
+            .replacen("type: constant", "type: poisson", 1)
+            .replacen(
+                stages,
+                "  stages:\n  - rate: 0.000001\n    duration: 31535000\n",
+                1,
+            );
+        let mut outcomes = (0..6).map(|seed| {
+            let reader = InferencePerf::new(&poisson, "c.yaml", seed).unwrap();
+            let results: Vec<_> = reader.collect();
+            assert!(results.iter().rev().skip(1).all(Result::is_ok));
+            (results.len(), results.last().unwrap().clone())
+        });
+        let (count, late) = outcomes
+            .find(|(_, last)| last.is_err())
+            .expect("one of six seeds draws past the year");
+        let e = late.unwrap_err();
+        assert!(count <= 31, "{count}");
+        assert!(e.message.contains("beyond the one year"), "{e}");
     }
 }

@@ -241,8 +241,9 @@ pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Approx, Lru};
+    use super::{Approx, ApproxPrefixProducer, Lru, PrefixIndex};
     use crate::cycle::EndpointView;
+    use std::collections::VecDeque;
 
     #[test]
     fn the_producer_block_size_has_a_floor_and_tunes_to_the_first_endpoint() {
@@ -278,6 +279,33 @@ mod tests {
             ..approx
         };
         assert_eq!(uncapped.max_blocks(64), usize::MAX);
+    }
+
+    #[test]
+    fn each_endpoints_lru_is_sized_by_its_scraped_blocks_when_it_has_some() {
+        // `PreRequest` in `approximateprefix/plugin.go`: under autoTune an
+        // endpoint's capacity is its `CacheNumBlocks` when above 0, else
+        // `lruCapacityPerServer`.
+        let settings = Approx {
+            auto_tune: true,
+            block_size_tokens: 64,
+            max_prefix_tokens: 0,
+            max_prefix_blocks: 0,
+            lru_capacity: 3,
+        };
+        let mut producer = ApproxPrefixProducer {
+            settings,
+            index: PrefixIndex::new(3),
+        };
+        let view = |blocks| EndpointView {
+            num_blocks: blocks,
+            ..Default::default()
+        };
+        let endpoints = [view(Some(2)), view(Some(0)), view(None)];
+        let hashes: VecDeque<u64> = (1..=5).collect();
+        producer.pre_request(&[0, 1, 2], &endpoints, &hashes);
+        let held = |e: usize| (1..=5).filter(|h| producer.index.holds(e, *h)).count();
+        assert_eq!((held(0), held(1), held(2)), (2, 3, 3));
     }
 
     #[test]

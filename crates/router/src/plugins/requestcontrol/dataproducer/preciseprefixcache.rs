@@ -892,6 +892,17 @@ mod tests {
         q.send(0, 0, &mut b);
         q.advance(0);
         assert!(q.index.is_empty());
+        // Nor does it when its engine key is one another pod's event
+        // already mapped to an index key: only a store without tokens (a
+        // tier update) reaches the known keys (`handleDeviceTierUpdate`).
+        let mut r = precise(64, 2);
+        stored(&mut b, &text, 16, Medium::Gpu);
+        r.send(0, 0, &mut b);
+        stored(&mut b, &prompt(&[(1, 16)]), 16, Medium::Gpu);
+        r.send(0, 1, &mut b);
+        r.advance(0);
+        r.produce(&text);
+        assert_eq!(r.matches, vec![2, 0]);
     }
 
     #[test]

@@ -185,3 +185,37 @@ pub(crate) fn check_key(c: &mut Checks<'_>, key: &str, attribute: &str, producer
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{EndpointAttributeFilter, OPERATORS};
+
+    #[test]
+    fn each_operator_compares_the_attribute_with_the_threshold_as_filter_go_does() {
+        // `passes` in `endpointattribute/filter.go`: value OP threshold,
+        // here with threshold 5 and values 4, 5 and 6.
+        let expected = [
+            ("LessThan", [true, false, false]),
+            ("LessThanOrEqual", [true, true, false]),
+            ("GreaterThan", [false, false, true]),
+            ("GreaterThanOrEqual", [false, true, true]),
+            ("Equal", [false, true, false]),
+            ("NotEqual", [true, false, true]),
+        ];
+        assert_eq!(expected.map(|(op, _)| op), OPERATORS);
+        for (operator, passes) in expected {
+            let filter = EndpointAttributeFilter {
+                series: None,
+                pass_on_missing: true,
+                fallback_on_empty: false,
+                operator,
+                value: 5.0,
+            };
+            assert_eq!(
+                [4.0, 5.0, 6.0].map(|v| filter.matches(v)),
+                passes,
+                "{operator}"
+            );
+        }
+    }
+}
