@@ -1327,8 +1327,10 @@ impl<'a> Sim<'a> {
     }
 
     /// Makes sure a dispatch tick is queued at `at` or earlier. Every tick
-    /// of the real ticker runs a cycle, so an extra queued tick is
-    /// harmless; a missing one would lose a dispatch.
+    /// of the real ticker runs a cycle, so an extra queued tick on its
+    /// grid is harmless (a second one at an instant already ticked is
+    /// dropped by [`Sim::flow_tick`], as the soft-reflective policy counts
+    /// cycles); a missing one would lose a dispatch.
     fn request_flow_tick(&mut self, at: SimTime) {
         if self.flow_tick_at.is_some_and(|t| t <= at) {
             return;
@@ -2026,8 +2028,17 @@ impl<'a> Sim<'a> {
     /// from the other events, with one look-up of the request, as it is
     /// the event of every decode step.
     fn emitted(&mut self, core: usize, id: RequestId, tokens: u32, sink: &mut dyn RecordSink) {
-        // The first chunk may move the EPP's in-flight counters.
-        self.flow_account();
+        // A first chunk moves the EPP's in-flight counters, so the flow
+        // controller counts its ticker's cycles up to now first; later
+        // chunks change nothing it reads, and are the hot path.
+        if self.flow.is_some()
+            && self
+                .in_flight
+                .get_mut(&id)
+                .is_some_and(|f| f.record.last_token.is_none())
+        {
+            self.flow_account();
+        }
         let Some(f) = self.in_flight.get_mut(&id) else {
             return;
         };

@@ -1,10 +1,11 @@
-//! A least-recently-used set of 64-bit keys (block hashes) with O(1)
-//! touch and eviction: a hash map into a slab of nodes linked from most to
-//! least recently used, so an entry costs a map slot and 16 bytes and
-//! evicted slots are reused. Hand-written rather than a crate's because
-//! the order of evictions must be exactly the order of last use for runs
-//! to be reproducible, and both users (the offload tier, the EPP's prefix
-//! index) need only these four operations.
+//! A least-recently-used map from 64-bit keys (block hashes) to values,
+//! with O(1) touch and eviction: a hash map into a slab of nodes linked
+//! from most to least recently used, so an entry costs a map slot, 16
+//! bytes and its value, and evicted slots are reused. [`Lru`] is the set
+//! (no value). Hand-written rather than a crate's because the order of
+//! evictions must be exactly the order of last use for runs to be
+//! reproducible, and its users (the offload tier, the EPP's approx prefix
+//! index, the precise index's key map) need only these few operations.
 
 use rustc_hash::FxHashMap;
 

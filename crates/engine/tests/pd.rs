@@ -180,9 +180,11 @@ fn a_full_decode_pool_makes_requests_wait_and_then_completes_them_all() {
     assert_eq!(decode.pool().free(), 10);
 }
 
-#[test]
-fn a_failed_transfer_recomputes_from_the_local_hit() {
-    let mut decode = Engine::new(config(100));
+/// A decode engine on `c` that cached a 32-token prefix, then took a
+/// 72-token request sharing it whose KV transfer failed: the schedule of
+/// the step that recomputes it.
+fn schedule_after_a_failed_transfer(c: EngineConfig) -> Vec<(RequestId, u32)> {
+    let mut decode = Engine::new(c);
     decode.add_request(request(0, &[(7, 32), (1, 1)], 1, KvTransfer::Local));
     while decode.has_work() {
         step(&mut decode);
@@ -191,8 +193,16 @@ fn a_failed_transfer_recomputes_from_the_local_hit() {
     step(&mut decode);
     decode.kv_failed(RequestId(1));
     decode.schedule().unwrap();
+    decode.last_schedule()
+}
+
+#[test]
+fn a_failed_transfer_recomputes_from_the_local_hit() {
     // 72 tokens, 32 of them local: the other 40 are computed here.
-    assert_eq!(decode.last_schedule(), vec![(RequestId(1), 40)]);
+    assert_eq!(
+        schedule_after_a_failed_transfer(config(100)),
+        vec![(RequestId(1), 40)]
+    );
 }
 
 #[test]
@@ -240,16 +250,10 @@ fn a_recompute_after_a_failed_transfer_is_capped_as_a_long_prefill() {
     let mut c = config(100);
     c.long_prefill_token_threshold = 16;
     c.long_prefill_waiver_when_alone = false;
-    let mut decode = Engine::new(c);
-    decode.add_request(request(0, &[(7, 32), (1, 1)], 1, KvTransfer::Local));
-    while decode.has_work() {
-        step(&mut decode);
-    }
-    decode.add_request(request(1, &[(7, 32), (2, 40)], 3, KvTransfer::Consume));
-    step(&mut decode);
-    decode.kv_failed(RequestId(1));
-    decode.schedule().unwrap();
-    assert_eq!(decode.last_schedule(), vec![(RequestId(1), 16)]);
+    assert_eq!(
+        schedule_after_a_failed_transfer(c),
+        vec![(RequestId(1), 16)]
+    );
 }
 
 /// An engine of 8 HBM blocks with a host tier, in which A's 64-token

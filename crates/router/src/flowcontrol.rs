@@ -250,9 +250,7 @@ impl FlowController {
             Detector::Utilization { staleness_ns, .. } => Some(staleness_ns),
             Detector::Concurrency { .. } => None,
         };
-        views
-            .iter()
-            .filter_map(move |v| Some(v.updated_ns?.saturating_add(staleness?).saturating_add(1)))
+        views.iter().filter_map(move |v| stale_at(v, staleness?))
     }
 
     pub fn settings(&self) -> &FlowControl {
@@ -465,8 +463,7 @@ impl FlowController {
         views
             .iter()
             .filter(|v| (v.waiting as f64 / queue_depth).max(v.kv_usage / kv_util) > 1.0)
-            .filter_map(|v| v.updated_ns)
-            .map(|at| at.saturating_add(staleness_ns).saturating_add(1))
+            .filter_map(|v| stale_at(v, staleness_ns))
             .filter(|t| *t > now_ns)
             .min()
     }
@@ -474,6 +471,16 @@ impl FlowController {
     pub fn detector(&self) -> &Detector {
         &self.settings.detector
     }
+}
+
+/// The first instant at which `view` is stale to a detector that trusts a
+/// scrape for `staleness_ns`; `None` for a view never scraped.
+fn stale_at(view: &EndpointView, staleness_ns: u64) -> Option<u64> {
+    Some(
+        view.updated_ns?
+            .saturating_add(staleness_ns)
+            .saturating_add(1),
+    )
 }
 
 #[cfg(test)]

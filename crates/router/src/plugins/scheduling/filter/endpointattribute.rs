@@ -77,14 +77,16 @@ impl EndpointAttributeFilter {
 
 impl Filter for EndpointAttributeFilter {
     fn filter(&mut self, cycle: &Cycle<'_, '_>, _rng: &mut Stream, candidates: &mut Vec<usize>) {
-        let before = candidates.clone();
+        // Only a filter that falls back on an empty result needs the
+        // candidates it started from.
+        let before = self.fallback_on_empty.then(|| candidates.clone());
         candidates.retain(
             |e| match self.series.and_then(|s| s.read(&cycle.endpoints[*e])) {
                 Some(v) => self.matches(v),
                 None => self.pass_on_missing,
             },
         );
-        if candidates.is_empty() && self.fallback_on_empty {
+        if let Some(before) = before.filter(|_| candidates.is_empty()) {
             *candidates = before;
         }
     }
