@@ -552,6 +552,10 @@ mod tests {
         assert_eq!(fc.next_stale_ns(&views, 5), Some(200_000_001));
         let calm = [view(1, 0.0, 0), view(0, 0.4, 7)];
         assert_eq!(fc.next_stale_ns(&calm, 5), None);
+        // A pod at exactly 1.0 (5 waiting of 5) counts 1.0 stale or fresh:
+        // its going stale changes nothing, so it names no instant.
+        let full = [view(5, 0.0, 0), view(0, 0.8, 3)];
+        assert_eq!(fc.next_stale_ns(&full, 5), None);
     }
 
     #[test]
