@@ -556,6 +556,9 @@ mod tests {
         // its going stale changes nothing, so it names no instant.
         let full = [view(5, 0.0, 0), view(0, 0.8, 3)];
         assert_eq!(fc.next_stale_ns(&full, 5), None);
+        // A pod overloaded by its KV cache alone (0.96 / 0.8 = 1.2) does.
+        let kv_full = [view(0, 0.96, 9), view(0, 0.0, 3)];
+        assert_eq!(fc.next_stale_ns(&kv_full, 5), Some(200_000_010));
     }
 
     #[test]
