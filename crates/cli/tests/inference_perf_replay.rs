@@ -223,12 +223,22 @@ fn a_real_runs_inference_perf_config_replays_with_per_stage_results() {
     assert!(report.contains("| 1 | 10 | 600 | 6000 |"), "{report}");
 }
 
+/// The run's `profile.yaml` asks for multi-turn chat, which its own
+/// inference-perf build did not know; pdsim replays it as the later
+/// releases that know it send it, and says so. 11 × 4 = 44 user sessions;
+/// turn k of a session is 100 + 466 tokens of its first text plus (k − 1)
+/// earlier questions and answers of 466 + 247: turn 5 is 3,418 tokens, and
+/// turn 6, 4,131, reaches Llama-2's 4,096-token context, so vLLM refuses it
+/// and every later turn, which only grows (a refused turn's prompt joins
+/// the context). So exactly 44 × 5 = 220 turns complete.
 #[test]
-fn the_runs_profile_names_multi_turn_chat_which_run_refuses_by_key_and_line() {
+fn the_runs_profile_replays_its_multi_turn_chat_closed_loop() {
     let Some(run) = run_dir() else { return };
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("inference-perf-profile");
     let (scenario, deployment) = documents(&run, &dir);
     let profile = run.join("profile.yaml");
+    let out = dir.join("out");
+    let _ = std::fs::remove_dir_all(&out);
     let (code, stdout, stderr) = pdsim(&[
         "run",
         "--scenario",
@@ -238,16 +248,24 @@ fn the_runs_profile_names_multi_turn_chat_which_run_refuses_by_key_and_line() {
         "--trace",
         profile.to_str().unwrap(),
         "--out",
-        dir.join("out").to_str().unwrap(),
+        out.to_str().unwrap(),
     ]);
-    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
-        stderr.contains(
-            "profile.yaml:1: data.shared_prefix.enable_multi_turn_chat: `true` is refused"
-        ),
+        stderr.contains("note: enable_multi_turn_chat is replayed as inference-perf v0.3.0"),
         "{stderr}"
     );
-    assert!(!dir.join("out").exists());
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["requests"]["total"], 9000, "{summary}");
+    assert_eq!(summary["requests"]["completed"], 220, "{summary}");
+    assert_eq!(
+        summary["requests"]["not_completed_by_reason"]["rejected:prompt-exceeds-max-model-len"],
+        8780,
+        "{summary}"
+    );
+    assert_eq!(summary["sessions"]["turns_sent"], 9000 - 44, "{summary}");
+    assert_eq!(summary["sessions"]["turns_not_sent"], 0, "{summary}");
 }
 
 #[test]

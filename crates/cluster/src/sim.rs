@@ -27,12 +27,13 @@ use crate::fabric::Network;
 use crate::records::{
     CoreSample, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS, StepSample,
 };
-use pdsim_core::{Prompt, Purpose, RequestId, SimDuration, SimTime, Stream};
+use pdsim_core::prompt::content_id;
+use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimDuration, SimTime, Stream};
 use pdsim_cost::{ApiServerCosts, StepCost};
 use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
 use pdsim_router::BurstJoin;
 use pdsim_spec::deployment::Role;
-use pdsim_workload::{RequestSpec, TraceError};
+use pdsim_workload::{RequestSpec, TraceError, TurnClient};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
@@ -522,12 +523,28 @@ struct Conversation {
     parked: VecDeque<RequestSpec>,
     /// The next turn, queued to be sent.
     due: Option<RequestSpec>,
-    /// When the client had the last turn's whole answer, while no later
+    /// When the client had the last turn's whole answer (inference-perf's
+    /// client: when the last turn ended, answered or not), while no later
     /// turn has been read.
     answered: Option<SimTime>,
-    /// A turn failed or timed out: no later turn is sent.
+    /// A turn failed or timed out: no later turn is sent
+    /// ([`TurnClient::Session`] only).
     cancelled: bool,
+    /// The conversation's client is inference-perf's, which sends every
+    /// turn after the session's context.
+    inference_perf: bool,
+    /// inference-perf's session context: what the next turn is sent
+    /// after.
+    context: Vec<Segment>,
+    /// inference-perf: the turn in flight, as sent, and its answer; it
+    /// becomes the context if the turn is answered.
+    sent: Option<(Vec<Segment>, Segment)>,
 }
+
+/// Salt of the content id of an inference-perf turn's answer when its
+/// source gave none ([`RequestSpec::output_id`]); that answer is then
+/// shared with nothing, so the next turn computes it anew.
+const TURN_ANSWER_SALT: u64 = 0x7475_726e_616e_7377;
 
 /// Runs `source` through `cluster` to the end, handing every request's
 /// record to `sink` as it ends.
@@ -954,9 +971,15 @@ impl<'a> Sim<'a> {
         let Some(turn) = spec.session else {
             return;
         };
-        let due = answered
-            .checked_add(turn.think_time)
-            .unwrap_or(SimTime(u64::MAX));
+        let due = match turn.client {
+            TurnClient::Session => answered
+                .checked_add(turn.think_time)
+                .unwrap_or(SimTime(u64::MAX)),
+            // inference-perf's worker sleeps until the turn's scheduled
+            // time, then waits on the session's lock until the turn before
+            // it has ended (`LocalUserSession.get_context`).
+            TurnClient::InferencePerf => answered.max(spec.arrival),
+        };
         let at = if due < self.now {
             self.stats.session_turns_late += 1;
             let late = self.now.since(due).as_ns();
@@ -971,6 +994,25 @@ impl<'a> Sim<'a> {
         self.push(at, Event::Turn { key: turn.key });
     }
 
+    /// inference-perf's client sends a turn after its session's context
+    /// (`UserSessionCompletionAPIData.to_payload`: `prompt = context + " " +
+    /// prompt`, `inference_perf/apis/user_session.py` at v0.4.0) and keeps
+    /// what it sent, which the answer extends into the next context.
+    fn with_context(&mut self, spec: &mut RequestSpec, key: u64, round: u32) {
+        let conversation = self.conversations.entry(key).or_default();
+        conversation.inference_perf = true;
+        let mut segments = conversation.context.clone();
+        segments.extend(spec.prompt.segments.iter().copied());
+        spec.prompt = Prompt::new(segments);
+        let answer = Segment {
+            id: spec.output_id.unwrap_or_else(|| {
+                content_id(key ^ u64::from(round).rotate_left(32), TURN_ANSWER_SALT)
+            }),
+            tokens: spec.output_tokens,
+        };
+        conversation.sent = Some((spec.prompt.segments.clone(), answer));
+    }
+
     /// A conversation's queued turn is due: its client sends it.
     fn send_turn(&mut self, key: u64, sink: &mut dyn RecordSink) {
         let Some(spec) = self.conversations.get_mut(&key).and_then(|c| c.due.take()) else {
@@ -981,14 +1023,31 @@ impl<'a> Sim<'a> {
         self.arrive_spec(spec, sink);
     }
 
-    /// A turn of conversation `key` ended at `at`: answered, its next turn
-    /// is queued (or waits to be read); failed or timed out, the
-    /// conversation is cancelled and its held turns are not sent
-    /// (inference-sim's `SessionManager.OnComplete` cancels a session on a
-    /// timeout or a drop).
-    fn turn_ended(&mut self, key: u64, answered: bool, at: SimTime) {
+    /// A turn of conversation `key` ended at `at`, with `outcome`:
+    /// answered, its next turn is queued (or waits to be read); failed or
+    /// timed out, the conversation is cancelled and its held turns are not
+    /// sent (inference-sim's `SessionManager.OnComplete` cancels a session
+    /// on a timeout or a drop). inference-perf's client goes on in every
+    /// case (`inference_perf/client/modelserver/openai_client.py` at
+    /// v0.4.0): an answer, and also a server's error response, reaches
+    /// `process_response`, which makes the context the prompt sent and the
+    /// answer's text (none for an error); a timeout raises, and
+    /// `process_failure` leaves the context as it was.
+    fn turn_ended(&mut self, key: u64, outcome: Outcome, at: SimTime) {
+        let answered = outcome == Outcome::Completed;
         let conversation = self.conversations.entry(key).or_default();
-        if !answered {
+        if conversation.inference_perf {
+            if let Some((mut prompt, answer)) = conversation.sent.take() {
+                match outcome {
+                    Outcome::Completed => {
+                        prompt.push(answer);
+                        conversation.context = prompt;
+                    }
+                    Outcome::Rejected => conversation.context = prompt,
+                    Outcome::Aborted => {}
+                }
+            }
+        } else if !answered {
             conversation.cancelled = true;
             self.stats.session_turns_not_sent += conversation.parked.len() as u64;
             conversation.parked.clear();
@@ -1221,7 +1280,7 @@ impl<'a> Sim<'a> {
         note_end(self.check, &mut self.ended, &mut self.failure, id);
         sink.record(&flight.record);
         if let Some(key) = flight.session {
-            self.turn_ended(key, false, self.now);
+            self.turn_ended(key, Outcome::Rejected, self.now);
         }
     }
 
@@ -1252,7 +1311,12 @@ impl<'a> Sim<'a> {
     }
 
     /// `spec` reaches the router now.
-    fn arrive_spec(&mut self, spec: RequestSpec, sink: &mut dyn RecordSink) {
+    fn arrive_spec(&mut self, mut spec: RequestSpec, sink: &mut dyn RecordSink) {
+        if let Some(turn) = spec.session
+            && turn.client == TurnClient::InferencePerf
+        {
+            self.with_context(&mut spec, turn.key, turn.round);
+        }
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.stats.requests += 1;
@@ -2364,7 +2428,7 @@ impl<'a> Sim<'a> {
         flight.record.outcome = outcome;
         flight.record.reason = reason;
         if let Some(key) = flight.session {
-            self.turn_ended(key, outcome == Outcome::Completed, flight.record.finished);
+            self.turn_ended(key, outcome, flight.record.finished);
         }
         match outcome {
             Outcome::Completed => self.stats.completed += 1,
@@ -2511,7 +2575,7 @@ impl<'a> Sim<'a> {
         note_end(self.check, &mut self.ended, &mut self.failure, id);
         sink.record(&f.record);
         if let Some(key) = f.session {
-            self.turn_ended(key, false, self.now);
+            self.turn_ended(key, Outcome::Aborted, self.now);
         }
         self.flow_wake(false);
     }

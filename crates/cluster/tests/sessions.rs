@@ -11,7 +11,7 @@ use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimDuration, SimTime};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
-use pdsim_workload::{RequestSpec, SessionTurn};
+use pdsim_workload::{RequestSpec, SessionTurn, TurnClient};
 
 // One engine, so every turn of a conversation meets its own cached blocks.
 const SCENARIO: &str = include_str!("../../../scenarios/real-runs/llama-2-7b-tp1-h100.yaml");
@@ -80,6 +80,7 @@ fn turn(
             key: KEY,
             round,
             think_time: SimDuration::from_ms(think_ms),
+            client: TurnClient::Session,
         }),
         output_id: Some(output_id(round)),
     }
@@ -173,4 +174,138 @@ fn a_later_turn_without_its_first_turn_is_counted_as_not_sent() {
     let (stats, records) = run_all(&specs);
     assert!(records.is_empty());
     assert_eq!(stats.session_turns_not_sent, 1);
+}
+
+// --- inference-perf's multi-turn client (`TurnClient::InferencePerf`) -----
+
+/// A turn of inference-perf user session `KEY`: `own` is the turn's own text
+/// (the first turn's is the system prompt and the question, a later one's
+/// the question); the simulator sends it after the session's context. The
+/// client's timeout is 300 s from the scheduled time, moved with the send.
+fn ip_turn(round: u32, at_ms: u64, own: &[Segment], output: u32) -> RequestSpec {
+    let arrival = SimTime::from_ms(at_ms);
+    RequestSpec {
+        arrival,
+        prompt: Prompt::new(own.to_vec()),
+        output_tokens: output,
+        priority: 0,
+        slo_class: 0,
+        source_line: round as u64 + 1,
+        deadline: Some(arrival + SimDuration::from_ms(300_000)),
+        session: Some(SessionTurn {
+            key: KEY,
+            round,
+            think_time: SimDuration::ZERO,
+            client: TurnClient::InferencePerf,
+        }),
+        output_id: Some(output_id(round)),
+    }
+}
+
+const SYSTEM: Segment = Segment {
+    id: 11,
+    tokens: 150,
+};
+const QUESTION: Segment = Segment {
+    id: 12,
+    tokens: 600,
+};
+
+/// Turn 1 is scheduled 100 ms after turn 0, long before turn 0's 100
+/// tokens are generated: it waits on the session's lock and is sent the
+/// moment turn 0 ends, with no think time, after the context turn 0 left
+/// (its prompt and answer), whose cached blocks it hits.
+#[test]
+fn an_inference_perf_turn_waits_for_the_turn_before_it_and_carries_its_context() {
+    let specs = vec![
+        ip_turn(0, 0, &[SYSTEM, QUESTION], 100),
+        ip_turn(1, 100, &[QUESTION], 10),
+    ];
+    let (stats, records) = run_all(&specs);
+    assert!(records.iter().all(|r| r.outcome == Outcome::Completed));
+    let (first, second) = (&records[0], &records[1]);
+    assert!(first.finished > SimTime::from_ms(100), "{first:?}");
+    assert_eq!(second.arrival, first.finished, "sent when turn 0 ends");
+    assert_eq!(first.prompt_tokens, 750);
+    assert_eq!(
+        second.prompt_tokens,
+        750 + 100 + 600,
+        "context, then its question"
+    );
+    // Turn 0's prompt and the 99 answer tokens fed back have KV: 849
+    // tokens, 53 whole 16-token blocks.
+    assert_eq!(second.cached_tokens, 848, "{second:?}");
+    assert_eq!(stats.session_turns_sent, 1);
+}
+
+/// A turn scheduled after the turn before it ended is sent at its own
+/// time: inference-perf's worker sleeps until then, and the lock is free.
+#[test]
+fn an_inference_perf_turn_scheduled_after_the_previous_answer_is_sent_on_time() {
+    let specs = vec![
+        ip_turn(0, 0, &[SYSTEM, QUESTION], 100),
+        ip_turn(1, 60_000, &[QUESTION], 10),
+    ];
+    let (_, records) = run_all(&specs);
+    assert!(records[0].finished < SimTime::from_ms(60_000));
+    assert_eq!(records[1].arrival, SimTime::from_ms(60_000));
+    assert_eq!(records[1].prompt_tokens, 1450);
+}
+
+/// inference-perf's client goes on after a failed turn, with the context
+/// from before it: turn 0 times out, turn 1 is sent when it does, with no
+/// context at all, and turn 2 after turn 1's prompt and answer. The
+/// timeout of a turn that waited counts from its send.
+#[test]
+fn after_a_failed_inference_perf_turn_the_session_goes_on_with_the_context_before_it() {
+    let mut specs = vec![
+        ip_turn(0, 0, &[SYSTEM, QUESTION], 100),
+        ip_turn(1, 100, &[QUESTION], 10),
+        ip_turn(2, 200, &[QUESTION], 10),
+    ];
+    // The client gives up on turn 0 after 300 ms, before its answer ends.
+    specs[0].deadline = Some(SimTime::from_ms(300));
+    // Turn 1's client would give up 250 ms after its scheduled 100 ms, but
+    // it waits 200 ms for turn 0: counted from its send (300 ms), 250 ms
+    // is enough for 600 tokens and 10 more.
+    specs[1].deadline = Some(SimTime::from_ms(350));
+    let (stats, records) = run_all(&specs);
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[0].outcome, Outcome::Aborted);
+    assert_eq!(records[0].finished, SimTime::from_ms(300));
+    assert_eq!(
+        records[1].arrival,
+        SimTime::from_ms(300),
+        "sent when turn 0 gave up"
+    );
+    assert_eq!(records[1].outcome, Outcome::Completed, "{:?}", records[1]);
+    assert!(records[1].finished > SimTime::from_ms(350));
+    assert_eq!(records[1].prompt_tokens, 600, "turn 0 left no context");
+    assert_eq!(records[2].arrival, records[1].finished);
+    assert_eq!(records[2].prompt_tokens, 600 + 10 + 600);
+    assert_eq!(records[2].outcome, Outcome::Completed);
+    assert_eq!(stats.session_turns_sent, 2);
+    assert_eq!(stats.session_turns_not_sent, 0);
+}
+
+/// A server's error response is an answer to inference-perf's client: it
+/// makes the context the prompt it sent, with no answer text. Turn 0 is
+/// longer than Llama-2's 4,096-token context, so vLLM refuses it; turn 1
+/// carries it all the same, and is refused too.
+#[test]
+fn a_refused_inference_perf_turn_still_joins_the_context() {
+    let long = Segment {
+        id: 13,
+        tokens: 5_000,
+    };
+    let specs = vec![
+        ip_turn(0, 0, &[long], 100),
+        ip_turn(1, 100, &[Segment { id: 14, tokens: 10 }], 10),
+    ];
+    let (stats, records) = run_all(&specs);
+    assert_eq!(records[0].outcome, Outcome::Rejected);
+    assert_eq!(records[1].outcome, Outcome::Rejected);
+    assert_eq!(records[1].arrival, SimTime::from_ms(100));
+    assert_eq!(records[1].prompt_tokens, 5_010, "{:?}", records[1]);
+    assert_eq!(stats.session_turns_sent, 1);
 }

@@ -237,7 +237,7 @@ fn conversations(
     context: &str,
 ) {
     use pdsim_core::{Segment, SimDuration, prompt::content_id};
-    use pdsim_workload::{RequestSpec, SessionTurn};
+    use pdsim_workload::{RequestSpec, SessionTurn, TurnClient};
     let mut rng = Stream::new(seed, Purpose::Lengths, 97);
     // At most about four turns per conversation, so prompts stay bounded.
     let count = (requests / 4).max(1) + rng.below(4);
@@ -266,6 +266,7 @@ fn conversations(
             key,
             round,
             think_time: SimDuration::from_ms(rng.below(2_000)),
+            client: TurnClient::Session,
         });
         spec.output_id = Some(output_id);
         turns.push(spec);

@@ -467,8 +467,10 @@ pub struct Summary {
     pub sessions: Option<Sessions>,
 }
 
-/// How a source's conversations were replayed: every later turn is sent its
-/// think time after the previous turn's answer.
+/// How a source's conversations were replayed: every later turn is sent
+/// only once the turn before it has ended (a trace's sessions: its think
+/// time after the answer; inference-perf's multi-turn chat: at its
+/// scheduled time or when the turn before it ends, if later).
 #[derive(Clone, Debug, Serialize)]
 pub struct Sessions {
     /// Later turns sent.
@@ -1125,8 +1127,8 @@ pub fn render_text(summary: &Summary) -> String {
     }
     if let Some(s) = &summary.sessions {
         out.push_str(&format!(
-            "  conversations: {} later turns sent closed-loop (each its think time after the \
-             previous answer), {} not sent (a turn before them failed or timed out)\n",
+            "  conversations: {} later turns sent closed-loop (each only once the turn before \
+             it had ended), {} not sent (a turn before them failed or timed out)\n",
             s.turns_sent, s.turns_not_sent
         ));
         if s.turns_late > 0 {

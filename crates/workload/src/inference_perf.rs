@@ -62,14 +62,31 @@
 //! # What pdsim cannot reproduce, and so refuses
 //!
 //! Every key is read; each is either honoured or refused by name with the
-//! reason. Refused: multi-turn chat (a later round is sent only after the
-//! previous answer arrives, and carries its text: closed-loop, which this
-//! open-loop stream cannot be), the `chat` API and non-streaming requests,
+//! reason. Refused: the `chat` API and non-streaming requests,
 //! `ignore_eos: false` (the output length would depend on the model's EOS),
 //! request headers (they can steer the llm-d router), sweeps and circuit
 //! breakers (decided from live measurements), model servers other than
 //! vLLM, and distributions on `shared_prefix` data (this build ignores them
 //! while later ones sample lengths from them).
+//!
+//! # Multi-turn chat, from a later release
+//!
+//! `data.shared_prefix.enable_multi_turn_chat` did not exist at `3b6f82a`
+//! (pydantic would drop it and send single turns); it is replayed as
+//! inference-perf v0.3.0 and v0.4.0 send it, the releases whose names the
+//! training runs' `profile.yaml` uses (`inference_perf/apis/user_session.py`,
+//! `datagen/shared_prefix_datagen.py`, `client/modelserver/openai_client.py`,
+//! `loadgen/load_generator.py`): each of the `num_groups ×
+//! num_prompts_per_group` questions makes a user session whose context
+//! starts as its group's system prompt; request `n` of a stage is a turn of
+//! session `n mod sessions`, sent at its scheduled time or, when the
+//! session's turn before it is still going, when that ends; it carries the
+//! session's context before its question; that prompt and its answer
+//! become the context if it is answered, the prompt alone if the server
+//! refuses it, and a timed-out turn leaves the context as it was. The
+//! simulator's closed loop does the waiting and the
+//! context ([`crate::TurnClient::InferencePerf`]); [`multi_turn_request`]
+//! makes the turns.
 //!
 //! # What is approximated, and said
 //!
@@ -86,7 +103,7 @@
 //! lengths: `Purpose::Lengths`, lane 0 for inputs, 1 for outputs), so the
 //! same seed gives the same requests.
 
-use crate::{RequestSource, RequestSpec, TraceError, default_classes};
+use crate::{RequestSource, RequestSpec, SessionTurn, TraceError, TurnClient, default_classes};
 use pdsim_core::prompt::{content_id, mix64};
 use pdsim_core::{ARRIVAL_HORIZON, Prompt, Purpose, Segment, SimDuration, SimTime, Stream};
 use pdsim_spec::load::{Source, load};
@@ -472,6 +489,9 @@ enum Data {
         system_tokens: u32,
         question_tokens: u32,
         output_tokens: u32,
+        /// `enable_multi_turn_chat`: `order` is then the shuffled list of
+        /// user sessions (see [`InferencePerf::sessions`]).
+        multi_turn: bool,
     },
     /// `random` (unique prompts) or `synthetic` (prefixes of one text).
     Lengths {
@@ -527,6 +547,21 @@ pub struct InferencePerf {
     input_lengths: Option<Stream>,
     output_lengths: Option<Stream>,
     failed: bool,
+    /// Multi-turn chat: each user session's turns so far, by its index
+    /// before the shuffle; empty otherwise.
+    sessions: Vec<SessionGrowth>,
+}
+
+/// What a multi-turn user session has been sent so far, counted as if
+/// every turn were answered (the most its prompt can grow to).
+#[derive(Clone, Copy, Debug, Default)]
+struct SessionGrowth {
+    /// Turns sent, over all stages.
+    rounds: u32,
+    /// Tokens of every turn's text and answer so far.
+    tokens: u64,
+    /// Pieces (texts and answers) those make.
+    segments: usize,
 }
 
 /// The load timer of one stage (`load_timer.py`).
@@ -884,17 +919,6 @@ impl InferencePerf {
                             .into(),
                     ));
                 };
-                if sp.enable_multi_turn_chat {
-                    return Err(e(
-                        "data.shared_prefix.enable_multi_turn_chat",
-                        "`true` is refused: inference-perf then sends a user's next round only \
-                         after the previous answer arrives, with that answer's text in the \
-                         prompt, so when and what it sends depends on the server; this reader \
-                         is open-loop. (The inference-sim training runs' inference-perf did not \
-                         know this key and ran single-turn: replay their results/config.yaml.)"
-                            .into(),
-                    ));
-                }
                 let count = |key: &str, v: i64, low: i64| -> Result<u32, TraceError> {
                     if v < low || v > MAX_LEN {
                         return Err(e(
@@ -945,6 +969,7 @@ impl InferencePerf {
                     } else {
                         output
                     },
+                    multi_turn: sp.enable_multi_turn_chat,
                 }
             }
             DataType::Random | DataType::Synthetic => {
@@ -1092,7 +1117,15 @@ impl InferencePerf {
         let cap = load
             .num_workers
             .map(|w| w as u128 * load.worker_max_concurrency as u128);
-        if cap.is_none_or(|c| c < most as u128) {
+        let multi_turn = matches!(
+            data_plan,
+            Data::SharedPrefix {
+                multi_turn: true,
+                ..
+            }
+        );
+        // Under multi-turn chat the bound is per worker (its notes say so).
+        if !multi_turn && cap.is_none_or(|c| c < most as u128) {
             let cap_text = match cap {
                 Some(c) => format!("{c} (num_workers × worker_max_concurrency)"),
                 None => format!(
@@ -1115,6 +1148,25 @@ impl InferencePerf {
             Data::Lengths { output, .. } => Some(Stream::new(seed, Purpose::Lengths, output.lane)),
             Data::SharedPrefix { .. } => None,
         };
+        let sessions = match &data_plan {
+            Data::SharedPrefix {
+                order,
+                per_group,
+                multi_turn: true,
+                ..
+            } => {
+                notes.extend(multi_turn_notes(
+                    &source.file,
+                    &stages,
+                    order.len() as u64,
+                    (order.len() / *per_group as usize) as u64,
+                    load.num_workers,
+                    load.worker_max_concurrency,
+                ));
+                vec![SessionGrowth::default(); order.len()]
+            }
+            _ => Vec::new(),
+        };
         let first = &stages[0];
         let timer = start_timer(load.kind, seed, first, 0.0);
         Ok(InferencePerf {
@@ -1134,6 +1186,7 @@ impl InferencePerf {
             input_lengths,
             output_lengths,
             failed: false,
+            sessions,
         })
     }
 
@@ -1154,6 +1207,143 @@ impl InferencePerf {
     pub fn notes(&self) -> &[String] {
         &self.notes
     }
+}
+
+/// Salt of a multi-turn user session's key (keyed by the session's index
+/// before the shuffle, mixed with the seed).
+pub const IP_SESSION_SALT: u64 = u64::from_be_bytes(*b"ip-sessn");
+/// Salt of the answer of a multi-turn session's turn (keyed by the session
+/// key and the turn).
+pub const IP_ANSWER_SALT: u64 = u64::from_be_bytes(*b"ip-answr");
+
+/// Request `n` of a stage under multi-turn chat, as inference-perf v0.4.0
+/// builds it (`inference_perf/datagen/shared_prefix_datagen.py`,
+/// `load_lazy_data`): user session `sessions[n % len]` of the shuffled list
+/// (`random.shuffle(self.user_sessions)`; v0.3.0 shuffled the questions
+/// instead, which pairs sessions and questions just as randomly), with the
+/// question `prompts[n % len]` of the unshuffled list. A session's context
+/// starts as its group's system prompt (`LocalUserSession(context=
+/// shared_prefix_text)`), so its first turn is the system prompt and the
+/// question, and every later turn only the question: the simulator puts
+/// the session's context before it when the client sends it
+/// ([`TurnClient::InferencePerf`]). Returns the turn, its answer's content
+/// id and the turn's own text; or why the session would outgrow what pdsim
+/// holds if every turn were answered.
+fn multi_turn_request(
+    sessions: &mut [SessionGrowth],
+    order: &[u32],
+    n: u64,
+    per_group: u32,
+    (system_tokens, question_tokens, output_tokens): (u32, u32, u32),
+    salt: u64,
+) -> Result<(SessionTurn, u64, Prompt), String> {
+    let slot = (n % order.len() as u64) as usize;
+    let user = order[slot];
+    let question = Segment {
+        id: content_id(slot as u64 ^ salt, IP_QUESTION_SALT),
+        tokens: question_tokens,
+    };
+    let grown = &mut sessions[user as usize];
+    let prompt = if grown.rounds == 0 {
+        Prompt::new(vec![
+            Segment {
+                id: content_id((user / per_group) as u64 ^ salt, IP_SYSTEM_SALT),
+                tokens: system_tokens,
+            },
+            question,
+        ])
+    } else {
+        Prompt::new(vec![question])
+    };
+    let tokens = grown.tokens + prompt.tokens();
+    let segments = grown.segments + prompt.segments.len();
+    if tokens > crate::MAX_TOKENS {
+        return Err(format!(
+            "user session {user}'s prompt would reach {tokens} tokens at its turn {} if every \
+             turn before it were answered (each turn sends the history, its answers and a new \
+             question), more than the {} pdsim accepts; shorten the stages or use more \
+             sessions (num_groups × num_prompts_per_group)",
+            grown.rounds + 1,
+            crate::MAX_TOKENS
+        ));
+    }
+    if segments + 1 > crate::MAX_SESSION_SEGMENTS {
+        return Err(format!(
+            "user session {user} would send more than {} turns, whose history pdsim bounds \
+             at {} pieces; shorten the stages or use more sessions (num_groups × \
+             num_prompts_per_group)",
+            grown.rounds,
+            crate::MAX_SESSION_SEGMENTS
+        ));
+    }
+    let key = content_id(user as u64 ^ salt, IP_SESSION_SALT);
+    let turn = SessionTurn {
+        key,
+        round: grown.rounds,
+        think_time: SimDuration::ZERO,
+        client: TurnClient::InferencePerf,
+    };
+    let answer = content_id(key ^ (grown.rounds as u64).rotate_left(32), IP_ANSWER_SALT);
+    grown.rounds += 1;
+    grown.tokens = tokens + output_tokens as u64;
+    grown.segments = segments + 1;
+    Ok((turn, answer, prompt))
+}
+
+/// What a multi-turn replay approximates, for the run to print.
+fn multi_turn_notes(
+    file: &str,
+    stages: &[StagePlan],
+    sessions: u64,
+    groups: u64,
+    workers: Option<i64>,
+    worker_max_concurrency: i64,
+) -> Vec<String> {
+    let mut notes = vec![format!(
+        "{file}: note: enable_multi_turn_chat is replayed as inference-perf v0.3.0–v0.4.0 sends \
+         it (the build mirrored for the other keys, 3b6f82a, did not know the key and sent \
+         single turns): request n of a stage goes to user session n mod {sessions}; a turn \
+         waits for its session's turn before it to end, its client timeout counts from its \
+         send, and it carries the session's history (system prompt, every answered turn's \
+         question and answer) before its question; a timed-out turn leaves the history as it \
+         was, and a refused one (an error response) adds its prompt with no answer"
+    )];
+    notes.push(format!(
+        "{file}: note: a multi-turn prompt's length is the sum of its parts' token counts: the \
+         spaces inference-perf joins them with and the re-tokenisation of the answers' text \
+         are not counted"
+    ));
+    // Each worker has its own queue under multi-turn chat (`load_generator.
+    // py`: a channel per worker when the data generator asks for preferred
+    // workers), fed the requests whose `n mod num_groups` maps to it, and it
+    // holds at most `worker_max_concurrency` of them at once, also while
+    // they sleep until their time or wait for their session's turn.
+    let most = stages.iter().map(|s| s.requests).max().unwrap_or(0);
+    // Request n goes to worker (n mod num_groups) mod num_workers
+    // (`RequestQueue.get_channel`); group g of a stage of `most` requests
+    // gets most / groups of them, and one more when g < most mod groups.
+    let per_worker = workers.map(|w| {
+        let groups = groups.max(1);
+        let channels = (w as u64).clamp(1, groups);
+        let mut load = vec![0u64; channels as usize];
+        for g in 0..groups {
+            load[(g % channels) as usize] += most / groups + u64::from(g < most % groups);
+        }
+        load.into_iter().max().unwrap_or(0)
+    });
+    if per_worker.is_none_or(|p| p > worker_max_concurrency as u64) {
+        notes.push(format!(
+            "{file}: note: under multi-turn chat each inference-perf worker takes the requests of \
+             its own sessions and holds at most worker_max_concurrency ({worker_max_concurrency}) \
+             of them at once, also while they wait for their session's turn before them; {}, so \
+             it may hold requests back, which pdsim does not",
+            match per_worker {
+                Some(p) => format!("a worker may be given up to {p} requests in a stage"),
+                None => "num_workers (the client's CPU count) is not given".to_string(),
+            }
+        ));
+    }
+    notes
 }
 
 /// The timer of `stage` started at `start_s`, on the stage's own arrivals
@@ -1233,6 +1423,8 @@ impl Iterator for InferencePerf {
             }
         };
         let salt = mix64(self.seed);
+        let mut session = None;
+        let mut output_id = None;
         let (prompt, output_tokens) = match &self.data {
             Data::SharedPrefix {
                 order,
@@ -1240,6 +1432,38 @@ impl Iterator for InferencePerf {
                 system_tokens,
                 question_tokens,
                 output_tokens,
+                multi_turn: true,
+            } => {
+                let turn = match multi_turn_request(
+                    &mut self.sessions,
+                    order,
+                    n,
+                    *per_group,
+                    (*system_tokens, *question_tokens, *output_tokens),
+                    salt,
+                ) {
+                    Ok(turn) => turn,
+                    Err(message) => {
+                        self.failed = true;
+                        return Some(Err(TraceError::new(
+                            &self.name,
+                            0,
+                            Some("data.shared_prefix.enable_multi_turn_chat"),
+                            format!("request {source_line}: {message}"),
+                        )));
+                    }
+                };
+                session = Some(turn.0);
+                output_id = Some(turn.1);
+                (turn.2, *output_tokens)
+            }
+            Data::SharedPrefix {
+                order,
+                per_group,
+                system_tokens,
+                question_tokens,
+                output_tokens,
+                multi_turn: false,
             } => {
                 let index = order[(n % order.len() as u64) as usize];
                 let group = index / per_group;
@@ -1298,8 +1522,8 @@ impl Iterator for InferencePerf {
             // 300 s when it is null); a run's own client timeout, if
             // shorter, tightens it (`with_client_timeout`).
             deadline: Some(arrival + SimDuration::from_secs_f64(self.timeout_s)),
-            session: None,
-            output_id: None,
+            session,
+            output_id,
         }))
     }
 }
@@ -1463,6 +1687,152 @@ circuit_breakers: null
         let (_, other) = all(EXPANDED, 8);
         assert_eq!(other.len(), 25);
         assert_ne!(key(&other[0]), key(&specs[0]));
+    }
+
+    /// Multi-turn chat as inference-perf v0.4.0 sends it: request n of a
+    /// stage is a turn of user session `sessions[n % 6]`; its first turn
+    /// is the group's system prompt and its question, every later turn the
+    /// question alone (the simulator puts the context before it); the
+    /// turns of a session count on across stages, while `n` restarts.
+    #[test]
+    fn multi_turn_chat_makes_each_user_session_a_closed_loop_conversation() {
+        let text = EXPANDED.replace(
+            "    output_len: 251",
+            "    output_len: 251\n    enable_multi_turn_chat: true",
+        );
+        let (reader, specs) = all(&text, 7);
+        assert_eq!(specs.len(), 25);
+        let Data::SharedPrefix { order, .. } = &reader.data else {
+            panic!("shared prefix");
+        };
+        let turn = |s: &RequestSpec| s.session.expect("every request is a turn");
+        let system_of = |user: u32| content_id((user / 2) as u64 ^ mix64(7), IP_SYSTEM_SALT);
+        let question_of = |slot: u64| content_id(slot ^ mix64(7), IP_QUESTION_SALT);
+        let mut answers = std::collections::BTreeSet::new();
+        for (i, s) in specs.iter().enumerate() {
+            // Stage 1 (requests 20..25) restarts n at 0.
+            let n = if i < 20 { i } else { i - 20 } as u64;
+            let user = order[(n % 6) as usize];
+            let t = turn(s);
+            assert_eq!(t.client, TurnClient::InferencePerf);
+            assert_eq!(t.think_time, SimDuration::ZERO);
+            assert_eq!(t.key, content_id(user as u64 ^ mix64(7), IP_SESSION_SALT));
+            assert_eq!(s.output_tokens, 251);
+            assert_eq!(
+                s.deadline,
+                Some(s.arrival + SimDuration::from_secs_f64(300.0)),
+                "the timeout counts from the send; the simulator moves it with the send"
+            );
+            let question = Segment {
+                id: question_of(n % 6),
+                tokens: 600,
+            };
+            if t.round == 0 {
+                assert_eq!(
+                    s.prompt.segments,
+                    vec![
+                        Segment {
+                            id: system_of(user),
+                            tokens: 150
+                        },
+                        question
+                    ],
+                    "request {i}"
+                );
+            } else {
+                assert_eq!(s.prompt.segments, vec![question], "request {i}");
+            }
+            assert_eq!(
+                s.output_id,
+                Some(content_id(
+                    t.key ^ (t.round as u64).rotate_left(32),
+                    IP_ANSWER_SALT
+                ))
+            );
+            assert!(answers.insert(s.output_id), "every answer is new content");
+        }
+        // Each session's turns are numbered 0, 1, 2, … over the whole run.
+        let mut by_session: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for s in &specs {
+            by_session
+                .entry(turn(s).key)
+                .or_default()
+                .push(turn(s).round);
+        }
+        assert_eq!(by_session.len(), 6);
+        for rounds in by_session.values() {
+            assert_eq!(*rounds, (0..rounds.len() as u32).collect::<Vec<u32>>());
+        }
+        // 20 requests over 6 slots (slots 0 and 1 get 4, the others 3),
+        // then 5 more to slots 0-4: slot 0 sends 5 turns, slot 5 sends 3.
+        let user0 = content_id(order[0] as u64 ^ mix64(7), IP_SESSION_SALT);
+        let user5 = content_id(order[5] as u64 ^ mix64(7), IP_SESSION_SALT);
+        assert_eq!(by_session[&user0].len(), 5);
+        assert_eq!(by_session[&user5].len(), 3);
+        assert!(
+            reader
+                .notes()
+                .iter()
+                .any(|n| n.contains("enable_multi_turn_chat is replayed"))
+        );
+        // 224 workers hold every session's requests well within 100 each.
+        assert!(
+            !reader
+                .notes()
+                .iter()
+                .any(|n| n.contains("worker_max_concurrency"))
+        );
+        let few = text
+            .replace("num_workers: 224", "num_workers: 1")
+            .replace("worker_max_concurrency: 100", "worker_max_concurrency: 19");
+        let (few, _) = all(&few, 7);
+        assert!(
+            few.notes().iter().any(|n| n.contains("up to 20 requests")),
+            "one worker takes all 20 requests of stage 0: {:?}",
+            few.notes()
+        );
+        let enough = text
+            .replace("num_workers: 224", "num_workers: 1")
+            .replace("worker_max_concurrency: 100", "worker_max_concurrency: 20");
+        let (enough, _) = all(&enough, 7);
+        assert!(
+            !enough
+                .notes()
+                .iter()
+                .any(|n| n.contains("worker_max_concurrency"))
+        );
+    }
+
+    /// A session whose prompt, if every turn were answered, would outgrow
+    /// what pdsim accepts is refused when its turn is read, naming the key.
+    #[test]
+    fn a_multi_turn_session_that_would_outgrow_the_token_limit_is_refused() {
+        let text = EXPANDED
+            .replace("num_groups: 3", "num_groups: 1")
+            .replace("num_prompts_per_group: 2", "num_prompts_per_group: 1")
+            .replace("question_len: 600", "question_len: 3000000")
+            .replace(
+                "    output_len: 251",
+                "    output_len: 251\n    enable_multi_turn_chat: true",
+            );
+        let reader = InferencePerf::new(&text, "c.yaml", 1).unwrap();
+        let out: Vec<_> = reader.collect();
+        // Turn 3 would be 150 + 3 × 3,000,000 + 2 × 251 tokens; turn 4
+        // would pass 10,000,000.
+        assert_eq!(out.len(), 4);
+        assert!(out[..3].iter().all(Result::is_ok));
+        assert_eq!(
+            out[2].as_ref().unwrap().prompt.tokens(),
+            3_000_000,
+            "the turn's own text; the history is the simulator's"
+        );
+        let e = out[3].as_ref().unwrap_err().to_string();
+        assert!(
+            e.contains("data.shared_prefix.enable_multi_turn_chat"),
+            "{e}"
+        );
+        assert!(e.contains("request 4"), "{e}");
+        assert!(e.contains("12000903 tokens at its turn 4"), "{e}");
     }
 
     /// The prompts are shuffled as `random.shuffle` shuffles (Fisher–Yates:
@@ -1723,12 +2093,6 @@ circuit_breakers: null
                 "  circuit_breakers: [a]",
                 "load.circuit_breakers",
                 "open-loop",
-            ),
-            (
-                "    output_len: 251",
-                "    output_len: 251\n    enable_multi_turn_chat: true",
-                "data.shared_prefix.enable_multi_turn_chat",
-                "previous answer",
             ),
             (
                 "input_distribution: null",

@@ -75,6 +75,13 @@ use std::fmt;
 /// and refusing it keeps token sums far from overflow.
 pub const MAX_TOKENS: u64 = 10_000_000;
 
+/// The most pieces (inputs and answers) a conversation's accumulated
+/// prompt may hold: every turn copies its history, so the bound keeps a
+/// hostile trace of one endless conversation from costing time quadratic in
+/// its length; 4,096 turns of realistic length (tens of tokens or more)
+/// without a reset are far beyond any model's context window.
+pub(crate) const MAX_SESSION_SEGMENTS: usize = 8192;
+
 /// A count written as text (a CSV field): a non-negative integer, or the
 /// message saying why the text is not one.
 pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
@@ -235,11 +242,10 @@ pub struct RequestSpec {
     pub output_id: Option<u64>,
 }
 
-/// A turn of a conversation (inference-sim's sessions: `SessionManager`,
-/// `sim/workload/session.go`): the first turn is sent at its own arrival;
-/// every later one `think_time` after the client has the previous turn's
-/// last token, and not at all once a turn of its conversation failed or
-/// timed out (the session is cancelled).
+/// A turn of a conversation, sent closed-loop: the first turn at its own
+/// arrival, every later one only once the turn before it has ended. How
+/// the client waits and what it does after a failure is its
+/// [`TurnClient`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionTurn {
     /// The conversation, as a hash of its id in the trace.
@@ -249,6 +255,31 @@ pub struct SessionTurn {
     /// How long the client waits after the previous turn's answer before
     /// sending this one; 0 for the first turn.
     pub think_time: pdsim_core::SimDuration,
+    /// Which client sends the conversation.
+    pub client: TurnClient,
+}
+
+/// The two closed-loop clients pdsim replays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnClient {
+    /// inference-sim's session replay (`SessionManager`,
+    /// `sim/workload/session.go`): a later turn is sent `think_time` after
+    /// the client has the previous turn's last token, whatever its logged
+    /// arrival, and not at all once a turn of its conversation failed or
+    /// timed out (the session is cancelled). The turn's prompt is whole as
+    /// the source gives it.
+    Session,
+    /// inference-perf's multi-turn chat (`LocalUserSession`,
+    /// `inference_perf/apis/user_session.py` at v0.4.0): a later turn is
+    /// sent at its own scheduled time or, when the turn before it is still
+    /// going then, as soon as that one ends (it waits on the session's
+    /// lock); the client's timeout counts from the send. The source gives
+    /// only the turn's own text; the client sends it after the session's
+    /// context, which an answered turn replaces by its prompt and answer
+    /// (`update_context(prompt + " " + response)`), a refused one (a
+    /// server's error response) by its prompt alone, and a timed-out one
+    /// leaves as it was (`process_failure`): the conversation goes on.
+    InferencePerf,
 }
 
 impl RequestSpec {

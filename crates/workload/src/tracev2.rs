@@ -79,9 +79,9 @@
 
 use crate::lines::{CsvRecords, Fields};
 use crate::{
-    ArrivalOrder, MAX_TOKENS, RequestSource, RequestSpec, SessionTurn, TRACEV2_OUTPUT_SALT,
-    TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT, TraceError, arrival_at, check_tokens, default_classes,
-    fnv1a64, parse_count, raise_output,
+    ArrivalOrder, MAX_SESSION_SEGMENTS, MAX_TOKENS, RequestSource, RequestSpec, SessionTurn,
+    TRACEV2_OUTPUT_SALT, TRACEV2_PREFIX_SALT, TRACEV2_TAIL_SALT, TraceError, TurnClient,
+    arrival_at, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment, SimTime};
@@ -204,13 +204,6 @@ struct State {
     /// Kept for the whole trace, as a later turn may come at any row.
     sessions: BTreeMap<String, Session>,
 }
-
-/// The most pieces (inputs and answers) a conversation's accumulated
-/// prompt may hold: every turn copies its history, so the bound keeps a
-/// hostile trace of one endless conversation from costing time quadratic in
-/// its length; 4,096 turns of realistic length (tens of tokens or more)
-/// without a reset are far beyond any model's context window.
-const MAX_SESSION_SEGMENTS: usize = 8192;
 
 /// The last turn read of a session.
 struct Session {
@@ -681,6 +674,7 @@ impl State {
                 key,
                 round: u32::try_from(round).unwrap_or(u32::MAX),
                 think_time,
+                client: TurnClient::Session,
             };
             let state = Session {
                 key,

@@ -6,7 +6,7 @@
 //! `PDSIM_SHARED` only; without it each test says on the terminal that it
 //! skipped (`pdsim_testkit::shared`), and under CI it fails.
 
-use pdsim_workload::{InferencePerf, RequestSpec};
+use pdsim_workload::{InferencePerf, RequestSpec, TurnClient};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -93,20 +93,57 @@ fn every_expanded_config_replays_with_its_stage_counts() {
     }
 }
 
+/// The profiles ask for multi-turn chat under the v0.4.0 names, which the
+/// build that ran did not know; read as the releases that know them, each
+/// is `num_unique_system_prompts × num_users_per_system_prompt` user
+/// sessions, every request a turn of one, request n of a stage a turn of
+/// session n mod that count.
 #[test]
-fn the_profiles_name_multi_turn_chat_which_is_refused_by_key() {
+fn the_profiles_multi_turn_chat_makes_one_session_per_user() {
     let Some(dir) = runs_dir() else { return };
     for run in runs(&dir) {
         let path = run.join("profile.yaml");
         let text = std::fs::read_to_string(&path).unwrap();
-        let e = InferencePerf::new(&text, &path.display().to_string(), 0)
-            .err()
-            .unwrap_or_else(|| panic!("{} was accepted", path.display()));
-        assert_eq!(
-            e.column.as_deref(),
-            Some("data.shared_prefix.enable_multi_turn_chat"),
-            "{e}"
+        let name = path.display().to_string();
+        // The profile's own numbers, read without the reader.
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let sp = &json["data"]["shared_prefix"];
+        assert_eq!(sp["enable_multi_turn_chat"], true, "{name}");
+        let users = sp["num_unique_system_prompts"].as_u64().unwrap()
+            * sp["num_users_per_system_prompt"].as_u64().unwrap();
+        let reader = InferencePerf::new(&text, &name, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            reader
+                .notes()
+                .iter()
+                .any(|n| n.contains("enable_multi_turn_chat is replayed")),
+            "{name}"
         );
-        assert_eq!(e.line, 1, "{e}");
+        let stages = reader.stages().to_vec();
+        let specs: Vec<RequestSpec> = reader.map(|r| r.unwrap()).collect();
+        let keys: Vec<u64> = specs
+            .iter()
+            .map(|s| {
+                let turn = s.session.expect("every request is a turn");
+                assert_eq!(turn.client, TurnClient::InferencePerf, "{name}");
+                turn.key
+            })
+            .collect();
+        assert_eq!(
+            keys.iter().collect::<BTreeSet<_>>().len() as u64,
+            users,
+            "{name}"
+        );
+        for stage in &stages {
+            let first = (stage.first_request - 1) as usize;
+            for n in 0..stage.requests as usize {
+                assert_eq!(
+                    keys[first + n],
+                    keys[first + n % users as usize],
+                    "{name}: request {n} of stage {}",
+                    stage.index
+                );
+            }
+        }
     }
 }
