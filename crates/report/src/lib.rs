@@ -867,6 +867,8 @@ impl Aggregator {
 pub struct CsvSink<W: Write> {
     writer: csv::Writer<W>,
     error: Option<String>,
+    /// The field being written, reused.
+    buf: String,
 }
 
 const CSV_HEADER: &[&str] = &[
@@ -911,7 +913,11 @@ impl<W: Write> CsvSink<W> {
     pub fn new(out: W) -> CsvSink<W> {
         let mut writer = csv::Writer::from_writer(out);
         let error = writer.write_record(CSV_HEADER).err().map(|e| e.to_string());
-        CsvSink { writer, error }
+        CsvSink {
+            writer,
+            error,
+            buf: String::new(),
+        }
     }
 
     /// Flushes and reports the first write error, if any.
@@ -924,14 +930,90 @@ impl<W: Write> CsvSink<W> {
     }
 }
 
-/// Milliseconds with microsecond resolution, printed the same on every
-/// machine.
-fn ms(ns: u64) -> String {
-    format!("{}.{:03}", ns / 1_000_000, (ns / 1_000) % 1_000)
+/// One `requests.csv` field, formatted into a buffer the sink reuses: a
+/// row of 35 fields is written without allocating (a million-request run
+/// writes a million rows).
+enum Field {
+    /// A count.
+    N(u64),
+    /// Milliseconds with microsecond resolution, printed the same on every
+    /// machine; empty when absent.
+    Ms(Option<u64>),
+    /// A text as it is.
+    Text(&'static str),
+    /// The prefill engine `pool/pod/rank`; empty when absent.
+    Place(Option<(u16, u32, u16)>),
 }
 
-fn opt_ms(t: Option<pdsim_core::SimTime>) -> String {
-    t.map(|t| ms(t.as_ns())).unwrap_or_default()
+impl<W: Write> CsvSink<W> {
+    fn write_row(&mut self, r: &RequestRecord) -> csv::Result<()> {
+        use Field::{Ms, N, Place, Text};
+        use std::fmt::Write as _;
+        let since = |a: Option<pdsim_core::SimTime>, b: Option<pdsim_core::SimTime>| match (a, b) {
+            (Some(a), Some(b)) => Some(b.since(a).as_ns()),
+            _ => None,
+        };
+        let at = |t: Option<pdsim_core::SimTime>| t.map(|t| t.as_ns());
+        let row = [
+            N(r.id.0.into()),
+            N(r.source_line),
+            N(r.slo_class.into()),
+            Ms(Some(r.arrival.as_ns())),
+            Ms(at(r.enqueued)),
+            Ms(at(r.scheduled)),
+            Ms(at(r.first_token)),
+            Ms(at(r.last_token)),
+            Ms(Some(r.finished.as_ns())),
+            Ms(since(Some(r.arrival), r.first_token)),
+            Ms(Some(r.finished.since(r.arrival).as_ns())),
+            // Queueing until the first engine (prefill's under P/D)
+            // scheduled it; prefill until its prompt was done (the first
+            // token when served whole); decode from the first token to
+            // the last.
+            Ms(since(Some(r.arrival), r.prefill_scheduled.or(r.scheduled))),
+            Ms(since(
+                r.prefill_scheduled.or(r.scheduled),
+                r.prefill_done.or(r.first_token),
+            )),
+            Ms(since(r.first_token, r.last_token)),
+            Ms(since(r.first_token, r.last_token)
+                .filter(|_| r.output_tokens > 1)
+                .map(|d| d / (r.output_tokens as u64 - 1))),
+            N(r.prompt_tokens.into()),
+            N(r.cached_tokens.into()),
+            N(r.output_tokens.into()),
+            N(r.preemptions.into()),
+            N(r.pool.into()),
+            N(r.pod.into()),
+            N(r.rank.into()),
+            Place(r.prefill),
+            Ms(at(r.prefill_scheduled)),
+            Ms(at(r.prefill_done)),
+            N(r.prefill_cached_tokens.into()),
+            Ms(at(r.transfer_start)),
+            Ms(at(r.transfer_end)),
+            Ms(since(r.transfer_start, r.transfer_end)),
+            N(r.transfer_bytes),
+            N(r.kv_hold_expired.into()),
+            N(r.offload_tokens.into()),
+            Ms(since(r.offload_load_start, r.offload_load_end)),
+            Text(r.outcome.as_str()),
+            Text(r.reason),
+        ];
+        for field in row {
+            self.buf.clear();
+            // Writing to a String cannot fail.
+            let _ = match field {
+                N(n) => write!(self.buf, "{n}"),
+                Ms(Some(ns)) => write!(self.buf, "{}.{:03}", ns / 1_000_000, (ns / 1_000) % 1_000),
+                Place(Some((pool, pod, rank))) => write!(self.buf, "{pool}/{pod}/{rank}"),
+                Text(t) => write!(self.buf, "{t}"),
+                Ms(None) | Place(None) => Ok(()),
+            };
+            self.writer.write_field(&self.buf)?;
+        }
+        self.writer.write_record(None::<&[u8]>)
+    }
 }
 
 impl<W: Write> RecordSink for CsvSink<W> {
@@ -939,77 +1021,7 @@ impl<W: Write> RecordSink for CsvSink<W> {
         if self.error.is_some() {
             return;
         }
-        let ttft = r
-            .first_token
-            .map(|f| ms(f.since(r.arrival).as_ns()))
-            .unwrap_or_default();
-        let row = [
-            r.id.0.to_string(),
-            r.source_line.to_string(),
-            r.slo_class.to_string(),
-            ms(r.arrival.as_ns()),
-            opt_ms(r.enqueued),
-            opt_ms(r.scheduled),
-            opt_ms(r.first_token),
-            opt_ms(r.last_token),
-            ms(r.finished.as_ns()),
-            ttft,
-            ms(r.finished.since(r.arrival).as_ns()),
-            // Queueing until the first engine (prefill's under P/D)
-            // scheduled it; prefill until its prompt was done (the first
-            // token when served whole); decode from the first token to
-            // the last.
-            r.prefill_scheduled
-                .or(r.scheduled)
-                .map(|s| ms(s.since(r.arrival).as_ns()))
-                .unwrap_or_default(),
-            match (
-                r.prefill_scheduled.or(r.scheduled),
-                r.prefill_done.or(r.first_token),
-            ) {
-                (Some(s), Some(e)) => ms(e.since(s).as_ns()),
-                _ => String::new(),
-            },
-            match (r.first_token, r.last_token) {
-                (Some(f), Some(l)) => ms(l.since(f).as_ns()),
-                _ => String::new(),
-            },
-            match (r.first_token, r.last_token) {
-                (Some(f), Some(l)) if r.output_tokens > 1 => {
-                    ms(l.since(f).as_ns() / (r.output_tokens as u64 - 1))
-                }
-                _ => String::new(),
-            },
-            r.prompt_tokens.to_string(),
-            r.cached_tokens.to_string(),
-            r.output_tokens.to_string(),
-            r.preemptions.to_string(),
-            r.pool.to_string(),
-            r.pod.to_string(),
-            r.rank.to_string(),
-            r.prefill
-                .map(|(pool, pod, rank)| format!("{pool}/{pod}/{rank}"))
-                .unwrap_or_default(),
-            opt_ms(r.prefill_scheduled),
-            opt_ms(r.prefill_done),
-            r.prefill_cached_tokens.to_string(),
-            opt_ms(r.transfer_start),
-            opt_ms(r.transfer_end),
-            match (r.transfer_start, r.transfer_end) {
-                (Some(s), Some(e)) => ms(e.since(s).as_ns()),
-                _ => String::new(),
-            },
-            r.transfer_bytes.to_string(),
-            u8::from(r.kv_hold_expired).to_string(),
-            r.offload_tokens.to_string(),
-            match (r.offload_load_start, r.offload_load_end) {
-                (Some(s), Some(e)) => ms(e.since(s).as_ns()),
-                _ => String::new(),
-            },
-            r.outcome.as_str().to_string(),
-            r.reason.to_string(),
-        ];
-        if let Err(e) = self.writer.write_record(&row) {
+        if let Err(e) = self.write_row(r) {
             self.error = Some(e.to_string());
         }
     }
@@ -1568,6 +1580,126 @@ mod stage_tests {
         let get = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
         assert_eq!(get("transfer_ms"), "40.000");
         assert_eq!(get("offload_load_ms"), "12.500");
+    }
+
+    /// Every field of a disaggregated, offloaded, preempted request, and
+    /// of a refused one, written out by hand: times in ms with microsecond
+    /// resolution (truncated, zero-padded), durations between the marks
+    /// they name, the prefill engine as `pool/pod/rank`, absent values
+    /// empty.
+    #[test]
+    fn a_csv_row_writes_every_field_as_worked_by_hand() {
+        let ns = SimTime;
+        let mut r = RequestRecord::arrived(RequestId(7), 12, 3, ns(1_002_003_004), 300, (2, 4, 1));
+        r.enqueued = Some(ns(1_010_000_000));
+        r.scheduled = Some(ns(1_020_500_000));
+        r.first_token = Some(ns(1_100_000_000));
+        r.last_token = Some(ns(2_100_000_000));
+        r.finished = ns(2_100_250_000);
+        r.cached_tokens = 128;
+        r.output_tokens = 5;
+        r.preemptions = 1;
+        r.prefill = Some((0, 3, 2));
+        r.prefill_scheduled = Some(ns(1_005_000_000));
+        r.prefill_done = Some(ns(1_050_000_000));
+        r.prefill_cached_tokens = 64;
+        r.transfer_start = Some(ns(1_060_000_000));
+        r.transfer_end = Some(ns(1_061_234_567));
+        r.transfer_bytes = 4096;
+        r.kv_hold_expired = true;
+        r.offload_tokens = 32;
+        r.offload_load_start = Some(ns(1_070_000_000));
+        r.offload_load_end = Some(ns(1_072_500_000));
+        r.outcome = Outcome::Completed;
+        let mut refused =
+            RequestRecord::arrived(RequestId(8), 13, 0, ns(5_000_999), 9000, (0, 1, 0));
+        refused.finished = ns(5_000_999);
+        refused.outcome = Outcome::Rejected;
+        refused.reason = "prompt-exceeds-max-model-len";
+        // One token: no gap to divide, so no TPOT.
+        let mut one = RequestRecord::arrived(RequestId(9), 14, 0, ns(0), 10, (0, 0, 0));
+        one.first_token = Some(ns(20_000_000));
+        one.last_token = Some(ns(20_000_000));
+        one.finished = ns(20_000_000);
+        one.output_tokens = 1;
+        one.outcome = Outcome::Completed;
+        let mut sink = CsvSink::new(Vec::new());
+        for r in [&r, &refused, &one] {
+            sink.record(r);
+        }
+        let text = String::from_utf8(sink.finish().unwrap()).unwrap();
+        let rows: Vec<&str> = text.lines().skip(1).collect();
+        // id, line, class; arrival 1002.003, enqueued, scheduled, first,
+        // last, finished; TTFT 1100 − 1002.003004 = 97.996996 ms; E2E
+        // 1098.246996 ms; queue to the prefill's admission 2.996996 ms;
+        // prefill 1005 → 1050 ms; decode 1000 ms; TPOT 1000 / 4 = 250 ms;
+        // tokens 300/128/5, 1 preemption, pool 2 pod 4 rank 1; prefill on
+        // 0/3/2 from 1005 to 1050 with 64 cached; transfer 1060 →
+        // 1061.234567 (1.234567 ms) of 4096 bytes; hold expired; 32
+        // offloaded tokens loaded in 2.5 ms.
+        assert_eq!(
+            rows[0],
+            "7,12,3,1002.003,1010.000,1020.500,1100.000,2100.000,2100.250,97.996,1098.246,\
+             2.996,45.000,1000.000,250.000,300,128,5,1,2,4,1,0/3/2,1005.000,1050.000,64,\
+             1060.000,1061.234,1.234,4096,1,32,2.500,completed,"
+        );
+        assert_eq!(
+            rows[1],
+            "8,13,0,5.000,,,,,5.000,,0.000,,,,,9000,0,0,0,0,1,0,,,,0,,,,0,0,0,,rejected,\
+             prompt-exceeds-max-model-len"
+        );
+        assert_eq!(
+            rows[2],
+            "9,14,0,0.000,,,20.000,20.000,20.000,20.000,20.000,,,0.000,,10,0,1,0,0,0,0,,,,0,,,,0,0,0,,\
+             completed,"
+        );
+    }
+
+    /// The text summary says how the conversations went, with the counts
+    /// of the run.
+    #[test]
+    fn the_text_summary_counts_the_turns_sent_not_sent_and_late() {
+        let mut a = Aggregator::default();
+        a.record(&completed(1, [0, 10, 15, 15], 2));
+        let stats = RunStats {
+            session_turns_sent: 3,
+            session_turns_not_sent: 1,
+            session_turns_late: 2,
+            session_turn_max_late_ns: 1_500_000_000,
+            ..RunStats::default()
+        };
+        let text = super::render_text(&a.summary(&stats, info()));
+        assert!(
+            text.contains(
+                "  conversations: 3 later turns sent closed-loop (each only once the turn before \
+                 it had ended), 1 not sent (a turn before them failed or timed out)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  2 later turns were sent late, up to 1.500 s:"),
+            "{text}"
+        );
+        // Nothing was transferred: no KV transfer lines.
+        assert!(
+            !text.contains("KV tx") && !text.contains("KV transfer"),
+            "{text}"
+        );
+    }
+
+    /// Inter-token gaps are stored as runs of equal gaps; every run counts,
+    /// not only the last: gaps of 5, 5, 7, 7, 7 and 3 ms are six gaps with
+    /// a mean of 34 / 6 ms.
+    #[test]
+    fn every_run_of_equal_inter_token_gaps_counts() {
+        let mut a = Aggregator::default();
+        for gap_ms in [5, 5, 7, 7, 7, 3] {
+            a.emission(gap_ms * 1_000_000, 1);
+        }
+        a.record(&completed(1, [0, 10, 44, 44], 7));
+        let itl = a.summary(&RunStats::default(), info()).itl_ms;
+        assert_eq!(itl.count, 6);
+        assert!((itl.mean - 34.0 / 6.0).abs() < 1e-3, "{itl:?}");
     }
 
     #[test]
