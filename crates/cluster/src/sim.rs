@@ -27,7 +27,7 @@ use crate::fabric::Network;
 use crate::records::{
     CoreSample, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS, StepSample,
 };
-use pdsim_core::prompt::content_id;
+use pdsim_core::prompt::{content_id, mix64};
 use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimDuration, SimTime, Stream};
 use pdsim_cost::{ApiServerCosts, StepCost};
 use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
@@ -1005,8 +1005,10 @@ impl<'a> Sim<'a> {
         segments.extend(spec.prompt.segments.iter().copied());
         spec.prompt = Prompt::new(segments);
         let answer = Segment {
+            // Mixed before the turn is added, so no (conversation, turn)
+            // pair can give another's id.
             id: spec.output_id.unwrap_or_else(|| {
-                content_id(key ^ u64::from(round).rotate_left(32), TURN_ANSWER_SALT)
+                content_id(mix64(key).wrapping_add(u64::from(round)), TURN_ANSWER_SALT)
             }),
             tokens: spec.output_tokens,
         };

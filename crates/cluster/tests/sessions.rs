@@ -309,3 +309,21 @@ fn a_refused_inference_perf_turn_still_joins_the_context() {
     assert_eq!(records[1].prompt_tokens, 5_010, "{:?}", records[1]);
     assert_eq!(stats.session_turns_sent, 1);
 }
+
+/// A source that gives no content id for a turn's answer: the context
+/// still holds the answer's tokens, under an id of the conversation's own
+/// that matches nothing the engine cached, so only the prompt before it
+/// hits (750 tokens, 46 whole blocks).
+#[test]
+fn an_inference_perf_answer_without_a_content_id_is_counted_but_not_shared() {
+    let mut specs = vec![
+        ip_turn(0, 0, &[SYSTEM, QUESTION], 100),
+        ip_turn(1, 100, &[QUESTION], 10),
+    ];
+    for s in &mut specs {
+        s.output_id = None;
+    }
+    let (_, records) = run_all(&specs);
+    assert_eq!(records[1].prompt_tokens, 1450);
+    assert_eq!(records[1].cached_tokens, 736, "{:?}", records[1]);
+}

@@ -265,6 +265,20 @@ struct Work {
 }
 
 impl Work {
+    /// A batch's work: `padded` and `tokens` as the step counts them; the
+    /// sampler scores one row per request and one per draft token, never
+    /// more rows than tokens.
+    fn of_batch(batch: &Batch, padded: f64, tokens: f64) -> Work {
+        Work {
+            padded,
+            tokens,
+            context: batch.attn_context_tokens as f64,
+            pairs: batch.attn_pairs as f64,
+            logits_rows: ((batch.num_reqs + batch.spec_tokens) as f64).min(tokens),
+            prefill_tokens: batch.prefill_tokens as f64,
+        }
+    }
+
     fn scaled(self, f: f64) -> Work {
         Work {
             padded: self.padded * f,
@@ -936,14 +950,7 @@ impl CostModel for Roofline {
             return StepCost::default();
         }
         let requests = batch.num_reqs as f64;
-        let full = Work {
-            padded,
-            tokens,
-            context: batch.attn_context_tokens as f64,
-            pairs: batch.attn_pairs as f64,
-            logits_rows: ((batch.num_reqs + batch.spec_tokens) as f64).min(tokens),
-            prefill_tokens: batch.prefill_tokens as f64,
-        };
+        let full = Work::of_batch(batch, padded, tokens);
         let micro = full.scaled(1.0 / self.pp);
         let (dense, moe) = (self.dense_layers_stage, self.moe_layers_stage);
         let launch = self.launch_ns(batch.graph);
@@ -1243,6 +1250,7 @@ mod parts_tests {
 #[cfg(test)]
 mod stage_tests {
     use super::{ACTIVATION_BYTES, CUSTOM_ALLREDUCE_MAX_BYTES, Work};
+    use crate::CostModel;
     use crate::tests::{deepseek_ep, setup};
 
     fn prefill_after_cache(chunk: f64, cached: f64) -> Work {
@@ -1431,6 +1439,101 @@ mod stage_tests {
                 "{tokens}: {experts} vs {expected}"
             );
         }
+    }
+
+    #[test]
+    fn vllms_custom_all_reduce_takes_inputs_up_to_8_mib() {
+        // `custom_all_reduce.py`: `max_size = 8192 * 1024`.
+        assert_eq!(CUSTOM_ALLREDUCE_MAX_BYTES, 8_388_608.0);
+    }
+
+    #[test]
+    fn the_sampler_scores_a_row_per_request_and_per_draft_token() {
+        // Four decodes with three drafts each (12 draft tokens) beside a
+        // 512-token prefill chunk: 5 requests + 12 drafts = 17 rows, far
+        // fewer than the 528 tokens; a decode-only batch of 2 requests
+        // whose drafts were cut to fewer tokens than rows keeps the tokens.
+        let mut b = crate::tests::batch(4, 1000, 512, 0, crate::GraphMode::Piecewise);
+        b.spec_tokens = 12;
+        assert_eq!(Work::of_batch(&b, 528.0, 528.0).logits_rows, 17.0);
+        let mut d = crate::tests::decode(2, 100);
+        d.spec_tokens = 4;
+        assert_eq!(Work::of_batch(&d, 3.0, 3.0).logits_rows, 3.0);
+    }
+
+    #[test]
+    fn a_synchronous_scheduler_adds_its_time_per_step_and_per_request() {
+        // Without async scheduling the GPU waits for `schedule()`: 1 µs per
+        // request on top of the step's own time, for each of 4 requests.
+        let base = crate::tests::llama8b_tp1();
+        let with = |per_request_us: f64| {
+            let mut m = base
+                .roofline(&[crate::tests::set(
+                    "host",
+                    &crate::tests::entry(
+                        "host_schedule_per_request",
+                        per_request_us,
+                        "us_per_request",
+                        "{}",
+                    ),
+                )])
+                .unwrap();
+            m.async_scheduling = false;
+            m.step(&crate::tests::decode(4, 1000)).total.as_ns()
+        };
+        assert_eq!(with(1.0) - with(0.0), 4_000);
+    }
+
+    #[test]
+    fn an_internode_collective_runs_at_the_fabric_rate_times_its_efficiency() {
+        // EP 16 spans two nodes of 8: the all-to-all's peak rate is the
+        // fabric's per-GPU rate × `collective_internode_efficiency` over
+        // the wire factor, so halving the efficiency halves the rate.
+        let setup = deepseek_ep(16, "pplx");
+        let peak = |efficiency: f64| {
+            setup
+                .roofline(&[crate::tests::set(
+                    "fabric",
+                    &crate::tests::entry(
+                        "collective_internode_efficiency",
+                        efficiency,
+                        "dimensionless",
+                        "{}",
+                    ),
+                )])
+                .unwrap()
+                .expert_comm
+                .expect("expert parallel")
+                .dispatch
+                .peak_bytes_per_ns
+        };
+        assert!(
+            close(peak(0.5), 0.5 * peak(1.0)),
+            "{} {}",
+            peak(0.5),
+            peak(1.0)
+        );
+    }
+
+    #[test]
+    fn low_latency_all_to_all_runs_the_routed_curve_at_a_fraction_of_its_rate() {
+        // DeepEP's low-latency kernels move the same all-to-all as the
+        // routed backends, with the same floor, at
+        // `all2all_low_latency_bw_efficiency` of both the transition and
+        // the peak rate.
+        let ll = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
+        let routed = deepseek_ep(8, "pplx").roofline(&[]).unwrap();
+        let (ll, routed) = (
+            ll.expert_comm.expect("expert parallel").dispatch,
+            routed.expert_comm.expect("expert parallel").dispatch,
+        );
+        let efficiency = ll.peak_bytes_per_ns / routed.peak_bytes_per_ns;
+        assert!(efficiency > 0.0 && efficiency < 1.0, "{ll:?} vs {routed:?}");
+        assert!(close(
+            ll.transition_bytes_per_ns,
+            routed.transition_bytes_per_ns * efficiency
+        ));
+        assert!(close(ll.floor_ns, routed.floor_ns), "{ll:?} vs {routed:?}");
     }
 
     #[test]

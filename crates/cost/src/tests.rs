@@ -82,7 +82,7 @@ fn setup_for(
     }
 }
 
-fn llama8b_tp1() -> Setup {
+pub(crate) fn llama8b_tp1() -> Setup {
     setup("llama-3.1-8b", "h100", "{tp: 1, pp: 1, dp: 1}", "{}", 1)
 }
 
@@ -98,7 +98,13 @@ pub(crate) fn deepseek_ep(dp: u32, backend: &str) -> Setup {
 
 /// Decode requests each at `context` tokens (the new one included), plus
 /// one prefill chunk of `chunk` tokens after `computed` cached ones.
-fn batch(decodes: u32, context: u64, chunk: u32, computed: u64, graph: GraphMode) -> Batch {
+pub(crate) fn batch(
+    decodes: u32,
+    context: u64,
+    chunk: u32,
+    computed: u64,
+    graph: GraphMode,
+) -> Batch {
     let prefill_reqs = u32::from(chunk > 0);
     let q = chunk as u64;
     Batch {
@@ -116,7 +122,7 @@ fn batch(decodes: u32, context: u64, chunk: u32, computed: u64, graph: GraphMode
     }
 }
 
-fn decode(requests: u32, context: u64) -> Batch {
+pub(crate) fn decode(requests: u32, context: u64) -> Batch {
     batch(requests, context, 0, 0, GraphMode::Full)
 }
 
@@ -129,14 +135,14 @@ fn ms(cost: &StepCost) -> f64 {
 }
 
 /// A one-entry coefficient set written as YAML.
-fn set(name: &str, entries: &str) -> CoefficientSet {
+pub(crate) fn set(name: &str, entries: &str) -> CoefficientSet {
     serde_yaml::from_str(&format!(
         "kind: CoefficientSet\nname: {name}\ncoefficients:\n{entries}"
     ))
     .expect("coefficient set yaml")
 }
 
-fn entry(name: &str, value: f64, units: &str, scope: &str) -> String {
+pub(crate) fn entry(name: &str, value: f64, units: &str, scope: &str) -> String {
     format!(
         "  - {name}:\n      value: {value}\n      units: {units}\n      method: assumed\n      \
          fitted: false\n      rationale: test\n      scope: {scope}\n"

@@ -2272,3 +2272,29 @@ mod checker_tests {
         assert!(e.contains("5 running > max_num_seqs 4"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod offload_tier_tests {
+    use super::OffloadTier;
+
+    /// The tier counts each block stored once, and each block it evicts
+    /// to make room: least recently used first, a stored block touched
+    /// again kept.
+    #[test]
+    fn the_tier_counts_its_stores_and_its_evictions() {
+        let mut tier = OffloadTier::new(2);
+        for hash in [1, 2, 1, 3, 4] {
+            tier.store(hash, None);
+        }
+        // 1 and 2 stored; 1 touched again (no store); 3 evicts 2, the least
+        // recently used; 4 evicts 1.
+        assert_eq!((tier.stores, tier.evictions), (4, 2));
+        assert!(!tier.contains(2) && !tier.contains(1));
+        assert!(tier.contains(3) && tier.contains(4));
+        // A tier of no blocks stores nothing.
+        let mut none = OffloadTier::new(0);
+        none.store(1, None);
+        assert_eq!((none.stores, none.evictions), (0, 0));
+        assert!(!none.contains(1));
+    }
+}

@@ -784,6 +784,8 @@ mod tests {
         assert_eq!(out, [2]);
         fc.enqueue(4, 1_500, 10).unwrap();
         assert_eq!(fc.enqueue(5, 1_500, 10), Err(Refusal::Capacity));
+        // Exactly full: 20 of 20 bytes, so not one byte more.
+        assert_eq!(fc.enqueue(5, 1_500, 1), Err(Refusal::Capacity));
     }
 
     #[test]

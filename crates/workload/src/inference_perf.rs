@@ -1791,6 +1791,17 @@ circuit_breakers: null
             "one worker takes all 20 requests of stage 0: {:?}",
             few.notes()
         );
+        // Two workers share three groups: worker 0 takes groups 0 and 2
+        // (7 + 6 of stage 0's 20 requests), worker 1 group 1 (7).
+        let two = text
+            .replace("num_workers: 224", "num_workers: 2")
+            .replace("worker_max_concurrency: 100", "worker_max_concurrency: 12");
+        let (two, _) = all(&two, 7);
+        assert!(
+            two.notes().iter().any(|n| n.contains("up to 13 requests")),
+            "{:?}",
+            two.notes()
+        );
         let enough = text
             .replace("num_workers: 224", "num_workers: 1")
             .replace("worker_max_concurrency: 100", "worker_max_concurrency: 20");
@@ -1833,6 +1844,52 @@ circuit_breakers: null
         );
         assert!(e.contains("request 4"), "{e}");
         assert!(e.contains("12000903 tokens at its turn 4"), "{e}");
+    }
+
+    /// A session's prompt may reach exactly the token limit, and its
+    /// history exactly the pieces pdsim holds; one more is refused.
+    #[test]
+    fn a_multi_turn_session_may_reach_the_limits_exactly() {
+        let one_session = |system: &str, question: &str, output: &str, stage: &str| {
+            EXPANDED
+                .replace("num_groups: 3", "num_groups: 1")
+                .replace("num_prompts_per_group: 2", "num_prompts_per_group: 1")
+                .replace("system_prompt_len: 150", system)
+                .replace("question_len: 600", question)
+                .replace(
+                    "    output_len: 251",
+                    &format!("    {output}\n    enable_multi_turn_chat: true"),
+                )
+                .replace("  - rate: 5.0\n    duration: 4", stage)
+        };
+        // Turn 2 is 2 × 4,999,985 + 30 = 10,000,000 tokens: accepted.
+        let text = one_session(
+            "system_prompt_len: 0",
+            "question_len: 4999985",
+            "output_len: 30",
+            "  - rate: 5.0\n    duration: 4",
+        );
+        let out: Vec<_> = InferencePerf::new(&text, "c.yaml", 1).unwrap().collect();
+        assert_eq!(out.len(), 3);
+        assert!(out[1].is_ok(), "{:?}", out[1].as_ref().err());
+        let e = out[2].as_ref().unwrap_err().to_string();
+        assert!(e.contains("15000015 tokens at its turn 3"), "{e}");
+        // One token of system prompt, one of question and one out: turn 1
+        // holds 3 pieces with its answer, every later turn 2 more, so turn
+        // k's prompt and answer are 2k + 1 pieces: turn 4,095 fills 8,191,
+        // and turn 4,096 (8,193) is refused.
+        let text = one_session(
+            "system_prompt_len: 1",
+            "question_len: 1",
+            "output_len: 1",
+            "  - rate: 100.0\n    duration: 41",
+        );
+        let out: Vec<_> = InferencePerf::new(&text, "c.yaml", 1).unwrap().collect();
+        assert_eq!(out.len(), 4096);
+        assert!(out[..4095].iter().all(Result::is_ok));
+        let e = out[4095].as_ref().unwrap_err().to_string();
+        assert!(e.contains("more than 4095 turns"), "{e}");
+        assert!(e.contains("request 4096"), "{e}");
     }
 
     /// The prompts are shuffled as `random.shuffle` shuffles (Fisher–Yates:
@@ -1954,6 +2011,25 @@ circuit_breakers: null
         let ids: std::collections::BTreeSet<u64> =
             specs.iter().map(|s| s.prompt.segments[0].id).collect();
         assert_eq!(ids.len(), 1);
+        // A synthetic prompt is at most the text's 4,185 words long; one
+        // word more, or any longer, is refused.
+        let longest = |max: u64| {
+            text.replace(
+                "input_distribution: {min: 10, max: 100,",
+                &format!("input_distribution: {{min: 10, max: {max},"),
+            )
+        };
+        assert!(InferencePerf::new(&longest(4185), "c.yaml", 0).is_ok());
+        for max in [4186, 5000] {
+            let e = InferencePerf::new(&longest(max), "c.yaml", 0)
+                .err()
+                .unwrap();
+            assert_eq!(
+                e.column.as_deref(),
+                Some("data.input_distribution.max"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -2081,7 +2157,18 @@ circuit_breakers: null
                 "server.ignore_eos",
                 "end-of-sequence",
             ),
-            ("  type: vllm", "  type: tgi", "server.type", "vLLM"),
+            (
+                "  type: vllm",
+                "  type: tgi",
+                "server.type",
+                "`tgi` is refused",
+            ),
+            (
+                "  type: vllm",
+                "  type: sglang",
+                "server.type",
+                "`sglang` is refused",
+            ),
             (
                 "sweep: null",
                 "sweep: {type: linear}",

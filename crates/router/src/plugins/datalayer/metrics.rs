@@ -462,8 +462,32 @@ pub(crate) fn custom_series(
 
 #[cfg(test)]
 mod tests {
-    use super::{mismatch, parse_spec};
+    use super::{EngineConfig, mismatch, parse_spec};
     use std::collections::BTreeMap;
+
+    #[test]
+    fn the_built_in_engines_name_their_cache_labels_as_the_epp_does() {
+        // `defaultEngineConfigs`: sglang's cache info carries `page_size`
+        // and `num_pages`; vLLM's the default labels; TensorRT-LLM reads
+        // block size and count from series of their own.
+        let sglang = EngineConfig::built_in("sglang").unwrap();
+        assert_eq!(
+            (
+                sglang.cache_block_size_label.as_str(),
+                sglang.cache_num_blocks_label.as_str()
+            ),
+            ("page_size", "num_pages")
+        );
+        let vllm = EngineConfig::built_in("vllm").unwrap();
+        assert_eq!(
+            vllm.cache_block_size_label,
+            EngineConfig::default().cache_block_size_label
+        );
+        let trt = EngineConfig::built_in("trtllm-serve").unwrap();
+        assert_eq!(trt.cache_block_size, "trtllm_kv_cache_tokens_per_block");
+        assert_eq!(trt.cache_num_blocks, "trtllm_kv_cache_max_blocks");
+        assert!(EngineConfig::built_in("mine").is_none());
+    }
 
     #[test]
     fn specs_parse_as_promql_selectors() {
