@@ -1890,6 +1890,19 @@ circuit_breakers: null
         let e = out[4095].as_ref().unwrap_err().to_string();
         assert!(e.contains("more than 4095 turns"), "{e}");
         assert!(e.contains("request 4096"), "{e}");
+        // With no system prompt turn k holds 2k pieces: turn 4,096 fills
+        // the 8,192 exactly, and turn 4,097 is refused.
+        let text = one_session(
+            "system_prompt_len: 0",
+            "question_len: 1",
+            "output_len: 1",
+            "  - rate: 100.0\n    duration: 41",
+        );
+        let out: Vec<_> = InferencePerf::new(&text, "c.yaml", 1).unwrap().collect();
+        assert_eq!(out.len(), 4097);
+        assert!(out[..4096].iter().all(Result::is_ok));
+        let e = out[4096].as_ref().unwrap_err().to_string();
+        assert!(e.contains("more than 4096 turns"), "{e}");
     }
 
     /// The prompts are shuffled as `random.shuffle` shuffles (Fisher–Yates:

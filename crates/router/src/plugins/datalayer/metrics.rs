@@ -483,6 +483,33 @@ mod tests {
             vllm.cache_block_size_label,
             EngineConfig::default().cache_block_size_label
         );
+        assert_eq!(
+            [
+                vllm.name.as_str(),
+                &vllm.queue,
+                &vllm.running,
+                &vllm.kv_usage,
+                &vllm.lora,
+                &vllm.cache_info
+            ],
+            [
+                "vllm",
+                "vllm:num_requests_waiting",
+                "vllm:num_requests_running",
+                "vllm:kv_cache_usage_perc",
+                "vllm:lora_requests_info",
+                "vllm:cache_config_info"
+            ]
+        );
+        let triton = EngineConfig::built_in("triton-tensorrt-llm").unwrap();
+        assert_eq!(
+            triton.cache_block_size,
+            "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=tokens_per}"
+        );
+        assert_eq!(
+            triton.cache_num_blocks,
+            "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}"
+        );
         let trt = EngineConfig::built_in("trtllm-serve").unwrap();
         assert_eq!(trt.cache_block_size, "trtllm_kv_cache_tokens_per_block");
         assert_eq!(trt.cache_num_blocks, "trtllm_kv_cache_max_blocks");
