@@ -324,3 +324,63 @@ fn an_offload_hit_is_whole_blocks_short_of_the_prompts_last_token() {
         );
     }
 }
+
+/// With 16-token units in 64-token blocks, a block is shared only when all
+/// four of its units hit in one physical block; one whose units hit in two
+/// is filled by copying into a fresh block (`prefix_hit`). A caches two
+/// units of a prefix in block X and ends; B hits them, copies them into a
+/// block of its own and caches the next two units there; C's first four
+/// units then hit in X (two) and in B's block (two): nothing is shared.
+#[test]
+fn a_block_whose_units_hit_in_two_physical_blocks_is_copied_not_shared() {
+    let mut c = config(16);
+    c.block_size = 64;
+    c.prefix_unit = 16;
+    let mut engine = Engine::new(c);
+    for (id, prompt) in [
+        (0, &[(7u64, 32u32), (1, 1)][..]),
+        (1, &[(7, 64), (2, 1)][..]),
+    ] {
+        engine.add_request(request(id, prompt, 1, KvTransfer::Local));
+        while engine.has_work() {
+            step(&mut engine);
+        }
+    }
+    let c_prompt = [(7u64, 64u32), (3, 10)];
+    let units = pdsim_core::prompt::block_hashes(
+        &pdsim_core::Prompt::new(
+            c_prompt
+                .iter()
+                .map(|&(id, tokens)| pdsim_core::Segment { id, tokens })
+                .collect(),
+        ),
+        16,
+    );
+    let place: Vec<_> = units[..4]
+        .iter()
+        .map(|h| engine.pool().lookup_unit(*h).expect("cached"))
+        .collect();
+    assert_eq!(
+        place[0].0, place[1].0,
+        "A's two units share a block: {place:?}"
+    );
+    assert_eq!(
+        place[2].0, place[3].0,
+        "B's two units share a block: {place:?}"
+    );
+    assert_ne!(place[0].0, place[2].0, "in two blocks: {place:?}");
+    // C generates more than one token, so it still holds its blocks after
+    // its first step.
+    engine.add_request(request(2, &c_prompt, 5, KvTransfer::Local));
+    let events = step(&mut engine);
+    assert!(
+        events.contains(&EngineEvent::Admitted {
+            id: RequestId(2),
+            cached_tokens: 64
+        }),
+        "all four units hit: {events:?}"
+    );
+    // Neither block is shared with C: each is still referenced by nothing.
+    assert_eq!(engine.pool().ref_count(place[0].0), 0, "{place:?}");
+    assert_eq!(engine.pool().ref_count(place[2].0), 0, "{place:?}");
+}
