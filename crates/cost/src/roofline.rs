@@ -1513,6 +1513,26 @@ mod stage_tests {
             peak(0.5),
             peak(1.0)
         );
+        // The crossing adds `collective_internode_floor`, in µs, to the
+        // intra-node floor: 10 µs more is 10,000 ns more.
+        let floor = |us: f64| {
+            setup
+                .roofline(&[crate::tests::set(
+                    "fabric",
+                    &crate::tests::entry("collective_internode_floor", us, "us_per_transfer", "{}"),
+                )])
+                .unwrap()
+                .expert_comm
+                .expect("expert parallel")
+                .dispatch
+                .floor_ns
+        };
+        assert!(
+            close(floor(10.0) - floor(0.0), 10_000.0),
+            "{} {}",
+            floor(10.0),
+            floor(0.0)
+        );
     }
 
     #[test]
