@@ -1488,45 +1488,32 @@ mod stage_tests {
     fn an_internode_collective_runs_at_the_fabric_rate_times_its_efficiency() {
         // EP 16 spans two nodes of 8: the all-to-all's peak rate is the
         // fabric's per-GPU rate × `collective_internode_efficiency` over
-        // the wire factor, so halving the efficiency halves the rate.
+        // the wire factor, so halving the efficiency halves the rate; and
+        // the crossing adds `collective_internode_floor`, in µs, to the
+        // intra-node floor: 10 µs more is 10,000 ns more.
         let setup = deepseek_ep(16, "pplx");
-        let peak = |efficiency: f64| {
+        let dispatch = |name: &str, value: f64, units: &str| {
             setup
                 .roofline(&[crate::tests::set(
                     "fabric",
-                    &crate::tests::entry(
-                        "collective_internode_efficiency",
-                        efficiency,
-                        "dimensionless",
-                        "{}",
-                    ),
+                    &crate::tests::entry(name, value, units, "{}"),
                 )])
                 .unwrap()
                 .expert_comm
                 .expect("expert parallel")
                 .dispatch
-                .peak_bytes_per_ns
         };
+        let peak = |e: f64| {
+            dispatch("collective_internode_efficiency", e, "dimensionless").peak_bytes_per_ns
+        };
+        let floor =
+            |us: f64| dispatch("collective_internode_floor", us, "us_per_transfer").floor_ns;
         assert!(
             close(peak(0.5), 0.5 * peak(1.0)),
             "{} {}",
             peak(0.5),
             peak(1.0)
         );
-        // The crossing adds `collective_internode_floor`, in µs, to the
-        // intra-node floor: 10 µs more is 10,000 ns more.
-        let floor = |us: f64| {
-            setup
-                .roofline(&[crate::tests::set(
-                    "fabric",
-                    &crate::tests::entry("collective_internode_floor", us, "us_per_transfer", "{}"),
-                )])
-                .unwrap()
-                .expert_comm
-                .expect("expert parallel")
-                .dispatch
-                .floor_ns
-        };
         assert!(
             close(floor(10.0) - floor(0.0), 10_000.0),
             "{} {}",

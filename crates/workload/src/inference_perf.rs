@@ -1782,36 +1782,24 @@ circuit_breakers: null
                 .iter()
                 .any(|n| n.contains("worker_max_concurrency"))
         );
-        let few = text
-            .replace("num_workers: 224", "num_workers: 1")
-            .replace("worker_max_concurrency: 100", "worker_max_concurrency: 19");
-        let (few, _) = all(&few, 7);
-        assert!(
-            few.notes().iter().any(|n| n.contains("up to 20 requests")),
-            "one worker takes all 20 requests of stage 0: {:?}",
-            few.notes()
-        );
+        // The notes with `workers` workers of `cap` requests each.
+        let notes = |workers: u32, cap: u32| {
+            let text = text
+                .replace("num_workers: 224", &format!("num_workers: {workers}"))
+                .replace(
+                    "worker_max_concurrency: 100",
+                    &format!("worker_max_concurrency: {cap}"),
+                );
+            all(&text, 7).0.notes().to_vec()
+        };
+        let says = |notes: &[String], what: &str| notes.iter().any(|n| n.contains(what));
+        // One worker takes all 20 requests of stage 0.
+        assert!(says(&notes(1, 19), "up to 20 requests"));
+        assert!(!says(&notes(1, 20), "worker_max_concurrency"));
         // Two workers share three groups: worker 0 takes groups 0 and 2
         // (7 + 6 of stage 0's 20 requests), worker 1 group 1 (7).
-        let two = text
-            .replace("num_workers: 224", "num_workers: 2")
-            .replace("worker_max_concurrency: 100", "worker_max_concurrency: 12");
-        let (two, _) = all(&two, 7);
-        assert!(
-            two.notes().iter().any(|n| n.contains("up to 13 requests")),
-            "{:?}",
-            two.notes()
-        );
-        let enough = text
-            .replace("num_workers: 224", "num_workers: 1")
-            .replace("worker_max_concurrency: 100", "worker_max_concurrency: 20");
-        let (enough, _) = all(&enough, 7);
-        assert!(
-            !enough
-                .notes()
-                .iter()
-                .any(|n| n.contains("worker_max_concurrency"))
-        );
+        assert!(says(&notes(2, 12), "up to 13 requests"));
+        assert!(!says(&notes(2, 13), "worker_max_concurrency"));
     }
 
     /// A session whose prompt, if every turn were answered, would outgrow
@@ -1874,35 +1862,26 @@ circuit_breakers: null
         assert!(out[1].is_ok(), "{:?}", out[1].as_ref().err());
         let e = out[2].as_ref().unwrap_err().to_string();
         assert!(e.contains("15000015 tokens at its turn 3"), "{e}");
-        // One token of system prompt, one of question and one out: turn 1
-        // holds 3 pieces with its answer, every later turn 2 more, so turn
-        // k's prompt and answer are 2k + 1 pieces: turn 4,095 fills 8,191,
-        // and turn 4,096 (8,193) is refused.
-        let text = one_session(
-            "system_prompt_len: 1",
-            "question_len: 1",
-            "output_len: 1",
-            "  - rate: 100.0\n    duration: 41",
-        );
-        let out: Vec<_> = InferencePerf::new(&text, "c.yaml", 1).unwrap().collect();
-        assert_eq!(out.len(), 4096);
-        assert!(out[..4095].iter().all(Result::is_ok));
-        let e = out[4095].as_ref().unwrap_err().to_string();
-        assert!(e.contains("more than 4095 turns"), "{e}");
-        assert!(e.contains("request 4096"), "{e}");
-        // With no system prompt turn k holds 2k pieces: turn 4,096 fills
-        // the 8,192 exactly, and turn 4,097 is refused.
-        let text = one_session(
-            "system_prompt_len: 0",
-            "question_len: 1",
-            "output_len: 1",
-            "  - rate: 100.0\n    duration: 41",
-        );
-        let out: Vec<_> = InferencePerf::new(&text, "c.yaml", 1).unwrap().collect();
-        assert_eq!(out.len(), 4097);
-        assert!(out[..4096].iter().all(Result::is_ok));
-        let e = out[4096].as_ref().unwrap_err().to_string();
-        assert!(e.contains("more than 4096 turns"), "{e}");
+        // One token of question and one out. With one token of system
+        // prompt turn 1 holds 3 pieces with its answer and every later
+        // turn 2 more, so turn k's prompt and answer are 2k + 1 pieces:
+        // turn 4,095 fills 8,191 and turn 4,096 (8,193) is refused. With
+        // none, turn k holds 2k: turn 4,096 fills the 8,192 exactly and
+        // turn 4,097 is refused.
+        for (system, last_ok) in [(1, 4095usize), (0, 4096)] {
+            let text = one_session(
+                &format!("system_prompt_len: {system}"),
+                "question_len: 1",
+                "output_len: 1",
+                "  - rate: 100.0\n    duration: 41",
+            );
+            let out: Vec<_> = InferencePerf::new(&text, "c.yaml", 1).unwrap().collect();
+            assert_eq!(out.len(), last_ok + 1);
+            assert!(out[..last_ok].iter().all(Result::is_ok));
+            let e = out[last_ok].as_ref().unwrap_err().to_string();
+            assert!(e.contains(&format!("more than {last_ok} turns")), "{e}");
+            assert!(e.contains(&format!("request {}", last_ok + 1)), "{e}");
+        }
     }
 
     /// The prompts are shuffled as `random.shuffle` shuffles (Fisher–Yates:
