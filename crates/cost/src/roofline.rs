@@ -1445,6 +1445,61 @@ mod stage_tests {
     fn vllms_custom_all_reduce_takes_inputs_up_to_8_mib() {
         // `custom_all_reduce.py`: `max_size = 8192 * 1024`.
         assert_eq!(CUSTOM_ALLREDUCE_MAX_BYTES, 8_388_608.0);
+        // DeepEP's FP8 dispatch: a byte per element and a 4-byte scale per
+        // 128 of them.
+        assert_eq!(super::FP8_DISPATCH_BYTES, 1.03125);
+    }
+
+    #[test]
+    fn an_all_to_all_across_nodes_divides_the_fabric_rate_by_its_wire_factor() {
+        // The part of an all-to-all that leaves the node: (n − 8) / n of
+        // the ranks, 0.5 at EP 16 and 0.75 at EP 32, so EP 16 runs 1.5 ×
+        // as fast per byte at the peak.
+        let peak = |dp: u32| {
+            deepseek_ep(dp, "pplx")
+                .roofline(&[])
+                .unwrap()
+                .expert_comm
+                .expect("expert parallel")
+                .dispatch
+                .peak_bytes_per_ns
+        };
+        assert!(close(peak(16), 1.5 * peak(32)), "{} {}", peak(16), peak(32));
+    }
+
+    #[test]
+    fn an_async_scheduler_exposes_only_what_outlasts_the_gpu() {
+        // Under async scheduling `schedule()` overlaps the GPU step; only
+        // the part beyond it shows: at 1 s per request, 4 requests take
+        // the 4 s of scheduling (plus the per-step time), not 4 s more
+        // than the GPU's few milliseconds, and not the GPU's alone.
+        let base = crate::tests::llama8b_tp1();
+        let total = |per_request_us: f64| {
+            let m = base
+                .roofline(&[crate::tests::set(
+                    "host",
+                    &crate::tests::entry(
+                        "host_schedule_per_request",
+                        per_request_us,
+                        "us_per_request",
+                        "{}",
+                    ),
+                )])
+                .unwrap();
+            assert!(m.async_scheduling);
+            (
+                m.step(&crate::tests::decode(4, 1000)).total.as_ns(),
+                m.schedule_step_ns,
+            )
+        };
+        let (busy, step_ns) = total(1e6);
+        assert!(
+            close(busy as f64, 4e9 + step_ns),
+            "{busy} vs {}",
+            4e9 + step_ns
+        );
+        let (idle, _) = total(0.0);
+        assert!(idle < 100_000_000, "{idle}");
     }
 
     #[test]

@@ -247,6 +247,11 @@ mod tests {
             parse_datetime("2023-11-16 18:15:46.6805900"),
             Some(1_700_158_546_680_590_000)
         );
+        // Nine digits, the most: nanoseconds.
+        assert_eq!(
+            parse_datetime("2023-11-16 18:15:46.680590012"),
+            Some(1_700_158_546_680_590_012)
+        );
         assert_eq!(
             parse_datetime("2000-02-29T00:00:00.5"),
             Some(951_782_400_500_000_000)

@@ -2037,6 +2037,7 @@ circuit_breakers: null
         assert!(!refused(
             &EXPANDED.replace("interval: 1.0", "interval: 86400")
         ));
+        assert!(!refused(&EXPANDED.replace("interval: 1.0", "interval: 0")));
         // A stage of exactly MAX_STAGE_REQUESTS requests is allowed, one
         // more is not (int(rate × duration), truncated).
         let stage = |rate: &str| {
