@@ -1036,7 +1036,6 @@ impl<'a> Sim<'a> {
     /// answer's text (none for an error); a timeout raises, and
     /// `process_failure` leaves the context as it was.
     fn turn_ended(&mut self, key: u64, outcome: Outcome, at: SimTime) {
-        let answered = outcome == Outcome::Completed;
         let conversation = self.conversations.entry(key).or_default();
         if conversation.inference_perf {
             if let Some((mut prompt, answer)) = conversation.sent.take() {
@@ -1049,7 +1048,7 @@ impl<'a> Sim<'a> {
                     Outcome::Aborted => {}
                 }
             }
-        } else if !answered {
+        } else if outcome != Outcome::Completed {
             conversation.cancelled = true;
             self.stats.session_turns_not_sent += conversation.parked.len() as u64;
             conversation.parked.clear();

@@ -1270,6 +1270,22 @@ mod stage_tests {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
     }
 
+    /// `setup`'s roofline with one coefficient set to `value`, at every
+    /// scope.
+    fn with_coefficient(
+        setup: &crate::tests::Setup,
+        name: &str,
+        value: f64,
+        units: &str,
+    ) -> super::Roofline {
+        setup
+            .roofline(&[crate::tests::set(
+                "test",
+                &crate::tests::entry(name, value, units, "{}"),
+            )])
+            .unwrap()
+    }
+
     #[test]
     fn under_sequence_parallel_moe_a_moe_layer_trades_an_all_reduce_for_scatter_and_gather() {
         // vLLM's sequence-parallel MoE (`use_sequence_parallel_moe`): the
@@ -1475,17 +1491,12 @@ mod stage_tests {
         // than the GPU's few milliseconds, and not the GPU's alone.
         let base = crate::tests::llama8b_tp1();
         let total = |per_request_us: f64| {
-            let m = base
-                .roofline(&[crate::tests::set(
-                    "host",
-                    &crate::tests::entry(
-                        "host_schedule_per_request",
-                        per_request_us,
-                        "us_per_request",
-                        "{}",
-                    ),
-                )])
-                .unwrap();
+            let m = with_coefficient(
+                &base,
+                "host_schedule_per_request",
+                per_request_us,
+                "us_per_request",
+            );
             assert!(m.async_scheduling);
             (
                 m.step(&crate::tests::decode(4, 1000)).total.as_ns(),
@@ -1522,17 +1533,12 @@ mod stage_tests {
         // request on top of the step's own time, for each of 4 requests.
         let base = crate::tests::llama8b_tp1();
         let with = |per_request_us: f64| {
-            let mut m = base
-                .roofline(&[crate::tests::set(
-                    "host",
-                    &crate::tests::entry(
-                        "host_schedule_per_request",
-                        per_request_us,
-                        "us_per_request",
-                        "{}",
-                    ),
-                )])
-                .unwrap();
+            let mut m = with_coefficient(
+                &base,
+                "host_schedule_per_request",
+                per_request_us,
+                "us_per_request",
+            );
             m.async_scheduling = false;
             m.step(&crate::tests::decode(4, 1000)).total.as_ns()
         };
@@ -1548,12 +1554,7 @@ mod stage_tests {
         // intra-node floor: 10 µs more is 10,000 ns more.
         let setup = deepseek_ep(16, "pplx");
         let dispatch = |name: &str, value: f64, units: &str| {
-            setup
-                .roofline(&[crate::tests::set(
-                    "fabric",
-                    &crate::tests::entry(name, value, units, "{}"),
-                )])
-                .unwrap()
+            with_coefficient(&setup, name, value, units)
                 .expert_comm
                 .expect("expert parallel")
                 .dispatch

@@ -2929,8 +2929,10 @@ mod tests {
         // maxTTFTPenaltyMs 18,000, so only 0 stays. At 30,000 tokens (30 s)
         // it is not, and both stay.
         let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-affinity-filter\n  parameters: {affinityThreshold: 0.8, maxTTFTPenaltyMs: 18000, peakPrefillThroughput: 1000}\n- type: queue-scorer\n";
-        let filtered = |backlog: u64| {
-            let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 2]), 1);
+        // The candidates the filter keeps under `config` with endpoint 0's
+        // backlog of `backlog` tokens.
+        let filtered_by = |config: &str, backlog: u64| {
+            let mut router = Router::new(&inputs(config), labels(&["prefill-decode"; 2]), 1);
             router.data.matches = vec![10, 0];
             router.data.hashes = [0; 10].into();
             router.data.block_size = 16;
@@ -2947,6 +2949,7 @@ mod tests {
             );
             candidates
         };
+        let filtered = |backlog: u64| filtered_by(text, backlog);
         assert_eq!(filtered(10_000), vec![0]);
         assert_eq!(
             filtered(18_000),
@@ -2957,41 +2960,11 @@ mod tests {
         // maxTTFTPenaltyMs 0 turns the check off (`MaxTTFTPenaltyMs > 0` in
         // `Filter`): stickiness holds whatever the backlog.
         let off = text.replace("maxTTFTPenaltyMs: 18000", "maxTTFTPenaltyMs: 0");
-        let mut router = Router::new(&inputs(&off), labels(&["prefill-decode"; 2]), 1);
-        router.data.matches = vec![10, 0];
-        router.data.hashes = [0; 10].into();
-        router.data.block_size = 16;
-        router.data.inflight = Some(InFlightLoad {
-            requests: vec![1, 0],
-            tokens: vec![300_000, 0],
-        });
-        let mut candidates = vec![0, 1];
-        router.run_filter(
-            "prefix-cache-affinity-filter",
-            &[],
-            &RequestContext::default(),
-            &mut candidates,
-        );
-        assert_eq!(candidates, vec![0]);
+        assert_eq!(filtered_by(&off, 300_000), vec![0]);
         // peakPrefillThroughput 0 is no throughput: the default 15,928
         // tokens/s stands, so a backlog of 300,000 tokens is 18.8 s, past
         // the penalty, and the filter gives way.
-        let text = text.replace("peakPrefillThroughput: 1000", "peakPrefillThroughput: 0");
-        let mut router = Router::new(&inputs(&text), labels(&["prefill-decode"; 2]), 1);
-        router.data.matches = vec![10, 0];
-        router.data.hashes = [0; 10].into();
-        router.data.block_size = 16;
-        router.data.inflight = Some(InFlightLoad {
-            requests: vec![1, 0],
-            tokens: vec![300_000, 0],
-        });
-        let mut candidates = vec![0, 1];
-        router.run_filter(
-            "prefix-cache-affinity-filter",
-            &[],
-            &RequestContext::default(),
-            &mut candidates,
-        );
-        assert_eq!(candidates, vec![0, 1]);
+        let slow = text.replace("peakPrefillThroughput: 1000", "peakPrefillThroughput: 0");
+        assert_eq!(filtered_by(&slow, 300_000), vec![0, 1]);
     }
 }

@@ -1117,15 +1117,27 @@ impl InferencePerf {
         let cap = load
             .num_workers
             .map(|w| w as u128 * load.worker_max_concurrency as u128);
-        let multi_turn = matches!(
-            data_plan,
+        let sessions = match &data_plan {
             Data::SharedPrefix {
+                order,
+                per_group,
                 multi_turn: true,
                 ..
+            } => {
+                notes.extend(multi_turn_notes(
+                    &source.file,
+                    &stages,
+                    order.len() as u64,
+                    (order.len() / *per_group as usize) as u64,
+                    load.num_workers,
+                    load.worker_max_concurrency,
+                ));
+                vec![SessionGrowth::default(); order.len()]
             }
-        );
+            _ => Vec::new(),
+        };
         // Under multi-turn chat the bound is per worker (its notes say so).
-        if !multi_turn && cap.is_none_or(|c| c < most as u128) {
+        if sessions.is_empty() && cap.is_none_or(|c| c < most as u128) {
             let cap_text = match cap {
                 Some(c) => format!("{c} (num_workers × worker_max_concurrency)"),
                 None => format!(
@@ -1147,25 +1159,6 @@ impl InferencePerf {
         let output_lengths = match &data_plan {
             Data::Lengths { output, .. } => Some(Stream::new(seed, Purpose::Lengths, output.lane)),
             Data::SharedPrefix { .. } => None,
-        };
-        let sessions = match &data_plan {
-            Data::SharedPrefix {
-                order,
-                per_group,
-                multi_turn: true,
-                ..
-            } => {
-                notes.extend(multi_turn_notes(
-                    &source.file,
-                    &stages,
-                    order.len() as u64,
-                    (order.len() / *per_group as usize) as u64,
-                    load.num_workers,
-                    load.worker_max_concurrency,
-                ));
-                vec![SessionGrowth::default(); order.len()]
-            }
-            _ => Vec::new(),
         };
         let first = &stages[0];
         let timer = start_timer(load.kind, seed, first, 0.0);
@@ -1689,6 +1682,25 @@ circuit_breakers: null
         assert_ne!(key(&other[0]), key(&specs[0]));
     }
 
+    /// [`EXPANDED`] with multi-turn chat on.
+    fn multi_turn() -> String {
+        EXPANDED.replace(
+            "    output_len: 251",
+            "    output_len: 251\n    enable_multi_turn_chat: true",
+        )
+    }
+
+    /// [`multi_turn`] with one user session of these lengths and one stage.
+    fn one_session(system: &str, question: &str, output: &str, stage: &str) -> String {
+        multi_turn()
+            .replace("num_groups: 3", "num_groups: 1")
+            .replace("num_prompts_per_group: 2", "num_prompts_per_group: 1")
+            .replace("system_prompt_len: 150", system)
+            .replace("question_len: 600", question)
+            .replace("output_len: 251", output)
+            .replace("  - rate: 5.0\n    duration: 4", stage)
+    }
+
     /// Multi-turn chat as inference-perf v0.4.0 sends it: request n of a
     /// stage is a turn of user session `sessions[n % 6]`; its first turn
     /// is the group's system prompt and its question, every later turn the
@@ -1696,10 +1708,7 @@ circuit_breakers: null
     /// turns of a session count on across stages, while `n` restarts.
     #[test]
     fn multi_turn_chat_makes_each_user_session_a_closed_loop_conversation() {
-        let text = EXPANDED.replace(
-            "    output_len: 251",
-            "    output_len: 251\n    enable_multi_turn_chat: true",
-        );
+        let text = multi_turn();
         let (reader, specs) = all(&text, 7);
         assert_eq!(specs.len(), 25);
         let Data::SharedPrefix { order, .. } = &reader.data else {
@@ -1806,14 +1815,12 @@ circuit_breakers: null
     /// what pdsim accepts is refused when its turn is read, naming the key.
     #[test]
     fn a_multi_turn_session_that_would_outgrow_the_token_limit_is_refused() {
-        let text = EXPANDED
-            .replace("num_groups: 3", "num_groups: 1")
-            .replace("num_prompts_per_group: 2", "num_prompts_per_group: 1")
-            .replace("question_len: 600", "question_len: 3000000")
-            .replace(
-                "    output_len: 251",
-                "    output_len: 251\n    enable_multi_turn_chat: true",
-            );
+        let text = one_session(
+            "system_prompt_len: 150",
+            "question_len: 3000000",
+            "output_len: 251",
+            "  - rate: 5.0\n    duration: 4",
+        );
         let reader = InferencePerf::new(&text, "c.yaml", 1).unwrap();
         let out: Vec<_> = reader.collect();
         // Turn 3 would be 150 + 3 × 3,000,000 + 2 × 251 tokens; turn 4
@@ -1838,18 +1845,6 @@ circuit_breakers: null
     /// history exactly the pieces pdsim holds; one more is refused.
     #[test]
     fn a_multi_turn_session_may_reach_the_limits_exactly() {
-        let one_session = |system: &str, question: &str, output: &str, stage: &str| {
-            EXPANDED
-                .replace("num_groups: 3", "num_groups: 1")
-                .replace("num_prompts_per_group: 2", "num_prompts_per_group: 1")
-                .replace("system_prompt_len: 150", system)
-                .replace("question_len: 600", question)
-                .replace(
-                    "    output_len: 251",
-                    &format!("    {output}\n    enable_multi_turn_chat: true"),
-                )
-                .replace("  - rate: 5.0\n    duration: 4", stage)
-        };
         // Turn 2 is 2 × 4,999,985 + 30 = 10,000,000 tokens: accepted.
         let text = one_session(
             "system_prompt_len: 0",

@@ -61,7 +61,8 @@ impl EngineConfig {
             cache_info: info.into(),
             ..EngineConfig::default()
         };
-        // `defaultEngineConfigs`.
+        // `defaultEngineConfigs`, `pkg/epp/framework/plugins/datalayer/
+        // extractor/metrics/factories.go` in llm-d-router.
         Some(match name {
             "vllm" => e(
                 "vllm",
@@ -467,7 +468,8 @@ mod tests {
 
     #[test]
     fn the_built_in_engines_name_their_cache_labels_as_the_epp_does() {
-        // `defaultEngineConfigs`: sglang's cache info carries `page_size`
+        // `defaultEngineConfigs` (`datalayer/extractor/metrics/
+        // factories.go`): sglang's cache info carries `page_size`
         // and `num_pages`; vLLM's the default labels; TensorRT-LLM reads
         // block size and count from series of their own.
         let sglang = EngineConfig::built_in("sglang").unwrap();
