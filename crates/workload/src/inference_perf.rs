@@ -1425,52 +1425,46 @@ impl Iterator for InferencePerf {
                 system_tokens,
                 question_tokens,
                 output_tokens,
-                multi_turn: true,
+                multi_turn,
             } => {
-                let turn = match multi_turn_request(
-                    &mut self.sessions,
-                    order,
-                    n,
-                    *per_group,
-                    (*system_tokens, *question_tokens, *output_tokens),
-                    salt,
-                ) {
-                    Ok(turn) => turn,
-                    Err(message) => {
-                        self.failed = true;
-                        return Some(Err(TraceError::new(
-                            &self.name,
-                            0,
-                            Some("data.shared_prefix.enable_multi_turn_chat"),
-                            format!("request {source_line}: {message}"),
-                        )));
-                    }
-                };
-                session = Some(turn.0);
-                output_id = Some(turn.1);
-                (turn.2, *output_tokens)
-            }
-            Data::SharedPrefix {
-                order,
-                per_group,
-                system_tokens,
-                question_tokens,
-                output_tokens,
-                multi_turn: false,
-            } => {
-                let index = order[(n % order.len() as u64) as usize];
-                let group = index / per_group;
-                let prompt = Prompt::new(vec![
-                    Segment {
-                        id: content_id(group as u64 ^ salt, IP_SYSTEM_SALT),
-                        tokens: *system_tokens,
-                    },
-                    Segment {
-                        id: content_id(index as u64 ^ salt, IP_QUESTION_SALT),
-                        tokens: *question_tokens,
-                    },
-                ]);
-                (prompt, *output_tokens)
+                if *multi_turn {
+                    let turn = match multi_turn_request(
+                        &mut self.sessions,
+                        order,
+                        n,
+                        *per_group,
+                        (*system_tokens, *question_tokens, *output_tokens),
+                        salt,
+                    ) {
+                        Ok(turn) => turn,
+                        Err(message) => {
+                            self.failed = true;
+                            return Some(Err(TraceError::new(
+                                &self.name,
+                                0,
+                                Some("data.shared_prefix.enable_multi_turn_chat"),
+                                format!("request {source_line}: {message}"),
+                            )));
+                        }
+                    };
+                    session = Some(turn.0);
+                    output_id = Some(turn.1);
+                    (turn.2, *output_tokens)
+                } else {
+                    let index = order[(n % order.len() as u64) as usize];
+                    let group = index / per_group;
+                    let prompt = Prompt::new(vec![
+                        Segment {
+                            id: content_id(group as u64 ^ salt, IP_SYSTEM_SALT),
+                            tokens: *system_tokens,
+                        },
+                        Segment {
+                            id: content_id(index as u64 ^ salt, IP_QUESTION_SALT),
+                            tokens: *question_tokens,
+                        },
+                    ]);
+                    (prompt, *output_tokens)
+                }
             }
             Data::Lengths {
                 synthetic,
