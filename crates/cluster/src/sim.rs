@@ -1217,15 +1217,29 @@ impl<'a> Sim<'a> {
         }
         let next = self.now.checked_add(SimDuration(self.scrape_interval));
         if self.pauses(self.scrape_interval) {
-            self.scraping -= 1;
-            self.scrape_running[pod] = false;
+            self.stop_scraping(pod);
             self.scrape_paused[pod] = true;
         } else if let (true, Some(next)) = (self.busy(), next) {
             self.push(next, Event::Scrape { pod: pod as u32 });
         } else {
-            self.scraping -= 1;
-            self.scrape_running[pod] = false;
+            self.stop_scraping(pod);
         }
+    }
+
+    /// A pod's scrape loop stops. `scraping` counts the running loops so
+    /// that an arrival learns in O(1) whether any must restart; the debug
+    /// check keeps that count honest against the per-pod flags.
+    fn stop_scraping(&mut self, pod: usize) {
+        self.scraping -= 1;
+        self.scrape_running[pod] = false;
+        debug_assert_eq!(
+            self.scraping,
+            self.scrape_running
+                .iter()
+                .filter(|&&running| running)
+                .count(),
+            "the count of running scrape loops"
+        );
     }
 
     /// Reads a pod's metrics into its view as of `at_ns`; whether the flow

@@ -1650,6 +1650,14 @@ mod tests {
             filter(&lt5.replace("attribute: queue", "attribute: other")),
             [0, 1, 2, 3]
         );
+        // Naming the extractor as the producer reads the same series; a
+        // producer of another type produces nothing here, so the attribute
+        // is missing and (onMissing Fail) every endpoint fails.
+        let named = |producer: &str| {
+            ge5.replace("{attribute", &format!("{{producer: {producer}, attribute"))
+        };
+        assert_eq!(filter(&named("core-metrics-extractor")), [1, 2]);
+        assert!(filter(&named("some-other-extractor")).is_empty());
         // `endpointattribute.go`: adaptive range over the present values
         // 2..7: (v − 2)/5, flipped when lower is better; missing scores 0.
         let scores = |params: &str| {

@@ -524,6 +524,16 @@ mod tests {
             "{:?}",
             got[1]
         );
+        // At exactly the limit the record is not too long: what is wrong
+        // with it is the quote. Its bytes: 100 on line 2, the line break,
+        // and the rest on line 3.
+        let mut input = b"h\n\"".to_vec();
+        input.extend([b'q'; 99]);
+        input.push(b'\n');
+        input.extend(std::iter::repeat_n(b'q', MAX_LINE_BYTES - 101));
+        input.push(b'\n');
+        let got = records(&input);
+        assert_eq!(got[1], (2, Err("a quoted field is not closed".into())));
     }
 
     #[test]
