@@ -1,13 +1,22 @@
 //! A least-recently-used map from 64-bit keys (block hashes) to values,
-//! with O(1) touch and eviction: a hash map into a slab of nodes linked
-//! from most to least recently used, so an entry costs a map slot, 16
-//! bytes and its value, and evicted slots are reused. [`Lru`] is the set
-//! (no value). Hand-written rather than a crate's because the order of
-//! evictions must be exactly the order of last use for runs to be
-//! reproducible, and its users (the offload tier, the EPP's approx prefix
-//! index, the precise index's key map) need only these few operations.
+//! with O(1) touch and eviction: a hash table of slot numbers into a slab
+//! of nodes linked from most to least recently used, so an entry costs
+//! four bytes of table, its node and its value, and evicted slots are
+//! reused. [`Lru`] is the set (no value). Hand-written rather than a
+//! crate's because the order of evictions must be exactly the order of
+//! last use for runs to be reproducible, and its users (the offload tier,
+//! the EPP's approx prefix index, the precise index's key map) need only
+//! these few operations.
+//!
+//! Why a table of slots (`hashbrown::HashTable<u32>`) rather than a map
+//! from key to slot: these tables hold up to millions of entries and every
+//! eviction removes a cold one, whose probe is a cache miss. Four-byte
+//! entries make the table a quarter of a `u64 → u32` map's size, and the
+//! least recently used entry is found by its slot number, which needs no
+//! load of any other node to compare.
 
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
 
 const NIL: u32 = u32::MAX;
 
@@ -22,7 +31,8 @@ struct Node<V> {
 /// Keys with a value each, least recently used first out.
 #[derive(Clone, Debug)]
 pub struct LruMap<V> {
-    map: FxHashMap<u64, u32>,
+    /// The slot of every held key, hashed by the key in its node.
+    table: HashTable<u32>,
     nodes: Vec<Node<V>>,
     /// Slots of removed entries, reused before the slab grows.
     free: Vec<u32>,
@@ -33,10 +43,16 @@ pub struct LruMap<V> {
 /// A set of keys, least recently used first out.
 pub type Lru = LruMap<()>;
 
+/// The table's hash of a key: FxHash, which is deterministic (no random
+/// seed) and cheap; the keys are already well mixed block hashes.
+fn hash(key: u64) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(key)
+}
+
 impl<V> Default for LruMap<V> {
     fn default() -> LruMap<V> {
         LruMap {
-            map: FxHashMap::default(),
+            table: HashTable::new(),
             nodes: Vec::new(),
             free: Vec::new(),
             head: NIL,
@@ -47,15 +63,23 @@ impl<V> Default for LruMap<V> {
 
 impl<V: Default> LruMap<V> {
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.table.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.table.is_empty()
+    }
+
+    /// The slot holding `key`.
+    fn find(&self, key: u64) -> Option<u32> {
+        let nodes = &self.nodes;
+        self.table
+            .find(hash(key), |&slot| nodes[slot as usize].key == key)
+            .copied()
     }
 
     pub fn contains(&self, key: u64) -> bool {
-        self.map.contains_key(&key)
+        self.find(key).is_some()
     }
 
     fn unlink(&mut self, slot: u32) {
@@ -88,11 +112,17 @@ impl<V: Default> LruMap<V> {
     /// Makes `key` the most recently used entry, adding it with a default
     /// value if absent; its value, and whether it was added.
     pub fn touch_entry(&mut self, key: u64) -> (&mut V, bool) {
-        // One probe of the map whether the key is held or not: the maps
-        // are large, and each probe is a likely cache miss.
-        let (slot, added) = match self.map.entry(key) {
-            std::collections::hash_map::Entry::Occupied(held) => (*held.get(), false),
-            std::collections::hash_map::Entry::Vacant(vacant) => {
+        // One probe of the table whether the key is held or not: the
+        // tables are large, and each probe is a likely cache miss.
+        let nodes = &self.nodes;
+        let entry = self.table.entry(
+            hash(key),
+            |&slot| nodes[slot as usize].key == key,
+            |&slot| hash(nodes[slot as usize].key),
+        );
+        let (slot, added) = match entry {
+            hashbrown::hash_table::Entry::Occupied(held) => (*held.get(), false),
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
                 let node = Node {
                     key,
                     value: V::default(),
@@ -122,7 +152,7 @@ impl<V: Default> LruMap<V> {
 
     /// The value of `key`, made the most recently used.
     pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
-        let slot = *self.map.get(&key)?;
+        let slot = self.find(key)?;
         self.unlink(slot);
         self.push_front(slot);
         Some(&mut self.nodes[slot as usize].value)
@@ -130,16 +160,27 @@ impl<V: Default> LruMap<V> {
 
     /// The value of `key`, its recency unchanged.
     pub fn peek_mut(&mut self, key: u64) -> Option<&mut V> {
-        let slot = *self.map.get(&key)?;
+        let slot = self.find(key)?;
         Some(&mut self.nodes[slot as usize].value)
+    }
+
+    /// Takes `slot`, already out of the table, out of the order and the
+    /// slab.
+    fn release(&mut self, slot: u32) -> V {
+        self.unlink(slot);
+        self.free.push(slot);
+        std::mem::take(&mut self.nodes[slot as usize].value)
     }
 
     /// Removes `key`, returning its value.
     pub fn remove(&mut self, key: u64) -> Option<V> {
-        let slot = self.map.remove(&key)?;
-        self.unlink(slot);
-        self.free.push(slot);
-        Some(std::mem::take(&mut self.nodes[slot as usize].value))
+        let nodes = &self.nodes;
+        let found = self
+            .table
+            .find_entry(hash(key), |&slot| nodes[slot as usize].key == key)
+            .ok()?;
+        let (slot, _) = found.remove();
+        Some(self.release(slot))
     }
 
     /// Removes and returns the least recently used key and its value.
@@ -149,7 +190,11 @@ impl<V: Default> LruMap<V> {
             return None;
         }
         let key = self.nodes[slot as usize].key;
-        self.remove(key).map(|value| (key, value))
+        // Found by its slot number: no other node is loaded to compare.
+        if let Ok(found) = self.table.find_entry(hash(key), |&s| s == slot) {
+            found.remove();
+        }
+        Some((key, self.release(slot)))
     }
 }
 
@@ -198,5 +243,75 @@ mod tests {
         assert_eq!(map.remove(8), None);
         // A reused slot starts from the default value.
         assert_eq!(map.touch_entry(9), (&mut vec![], true));
+    }
+
+    /// One operation of the property test, on a key of a small range so
+    /// that operations meet the same keys often.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Touch(u64),
+        Get(u64),
+        Peek(u64),
+        Remove(u64),
+        PopLru,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u64..40).prop_map(Op::Touch),
+            1 => (0u64..40).prop_map(Op::Get),
+            1 => (0u64..40).prop_map(Op::Peek),
+            1 => (0u64..40).prop_map(Op::Remove),
+            2 => Just(Op::PopLru),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The map behaves as a list ordered by last use: the reference
+        /// keeps (key, value) pairs most recent first and searches it.
+        #[test]
+        fn the_map_follows_a_list_ordered_by_last_use(ops in proptest::collection::vec(op(), 0..400)) {
+            let mut map: super::LruMap<u32> = super::LruMap::default();
+            let mut list: Vec<(u64, u32)> = Vec::new();
+            for (n, op) in ops.into_iter().enumerate() {
+                let n = n as u32;
+                let at = |list: &Vec<(u64, u32)>, key| list.iter().position(|&(k, _)| k == key);
+                match op {
+                    Op::Touch(key) => {
+                        let (value, added) = map.touch_entry(key);
+                        let held = at(&list, key).map(|i| list.remove(i));
+                        proptest::prop_assert_eq!(added, held.is_none());
+                        proptest::prop_assert_eq!(*value, held.map_or(0, |(_, v)| v));
+                        *value = n;
+                        list.insert(0, (key, n));
+                    }
+                    Op::Get(key) => {
+                        let got = map.get_mut(key).map(|v| *v);
+                        let held = at(&list, key).map(|i| list.remove(i));
+                        proptest::prop_assert_eq!(got, held.map(|(_, v)| v));
+                        if let Some(held) = held {
+                            list.insert(0, held);
+                        }
+                    }
+                    Op::Peek(key) => {
+                        let got = map.peek_mut(key).map(|v| *v);
+                        proptest::prop_assert_eq!(got, at(&list, key).map(|i| list[i].1));
+                    }
+                    Op::Remove(key) => {
+                        let held = at(&list, key).map(|i| list.remove(i).1);
+                        proptest::prop_assert_eq!(map.remove(key), held);
+                    }
+                    Op::PopLru => proptest::prop_assert_eq!(map.pop_lru(), list.pop()),
+                }
+                proptest::prop_assert_eq!(map.len(), list.len());
+                for key in 0..40 {
+                    proptest::prop_assert_eq!(map.contains(key), at(&list, key).is_some());
+                }
+                // The slab never holds more nodes than the most entries held
+                // at once: freed slots are reused.
+                proptest::prop_assert!(map.nodes.len() <= 40);
+            }
+        }
     }
 }
