@@ -2274,6 +2274,33 @@ mod checker_tests {
 }
 
 #[cfg(test)]
+mod acceptance_tests {
+    use super::{SpecConfig, conditional_acceptance};
+
+    /// Rates counted over all drafts become rates given the position
+    /// before was accepted: 0.8, 0.6, 0.3 → 0.8, 0.6/0.8, 0.3/0.6. After a
+    /// rate of 0 nothing is accepted, and positions past the given rates
+    /// are never accepted.
+    #[test]
+    fn acceptance_rates_are_conditioned_on_the_position_before() {
+        let spec = |acceptance: Vec<f64>, num_spec_tokens| SpecConfig {
+            num_spec_tokens,
+            acceptance,
+            eagle_style: true,
+            lookahead_tokens: num_spec_tokens,
+        };
+        assert_eq!(
+            conditional_acceptance(&spec(vec![0.8, 0.6, 0.3], 4)),
+            [0.8, 0.6 / 0.8, 0.3 / 0.6, 0.0]
+        );
+        assert_eq!(
+            conditional_acceptance(&spec(vec![0.5, 0.0, 0.0], 3)),
+            [0.5, 0.0, 0.0]
+        );
+    }
+}
+
+#[cfg(test)]
 mod offload_tier_tests {
     use super::OffloadTier;
 

@@ -384,3 +384,40 @@ fn a_block_whose_units_hit_in_two_physical_blocks_is_copied_not_shared() {
     assert_eq!(engine.pool().ref_count(place[0].0), 0, "{place:?}");
     assert_eq!(engine.pool().ref_count(place[2].0), 0, "{place:?}");
 }
+
+#[test]
+fn arrived_blocks_are_cached_when_the_waiting_loop_reaches_them_admitted_or_not() {
+    // `_update_waiting_for_remote_kv` (`vllm/v1/core/sched/scheduler.py`)
+    // caches a consuming request's arrived blocks when `schedule` reaches
+    // it in the waiting queue, before deciding whether to admit it. Here it
+    // cannot be admitted: with drafts padded onto a lone decode token it
+    // needs 1 + 4 tokens of a 4-token budget (`pad_drafts`), so it stays
+    // waiting, and its four full blocks are cached all the same.
+    let mut decode = Engine::new(EngineConfig {
+        max_num_batched_tokens: 4,
+        spec: Some(pdsim_engine::SpecConfig {
+            num_spec_tokens: 4,
+            acceptance: vec![0.5; 4],
+            eagle_style: true,
+            lookahead_tokens: 4,
+        }),
+        pad_spec_decode: pdsim_engine::PadSpecDecode::WithRunningOrComputed,
+        ..config(100)
+    });
+    let hashes = pdsim_core::prompt::block_hashes(
+        &pdsim_core::Prompt::new(vec![pdsim_core::Segment { id: 7, tokens: 64 }]),
+        16,
+    );
+    assert_eq!(hashes.len(), 4);
+    decode.add_request(request(1, &[(7, 64)], 5, KvTransfer::Consume));
+    assert!(decode.schedule().is_none(), "parked for its KV");
+    assert!(hashes.iter().all(|&h| decode.pool().lookup(h).is_none()));
+    decode.kv_arrived(RequestId(1));
+    assert!(decode.schedule().is_none(), "not admitted: no budget");
+    assert_eq!(decode.num_running(), 0);
+    assert!(
+        hashes.iter().all(|&h| decode.pool().lookup(h).is_some()),
+        "the arrived blocks are cached"
+    );
+    decode.check_full().expect("invariants");
+}

@@ -987,6 +987,9 @@ mod tests {
             approx_block("{autoTune: false, blockSize: 128, blockSizeTokens: 16}"),
             Some(128)
         );
+        // Only a positive deprecated size stands in: a negative one is
+        // ignored, not refused, and the default holds.
+        assert_eq!(approx_block("{autoTune: false, blockSize: -4}"), Some(16));
     }
 
     #[test]
