@@ -457,15 +457,9 @@ fn a_transfer_its_client_left_keeps_the_cluster_observed_until_it_ends() {
     );
 }
 
-/// The EPP's scrape loops pause over an idle gap longer than their interval
-/// and resume when the next request arrives, so its views are fresh again:
-/// under flow control, whose utilization detector counts a view older than
-/// `metricsStalenessThreshold` (200 ms) as saturated, a request arriving
-/// 700 ms into the gap is dispatched at once instead of waiting for views
-/// that would never come.
-#[test]
-fn scrapes_resume_after_an_idle_gap_so_the_views_are_fresh_again() {
-    let epp = "apiVersion: llm-d.ai/v1alpha1
+/// Flow control in front of the queue scorer, with room for every request
+/// and a TTL far beyond the tests' waits.
+const FLOW_QUEUE_EPP: &str = "apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 featureGates: [flowControl]
 plugins:
@@ -474,8 +468,17 @@ flowControl:
   maxRequests: \"500\"
   defaultRequestTTL: 30s
 ";
+
+/// The EPP's scrape loops pause over an idle gap longer than their interval
+/// and resume when the next request arrives, so its views are fresh again:
+/// under flow control, whose utilization detector counts a view older than
+/// `metricsStalenessThreshold` (200 ms) as saturated, a request arriving
+/// 700 ms into the gap is dispatched at once instead of waiting for views
+/// that would never come.
+#[test]
+fn scrapes_resume_after_an_idle_gap_so_the_views_are_fresh_again() {
     let deployment = format!("{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n");
-    let cluster = cluster_from(SCENARIO, &deployment, Some(("epp.yaml", epp)));
+    let cluster = cluster_from(SCENARIO, &deployment, Some(("epp.yaml", FLOW_QUEUE_EPP)));
     let specs = mooncake(concat!(
         "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 4, \"hash_ids\": [1]}\n",
         "{\"timestamp\": 800, \"input_length\": 100, \"output_length\": 4, \"hash_ids\": [2]}\n",
@@ -502,19 +505,10 @@ flowControl:
 /// stale (the last assertion checks that one did).
 #[test]
 fn a_scrape_that_refreshes_a_stale_view_wakes_the_flow_controller_even_unchanged() {
-    let epp = "apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-featureGates: [flowControl]
-plugins:
-- type: queue-scorer
-flowControl:
-  maxRequests: \"500\"
-  defaultRequestTTL: 30s
-";
     let deployment = format!(
         "{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [--refresh-metrics-interval=1s]\n"
     );
-    let cluster = cluster_from(SCENARIO, &deployment, Some(("epp.yaml", epp)));
+    let cluster = cluster_from(SCENARIO, &deployment, Some(("epp.yaml", FLOW_QUEUE_EPP)));
     let rows: String = (0..10u64)
         .map(|i| (i, i * 5_100))
         .map(|(i, t)| {
