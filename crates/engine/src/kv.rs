@@ -373,7 +373,9 @@ impl BlockPool {
         let upb = self.units_per_block;
         if let Ok(mut entry) = self.cached.find_entry(fx(hash), |&held| held == slot) {
             match self.dups.get_mut(&hash) {
-                Some(dups) if !dups.is_empty() => {
+                // A list of duplicates is dropped as soon as it empties
+                // (here and below), so one that is held has a first entry.
+                Some(dups) => {
                     let (b, u) = dups.remove(0);
                     *entry.get_mut() = b * upb + u;
                     if dups.is_empty() {

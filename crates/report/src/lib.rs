@@ -1245,6 +1245,32 @@ pub fn render_text(summary: &Summary) -> String {
 }
 
 #[cfg(test)]
+mod link_csv_tests {
+    use super::LinkCsvSink;
+    use pdsim_cluster::{LinkWindow, RecordSink};
+    use pdsim_core::SimTime;
+
+    /// `links.csv`: one row per closed window, its start in whole seconds,
+    /// bytes rounded to a byte and utilization to six places.
+    #[test]
+    fn each_link_window_is_one_row() {
+        let mut sink = LinkCsvSink::new(Vec::new());
+        sink.link_window(LinkWindow {
+            window_start: SimTime(3_000_000_000),
+            gpu: 5,
+            kind: "nic-out",
+            bytes: 1_234.6,
+            utilization: 0.125,
+        });
+        let text = String::from_utf8(sink.finish().unwrap()).unwrap();
+        assert_eq!(
+            text,
+            "window_start_s,gpu,link,bytes,utilization\n3,5,nic-out,1235,0.125000\n"
+        );
+    }
+}
+
+#[cfg(test)]
 mod stage_tests {
     use super::{Aggregator, CsvSink, PoolInfo, RunInfo};
     use pdsim_cluster::{Outcome, RecordSink, RequestRecord, RunStats};
