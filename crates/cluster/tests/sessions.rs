@@ -144,6 +144,28 @@ fn a_timed_out_turn_cancels_the_turns_after_it() {
 }
 
 #[test]
+fn a_turn_read_after_its_conversation_was_cancelled_is_not_sent() {
+    let mut specs = conversation();
+    specs[0].deadline = Some(SimTime::from_ms(300));
+    // A request of no conversation at 30 s, listed before the second turn:
+    // the second turn is read only then, long after the first turn's
+    // timeout cancelled the conversation.
+    let mut other = specs[0].clone();
+    other.session = None;
+    other.output_id = None;
+    other.deadline = None;
+    other.source_line = 10;
+    other.arrival = SimTime::from_ms(30_000);
+    other.prompt = Prompt::new(vec![Segment { id: 5, tokens: 200 }]);
+    specs.insert(1, other);
+    let (stats, records) = run_all(&specs);
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(records.iter().all(|r| r.source_line != 2));
+    assert_eq!(stats.session_turns_sent, 0);
+    assert_eq!(stats.session_turns_not_sent, 1);
+}
+
+#[test]
 fn a_turn_listed_after_a_later_arrival_is_sent_late_and_counted() {
     let mut specs = conversation();
     // A request of no conversation at 30 s, listed before the second turn:

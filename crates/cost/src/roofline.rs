@@ -1287,6 +1287,28 @@ mod stage_tests {
     }
 
     #[test]
+    fn the_output_head_pays_three_kernel_floors_on_top_of_its_gemm() {
+        // A stage of no layers with the head: the head's GEMM (the larger
+        // of its compute and its weight read) plus `KERNELS_HEAD` = 3
+        // launches (final norm, output head, sampler) at the kernel floor.
+        let model = crate::tests::llama8b_tp1().roofline(&[]).unwrap();
+        let floor = model.kernel_floor_ns;
+        assert!(floor > 0.0);
+        let w = prefill_after_cache(16.0, 0.0);
+        let head = model.stage(w, 0.0, 0.0, true);
+        assert!(head.memory_ns > 0.0);
+        assert!(
+            close(
+                head.device_ns,
+                head.compute_ns.max(head.memory_ns) + 3.0 * floor
+            ),
+            "{head:?}, floor {floor} ns"
+        );
+        let none = model.stage(w, 0.0, 0.0, false);
+        assert_eq!(none.device_ns, 0.0);
+    }
+
+    #[test]
     fn under_sequence_parallel_moe_a_moe_layer_trades_an_all_reduce_for_scatter_and_gather() {
         // vLLM's sequence-parallel MoE (`use_sequence_parallel_moe`): the
         // attention output is all-reduced in every layer; a dense MLP's
@@ -1576,6 +1598,22 @@ mod stage_tests {
             floor(10.0),
             floor(0.0)
         );
+        // EP 8 fills one node of 8 exactly: nothing crosses the fabric, so
+        // the internode floor is not paid.
+        let one_node = deepseek_ep(8, "pplx");
+        let floor_one_node = |us: f64| {
+            with_coefficient(
+                &one_node,
+                "collective_internode_floor",
+                us,
+                "us_per_transfer",
+            )
+            .expert_comm
+            .expect("expert parallel")
+            .dispatch
+            .floor_ns
+        };
+        assert_eq!(floor_one_node(10.0), floor_one_node(0.0));
     }
 
     #[test]
@@ -1617,6 +1655,29 @@ mod stage_tests {
             close(
                 ec.dispatch_bytes_per_token,
                 h * super::FP8_DISPATCH_BYTES * k
+            ),
+            "{ec:?}"
+        );
+    }
+
+    #[test]
+    fn a_routed_all_to_all_sends_each_token_once_per_rank_its_experts_are_on() {
+        // The high-throughput and routed kernels send a token once to each
+        // rank that holds one of its k experts: with experts spread evenly
+        // over EP 16 ranks, ep · (1 − (1 − 1/ep)^k) ranks in expectation,
+        // 16 × (1 − (15/16)^8) ≈ 6.06 for DeepSeek-V3's k = 8.
+        let model = deepseek_ep(16, "pplx").roofline(&[]).unwrap();
+        let ec = model.expert_comm.expect("expert parallel");
+        let h = 7168.0;
+        let ranks = 16.0 * (1.0 - (15.0_f64 / 16.0).powi(8));
+        assert!(
+            close(ec.combine_bytes_per_token, h * ACTIVATION_BYTES * ranks),
+            "{ec:?}"
+        );
+        assert!(
+            close(
+                ec.dispatch_bytes_per_token,
+                h * super::FP8_DISPATCH_BYTES * ranks
             ),
             "{ec:?}"
         );

@@ -2656,6 +2656,13 @@ mod tests {
             ),
             (
                 filter,
+                "{attribute: q, algorithm: {type: threshold, threshold: {operator: Equal, value: high}}}",
+                "algorithm.threshold.value",
+                "wrong-type",
+                "must be a number",
+            ),
+            (
+                filter,
                 "{attribute: q, algorithm: {type: threshold, limit: 1}}",
                 "algorithm.limit",
                 "epp-plugin-parameter",

@@ -1810,6 +1810,25 @@ mod tests {
     }
 
     #[test]
+    fn no_hit_lru_state_does_not_outlive_its_request() {
+        // The scorer is in the prefill profile only. A new long prompt is
+        // disaggregated, scored cold, and touches its targets; a short one
+        // the decider keeps on decode runs no prefill profile, so it was
+        // never scored and must touch nothing (`coldRequestState` is per
+        // request), even though the request before it was cold.
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: no-hit-lru-scorer\n- type: queue-scorer\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 16}\n- type: prefix-based-pd-decider\n  parameters: {nonCachedTokens: 64}\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: prefix-based-pd-decider}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}, {pluginRef: no-hit-lru-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill", "decode", "decode"]), 1);
+        let views = vec![EndpointView::default(); 3];
+        let long = router.pick(&prompt(1, 256), &views).unwrap();
+        assert!(long.prefill.is_some(), "disaggregated: {long:?}");
+        let after_long = router.no_hit_mut("no-hit-lru-scorer").lru.clone();
+        assert_eq!(after_long.len(), 2, "{after_long:?}");
+        let short = router.pick(&prompt(2, 16), &views).unwrap();
+        assert!(short.prefill.is_none(), "decode only: {short:?}");
+        assert_eq!(router.no_hit_mut("no-hit-lru-scorer").lru, after_long);
+    }
+
+    #[test]
     fn base64_matches_go_std_encoding() {
         assert_eq!(base64_encode(b"default/pod-a"), "ZGVmYXVsdC9wb2QtYQ==");
         assert_eq!(base64_encode(b"ab"), "YWI=");

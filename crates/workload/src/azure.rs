@@ -256,6 +256,14 @@ mod tests {
             parse_datetime("2000-02-29T00:00:00.5"),
             Some(951_782_400_500_000_000)
         );
+        // Gregorian leap years: 2024 (divisible by 4, not by 100) has a
+        // 29 February; 2100 (by 100, not by 400) has none.
+        // 2024-02-29T12:00:00Z is Unix time 1709208000.
+        assert_eq!(
+            parse_datetime("2024-02-29 12:00:00"),
+            Some(1_709_208_000_000_000_000)
+        );
+        assert_eq!(parse_datetime("2100-02-29 00:00:00"), None);
         // The last second of a day is a time; minute or second 60 is not.
         // 2023-11-16T23:59:59Z is Unix time 1700179199.
         assert_eq!(

@@ -922,6 +922,32 @@ mod tests {
     }
 
     #[test]
+    fn a_delivery_due_with_an_expiry_is_applied_first() {
+        // An index of two keys: A stored on pod 0, then K speculative on
+        // pod 1 until 2,100. A batch storing J is delivered at 2,100 too.
+        // Delivered first (`advance` on a tie), J makes room by evicting A,
+        // the least recent key, and then K expires: only J is left. The
+        // other order would expire K first and keep A beside J.
+        let mut p = Precise::new(16, Weights::default(), 2, 10, Some(2_000), 2);
+        let (a, k, j) = (prompt(&[(1, 16)]), prompt(&[(2, 16)]), prompt(&[(3, 16)]));
+        let mut b = KvEventBatch::default();
+        stored(&mut b, &a, 16, Medium::Gpu);
+        p.send(0, 0, &mut b);
+        p.advance(0);
+        p.produce(&k);
+        p.speculate(100, &[1]);
+        assert_eq!(p.index.len(), 2);
+        stored(&mut b, &j, 16, Medium::Gpu);
+        p.send(2_100, 0, &mut b);
+        p.advance(2_100);
+        assert_eq!(p.index.len(), 1, "only J is left");
+        p.produce(&a);
+        assert_eq!(p.matches, vec![0, 0], "A was evicted");
+        p.produce(&j);
+        assert_eq!(p.matches, vec![1, 0]);
+    }
+
+    #[test]
     fn pod_caches_and_the_index_are_bounded() {
         let mut p = Precise::new(16, Weights::default(), 2, 1, None, 2);
         let a = prompt(&[(1, 16)]);
