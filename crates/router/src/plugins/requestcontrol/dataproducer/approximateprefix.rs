@@ -11,6 +11,7 @@ use crate::cycle::EndpointView;
 use crate::plugins::param_f64;
 use crate::plugins::{Checks, number};
 use pdsim_core::Prompt;
+use rustc_hash::FxHashMap;
 use serde_yaml::Value;
 use std::collections::VecDeque;
 
@@ -20,12 +21,20 @@ use std::collections::VecDeque;
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PrefixIndex {
     lrus: Vec<Lru>,
+    /// With at most 64 endpoints: the endpoints whose LRU holds each hash,
+    /// one bit per endpoint, kept in step with the LRUs. The Go indexer
+    /// answers a block with its set of servers in one lookup
+    /// (`indexer.Get`); this does the same, where probing every endpoint's
+    /// LRU for every block cost one cache miss per endpoint. Looked up,
+    /// never iterated.
+    holders: Option<FxHashMap<u64, u64>>,
 }
 
 impl PrefixIndex {
     pub(crate) fn new(endpoints: usize) -> PrefixIndex {
         PrefixIndex {
             lrus: vec![Lru::default(); endpoints],
+            holders: (endpoints <= 64).then(FxHashMap::default),
         }
     }
 
@@ -33,8 +42,30 @@ impl PrefixIndex {
         self.lrus[endpoint].contains(hash)
     }
 
+    /// The endpoints holding `hash`, one bit each, when the index keeps
+    /// them (at most 64 endpoints); `Some(0)` when none does.
+    fn holders_of(&self, hash: u64) -> Option<u64> {
+        self.holders
+            .as_ref()
+            .map(|h| h.get(&hash).copied().unwrap_or(0))
+    }
+
     pub(crate) fn add(&mut self, endpoint: usize, hash: u64, capacity: u64) {
-        self.lrus[endpoint].touch(hash, capacity);
+        let (added, evicted) = self.lrus[endpoint].touch(hash, capacity);
+        if let Some(holders) = &mut self.holders {
+            let bit = 1u64 << endpoint;
+            if added {
+                *holders.entry(hash).or_insert(0) |= bit;
+            }
+            if let Some(old) = evicted
+                && let std::collections::hash_map::Entry::Occupied(mut held) = holders.entry(old)
+            {
+                *held.get_mut() &= !bit;
+                if *held.get() == 0 {
+                    held.remove();
+                }
+            }
+        }
     }
 }
 
@@ -48,14 +79,19 @@ pub(crate) struct Lru {
 
 impl Lru {
     /// Adds `hash` as the most recently used entry, evicting the least
-    /// recently used one when the cache is full.
-    pub(crate) fn touch(&mut self, hash: u64, capacity: u64) {
+    /// recently used one when the cache is full; whether `hash` was new,
+    /// and the hash evicted.
+    pub(crate) fn touch(&mut self, hash: u64, capacity: u64) -> (bool, Option<u64>) {
         let cap = *self.capacity.get_or_insert(capacity.max(1));
         // A new hash goes in as the most recently used, so making room
         // after it never evicts it.
-        if self.lru.touch(hash) && self.lru.len() as u64 > cap {
-            self.lru.pop_lru();
-        }
+        let added = self.lru.touch(hash);
+        let evicted = if added && self.lru.len() as u64 > cap {
+            self.lru.pop_lru().map(|(old, ())| old)
+        } else {
+            None
+        };
+        (added, evicted)
     }
 
     fn contains(&self, hash: u64) -> bool {
@@ -176,6 +212,16 @@ impl ApproxPrefixProducer {
         let block = self.settings.block_size(endpoints);
         let prompt_hashes = block_hashes(prompt, block, self.settings.max_blocks(block));
         for hash in &prompt_hashes {
+            if let Some(mut holders) = self.index.holders_of(*hash) {
+                if holders == 0 {
+                    break;
+                }
+                while holders != 0 {
+                    matches[holders.trailing_zeros() as usize] += 1;
+                    holders &= holders - 1;
+                }
+                continue;
+            }
             let mut any = false;
             for (e, m) in matches.iter_mut().enumerate() {
                 if self.index.holds(e, *hash) {
@@ -306,6 +352,40 @@ mod tests {
         producer.pre_request(&[0, 1, 2], &endpoints, &hashes);
         let held = |e: usize| (1..=5).filter(|h| producer.index.holds(e, *h)).count();
         assert_eq!((held(0), held(1), held(2)), (2, 3, 3));
+    }
+
+    proptest::proptest! {
+        /// The per-hash holder bits follow the endpoints' LRUs through
+        /// every insert and eviction: a hash's bits are exactly the
+        /// endpoints whose LRU holds it, and a hash no LRU holds has no
+        /// entry left.
+        #[test]
+        fn the_holder_bits_are_the_endpoints_whose_lru_holds_the_hash(
+            adds in proptest::collection::vec((0usize..5, 0u64..30), 0..300),
+        ) {
+            let mut index = PrefixIndex::new(5);
+            for (endpoint, hash) in adds {
+                // Capacities 2..6, fixed by each endpoint's first insert.
+                index.add(endpoint, hash, 2 + endpoint as u64);
+            }
+            for hash in 0..30 {
+                let held: u64 = (0..5)
+                    .filter(|e| index.holds(*e, hash))
+                    .map(|e| 1u64 << e)
+                    .sum();
+                proptest::prop_assert_eq!(index.holders_of(hash), Some(held));
+                let entry = index.holders.as_ref().unwrap().contains_key(&hash);
+                proptest::prop_assert_eq!(entry, held != 0);
+            }
+        }
+    }
+
+    #[test]
+    fn past_64_endpoints_the_index_probes_each_lru() {
+        let mut index = PrefixIndex::new(65);
+        index.add(64, 7, 10);
+        assert_eq!(index.holders_of(7), None);
+        assert!(index.holds(64, 7) && !index.holds(0, 7));
     }
 
     #[test]
