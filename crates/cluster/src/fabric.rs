@@ -172,8 +172,9 @@ impl Network {
                 unfrozen_on[*slot] += 1;
             }
         }
-        let mut remaining = self.active;
-        while remaining > 0 {
+        // Until every flow is frozen, when no loaded link has an unfrozen
+        // flow left and there is no bottleneck.
+        loop {
             // The bottleneck: smallest fair share among loaded links; ties
             // go to the lower index, so the result is deterministic.
             let mut best: Option<(f64, usize)> = None;
@@ -197,7 +198,6 @@ impl Network {
                 }
                 flow.rate = share;
                 frozen[index] = true;
-                remaining -= 1;
                 for link in on {
                     left[link] = (left[link] - share).max(0.0);
                     unfrozen_on[link] -= 1;

@@ -34,7 +34,6 @@ use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
 use pdsim_router::BurstJoin;
 use pdsim_spec::deployment::Role;
 use pdsim_workload::{RequestSpec, TraceError, TurnClient};
-use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
@@ -57,7 +56,7 @@ impl std::fmt::Display for RunError {
 }
 
 /// Totals of one engine core.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default)]
 pub struct CoreStats {
     pub pool: u16,
     pub pod: u32,
@@ -85,7 +84,7 @@ pub struct CoreStats {
 }
 
 /// What a run did, beyond the per-request records.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default)]
 pub struct RunStats {
     pub router: &'static str,
     pub requests: u64,
@@ -102,26 +101,17 @@ pub struct RunStats {
     /// KV block references engines still held when the run ended: 0 unless
     /// a request was stuck (ended `engine-stalled`), so a test can tell
     /// that every block an ended request held was freed.
-    #[serde(skip)]
     pub blocks_held_at_end: u64,
     /// Conversations' later turns, sent closed-loop ([`SessionTurn`]).
-    #[serde(skip_serializing_if = "is_zero")]
     pub session_turns_sent: u64,
     /// Later turns not sent because a turn before them in their
     /// conversation failed or timed out (the session is cancelled).
-    #[serde(skip_serializing_if = "is_zero")]
     pub session_turns_not_sent: u64,
     /// Later turns the trace lists after an arrival that comes later than
     /// the time they were due, so they were read, and sent, late; and the
     /// most any was late, in nanoseconds.
-    #[serde(skip_serializing_if = "is_zero")]
     pub session_turns_late: u64,
-    #[serde(skip_serializing_if = "is_zero")]
     pub session_turn_max_late_ns: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -513,6 +513,15 @@ impl BlockPool {
         self.referenced
     }
 
+    /// Breaks the free queue's marker for the never-used range, a fault
+    /// only the full walk ([`BlockPool::check`]) sees: for the tests of
+    /// how often the engine runs that walk.
+    #[cfg(test)]
+    pub(crate) fn break_untouched_marker(&mut self) {
+        let marker = &mut self.meta[UNTOUCHED as usize].in_free;
+        *marker = !*marker;
+    }
+
     /// Σ reference counts recounted block by block, for `check_full`:
     /// O(blocks handed out), the never-used ones holding none.
     pub fn recount_references(&self) -> u64 {

@@ -2216,6 +2216,16 @@ mod checker_tests {
     }
 
     #[test]
+    fn the_cheap_check_walks_the_whole_pool_on_its_first_call_and_every_256th() {
+        let mut engine = engine_with_one_running();
+        // A fault the counts cannot see, only the pool's full walk.
+        engine.pool.break_untouched_marker();
+        assert!(engine.check_counts().is_ok());
+        let failed: Vec<usize> = (1..=600).filter(|_| engine.check().is_err()).collect();
+        assert_eq!(failed, [1, 257, 513]);
+    }
+
+    #[test]
     fn a_leaked_block_is_reported() {
         let mut engine = engine_with_one_running();
         // The request forgets a block the pool still counts as referenced.

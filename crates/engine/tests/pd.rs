@@ -278,10 +278,16 @@ fn engine_with_offloaded_prefix() -> Engine {
 fn offloaded_blocks_survive_hbm_eviction_and_load_on_a_later_hit() {
     let mut engine = engine_with_offloaded_prefix();
     assert!(engine.pool().evictions >= 4);
+    let (queried, hit) = (engine.prefix_queries_tokens, engine.prefix_hits_tokens);
     // C shares A's prefix: no HBM hit, 64 tokens from the tier, loaded
     // without compute, then only the last 10 tokens are computed.
     engine.add_request(request(2, &[(7, 64), (2, 10)], 1, KvTransfer::Local));
     let events = step(&mut engine);
+    // Its 74 prompt tokens are queried once, with no HBM hit among them.
+    assert_eq!(
+        (engine.prefix_queries_tokens, engine.prefix_hits_tokens),
+        (queried + 74, hit)
+    );
     assert!(
         events.contains(&EngineEvent::LoadsKv {
             id: RequestId(2),

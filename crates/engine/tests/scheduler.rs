@@ -678,6 +678,42 @@ fn stored_events_name_the_tokens_of_the_blocks_each_step_filled() {
     );
 }
 
+/// Blocks filled by decoding name the output's tokens by their offset in
+/// the output: a 20-token prompt decoding 30 tokens fills block 1 with the
+/// prompt's last 4 tokens and the output's first 12 (offsets 0–11), and
+/// block 2 with the output's next 16 (offsets 12–27).
+#[test]
+fn stored_events_name_output_tokens_by_their_offset_in_the_output() {
+    use pdsim_core::kv_events::KvEvent;
+    let mut engine = Engine::new(config());
+    engine.enable_kv_events();
+    engine.add_request(request(0, &[(1, 20)], 30));
+    let mut rng = stream();
+    let mut pieces = Vec::new();
+    while engine.has_work() {
+        engine.schedule().expect("a step");
+        engine.complete_step(&mut rng);
+        let log = std::mem::take(engine.kv_events_mut().expect("events on"));
+        for event in &log.events {
+            if let KvEvent::Stored { pieces: p, .. } = event {
+                pieces.extend(log.pieces_of(p).iter().copied());
+            }
+        }
+    }
+    let prompt: Vec<(u32, u32)> = pieces
+        .iter()
+        .filter(|p| p.id == 1)
+        .map(|p| (p.start, p.len))
+        .collect();
+    assert_eq!(prompt, [(0, 16), (16, 4)]);
+    let output: Vec<(u32, u32)> = pieces
+        .iter()
+        .filter(|p| p.id != 1)
+        .map(|p| (p.start, p.len))
+        .collect();
+    assert_eq!(output, [(0, 12), (12, 16)], "{pieces:?}");
+}
+
 /// With `enable_chunked_prefill: false` a prompt that does not fit the
 /// budget left is not cut: the waiting loop stops
 /// (`if not self.scheduler_config.enable_chunked_prefill and

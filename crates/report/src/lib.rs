@@ -1770,15 +1770,44 @@ mod stage_tests {
             requests: 4,
             completed: 4,
             links: vec![(5e9, 1e9), (1e9, 10e9)],
-            cores: vec![pdsim_cluster::CoreStats {
-                tokens_scheduled: 900,
-                tokens_padded: 1000,
-                ..Default::default()
-            }],
+            cores: vec![
+                pdsim_cluster::CoreStats {
+                    tokens_scheduled: 900,
+                    tokens_padded: 1000,
+                    busy_ns: 6_000_000_000,
+                    compute_ns: 2_500_000_000,
+                    memory_ns: 3_000_000_000,
+                    communication_ns: 250_000_000,
+                    host_ns: 125_000_000,
+                    padding_ns: 50_000_000,
+                    steps: 7,
+                    ..Default::default()
+                },
+                pdsim_cluster::CoreStats {
+                    busy_ns: 1_000_000_000,
+                    compute_ns: 500_000_000,
+                    steps: 3,
+                    ..Default::default()
+                },
+            ],
             ..RunStats::default()
         };
         let s = a.summary(&stats, info());
         let near = |x: f64, y: f64| (x - y).abs() <= 1e-12;
+        // The step-time parts are summed over the cores, in seconds.
+        let t = &s.step_time_s;
+        assert_eq!(
+            (
+                t.busy,
+                t.compute,
+                t.memory,
+                t.communication,
+                t.host,
+                t.padding,
+                t.steps
+            ),
+            (7.0, 3.0, 3.0, 0.25, 0.125, 0.05, 10)
+        );
         assert!(near(s.duration_s, 10.0));
         assert!(
             near(s.link_utilization_max, 0.5),
@@ -1796,6 +1825,19 @@ mod stage_tests {
         assert!(close(at(0.5), 200.0), "{cdf:?}");
         assert!(close(at(1.0), 400.0), "{cdf:?}");
         assert!(cdf.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
+    }
+
+    #[test]
+    fn expired_prefill_holds_are_counted_once_each() {
+        let mut a = Aggregator::default();
+        for (line, expired) in [(1, true), (2, false), (3, true)] {
+            let mut r = completed(line, [0, 10, 20, 30], 2);
+            r.outcome = Outcome::Completed;
+            r.kv_hold_expired = expired;
+            a.record(&r);
+        }
+        let s = a.summary(&RunStats::default(), info());
+        assert_eq!(s.kv_hold_expired, 2);
     }
 
     #[test]

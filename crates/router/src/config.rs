@@ -3248,6 +3248,10 @@ mod tests {
                 "plugins[1].parameters.metricsStalenessThreshold",
             ),
             (
+                "- type: utilization-detector\n  parameters: {headroom: -0.5}\n",
+                "plugins[1].parameters.headroom",
+            ),
+            (
                 "- type: concurrency-detector\n  parameters: {concurrencyMode: bytes}\n",
                 "plugins[1].parameters.concurrencyMode",
             ),

@@ -1345,6 +1345,26 @@ mod tests {
         for i in 0..8 {
             assert_eq!(router.pick(&prompt(i, 16), &views).unwrap().decode, 1);
         }
+        // Each requirement operator (`selector.go`): Exists needs the key,
+        // DoesNotExist its absence, NotIn any other value or none.
+        let kept = |expression: &str| {
+            let text = format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: label-selector-filter\n  parameters:\n    matchExpressions: [{expression}]\n- type: queue-scorer\n"
+            );
+            let mut zoned = super::tests::labels(&["prefill-decode"; 3]);
+            zoned[0].insert("zone".into(), "a".into());
+            zoned[1].insert("zone".into(), "b".into());
+            let mut router = Router::new(&inputs(&text), zoned, 1);
+            let mut kept: Vec<usize> = (0..12)
+                .map(|i| router.pick(&prompt(i, 16), &views).unwrap().decode)
+                .collect();
+            kept.sort_unstable();
+            kept.dedup();
+            kept
+        };
+        assert_eq!(kept("{key: zone, operator: Exists}"), [0, 1]);
+        assert_eq!(kept("{key: zone, operator: DoesNotExist}"), [2]);
+        assert_eq!(kept("{key: zone, operator: NotIn, values: [a]}"), [1, 2]);
     }
 
     #[test]

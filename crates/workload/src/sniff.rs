@@ -382,6 +382,14 @@ mod tests {
         for head in [&b"TIMESTAMP,Other\n"[..], b"ContextTokens,Other\n"] {
             assert!(TraceFormat::detect("a.csv", head).is_err(), "{head:?}");
         }
+        // BurstGPT needs all three of its columns.
+        for head in [
+            &b"Timestamp,Other\n"[..],
+            b"Timestamp,Request tokens\n",
+            b"Request tokens,Response tokens\n",
+        ] {
+            assert!(TraceFormat::detect("a.csv", head).is_err(), "{head:?}");
+        }
         let e = TraceFormat::detect("a.csv", b"a,b,c\n").unwrap_err();
         assert_eq!((e.file.as_str(), e.line), ("a.csv", 1));
         assert!(TraceFormat::detect("a.csv", b"").is_err());

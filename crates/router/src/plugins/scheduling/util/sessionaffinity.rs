@@ -287,7 +287,6 @@ pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
     let mut bad = |key: &str, message: String| c.bad(key, message);
     let strategy = match parameters.get("strategy") {
         None => "encoded_endpoint_header",
-        Some(Value::String(s)) if s.is_empty() => "",
         Some(Value::String(s)) => s.as_str(),
         Some(_) => {
             bad("strategy", "strategy must be a string".into());
