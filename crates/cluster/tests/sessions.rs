@@ -143,13 +143,10 @@ fn a_timed_out_turn_cancels_the_turns_after_it() {
     assert_eq!(stats.session_turns_not_sent, 1);
 }
 
-#[test]
-fn a_turn_read_after_its_conversation_was_cancelled_is_not_sent() {
-    let mut specs = conversation();
-    specs[0].deadline = Some(SimTime::from_ms(300));
-    // A request of no conversation at 30 s, listed before the second turn:
-    // the second turn is read only then, long after the first turn's
-    // timeout cancelled the conversation.
+/// Inserts, before the conversation's second turn, a request of no
+/// conversation arriving at 30 s (line 10, 200 tokens of its own), so the
+/// second turn is read from the trace only then.
+fn list_an_unrelated_request_at_30_s_before_the_second_turn(specs: &mut Vec<RequestSpec>) {
     let mut other = specs[0].clone();
     other.session = None;
     other.output_id = None;
@@ -158,6 +155,16 @@ fn a_turn_read_after_its_conversation_was_cancelled_is_not_sent() {
     other.arrival = SimTime::from_ms(30_000);
     other.prompt = Prompt::new(vec![Segment { id: 5, tokens: 200 }]);
     specs.insert(1, other);
+}
+
+#[test]
+fn a_turn_read_after_its_conversation_was_cancelled_is_not_sent() {
+    let mut specs = conversation();
+    specs[0].deadline = Some(SimTime::from_ms(300));
+    // A request of no conversation at 30 s, listed before the second turn:
+    // the second turn is read only then, long after the first turn's
+    // timeout cancelled the conversation.
+    list_an_unrelated_request_at_30_s_before_the_second_turn(&mut specs);
     let (stats, records) = run_all(&specs);
     assert_eq!(records.len(), 2, "{records:?}");
     assert!(records.iter().all(|r| r.source_line != 2));
@@ -171,13 +178,7 @@ fn a_turn_listed_after_a_later_arrival_is_sent_late_and_counted() {
     // A request of no conversation at 30 s, listed before the second turn:
     // the second turn is read only when it arrives, 28 s or so after its
     // due time.
-    let mut other = specs[0].clone();
-    other.session = None;
-    other.output_id = None;
-    other.source_line = 10;
-    other.arrival = SimTime::from_ms(30_000);
-    other.prompt = Prompt::new(vec![Segment { id: 5, tokens: 200 }]);
-    specs.insert(1, other);
+    list_an_unrelated_request_at_30_s_before_the_second_turn(&mut specs);
     let (stats, records) = run_all(&specs);
     assert_eq!(records.len(), 3);
     let second = records.iter().find(|r| r.source_line == 2).unwrap();

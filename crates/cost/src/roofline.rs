@@ -1642,19 +1642,25 @@ mod stage_tests {
         // DeepEP's combine sends back, for every token, the output of each
         // of its k routed experts: hidden × 2 bytes × k, with no FP8 (the
         // dispatch may quantise, the combine does not).
-        let model = deepseek_ep(8, "deepep_low_latency").roofline(&[]).unwrap();
-        let ec = model.expert_comm.expect("expert parallel");
-        let (h, k) = (7168.0, 8.0);
-        assert!(
-            close(ec.combine_bytes_per_token, h * ACTIVATION_BYTES * k),
-            "{ec:?}"
-        );
         // DeepSeek-V3's FP8 weights make the dispatch FP8, with one 4-byte
         // scale per 128 values.
+        assert_deepseek_sends_each_token(8, "deepep_low_latency", 8.0);
+    }
+
+    /// DeepSeek-V3 (hidden 7168) at EP `ep` on `backend` sends each token
+    /// `copies` times: its hidden state in FP8 to dispatch, in BF16 back.
+    fn assert_deepseek_sends_each_token(ep: u32, backend: &str, copies: f64) {
+        let model = deepseek_ep(ep, backend).roofline(&[]).unwrap();
+        let ec = model.expert_comm.expect("expert parallel");
+        let h = 7168.0;
+        assert!(
+            close(ec.combine_bytes_per_token, h * ACTIVATION_BYTES * copies),
+            "{ec:?}"
+        );
         assert!(
             close(
                 ec.dispatch_bytes_per_token,
-                h * super::FP8_DISPATCH_BYTES * k
+                h * super::FP8_DISPATCH_BYTES * copies
             ),
             "{ec:?}"
         );
@@ -1666,20 +1672,7 @@ mod stage_tests {
         // rank that holds one of its k experts: with experts spread evenly
         // over EP 16 ranks, ep · (1 − (1 − 1/ep)^k) ranks in expectation,
         // 16 × (1 − (15/16)^8) ≈ 6.06 for DeepSeek-V3's k = 8.
-        let model = deepseek_ep(16, "pplx").roofline(&[]).unwrap();
-        let ec = model.expert_comm.expect("expert parallel");
-        let h = 7168.0;
         let ranks = 16.0 * (1.0 - (15.0_f64 / 16.0).powi(8));
-        assert!(
-            close(ec.combine_bytes_per_token, h * ACTIVATION_BYTES * ranks),
-            "{ec:?}"
-        );
-        assert!(
-            close(
-                ec.dispatch_bytes_per_token,
-                h * super::FP8_DISPATCH_BYTES * ranks
-            ),
-            "{ec:?}"
-        );
+        assert_deepseek_sends_each_token(16, "pplx", ranks);
     }
 }
