@@ -195,6 +195,11 @@ fn run_seed(seed: u64) -> Option<bool> {
             "{context}"
         );
         assert_eq!(stats.aborted, 0, "no request stalls\n{context}");
+        // With no client giving up, every preemption an engine counts is
+        // one of a request's records.
+        let preempted: u64 = sink.records.iter().map(|r| u64::from(r.preemptions)).sum();
+        let counted: u64 = stats.cores.iter().map(|c| c.preemptions).sum();
+        assert_eq!(preempted, counted, "{context}");
         kv_usage_is_a_share(&stats, &context);
         for r in &sink.records {
             if r.outcome == Outcome::Completed {

@@ -1380,6 +1380,15 @@ mod stage_tests {
             up(4.0),
             up(1.0)
         );
+        // The tokens up-projected: the chunk plus the excess of pairs over
+        // context divided by the engine's chunk size, here fewer than the
+        // 8,192 of context. (A GEMM of m tokens at f FLOPs each takes
+        // f · (m + m½) / rate, so m comes back from the time.)
+        let tokens = up(1.0) * model.gemm_flops_per_ns / model.up_projection_flops_per_token
+            - model.gemm_m_half_tokens;
+        let expected = 2048.0 + (w.pairs - w.context) / model.chunk_tokens;
+        assert!(expected < w.context);
+        assert!(close(tokens, expected), "{tokens} vs {expected}");
         // A chunk after a longer cached context up-projects more of it.
         let longer = prefill_after_cache(2048.0, 14336.0);
         assert!(
