@@ -215,9 +215,16 @@ fn compare(args: &[String]) -> Result<(), String> {
     let this = std::env::current_exe().map_err(|e| e.to_string())?;
     // pdsim's output folder: one of this run's own, inside the system's
     // temporary folder, replaced run after run (pdsim replaces only its own
-    // earlier results) and removed at the end.
+    // earlier results) and removed at the end. A folder already there is
+    // someone else's: refused, never touched.
     let out: PathBuf =
         std::env::temp_dir().join(format!("pdsim-peer-bench-{}", std::process::id()));
+    if out.exists() {
+        return Err(format!(
+            "{} already exists; it is not this run's, so it is left alone",
+            out.display()
+        ));
+    }
     let pdsim_command: Vec<String> = vec![
         pdsim.to_string(),
         "run".into(),

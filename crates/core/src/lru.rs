@@ -43,9 +43,10 @@ pub struct LruMap<V> {
 /// A set of keys, least recently used first out.
 pub type Lru = LruMap<()>;
 
-/// The table's hash of a key: FxHash, which is deterministic (no random
-/// seed) and cheap; the keys are already well mixed block hashes.
-fn hash(key: u64) -> u64 {
+/// The hash a `hashbrown` table of block hashes files a key under:
+/// FxHash, which is deterministic (no random seed) and cheap; the keys are
+/// already well mixed block hashes. Shared with the engine's block pool.
+pub fn table_hash(key: u64) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key)
 }
 
@@ -74,7 +75,7 @@ impl<V: Default> LruMap<V> {
     fn find(&self, key: u64) -> Option<u32> {
         let nodes = &self.nodes;
         self.table
-            .find(hash(key), |&slot| nodes[slot as usize].key == key)
+            .find(table_hash(key), |&slot| nodes[slot as usize].key == key)
             .copied()
     }
 
@@ -116,9 +117,9 @@ impl<V: Default> LruMap<V> {
         // tables are large, and each probe is a likely cache miss.
         let nodes = &self.nodes;
         let entry = self.table.entry(
-            hash(key),
+            table_hash(key),
             |&slot| nodes[slot as usize].key == key,
-            |&slot| hash(nodes[slot as usize].key),
+            |&slot| table_hash(nodes[slot as usize].key),
         );
         let (slot, added) = match entry {
             hashbrown::hash_table::Entry::Occupied(held) => (*held.get(), false),
@@ -177,7 +178,7 @@ impl<V: Default> LruMap<V> {
         let nodes = &self.nodes;
         let found = self
             .table
-            .find_entry(hash(key), |&slot| nodes[slot as usize].key == key)
+            .find_entry(table_hash(key), |&slot| nodes[slot as usize].key == key)
             .ok()?;
         let (slot, _) = found.remove();
         Some(self.release(slot))
@@ -191,7 +192,7 @@ impl<V: Default> LruMap<V> {
         }
         let key = self.nodes[slot as usize].key;
         // Found by its slot number: no other node is loaded to compare.
-        if let Ok(found) = self.table.find_entry(hash(key), |&s| s == slot) {
+        if let Ok(found) = self.table.find_entry(table_hash(key), |&s| s == slot) {
             found.remove();
         }
         Some((key, self.release(slot)))

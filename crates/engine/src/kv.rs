@@ -27,14 +27,8 @@
 
 use hashbrown::HashTable;
 use pdsim_core::kv_events::{KvEventBatch, Medium};
+use pdsim_core::lru::table_hash as fx;
 use rustc_hash::FxHashMap;
-use std::hash::BuildHasher;
-
-/// The hash tables' hash of a unit hash: FxHash, deterministic and cheap
-/// (unit hashes are already well mixed).
-fn fx(hash: u64) -> u64 {
-    rustc_hash::FxBuildHasher.hash_one(hash)
-}
 
 const NONE: u32 = u32::MAX;
 /// The queue node standing for the blocks never handed out: the null

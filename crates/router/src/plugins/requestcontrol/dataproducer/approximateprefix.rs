@@ -24,7 +24,7 @@ pub(crate) struct PrefixIndex {
     /// With at most 64 endpoints: the endpoints whose LRU holds each hash,
     /// one bit per endpoint, kept in step with the LRUs. The Go indexer
     /// answers a block with its set of servers in one lookup
-    /// (`indexer.Get`); this does the same, where probing every endpoint's
+    /// (`Get` in `approximateprefix/indexer.go`); this does the same, where probing every endpoint's
     /// LRU for every block cost one cache miss per endpoint. Looked up,
     /// never iterated.
     holders: Option<FxHashMap<u64, u64>>,
@@ -38,12 +38,39 @@ impl PrefixIndex {
         }
     }
 
-    pub(crate) fn holds(&self, endpoint: usize, hash: u64) -> bool {
+    #[cfg(test)]
+    fn holds(&self, endpoint: usize, hash: u64) -> bool {
         self.lrus[endpoint].contains(hash)
+    }
+
+    /// Counts `hash` in `matches` for each endpoint holding it; whether
+    /// any does (`matchLongestPrefix` in `approximateprefix/plugin.go`, over
+    /// the server set `indexer.Get` in `indexer.go` returns).
+    /// One lookup of the holder bits, or past 64 endpoints a probe of each
+    /// endpoint's LRU.
+    fn count_holders(&self, hash: u64, matches: &mut [u32]) -> bool {
+        if let Some(holders) = &self.holders {
+            let mut bits = holders.get(&hash).copied().unwrap_or(0);
+            let any = bits != 0;
+            while bits != 0 {
+                matches[bits.trailing_zeros() as usize] += 1;
+                bits &= bits - 1;
+            }
+            return any;
+        }
+        let mut any = false;
+        for (e, m) in matches.iter_mut().enumerate() {
+            if self.lrus[e].contains(hash) {
+                *m += 1;
+                any = true;
+            }
+        }
+        any
     }
 
     /// The endpoints holding `hash`, one bit each, when the index keeps
     /// them (at most 64 endpoints); `Some(0)` when none does.
+    #[cfg(test)]
     fn holders_of(&self, hash: u64) -> Option<u64> {
         self.holders
             .as_ref()
@@ -212,24 +239,7 @@ impl ApproxPrefixProducer {
         let block = self.settings.block_size(endpoints);
         let prompt_hashes = block_hashes(prompt, block, self.settings.max_blocks(block));
         for hash in &prompt_hashes {
-            if let Some(mut holders) = self.index.holders_of(*hash) {
-                if holders == 0 {
-                    break;
-                }
-                while holders != 0 {
-                    matches[holders.trailing_zeros() as usize] += 1;
-                    holders &= holders - 1;
-                }
-                continue;
-            }
-            let mut any = false;
-            for (e, m) in matches.iter_mut().enumerate() {
-                if self.index.holds(e, *hash) {
-                    *m += 1;
-                    any = true;
-                }
-            }
-            if !any {
+            if !self.index.count_holders(*hash, matches) {
                 break;
             }
         }
