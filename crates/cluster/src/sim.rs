@@ -558,8 +558,11 @@ pub fn run(
 
 /// [`run`] with the observation loops running through idle stretches, as
 /// they did before they learned to pause: a scrape and a sample at every
-/// tick. For tests that check pausing changes nothing else; a long idle
-/// stretch costs time and output in proportion to its length.
+/// tick, and, under flow control, a dispatch cycle at every instant of the
+/// EPP's ticker (the fast path runs one only when something can change and
+/// counts the soft-reflective policy's other ticks in closed form). For
+/// tests that check the fast path changes nothing; a long idle stretch
+/// costs time and output in proportion to its length.
 #[doc(hidden)]
 pub fn run_without_idle_pauses(
     cluster: &Cluster,
@@ -582,6 +585,15 @@ fn run_observed(
     let mut sim = Sim::new(cluster, seed, check);
     sim.pause_when_idle = pause_when_idle;
     sim.pull_arrival(source)?;
+    if !pause_when_idle && sim.flow.is_some() {
+        // The reference path's ticker runs from the first instant on.
+        let first = Sim::tick_at(
+            0,
+            sim.flow_tick_phase,
+            pdsim_router::flowcontrol::DISPATCH_TICK_NS,
+        );
+        sim.request_flow_tick(first);
+    }
     while let Some(event) = sim.next_event()? {
         sim.stats.events += 1;
         if event.is_live() {
@@ -1435,6 +1447,17 @@ impl<'a> Sim<'a> {
         }
         self.flow_ticked_at = Some(self.now);
         self.flow_cycle(pdsim_router::flowcontrol::CycleKind::Tick, sink);
+        // The reference path ticks at every instant of the ticker's grid
+        // while anything is left, as the EPP's ticker does: what the fast
+        // path counts in closed form (`flow_account`) and wakes for
+        // (`flow_wake`, the staleness ticks) must come out the same.
+        if !self.pause_when_idle && self.flow_tick_at.is_none() && self.busy() {
+            self.request_flow_tick(Self::tick_at(
+                self.now.as_ns().saturating_add(1),
+                self.flow_tick_phase,
+                pdsim_router::flowcontrol::DISPATCH_TICK_NS,
+            ));
+        }
     }
 
     /// Counts the dispatch cycles the flow controller's ticker ran since it

@@ -8,7 +8,7 @@
 mod common;
 
 use common::build;
-use pdsim_cluster::{MemorySink, Outcome, RequestRecord, run};
+use pdsim_cluster::{MemorySink, Outcome, RequestRecord, run, run_without_idle_pauses};
 use pdsim_core::SimTime;
 use pdsim_workload::{MooncakeReader, RequestSpec};
 
@@ -24,6 +24,12 @@ const EPP: &str = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nfe
 /// 300 requests of the bundled trace at four times its rate, so the eight
 /// engines hold more than the 16 in flight the detector calls full.
 fn replay(bands: &str) -> Vec<RequestRecord> {
+    replay_with(bands, true)
+}
+
+/// [`replay`], with the EPP's dispatch ticker run at every instant when
+/// `!fast` instead of only when something can change.
+fn replay_with(bands: &str, fast: bool) -> Vec<RequestRecord> {
     let deployment = format!(
         "{DEPLOYMENT}router:\n  endpoint_picker_config: epp.yaml\n  epp_flags: [\"--allow-experimental-plugins\"]\n"
     );
@@ -39,7 +45,12 @@ fn replay(bands: &str) -> Vec<RequestRecord> {
             })
             .collect();
     let mut sink = MemorySink::default();
-    run(&cluster, &mut specs.into_iter().map(Ok), 5, true, &mut sink).expect("runs");
+    let mut source = specs.into_iter().map(Ok);
+    if fast {
+        run(&cluster, &mut source, 5, true, &mut sink).expect("runs");
+    } else {
+        run_without_idle_pauses(&cluster, &mut source, 5, true, &mut sink).expect("runs");
+    }
     sink.records
 }
 
@@ -65,4 +76,18 @@ fn a_band_above_band_zero_makes_it_alternate_and_requests_wait_longer() {
     assert!(gated > top + 1.0, "{gated} ms against {top} ms");
     // Deterministic: the same run twice is the same run.
     assert_eq!(below, replay("[{priority: 100}]"));
+}
+
+#[test]
+fn the_ticks_counted_in_closed_form_are_the_ticks_the_ticker_runs() {
+    // The fast path runs a dispatch cycle only when something can change
+    // and counts the alternation's other ticks in closed form; the EPP's
+    // ticker runs one every millisecond. Same records, request for request.
+    for bands in ["[]", "[{priority: 100}]"] {
+        assert_eq!(
+            replay_with(bands, true),
+            replay_with(bands, false),
+            "{bands}"
+        );
+    }
 }

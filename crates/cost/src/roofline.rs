@@ -1251,7 +1251,8 @@ mod parts_tests {
 mod stage_tests {
     use super::{ACTIVATION_BYTES, CUSTOM_ALLREDUCE_MAX_BYTES, Work};
     use crate::CostModel;
-    use crate::tests::{deepseek_ep, setup};
+    use crate::tests::{batch, deepseek_ep, setup};
+    use crate::{Batch, GraphMode};
 
     fn prefill_after_cache(chunk: f64, cached: f64) -> Work {
         let context = chunk + cached;
@@ -1683,5 +1684,44 @@ mod stage_tests {
         // 16 × (1 − (15/16)^8) ≈ 6.06 for DeepSeek-V3's k = 8.
         let ranks = 16.0 * (1.0 - (15.0_f64 / 16.0).powi(8));
         assert_deepseek_sends_each_token(16, "pplx", ranks);
+    }
+
+    #[test]
+    fn dual_batch_overlap_hides_all_but_one_layer_of_the_shorter_side() {
+        // `gpu_ubatch_wrapper.py`: each microbatch's compute overlaps the
+        // other's all-to-all layer by layer, so a stage costs both
+        // microbatches' longer side in full plus one layer's worth of the
+        // shorter side, `2 · long + short / layers`, with each microbatch's
+        // kernels launched apart. DeepSeek-V3 has 3 dense and 58 MoE layers,
+        // 61 in its one stage here (pp 1, no drafts, no pipeline sends).
+        let model = deepseek_ep(16, "deepep_high_throughput")
+            .roofline(&[])
+            .unwrap();
+        assert_eq!(model.dense_layers_stage + model.moe_layers_stage, 61.0);
+        let b = Batch {
+            dbo: true,
+            ..batch(256, 2048, 0, 0, GraphMode::Piecewise)
+        };
+        let tokens = b.tokens() as f64;
+        let half = model.stage(
+            Work::of_batch(&b, tokens, tokens).scaled(0.5),
+            3.0,
+            58.0,
+            true,
+        );
+        let (long, short) = (
+            half.device_ns.max(half.comm_ns),
+            half.device_ns.min(half.comm_ns),
+        );
+        assert!(short > 0.0 && long > short, "{half:?}");
+        let gpu = 2.0 * long + short / 61.0 + 2.0 * model.launch_ns(b.graph);
+        let got = model.step(&b);
+        // The host's scheduling is hidden behind a step this long.
+        assert!(got.host_ns as f64 <= gpu, "{got:?}");
+        assert!(
+            (got.total.as_ns() as f64 - gpu).abs() <= 1.0,
+            "{} ns against 2 · {long} + {short} / 61 + launches = {gpu}",
+            got.total.as_ns()
+        );
     }
 }

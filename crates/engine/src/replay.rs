@@ -575,4 +575,30 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_prompt_the_engine_rejects_fails_the_replay_with_or_without_async_scheduling() {
+        // A 512-token prompt reaches `max_model_len` (512): vLLM's input
+        // processor refuses it. Under async scheduling an engine with
+        // nothing else to do does not schedule that step, so the refusal
+        // comes out with the step's other events after it.
+        let prompt: Vec<String> = (0..512).map(|i| (i % 7 + 1).to_string()).collect();
+        let row = format!(
+            "{{\"id\": 3, \"arrive_step\": 0, \"prompt\": [{}], \"max_tokens\": 2}}\n",
+            prompt.join(", ")
+        );
+        for async_scheduling in ["false", "true"] {
+            let config = CONFIG.replace(
+                "\"async_scheduling\": false",
+                &format!("\"async_scheduling\": {async_scheduling}"),
+            );
+            let result = replay(&config, "c", &row, "w", &[], &mut |_| Ok(()));
+            match result {
+                Err(ReplayError::Input(msg)) => {
+                    assert!(msg.contains("request(s) [3] rejected"), "{msg}")
+                }
+                other => panic!("async {async_scheduling}: {other:?}"),
+            }
+        }
+    }
 }

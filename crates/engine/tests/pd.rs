@@ -427,3 +427,41 @@ fn arrived_blocks_are_cached_when_the_waiting_loop_reaches_them_admitted_or_not(
     );
     decode.check_full().expect("invariants");
 }
+
+#[test]
+fn drafts_are_padded_only_when_the_sampled_token_still_fits_the_model_length() {
+    // `pad_spec_decode` (`Scheduler.schedule`): a lone token is padded with
+    // `num_spec_tokens` drafts only while `num_computed_tokens + 1 +
+    // num_spec_tokens + 1 <= max_model_len`. The consuming request has 63
+    // of its 64 prompt tokens computed after its KV arrives, so padding
+    // needs 63 + 5 + 1 = 69 tokens of model length. Padded it needs 5
+    // tokens of the 4-token budget and waits; unpadded its one token fits.
+    let admitted = |max_model_len: u32| {
+        let mut decode = Engine::new(EngineConfig {
+            max_num_batched_tokens: 4,
+            max_model_len,
+            spec: Some(pdsim_engine::SpecConfig {
+                num_spec_tokens: 4,
+                acceptance: vec![0.5; 4],
+                eagle_style: true,
+                lookahead_tokens: 4,
+            }),
+            pad_spec_decode: pdsim_engine::PadSpecDecode::WithRunningOrComputed,
+            ..config(100)
+        });
+        decode.add_request(request(1, &[(7, 64)], 1, KvTransfer::Consume));
+        assert!(decode.schedule().is_none(), "parked for its KV");
+        decode.kv_arrived(RequestId(1));
+        let batch = decode.schedule();
+        decode.check_full().expect("invariants");
+        batch.is_some()
+    };
+    assert!(
+        !admitted(69),
+        "69 tokens of model length: padded, over budget"
+    );
+    assert!(
+        admitted(68),
+        "68: the sampled token would not fit, unpadded"
+    );
+}

@@ -3219,6 +3219,11 @@ mod tests {
             with("- type: static-usage-limit-policy\n  parameters: {threshold: 0.8}\n").is_empty()
         );
         assert!(with("- type: program-aware-fairness\n  parameters: {strategy: las, lasHalfLifeSeconds: 0}\n").is_empty());
+        // The sweep interval must be above 0; any positive one is taken.
+        assert!(
+            with("- type: program-aware-fairness\n  parameters: {evictionSweepSeconds: 0.5}\n")
+                .is_empty()
+        );
         assert!(
             with("- type: edf-ordering-policy\n- type: slo-deadline-ordering-policy\n").is_empty()
         );

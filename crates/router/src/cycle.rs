@@ -2757,6 +2757,14 @@ mod tests {
         assert!((got[0] - 0.25).abs() < 0.015, "{got:?}");
         assert!((got[1] - 0.75).abs() < 0.015, "{got:?}");
         assert_eq!(got[2], 0.0, "{got:?}");
+        // Every score above 0 (no zero among them): the same A-Res draw,
+        // 0.2 against 0.6 → 0.25 and 0.75.
+        let got = shares(
+            &weighted(1.0, 0.0, "weighted-random-picker"),
+            &views[..2],
+            20_000,
+        );
+        assert!((got[0] - 0.25).abs() < 0.015, "{got:?}");
         // Every score 0: it defers to the random picker, uniform.
         let views = [view(1.0, 0), view(1.0, 0), view(1.0, 0)];
         let got = shares(

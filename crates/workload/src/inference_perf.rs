@@ -2307,6 +2307,35 @@ circuit_breakers: null
             Some("load.worker_max_concurrency"),
             "{e}"
         );
+        // So is one TCP connection a worker; none is refused.
+        let connections = |n: i64| {
+            EXPANDED.replacen(
+                "worker_max_tcp_connections: 2500",
+                &format!("worker_max_tcp_connections: {n}"),
+                1,
+            )
+        };
+        assert!(InferencePerf::new(&connections(1), "c.yaml", 0).is_ok());
+        let e = InferencePerf::new(&connections(0), "c.yaml", 0)
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.column.as_deref(),
+            Some("load.worker_max_tcp_connections"),
+            "{e}"
+        );
+        // A random distribution's mean must lie in [min, max] (10 and 100
+        // here), as inference-perf requires; the bounds themselves do.
+        let mean = |m: &str| random(20).replacen("mean: 50,", &format!("mean: {m},"), 1);
+        for ok in ["10", "100"] {
+            assert!(InferencePerf::new(&mean(ok), "c.yaml", 0).is_ok(), "{ok}");
+        }
+        for bad in ["9.5", "100.5", ".nan"] {
+            let e = InferencePerf::new(&mean(bad), "c.yaml", 0)
+                .err()
+                .unwrap_or_else(|| panic!("mean {bad} accepted"));
+            assert!(e.message.contains("outside [min, max]"), "{bad}: {e}");
+        }
         // A shared-prefix count below its floor and one above the token
         // bound are refused alike; the bounds themselves are not.
         let groups = |n: i64| EXPANDED.replacen("num_groups: 3", &format!("num_groups: {n}"), 1);

@@ -37,17 +37,6 @@ pub enum TraceFormat {
 }
 
 impl TraceFormat {
-    /// The format's name, for messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            TraceFormat::Mooncake => "Mooncake JSON Lines",
-            TraceFormat::TraceV2 => "TraceV2 CSV",
-            TraceFormat::Azure => "Azure LLM trace CSV",
-            TraceFormat::BurstGpt => "BurstGPT CSV",
-            TraceFormat::InferencePerf => "inference-perf configuration",
-        }
-    }
-
     /// The format of a file called `name` whose first bytes are `head`
     /// (any prefix of the file holding its first line will do).
     pub fn detect(name: &str, head: &[u8]) -> Result<TraceFormat, TraceError> {
@@ -443,6 +432,18 @@ mod tests {
             b"{\"timestamp\": 0, \"input_length\": 3, \"output_length\": 1, \"hash_ids\": [1]}\n";
         let reader = TraceReader::sniff(BufReader::new(&mooncake[..]), "t.jsonl", None, 0).unwrap();
         assert_eq!(reader.client_timeout_s(), None);
+        assert!(reader.notes().is_empty());
+        // The configuration's notes reach the run through the sniffed reader:
+        // inference-perf's client concurrency is unknown without
+        // `num_workers`, which its reader says.
+        let text = config("null");
+        let reader =
+            TraceReader::sniff(BufReader::new(text.as_bytes()), "c.yaml", None, 0).unwrap();
+        assert!(
+            reader.notes().iter().any(|n| n.contains("CPU count")),
+            "{:?}",
+            reader.notes()
+        );
     }
 
     #[test]

@@ -114,8 +114,13 @@ pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
             &format!("windowDurationMs must be <= {MAX_WINDOW_MS} (current value: {window})"),
         );
     }
-    let per_replica = int("maxPerReplica", -1.0);
-    if per_replica != -1.0 && per_replica < 1.0 {
+    // Without the key `maxPerReplica` is -1 (unlimited), which passes.
+    if let Some(per_replica) = parameters
+        .get("maxPerReplica")
+        .and_then(serde_yaml::Value::as_f64)
+        && per_replica != -1.0
+        && per_replica < 1.0
+    {
         bad(
             "maxPerReplica",
             &format!("maxPerReplica must be -1 (unlimited) or >= 1 (current value: {per_replica})"),
