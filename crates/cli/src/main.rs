@@ -58,9 +58,13 @@ fn pdsim_cli_run() -> ExitCode {
     }
 }
 
-/// pdsim: a deterministic simulator of LLM serving clusters run the llm-d way.
+/// pdsim: replay request traces against LLM serving clusters run the llm-d
+/// way (vLLM engines, prefill/decode pools, the EPP router), compare layouts
+/// and plan capacity. Same inputs and seed, same results.
+///
+/// Start with `pdsim run` (the built-in default) or `pdsim validate`.
 #[derive(clap::Parser, Debug)]
-#[command(name = "pdsim", version, about, after_help = EXIT_CODES)]
+#[command(name = "pdsim", version, after_help = EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

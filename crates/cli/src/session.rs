@@ -455,9 +455,10 @@ pub fn load_all(p: &Prepared, choice: &WorkloadChoice) -> Result<Loaded, Failure
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct SloArgs {
     /// An SLO: `ttft_ms=500,itl_ms=50,e2e_ms=20000` (any subset) for every
-    /// request, or `CLASS:ttft_ms=…` for one SLO class. Repeatable. A TraceV2
-    /// header's `goodput_slo_targets` apply to their classes unless
-    /// overridden here.
+    /// request, or `CLASS:ttft_ms=…` for one SLO class. `itl_ms` (alias
+    /// `tpot_ms`) bounds a request's mean inter-token latency, as vLLM's
+    /// `--goodput tpot` does. Repeatable. A TraceV2 header's
+    /// `goodput_slo_targets` apply to their classes unless overridden here.
     #[arg(long, value_name = "SLO")]
     pub slo: Vec<String>,
     /// The price of one GPU-hour in USD, for cost per million output tokens.

@@ -425,6 +425,19 @@ fn provenance_cites_every_coefficient_read() {
             row.2
         );
     }
+    // The same for the pipeline's send latency, read only with stages.
+    for (chip, source) in [
+        ("h100", crate::coefficients::SRC_PRIMITIVES_VENDOR),
+        ("rebel100", crate::coefficients::SRC_GENERIC),
+    ] {
+        let staged = setup("llama-3.1-8b", chip, "{tp: 1, pp: 2, dp: 1}", "{}", 1)
+            .roofline(&[])
+            .unwrap()
+            .provenance();
+        let row = staged.iter().find(|p| p.0 == "p2p_latency").unwrap();
+        assert_eq!(row.1, 10.0, "{chip}");
+        assert!(row.2.starts_with(source), "{chip}: {}", row.2);
+    }
     let eps = table.iter().find(|p| p.0 == "gemm_eps_max_fp8").unwrap();
     assert_eq!(eps.1, 0.788);
     assert!(eps.2.contains("cost-model-primitives"));

@@ -1229,6 +1229,11 @@ pub fn render_text(summary: &Summary) -> String {
                 100.0 * c.met_share
             ));
         }
+        for class in &g.classes_without_requests {
+            out.push_str(&format!(
+                "  {class}: no request of the run is in this class (classes come from a TraceV2 trace's `slo_class` column; an SLO given without a class name judges every request)\n"
+            ));
+        }
     }
     if let Some(c) = &summary.cost {
         out.push_str(&format!(

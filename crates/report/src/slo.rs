@@ -34,7 +34,7 @@ impl Slo {
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let Some((key, value)) = part.split_once('=') else {
                 return Err(format!(
-                    "`{part}` is not key=value (keys: ttft_ms, itl_ms, e2e_ms)"
+                    "`{part}` is not key=value (keys: ttft_ms, itl_ms or its alias tpot_ms, e2e_ms)"
                 ));
             };
             let number: f64 = value
@@ -52,7 +52,7 @@ impl Slo {
                 "e2e_ms" => &mut slo.e2e_ms,
                 other => {
                     return Err(format!(
-                        "unknown SLO key `{other}` (keys: ttft_ms, itl_ms, e2e_ms)"
+                        "unknown SLO key `{other}` (keys: ttft_ms, itl_ms or its alias tpot_ms, e2e_ms)"
                     ));
                 }
             };
@@ -190,6 +190,10 @@ pub struct Goodput {
     /// Requests that met their SLO per second of the run.
     pub requests_per_s: f64,
     pub by_class: BTreeMap<String, ClassGoodput>,
+    /// Classes given an SLO (on the command line or in the trace's header)
+    /// that no request of the run belonged to, by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub classes_without_requests: Vec<String>,
 }
 
 /// Counts per class as requests end.
@@ -245,6 +249,12 @@ impl GoodputCounter {
             entry.requests_met += met;
             entry.met_share = share(entry.requests_met, entry.requests);
         }
+        out.classes_without_requests = plan
+            .named
+            .keys()
+            .filter(|name| !out.by_class.contains_key(*name))
+            .cloned()
+            .collect();
         out.met_share = share(out.requests_met, out.requests);
         out.requests_per_s = if duration_s > 0.0 {
             out.requests_met as f64 / duration_s
@@ -330,12 +340,15 @@ mod tests {
         let g = counter.goodput(&plan, 0.0).expect("an SLO was given");
         assert_eq!((g.requests, g.requests_met), (0, 0));
         assert_eq!((g.met_share, g.requests_per_s), (0.0, 0.0));
+        // The summary says `chat` matched nothing instead of "0 of 0".
+        assert_eq!(g.classes_without_requests, ["chat"]);
         // A chat request met: the class's entry carries its SLO.
         assert_eq!(counter.slo(&plan, 1), Some(chat));
         counter.add(1, true);
         let g = counter.goodput(&plan, 2.0).unwrap();
         assert_eq!(g.by_class["chat"].slo, chat);
         assert_eq!((g.requests, g.requests_met, g.requests_per_s), (1, 1, 0.5));
+        assert!(g.classes_without_requests.is_empty());
     }
 
     #[test]
@@ -372,5 +385,6 @@ mod tests {
         assert_eq!(g.requests_per_s, 1.0);
         assert_eq!(g.by_class["chat"].met_share, 0.5);
         assert!(!g.by_class.contains_key("batch"));
+        assert_eq!(g.classes_without_requests, ["batch"]);
     }
 }

@@ -357,6 +357,33 @@ fn shorten_path(path: &str) -> String {
         .join(".")
 }
 
+/// serde's "unknown field `x`, expected one of `a`, `b`" (or "expected
+/// `a` or `b`", "expected `a`"), with the nearest expected name named
+/// first when it is close enough to be a misspelling: "unknown field
+/// `max_num_seq`: did you mean `max_num_seqs`? Expected one of ...".
+fn with_suggestion(text: String) -> String {
+    let Some((head, expected)) = text.split_once(", expected ") else {
+        return text;
+    };
+    let Some(unknown) = head.split('`').nth(1) else {
+        return text;
+    };
+    let nearest = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|name| (strsim::damerau_levenshtein(unknown, name), name))
+        .min();
+    // A third of the name's length (at least 2 edits) still reads as a
+    // typo of it; beyond that the names are merely different.
+    match nearest {
+        Some((edits, name)) if edits <= (unknown.chars().count() / 3).max(2) => {
+            format!("{head}: did you mean `{name}`? Expected {expected}")
+        }
+        _ => text,
+    }
+}
+
 /// Sorts serde_yaml's messages into stable codes and strips the position
 /// suffix, which the problem carries separately.
 fn classify(message: &str) -> (&'static str, String) {
@@ -373,6 +400,7 @@ fn classify(message: &str) -> (&'static str, String) {
         text = tail.to_string();
     }
     let code = if text.contains("unknown field") || text.contains("unknown variant") {
+        text = with_suggestion(text);
         "unknown-key"
     } else if text.contains("missing field") {
         "missing-key"
@@ -525,5 +553,29 @@ mod tests {
         assert!(problem.to_string().len() <= 300, "{problem}");
         let error = from_str::<BTreeMap<String, u64>>(&format!("a: {value}")).unwrap_err();
         assert!(error.len() <= 300, "{error}");
+    }
+
+    #[test]
+    fn an_unknown_key_close_to_a_known_one_is_named_as_its_likely_spelling() {
+        // One edit from `nodes`, two (a swap counts one) from `items`: named.
+        for (typo, meant) in [("node", "nodes"), ("itmes", "items"), ("kidn", "kind")] {
+            let problem = refusal(&format!("kind: x\n{typo}: 1\n"));
+            assert_eq!(problem.code, "unknown-key");
+            assert!(
+                problem.message.contains(&format!(
+                    "unknown field `{typo}`: did you mean `{meant}`? Expected one of"
+                )),
+                "{problem}"
+            );
+        }
+        // Nothing like any of them: the list alone.
+        let problem = refusal("kind: x\ncolour: 1\n");
+        assert!(!problem.message.contains("did you mean"), "{problem}");
+        assert!(
+            problem
+                .message
+                .contains("expected one of `kind`, `nodes`, `items`"),
+            "{problem}"
+        );
     }
 }
