@@ -128,10 +128,17 @@ mod tests {
     use pdsim_spec::files::{FileKind, Files, MAX_DOCUMENT_BYTES, ReadError};
     use std::path::{Path, PathBuf};
 
+    /// `name` in a folder of its own for this test (tests run in parallel),
+    /// which [`remove`] takes away again.
     fn temp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("pdsim-disk-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("pdsim-disk-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir.join(name)
+    }
+
+    fn remove(path: &Path) {
+        std::fs::remove_file(path).unwrap();
+        std::fs::remove_dir(path.parent().unwrap()).unwrap();
     }
 
     #[test]
@@ -156,7 +163,12 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let made = std::process::Command::new("mkfifo").arg(&path).status();
         if !made.is_ok_and(|s| s.success()) {
-            eprintln!("skipped: the `mkfifo` command is not available");
+            pdsim_testkit::skipped(
+                "disk::tests::a_fifo_is_refused_without_blocking",
+                "which reads a FIFO",
+                "the `mkfifo` command is not available",
+            );
+            let _ = std::fs::remove_dir(path.parent().unwrap());
             return;
         }
         // No writer ever opens the FIFO: opening it to read would block.
@@ -167,7 +179,7 @@ mod tests {
                 kind: "a FIFO (named pipe)"
             }
         );
-        std::fs::remove_file(&path).unwrap();
+        remove(&path);
     }
 
     #[test]
@@ -193,7 +205,7 @@ mod tests {
                 Err(ReadError::TooLarge { limit_bytes: 10 })
             ));
         }
-        std::fs::remove_file(&path).unwrap();
+        remove(&path);
     }
 
     #[test]
@@ -204,11 +216,13 @@ mod tests {
         std::fs::write(&path, b"\xff\xfek\0i\0").unwrap();
         let error = DiskFiles.read(&path).unwrap_err();
         assert!(error.to_string().starts_with("is UTF-16 text"), "{error}");
-        assert_eq!(DiskFiles.read(&temp("absent")), Err(ReadError::Missing));
+        let absent = temp("absent");
+        assert_eq!(DiskFiles.read(&absent), Err(ReadError::Missing));
+        std::fs::remove_dir(absent.parent().unwrap()).unwrap();
         assert_eq!(
             DiskFiles.read(&std::env::temp_dir()),
             Err(ReadError::IsDirectory)
         );
-        std::fs::remove_file(&path).unwrap();
+        remove(&path);
     }
 }

@@ -84,7 +84,11 @@ fn special_files_are_refused_without_reading_them() {
     let fifo = d.join("trace.jsonl");
     let made = Command::new("mkfifo").arg(&fifo).status();
     if !made.is_ok_and(|s| s.success()) {
-        eprintln!("skipped the FIFO half: the `mkfifo` command is not available");
+        pdsim_testkit::skipped(
+            "special_files_are_refused_without_reading_them",
+            "its FIFO half",
+            "the `mkfifo` command is not available",
+        );
         return;
     }
     let fifo = fifo.display().to_string();

@@ -50,3 +50,9 @@ pub fn shared(test: &str, what: &str) -> Option<PathBuf> {
         }
     }
 }
+
+/// Says on the terminal that `test` skipped `what` because of `why`, the
+/// way [`shared`] does: one line the harness does not capture.
+pub fn skipped(test: &str, what: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "skipped ({why}): {test}, {what}");
+}
