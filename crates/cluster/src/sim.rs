@@ -1925,7 +1925,9 @@ impl<'a> Sim<'a> {
         // Data-parallel ranks split a step into microbatches only if every
         // rank attempts it; an idle rank runs a dummy batch that does not
         // (`coordinate_batch_across_dp`, `vllm/v1/worker/dp_utils.py`).
-        if len > 1 && (batches.len() < len || batches.iter().any(|(_, b)| !b.dbo)) {
+        // (A lone rank's batch is left as it is: the loop below would only
+        // clear a flag that is already clear.)
+        if batches.len() < len || batches.iter().any(|(_, b)| !b.dbo) {
             for (_, b) in batches.iter_mut() {
                 b.dbo = false;
             }
@@ -2045,9 +2047,12 @@ impl<'a> Sim<'a> {
                 | EngineEvent::NeedsKv { id, .. }
                 | EngineEvent::LoadsKv { id, .. } => id,
             };
-            let prefill_side = self.in_flight.get_mut(&id).is_some_and(|f| {
-                f.prefill_core == Some(core as u32) && f.decode_core != core as u32
-            });
+            // `place` never records a prefill core that is also the decode
+            // core (the request is then served there whole).
+            let prefill_side = self
+                .in_flight
+                .get_mut(&id)
+                .is_some_and(|f| f.prefill_core == Some(core as u32));
             let role = if prefill_side {
                 Role::Prefill
             } else {

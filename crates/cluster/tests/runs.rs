@@ -195,10 +195,25 @@ fn cluster_from(
 
 #[test]
 fn pd_transfers_exactly_the_blocks_the_decode_side_lacks() {
-    let cluster = pd_cluster();
+    // The bundled decode ranks are one GPU each; at TP 2 each rank's two
+    // GPUs hold a half of every block's heads, and both halves move.
+    let tp2 = P1D3.replacen(
+        "  - role: decode\n    nodes: 3\n    parallel:\n      tp: 1\n      pp: 1\n      dp: 8\n      dp_local: 8\n",
+        "  - role: decode\n    nodes: 3\n    parallel:\n      tp: 2\n      pp: 1\n      dp: 4\n      dp_local: 4\n",
+        1,
+    );
+    assert_ne!(tp2, P1D3);
+    for (deployment, world) in [(P1D3, 1), (tp2.as_str(), 2)] {
+        let cluster = pd_cluster_from(deployment, "pd/epp-always-pd.yaml", ALWAYS);
+        assert_eq!(cluster.pools[1].world, world);
+        transfers_exactly_the_blocks_the_decode_side_lacks(&cluster);
+    }
+}
+
+fn transfers_exactly_the_blocks_the_decode_side_lacks(cluster: &pdsim_cluster::Cluster) {
     let decode = &cluster.pools[1];
     let mut sink = MemorySink::default();
-    let stats = run(&cluster, &mut trace(300), 3, true, &mut sink).unwrap();
+    let stats = run(cluster, &mut trace(300), 3, true, &mut sink).unwrap();
     assert_eq!(stats.completed, 300);
     let mut saw_hit = false;
     for r in &sink.records {

@@ -1402,12 +1402,16 @@ mod stage_tests {
             &Default::default(),
             ClassNames::new(&[String::new()]),
         );
-        let mut a = Aggregator::with_slo(slo);
-        for r in [
-            completed(1, [0, 100, 1100, 1200], 11),
-            completed(2, [1000, 1200, 1600, 1600], 5),
-            completed(3, [2000, 2050, 2050, 4000], 1),
+        // All three in one load stage. The engine schedules A at 20 ms, B
+        // at 1100 ms and C on arrival: queueing 20 + 100 + 0 = 120 ms and
+        // prefilling up to the first token 80 + 100 + 50 = 230 ms.
+        let mut a = Aggregator::with_slo(slo).with_stages(&[plan(0, 1, 3)]);
+        for (mut r, scheduled_ms) in [
+            (completed(1, [0, 100, 1100, 1200], 11), 20),
+            (completed(2, [1000, 1200, 1600, 1600], 5), 1100),
+            (completed(3, [2000, 2050, 2050, 4000], 1), 2000),
         ] {
+            r.scheduled = Some(SimTime::from_ms(scheduled_ms));
             // A's ten gaps between tokens and B's four are 100 ms each (C
             // has one token and no gap): ITL is 100 ms over 14 gaps.
             for _ in 1..r.output_tokens {
@@ -1433,6 +1437,22 @@ mod stage_tests {
         assert!(near(s.e2e_ms.mean, (1200.0 + 600.0 + 2000.0) / 3.0));
         assert_eq!(s.itl_ms.count, 14);
         assert!(near(s.itl_ms.mean, 100.0), "{}", s.itl_ms.mean);
+        // The stage holds the same three: the same TTFT and TPOT.
+        let stage = &s.stages[0];
+        assert!(
+            near(stage.ttft_ms.mean, 350.0 / 3.0),
+            "{}",
+            stage.ttft_ms.mean
+        );
+        assert_eq!(stage.tpot_ms.count, 2);
+        assert!(near(stage.tpot_ms.mean, 100.0), "{}", stage.tpot_ms.mean);
+        // Queueing (20, 100, 0 ms) and where the TTFT went: 120 of 350 ms
+        // queueing, 230 prefilling (no P/D: nothing waits or transfers).
+        assert!(near(s.queue_ms.mean, 40.0), "{}", s.queue_ms.mean);
+        let share = &s.ttft_share;
+        assert!(near(share.queueing, 120.0 / 350.0), "{share:?}");
+        assert!(near(share.prefilling, 230.0 / 350.0), "{share:?}");
+        assert_eq!((share.waiting, share.transferring), (0.0, 0.0));
         // The run spans the first arrival to the last finish: 4 s.
         assert!(near(s.duration_s, 4.0));
         assert!(near(s.throughput.requests_per_s, 0.75));

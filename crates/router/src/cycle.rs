@@ -2962,6 +2962,28 @@ mod tests {
     }
 
     #[test]
+    fn a_prefix_scorer_that_reads_the_precise_producer_scores_its_matches() {
+        // The legacy precise-prefix-cache-scorer reads its own producer's
+        // `PrefixCacheMatchInfo`, not the approx producer's: precise
+        // matches 4 and 1 of 4 blocks score 1.0 and 0.25 (ratio, no length
+        // weight), while the approx index's 0 and 4 would score the other
+        // way round.
+        let views = vec![EndpointView::default(); 2];
+        let out = scores("precise-prefix-cache-scorer", "{}", &views, |r| {
+            let precise = r
+                .data
+                .precise
+                .as_mut()
+                .expect("the legacy scorer's producer");
+            precise.keys = vec![1, 2, 3, 4];
+            precise.matches = vec![4, 1];
+            r.data.matches = vec![0, 4];
+            r.data.hashes = [0; 4].into();
+        });
+        assert!(close(&out, &[1.0, 0.25]), "{out:?}");
+    }
+
+    #[test]
     fn no_hit_lru_forgets_beyond_its_size() {
         // `lruSize: 3` over 4 endpoints: after cold requests to 0, 1, 2 the
         // LRU holds exactly those three, so the fourth goes to the one never

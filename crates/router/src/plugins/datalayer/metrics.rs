@@ -463,7 +463,7 @@ pub(crate) fn custom_series(
 
 #[cfg(test)]
 mod tests {
-    use super::{EngineConfig, mismatch, parse_spec};
+    use super::{EngineConfig, Series, mismatch, parse_spec};
     use std::collections::BTreeMap;
 
     #[test]
@@ -579,5 +579,31 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn a_custom_metric_reads_the_vllm_gauge_it_names() {
+        // vLLM's gauges (`vllm/v1/metrics/loggers.py`): the waiting and
+        // running request counts and the KV-cache usage, 0-1. Surrounding
+        // spaces are trimmed; anything else is not exported by pdsim.
+        let view = crate::cycle::EndpointView {
+            waiting: 3,
+            running: 7,
+            kv_usage: 0.25,
+            updated_ns: Some(1),
+            ..Default::default()
+        };
+        for (spec, value) in [
+            ("vllm:num_requests_waiting", 3.0),
+            (" vllm:num_requests_running ", 7.0),
+            ("vllm:kv_cache_usage_perc", 0.25),
+        ] {
+            let series = Series::of_spec(spec).unwrap_or_else(|| panic!("{spec}"));
+            assert_eq!(series.read(&view), Some(value), "{spec}");
+        }
+        assert_eq!(Series::of_spec("vllm:num_preemptions_total"), None);
+        // Before the first scrape the attribute is missing.
+        let unscraped = crate::cycle::EndpointView::default();
+        assert_eq!(Series::Running.read(&unscraped), None);
     }
 }
