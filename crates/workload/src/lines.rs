@@ -356,6 +356,25 @@ mod tests {
         assert!(lines.next_line().is_none());
     }
 
+    #[test]
+    fn a_line_over_the_limit_is_not_held_in_memory() {
+        // However long a line, at most MAX_LINE_BYTES and its ending are
+        // kept: past that the line is only counted, then refused by length.
+        let long = vec![b'x'; MAX_LINE_BYTES * 3 / 2];
+        let input = [&long[..], b"\nnext\n"].concat();
+        let mut lines = Lines::new(std::io::BufReader::with_capacity(64 * 1024, &input[..]));
+        match lines.next_line() {
+            Some(Line::Bad(1, why)) => assert!(why.contains("1572864 bytes"), "{why}"),
+            _ => panic!("the long line is refused"),
+        }
+        assert!(
+            lines.buf.len() <= MAX_LINE_BYTES + 2,
+            "{} bytes kept",
+            lines.buf.len()
+        );
+        assert!(matches!(lines.next_line(), Some(Line::Text(2, "next"))));
+    }
+
     /// A reader that is interrupted once, then reads its text, then fails
     /// for good.
     struct Flaky {
