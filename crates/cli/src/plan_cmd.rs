@@ -375,6 +375,27 @@ fn search(
         let s = &outcome.summary;
         let met = s.goodput.as_ref().map_or(0.0, |g| g.met_share);
         let sustained = met >= args.attainment;
+        let over = |n: fn(&pdsim_report::slo::Missed) -> u64| {
+            s.goodput
+                .as_ref()
+                .filter(|g| g.requests > 0)
+                .map_or(0.0, |g| n(&g.missed) as f64 / g.requests as f64)
+        };
+        let t = &s.ttft_share;
+        let ttft_mostly = [
+            ("queueing", t.queueing),
+            ("prefilling", t.prefilling),
+            ("waiting for the decode side", t.waiting),
+            ("transferring KV", t.transferring),
+            ("the first decode step", t.first_decode),
+        ]
+        .into_iter()
+        .filter(|(_, share)| *share > 0.0)
+        .fold(None, |best: Option<(&str, f64)>, next| match best {
+            Some(b) if b.1 >= next.1 => Some(b),
+            _ => Some(next),
+        })
+        .map(|(name, share)| (name.to_string(), share));
         probes.push(Probe {
             speedup,
             rate_req_s: base_rate * speedup,
@@ -385,6 +406,10 @@ fn search(
             tpot_ms_p99: s.tpot_ms.p99,
             output_tokens_per_s: s.throughput.output_tokens_per_s,
             sustained,
+            over_ttft_share: over(|m| m.ttft),
+            over_itl_share: over(|m| m.itl),
+            over_e2e_share: over(|m| m.e2e),
+            ttft_mostly,
         });
         bar.inc(1);
         Ok(sustained)
@@ -543,6 +568,17 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         ));
     }
     let base_rate = loaded.specs.len() as f64 / span_s;
+    // The trace's bursts: its distinct arrival times and the most requests
+    // at one of them (the specs are in arrival order).
+    let (mut instants, mut most, mut run) = (0u64, 0u64, 0u64);
+    for (i, spec) in loaded.specs.iter().enumerate() {
+        if i == 0 || spec.arrival != loaded.specs[i - 1].arrival {
+            instants += 1;
+            run = 0;
+        }
+        run += 1;
+        most = most.max(run);
+    }
     let slo_text = {
         let mut parts: Vec<String> = all.iter().map(Slo::describe).collect();
         parts.extend(named.iter().map(|(k, v)| format!("{k}: {}", v.describe())));
@@ -561,6 +597,8 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         slo: slo_text,
         slo_all: all,
         attainment: args.attainment,
+        arrival_instants: instants,
+        max_arrivals_at_one_instant: most,
         seed: args.seed,
         max_runs_per_layout: args.max_runs,
         target_rate_req_s: args.target_rate,
@@ -780,7 +818,20 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
         ),
         None => String::new(),
     };
-    let _ = write!(stdout, "{table}\n{what}results: {}\n", out.display());
+    let unsustained = match plan.shard {
+        None => pdsim_report::plan::unsustained(plan),
+        Some(_) => String::new(),
+    };
+    let unsustained = if unsustained.is_empty() {
+        unsustained
+    } else {
+        format!("\nLayouts that sustain no rate:\n{unsustained}")
+    };
+    let _ = write!(
+        stdout,
+        "{table}{unsustained}\n{what}results: {}\n",
+        out.display()
+    );
     Ok(())
 }
 

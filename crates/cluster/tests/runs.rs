@@ -951,3 +951,95 @@ fn a_set_with_the_linear_terms_selects_the_linear_model_and_a_partial_one_is_ref
         err.message
     );
 }
+
+/// `rows` Mooncake rows as JSON Lines, read into requests.
+fn mooncake(rows: &[String]) -> Vec<RequestSpec> {
+    let text = rows.join("\n") + "\n";
+    MooncakeReader::new(std::io::Cursor::new(text.into_bytes()), "t.jsonl")
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+#[test]
+fn prompts_evicted_from_hbm_load_back_from_the_cpu_tier_before_their_first_token() {
+    // Eight Llama-3.1-8B engines with room for about two 8,000-token
+    // prompts each, and a host-memory tier: 40 distinct prompts, then the
+    // same 40 a minute later. By then HBM has evicted them, so the repeats
+    // hit the CPU tier and load their blocks over the host link first.
+    let deployment = "kind: Deployment\nname: off\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 1}\n    engine: {gpu_memory_utilization: 0.15, max_model_len: 16384}\noffload:\n  tiers: [{tier: cpu_dram, bytes: 100000000000}]\n";
+    let cluster = cluster_from(SCENARIO, deployment, "unused.yaml", "");
+    let rows: Vec<String> = (0..2)
+        .flat_map(|rep| {
+            (0..40).map(move |i| {
+                let hashes: Vec<String> = (0..16).map(|k| (10_000 + i * 100 + k).to_string()).collect();
+                format!(
+                    "{{\"timestamp\": {}, \"input_length\": 8000, \"output_length\": 4, \"hash_ids\": [{}]}}",
+                    rep * 60_000 + i * 500,
+                    hashes.join(", ")
+                )
+            })
+        })
+        .collect();
+    let mut sink = MemorySink::default();
+    let stats = run(
+        &cluster,
+        &mut mooncake(&rows).into_iter().map(Ok),
+        1,
+        true,
+        &mut sink,
+    )
+    .expect("runs");
+    assert_eq!(stats.completed, 80, "every load ends and its request runs");
+    let loaded: Vec<_> = sink
+        .records
+        .iter()
+        .filter(|r| r.offload_tokens > 0)
+        .collect();
+    assert!(
+        loaded.len() >= 30,
+        "only {} requests loaded from the tier",
+        loaded.len()
+    );
+    for r in loaded {
+        assert!(r.source_line > 40, "a first sight cannot hit: {r:?}");
+        let (start, end) = (r.offload_load_start.unwrap(), r.offload_load_end.unwrap());
+        assert!(start < end && end <= r.first_token.unwrap(), "{r:?}");
+    }
+}
+
+#[test]
+fn a_transfer_between_tp2_ranks_moves_over_two_gpu_pairs_at_once() {
+    // With tensor parallelism 2 on both sides each decode GPU reads its
+    // own prefill GPU's share of the blocks, so one request's transfer runs
+    // over two GPU pairs' links in parallel: per byte, about half as long
+    // as over one pair (TP 1 on both sides). DeepSeek-V3's MLA latent is
+    // not split by tensor parallelism, so each GPU of a TP 2 rank holds
+    // (and reads) all of it: twice the bytes, in about the same time.
+    let at_tp = |tp: u32| {
+        let dp = 8 / tp;
+        let shape = format!("      tp: {tp}\n      pp: 1\n      dp: {dp}\n      dp_local: {dp}\n");
+        let deployment = P1D3.replace(
+            "      tp: 1\n      pp: 1\n      dp: 8\n      dp_local: 8\n",
+            &shape,
+        );
+        let cluster = pd_cluster_from(&deployment, "pd/epp-always-pd.yaml", ALWAYS);
+        let mut sink = MemorySink::default();
+        run(&cluster, &mut trace(1), 3, true, &mut sink).unwrap();
+        let r = &sink.records[0];
+        (
+            r.transfer_bytes,
+            r.transfer_end
+                .unwrap()
+                .since(r.transfer_start.unwrap())
+                .as_ns() as f64,
+        )
+    };
+    let (bytes1, one_pair) = at_tp(1);
+    let (bytes2, two_pairs) = at_tp(2);
+    assert_eq!(bytes2, 2 * bytes1, "each GPU of the rank holds the latent");
+    let per_byte = |ns: f64, bytes: u64| ns / bytes as f64;
+    assert!(
+        per_byte(two_pairs, bytes2) < 0.75 * per_byte(one_pair, bytes1),
+        "{two_pairs} ns for {bytes2} bytes over two pairs against {one_pair} ns for {bytes1} over one"
+    );
+}

@@ -801,7 +801,9 @@ impl Roofline {
     /// `eff(m) = eps · m / (m + m_half)` (BLIS cost-model-primitives).
     #[inline]
     fn gemm_ns(flops: f64, m: f64, flops_per_ns: f64, m_half: f64) -> f64 {
-        if m <= 0.0 || flops <= 0.0 {
+        // Every caller's FLOPs are a per-row count times `m`, so a group
+        // with no rows has no FLOPs either.
+        if flops <= 0.0 {
             return 0.0;
         }
         flops * (m + m_half) / (m * flops_per_ns)

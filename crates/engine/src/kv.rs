@@ -717,6 +717,21 @@ mod tests {
     }
 
     #[test]
+    fn the_check_sees_slot_tables_out_of_step_with_the_blocks_handed_out() {
+        // Each table on its own: the blocks' metadata, then the unit hashes.
+        let mut pool = BlockPool::with_units(8, 2, false);
+        let mut out = Vec::new();
+        pool.allocate(3, &mut out);
+        pool.check().expect("a fresh pool is sound");
+        let mut extra_meta = pool.clone();
+        extra_meta.meta.push(Default::default());
+        assert!(extra_meta.check().unwrap_err().contains("block slots"));
+        let mut extra_hash = pool.clone();
+        extra_hash.unit_hash.push(0);
+        assert!(extra_hash.check().unwrap_err().contains("block slots"));
+    }
+
+    #[test]
     fn untouched_blocks_stay_between_front_pushes_and_tail_releases() {
         // Freed unhashed blocks go before the never-used range, freed
         // hashed ones after it, exactly where vLLM's queue has them.

@@ -436,9 +436,9 @@ fn drafts_are_padded_only_when_the_sampled_token_still_fits_the_model_length() {
     // of its 64 prompt tokens computed after its KV arrives, so padding
     // needs 63 + 5 + 1 = 69 tokens of model length. Padded it needs 5
     // tokens of the 4-token budget and waits; unpadded its one token fits.
-    let admitted = |max_model_len: u32| {
+    let admitted_with = |max_model_len: u32, budget: u32| {
         let mut decode = Engine::new(EngineConfig {
-            max_num_batched_tokens: 4,
+            max_num_batched_tokens: budget,
             max_model_len,
             spec: Some(pdsim_engine::SpecConfig {
                 num_spec_tokens: 4,
@@ -456,6 +456,9 @@ fn drafts_are_padded_only_when_the_sampled_token_still_fits_the_model_length() {
         decode.check_full().expect("invariants");
         batch.is_some()
     };
+    let admitted = |max_model_len: u32| admitted_with(max_model_len, 4);
+    // A budget of exactly the padded 5 tokens takes it padded.
+    assert!(admitted_with(69, 5), "the padded request fits 5 tokens");
     assert!(
         !admitted(69),
         "69 tokens of model length: padded, over budget"

@@ -301,20 +301,22 @@ impl RecordSink for Aggregator {
         self.first_arrival_ns = self.first_arrival_ns.min(r.arrival.as_ns());
         self.last_finish_ns = self.last_finish_ns.max(r.finished.as_ns());
         if let Some(slo) = self.goodput.slo(&self.slo, r.slo_class) {
-            let met = r.outcome == Outcome::Completed
-                && r.first_token.is_some_and(|first| {
+            let verdict = match r.first_token {
+                Some(first) if r.outcome == Outcome::Completed => {
                     let ms = |ns: u64| ns as f64 / 1e6;
                     let tpot = r
                         .last_token
                         .filter(|_| r.output_tokens > 1)
                         .map(|last| ms(last.since(first).as_ns()) / (r.output_tokens - 1) as f64);
-                    slo.met(
+                    slo::Verdict::Completed(slo.exceeded(
                         ms(first.since(r.arrival).as_ns()),
                         tpot,
                         ms(r.finished.since(r.arrival).as_ns()),
-                    )
-                });
-            self.goodput.add(r.slo_class, met);
+                    ))
+                }
+                _ => slo::Verdict::NotCompleted,
+            };
+            self.goodput.add(r.slo_class, verdict);
         }
         if r.outcome != Outcome::Completed {
             *self
@@ -1229,6 +1231,23 @@ pub fn render_text(summary: &Summary) -> String {
                 100.0 * c.met_share
             ));
         }
+        let m = &g.missed;
+        let reasons: Vec<String> = [
+            (m.ttft, "over the TTFT bound"),
+            (m.itl, "over the ITL bound"),
+            (m.e2e, "over the E2E bound"),
+            (m.not_completed, "not completed"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} {why}"))
+        .collect();
+        if !reasons.is_empty() {
+            out.push_str(&format!(
+                "  missed: {} (a request may miss for several)\n",
+                reasons.join(", ")
+            ));
+        }
         for class in &g.classes_without_requests {
             out.push_str(&format!(
                 "  {class}: no request of the run is in this class (classes come from a TraceV2 trace's `slo_class` column; an SLO given without a class name judges every request)\n"
@@ -1463,9 +1482,20 @@ mod stage_tests {
         // per GPU.
         assert!(near(s.throughput.input_tokens_per_s, 75.0));
         assert!(near(s.throughput.input_tokens_per_s_per_gpu, 37.5));
-        // Goodput: A and C meet, B misses: 2 of 3, 0.5 per second.
+        // Goodput: A and C meet, B misses (its TTFT): 2 of 3, 0.5 per
+        // second.
         let g = s.goodput.as_ref().expect("an SLO was given");
         assert_eq!((g.requests, g.requests_met), (3, 2));
+        assert_eq!(
+            (g.missed.ttft, g.missed.e2e, g.missed.not_completed),
+            (1, 0, 0)
+        );
+        assert!(
+            super::render_text(&s)
+                .contains("  missed: 1 over the TTFT bound (a request may miss for several)\n"),
+            "{}",
+            super::render_text(&s)
+        );
         assert!(near(g.met_share, 2.0 / 3.0));
         assert!(near(g.requests_per_s, 0.5));
         // Cost: 2 GPUs × 4 s = 8/3600 GPU-hours at 3 USD; per million

@@ -25,6 +25,36 @@ pub struct Probe {
     pub output_tokens_per_s: f64,
     /// Whether this rate is sustained: enough requests met the SLO.
     pub sustained: bool,
+    /// Shares of the requests, 0–1, that completed over the SLO's TTFT,
+    /// ITL and E2E bounds (a request may count in several).
+    #[serde(default)]
+    pub over_ttft_share: f64,
+    #[serde(default)]
+    pub over_itl_share: f64,
+    #[serde(default)]
+    pub over_e2e_share: f64,
+    /// Where the time to first token went at this rate: the largest part
+    /// (queueing, prefilling, waiting, transferring, first decode) and its
+    /// share, 0–1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_mostly: Option<(String, f64)>,
+}
+
+impl Probe {
+    /// The SLO's part that most requests missed by, and the share that
+    /// missed by it: a bound, or not completing at all.
+    pub fn binding(&self) -> (&'static str, f64) {
+        [
+            ("TTFT", self.over_ttft_share),
+            ("ITL", self.over_itl_share),
+            ("E2E", self.over_e2e_share),
+            ("completion", 1.0 - self.completed_share),
+        ]
+        .into_iter()
+        .fold(("TTFT", f64::MIN), |best, next| {
+            if next.1 > best.1 { next } else { best }
+        })
+    }
 }
 
 /// One candidate layout's search.
@@ -78,6 +108,13 @@ pub struct PlanQuestion {
     pub slo_all: Option<Slo>,
     /// Share of requests that must meet the SLO for a rate to count.
     pub attainment: f64,
+    /// The distinct arrival times among the requests, and the most
+    /// requests arriving at one of them: scaling arrival times keeps such
+    /// bursts at every rate.
+    #[serde(default)]
+    pub arrival_instants: u64,
+    #[serde(default)]
+    pub max_arrivals_at_one_instant: u64,
     pub seed: u64,
     pub max_runs_per_layout: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -210,7 +247,13 @@ pub fn ranking_table(plan: &Plan) -> String {
     let mut out = String::from(
         "| rank | layout | nodes | GPUs | max rate (req/s) | per GPU (req/s) | TTFT p99 (ms) | TPOT p99 (ms) | ITL p99 (ms) | met SLO (%) | runs | Pareto |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
-    for (rank, l) in plan.ranking().into_iter().enumerate() {
+    // Layouts that sustained nothing are not ranked: `unsustained` says
+    // why for each.
+    let ranked = plan
+        .ranking()
+        .into_iter()
+        .filter(|l| l.refused.is_some() || l.max_rate_req_s.is_some());
+    for (rank, l) in ranked.enumerate() {
         if l.refused.is_some() {
             out.push_str(&format!(
                 "| – | {} | – | – | not valid | | | | | | 0 | |\n",
@@ -247,6 +290,88 @@ pub fn ranking_table(plan: &Plan) -> String {
     out
 }
 
+/// For each simulated layout that sustained no rate, why, in words: its
+/// lowest rate probed and the attainment there, the part of the SLO that
+/// binds and where the TTFT went, what the trace's shape does, and what to
+/// try next. Empty when every simulated layout sustained some rate.
+pub fn unsustained(plan: &Plan) -> String {
+    let q = &plan.question;
+    let mut out = String::new();
+    // Whether some layout's TTFT at its lowest rate went mostly to
+    // queueing: then the trace's bursts, which scaling keeps, are to blame.
+    let mut bursts_queue = false;
+    for l in plan
+        .layouts
+        .iter()
+        .filter(|l| l.refused.is_none() && l.max_rate_req_s.is_none())
+    {
+        let Some(low) = l
+            .probes
+            .iter()
+            .min_by(|a, b| a.rate_req_s.total_cmp(&b.rate_req_s))
+        else {
+            out.push_str(&format!("- **{}** was not probed.\n", l.name));
+            continue;
+        };
+        let (part, share) = low.binding();
+        let bound = match part {
+            "completion" => format!("{:.1} % of requests did not complete", 100.0 * share),
+            "TTFT" => format!(
+                "{:.1} % completed over its TTFT bound (TTFT p99 {})",
+                100.0 * share,
+                crate::table::duration_ms(low.ttft_ms_p99)
+            ),
+            "ITL" => format!(
+                "{:.1} % completed over its ITL bound (TPOT p99 {})",
+                100.0 * share,
+                crate::table::duration_ms(low.tpot_ms_p99)
+            ),
+            _ => format!("{:.1} % completed over its E2E bound", 100.0 * share),
+        };
+        let queued = low
+            .ttft_mostly
+            .as_ref()
+            .is_some_and(|(name, _)| name == "queueing");
+        bursts_queue |= queued;
+        let phase = match &low.ttft_mostly {
+            Some((name, s)) if part == "TTFT" && !queued => format!(
+                "; most of the TTFT went to {name} ({:.0} %), not to queueing, so the bound is tighter than this layout's TTFT without load",
+                100.0 * s
+            ),
+            Some((name, s)) => format!("; most of the TTFT went to {name} ({:.0} %)", 100.0 * s),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "- **{}** sustains no rate: at the lowest rate probed, {:.3} req/s ({:.3}× the trace's), {:.1} % of requests met the SLO ({:.0} % needed). The {part} bound binds: {bound}{phase}.\n",
+            l.name,
+            low.rate_req_s,
+            low.speedup,
+            100.0 * low.met_share,
+            100.0 * q.attainment,
+        ));
+    }
+    if out.is_empty() {
+        return out;
+    }
+    let mut next = Vec::new();
+    if q.arrivals == "trace" {
+        if bursts_queue && q.max_arrivals_at_one_instant > 1 {
+            out.push_str(&format!(
+                "\nThe trace sends up to {} requests at one instant ({} requests at {} distinct times). Scaling its arrival times keeps those bursts at every rate, so even a slow replay queues them behind each other.\n",
+                q.max_arrivals_at_one_instant, q.requests, q.arrival_instants
+            ));
+        }
+        next.push(
+            "`--arrivals poisson` (the trace's requests in order, at seeded Poisson arrivals)"
+                .to_string(),
+        );
+    }
+    next.push(format!("a looser SLO than {}", q.slo));
+    next.push("more GPUs for the layout (`--vary-nodes`, `--vary-parallel`)".to_string());
+    out.push_str(&format!("\nTo find a rate, try {}.\n", next.join(", or ")));
+    out
+}
+
 /// The plan's report.
 pub fn plan_report(plan: &Plan) -> Document {
     let q = &plan.question;
@@ -268,6 +393,12 @@ pub fn plan_report(plan: &Plan) -> Document {
         q.seed
     ));
     doc.text(format!("## Ranking\n\n{}\n", ranking_table(plan)));
+    let unsustained = unsustained(plan);
+    if !unsustained.is_empty() {
+        doc.text(format!(
+            "## Layouts that sustain no rate\n\n{unsustained}\n"
+        ));
+    }
     for l in &plan.layouts {
         if let Some(reason) = &l.refused {
             doc.text(format!("- `{}` was not simulated: {reason}\n", l.name));
@@ -340,6 +471,33 @@ pub fn plan_report(plan: &Plan) -> Document {
             .collect()
     };
     doc.plot(
+        "attainment_vs_rate",
+        plot::line_chart(&LineChart {
+            title: "Requests meeting the SLO against request rate".into(),
+            x_label: "requests per second".into(),
+            y_label: "requests meeting the SLO (%)".into(),
+            series: plan
+                .layouts
+                .iter()
+                .filter(|l| !l.probes.is_empty())
+                .map(|l| {
+                    let mut pts: Vec<(f64, f64)> = l
+                        .probes
+                        .iter()
+                        .map(|p| (p.rate_req_s, 100.0 * p.met_share))
+                        .collect();
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    (l.name.clone(), pts)
+                })
+                .collect(),
+            h_line: Some((
+                100.0 * q.attainment,
+                format!("{:.0} % needed", 100.0 * q.attainment),
+            )),
+            ..LineChart::default()
+        }),
+    );
+    doc.plot(
         "ttft_vs_rate",
         plot::line_chart(&LineChart {
             title: "TTFT p99 against request rate".into(),
@@ -394,6 +552,10 @@ mod tests {
                     tpot_ms_p99: 1.0,
                     output_tokens_per_s: 1.0,
                     sustained: true,
+                    over_ttft_share: 0.0,
+                    over_itl_share: 0.0,
+                    over_e2e_share: 0.0,
+                    ttft_mostly: None,
                 })
                 .into_iter()
                 .collect(),
@@ -412,6 +574,8 @@ mod tests {
                 slo: "x".into(),
                 slo_all: None,
                 attainment: 0.9,
+                arrival_instants: 224,
+                max_arrivals_at_one_instant: 19,
                 seed: 0,
                 max_runs_per_layout: 4,
                 target_rate_req_s: Some(10.0),
@@ -466,5 +630,95 @@ mod tests {
                 .unwrap_err()
                 .contains("different plan")
         );
+    }
+
+    #[test]
+    fn a_layout_that_sustains_nothing_is_not_ranked_and_says_why() {
+        // l1's probes at 4, 2 and 1 req/s all failed; at 1 req/s (1/8 of
+        // the trace's rate) 42 % met the SLO: 50 % were over the TTFT
+        // bound, 10 % over ITL, 5 % did not complete, and 71 % of the TTFT
+        // was spent prefilling.
+        let mut stuck = layout(1, 8, None, 0.0);
+        stuck.probes = [4.0, 2.0, 1.0]
+            .into_iter()
+            .map(|rate| Probe {
+                speedup: rate / 8.0,
+                rate_req_s: rate,
+                met_share: 0.42,
+                completed_share: 0.95,
+                ttft_ms_p99: 3_324.0,
+                itl_ms_p99: 40.0,
+                tpot_ms_p99: 38.0,
+                output_tokens_per_s: 1.0,
+                sustained: false,
+                over_ttft_share: 0.5,
+                over_itl_share: 0.1,
+                over_e2e_share: 0.0,
+                ttft_mostly: Some(("queueing".into(), 0.71)),
+            })
+            .collect();
+        let mut p = plan(vec![layout(0, 8, Some(8.0), 100.0), stuck], None);
+        p.question.slo = "TTFT ≤ 100 ms".into();
+        let table = ranking_table(&p);
+        assert!(table.contains("| 1 | l0 |"), "{table}");
+        assert!(!table.contains("l1"), "{table}");
+        let why = unsustained(&p);
+        assert!(
+            why.contains("- **l1** sustains no rate: at the lowest rate probed, 1.000 req/s (0.125× the trace's), 42.0 % of requests met the SLO (90 % needed). The TTFT bound binds: 50.0 % completed over its TTFT bound (TTFT p99 3.3 s); most of the TTFT went to queueing (71 %)."),
+            "{why}"
+        );
+        assert!(
+            why.contains("up to 19 requests at one instant (1 requests at 224 distinct times)"),
+            "{why}"
+        );
+        assert!(why.contains("`--arrivals poisson`"), "{why}");
+        assert!(why.contains("a looser SLO than TTFT ≤ 100 ms"), "{why}");
+        // Prefilling, not queueing: the bound is below the unloaded TTFT,
+        // and the trace's bursts are not the cause.
+        for probe in &mut p.layouts[1].probes {
+            probe.ttft_mostly = Some(("prefilling".into(), 0.71));
+        }
+        let why = unsustained(&p);
+        assert!(why.contains("most of the TTFT went to prefilling (71 %), not to queueing, so the bound is tighter than this layout's TTFT without load."), "{why}");
+        assert!(!why.contains("instant"), "{why}");
+        // Under Poisson arrivals there are no bursts to speak of.
+        p.question.arrivals = "poisson".into();
+        let why = unsustained(&p);
+        assert!(
+            !why.contains("--arrivals poisson") && !why.contains("instant"),
+            "{why}"
+        );
+        // Every layout sustained something: nothing to say.
+        p.layouts.pop();
+        assert_eq!(unsustained(&p), "");
+        // The report has the section and the attainment plot.
+        let p = plan(
+            vec![layout(0, 8, Some(8.0), 100.0), layout(1, 8, None, 0.0)],
+            None,
+        );
+        let doc = plan_report(&p);
+        assert!(doc.markdown().contains("## Layouts that sustain no rate"));
+        assert!(
+            doc.plots()
+                .iter()
+                .any(|(name, _)| *name == "attainment_vs_rate")
+        );
+    }
+
+    #[test]
+    fn the_binding_part_is_the_one_most_requests_missed_by() {
+        let mut probe = layout(0, 8, Some(1.0), 1.0).probes.remove(0);
+        (
+            probe.over_ttft_share,
+            probe.over_itl_share,
+            probe.over_e2e_share,
+        ) = (0.1, 0.3, 0.2);
+        probe.completed_share = 0.9;
+        assert_eq!(probe.binding(), ("ITL", 0.3));
+        probe.completed_share = 0.6;
+        assert_eq!(probe.binding().0, "completion");
+        probe.completed_share = 1.0;
+        probe.over_e2e_share = 0.5;
+        assert_eq!(probe.binding(), ("E2E", 0.5));
     }
 }

@@ -68,11 +68,18 @@ impl Slo {
 
     /// Whether a completed request with these latencies meets the SLO.
     pub fn met(&self, ttft_ms: f64, tpot_ms: Option<f64>, e2e_ms: f64) -> bool {
-        self.ttft_ms.is_none_or(|t| ttft_ms <= t)
-            && self
-                .itl_ms
-                .is_none_or(|t| tpot_ms.is_none_or(|tpot| tpot <= t))
-            && self.e2e_ms.is_none_or(|t| e2e_ms <= t)
+        self.exceeded(ttft_ms, tpot_ms, e2e_ms) == [false; 3]
+    }
+
+    /// Which of its thresholds (TTFT, ITL, E2E) a completed request with
+    /// these latencies exceeds; an unset threshold is never exceeded.
+    pub fn exceeded(&self, ttft_ms: f64, tpot_ms: Option<f64>, e2e_ms: f64) -> [bool; 3] {
+        [
+            self.ttft_ms.is_some_and(|t| ttft_ms > t),
+            self.itl_ms
+                .is_some_and(|t| tpot_ms.is_some_and(|tpot| tpot > t)),
+            self.e2e_ms.is_some_and(|t| e2e_ms > t),
+        ]
     }
 
     /// `TTFT ≤ 500 ms, ITL ≤ 50 ms`.
@@ -190,10 +197,44 @@ pub struct Goodput {
     /// Requests that met their SLO per second of the run.
     pub requests_per_s: f64,
     pub by_class: BTreeMap<String, ClassGoodput>,
+    /// Why requests under an SLO missed it, each reason counted on its own
+    /// (a request may miss for several); absent when every one met it.
+    #[serde(skip_serializing_if = "Missed::is_none")]
+    pub missed: Missed,
     /// Classes given an SLO (on the command line or in the trace's header)
     /// that no request of the run belonged to, by name.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub classes_without_requests: Vec<String>,
+}
+
+/// Requests under an SLO that missed it, by reason: not completed, or
+/// completed over each threshold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Missed {
+    pub not_completed: u64,
+    pub ttft: u64,
+    pub itl: u64,
+    pub e2e: u64,
+}
+
+impl Missed {
+    pub fn is_none(&self) -> bool {
+        *self == Missed::default()
+    }
+}
+
+/// How one request fared against its SLO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    NotCompleted,
+    /// Completed; which thresholds (TTFT, ITL, E2E) it exceeded.
+    Completed([bool; 3]),
+}
+
+impl Verdict {
+    fn met(self) -> bool {
+        self == Verdict::Completed([false; 3])
+    }
 }
 
 /// Counts per class as requests end.
@@ -201,6 +242,7 @@ pub struct Goodput {
 pub(crate) struct GoodputCounter {
     /// Per class index, once its first request ended.
     classes: Vec<Option<ClassCount>>,
+    missed: Missed,
 }
 
 /// A class's resolved SLO and display name, requests and requests met.
@@ -224,10 +266,18 @@ impl GoodputCounter {
         entry.0
     }
 
-    pub(crate) fn add(&mut self, class: u16, met: bool) {
+    pub(crate) fn add(&mut self, class: u16, verdict: Verdict) {
         if let Some(Some(entry)) = self.classes.get_mut(class as usize) {
             entry.2 += 1;
-            entry.3 += u64::from(met);
+            entry.3 += u64::from(verdict.met());
+            match verdict {
+                Verdict::NotCompleted => self.missed.not_completed += 1,
+                Verdict::Completed([ttft, itl, e2e]) => {
+                    self.missed.ttft += u64::from(ttft);
+                    self.missed.itl += u64::from(itl);
+                    self.missed.e2e += u64::from(e2e);
+                }
+            }
         }
     }
 
@@ -249,6 +299,7 @@ impl GoodputCounter {
             entry.requests_met += met;
             entry.met_share = share(entry.requests_met, entry.requests);
         }
+        out.missed = self.missed;
         out.classes_without_requests = plan
             .named
             .keys()
@@ -336,7 +387,7 @@ mod tests {
         );
         let mut counter = GoodputCounter::default();
         assert_eq!(counter.slo(&plan, 0), None);
-        counter.add(0, true);
+        counter.add(0, Verdict::Completed([false; 3]));
         let g = counter.goodput(&plan, 0.0).expect("an SLO was given");
         assert_eq!((g.requests, g.requests_met), (0, 0));
         assert_eq!((g.met_share, g.requests_per_s), (0.0, 0.0));
@@ -344,11 +395,23 @@ mod tests {
         assert_eq!(g.classes_without_requests, ["chat"]);
         // A chat request met: the class's entry carries its SLO.
         assert_eq!(counter.slo(&plan, 1), Some(chat));
-        counter.add(1, true);
+        counter.add(1, Verdict::Completed([false; 3]));
         let g = counter.goodput(&plan, 2.0).unwrap();
         assert_eq!(g.by_class["chat"].slo, chat);
         assert_eq!((g.requests, g.requests_met, g.requests_per_s), (1, 1, 0.5));
         assert!(g.classes_without_requests.is_empty());
+    }
+
+    #[test]
+    fn each_threshold_is_exceeded_on_its_own() {
+        let slo = Slo::parse("ttft_ms=100,itl_ms=10").unwrap();
+        assert_eq!(slo.exceeded(100.0, Some(10.0), 1e9), [false; 3]);
+        assert_eq!(slo.exceeded(100.1, Some(10.0), 0.0), [true, false, false]);
+        assert_eq!(slo.exceeded(0.0, Some(10.1), 0.0), [false, true, false]);
+        // One output token has no TPOT: the ITL bound cannot be exceeded.
+        assert_eq!(slo.exceeded(0.0, None, 0.0), [false; 3]);
+        let e2e = Slo::parse("e2e_ms=5").unwrap();
+        assert_eq!(e2e.exceeded(1e9, Some(1e9), 5.5), [false, false, true]);
     }
 
     #[test]
@@ -376,14 +439,30 @@ mod tests {
         assert_eq!(plan.resolve(1).0.unwrap().ttft_ms, Some(100.0));
         assert_eq!(plan.resolve(2).0.unwrap().e2e_ms, Some(60000.0));
         let mut counter = GoodputCounter::default();
-        for (class, met) in [(1, true), (1, false), (0, true)] {
+        // The second chat request completed over its TTFT bound; a fourth,
+        // of the default class, never completed.
+        for (class, verdict) in [
+            (1, Verdict::Completed([false; 3])),
+            (1, Verdict::Completed([true, false, false])),
+            (0, Verdict::Completed([false; 3])),
+            (0, Verdict::NotCompleted),
+        ] {
             assert!(counter.slo(&plan, class).is_some());
-            counter.add(class, met);
+            counter.add(class, verdict);
         }
         let g = counter.goodput(&plan, 2.0).unwrap();
-        assert_eq!((g.requests, g.requests_met), (3, 2));
+        assert_eq!((g.requests, g.requests_met), (4, 2));
         assert_eq!(g.requests_per_s, 1.0);
         assert_eq!(g.by_class["chat"].met_share, 0.5);
+        assert_eq!(
+            g.missed,
+            Missed {
+                not_completed: 1,
+                ttft: 1,
+                itl: 0,
+                e2e: 0
+            }
+        );
         assert!(!g.by_class.contains_key("batch"));
         assert_eq!(g.classes_without_requests, ["batch"]);
     }

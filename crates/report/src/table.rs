@@ -267,6 +267,26 @@ pub fn pools_markdown(runs: &[ComparedRun]) -> String {
 /// Mean milliseconds per completed request in each phase: queueing,
 /// prefill, waiting for the decode side, KV transfer, first decode step
 /// (these add up to the mean TTFT), then the rest of the decode.
+/// A duration given in milliseconds, in the unit that suits it: `8.5 ms`,
+/// `420 ms`, `2.0 s`, `33.4 min`, `2.5 h`.
+pub fn duration_ms(ms: f64) -> String {
+    if !ms.is_finite() {
+        return "–".into();
+    }
+    let s = ms / 1000.0;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else if s < 60.0 {
+        format!("{s:.1} s")
+    } else if s < 3600.0 {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
+
 pub fn phases_ms(s: &Summary) -> [f64; 6] {
     let t = &s.ttft_share;
     let ttft = s.ttft_ms.mean;
@@ -398,4 +418,28 @@ pub fn verdict(runs: &[ComparedRun]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_ms;
+
+    #[test]
+    fn durations_read_in_the_unit_that_suits_them() {
+        let cases = [
+            (8.46, "8.5 ms"),
+            (9.99, "10.0 ms"),
+            (10.0, "10 ms"),
+            (420.4, "420 ms"),
+            (999.4, "999 ms"),
+            (2_000.0, "2.0 s"),
+            (59_940.0, "59.9 s"),
+            (2_005_932.0, "33.4 min"),
+            (9_000_000.0, "2.5 h"),
+            (f64::NAN, "–"),
+        ];
+        for (ms, want) in cases {
+            assert_eq!(duration_ms(ms), want, "{ms}");
+        }
+    }
 }

@@ -2083,38 +2083,48 @@ mod tests {
     }
 
     /// `profileName` names whose target a binding records
-    /// (`session_affinity.go`): here the prefill profile's, under P/D, so
-    /// the session sticks to the prefill endpoint, not the decode one.
+    /// (`session_affinity.go`): under P/D the prefill profile's, so the
+    /// session sticks to the prefill endpoint, or the decode (primary)
+    /// profile's, so it sticks to the decode one.
     #[test]
     fn a_session_binds_to_the_target_of_the_profile_it_names() {
-        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: queue-scorer\n- type: always-disagg-pd-decider\n- type: session-affinity-scorer\n  parameters: {strategy: session_id, profileName: prefill}\n- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{pluginRef: prefill-filter}, {pluginRef: session-affinity-scorer}, {pluginRef: queue-scorer}]\n- name: decode\n  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]\n";
-        let mut router = Router::new(
-            &inputs_experimental(text),
-            labels(&["prefill", "prefill", "decode", "decode"]),
-            5,
-        );
-        let views = vec![EndpointView::default(); 4];
-        let with = headers(&[("x-session-id", "abc")]);
-        let request = RequestContext {
-            headers: &with,
-            now_ns: 0,
-        };
-        let decision = router
-            .pick_request(&prompt(1, 16), &request, &views)
-            .unwrap();
-        let prefill = decision.prefill.expect("disaggregated");
-        assert!(prefill < 2 && decision.decode >= 2);
-        let mut out = Vec::new();
-        router.score(
-            "session-affinity-scorer",
-            &[0, 1],
-            &views,
-            &request,
-            &mut out,
-        );
-        let mut expected = vec![0.0; 2];
-        expected[prefill] = 1.0;
-        assert_eq!(out, expected, "bound to the prefill target");
+        for profile in ["prefill", "decode"] {
+            let text = format!(
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-filter\n- type: decode-filter\n- type: queue-scorer\n- type: always-disagg-pd-decider\n- type: session-affinity-scorer\n  parameters: {{strategy: session_id, profileName: {profile}}}\n- type: disagg-profile-handler\n  parameters: {{deciders: {{prefill: always-disagg-pd-decider}}}}\nschedulingProfiles:\n- name: prefill\n  plugins: [{{pluginRef: prefill-filter}}, {{pluginRef: session-affinity-scorer}}, {{pluginRef: queue-scorer}}]\n- name: decode\n  plugins: [{{pluginRef: decode-filter}}, {{pluginRef: queue-scorer}}]\n"
+            );
+            let mut router = Router::new(
+                &inputs_experimental(&text),
+                labels(&["prefill", "prefill", "decode", "decode"]),
+                5,
+            );
+            let views = vec![EndpointView::default(); 4];
+            let with = headers(&[("x-session-id", "abc")]);
+            let request = RequestContext {
+                headers: &with,
+                now_ns: 0,
+            };
+            let decision = router
+                .pick_request(&prompt(1, 16), &request, &views)
+                .unwrap();
+            let prefill = decision.prefill.expect("disaggregated");
+            assert!(prefill < 2 && decision.decode >= 2);
+            let target = if profile == "prefill" {
+                prefill
+            } else {
+                decision.decode
+            };
+            let mut out = Vec::new();
+            router.score(
+                "session-affinity-scorer",
+                &[0, 1, 2, 3],
+                &views,
+                &request,
+                &mut out,
+            );
+            let mut expected = vec![0.0; 4];
+            expected[target] = 1.0;
+            assert_eq!(out, expected, "bound to the {profile} target");
+        }
     }
 
     #[test]

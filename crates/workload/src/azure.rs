@@ -282,7 +282,9 @@ mod tests {
             "2023-11-16 18:15:46,5",
             "1969-12-31 23:59:59",
             "2023-11-1x 18:15:46",
-            // Each time separator alone wrong.
+            // Each date separator alone wrong, then each time separator.
+            "2023/11-16 18:15:46",
+            "2023-11/16 18:15:46",
             "2023-11-16 18-15:46",
             "2023-11-16 18:15-46",
         ] {
