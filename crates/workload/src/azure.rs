@@ -23,8 +23,8 @@
 
 use crate::lines::{CsvRecords, Fields};
 use crate::{
-    AZURE_SALT, ArrivalOrder, RequestSource, RequestSpec, TraceError, check_tokens,
-    default_classes, parse_count, raise_output,
+    AZURE_SALT, ArrivalOrder, RequestSource, RequestSpec, TraceError, check_tokens, parse_count,
+    raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment};
@@ -92,10 +92,6 @@ impl<R: BufRead> Iterator for AzureReader<R> {
 }
 
 impl<R: BufRead> RequestSource for AzureReader<R> {
-    fn slo_classes(&self) -> &[String] {
-        default_classes()
-    }
-
     fn outputs_raised(&self) -> u64 {
         self.state.raised
     }

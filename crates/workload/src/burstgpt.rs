@@ -29,8 +29,8 @@
 
 use crate::lines::{CsvRecords, Fields};
 use crate::{
-    ArrivalOrder, BURSTGPT_SALT, RequestSource, RequestSpec, TraceError, check_tokens,
-    default_classes, parse_count, raise_output,
+    ArrivalOrder, BURSTGPT_SALT, RequestSource, RequestSpec, TraceError, check_tokens, parse_count,
+    raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment};
@@ -119,10 +119,6 @@ impl<R: BufRead> Iterator for BurstGptReader<R> {
 }
 
 impl<R: BufRead> RequestSource for BurstGptReader<R> {
-    fn slo_classes(&self) -> &[String] {
-        default_classes()
-    }
-
     fn outputs_raised(&self) -> u64 {
         self.state.raised
     }

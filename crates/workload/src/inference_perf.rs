@@ -103,7 +103,7 @@
 //! lengths: `Purpose::Lengths`, lane 0 for inputs, 1 for outputs), so the
 //! same seed gives the same requests.
 
-use crate::{RequestSource, RequestSpec, SessionTurn, TraceError, TurnClient, default_classes};
+use crate::{RequestSource, RequestSpec, SessionTurn, TraceError, TurnClient};
 use pdsim_core::prompt::{content_id, mix64};
 use pdsim_core::{ARRIVAL_HORIZON, Prompt, Purpose, Segment, SimDuration, SimTime, Stream};
 use pdsim_spec::load::{Source, load};
@@ -1515,11 +1515,7 @@ impl Iterator for InferencePerf {
     }
 }
 
-impl RequestSource for InferencePerf {
-    fn slo_classes(&self) -> &[String] {
-        default_classes()
-    }
-}
+impl RequestSource for InferencePerf {}
 
 /// The top-level keys of an inference-perf configuration, for telling one
 /// apart from a trace.

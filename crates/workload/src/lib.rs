@@ -385,7 +385,10 @@ pub trait RequestSource: Iterator<Item = Result<RequestSpec, TraceError>> {
     /// [`RequestSpec::slo_class`]. Entry 0 is always `""`, the class of
     /// requests that name none. Classes are added in order of first
     /// appearance, so the list is complete once the stream is exhausted.
-    fn slo_classes(&self) -> &[String];
+    /// A source that names no classes has only that one.
+    fn slo_classes(&self) -> &[String] {
+        default_classes()
+    }
 
     /// How many rows asked for 0 output tokens and were given 1.
     ///

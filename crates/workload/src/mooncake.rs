@@ -40,7 +40,7 @@
 use crate::lines::{Line, Lines};
 use crate::{
     ArrivalOrder, MOONCAKE_SALT, MOONCAKE_UNIQUE_SALT, RequestSource, RequestSpec, TraceError,
-    arrival_at, check_tokens, default_classes, raise_output,
+    arrival_at, check_tokens, raise_output,
 };
 use pdsim_core::prompt::content_id;
 use pdsim_core::{Prompt, Segment};
@@ -104,10 +104,6 @@ impl<R: BufRead> Iterator for MooncakeReader<R> {
 }
 
 impl<R: BufRead> RequestSource for MooncakeReader<R> {
-    fn slo_classes(&self) -> &[String] {
-        default_classes()
-    }
-
     fn outputs_raised(&self) -> u64 {
         self.state.raised
     }

@@ -32,7 +32,6 @@
 
 use crate::{
     MAX_TOKENS, RequestSource, RequestSpec, SYNTHETIC_PREFIX_SALT, SYNTHETIC_TAIL_SALT, TraceError,
-    default_classes,
 };
 use pdsim_core::prompt::{content_id, mix64};
 use pdsim_core::{ARRIVAL_HORIZON, Prompt, Purpose, Segment, SimDuration, SimTime, Stream};
@@ -253,11 +252,7 @@ impl Iterator for Synthetic {
     }
 }
 
-impl RequestSource for Synthetic {
-    fn slo_classes(&self) -> &[String] {
-        default_classes()
-    }
-}
+impl RequestSource for Synthetic {}
 
 #[cfg(test)]
 mod tests {
