@@ -285,6 +285,26 @@ mod tests {
     }
 
     #[test]
+    fn every_change_of_the_flows_moves_the_generation_on() {
+        // The event loop queues one tick for the next completion and drops
+        // a tick whose generation is not the network's: each start and each
+        // finish reshapes the rates, so each must move the generation on.
+        let mut net = Network::default();
+        let (a, b) = (net.add_link(1e9), net.add_link(1e9));
+        let mut seen = vec![net.generation];
+        net.start(SimTime::ZERO, [a, b], 1e9, 0);
+        seen.push(net.generation);
+        net.start(SimTime::ZERO, [a, b], 2e9, 1);
+        seen.push(net.generation);
+        let mut done = Vec::new();
+        net.finish_due(net.next_completion().unwrap(), &mut done);
+        assert_eq!(done, [0]);
+        seen.push(net.generation);
+        let distinct: std::collections::BTreeSet<u64> = seen.iter().copied().collect();
+        assert_eq!(distinct.len(), seen.len(), "{seen:?}");
+    }
+
+    #[test]
     fn one_flow_alone_takes_bytes_over_bandwidth() {
         let mut net = Network::default();
         let a = net.add_link(1e9);

@@ -1043,3 +1043,33 @@ fn a_transfer_between_tp2_ranks_moves_over_two_gpu_pairs_at_once() {
         "{two_pairs} ns for {bytes2} bytes over two pairs against {one_pair} ns for {bytes1} over one"
     );
 }
+
+/// Counts the records written when each link window reaches the sink.
+#[derive(Default)]
+struct WindowTimes {
+    records: usize,
+    windows_at: Vec<usize>,
+}
+
+impl pdsim_cluster::RecordSink for WindowTimes {
+    fn record(&mut self, _r: &pdsim_cluster::RequestRecord) {
+        self.records += 1;
+    }
+    fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
+    fn link_window(&mut self, _window: pdsim_cluster::LinkWindow) {
+        self.windows_at.push(self.records);
+    }
+}
+
+#[test]
+fn link_windows_reach_the_sink_as_they_close_not_at_the_end() {
+    // A window's bytes are final once its second is over, and a long run
+    // has millions of them: they are handed on as they close, so memory
+    // does not grow with the run.
+    let cluster = pd_cluster();
+    let mut sink = WindowTimes::default();
+    run(&cluster, &mut trace(300), 3, true, &mut sink).unwrap();
+    assert_eq!(sink.records, 300);
+    let first = *sink.windows_at.first().expect("transfers fill windows");
+    assert!(first < 300, "the first window came after every record");
+}
