@@ -1108,10 +1108,23 @@ impl<W: Write> RecordSink for LinkCsvSink<W> {
 pub fn render_text(summary: &Summary) -> String {
     let mut out = String::new();
     let r = &summary.requests;
+    // Each row in the unit its largest figure reads best in: ms up to
+    // 10 s, then s up to 10 min, then min, then h.
     let line = |name: &str, l: &Latency| {
+        let (unit, per_ms) = match l.p999.max(l.mean) {
+            x if x < 10_000.0 => ("ms", 1.0),
+            x if x < 600_000.0 => ("s", 1e3),
+            x if x < 36_000_000.0 => ("min", 6e4),
+            _ => ("h", 3.6e6),
+        };
         format!(
-            "  {name:<5} mean {:>9.2}  p50 {:>9.2}  p90 {:>9.2}  p99 {:>9.2}  p99.9 {:>9.2}  (ms, n={})\n",
-            l.mean, l.p50, l.p90, l.p99, l.p999, l.count
+            "  {name:<5} mean {:>9.2}  p50 {:>9.2}  p90 {:>9.2}  p99 {:>9.2}  p99.9 {:>9.2}  ({unit}, n={})\n",
+            l.mean / per_ms,
+            l.p50 / per_ms,
+            l.p90 / per_ms,
+            l.p99 / per_ms,
+            l.p999 / per_ms,
+            l.count
         )
     };
     out.push_str(&format!(
@@ -1507,6 +1520,28 @@ mod stage_tests {
             c.usd_per_million_output_tokens,
             24.0 / 3600.0 / 17.0 * 1e6
         ));
+    }
+
+    #[test]
+    fn each_latency_row_reads_in_the_unit_that_suits_it() {
+        // A TTFT of 2,005,932 ms is 33.43 min; the 68 ms between its two
+        // tokens stay in ms; its E2E, 2,006,100 ms, in min too.
+        let mut a = Aggregator::default();
+        let r = completed(1, [0, 2_005_932, 2_006_000, 2_006_100], 2);
+        a.emission_of(&r, 68_000_000, 1);
+        a.record(&r);
+        let text = super::render_text(&a.summary(&RunStats::default(), info()));
+        let row = |name: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap_or_else(|| panic!("{name} in {text}"))
+                .to_string()
+        };
+        assert!(row("TTFT").contains("mean     33.43"), "{}", row("TTFT"));
+        assert!(row("TTFT").ends_with("(min, n=1)"), "{}", row("TTFT"));
+        assert!(row("TPOT").contains("mean     68.00"), "{}", row("TPOT"));
+        assert!(row("TPOT").ends_with("(ms, n=1)"), "{}", row("TPOT"));
+        assert!(row("E2E").ends_with("(min, n=1)"), "{}", row("E2E"));
     }
 
     #[test]
