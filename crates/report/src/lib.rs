@@ -624,7 +624,14 @@ pub struct KvUsage {
 /// Engine time summed over cores, by what bounds it.
 #[derive(Clone, Debug, Serialize)]
 pub struct StepBreakdown {
+    /// Engine cores (data-parallel ranks count one each) whose time this
+    /// sums.
+    pub cores: u64,
+    /// Σ over cores of the time a step was running, s.
     pub busy: f64,
+    /// Σ over every kernel of every step of its compute time and of its
+    /// memory-traffic time, s: a kernel takes the longer of the two, so
+    /// these add up to more than `busy`.
     pub compute: f64,
     pub memory: f64,
     pub communication: f64,
@@ -848,6 +855,7 @@ impl Aggregator {
                 peak: cores.iter().map(|c| c.kv_usage_peak).fold(0.0, f64::max),
             },
             step_time_s: StepBreakdown {
+                cores: cores.len() as u64,
                 busy: busy_ns as f64 / 1e9,
                 compute: sum(|c| c.compute_ns) as f64 / 1e9,
                 memory: sum(|c| c.memory_ns) as f64 / 1e9,
@@ -1274,9 +1282,20 @@ pub fn render_text(summary: &Summary) -> String {
         ));
     }
     let s = &summary.step_time_s;
+    let span = s.cores as f64 * summary.duration_s;
     out.push_str(&format!(
-        "engine time: {} steps, {:.1} s busy (compute-bound {:.1} s, memory-bound {:.1} s, communication {:.1} s, host {:.1} s, padding {:.1} s; {:.1}% padded tokens)\n",
-        s.steps, s.busy, s.compute, s.memory, s.communication, s.host, s.padding, s.padded_tokens_share * 100.0
+        "engine time: {} steps on {} engine cores, busy {:.1} core-s of {:.1} ({:.1}%); summed over every kernel, compute {:.1} s and memory traffic {:.1} s (each kernel takes the longer, so they add up to more than busy), communication {:.1} s, host {:.1} s; padding {:.1} s ({:.1}% of tokens padded)\n",
+        s.steps,
+        s.cores,
+        s.busy,
+        span,
+        if span > 0.0 { 100.0 * s.busy / span } else { 0.0 },
+        s.compute,
+        s.memory,
+        s.communication,
+        s.host,
+        s.padding,
+        s.padded_tokens_share * 100.0
     ));
     out
 }
@@ -1542,6 +1561,28 @@ mod stage_tests {
         assert!(row("TPOT").contains("mean     68.00"), "{}", row("TPOT"));
         assert!(row("TPOT").ends_with("(ms, n=1)"), "{}", row("TPOT"));
         assert!(row("E2E").ends_with("(min, n=1)"), "{}", row("E2E"));
+    }
+
+    #[test]
+    fn engine_time_is_given_against_the_cores_and_the_run() {
+        // Two engine cores busy 1 s and 2 s of a 4 s run: 3 core-s of 8.
+        let mut a = Aggregator::default();
+        a.record(&completed(1, [0, 100, 100, 4000], 1));
+        let core = |busy_ns: u64| pdsim_cluster::CoreStats {
+            busy_ns,
+            ..Default::default()
+        };
+        let stats = RunStats {
+            cores: vec![core(1_000_000_000), core(2_000_000_000)],
+            ..RunStats::default()
+        };
+        let s = a.summary(&stats, info());
+        assert_eq!(s.step_time_s.cores, 2);
+        let text = super::render_text(&s);
+        assert!(
+            text.contains("on 2 engine cores, busy 3.0 core-s of 8.0 (37.5%)"),
+            "{text}"
+        );
     }
 
     #[test]
