@@ -3082,6 +3082,22 @@ mod tests {
             let found = with(producer, token);
             assert_eq!(found, vec![(code, path.to_string())], "{producer} {token}");
         }
+        // One backend at most, whichever two are set (`tokenizer.go`).
+        let two = (
+            "epp-plugin-parameter",
+            "plugins[0].parameters.vllm".to_string(),
+        );
+        for token in [
+            "{modelName: m, estimate: {}, vllm: {url: x}}",
+            "{modelName: m, estimate: {}, udsTokenizerConfig: {socketFile: /s}}",
+            "{modelName: m, vllm: {url: x}, udsTokenizerConfig: {socketFile: /s}}",
+        ] {
+            assert!(
+                with("{}", token).contains(&two),
+                "{token}: {:?}",
+                with("{}", token)
+            );
+        }
     }
 
     #[test]

@@ -396,6 +396,15 @@ mod tests {
         index.add(64, 7, 10);
         assert_eq!(index.holders_of(7), None);
         assert!(index.holds(64, 7) && !index.holds(0, 7));
+        // Counting a block's holders adds one for each endpoint holding it,
+        // on top of what earlier blocks counted.
+        index.add(0, 7, 10);
+        let mut matches = vec![0u32; 65];
+        matches[0] = 2;
+        assert!(index.count_holders(7, &mut matches));
+        assert_eq!((matches[0], matches[1], matches[64]), (3, 0, 1));
+        assert!(!index.count_holders(8, &mut matches));
+        assert_eq!(matches.iter().sum::<u32>(), 4);
     }
 
     #[test]
