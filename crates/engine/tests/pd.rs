@@ -391,16 +391,13 @@ fn a_block_whose_units_hit_in_two_physical_blocks_is_copied_not_shared() {
     assert_eq!(engine.pool().ref_count(place[2].0), 0, "{place:?}");
 }
 
-#[test]
-fn arrived_blocks_are_cached_when_the_waiting_loop_reaches_them_admitted_or_not() {
-    // `_update_waiting_for_remote_kv` (`vllm/v1/core/sched/scheduler.py`)
-    // caches a consuming request's arrived blocks when `schedule` reaches
-    // it in the waiting queue, before deciding whether to admit it. Here it
-    // cannot be admitted: with drafts padded onto a lone decode token it
-    // needs 1 + 4 tokens of a 4-token budget (`pad_drafts`), so it stays
-    // waiting, and its four full blocks are cached all the same.
-    let mut decode = Engine::new(EngineConfig {
-        max_num_batched_tokens: 4,
+/// A decode engine with 100 usable blocks, a budget of `budget` tokens a
+/// step and EAGLE drafting of 4 tokens that pads a lone token with drafts
+/// (0.31.0's `pad_spec_decode` condition).
+fn padding_decode(budget: u32, max_model_len: u32) -> Engine {
+    Engine::new(EngineConfig {
+        max_num_batched_tokens: budget,
+        max_model_len,
         spec: Some(pdsim_engine::SpecConfig {
             num_spec_tokens: 4,
             acceptance: vec![0.5; 4],
@@ -409,7 +406,18 @@ fn arrived_blocks_are_cached_when_the_waiting_loop_reaches_them_admitted_or_not(
         }),
         pad_spec_decode: pdsim_engine::PadSpecDecode::WithRunningOrComputed,
         ..config(100)
-    });
+    })
+}
+
+#[test]
+fn arrived_blocks_are_cached_when_the_waiting_loop_reaches_them_admitted_or_not() {
+    // `_update_waiting_for_remote_kv` (`vllm/v1/core/sched/scheduler.py`)
+    // caches a consuming request's arrived blocks when `schedule` reaches
+    // it in the waiting queue, before deciding whether to admit it. Here it
+    // cannot be admitted: with drafts padded onto a lone decode token it
+    // needs 1 + 4 tokens of a 4-token budget (`pad_drafts`), so it stays
+    // waiting, and its four full blocks are cached all the same.
+    let mut decode = padding_decode(4, config(100).max_model_len);
     let hashes = pdsim_core::prompt::block_hashes(
         &pdsim_core::Prompt::new(vec![pdsim_core::Segment { id: 7, tokens: 64 }]),
         16,
@@ -437,18 +445,7 @@ fn drafts_are_padded_only_when_the_sampled_token_still_fits_the_model_length() {
     // needs 63 + 5 + 1 = 69 tokens of model length. Padded it needs 5
     // tokens of the 4-token budget and waits; unpadded its one token fits.
     let admitted_with = |max_model_len: u32, budget: u32| {
-        let mut decode = Engine::new(EngineConfig {
-            max_num_batched_tokens: budget,
-            max_model_len,
-            spec: Some(pdsim_engine::SpecConfig {
-                num_spec_tokens: 4,
-                acceptance: vec![0.5; 4],
-                eagle_style: true,
-                lookahead_tokens: 4,
-            }),
-            pad_spec_decode: pdsim_engine::PadSpecDecode::WithRunningOrComputed,
-            ..config(100)
-        });
+        let mut decode = padding_decode(budget, max_model_len);
         decode.add_request(request(1, &[(7, 64)], 1, KvTransfer::Consume));
         assert!(decode.schedule().is_none(), "parked for its KV");
         decode.kv_arrived(RequestId(1));
