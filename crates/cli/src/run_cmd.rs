@@ -142,9 +142,13 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         }
         None => (None, None),
     };
-    // A spinner counting requests on stderr (hidden when it is not a
-    // terminal): a long trace takes seconds.
-    let bar = crate::session::progress(0, "run");
+    // Progress on stderr (hidden when it is not a terminal): a long trace
+    // takes seconds. A bar with the time left when the source knows its
+    // size, else a spinner counting requests.
+    let bar = crate::session::progress(source.total.unwrap_or(0), "run");
+    if source.total.is_some() {
+        bar.set_message("requests read");
+    }
     let mut counted = source.requests.by_ref().inspect(|_| bar.inc(1));
     let outcome = {
         let mut sinks: Vec<&mut dyn pdsim_cluster::RecordSink> =

@@ -304,6 +304,10 @@ pub struct Source {
     pub stages: Vec<StagePlan>,
     /// What the source approximates, to print before the run.
     pub notes: Vec<String>,
+    /// How many requests it holds, when that is known before reading it
+    /// (a shape's `--requests`, an inference-perf configuration's stages),
+    /// for a progress bar with an ETA; `None` for a trace file.
+    pub total: Option<u64>,
 }
 
 /// Tells the SLO class names a streamed source has learnt after each row.
@@ -335,6 +339,7 @@ where
         names,
         stages: Vec::new(),
         notes: Vec::new(),
+        total: None,
     }
 }
 
@@ -389,6 +394,9 @@ pub fn open_source(
         let stages = reader.stages().to_vec();
         let notes = reader.notes().to_vec();
         let mut source = tapped(name, reader);
+        if !stages.is_empty() {
+            source.total = Some(stages.iter().map(|s| s.requests).sum());
+        }
         source.stages = stages;
         source.notes = notes;
         return Ok((source, Some(path)));
@@ -405,7 +413,9 @@ pub fn open_source(
             };
             let s =
                 Synthetic::new(name, shape, count, rate, choice.seed).map_err(|e| failure(1, e))?;
-            Ok((tapped(format!("shape {name} at {rate} req/s"), s), None))
+            let mut source = tapped(format!("shape {name} at {rate} req/s"), s);
+            source.total = Some(count);
+            Ok((source, None))
         }
         _ => {
             let text = embedded(Path::new(DEFAULT_TRACE)).unwrap_or_default();
@@ -818,7 +828,7 @@ pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
     let template = if len == 0 {
         "{prefix} [{elapsed_precise}] {spinner} {human_pos} requests read"
     } else {
-        "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}"
+        "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg} (about {eta} left)"
     };
     if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
         bar.set_style(style);
@@ -874,5 +884,44 @@ mod tests {
         let out: Vec<RequestSpec> = scaled(&input, 2.0).map(Result::unwrap).collect();
         assert_eq!(out[0].arrival, SimTime(500_000_000));
         assert_eq!(out[2].arrival, SimTime(500_000_007));
+    }
+
+    #[test]
+    fn a_source_knows_its_size_only_when_it_is_known_before_reading() {
+        // A shape's `--requests` and an inference-perf configuration's
+        // stages are counted in advance (the progress bar's total); a trace
+        // file is not read twice to count it.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let p = super::prepare(
+            &[],
+            &root.join("scenarios/4x8-h200.yaml"),
+            &root.join("deployments/1p3d-ep8.yaml"),
+        )
+        .unwrap_or_else(|f| panic!("{}", f.message));
+        fn choice(trace: Option<&std::path::Path>) -> super::WorkloadChoice<'_> {
+            super::WorkloadChoice {
+                trace,
+                rate: Some(5.0),
+                requests: Some(123),
+                seed: 1,
+            }
+        }
+        let (shape, _) =
+            super::open_source(&p, &choice(None)).unwrap_or_else(|f| panic!("{}", f.message));
+        assert_eq!(shape.total, Some(123));
+        let trace = root.join("traces/default.jsonl");
+        let (file, _) = super::open_source(&p, &choice(Some(&trace)))
+            .unwrap_or_else(|f| panic!("{}", f.message));
+        assert_eq!(file.total, None);
+        let config = std::env::temp_dir().join(format!("pdsim-total-{}.yaml", std::process::id()));
+        std::fs::write(
+            &config,
+            "api: {type: completion, streaming: true}\ndata:\n  type: shared_prefix\n  shared_prefix: {num_groups: 1, num_prompts_per_group: 1, system_prompt_len: 10, question_len: 10, output_len: 10}\nload:\n  type: constant\n  stages: [{rate: 2.0, duration: 3}, {rate: 1.0, duration: 4}]\nserver: {type: vllm, model_name: m, base_url: 'http://x', ignore_eos: true}\n",
+        )
+        .unwrap();
+        let opened = super::open_source(&p, &choice(Some(&config)));
+        std::fs::remove_file(&config).unwrap();
+        let (staged, _) = opened.unwrap_or_else(|f| panic!("{}", f.message));
+        assert_eq!(staged.total, Some(2 * 3 + 4));
     }
 }
