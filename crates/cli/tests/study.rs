@@ -128,6 +128,19 @@ fn compare_gives_the_same_bytes_whatever_the_jobs_and_explains_the_winner() {
         assert!(stdout.contains(name), "{stdout}");
     }
     assert!(stdout.contains("wins on goodput per GPU"), "{stdout}");
+    // The others against the winner, in words: `… carries 1.23× as much as
+    // 1p3d-ep8` (or nothing carried), each at its TTFT p90.
+    let verdict = stdout
+        .lines()
+        .find(|l| l.contains("wins on"))
+        .expect("a verdict line");
+    assert_eq!(verdict.matches(" at TTFT p90 ").count(), 3, "{verdict}");
+    assert_eq!(
+        verdict.matches("× as much as ").count()
+            + verdict.matches("where nothing is carried by").count(),
+        2,
+        "{verdict}"
+    );
     assert!(
         stdout.contains("TTFT p99 (ms)") && stdout.contains('%'),
         "{stdout}"

@@ -340,16 +340,27 @@ pub fn verdict(runs: &[ComparedRun]) -> String {
         } else {
             "output tokens per second per GPU"
         };
+        let ttft_p90 = |r: &ComparedRun| duration_ms(mean(r, &|s| s.ttft_ms.p90));
+        let top = key(&runs[best]);
         out.push_str(&format!(
-            "**{}** wins on {what}: {:.3}",
+            "**{}** wins on {what}: {top:.3}, at TTFT p90 {}",
             runs[best].deployment,
-            key(&runs[best])
+            ttft_p90(&runs[best])
         ));
         for &other in order.iter().skip(1) {
+            let theirs = key(&runs[other]);
+            // The winner's figure as a multiple of each other's, in words.
+            let times = if theirs > 0.0 {
+                format!("{:.2}× as much as", top / theirs)
+            } else {
+                "where nothing is carried by".to_string()
+            };
             out.push_str(&format!(
-                "; {} {:.3}",
+                "; {theirs:.3} for {} at TTFT p90 {} ({} carries {times} {})",
                 runs[other].deployment,
-                key(&runs[other])
+                ttft_p90(&runs[other]),
+                runs[best].deployment,
+                runs[other].deployment
             ));
         }
         out.push_str(".\n\n");
