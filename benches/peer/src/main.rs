@@ -201,6 +201,28 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[0], v[v.len() / 2], v[v.len() - 1])
 }
 
+/// The bench's output folder must not exist yet: one that does belongs to
+/// someone else and is never touched.
+fn refuse_existing(out: &Path) -> Result<(), String> {
+    if out.exists() {
+        return Err(format!(
+            "{} already exists; it is not this run's, so it is left alone",
+            out.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Removes `out` only when it holds pdsim's results marker (`.pdsim-result`,
+/// which `pdsim run` writes into a results folder of its own); anything
+/// else is left where it is.
+fn remove_pdsim_results(out: &Path) -> Result<(), String> {
+    if out.join(".pdsim-result").is_file() {
+        std::fs::remove_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
+    Ok(())
+}
+
 fn compare(args: &[String]) -> Result<(), String> {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let pdsim = flag(args, "--pdsim").ok_or("--pdsim BIN (the pdsim binary to run)")?;
@@ -219,12 +241,7 @@ fn compare(args: &[String]) -> Result<(), String> {
     // someone else's: refused, never touched.
     let out: PathBuf =
         std::env::temp_dir().join(format!("pdsim-peer-bench-{}", std::process::id()));
-    if out.exists() {
-        return Err(format!(
-            "{} already exists; it is not this run's, so it is left alone",
-            out.display()
-        ));
-    }
+    refuse_existing(&out)?;
     let pdsim_command: Vec<String> = vec![
         pdsim.to_string(),
         "run".into(),
@@ -256,9 +273,7 @@ fn compare(args: &[String]) -> Result<(), String> {
             pairs.push((a, b));
         }
     }
-    if out.join(".pdsim-result").is_file() {
-        std::fs::remove_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    }
+    remove_pdsim_results(&out)?;
     println!(
         "pdsim ({pdsim} run) against inference-lab 1.0.0 (engine core), {runs} pairs after a warm-up pair"
     );
@@ -286,4 +301,27 @@ fn compare(args: &[String]) -> Result<(), String> {
     let (lo, mid, hi) = median(pairs.iter().map(|p| p.1.wall_s / p.0.wall_s).collect());
     println!("and {mid:.2}x in wall time ({lo:.2}-{hi:.2})");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{refuse_existing, remove_pdsim_results};
+
+    #[test]
+    fn a_folder_the_bench_did_not_make_is_refused_and_left_alone() {
+        let dir = std::env::temp_dir().join(format!("pdsim-peer-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let user_file = dir.join("notes.txt");
+        std::fs::write(&user_file, "mine").unwrap();
+        // Already there: refused before any run.
+        assert!(refuse_existing(&dir).unwrap_err().contains("left alone"));
+        // Without pdsim's marker nothing is removed.
+        remove_pdsim_results(&dir).unwrap();
+        assert_eq!(std::fs::read_to_string(&user_file).unwrap(), "mine");
+        // With it (pdsim's own results folder), the folder goes.
+        std::fs::write(dir.join(".pdsim-result"), "").unwrap();
+        remove_pdsim_results(&dir).unwrap();
+        assert!(!dir.exists());
+        assert!(refuse_existing(&dir).is_ok());
+    }
 }
