@@ -381,21 +381,10 @@ fn search(
                 .filter(|g| g.requests > 0)
                 .map_or(0.0, |g| n(&g.missed) as f64 / g.requests as f64)
         };
-        let t = &s.ttft_share;
-        let ttft_mostly = [
-            ("queueing", t.queueing),
-            ("prefilling", t.prefilling),
-            ("waiting for the decode side", t.waiting),
-            ("transferring KV", t.transferring),
-            ("the first decode step", t.first_decode),
-        ]
-        .into_iter()
-        .filter(|(_, share)| *share > 0.0)
-        .fold(None, |best: Option<(&str, f64)>, next| match best {
-            Some(b) if b.1 >= next.1 => Some(b),
-            _ => Some(next),
-        })
-        .map(|(name, share)| (name.to_string(), share));
+        let ttft_mostly = s
+            .ttft_share
+            .largest()
+            .map(|(name, share)| (name.to_string(), share));
         probes.push(Probe {
             speedup,
             rate_req_s: base_rate * speedup,

@@ -587,12 +587,7 @@ fn run_observed(
     sim.pull_arrival(source)?;
     if !pause_when_idle && sim.flow.is_some() {
         // The reference path's ticker runs from the first instant on.
-        let first = Sim::tick_at(
-            0,
-            sim.flow_tick_phase,
-            pdsim_router::flowcontrol::DISPATCH_TICK_NS,
-        );
-        sim.request_flow_tick(first);
+        sim.flow_tick_from(0);
     }
     while let Some(event) = sim.next_event()? {
         sim.stats.events += 1;
@@ -1428,8 +1423,14 @@ impl<'a> Sim<'a> {
         if flow.is_empty() || flow.detector().reads_metrics() != metrics {
             return;
         }
+        self.flow_tick_from(self.now.as_ns());
+    }
+
+    /// Makes sure a dispatch tick is queued at the ticker's first instant
+    /// at or after `t_ns`.
+    fn flow_tick_from(&mut self, t_ns: u64) {
         let at = Self::tick_at(
-            self.now.as_ns(),
+            t_ns,
             self.flow_tick_phase,
             pdsim_router::flowcontrol::DISPATCH_TICK_NS,
         );
@@ -1452,11 +1453,7 @@ impl<'a> Sim<'a> {
         // path counts in closed form (`flow_account`) and wakes for
         // (`flow_wake`, the staleness ticks) must come out the same.
         if !self.pause_when_idle && self.flow_tick_at.is_none() && self.busy() {
-            self.request_flow_tick(Self::tick_at(
-                self.now.as_ns().saturating_add(1),
-                self.flow_tick_phase,
-                pdsim_router::flowcontrol::DISPATCH_TICK_NS,
-            ));
+            self.flow_tick_from(self.now.as_ns().saturating_add(1));
         }
     }
 
@@ -1490,18 +1487,13 @@ impl<'a> Sim<'a> {
             (a, b) => a.or(b),
         };
         let waiting = !flow.is_empty();
-        let tick = pdsim_router::flowcontrol::DISPATCH_TICK_NS;
         if let Some(token) = dispatched {
             self.route(RequestId(token), sink);
             if waiting {
-                self.request_flow_tick(Self::tick_at(
-                    now.saturating_add(1),
-                    self.flow_tick_phase,
-                    tick,
-                ));
+                self.flow_tick_from(now.saturating_add(1));
             }
         } else if let (true, Some(at)) = (waiting, stale) {
-            self.request_flow_tick(Self::tick_at(at, self.flow_tick_phase, tick));
+            self.flow_tick_from(at);
         }
     }
 
@@ -1925,8 +1917,8 @@ impl<'a> Sim<'a> {
         // Data-parallel ranks split a step into microbatches only if every
         // rank attempts it; an idle rank runs a dummy batch that does not
         // (`coordinate_batch_across_dp`, `vllm/v1/worker/dp_utils.py`).
-        // (A lone rank's batch is left as it is: the loop below would only
-        // clear a flag that is already clear.)
+        // A lone rank meets the test only when its own batch asks for no
+        // DBO, so the loop changes nothing for it.
         if batches.len() < len || batches.iter().any(|(_, b)| !b.dbo) {
             for (_, b) in batches.iter_mut() {
                 b.dbo = false;

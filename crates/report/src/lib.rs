@@ -560,6 +560,31 @@ pub struct TtftShare {
     pub first_decode: f64,
 }
 
+impl TtftShare {
+    /// The largest part, named as [`table::PHASES`] names it, and its
+    /// share; `None` when no time was counted.
+    pub fn largest(&self) -> Option<(&'static str, f64)> {
+        let parts = [
+            self.queueing,
+            self.prefilling,
+            self.waiting,
+            self.transferring,
+            self.first_decode,
+        ];
+        table::PHASES
+            .iter()
+            .zip(parts)
+            .filter(|(_, share)| *share > 0.0)
+            .fold(
+                None,
+                |best: Option<(&'static str, f64)>, (name, share)| match best {
+                    Some(b) if b.1 >= share => Some(b),
+                    _ => Some((*name, share)),
+                },
+            )
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct RunInfo {
     pub scenario: String,
@@ -1504,6 +1529,10 @@ mod stage_tests {
         assert!(near(share.queueing, 120.0 / 350.0), "{share:?}");
         assert!(near(share.prefilling, 230.0 / 350.0), "{share:?}");
         assert_eq!((share.waiting, share.transferring), (0.0, 0.0));
+        let (name, part) = share.largest().expect("time was counted");
+        assert_eq!(name, "prefill");
+        assert!(near(part, 230.0 / 350.0));
+        assert_eq!(super::TtftShare::default().largest(), None);
         // The run spans the first arrival to the last finish: 4 s.
         assert!(near(s.duration_s, 4.0));
         assert!(near(s.throughput.requests_per_s, 0.75));

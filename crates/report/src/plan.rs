@@ -33,9 +33,8 @@ pub struct Probe {
     pub over_itl_share: f64,
     #[serde(default)]
     pub over_e2e_share: f64,
-    /// Where the time to first token went at this rate: the largest part
-    /// (queueing, prefilling, waiting, transferring, first decode) and its
-    /// share, 0–1.
+    /// Where the time to first token went at this rate: the largest part,
+    /// named as [`crate::table::PHASES`] names it, and its share, 0–1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_mostly: Option<(String, f64)>,
 }
@@ -331,7 +330,7 @@ pub fn unsustained(plan: &Plan) -> String {
         let queued = low
             .ttft_mostly
             .as_ref()
-            .is_some_and(|(name, _)| name == "queueing");
+            .is_some_and(|(name, _)| name == crate::table::PHASES[0]);
         bursts_queue |= queued;
         let phase = match &low.ttft_mostly {
             Some((name, s)) if part == "TTFT" && !queued => format!(
@@ -476,20 +475,7 @@ pub fn plan_report(plan: &Plan) -> Document {
             title: "Requests meeting the SLO against request rate".into(),
             x_label: "requests per second".into(),
             y_label: "requests meeting the SLO (%)".into(),
-            series: plan
-                .layouts
-                .iter()
-                .filter(|l| !l.probes.is_empty())
-                .map(|l| {
-                    let mut pts: Vec<(f64, f64)> = l
-                        .probes
-                        .iter()
-                        .map(|p| (p.rate_req_s, 100.0 * p.met_share))
-                        .collect();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    (l.name.clone(), pts)
-                })
-                .collect(),
+            series: curve(|p| 100.0 * p.met_share),
             h_line: Some((
                 100.0 * q.attainment,
                 format!("{:.0} % needed", 100.0 * q.attainment),
@@ -676,10 +662,10 @@ mod tests {
         // Prefilling, not queueing: the bound is below the unloaded TTFT,
         // and the trace's bursts are not the cause.
         for probe in &mut p.layouts[1].probes {
-            probe.ttft_mostly = Some(("prefilling".into(), 0.71));
+            probe.ttft_mostly = Some(("prefill".into(), 0.71));
         }
         let why = unsustained(&p);
-        assert!(why.contains("most of the TTFT went to prefilling (71 %), not to queueing, so the bound is tighter than this layout's TTFT without load."), "{why}");
+        assert!(why.contains("most of the TTFT went to prefill (71 %), not to queueing, so the bound is tighter than this layout's TTFT without load."), "{why}");
         assert!(!why.contains("instant"), "{why}");
         // Under Poisson arrivals there are no bursts to speak of.
         p.question.arrivals = "poisson".into();
