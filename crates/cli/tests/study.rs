@@ -357,9 +357,11 @@ fn cross_check_table(table: &str, compared: &serde_json::Value) {
             .as_f64()
             .unwrap_or_else(|| panic!("{path:?} of run {run}"))
     };
+    // A duration row is in the unit that suits its largest value; the
+    // label says which.
     let rows = [
-        ("TTFT mean (ms)", &["ttft_ms", "mean"][..]),
-        ("E2E mean (ms)", &["e2e_ms", "mean"][..]),
+        ("TTFT mean (", &["ttft_ms", "mean"][..]),
+        ("E2E mean (", &["e2e_ms", "mean"][..]),
         ("throughput (req/s)", &["throughput", "requests_per_s"][..]),
     ];
     for (label, path) in rows {
@@ -367,6 +369,23 @@ fn cross_check_table(table: &str, compared: &serde_json::Value) {
             .lines()
             .find(|l| l.contains(label))
             .unwrap_or_else(|| panic!("row {label}"));
+        let per_ms = [
+            ("(ms)", 1.0),
+            ("(s)", 1e3),
+            ("(min)", 60e3),
+            ("(h)", 3600e3),
+        ]
+        .iter()
+        .find(|(u, _)| line.contains(u))
+        .map_or(1.0, |(_, size)| *size);
+        let figure = |run: usize, path: &[&str]| {
+            let v = figure(run, path);
+            if path[0].ends_with("_ms") {
+                v / per_ms
+            } else {
+                v
+            }
+        };
         let cells: Vec<&str> = line
             .trim_matches(|c| c == '│' || c == ' ')
             .split('┆')

@@ -45,7 +45,11 @@ impl Document {
                 name: name.to_string(),
                 svg,
             }),
-            Err(e) => self.text(format!("_(plot `{name}` could not be drawn: {e})_\n")),
+            // A plot with nothing to draw is a sentence, not empty axes.
+            Err(e) => match e.strip_prefix(plot::NO_DATA) {
+                Some(why) => self.text(format!("_{why}_\n")),
+                None => self.text(format!("_(plot `{name}` could not be drawn: {e})_\n")),
+            },
         }
     }
 
@@ -228,11 +232,13 @@ pub fn cdf_plot(
 ) -> Result<String, String> {
     plot::line_chart(&LineChart {
         title: title.to_string(),
-        x_label: "milliseconds (log scale)".into(),
-        y_label: "share of requests".into(),
+        x_label: "latency".into(),
+        y_label: "requests at or below it".into(),
+        x_unit: plot::Unit::Ms,
+        y_unit: plot::Unit::Share,
         series,
         h_line: None,
-        v_line: slo_ms.map(|v| (v, format!("SLO {v} ms"))),
+        v_line: slo_ms.map(|v| (v, format!("SLO {}", table::duration_ms(v)))),
         log_x: true,
         log_y: false,
     })
@@ -311,6 +317,7 @@ pub fn pool_line(
 pub fn pool_plot(
     title: &str,
     y_label: &str,
+    y_unit: plot::Unit,
     runs: &[(&str, &[PoolSeries])],
     value: fn(&crate::series::PoolPoint) -> f64,
 ) -> Result<String, String> {
@@ -327,8 +334,10 @@ pub fn pool_plot(
     }
     plot::line_chart(&LineChart {
         title: title.to_string(),
-        x_label: "simulated time (s)".into(),
+        x_label: "simulated time".into(),
+        x_unit: plot::Unit::S,
         y_label: y_label.to_string(),
+        y_unit,
         series,
         ..LineChart::default()
     })
@@ -339,7 +348,7 @@ pub fn phase_plot(names: Vec<String>, summaries: &[&Summary]) -> Result<String, 
     let phases: Vec<[f64; 6]> = summaries.iter().map(|s| table::phases_ms(s)).collect();
     plot::stacked_bars(&StackedBars {
         title: "Where a mean request's time goes".into(),
-        y_label: "milliseconds per request".into(),
+        y_label: "time per request".into(),
         categories: names,
         parts: table::PHASES
             .iter()
@@ -462,22 +471,28 @@ pub fn pool_section(doc: &mut Document, runs: &[(&str, &[PoolSeries])]) {
         "kv_usage",
         pool_plot(
             "KV cache usage per pool (mean over engines)",
-            "share of KV blocks",
+            "KV blocks in use",
+            plot::Unit::Share,
             runs,
             |p| p.kv_usage,
         ),
     );
     doc.plot(
         "queue_depth",
-        pool_plot("Requests waiting per pool", "requests", runs, |p| {
-            p.waiting as f64
-        }),
+        pool_plot(
+            "Requests waiting per pool",
+            "requests",
+            plot::Unit::Count,
+            runs,
+            |p| p.waiting as f64,
+        ),
     );
     doc.plot(
         "busy",
         pool_plot(
             "Engine busy share per pool",
-            "share of time stepping",
+            "time stepping",
+            plot::Unit::Share,
             runs,
             |p| p.busy_share,
         ),
@@ -507,10 +522,18 @@ pub fn compare_report(
         "## Per-pool utilisation (first seed)\n\n{}\n",
         table::pools_markdown(runs)
     ));
-    doc.text("## Where the time goes\n\nMean milliseconds per completed request in each phase: the first five add up to the mean time to first token, `decode` is the rest of the request.\n\n");
+    doc.text("## Where the time goes\n\nMean time per completed request in each phase: the first five add up to the mean time to first token, `decode` is the rest of the request.\n\n");
+    let phases: Vec<[f64; 6]> = runs
+        .iter()
+        .filter_map(|r| r.summaries.first())
+        .map(table::phases_ms)
+        .collect();
+    // One unit for the table, the one that suits its largest phase.
+    let (unit, size, decimals) =
+        table::duration_column(phases.iter().flatten().copied().fold(0.0, f64::max), 1);
     let mut phase_table = String::from("| deployment |");
     for p in table::PHASES {
-        phase_table.push_str(&format!(" {p} (ms) |"));
+        phase_table.push_str(&format!(" {p} ({unit}) |"));
     }
     phase_table.push_str("\n|---|");
     phase_table.push_str(&"---:|".repeat(table::PHASES.len()));
@@ -519,7 +542,7 @@ pub fn compare_report(
         if let Some(s) = r.summaries.first() {
             phase_table.push_str(&format!("| {} |", r.deployment));
             for v in table::phases_ms(s) {
-                phase_table.push_str(&format!(" {v:.1} |"));
+                phase_table.push_str(&format!(" {:.decimals$} |", v / size));
             }
             phase_table.push('\n');
         }
@@ -664,9 +687,25 @@ mod tests {
         let mut doc = Document::new("t");
         doc.text("hello\n");
         doc.plot("p", Ok("<svg>x</svg>".into()));
-        doc.plot("q", Err("no data".into()));
+        doc.plot("q", Err("axis overflow".into()));
+        // A plot with nothing to draw is a sentence, neither empty axes
+        // nor an error.
+        doc.plot(
+            "r",
+            plot::line_chart(&LineChart {
+                title: "Inter-token latency".into(),
+                series: vec![("run".into(), Vec::new())],
+                ..LineChart::default()
+            }),
+        );
         assert!(doc.markdown().contains("![p](plots/p.svg)"));
-        assert!(doc.markdown().contains("could not be drawn: no data"));
+        assert!(doc.markdown().contains("could not be drawn: axis overflow"));
+        assert!(
+            doc.markdown()
+                .contains("_Inter-token latency: nothing to plot, this run has no value for it._"),
+            "{}",
+            doc.markdown()
+        );
         let html = doc.html();
         assert!(html.contains("<figure id=\"p\"><svg>x</svg></figure>"));
         assert!(

@@ -243,8 +243,22 @@ fn fmt_opt(v: Option<f64>, d: usize) -> String {
 /// The ranking as a Markdown table (also printed).
 pub fn ranking_table(plan: &Plan) -> String {
     let front = plan.pareto();
-    let mut out = String::from(
-        "| rank | layout | nodes | GPUs | max rate (req/s) | per GPU (req/s) | TTFT p99 (ms) | TPOT p99 (ms) | ITL p99 (ms) | met SLO (%) | runs | Pareto |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    // Each latency column in the unit that suits its largest value.
+    let column = |f: fn(&Probe) -> f64, ms_decimals: usize| {
+        let largest = plan
+            .layouts
+            .iter()
+            .filter_map(|l| l.best())
+            .map(f)
+            .fold(0.0, f64::max);
+        crate::table::duration_column(largest, ms_decimals)
+    };
+    let ttft = column(|b| b.ttft_ms_p99, 1);
+    let tpot = column(|b| b.tpot_ms_p99, 2);
+    let itl = column(|b| b.itl_ms_p99, 2);
+    let mut out = format!(
+        "| rank | layout | nodes | GPUs | max rate (req/s) | per GPU (req/s) | TTFT p99 ({}) | TPOT p99 ({}) | ITL p99 ({}) | met SLO (%) | runs | Pareto |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        ttft.0, tpot.0, itl.0
     );
     // Layouts that sustained nothing are not ranked: `unsustained` says
     // why for each.
@@ -278,9 +292,9 @@ pub fn ranking_table(plan: &Plan) -> String {
             } else {
                 "–".into()
             },
-            fmt_opt(best.map(|b| b.ttft_ms_p99), 1),
-            fmt_opt(best.map(|b| b.tpot_ms_p99), 2),
-            fmt_opt(best.map(|b| b.itl_ms_p99), 2),
+            fmt_opt(best.map(|b| b.ttft_ms_p99 / ttft.1), ttft.2),
+            fmt_opt(best.map(|b| b.tpot_ms_p99 / tpot.1), tpot.2),
+            fmt_opt(best.map(|b| b.itl_ms_p99 / itl.1), itl.2),
             fmt_opt(best.map(|b| 100.0 * b.met_share), 1),
             l.probes.len(),
             if front.contains(&l.index) { "yes" } else { "" },
@@ -438,7 +452,7 @@ pub fn plan_report(plan: &Plan) -> Document {
         plot::scatter(&Scatter {
             title: "Sustained requests per GPU vs TTFT p99".into(),
             x_label: "requests per second per GPU".into(),
-            y_label: "TTFT p99 (ms)".into(),
+            y_label: "TTFT p99".into(),
             points: plan
                 .layouts
                 .iter()
@@ -474,10 +488,11 @@ pub fn plan_report(plan: &Plan) -> Document {
         plot::line_chart(&LineChart {
             title: "Requests meeting the SLO against request rate".into(),
             x_label: "requests per second".into(),
-            y_label: "requests meeting the SLO (%)".into(),
-            series: curve(|p| 100.0 * p.met_share),
+            y_label: "requests meeting the SLO".into(),
+            y_unit: plot::Unit::Share,
+            series: curve(|p| p.met_share),
             h_line: Some((
-                100.0 * q.attainment,
+                q.attainment,
                 format!("{:.0} % needed", 100.0 * q.attainment),
             )),
             ..LineChart::default()
@@ -488,12 +503,13 @@ pub fn plan_report(plan: &Plan) -> Document {
         plot::line_chart(&LineChart {
             title: "TTFT p99 against request rate".into(),
             x_label: "requests per second".into(),
-            y_label: "TTFT p99 (ms, log scale)".into(),
+            y_label: "TTFT p99".into(),
+            y_unit: plot::Unit::Ms,
             log_y: true,
             series: curve(|p| p.ttft_ms_p99),
             h_line: slo
                 .and_then(|s| s.ttft_ms)
-                .map(|v| (v, format!("SLO {v} ms"))),
+                .map(|v| (v, format!("SLO {}", crate::table::duration_ms(v)))),
             ..LineChart::default()
         }),
     );
@@ -502,12 +518,13 @@ pub fn plan_report(plan: &Plan) -> Document {
         plot::line_chart(&LineChart {
             title: "TPOT p99 (each request's mean inter-token latency) against request rate".into(),
             x_label: "requests per second".into(),
-            y_label: "TPOT p99 (ms, log scale)".into(),
+            y_label: "TPOT p99".into(),
+            y_unit: plot::Unit::Ms,
             log_y: true,
             series: curve(|p| p.tpot_ms_p99),
             h_line: slo
                 .and_then(|s| s.itl_ms)
-                .map(|v| (v, format!("SLO {v} ms"))),
+                .map(|v| (v, format!("SLO {}", crate::table::duration_ms(v)))),
             ..LineChart::default()
         }),
     );

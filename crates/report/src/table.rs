@@ -156,6 +156,64 @@ pub fn rows(runs: &[ComparedRun]) -> Vec<Row> {
         .collect()
 }
 
+/// The rows as tables show them: durations in the unit that suits each
+/// row. (`rows` keeps milliseconds, for `summary.json`.)
+fn shown_rows(runs: &[ComparedRun]) -> Vec<Row> {
+    let mut rows = rows(runs);
+    for row in rows.iter_mut().filter(|r| r.unit == "ms") {
+        row.in_duration_unit();
+    }
+    rows
+}
+
+impl Row {
+    /// A row of durations in milliseconds put in the unit that suits its
+    /// largest mean, as [`duration_ms`] prints one duration: seconds from
+    /// a second, minutes from a minute, hours from an hour, with three
+    /// significant digits at most (an E2E of 2,005,932 ms reads 33.4 min).
+    fn in_duration_unit(&mut self) {
+        let largest = self
+            .values
+            .iter()
+            .flatten()
+            .map(|b| b.mean.abs())
+            .fold(0.0, f64::max);
+        let (unit, size, decimals) = duration_column(largest, self.decimals);
+        self.decimals = decimals;
+        self.unit = unit.to_string();
+        for band in self.values.iter_mut().flatten() {
+            band.mean /= size;
+            band.min /= size;
+            band.max /= size;
+        }
+    }
+}
+
+/// The unit of a column (or row) of durations whose largest value is
+/// `largest_ms` milliseconds, as [`duration_ms`] prints one duration:
+/// its name, its size in milliseconds and the decimals that give three
+/// significant digits; under a second, milliseconds with `ms_decimals`.
+pub fn duration_column(largest_ms: f64, ms_decimals: usize) -> (&'static str, f64, usize) {
+    let (unit, size) = if largest_ms.is_nan() || largest_ms < 1e3 {
+        return ("ms", 1.0, ms_decimals);
+    } else if largest_ms < 60e3 {
+        ("s", 1e3)
+    } else if largest_ms < 3600e3 {
+        ("min", 60e3)
+    } else {
+        ("h", 3600e3)
+    };
+    let shown = largest_ms / size;
+    let decimals = if shown < 10.0 {
+        2
+    } else if shown < 100.0 {
+        1
+    } else {
+        0
+    };
+    (unit, size, decimals)
+}
+
 /// The change from `base` to `value`, as a signed percentage.
 fn delta(base: f64, value: f64) -> Option<f64> {
     (base.abs() > 1e-12).then(|| 100.0 * (value - base) / base)
@@ -210,7 +268,7 @@ pub fn text_table(runs: &[ComparedRun]) -> String {
     let mut header = vec!["figure".to_string()];
     header.extend(runs.iter().map(|r| r.deployment.clone()));
     table.set_header(header);
-    for row in rows(runs) {
+    for row in shown_rows(runs) {
         let mut cells = vec![label(&row)];
         cells.extend((0..runs.len()).map(|i| cell(&row, i, true)));
         table.add_row(cells);
@@ -227,7 +285,7 @@ pub fn markdown_table(runs: &[ComparedRun]) -> String {
     out.push_str("\n|---|");
     out.push_str(&"---:|".repeat(runs.len()));
     out.push('\n');
-    for row in rows(runs) {
+    for row in shown_rows(runs) {
         out.push_str(&format!("| {} |", label(&row)));
         for i in 0..runs.len() {
             out.push_str(&format!(" {} |", cell(&row, i, true)));
@@ -264,9 +322,6 @@ pub fn pools_markdown(runs: &[ComparedRun]) -> String {
     out
 }
 
-/// Mean milliseconds per completed request in each phase: queueing,
-/// prefill, waiting for the decode side, KV transfer, first decode step
-/// (these add up to the mean TTFT), then the rest of the decode.
 /// A duration given in milliseconds, in the unit that suits it: `8.5 ms`,
 /// `420 ms`, `2.0 s`, `33.4 min`, `2.5 h`.
 pub fn duration_ms(ms: f64) -> String {
@@ -287,6 +342,9 @@ pub fn duration_ms(ms: f64) -> String {
     }
 }
 
+/// Mean milliseconds per completed request in each phase: queueing,
+/// prefill, waiting for the decode side, KV transfer, first decode step
+/// (these add up to the mean TTFT), then the rest of the decode.
 pub fn phases_ms(s: &Summary) -> [f64; 6] {
     let t = &s.ttft_share;
     let ttft = s.ttft_ms.mean;
@@ -452,5 +510,46 @@ mod tests {
         for (ms, want) in cases {
             assert_eq!(duration_ms(ms), want, "{ms}");
         }
+    }
+
+    #[test]
+    fn a_row_of_durations_takes_the_unit_of_its_largest_value() {
+        use super::{Band, Better, Row};
+        let row = |means: &[f64]| Row {
+            figure: "E2E mean".into(),
+            unit: "ms".into(),
+            better: Better::Lower,
+            values: means
+                .iter()
+                .map(|m| {
+                    Some(Band {
+                        mean: *m,
+                        min: *m,
+                        max: *m,
+                    })
+                })
+                .chain([None])
+                .collect(),
+            decimals: 0,
+        };
+        let shown = |means: &[f64]| {
+            let mut r = row(means);
+            r.in_duration_unit();
+            let cells: Vec<String> = (0..r.values.len())
+                .map(|i| super::cell(&r, i, false))
+                .collect();
+            (r.unit, cells)
+        };
+        assert_eq!(shown(&[420.0, 96.9]).0, "ms");
+        assert_eq!(
+            shown(&[7216.0, 3587.0]),
+            ("s".into(), vec!["7.22".into(), "3.59".into(), "–".into()])
+        );
+        assert_eq!(shown(&[2_005_932.0, 12.0]).1[0], "33.4");
+        assert_eq!(shown(&[2_005_932.0, 12.0]).0, "min");
+        assert_eq!(
+            shown(&[9_000_000.0]),
+            ("h".into(), vec!["2.50".into(), "–".into()])
+        );
     }
 }
