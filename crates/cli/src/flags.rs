@@ -144,6 +144,9 @@ pub fn max_requests(n: usize) -> Result<(), Failure> {
 
 /// Parses `--shard I/N`.
 pub fn shard(text: &str) -> Result<[usize; 2], Failure> {
+    if text.trim() == "auto" {
+        return shard_from_env(&|name| std::env::var(name).ok());
+    }
     let bad = || {
         failure(
             2,
@@ -157,6 +160,98 @@ pub fn shard(text: &str) -> Result<[usize; 2], Failure> {
     );
     if n == 0 || i >= n || n > MAX_SHARDS {
         return Err(bad());
+    }
+    Ok([i, n])
+}
+
+/// The shard `--shard auto` takes from the batch system running it, read
+/// through `var` (the process environment):
+///
+/// - a Kubernetes Indexed Job: the index from `JOB_COMPLETION_INDEX`
+///   (which the Job controller sets on each pod), the count from
+///   `PDSIM_SHARD_COUNT` (the Job's `completions`, which Kubernetes does not
+///   pass to the pod; `deploy/kubernetes/plan-indexed-job.yaml` sets both
+///   from one value);
+/// - a Slurm job array: the index from `SLURM_ARRAY_TASK_ID` less
+///   `SLURM_ARRAY_TASK_MIN` (an array may start anywhere), the count from
+///   `SLURM_ARRAY_TASK_COUNT`; an array with a step other than 1 is refused,
+///   as its task numbers would leave shards out.
+///
+/// Both at once, or neither, is an error naming the variables.
+pub fn shard_from_env(var: &dyn Fn(&str) -> Option<String>) -> Result<[usize; 2], Failure> {
+    let number = |name: &str| -> Result<Option<usize>, Failure> {
+        match var(name) {
+            None => Ok(None),
+            Some(v) => v.trim().parse().map(Some).map_err(|_| {
+                failure(
+                    2,
+                    format!("--shard auto: {name}={v:?} is not a whole number"),
+                )
+            }),
+        }
+    };
+    let kubernetes = number("JOB_COMPLETION_INDEX")?;
+    let slurm = number("SLURM_ARRAY_TASK_ID")?;
+    let (i, n, from) = match (kubernetes, slurm) {
+        (Some(_), Some(_)) => {
+            return Err(failure(
+                2,
+                "--shard auto: both JOB_COMPLETION_INDEX (a Kubernetes Indexed Job) and SLURM_ARRAY_TASK_ID (a Slurm array) are set; give --shard I/N",
+            ));
+        }
+        (Some(i), None) => {
+            let n = number("PDSIM_SHARD_COUNT")?.ok_or_else(|| {
+                failure(
+                    2,
+                    "--shard auto: JOB_COMPLETION_INDEX is set but PDSIM_SHARD_COUNT is not; set it to the Indexed Job's completions (deploy/kubernetes/plan-indexed-job.yaml does)",
+                )
+            })?;
+            (i, n, "JOB_COMPLETION_INDEX / PDSIM_SHARD_COUNT")
+        }
+        (None, Some(id)) => {
+            if let Some(step) = number("SLURM_ARRAY_TASK_STEP")?
+                && step != 1
+            {
+                return Err(failure(
+                    2,
+                    format!(
+                        "--shard auto: the Slurm array steps by {step} (SLURM_ARRAY_TASK_STEP); submit it as --array=0-(N-1) so every shard runs"
+                    ),
+                ));
+            }
+            let min = number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+            let n = number("SLURM_ARRAY_TASK_COUNT")?.ok_or_else(|| {
+                failure(
+                    2,
+                    "--shard auto: SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not",
+                )
+            })?;
+            let i = id.checked_sub(min).ok_or_else(|| {
+                failure(
+                    2,
+                    format!(
+                        "--shard auto: SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"
+                    ),
+                )
+            })?;
+            (
+                i,
+                n,
+                "SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN / SLURM_ARRAY_TASK_COUNT",
+            )
+        }
+        (None, None) => {
+            return Err(failure(
+                2,
+                "--shard auto: neither a Kubernetes Indexed Job (JOB_COMPLETION_INDEX, PDSIM_SHARD_COUNT) nor a Slurm array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) is in the environment; give --shard I/N",
+            ));
+        }
+    };
+    if n == 0 || i >= n || n > MAX_SHARDS {
+        return Err(failure(
+            2,
+            format!("--shard auto: shard {i} of {n} (from {from}) is not 0 ≤ I < N ≤ {MAX_SHARDS}"),
+        ));
     }
     Ok([i, n])
 }
@@ -404,6 +499,87 @@ pub fn note_trace_override(command: &str, p: &Prepared, trace: Option<&Path>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn shard_auto_reads_kubernetes_and_slurm() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let shard = |pairs: &'static [(&'static str, &'static str)]| {
+            super::shard_from_env(&env(pairs)).map_err(|f| f.message)
+        };
+        assert_eq!(
+            shard(&[("JOB_COMPLETION_INDEX", "2"), ("PDSIM_SHARD_COUNT", "4")]),
+            Ok([2, 4])
+        );
+        assert_eq!(
+            shard(&[
+                ("SLURM_ARRAY_TASK_ID", "3"),
+                ("SLURM_ARRAY_TASK_COUNT", "4")
+            ]),
+            Ok([3, 4])
+        );
+        // An array numbered from 1: its first task is shard 0.
+        assert_eq!(
+            shard(&[
+                ("SLURM_ARRAY_TASK_ID", "1"),
+                ("SLURM_ARRAY_TASK_MIN", "1"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ("SLURM_ARRAY_TASK_STEP", "1"),
+            ]),
+            Ok([0, 4])
+        );
+        for (pairs, says) in [
+            (&[][..], "neither"),
+            (
+                &[("JOB_COMPLETION_INDEX", "0")][..],
+                "PDSIM_SHARD_COUNT is not",
+            ),
+            (
+                &[("JOB_COMPLETION_INDEX", "0"), ("SLURM_ARRAY_TASK_ID", "0")][..],
+                "both",
+            ),
+            (
+                &[("JOB_COMPLETION_INDEX", "4"), ("PDSIM_SHARD_COUNT", "4")][..],
+                "shard 4 of 4",
+            ),
+            (
+                &[("JOB_COMPLETION_INDEX", "x"), ("PDSIM_SHARD_COUNT", "4")][..],
+                "is not a whole number",
+            ),
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "2"),
+                    ("SLURM_ARRAY_TASK_COUNT", "2"),
+                    ("SLURM_ARRAY_TASK_STEP", "2"),
+                ][..],
+                "steps by 2",
+            ),
+            (
+                &[
+                    ("SLURM_ARRAY_TASK_ID", "0"),
+                    ("SLURM_ARRAY_TASK_MIN", "1"),
+                    ("SLURM_ARRAY_TASK_COUNT", "2"),
+                ][..],
+                "below SLURM_ARRAY_TASK_MIN",
+            ),
+        ] {
+            let owned: Vec<(&'static str, &'static str)> = pairs.to_vec();
+            let got = super::shard_from_env(&move |name: &str| {
+                owned
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            });
+            let message = got.map_err(|f| f.message).unwrap_err();
+            assert!(message.contains(says), "{pairs:?}: {message}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -81,8 +81,11 @@ pub struct PlanArgs {
     target_rate: Option<f64>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Run one slice of the layouts: `I/N` (0-based I).
-    #[arg(long, value_name = "I/N")]
+    /// Run one slice of the layouts: `I/N` (0-based I), or `auto` to take
+    /// them from a Kubernetes Indexed Job (JOB_COMPLETION_INDEX and
+    /// PDSIM_SHARD_COUNT) or a Slurm array (SLURM_ARRAY_TASK_ID and
+    /// SLURM_ARRAY_TASK_COUNT); see deploy/README.md.
+    #[arg(long, value_name = "I/N|auto")]
     shard: Option<String>,
     /// Parallel simulations (default: the cores). Results do not depend on it.
     #[arg(long, short = 'j', value_name = "N")]
