@@ -12,6 +12,7 @@ mod calibrate_cmd;
 mod compare_cmd;
 mod disk;
 mod engine_cmd;
+mod export_cmd;
 mod flags;
 mod interrupt;
 mod output;
@@ -47,6 +48,8 @@ fn pdsim_cli_run() -> ExitCode {
         Command::Compare(_) => interrupt::install("compare"),
         Command::Plan(_) => interrupt::install("plan"),
         Command::Calibrate(_) => interrupt::install("calibrate"),
+        Command::Export(_) => interrupt::install("export"),
+        Command::Import(_) => interrupt::install("import"),
     }
     match cli.command {
         Command::Validate(args) => validate_cmd::run(&args),
@@ -55,6 +58,8 @@ fn pdsim_cli_run() -> ExitCode {
         Command::Plan(args) => plan_cmd::run(&args),
         Command::Calibrate(args) => calibrate_cmd::run(&args),
         Command::Engine(args) => engine_cmd::run(&args),
+        Command::Export(args) => export_cmd::exit("export", export_cmd::export(&args)),
+        Command::Import(args) => export_cmd::exit("import", export_cmd::import(&args)),
     }
 }
 
@@ -86,4 +91,8 @@ enum Command {
     Calibrate(calibrate_cmd::Args),
     /// Drive one engine directly: `engine replay` prints its decisions step by step.
     Engine(engine_cmd::Args),
+    /// Write what an llm-d user deploys for a deployment: model-service and inferencepool Helm values, vllm serve commands.
+    Export(export_cmd::ExportArgs),
+    /// Read llm-d Helm values (model-service, inferencepool) back into a Deployment and its router files.
+    Import(export_cmd::ImportArgs),
 }

@@ -170,6 +170,12 @@ pub enum EntryKind {
     CoefficientSet,
 }
 
+/// The text of a built-in catalog entry (the export reads a model entry's
+/// `_source` for the checkpoint it describes).
+pub fn builtin_text(kind: EntryKind, name: &str) -> Option<&'static str> {
+    builtin::find(kind, name).map(|(_, text)| text)
+}
+
 impl EntryKind {
     pub fn noun(self) -> &'static str {
         match self {

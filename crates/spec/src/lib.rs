@@ -13,6 +13,7 @@ pub mod deployment;
 pub mod files;
 pub mod layout;
 pub mod lines;
+pub mod llmd;
 pub mod load;
 pub mod model;
 pub mod problem;

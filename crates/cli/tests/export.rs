@@ -1,0 +1,172 @@
+//! `pdsim export` writes what an llm-d user deploys; `pdsim import` reads
+//! it back. The round trip must give the same deployment: the imported one
+//! replays the same requests to the same per-request results, byte for
+//! byte. Layouts the model-service chart cannot express are refused with
+//! the reason.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn pdsim(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_pdsim"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("the pdsim binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("export")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    dir
+}
+
+/// The first `n` requests of the bundled trace, as a file.
+fn small_trace(n: usize) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("traces/default.jsonl")).unwrap();
+    let path = tmp(&format!("first-{n}.jsonl"));
+    let head: Vec<&str> = text.lines().take(n).collect();
+    std::fs::write(&path, head.join("\n") + "\n").unwrap();
+    path
+}
+
+fn round_trip(scenario: &str, deployment: &str, trace: &Path) {
+    let name = Path::new(deployment)
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    let (exported, imported) = (tmp(&format!("{name}-x")), tmp(&format!("{name}-i")));
+    let (code, out, err) = pdsim(&[
+        "export",
+        "--scenario",
+        scenario,
+        "--deployment",
+        deployment,
+        "--out",
+        exported.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "export {deployment}: {out}{err}");
+    for file in ["ms-values.yaml", "gaie-values.yaml", "README.md"] {
+        assert!(exported.join(file).is_file(), "{deployment}: no {file}");
+    }
+    let (code, out, err) = pdsim(&[
+        "import",
+        "--scenario",
+        scenario,
+        exported.to_str().unwrap(),
+        "--out",
+        imported.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "import {deployment}: {out}{err}");
+    let mut results = Vec::new();
+    for (which, d) in [
+        ("original", PathBuf::from(deployment)),
+        ("imported", imported.join("deployment.yaml")),
+    ] {
+        let out_dir = tmp(&format!("{name}-run-{which}"));
+        let (code, out, err) = pdsim(&[
+            "run",
+            "--scenario",
+            scenario,
+            "--deployment",
+            d.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "run {which} {deployment}: {out}{err}");
+        results.push(std::fs::read(out_dir.join("requests.csv")).unwrap());
+    }
+    assert!(
+        results[0] == results[1],
+        "{deployment}: the imported deployment gives other per-request results"
+    );
+}
+
+#[test]
+fn exported_deployments_read_back_into_the_same_deployment() {
+    let trace = small_trace(150);
+    for (scenario, deployment) in [
+        // P/D over NixlConnector with a host-memory offload tier (a
+        // MultiConnector), an EPP configuration and flags.
+        ("scenarios/4x8-h200.yaml", "deployments/1p3d-ep8.yaml"),
+        // Colocated TP 8.
+        ("scenarios/4x8-h200.yaml", "deployments/colocated-tp8.yaml"),
+        // No router block: the EPP's built-in configuration, written out.
+        ("scenarios/default.yaml", "deployments/default.yaml"),
+        // A real run's layout, TP 4.
+        (
+            "scenarios/real-runs/llama-2-70b-tp4-h100.yaml",
+            "deployments/real-runs/llama-2-70b-tp4.yaml",
+        ),
+    ] {
+        round_trip(scenario, deployment, &trace);
+    }
+}
+
+#[test]
+fn the_export_says_what_it_wrote_and_refuses_what_the_chart_cannot_express() {
+    let out = tmp("readme");
+    let (code, _, err) = pdsim(&[
+        "export",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        "--deployment",
+        "deployments/1p3d-ep8.yaml",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let values = std::fs::read_to_string(out.join("ms-values.yaml")).unwrap();
+    for needle in [
+        "uri: hf://deepseek-ai/DeepSeek-V3",
+        "modelCommand: vllmServe",
+        "replicas: 3",
+        "dataLocal: 8",
+        "connector: nixlv2",
+    ] {
+        assert!(values.contains(needle), "{needle}:\n{values}");
+    }
+    let gaie = std::fs::read_to_string(out.join("gaie-values.yaml")).unwrap();
+    assert!(
+        gaie.contains("pool-name: deepseek-v3")
+            && gaie.contains("pluginsConfigFile: epp-always-pd.yaml"),
+        "{gaie}"
+    );
+    let script = std::fs::read_to_string(out.join("vllm/pool-1-decode.sh")).unwrap();
+    assert!(
+        script.contains("vllm serve deepseek-ai/DeepSeek-V3 --data-parallel-size 8"),
+        "{script}"
+    );
+    // Pipeline parallelism: the chart requests dataLocal × tensor GPUs a
+    // pod, so the layout has no faithful chart form.
+    let (code, _, err) = pdsim(&[
+        "export",
+        "--scenario",
+        "scenarios/rebel100-minimax.yaml",
+        "--deployment",
+        "deployments/rebel100-agg.yaml",
+        "--out",
+        tmp("refused").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("parallel.pp") && err.contains("too few GPUs"),
+        "{err}"
+    );
+    assert!(!tmp("refused").exists(), "a refused export writes nothing");
+}
