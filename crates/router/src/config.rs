@@ -383,10 +383,19 @@ pub fn load_config(
             continue;
         }
         let Some(kind) = registry::lookup(plugin_type) else {
+            let hint = pdsim_spec::names::nearest(
+                plugin_type,
+                registry::PLUGINS
+                    .iter()
+                    .map(|p| p.name)
+                    .chain(REMOVED.iter().map(|(n, _)| *n)),
+            )
+            .map(|name| format!(": did you mean `{name}`?"))
+            .unwrap_or_default();
             loader.problem(
                 &format!("{at}.type"),
                 "epp-plugin-unknown",
-                format!("plugin type `{plugin_type}` is not registered"),
+                format!("plugin type `{plugin_type}` is not registered{hint}"),
             );
             continue;
         };
@@ -568,7 +577,10 @@ pub fn load_config(
                 None if !names.contains(&reference) => loader.problem(
                     &format!("{pat}.pluginRef"),
                     "epp-plugin-ref",
-                    format!("`{reference}` names no plugin defined in plugins"),
+                    format!(
+                        "`{reference}` names no plugin defined in plugins{}",
+                        did_you_mean(&reference, &names)
+                    ),
                 ),
                 None => {}
                 Some(Role::Filter) => {
@@ -779,7 +791,10 @@ pub fn load_config(
                     loader.problem(
                         &path,
                         "epp-plugin-ref",
-                        format!("`{reference}` names no plugin defined in plugins"),
+                        format!(
+                            "`{reference}` names no plugin defined in plugins{}",
+                            did_you_mean(&reference, &names)
+                        ),
                     );
                 }
             }
@@ -2261,6 +2276,14 @@ pub fn pd_params(p: &Mapping) -> PdParams {
     }
 }
 
+/// ": did you mean `name`?" for a plugin reference near one of the
+/// plugins defined, else nothing.
+fn did_you_mean(reference: &str, names: &BTreeSet<String>) -> String {
+    pdsim_spec::names::nearest(reference, names.iter().map(String::as_str))
+        .map(|name| format!(": did you mean `{name}`?"))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::{DEFAULT_CONFIG, load_config};
@@ -2300,6 +2323,29 @@ mod tests {
             vec![("queue-scorer".to_string(), 1.0)]
         );
         assert_eq!(config.profiles[0].picker, "random-picker");
+    }
+
+    #[test]
+    fn a_misspelt_plugin_type_or_reference_gets_a_did_you_mean() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorr\n- type: prefix-cache-scorer\n  name: prefix\nschedulingProfiles:\n- name: a\n  plugins: [{pluginRef: prefx}, {pluginRef: lora}]\n";
+        let problems = load_config("f", text, false).unwrap_err();
+        let messages: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+        assert!(
+            messages.contains(
+                &"plugin type `queue-scorr` is not registered: did you mean `queue-scorer`?"
+            ),
+            "{messages:?}"
+        );
+        assert!(
+            messages
+                .contains(&"`prefx` names no plugin defined in plugins: did you mean `prefix`?"),
+            "{messages:?}"
+        );
+        // Nothing near: no guess.
+        assert!(
+            messages.contains(&"`lora` names no plugin defined in plugins"),
+            "{messages:?}"
+        );
     }
 
     #[test]

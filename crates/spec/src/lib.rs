@@ -16,6 +16,7 @@ pub mod lines;
 pub mod llmd;
 pub mod load;
 pub mod model;
+pub mod names;
 pub mod problem;
 pub mod quantity;
 pub mod resolve;

@@ -368,19 +368,9 @@ fn with_suggestion(text: String) -> String {
     let Some(unknown) = head.split('`').nth(1) else {
         return text;
     };
-    let nearest = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|name| (strsim::damerau_levenshtein(unknown, name), name))
-        .min();
-    // A third of the name's length (at least 2 edits) still reads as a
-    // typo of it; beyond that the names are merely different.
-    match nearest {
-        Some((edits, name)) if edits <= (unknown.chars().count() / 3).max(2) => {
-            format!("{head}: did you mean `{name}`? Expected {expected}")
-        }
-        _ => text,
+    match crate::names::nearest(unknown, expected.split('`').skip(1).step_by(2)) {
+        Some(name) => format!("{head}: did you mean `{name}`? Expected {expected}"),
+        None => text,
     }
 }
 
