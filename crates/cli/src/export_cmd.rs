@@ -75,12 +75,13 @@ pub struct ImportArgs {
 /// The scenario and deployment, validated; every problem is an error here,
 /// as an export of an invalid deployment would deploy something else.
 fn validated(
+    files: &dyn Files,
     catalog: &[PathBuf],
     scenario: &Path,
     deployment: Option<&Path>,
 ) -> Result<pdsim_spec::Report, Failure> {
     let report = validate(&Request {
-        files: &WithDefaults,
+        files,
         catalog_dirs: catalog.to_vec(),
         scenario: Some(scenario.to_path_buf()),
         documents: deployment.map(Path::to_path_buf).into_iter().collect(),
@@ -117,7 +118,11 @@ fn catalog_checkpoint(origin: &pdsim_spec::catalog::Origin) -> Option<String> {
 }
 
 fn read(path: &Path, what: &str) -> Result<String, Failure> {
-    WithDefaults
+    read_in(&WithDefaults, path, what)
+}
+
+fn read_in(files: &dyn Files, path: &Path, what: &str) -> Result<String, Failure> {
+    files
         .read(path)
         .map_err(|e| failure(2, format!("{what} {}: {e}", path.display())))
 }
@@ -134,23 +139,63 @@ pub fn export(args: &ExportArgs) -> Result<(), Failure> {
     if let Some(out) = &args.out {
         crate::output::check_out(out)?;
     }
-    let report = validated(&args.catalog, &args.scenario, Some(&args.deployment))?;
+    let exported = export_files(
+        &WithDefaults,
+        &args.catalog,
+        &args.scenario,
+        &args.deployment,
+        args.model_uri.as_deref(),
+    )?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("results").join(format!(
+            "export--{}",
+            crate::flags::safe_part(&exported.name, 60)
+        ))
+    });
+    let staging = Staging::new(&out, "export")?;
+    for (name, text) in &exported.files {
+        staging.write(name, text)?;
+    }
+    let out = staging.commit()?;
+    println!("exported: {}", out.display());
+    Ok(())
+}
+
+/// What an export writes: the deployment's name and each file by its
+/// relative path.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Exported {
+    pub name: String,
+    pub files: std::collections::BTreeMap<String, String>,
+}
+
+/// The files `pdsim export` writes for `deployment` on `scenario`, read
+/// through `files` (a plan's generated layouts live in memory); an error
+/// says why the deployment has no llm-d form.
+pub fn export_files(
+    files: &dyn Files,
+    catalog: &[PathBuf],
+    scenario_path: &Path,
+    deployment_path: &Path,
+    model_uri: Option<&str>,
+) -> Result<Exported, Failure> {
+    let report = validated(files, catalog, scenario_path, Some(deployment_path))?;
     let scenario = report.scenario.as_ref().expect("validated");
     let bundle = report
         .deployments
         .first()
-        .ok_or_else(|| failure(1, format!("{}: no Deployment", args.deployment.display())))?;
+        .ok_or_else(|| failure(1, format!("{}: no Deployment", deployment_path.display())))?;
     let d: &Deployment = &bundle.deployment;
     let refuse = |e: String| {
         failure(
             1,
-            format!("{}: cannot export: {e}", args.deployment.display()),
+            format!("{}: cannot export: {e}", deployment_path.display()),
         )
     };
     // The checkpoint: the flag, else the catalog entry's source.
-    let (model, model_note) = match &args.model_uri {
+    let (model, model_note) = match model_uri {
         Some(uri) => {
-            let path = uri.split_once("://").map_or(uri.as_str(), |(_, p)| p);
+            let path = uri.split_once("://").map_or(uri, |(_, p)| p);
             (path.to_string(), format!("`{uri}` (--model-uri)"))
         }
         None => match catalog_checkpoint(&scenario.model.origin) {
@@ -179,15 +224,15 @@ pub fn export(args: &ExportArgs) -> Result<(), Failure> {
         image: format!("vllm/vllm-openai:v{version}"),
     };
     let mut ms = modelservice::values(d, &target).map_err(refuse)?;
-    if let Some(uri) = &args.model_uri {
+    if let Some(uri) = model_uri {
         ms = ms.replace(&format!("uri: hf://{model}"), &format!("uri: {uri}"));
     }
-    let base = args.deployment.parent().unwrap_or(Path::new(""));
+    let base = deployment_path.parent().unwrap_or(Path::new(""));
     let router = d.router.clone().unwrap_or_default();
     let (config_name, config_text, config_note) = match &router.endpoint_picker_config {
         Some(path) => (
             file_name(path),
-            read(&base.join(path), "router.endpoint_picker_config")?,
+            read_in(files, &base.join(path), "router.endpoint_picker_config")?,
             format!("`{path}`, the deployment's own"),
         ),
         None => (
@@ -207,19 +252,19 @@ pub fn export(args: &ExportArgs) -> Result<(), Failure> {
         &d.name,
     )
     .map_err(refuse)?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("results").join(format!("export--{}", crate::flags::safe_part(&d.name, 60)))
-    });
-    let staging = Staging::new(&out, "export")?;
-    staging.write("ms-values.yaml", &ms)?;
-    staging.write("gaie-values.yaml", &gaie)?;
+    let mut out = Exported {
+        name: d.name.clone(),
+        files: Default::default(),
+    };
+    out.files.insert("ms-values.yaml".into(), ms);
+    out.files.insert("gaie-values.yaml".into(), gaie);
     let mut manifests = Vec::new();
     for path in router.manifests.iter().flatten() {
         let name = file_name(path);
-        staging.write(
-            &format!("manifests/{name}"),
-            read(&base.join(path), "router.manifests")?,
-        )?;
+        out.files.insert(
+            format!("manifests/{name}"),
+            read_in(files, &base.join(path), "router.manifests")?,
+        );
         manifests.push(name);
     }
     let mut commands = String::new();
@@ -245,7 +290,8 @@ pub fn export(args: &ExportArgs) -> Result<(), Failure> {
             d.name,
             line.join(" ")
         );
-        staging.write(&format!("vllm/pool-{i}-{}.sh", pool.role), &script)?;
+        out.files
+            .insert(format!("vllm/pool-{i}-{}.sh", pool.role), script);
         commands.push_str(&format!("- `vllm/pool-{i}-{}.sh`\n", pool.role));
     }
     let readme = format!(
@@ -264,18 +310,16 @@ pub fn export(args: &ExportArgs) -> Result<(), Failure> {
          - `pdsim import --scenario {scenario} DIR` reads these files back into a Deployment.\n\n\
          The `vllm serve` commands:\n\n{commands}",
         name = d.name,
-        deployment = args.deployment.display(),
-        scenario = args.scenario.display(),
+        deployment = deployment_path.display(),
+        scenario = scenario_path.display(),
         manifests = if manifests.is_empty() {
             "none".to_string()
         } else {
             manifests.join(", ")
         },
     );
-    staging.write("README.md", readme)?;
-    let out = staging.commit()?;
-    println!("exported: {}", out.display());
-    Ok(())
+    out.files.insert("README.md".into(), readme);
+    Ok(out)
 }
 
 /// A shell word: quoted when it holds anything but plain characters.
@@ -296,7 +340,7 @@ pub fn import(args: &ImportArgs) -> Result<(), Failure> {
     if let Some(out) = &args.out {
         crate::output::check_out(out)?;
     }
-    let report = validated(&args.catalog, &args.scenario, None)?;
+    let report = validated(&WithDefaults, &args.catalog, &args.scenario, None)?;
     let scenario = report.scenario.as_ref().expect("validated");
     let gpus_per_node = scenario.scenario.cluster.gpus_per_node;
     let ms_path = args.dir.join("ms-values.yaml");
@@ -360,6 +404,7 @@ pub fn import(args: &ImportArgs) -> Result<(), Failure> {
     let out = staging.commit()?;
     // The written deployment, checked as `validate` checks it.
     let check = validated(
+        &WithDefaults,
         &args.catalog,
         &args.scenario,
         Some(&out.join("deployment.yaml")),

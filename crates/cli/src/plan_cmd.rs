@@ -634,6 +634,8 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
                     refused: None,
                     max_rate_req_s: None,
                     probes: Vec::new(),
+                    deploy: Default::default(),
+                    deploy_refused: None,
                 };
                 match p {
                     Err(reason) => {
@@ -654,6 +656,22 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
                         )
                         .map_err(|f| failure(f.code, format!("{}: {}", c.source, f.message)))?;
                         result.max_rate_req_s = result.best().map(|b| b.rate_req_s);
+                        // What to deploy, for a layout worth deploying.
+                        if result.max_rate_req_s.is_some() {
+                            match crate::export_cmd::export_files(
+                                &overlay,
+                                &args.catalog,
+                                &c.scenario,
+                                &c.path,
+                                None,
+                            ) {
+                                Ok(exported) => result.deploy = exported.files,
+                                Err(f) => {
+                                    result.deploy_refused =
+                                        Some(f.message.lines().collect::<Vec<_>>().join("; "))
+                                }
+                            }
+                        }
                     }
                 }
                 Ok(result)
@@ -789,6 +807,15 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
             ),
             ("plots/", "the plots as SVG"),
         ]);
+        if let (Some(l), _) = plan.deployable() {
+            for (name, text) in &l.deploy {
+                staging.write(&format!("deploy/{name}"), text)?;
+            }
+            files.push((
+                "deploy/",
+                "what deploys the best-ranked layout on llm-d (pdsim export's files: Helm values, vllm serve commands)",
+            ));
+        }
     }
     files.push(("README.md", "this file"));
     staging.write(
@@ -819,9 +846,18 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
     } else {
         format!("\nLayouts that sustain no rate:\n{unsustained}")
     };
+    let deploy = match plan.shard {
+        None => pdsim_report::plan::what_to_deploy(plan),
+        Some(_) => String::new(),
+    };
+    let deploy = if deploy.is_empty() {
+        deploy
+    } else {
+        format!("\n{deploy}")
+    };
     let _ = write!(
         stdout,
-        "{table}{unsustained}\n{what}results: {}\n",
+        "{table}{unsustained}{deploy}\n{what}results: {}\n",
         out.display()
     );
     Ok(())

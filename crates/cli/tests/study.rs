@@ -265,12 +265,23 @@ fn plan_shards_merge_into_the_whole_plan() {
         merged.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stdout}{stderr}");
+    // The best-ranked layout's llm-d files, written by the whole plan and
+    // by the merge alike.
+    assert!(
+        whole.join("deploy/ms-values.yaml").is_file(),
+        "the whole plan writes deploy/"
+    );
+    let report = std::fs::read_to_string(whole.join("report.md")).unwrap();
+    assert!(report.contains("## What to deploy"), "{report}");
     for file in [
         "plan.json",
         "report.md",
         "report.html",
         "plots/pareto.svg",
         "plots/ttft_vs_rate.svg",
+        "deploy/ms-values.yaml",
+        "deploy/gaie-values.yaml",
+        "deploy/README.md",
     ] {
         let (x, y) = (
             std::fs::read(whole.join(file)).unwrap(),

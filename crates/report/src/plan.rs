@@ -7,6 +7,7 @@ use crate::page::Document;
 use crate::plot::{self, LineChart, Scatter};
 use crate::slo::Slo;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// One simulation of a layout at one rate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,6 +75,14 @@ pub struct LayoutResult {
     pub max_rate_req_s: Option<f64>,
     /// The probes in the order they ran.
     pub probes: Vec<Probe>,
+    /// What an llm-d user deploys for the layout (`pdsim export`'s files,
+    /// by relative path), for a layout that sustained a rate; the plan
+    /// writes the best-ranked one's to `deploy/`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deploy: BTreeMap<String, String>,
+    /// Why a layout that sustained a rate has no llm-d form, if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy_refused: Option<String>,
 }
 
 impl LayoutResult {
@@ -199,6 +208,22 @@ impl Plan {
 
     /// Layouts best first: by sustained requests per GPU, then by rate;
     /// layouts that failed validation last.
+    /// The best-ranked layout that sustained a rate and has an llm-d form
+    /// (`deploy`), and the better-ranked sustained layouts without one.
+    pub fn deployable(&self) -> (Option<&LayoutResult>, Vec<&LayoutResult>) {
+        let mut skipped = Vec::new();
+        for l in self.ranking() {
+            if l.refused.is_some() || l.max_rate_req_s.is_none() {
+                continue;
+            }
+            if !l.deploy.is_empty() {
+                return (Some(l), skipped);
+            }
+            skipped.push(l);
+        }
+        (None, skipped)
+    }
+
     pub fn ranking(&self) -> Vec<&LayoutResult> {
         let mut order: Vec<&LayoutResult> = self.layouts.iter().collect();
         order.sort_by(|a, b| {
@@ -299,6 +324,36 @@ pub fn ranking_table(plan: &Plan) -> String {
             l.probes.len(),
             if front.contains(&l.index) { "yes" } else { "" },
         ));
+    }
+    out
+}
+
+/// Which layout to deploy and where its files are, in words: the
+/// best-ranked layout with an llm-d form, whose files the plan writes to
+/// `deploy/`, and any better-ranked one without such a form, with why.
+/// Empty when no layout sustained a rate.
+pub fn what_to_deploy(plan: &Plan) -> String {
+    let (chosen, skipped) = plan.deployable();
+    let mut out = String::new();
+    if let Some(l) = chosen {
+        out.push_str(&format!(
+            "**{}** ({} nodes, {} GPUs) sustains {:.2} req/s, {:.4} per GPU. `deploy/` holds what deploys it on llm-d: `ms-values.yaml` for llm-d's model-service chart and `gaie-values.yaml` for the inferencepool chart (the router), each pool's `vllm serve` command under `deploy/vllm/`, and the `helm install` commands in `deploy/README.md`.\n",
+            l.name,
+            l.nodes,
+            l.gpus,
+            l.max_rate_req_s.unwrap_or(0.0),
+            l.rate_per_gpu()
+        ));
+    }
+    for l in skipped {
+        out.push_str(&format!(
+            "\n`{}` ranks higher but has no llm-d chart form: {}\n",
+            l.name,
+            l.deploy_refused.as_deref().unwrap_or("not exported")
+        ));
+    }
+    if chosen.is_none() && !out.is_empty() {
+        out.push_str("\nNo layout that sustained a rate has an llm-d chart form, so `deploy/` is not written.\n");
     }
     out
 }
@@ -416,6 +471,10 @@ pub fn plan_report(plan: &Plan) -> Document {
         if let Some(reason) = &l.refused {
             doc.text(format!("- `{}` was not simulated: {reason}\n", l.name));
         }
+    }
+    let deploy = what_to_deploy(plan);
+    if !deploy.is_empty() {
+        doc.text(format!("## What to deploy\n\n{deploy}\n"));
     }
     let need = plan.nodes_for_target();
     if let Some(target) = q.target_rate_req_s {
@@ -562,6 +621,8 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            deploy: Default::default(),
+            deploy_refused: None,
         }
     }
 
@@ -587,6 +648,33 @@ mod tests {
             shard,
             layouts,
         }
+    }
+
+    #[test]
+    fn the_best_ranked_layout_with_an_llm_d_form_is_the_one_to_deploy() {
+        let mut best = layout(0, 8, Some(10.0), 100.0);
+        best.deploy_refused = Some("pools[0].parallel.pp: 4 — too few GPUs".into());
+        let mut second = layout(1, 8, Some(8.0), 100.0);
+        second.deploy.insert("ms-values.yaml".into(), "x".into());
+        let none = layout(2, 8, None, 100.0);
+        let p = plan(vec![none, second, best], None);
+        let (chosen, skipped) = p.deployable();
+        assert_eq!(chosen.map(|l| l.index), Some(1));
+        assert_eq!(skipped.iter().map(|l| l.index).collect::<Vec<_>>(), [0]);
+        let text = what_to_deploy(&p);
+        assert!(
+            text.starts_with("**l1** (1 nodes, 8 GPUs) sustains 8.00 req/s"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`l0` ranks higher but has no llm-d chart form: pools[0].parallel.pp"),
+            "{text}"
+        );
+        // Nothing sustained: nothing to deploy, nothing said.
+        assert_eq!(
+            what_to_deploy(&plan(vec![layout(0, 8, None, 1.0)], None)),
+            ""
+        );
     }
 
     #[test]
