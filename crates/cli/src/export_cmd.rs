@@ -194,6 +194,18 @@ pub fn export_files(
     };
     // The checkpoint: the flag, else the catalog entry's source.
     let (model, model_note) = match model_uri {
+        Some(uri)
+            if !["hf://", "pvc://", "pvc+hf://", "oci://"]
+                .iter()
+                .any(|scheme| uri.starts_with(scheme) && uri.len() > scheme.len()) =>
+        {
+            return Err(failure(
+                2,
+                format!(
+                    "--model-uri {uri:?}: expected hf://org/name, pvc://claim/path, pvc+hf://… or oci://…, as the model-service chart's modelArtifacts.uri takes it"
+                ),
+            ));
+        }
         Some(uri) => {
             let path = uri.split_once("://").map_or(uri, |(_, p)| p);
             (path.to_string(), format!("`{uri}` (--model-uri)"))

@@ -169,4 +169,39 @@ fn the_export_says_what_it_wrote_and_refuses_what_the_chart_cannot_express() {
         "{err}"
     );
     assert!(!tmp("refused").exists(), "a refused export writes nothing");
+    // A checkpoint is a URI the chart takes.
+    let (code, _, err) = pdsim(&[
+        "export",
+        "--scenario",
+        "scenarios/default.yaml",
+        "--deployment",
+        "deployments/default.yaml",
+        "--model-uri",
+        "llama",
+        "--out",
+        tmp("bad-uri").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--model-uri \"llama\": expected hf://"),
+        "{err}"
+    );
+    let out = tmp("pvc-uri");
+    let (code, _, err) = pdsim(&[
+        "export",
+        "--scenario",
+        "scenarios/default.yaml",
+        "--deployment",
+        "deployments/default.yaml",
+        "--model-uri",
+        "pvc://models/llama-3.1-8b",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let values = std::fs::read_to_string(out.join("ms-values.yaml")).unwrap();
+    assert!(
+        values.contains("uri: pvc://models/llama-3.1-8b"),
+        "{values}"
+    );
 }

@@ -276,7 +276,7 @@ pub fn read(text: &str, gpus_per_node: i64) -> Result<Read, String> {
         // The chart's own defaults (`dataParallelism`,
         // `dataLocalParallelism` in `_helpers.tpl`).
         let dp = get("data")
-            .or_else(|| data_local.zip(workers).map(|(l, w)| l * w))
+            .or_else(|| data_local.zip(workers).map(|(l, w)| l.saturating_mul(w)))
             .or(data_local)
             .unwrap_or(1);
         let dp_local = data_local.unwrap_or(0);
@@ -319,7 +319,16 @@ pub fn read(text: &str, gpus_per_node: i64) -> Result<Read, String> {
             .unwrap_or_default();
         let read = vllm_serve::read_args(&args, &env)
             .map_err(|e| format!("{}: {e}", at("containers[vllm].args")))?;
-        let gpus = replicas * tp * dp * read.pp.unwrap_or(1).max(1);
+        let gpus = replicas
+            .checked_mul(tp)
+            .and_then(|g| g.checked_mul(dp))
+            .and_then(|g| g.checked_mul(read.pp.unwrap_or(1).max(1)))
+            .filter(|g| *g > 0)
+            .ok_or_else(|| {
+                format!(
+                    "{section}: {replicas} replicas of tensor {tp} × data {dp} is not a positive number of GPUs pdsim can lay out"
+                )
+            })?;
         if gpus_per_node < 1 || gpus % gpus_per_node != 0 {
             return Err(format!(
                 "{section}: {replicas} replicas of {} GPUs do not fill whole nodes of {gpus_per_node} GPUs",
@@ -428,6 +437,22 @@ prefill:
         assert_eq!(
             pools[0].labels.get(SERVING_LABEL.0).map(String::as_str),
             Some("true")
+        );
+    }
+
+    #[test]
+    fn absurd_replicas_or_widths_are_refused_not_overflowed() {
+        let huge = GUIDE.replace("replicas: 1\n", "replicas: 9223372036854775807\n");
+        assert!(
+            read(&huge, 2)
+                .unwrap_err()
+                .contains("not a positive number of GPUs")
+        );
+        let negative = GUIDE.replace("tensor: 4", "tensor: -4");
+        assert!(
+            read(&negative, 2)
+                .unwrap_err()
+                .contains("not a positive number of GPUs")
         );
     }
 
