@@ -42,6 +42,22 @@ fn small_trace(n: usize) -> PathBuf {
     path
 }
 
+/// `pdsim export` of `deployment` on `scenario` into `out`, with `extra`
+/// flags.
+fn export(scenario: &str, deployment: &str, extra: &[&str], out: &Path) -> (i32, String, String) {
+    let mut args = vec![
+        "export",
+        "--scenario",
+        scenario,
+        "--deployment",
+        deployment,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    pdsim(&args)
+}
+
 fn round_trip(scenario: &str, deployment: &str, trace: &Path) {
     let name = Path::new(deployment)
         .file_stem()
@@ -49,15 +65,7 @@ fn round_trip(scenario: &str, deployment: &str, trace: &Path) {
         .to_string_lossy()
         .to_string();
     let (exported, imported) = (tmp(&format!("{name}-x")), tmp(&format!("{name}-i")));
-    let (code, out, err) = pdsim(&[
-        "export",
-        "--scenario",
-        scenario,
-        "--deployment",
-        deployment,
-        "--out",
-        exported.to_str().unwrap(),
-    ]);
+    let (code, out, err) = export(scenario, deployment, &[], &exported);
     assert_eq!(code, 0, "export {deployment}: {out}{err}");
     for file in ["ms-values.yaml", "gaie-values.yaml", "README.md"] {
         assert!(exported.join(file).is_file(), "{deployment}: no {file}");
@@ -121,15 +129,12 @@ fn exported_deployments_read_back_into_the_same_deployment() {
 #[test]
 fn the_export_says_what_it_wrote_and_refuses_what_the_chart_cannot_express() {
     let out = tmp("readme");
-    let (code, _, err) = pdsim(&[
-        "export",
-        "--scenario",
+    let (code, _, err) = export(
         "scenarios/4x8-h200.yaml",
-        "--deployment",
         "deployments/1p3d-ep8.yaml",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+        &[],
+        &out,
+    );
     assert_eq!(code, 0, "{err}");
     let values = std::fs::read_to_string(out.join("ms-values.yaml")).unwrap();
     for needle in [
@@ -154,15 +159,12 @@ fn the_export_says_what_it_wrote_and_refuses_what_the_chart_cannot_express() {
     );
     // Pipeline parallelism: the chart requests dataLocal × tensor GPUs a
     // pod, so the layout has no faithful chart form.
-    let (code, _, err) = pdsim(&[
-        "export",
-        "--scenario",
+    let (code, _, err) = export(
         "scenarios/rebel100-minimax.yaml",
-        "--deployment",
         "deployments/rebel100-agg.yaml",
-        "--out",
-        tmp("refused").to_str().unwrap(),
-    ]);
+        &[],
+        &tmp("refused"),
+    );
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("parallel.pp") && err.contains("too few GPUs"),
@@ -170,34 +172,24 @@ fn the_export_says_what_it_wrote_and_refuses_what_the_chart_cannot_express() {
     );
     assert!(!tmp("refused").exists(), "a refused export writes nothing");
     // A checkpoint is a URI the chart takes.
-    let (code, _, err) = pdsim(&[
-        "export",
-        "--scenario",
+    let (code, _, err) = export(
         "scenarios/default.yaml",
-        "--deployment",
         "deployments/default.yaml",
-        "--model-uri",
-        "llama",
-        "--out",
-        tmp("bad-uri").to_str().unwrap(),
-    ]);
+        &["--model-uri", "llama"],
+        &tmp("bad-uri"),
+    );
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("--model-uri \"llama\": expected hf://"),
         "{err}"
     );
     let out = tmp("pvc-uri");
-    let (code, _, err) = pdsim(&[
-        "export",
-        "--scenario",
+    let (code, _, err) = export(
         "scenarios/default.yaml",
-        "--deployment",
         "deployments/default.yaml",
-        "--model-uri",
-        "pvc://models/llama-3.1-8b",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+        &["--model-uri", "pvc://models/llama-3.1-8b"],
+        &out,
+    );
     assert_eq!(code, 0, "{err}");
     let values = std::fs::read_to_string(out.join("ms-values.yaml")).unwrap();
     assert!(

@@ -89,6 +89,23 @@ fn plan_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
+/// Requires the plan in `dir` to hold exactly the files of `whole`, byte
+/// for byte.
+fn same_plan(whole: &BTreeMap<String, Vec<u8>>, dir: &Path, what: &str) {
+    let merged = plan_files(dir);
+    assert_eq!(
+        merged.keys().collect::<Vec<_>>(),
+        whole.keys().collect::<Vec<_>>(),
+        "{what}"
+    );
+    for (file, bytes) in whole {
+        assert!(
+            merged[file] == *bytes,
+            "{file}: {what} differs from the unsharded plan"
+        );
+    }
+}
+
 /// The shard command of the Indexed Job in `plan-indexed-job.yaml`, and
 /// its `completions`, which `PDSIM_SHARD_COUNT` must equal.
 fn indexed_job() -> (String, usize) {
@@ -172,17 +189,11 @@ fn the_kubernetes_indexed_job_merges_into_the_unsharded_plan() {
     .unwrap();
     let merge_command = shell_command(&merge["spec"]["template"]["spec"]["containers"][0]);
     sh(&dir, &["-c", &merge_command], &[]);
-    let merged = plan_files(&dir.join("results/plan"));
-    assert_eq!(
-        merged.keys().collect::<Vec<_>>(),
-        whole.keys().collect::<Vec<_>>()
+    same_plan(
+        &whole,
+        &dir.join("results/plan"),
+        "the Indexed Job's merged plan",
     );
-    for (file, bytes) in &whole {
-        assert!(
-            merged[file] == *bytes,
-            "{file}: the Indexed Job's merged plan differs from the unsharded plan"
-        );
-    }
 }
 
 /// The array range of `plan.sbatch` (`#SBATCH --array=A-B`).
@@ -229,17 +240,11 @@ fn the_slurm_array_merges_into_the_unsharded_plan() {
         &[root().join("deploy/slurm/merge.sbatch").to_str().unwrap()],
         &[],
     );
-    let merged = plan_files(&dir.join("results/plan"));
-    assert_eq!(
-        merged.keys().collect::<Vec<_>>(),
-        whole.keys().collect::<Vec<_>>()
+    same_plan(
+        &whole,
+        &dir.join("results/plan"),
+        "the Slurm array's merged plan",
     );
-    for (file, bytes) in &whole {
-        assert!(
-            merged[file] == *bytes,
-            "{file}: the Slurm array's merged plan differs from the unsharded plan"
-        );
-    }
     real_slurm(&whole);
 }
 
