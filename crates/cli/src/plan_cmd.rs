@@ -837,24 +837,20 @@ fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure
         ),
         None => String::new(),
     };
-    let unsustained = match plan.shard {
-        None => pdsim_report::plan::unsustained(plan),
-        Some(_) => String::new(),
+    // The whole plan's explanations, each after a blank line when there
+    // is one; a shard has none (its merge says them).
+    let section = |heading: &str, text: String| {
+        if plan.shard.is_some() || text.is_empty() {
+            String::new()
+        } else {
+            format!("\n{heading}{text}")
+        }
     };
-    let unsustained = if unsustained.is_empty() {
-        unsustained
-    } else {
-        format!("\nLayouts that sustain no rate:\n{unsustained}")
-    };
-    let deploy = match plan.shard {
-        None => pdsim_report::plan::what_to_deploy(plan),
-        Some(_) => String::new(),
-    };
-    let deploy = if deploy.is_empty() {
-        deploy
-    } else {
-        format!("\n{deploy}")
-    };
+    let unsustained = section(
+        "Layouts that sustain no rate:\n",
+        pdsim_report::plan::unsustained(plan),
+    );
+    let deploy = section("", pdsim_report::plan::what_to_deploy(plan));
     let _ = write!(
         stdout,
         "{table}{unsustained}{deploy}\n{what}results: {}\n",
