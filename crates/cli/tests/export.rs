@@ -197,3 +197,30 @@ fn the_export_says_what_it_wrote_and_refuses_what_the_chart_cannot_express() {
         "{values}"
     );
 }
+
+#[test]
+fn a_plan_that_sustains_nothing_says_so_and_writes_no_deploy_folder() {
+    let out = tmp("plan-nothing");
+    let trace = small_trace(100);
+    let (code, stdout, err) = pdsim(&[
+        "plan",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--max-runs",
+        "2",
+        "--slo",
+        "ttft_ms=1",
+        "--out",
+        out.to_str().unwrap(),
+        "deployments/colocated-tp8.yaml",
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(
+        stdout.contains("\nLayouts that sustain no rate:\n- **colocated-tp8** sustains no rate"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("deploy/"), "{stdout}");
+    assert!(!out.join("deploy").exists());
+}
