@@ -144,3 +144,78 @@ pub fn read(text: &str) -> Result<RouterValues, String> {
         target_port,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router() -> RouterValues {
+        RouterValues {
+            flags: vec![
+                "--pool-name=deepseek-v3".into(),
+                "--config-file=ignored.yaml".into(),
+                "--enable-pprof".into(),
+                "--kv-cache-usage-percentage-metric=vllm:kv_cache_usage_perc".into(),
+            ],
+            config: (
+                "pd.yaml".into(),
+                "kind: EndpointPickerConfig\nplugins: []\n".into(),
+            ),
+            match_labels: [("llm-d.ai/inferenceServing".to_string(), "true".to_string())]
+                .into_iter()
+                .collect(),
+            target_port: 8200,
+        }
+    }
+
+    #[test]
+    fn the_router_inputs_round_trip_through_the_charts_values() {
+        let text = values(&router(), "pool").unwrap();
+        assert!(text.contains("helm install pool oci://"), "{text}");
+        let back = read(&text).unwrap();
+        // `--config-file` is the chart's to render from pluginsConfigFile;
+        // a bare boolean flag reads back as `=true`.
+        assert_eq!(
+            back.flags,
+            [
+                "--pool-name=deepseek-v3",
+                "--enable-pprof=true",
+                "--kv-cache-usage-percentage-metric=vllm:kv_cache_usage_perc",
+            ]
+        );
+        assert_eq!(back.config, router().config);
+        assert_eq!(back.match_labels, router().match_labels);
+        assert_eq!(back.target_port, 8200);
+    }
+
+    #[test]
+    fn values_without_what_the_router_needs_are_refused_by_name() {
+        let mut twice = router();
+        twice.flags.push("--pool-name=other".into());
+        assert!(values(&twice, "p").unwrap_err().contains("given twice"));
+        let mut bare = router();
+        bare.flags.push("pool-name=x".into());
+        assert!(
+            values(&bare, "p")
+                .unwrap_err()
+                .contains("not a `--name=value` flag")
+        );
+        assert!(
+            read("inferencePool: {}\n")
+                .unwrap_err()
+                .contains("inferenceExtension")
+        );
+        let no_file = "inferenceExtension:\n  flags: {a: 1}\n";
+        assert!(read(no_file).unwrap_err().contains("pluginsConfigFile"));
+        let missing = "inferenceExtension:\n  pluginsConfigFile: x.yaml\n  pluginsCustomConfig: {y.yaml: z}\n";
+        assert!(read(missing).unwrap_err().contains("has no `x.yaml`"));
+        let list = "inferenceExtension:\n  flags: [a]\n  pluginsConfigFile: x\n";
+        assert!(read(list).unwrap_err().contains("expected a map"));
+        // Numbers and booleans in the flags map are flag values too; the
+        // port defaults to vLLM's 8000.
+        let typed = "inferenceExtension:\n  flags: {v: 3, on: false}\n  pluginsConfigFile: x\n  pluginsCustomConfig: {x: c}\n";
+        let back = read(typed).unwrap();
+        assert_eq!(back.flags, ["--v=3", "--on=false"]);
+        assert_eq!(back.target_port, 8000);
+    }
+}
