@@ -440,6 +440,153 @@ prefill:
         );
     }
 
+    fn pool(role: &str, nodes: i64, tp: i64, dp: i64, dp_local: i64) -> Pool {
+        Pool {
+            role: role.into(),
+            nodes,
+            parallel: crate::deployment::Parallel {
+                tp,
+                pp: 1,
+                dp,
+                dp_local,
+                data_parallel_load_balancing: None,
+                pcp: 0,
+                dcp: 0,
+                enable_expert_parallel: false,
+            },
+            engine: Default::default(),
+            labels: Default::default(),
+        }
+    }
+
+    fn deployment(pools: Vec<Pool>) -> Deployment {
+        Deployment {
+            kind: "Deployment".into(),
+            name: "d".into(),
+            pools,
+            offload: None,
+            pd_transfer: None,
+            router: None,
+        }
+    }
+
+    fn target() -> Target {
+        Target {
+            gpus_per_node: 8,
+            model: "org/model".into(),
+            image: "vllm/vllm-openai:v0.31.0".into(),
+        }
+    }
+
+    fn yaml(text: &str) -> Value {
+        serde_yaml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn replicas_workers_and_roles_follow_the_chart() {
+        // Colocated, 3 nodes of TP 2 × DP 2 (dp_local 2): 12 replicas of 2
+        // GPUs... of 4 GPUs each, two a node; the decode section, prefill off,
+        // no sidecar.
+        let d = deployment(vec![pool("colocated", 3, 2, 2, 2)]);
+        let v = yaml(&values(&d, &target()).unwrap());
+        assert_eq!(v["decode"]["replicas"].as_i64(), Some(6));
+        assert_eq!(v["decode"]["parallelism"]["workers"].as_i64(), Some(1));
+        assert_eq!(v["decode"]["parallelism"]["dataLocal"].as_i64(), Some(2));
+        assert_eq!(v["prefill"]["create"].as_bool(), Some(false));
+        assert_eq!(v["routing"]["proxy"]["enabled"].as_bool(), Some(false));
+        assert_eq!(v["multinode"].as_bool(), Some(false));
+        assert_eq!(v["fullnameOverride"].as_str(), Some("d"));
+        // P/D, decode DP 16 over two nodes (dp_local 8): a LeaderWorkerSet of
+        // two workers a replica; the sidecar on.
+        let d = deployment(vec![
+            pool("prefill", 1, 8, 1, 0),
+            pool("decode", 4, 1, 16, 8),
+        ]);
+        let v = yaml(&values(&d, &target()).unwrap());
+        assert_eq!(v["multinode"].as_bool(), Some(true));
+        assert_eq!(v["decode"]["parallelism"]["workers"].as_i64(), Some(2));
+        assert_eq!(v["decode"]["replicas"].as_i64(), Some(2));
+        assert_eq!(v["prefill"]["replicas"].as_i64(), Some(1));
+        assert!(v["prefill"]["parallelism"].get("dataLocal").is_none());
+        assert_eq!(v["routing"]["proxy"]["enabled"].as_bool(), Some(true));
+        // And back: the same pools.
+        let (name, pools, _, _) = read(&values(&d, &target()).unwrap(), 8).unwrap();
+        assert_eq!(name, "d");
+        let shape: Vec<(String, i64, i64, i64, i64)> = pools
+            .iter()
+            .map(|p| {
+                (
+                    p.role.clone(),
+                    p.nodes,
+                    p.parallel.tp,
+                    p.parallel.dp,
+                    p.parallel.dp_local,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("prefill".to_string(), 1, 8, 1, 0),
+                ("decode".to_string(), 4, 1, 16, 8)
+            ]
+        );
+    }
+
+    #[test]
+    fn layouts_a_pod_cannot_hold_are_refused() {
+        let mut pcp = pool("colocated", 1, 2, 1, 0);
+        pcp.parallel.pcp = 2;
+        assert!(
+            values(&deployment(vec![pcp]), &target())
+                .unwrap_err()
+                .contains("prefill-context")
+        );
+        let wide = pool("colocated", 2, 16, 1, 0);
+        assert!(
+            values(&deployment(vec![wide]), &target())
+                .unwrap_err()
+                .contains("exceeds a node's 8 GPUs")
+        );
+        // DP 16 of TP 1 without dp_local: one pod would need 16 GPUs.
+        let unstated = pool("colocated", 2, 1, 16, 0);
+        assert!(
+            values(&deployment(vec![unstated]), &target())
+                .unwrap_err()
+                .contains("state dp_local")
+        );
+        // Exactly a node: allowed.
+        assert!(values(&deployment(vec![pool("colocated", 1, 8, 1, 0)]), &target()).is_ok());
+        assert!(values(&deployment(vec![pool("colocated", 1, 1, 8, 0)]), &target()).is_ok());
+        let two = deployment(vec![
+            pool("colocated", 1, 8, 1, 0),
+            pool("prefill", 1, 8, 1, 0),
+        ]);
+        assert!(
+            values(&two, &target())
+                .unwrap_err()
+                .contains("colocated pool beside")
+        );
+    }
+
+    #[test]
+    fn what_the_reader_cannot_take_is_named() {
+        let custom = GUIDE.replacen("modelCommand: vllmServe", "modelCommand: custom", 1);
+        assert!(read(&custom, 2).unwrap_err().contains("`custom`"));
+        let image = GUIDE.replacen("modelCommand: vllmServe", "modelCommand: imageDefault", 1);
+        assert!(read(&image, 2).is_ok());
+        let zero = GUIDE.replacen("tensor: 4", "tensor: 0", 1);
+        assert!(
+            read(&zero, 2)
+                .unwrap_err()
+                .contains("not a positive number of GPUs")
+        );
+        let named = format!("fullnameOverride: ''\n{GUIDE}");
+        assert_eq!(read(&named, 2).unwrap().0, "imported");
+        let named = format!("fullnameOverride: mine\n{GUIDE}");
+        assert_eq!(read(&named, 2).unwrap().0, "mine");
+    }
+
     #[test]
     fn absurd_replicas_or_widths_are_refused_not_overflowed() {
         let huge = GUIDE.replace("replicas: 1\n", "replicas: 9223372036854775807\n");

@@ -854,9 +854,74 @@ mod tests {
         assert_eq!(read.offload_bytes, Some(64 << 30));
         assert_eq!(read.pd_connector.as_deref(), Some("NixlConnector"));
         assert!(args.join(" ").contains("MultiConnector"));
-        // A tier pdsim does not run is not exported.
+        // What pdsim does not run is not exported.
+        let o = d.offload.clone().unwrap();
+        for (change, says) in [
+            (
+                Offload {
+                    connector: Some("LMCacheConnectorV1".into()),
+                    ..o.clone()
+                },
+                "only OffloadingConnector",
+            ),
+            (
+                Offload {
+                    spec: Some("GPUSpec".into()),
+                    ..o.clone()
+                },
+                "only CPUOffloadingSpec",
+            ),
+            (
+                Offload {
+                    eviction_policy: Some("arc".into()),
+                    ..o.clone()
+                },
+                "LRU only",
+            ),
+            (
+                Offload {
+                    prefetch_depth: Some(2),
+                    ..o.clone()
+                },
+                "prefetch_depth",
+            ),
+            (
+                Offload {
+                    tiers: vec![o.tiers[0].clone(), o.tiers[0].clone()],
+                    ..o.clone()
+                },
+                "2 tiers",
+            ),
+        ] {
+            d.offload = Some(change);
+            assert!(serve_args(&d, 0).unwrap_err().contains(says), "{says}");
+        }
+        // Stated as the defaults, they are.
+        d.offload = Some(Offload {
+            connector: Some("OffloadingConnector".into()),
+            spec: Some("CPUOffloadingSpec".into()),
+            eviction_policy: Some("lru".into()),
+            ..o.clone()
+        });
+        assert!(serve_args(&d, 0).is_ok());
         d.offload.as_mut().unwrap().tiers[0].tier = "nvme_gen4".into();
         assert!(serve_args(&d, 0).unwrap_err().contains("host memory"));
+        // Roles that offload differently have no one offload block.
+        let with = ReadArgs {
+            offload_bytes: Some(1 << 30),
+            ..ReadArgs::default()
+        };
+        let without = ReadArgs::default();
+        assert!(
+            shared_blocks(&[with.clone(), without.clone()])
+                .unwrap_err()
+                .contains("offload differently")
+        );
+        assert!(shared_blocks(&[without.clone(), with.clone()]).is_err());
+        assert_eq!(
+            shared_blocks(&[without.clone(), without]).unwrap(),
+            (None, None)
+        );
     }
 
     #[test]
