@@ -33,5 +33,11 @@ mod tests {
         // Short names allow two edits.
         assert_eq!(nearest("tp", ["dp", "pp"]), Some("dp"));
         assert_eq!(nearest("x", ["abcd"]), None);
+        // The nearest wins wherever it stands; a tie goes to the first.
+        assert_eq!(
+            nearest("queue-scorr", ["queue-scorers", "queue-scorer"]),
+            Some("queue-scorer")
+        );
+        assert_eq!(nearest("ab", ["ax", "ay"]), Some("ax"));
     }
 }

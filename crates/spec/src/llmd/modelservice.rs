@@ -570,6 +570,33 @@ prefill:
     }
 
     #[test]
+    fn the_edges_of_values_and_reading() {
+        // A prefill-context width of 1 is off, so a pod holds its ranks.
+        let mut one = pool("colocated", 1, 8, 1, 0);
+        one.parallel.pcp = 1;
+        assert!(values(&deployment(vec![one]), &target()).is_ok());
+        // No environment, no `env` key; the Rust frontend sets one.
+        let mut d = deployment(vec![pool("colocated", 1, 8, 1, 0)]);
+        let v = yaml(&values(&d, &target()).unwrap());
+        assert!(v["decode"]["containers"][0].get("env").is_none());
+        d.pools[0].engine.frontend = Some("rust".into());
+        let v = yaml(&values(&d, &target()).unwrap());
+        assert_eq!(
+            v["decode"]["containers"][0]["env"][0]["value"].as_str(),
+            Some("1")
+        );
+        // A section with `create: false`, or with no replicas, is absent.
+        let off = GUIDE.replacen("prefill:\n  create: true", "prefill:\n  create: false", 1);
+        assert_eq!(read(&off, 2).unwrap().1[0].role, "colocated");
+        let none = GUIDE.replacen("replicas: 2", "replicas: 0", 1);
+        assert_eq!(read(&none, 2).unwrap().1.len(), 1);
+        // One-GPU nodes; arguments written as YAML numbers.
+        assert_eq!(read(GUIDE, 1).unwrap().1[0].nodes, 2);
+        let numbers = GUIDE.replace("- \"128\"", "- 128");
+        assert_eq!(read(&numbers, 2).unwrap().1[0].engine.block_size, Some(128));
+    }
+
+    #[test]
     fn what_the_reader_cannot_take_is_named() {
         let custom = GUIDE.replacen("modelCommand: vllmServe", "modelCommand: custom", 1);
         assert!(read(&custom, 2).unwrap_err().contains("`custom`"));

@@ -799,6 +799,10 @@ mod tests {
             serve.env,
             [(RUST_FRONTEND_ENV.to_string(), "1".to_string())]
         );
+        assert!(
+            !joined.contains("--prefill-context-parallel-size"),
+            "pcp 0 is off: {joined}"
+        );
         let read = read_args(&serve.args, &serve.env).unwrap();
         assert_eq!(read.engine, every_key());
         assert_eq!(
@@ -809,6 +813,12 @@ mod tests {
             (read.offload_bytes, read.pd_connector.as_deref()),
             (None, None)
         );
+        let mut p = parallel();
+        p.pcp = 3;
+        let args = serve_args(&deployment(Engine::default(), p, "colocated"), 0)
+            .unwrap()
+            .args;
+        assert_eq!(read_args(&args, &[]).unwrap().pcp, 3);
     }
 
     #[test]
