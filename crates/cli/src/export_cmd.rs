@@ -254,14 +254,16 @@ pub fn export_files(
         ),
     };
     let labels = modelservice::pod_labels(d).map_err(refuse)?;
+    let flags = router.epp_flags.clone().unwrap_or_default();
+    let release = inferencepool::release(&flags, &d.name);
     let gaie = inferencepool::values(
         &inferencepool::RouterValues {
-            flags: router.epp_flags.clone().unwrap_or_default(),
+            flags,
             config: (config_name, config_text),
             match_labels: labels,
             target_port: 8000,
         },
-        &d.name,
+        &release,
     )
     .map_err(refuse)?;
     let mut out = Exported {
@@ -315,8 +317,9 @@ pub fn export_files(
          | `vllm/` | each pool's `vllm serve` command, for use without Helm |\n\n\
          Install, as llm-d's guides do (after llm-d's prerequisites and a Gateway):\n\n\
          ```sh\nhelm repo add llm-d-modelservice https://llm-d-incubation.github.io/llm-d-modelservice/\n\
-         helm install {name} llm-d-modelservice/llm-d-modelservice -f ms-values.yaml\n\
-         helm install {name} oci://registry.k8s.io/gateway-api-inference-extension/charts/inferencepool -f gaie-values.yaml\n```\n\n\
+         helm install ms-{name} llm-d-modelservice/llm-d-modelservice -f ms-values.yaml\n\
+         helm install {release} oci://registry.k8s.io/gateway-api-inference-extension/charts/inferencepool -f gaie-values.yaml\n```\n\n\
+         The inferencepool release is `{release}`: the chart names its InferencePool after the release and starts the EPP with `--pool-name` set to it.\n\n\
          - Checkpoint: {model_note}.\n- EndpointPickerConfig: {config_note}.\n\
          - Pod labels: the pools' own, or `llm-d.ai/inferenceServing: \"true\"` (the chart's default) when they state none; the InferencePool selects by them.\n\
          - `pdsim import --scenario {scenario} DIR` reads these files back into a Deployment.\n\n\

@@ -224,3 +224,71 @@ fn a_plan_that_sustains_nothing_says_so_and_writes_no_deploy_folder() {
     assert!(!stdout.contains("deploy/"), "{stdout}");
     assert!(!out.join("deploy").exists());
 }
+
+#[test]
+fn export_and_import_never_replace_a_users_folder_but_replace_their_own() {
+    let user = tmp("user-folder");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(user.join("thesis.txt"), "chapter one\n").unwrap();
+    let (code, _, err) = export(
+        "scenarios/4x8-h200.yaml",
+        "deployments/1p3d-ep8.yaml",
+        &[],
+        &user,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a pdsim result"), "{err}");
+    let exported = tmp("own-export");
+    let (code, _, err) = export(
+        "scenarios/4x8-h200.yaml",
+        "deployments/1p3d-ep8.yaml",
+        &[],
+        &exported,
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = pdsim(&[
+        "import",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        exported.to_str().unwrap(),
+        "--out",
+        user.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(user.join("thesis.txt")).unwrap(),
+        "chapter one\n",
+        "the user's file is untouched"
+    );
+    assert_eq!(std::fs::read_dir(&user).unwrap().count(), 1);
+    // An earlier export of pdsim's own is replaced by the next.
+    let (code, _, err) = export(
+        "scenarios/4x8-h200.yaml",
+        "deployments/colocated-tp8.yaml",
+        &[],
+        &exported,
+    );
+    assert_eq!(code, 0, "{err}");
+    let readme = std::fs::read_to_string(exported.join("README.md")).unwrap();
+    assert!(
+        readme.contains("`colocated-tp8` as llm-d deploys it"),
+        "{readme}"
+    );
+    assert!(
+        !exported.join("vllm/pool-1-decode.sh").exists(),
+        "the earlier export is gone"
+    );
+    // The inferencepool release is the pool the EPP is told to watch.
+    let (_, _, _) = export(
+        "scenarios/4x8-h200.yaml",
+        "deployments/1p3d-ep8.yaml",
+        &[],
+        &exported,
+    );
+    let readme = std::fs::read_to_string(exported.join("README.md")).unwrap();
+    assert!(
+        readme.contains("helm install ms-1p3d-ep8 llm-d-modelservice")
+            && readme.contains("helm install deepseek-v3 oci://"),
+        "{readme}"
+    );
+}

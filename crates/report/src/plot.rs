@@ -83,21 +83,6 @@ pub struct LineChart {
 /// A display unit of durations: its name and how many milliseconds it is.
 const DURATION_UNITS: [(&str, f64); 4] = [("ms", 1.0), ("s", 1e3), ("min", 60e3), ("h", 3600e3)];
 
-/// The unit a duration of `ms` reads best in, as the tables print one
-/// ([`crate::table::duration_ms`]): milliseconds under a second, seconds
-/// under a minute, minutes under an hour, then hours.
-fn duration_unit(ms: f64) -> (&'static str, f64) {
-    if ms < 1e3 {
-        DURATION_UNITS[0]
-    } else if ms < 60e3 {
-        DURATION_UNITS[1]
-    } else if ms < 3600e3 {
-        DURATION_UNITS[2]
-    } else {
-        DURATION_UNITS[3]
-    }
-}
-
 /// The unit of a linear duration axis reaching `max_ms`: the table's unit
 /// until ten of the next unit, so a 200-second run reads 0 to 200 s
 /// rather than 0 to 3.4 min.
@@ -478,10 +463,12 @@ fn trim(v: f64) -> String {
 /// A round duration in milliseconds in the unit that suits it: `50 ms`,
 /// `2 s`, `30 s`, `5 min`, `2 h`, `2 d`.
 fn duration_label(ms: f64) -> String {
+    // The tables' unit (`table::duration_column`), and days past a day.
     let (name, size) = if ms >= 86400e3 {
         ("d", 86400e3)
     } else {
-        duration_unit(ms)
+        let (name, size, _) = crate::table::duration_column(ms, 0);
+        (name, size)
     };
     format!("{} {name}", trim(ms / size))
 }

@@ -26,6 +26,21 @@ pub struct RouterValues {
     pub target_port: u16,
 }
 
+/// The Helm release the chart is installed as. The chart names the
+/// InferencePool after its release and starts the EPP with
+/// `--pool-name <release>` before the `inferenceExtension.flags`
+/// (`config/charts/inferencepool/templates/epp-deployment.yaml`), so a
+/// deployment's own `--pool-name` must be the release for the EPP to watch
+/// the pool the chart creates; without one, `gaie-<deployment>`, as llm-d's
+/// guides name theirs.
+pub fn release(flags: &[String], deployment: &str) -> String {
+    flags
+        .iter()
+        .find_map(|f| f.strip_prefix("--pool-name="))
+        .filter(|name| !name.is_empty())
+        .map_or_else(|| format!("gaie-{deployment}"), str::to_string)
+}
+
 /// The chart's values, with a comment header naming the release.
 pub fn values(r: &RouterValues, release: &str) -> Result<String, String> {
     let mut flags = Mapping::new();
@@ -170,6 +185,8 @@ mod tests {
 
     #[test]
     fn the_router_inputs_round_trip_through_the_charts_values() {
+        assert_eq!(release(&router().flags, "d"), "deepseek-v3");
+        assert_eq!(release(&[], "d"), "gaie-d");
         let text = values(&router(), "pool").unwrap();
         assert!(text.contains("helm install pool oci://"), "{text}");
         let back = read(&text).unwrap();

@@ -219,7 +219,7 @@ pub fn values(d: &Deployment, target: &Target) -> Result<String, String> {
     entries.extend(roles);
     let yaml = serde_yaml::to_string(&map(entries)).map_err(|e| e.to_string())?;
     Ok(format!(
-        "# Helm values for llm-d's model-service chart (llm-d-modelservice), written by\n# `pdsim export` from the Deployment `{}`: `helm install {} llm-d-modelservice/llm-d-modelservice -f ms-values.yaml`.\n# The chart renders the parallel widths into `vllm serve` and requests dataLocal x tensor GPUs per pod.\n{yaml}",
+        "# Helm values for llm-d's model-service chart (llm-d-modelservice), written by\n# `pdsim export` from the Deployment `{}`: `helm install ms-{} llm-d-modelservice/llm-d-modelservice -f ms-values.yaml`.\n# The chart renders the parallel widths into `vllm serve` and requests dataLocal x tensor GPUs per pod.\n{yaml}",
         d.name, d.name
     ))
 }
