@@ -34,6 +34,7 @@ fn engine() -> Engine {
         },
         spec: None,
         offload_blocks: None,
+        lmcache: None,
         async_scheduling: false,
         enable_chunked_prefill: true,
         defer_block_free: false,

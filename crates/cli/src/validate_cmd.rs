@@ -625,13 +625,25 @@ mod tests {
                 "1p3d-ep8-epp.yaml:31:",
             ),
             (
-                "LMCache",
+                "LMCache's multi-process connector",
                 vec![(
                     deployment.clone(),
-                    Ok(edit(&format!("{offload}  connector: LMCacheConnectorV1\n"))),
+                    Ok(edit(&format!("{offload}  connector: LMCacheMPConnector\n"))),
                 )],
                 "offload.connector",
                 "1p3d-ep8-epp.yaml:33:",
+            ),
+            (
+                "LMCache on a tier below host memory",
+                vec![(
+                    deployment.clone(),
+                    Ok(edit(&format!(
+                        "{}  connector: LMCacheConnectorV1\n",
+                        offload.replace("cpu_dram", "local_nvme")
+                    ))),
+                )],
+                "offload.tiers[0].tier",
+                "1p3d-ep8-epp.yaml:31:",
             ),
             (
                 "an EPP config that is not UTF-8",

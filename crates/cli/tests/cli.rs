@@ -126,7 +126,7 @@ fn cross_check_memory_lines(text: &str, bytes_per_token: u64) -> usize {
 }
 
 #[test]
-fn the_rebel100_example_resolves_and_is_refused_as_run_refuses_it() {
+fn the_rebel100_example_resolves_with_lmcache_on_its_prefill_pool() {
     let (code, stdout, stderr) = pdsim(&[
         "validate",
         "--resolve",
@@ -134,11 +134,14 @@ fn the_rebel100_example_resolves_and_is_refused_as_run_refuses_it() {
         "scenarios/rebel100-minimax.yaml",
         "deployments/rebel100-4p4d.yaml",
     ]);
-    // The layout resolves, but its LMCache connector is not simulated, so
-    // `run` refuses it; `validate` says the same, at the same key and line.
-    assert_eq!(code, 1, "{stdout}{stderr}");
-    assert!(
-        stdout.contains("deployments/rebel100-4p4d.yaml:52: error: offload.connector:"),
+    // The layout resolves and runs: LMCache on the prefill pool only, its
+    // chunk size the rules pack's (the deployment has no key for it).
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(
+        stdout
+            .matches("offload.lmcache.chunk_size 4096 (default)")
+            .count(),
+        1,
         "{stdout}"
     );
     // A change detector for the rendering: the decode engine's capacity in
@@ -513,16 +516,97 @@ fn a_client_timeout_aborts_what_is_not_done_and_the_results_say_so() {
 }
 
 #[test]
+fn the_rebel100_layout_runs_lmcache_beside_its_hbm_only_variant() {
+    // The second seed's deployment with LMCache's host tier on its prefill
+    // pods, and the same layout without it, on the same requests: LMCache
+    // finds prefixes HBM no longer holds, loads and stores whole chunks,
+    // and the run says so; the HBM-only run has no LMCache at all.
+    let mut summaries = Vec::new();
+    for deployment in ["rebel100-4p4d", "rebel100-4p4d-hbm"] {
+        let out = out_dir(&format!("lmcache-{deployment}"));
+        let (code, stdout, stderr) = pdsim(&[
+            "run",
+            "--scenario",
+            "scenarios/rebel100-minimax.yaml",
+            "--deployment",
+            &format!("deployments/{deployment}.yaml"),
+            "--rate",
+            "0.5",
+            "--requests",
+            "200",
+            "--out",
+            &out.to_string_lossy(),
+        ]);
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        assert_eq!(
+            stdout.contains("LMCache: "),
+            deployment == "rebel100-4p4d",
+            "{stdout}"
+        );
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        summaries.push(summary);
+    }
+    let (with, without) = (&summaries[0]["prefix_cache"], &summaries[1]["prefix_cache"]);
+    assert!(with["external_hits_tokens"].as_u64().unwrap() > 0, "{with}");
+    assert!(
+        with["lmcache_stores_chunks"].as_u64().unwrap() > 0,
+        "{with}"
+    );
+    assert!(
+        with["lmcache_loaded_bytes"].as_f64().unwrap() > 0.0,
+        "{with}"
+    );
+    assert!(
+        with["lmcache_stored_bytes"].as_f64().unwrap() > 0.0,
+        "{with}"
+    );
+    assert_eq!(
+        without["external_hits_tokens"].as_u64(),
+        Some(0),
+        "{without}"
+    );
+    assert!(without.get("lmcache_stores_chunks").is_none(), "{without}");
+    // The same HBM hits: LMCache adds to them rather than replacing them.
+    assert_eq!(with["queries_tokens"], without["queries_tokens"]);
+    assert_ne!(
+        summaries[0]["ttft_ms"]["mean"],
+        summaries[1]["ttft_ms"]["mean"]
+    );
+}
+
+#[test]
 fn run_refuses_what_it_cannot_simulate_yet_and_writes_nothing() {
-    // The Rebel100 example names an EndpointPickerConfig file, which the
-    // simulated router does not run yet: refused by key, nothing written.
+    // The Rebel100 example with fetches issued ahead of admission, which
+    // pdsim does not simulate yet: refused by key, nothing written.
     let out = out_dir("epp");
+    let dir = out_dir("rds-deployment");
+    std::fs::create_dir_all(dir.join("rebel100")).unwrap();
+    std::fs::copy(
+        root().join("deployments/rebel100/epp-config.yaml"),
+        dir.join("rebel100/epp-config.yaml"),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(root().join("deployments/rebel100-4p4d.yaml")).unwrap();
+    assert!(text.contains("  connector: LMCacheConnectorV1\n"));
+    let deployment = dir.join("rebel100-4p4d-prefetch.yaml");
+    std::fs::write(
+        &deployment,
+        text.replace(
+            "  connector: LMCacheConnectorV1\n",
+            "  connector: LMCacheConnectorV1\n  prefetch_depth: 2\n",
+        ),
+    )
+    .unwrap();
     let (code, _, stderr) = pdsim(&[
         "run",
         "--scenario",
-        "scenarios/rebel100-minimax.yaml",
+        &root()
+            .join("scenarios/rebel100-minimax.yaml")
+            .to_string_lossy(),
         "--deployment",
-        "deployments/rebel100-4p4d.yaml",
+        &deployment.to_string_lossy(),
         "--rate",
         "1",
         "--requests",
@@ -531,10 +615,7 @@ fn run_refuses_what_it_cannot_simulate_yet_and_writes_nothing() {
         &out.to_string_lossy(),
     ]);
     assert_eq!(code, 1, "{stderr}");
-    assert!(
-        stderr.contains("offload") || stderr.contains("router"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("offload.prefetch_depth"), "{stderr}");
     assert!(!out.exists());
 }
 

@@ -65,6 +65,8 @@ pub struct PoolRuntime {
 pub struct OffloadRuntime {
     /// Per-GPU read bandwidth of the storage class.
     pub read_bytes_per_s: f64,
+    /// Per-GPU write bandwidth of the storage class.
+    pub write_bytes_per_s: f64,
     /// The chip's host link, per GPU.
     pub host_link_bytes_per_s: f64,
     pub base_latency: pdsim_core::SimDuration,
@@ -194,6 +196,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         },
         spec,
         offload_blocks: None,
+        lmcache: None,
         async_scheduling: e.async_scheduling,
         // Deployments cannot turn chunked prefill off (the key is refused by
         // strict loading); vLLM V1 has it on by default.
@@ -207,15 +210,27 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
     }
 }
 
+/// The KV connector that implements a deployment's offload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OffloadConnector {
+    /// vLLM's OffloadingConnector with CPUOffloadingSpec: blocks in host
+    /// memory, loaded asynchronously.
+    Offloading,
+    /// LMCacheConnectorV1 with LMCache's local CPU backend: chunks in host
+    /// memory, loaded and stored within the step (`pdsim_engine::lmcache`).
+    LmCache,
+}
+
 /// The host-memory offload tier a deployment asks for, or the reason
 /// pdsim refuses it: vLLM's OffloadingConnector with CPUOffloadingSpec
-/// stores blocks in host memory with LRU eviction; anything else (ARC,
-/// prefetching, LMCache chunks and its per-rank RDS cap, tiers below host
-/// memory) is not simulated yet and is refused by key.
+/// stores blocks in host memory with LRU eviction, and LMCacheConnectorV1
+/// stores chunks in LMCache's local CPU backend with LRU eviction; anything
+/// else (ARC, prefetching, tiers below host memory such as LMCache's disk
+/// or lmcache-rbln's RDS) is not simulated yet and is refused by key.
 fn offload_tier(
     deployment: &pdsim_spec::deployment::Deployment,
     scenario: &ResolvedScenario,
-) -> Result<Option<(u64, pdsim_spec::catalog::StorageClass)>, BuildError> {
+) -> Result<Option<(u64, pdsim_spec::catalog::StorageClass, OffloadConnector)>, BuildError> {
     let Some(offload) = &deployment.offload else {
         return Ok(None);
     };
@@ -237,43 +252,62 @@ fn offload_tier(
             "prefetching ahead of admission is not simulated yet".into(),
         );
     }
-    if let Some(connector) = offload
-        .connector
-        .as_deref()
-        .filter(|c| *c != "OffloadingConnector")
-    {
-        return refuse(
-            "offload.connector",
-            format!(
-                "`{connector}` is not simulated yet: pdsim runs vLLM's OffloadingConnector (CPUOffloadingSpec) only"
-            ),
-        );
-    }
-    if let Some(spec) = offload
-        .spec
-        .as_deref()
-        .filter(|s| *s != "CPUOffloadingSpec")
-    {
-        return refuse(
-            "offload.spec",
-            format!("`{spec}` is not simulated yet: only CPUOffloadingSpec is"),
-        );
+    let connector = match offload.connector.as_deref() {
+        None | Some("OffloadingConnector") => OffloadConnector::Offloading,
+        Some("LMCacheConnectorV1") => OffloadConnector::LmCache,
+        Some(other) => {
+            return refuse(
+                "offload.connector",
+                format!(
+                    "`{other}` is not simulated yet: pdsim runs vLLM's OffloadingConnector (CPUOffloadingSpec) and LMCacheConnectorV1 (LMCache's local CPU backend)"
+                ),
+            );
+        }
+    };
+    if let Some(spec) = offload.spec.as_deref() {
+        if connector == OffloadConnector::LmCache {
+            return refuse(
+                "offload.spec",
+                format!(
+                    "`{spec}` configures vLLM's OffloadingConnector; LMCacheConnectorV1 takes no offloading spec"
+                ),
+            );
+        }
+        if spec != "CPUOffloadingSpec" {
+            return refuse(
+                "offload.spec",
+                format!("`{spec}` is not simulated yet: only CPUOffloadingSpec is"),
+            );
+        }
     }
     if offload.tiers.len() != 1 {
         return refuse(
             "offload.tiers",
-            "CPUOffloadingSpec has one host-memory tier; several tiers are not simulated yet"
-                .into(),
+            match connector {
+                OffloadConnector::Offloading => {
+                    "CPUOffloadingSpec has one host-memory tier; several tiers are not simulated yet"
+                }
+                OffloadConnector::LmCache => {
+                    "pdsim runs LMCache's local CPU backend alone; several tiers (LMCache's disk, lmcache-rbln's RDS) are not simulated yet"
+                }
+            }
+            .into(),
         );
     }
     let tier = &offload.tiers[0];
     if tier.tier != "cpu_dram" {
         return refuse(
             "offload.tiers[0].tier",
-            format!(
-                "CPUOffloadingSpec offloads to host memory (cpu_dram), not `{}`",
-                tier.tier
-            ),
+            match connector {
+                OffloadConnector::Offloading => format!(
+                    "CPUOffloadingSpec offloads to host memory (cpu_dram), not `{}`",
+                    tier.tier
+                ),
+                OffloadConnector::LmCache => format!(
+                    "pdsim runs LMCache's local CPU backend, in host memory (cpu_dram); a `{}` tier (LMCache's disk, lmcache-rbln's RDS) is not simulated yet",
+                    tier.tier
+                ),
+            },
         );
     }
     let class = scenario
@@ -292,7 +326,7 @@ fn offload_tier(
             path: "offload.tiers[0].tier".into(),
             message: "unknown storage class".into(),
         })?;
-    Ok(Some((tier.bytes.max(0) as u64, class)))
+    Ok(Some((tier.bytes.max(0) as u64, class, connector)))
 }
 
 /// Builds the runtime cluster of a deployment without router inputs (see
@@ -315,6 +349,16 @@ pub fn build_with_router(
 ) -> Result<Cluster, BuildError> {
     let deployment = &bundle.deployment;
     let offload = offload_tier(deployment, scenario)?;
+    if offload
+        .as_ref()
+        .is_some_and(|(_, _, c)| *c == OffloadConnector::LmCache)
+        && router.as_ref().is_some_and(|r| r.reads_kv_events())
+    {
+        return Err(BuildError {
+            path: "offload.connector".into(),
+            message: "LMCache publishes its stored chunks as KV events (LMCACHE_ENABLE_KV_EVENTS) to the router's precise prefix-cache index; pdsim does not simulate LMCache's events yet, and refuses rather than leave that index without them".into(),
+        });
+    }
     if deployment.router.is_some() && router.is_none() {
         return Err(BuildError {
             path: "router".into(),
@@ -416,12 +460,40 @@ pub fn build_with_router(
                 // is the total over an instance's ranks), split across its
                 // data-parallel ranks; a block holds block_size tokens on
                 // every GPU of a rank.
-                engine.offload_blocks = offload.as_ref().map(|(bytes, _)| {
-                    let block_bytes = resolved.engine.block_size as f64
+                let per_engine = |(bytes, _, _): &(u64, _, _), tokens: u64| {
+                    let unit_bytes = tokens as f64
                         * resolved.kv.kv_bytes_per_token_rank
                         * layout.world_size as f64;
-                    (*bytes as f64 / layout.dp.max(1) as f64 / block_bytes.max(1.0)).floor() as u64
-                });
+                    (*bytes as f64 / layout.dp.max(1) as f64 / unit_bytes.max(1.0)).floor() as u64
+                };
+                engine.offload_blocks = offload
+                    .as_ref()
+                    .filter(|(_, _, c)| *c == OffloadConnector::Offloading)
+                    .map(|o| per_engine(o, resolved.engine.block_size));
+                // LMCache's local CPU backend holds `max_local_cpu_size`
+                // per worker (rank); the tier's bytes are per engine like
+                // the OffloadingConnector's, so the chunk count is the same.
+                if let (Some(o), Some(chunk)) = (
+                    offload
+                        .as_ref()
+                        .filter(|(_, _, c)| *c == OffloadConnector::LmCache),
+                    resolved.engine.lmcache_chunk_tokens,
+                ) {
+                    let unit = engine.prefix_unit.max(1) as u64;
+                    if chunk == 0 || chunk % unit != 0 || chunk > u32::MAX as u64 {
+                        return Err(BuildError {
+                            path: "offload.connector".into(),
+                            message: format!(
+                                "LMCache's chunk of {chunk} tokens is not a multiple of pool {}'s prefix-reuse unit ({unit} tokens); pdsim keys LMCache's chunks by the engine's block hashes",
+                                i
+                            ),
+                        });
+                    }
+                    engine.lmcache = Some(pdsim_engine::lmcache::LmCacheConfig {
+                        chunk_tokens: chunk as u32,
+                        capacity_chunks: per_engine(o, chunk),
+                    });
+                }
                 engine
             },
             cost,
@@ -574,8 +646,9 @@ pub fn build_with_router(
         intra_node_bytes_per_s: scenario.chip.value.intra_node_bw_gbps * 1e9,
         transfer,
         kv_lease: KvLease::from_pack(&pack.defaults),
-        offload: offload.map(|(_, class)| OffloadRuntime {
+        offload: offload.map(|(_, class, _)| OffloadRuntime {
             read_bytes_per_s: class.read_bandwidth_mb_s * 1e6,
+            write_bytes_per_s: class.write_bandwidth_mb_s * 1e6,
             // Chips without a stated host link get PCIe Gen4 x16 [assumed].
             host_link_bytes_per_s: scenario.chip.value.host_link_gbps.unwrap_or(32.0) * 1e9,
             base_latency: pdsim_core::SimDuration::from_secs_f64(class.base_latency_us * 1e-6),

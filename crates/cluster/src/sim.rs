@@ -72,6 +72,14 @@ pub struct CoreStats {
     pub external_hits_tokens: u64,
     pub offload_stores: u64,
     pub offload_evictions: u64,
+    /// LMCache's chunks stored and evicted.
+    pub lmcache_stores: u64,
+    pub lmcache_evictions: u64,
+    /// KV bytes LMCache loaded into and stored from the core's GPUs, and
+    /// the step time its synchronous copies took.
+    pub lmcache_loaded_bytes: f64,
+    pub lmcache_stored_bytes: f64,
+    pub lmcache_io_ns: u64,
     /// Σ KV usage × step duration, for a time-weighted mean.
     pub kv_usage_ns: f64,
     pub kv_usage_peak: f64,
@@ -673,6 +681,7 @@ fn run_observed(
             s.evictions = c.engine.pool().evictions;
             s.external_hits_tokens = c.engine.external_hits_tokens;
             (s.offload_stores, s.offload_evictions) = c.engine.offload_counts();
+            (s.lmcache_stores, s.lmcache_evictions) = c.engine.lmcache_counts();
             s
         })
         .collect();
@@ -1926,7 +1935,32 @@ impl<'a> Sim<'a> {
         }
         for (core, batch) in batches.drain(..) {
             let pool = self.cores[core].pool;
-            let cost = self.cluster.pools[pool].cost.step(&batch);
+            let mut cost = self.cluster.pools[pool].cost.step(&batch);
+            let (load, store) = self.cores[core].engine.connector_io();
+            if load + store > 0
+                && let Some(tier) = &self.cluster.offload
+            {
+                // LMCache's copies are synchronous (see
+                // `pdsim_engine::lmcache`): the retrieval before the forward
+                // pass and the store after it lengthen the step. Each GPU
+                // copies its share over the tier's bandwidth and its host
+                // link, whichever is slower.
+                let per_token = self.cluster.pools[pool].kv_bytes_per_token_gpu;
+                let copy = |tokens: u32, device: f64| {
+                    if tokens == 0 {
+                        return SimDuration::ZERO;
+                    }
+                    let rate = device.min(tier.host_link_bytes_per_s).max(1.0);
+                    tier.base_latency + SimDuration::from_secs_f64(tokens as f64 * per_token / rate)
+                };
+                let io = copy(load, tier.read_bytes_per_s) + copy(store, tier.write_bytes_per_s);
+                cost.total += io;
+                let world = self.cluster.pools[pool].world as f64;
+                let stats = &mut self.cores[core].stats;
+                stats.lmcache_io_ns += io.as_ns();
+                stats.lmcache_loaded_bytes += load as f64 * per_token * world;
+                stats.lmcache_stored_bytes += store as f64 * per_token * world;
+            }
             let c = &mut self.cores[core];
             steps.push(StepSample {
                 core: core as u32,

@@ -87,14 +87,29 @@ fn unsupported_features_are_refused_by_name() {
         .err()
         .expect("refused");
     assert_eq!(err.path, "router");
-    // Host-memory offload with LRU runs; ARC eviction and LMCache are
-    // refused by key.
+    // Host-memory offload with LRU runs, through vLLM's OffloadingConnector
+    // or LMCache; ARC eviction, other connectors, an offloading spec for
+    // LMCache and LMCache tiers below host memory are refused by key.
     let offload = "offload:\n  tiers: [{tier: cpu_dram, bytes: 1000000000}]\n";
     let report = bundle(&format!("{DEPLOYMENT}{offload}"));
     assert!(build(&report.deployments[0], report.scenario.as_ref().unwrap()).is_ok());
+    let lmcache = "  connector: LMCacheConnectorV1\n";
+    let report = bundle(&format!("{DEPLOYMENT}{offload}{lmcache}"));
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
+    let lm = cluster.pools[0]
+        .engine
+        .lmcache
+        .expect("LMCache on the colocated pool");
+    assert_eq!(lm.chunk_tokens, 256, "LMCache's default chunk size");
+    assert!(lm.capacity_chunks > 0);
+    assert_eq!(cluster.pools[0].engine.offload_blocks, None);
     for (extra, path) in [
         ("  eviction_policy: arc\n", "offload.eviction_policy"),
-        ("  connector: LMCacheConnectorV1\n", "offload.connector"),
+        ("  connector: LMCacheMPConnector\n", "offload.connector"),
+        (
+            "  connector: LMCacheConnectorV1\n  spec: CPUOffloadingSpec\n",
+            "offload.spec",
+        ),
         ("  prefetch_depth: 2\n", "offload.prefetch_depth"),
     ] {
         let report = bundle(&format!("{DEPLOYMENT}{offload}{extra}"));

@@ -50,12 +50,10 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
          max_model_len: 16384{spec}\n"
     );
     // A small host-memory tier on a third of the draws, so HBM evictions
-    // reload from it.
-    let offload = if rng.below(3) == 0 {
-        "offload:\n  tiers: [{tier: cpu_dram, bytes: 4000000000}]\n"
-    } else {
-        ""
-    };
+    // reload from it: through vLLM's OffloadingConnector or through LMCache
+    // (which pdsim refuses beside the precise prefix path, whose KV events
+    // it does not simulate for LMCache).
+    let offload_draw = rng.below(6);
     let pools = if nodes >= 2 && rng.below(2) == 0 {
         let prefill = 1 + rng.below(nodes - 1);
         let decode_tp = [1, 2][rng.below(2) as usize];
@@ -88,6 +86,13 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
         format!(
             "  - role: colocated\n    nodes: {nodes}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n{engine}{router}"
         )
+    };
+    let offload = match offload_draw {
+        0 | 1 => "offload:\n  tiers: [{tier: cpu_dram, bytes: 4000000000}]\n",
+        2 if !pools.contains("precise.yaml") => {
+            "offload:\n  tiers: [{tier: cpu_dram, bytes: 4000000000}]\n  connector: LMCacheConnectorV1\n"
+        }
+        _ => "",
     };
     let deployment = format!("kind: Deployment\nname: swarm-{seed}\npools:\n{pools}{offload}");
     let requests = 50 + rng.below(250);

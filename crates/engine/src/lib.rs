@@ -9,6 +9,7 @@
 
 pub mod graph;
 pub mod kv;
+pub mod lmcache;
 pub mod replay;
 pub mod scheduler;
 

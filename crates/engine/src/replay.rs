@@ -213,6 +213,7 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         },
         spec,
         offload_blocks: None,
+        lmcache: None,
         async_scheduling: cfg.async_scheduling,
         enable_chunked_prefill: cfg.enable_chunked_prefill.unwrap_or(true),
         // The oracle's scripted connector (`kv_role: kv_both`) is there

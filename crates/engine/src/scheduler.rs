@@ -72,6 +72,9 @@ pub struct EngineConfig {
     /// A host-memory offload tier (vLLM's OffloadingConnector with
     /// CPUOffloadingSpec), in blocks; `None` without offload.
     pub offload_blocks: Option<u64>,
+    /// LMCache through `LMCacheConnectorV1` (see [`crate::lmcache`]);
+    /// `None` without it.
+    pub lmcache: Option<crate::lmcache::LmCacheConfig>,
     /// vLLM's `AsyncScheduler` (`vllm/v1/core/sched/async_scheduler.py`):
     /// a step is scheduled while the one before it still runs, so each
     /// sampling request carries output placeholders, and the caller keeps
@@ -260,6 +263,8 @@ struct Req {
     /// Aborted while its KV was in flight: out of every queue, its blocks
     /// kept until the transfer or load ends ([`Engine::abort`]).
     aborted: bool,
+    /// LMCache's tracker of the request, with LMCache on.
+    lm: crate::lmcache::Tracker,
 }
 
 impl Req {
@@ -480,6 +485,17 @@ pub struct Engine {
     /// always drain.
     holding: VecDeque<u32>,
     offload: Option<OffloadTier>,
+    lmcache: Option<crate::lmcache::LmCacheTier>,
+    /// The chunks each step in flight stores in LMCache when it completes,
+    /// in step order beside `in_flight`.
+    lm_pending: VecDeque<Vec<u64>>,
+    /// The chunks the step being scheduled stores, and a buffer for the
+    /// keys of a lookup.
+    lm_step_chunks: Vec<u64>,
+    lm_keys: Vec<u64>,
+    /// Tokens LMCache loads before and stores after the forward pass of
+    /// the step last scheduled.
+    step_connector_io: (u32, u32),
     /// Per draft position, the probability that it is accepted given the
     /// one before it was: `acceptance[i] / acceptance[i - 1]`, computed once
     /// here rather than per draft per step.
@@ -497,6 +513,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
         let offload = config.offload_blocks.map(OffloadTier::new);
+        let lmcache = config.lmcache.map(crate::lmcache::LmCacheTier::new);
         let draft_accept = config
             .spec
             .as_ref()
@@ -531,6 +548,11 @@ impl Engine {
             parked: 0,
             holding: VecDeque::new(),
             offload,
+            lmcache,
+            lm_pending: VecDeque::new(),
+            lm_step_chunks: Vec::new(),
+            lm_keys: Vec::new(),
+            step_connector_io: (0, 0),
             draft_accept,
             external_hits_tokens: 0,
             preemptions: 0,
@@ -654,6 +676,7 @@ impl Engine {
             last_sched_seq: 0,
             inflight_prefill: false,
             aborted: false,
+            lm: crate::lmcache::Tracker::default(),
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -1154,6 +1177,7 @@ impl Engine {
     /// nothing was scheduled.
     pub fn schedule(&mut self) -> Option<Batch> {
         self.scheduled.clear();
+        self.step_connector_io = (0, 0);
         let mut budget = self.config.max_num_batched_tokens;
         let alone = self.running.len() + self.num_waiting() == 1;
         let long_cap = if alone && self.config.long_prefill_waiver_when_alone {
@@ -1348,6 +1372,7 @@ impl Engine {
                 }
                 let (hit_units, hit_blocks) = self.prefix_hit(slot);
                 let hit_tokens = hit_units * self.config.prefix_unit.max(1);
+                let (lm_external, lm_hit, lm_load) = self.lmcache_lookup(slot, hit_tokens);
                 let external = self.offload_hit(slot, hit_units);
                 if external > 0 {
                     // The connector's hit beyond the local one loads
@@ -1373,10 +1398,15 @@ impl Engine {
                     });
                     continue;
                 }
-                let remaining = tokens - hit_tokens;
+                // LMCache's hit beyond the local one is loaded within the
+                // step (`load_kv_async` false): it counts as computed, takes
+                // blocks but no budget (`num_external_computed_tokens` in
+                // `Scheduler.schedule`, `vllm/v1/core/sched/scheduler.py`).
+                let base = hit_tokens + lm_external;
+                let remaining = tokens - base;
                 let mut n = remaining;
                 let Some(pad) =
-                    self.pad_drafts(n, hit_tokens, budget, scheduled_running, prefill_scheduled)
+                    self.pad_drafts(n, base, budget, scheduled_running, prefill_scheduled)
                 else {
                     break;
                 };
@@ -1393,24 +1423,39 @@ impl Engine {
                 } else {
                     n
                 };
-                if !self.allocate(slot, hit_blocks, hit_tokens, n, must_fit) {
+                if !self.allocate(
+                    slot,
+                    hit_blocks,
+                    hit_tokens,
+                    lm_external + n,
+                    lm_external + must_fit,
+                ) {
                     break;
                 }
                 self.pop_waiting();
                 self.running.push(slot);
                 let id = {
                     let req = self.req_mut(slot);
-                    req.computed = hit_tokens;
+                    req.computed = base;
                     req.admitted_once = true;
                     req.is_running = true;
+                    // A new tracker, saved up to the LMCache hit
+                    // (`RequestTracker.from_new_request`).
+                    req.lm = crate::lmcache::Tracker {
+                        saved: lm_hit,
+                        decode: false,
+                        new: true,
+                    };
                     // "Only track requests that will still be prefilling
                     // after this chunk."
-                    if hit_tokens + n < req.tokens() {
+                    if base + n < req.tokens() {
                         req.inflight_prefill = true;
                     }
                     req.id
                 };
+                self.step_connector_io.0 += lm_load;
                 if first {
+                    self.external_hits_tokens += lm_external as u64;
                     self.prefix_queries_tokens += tokens as u64;
                     self.prefix_hits_tokens += hit_tokens as u64;
                     self.events.push(EngineEvent::Admitted {
@@ -1423,7 +1468,7 @@ impl Engine {
                     id,
                     tokens: n,
                     drafts: pad,
-                    context: hit_tokens,
+                    context: base,
                     samples: false,
                 });
                 budget -= n;
@@ -1508,6 +1553,9 @@ impl Engine {
                 req.drafts = num_spec;
             }
         }
+        if self.lmcache.is_some() {
+            self.lmcache_stores();
+        }
         self.finished_unreported = false;
         if self.config.defer_block_free && !self.scheduled.is_empty() {
             self.sched_step_seq += 1;
@@ -1523,7 +1571,72 @@ impl Engine {
             step.clear();
             step.extend_from_slice(&self.scheduled);
             self.in_flight.push_back(step);
+            if self.lmcache.is_some() {
+                let chunks = std::mem::take(&mut self.lm_step_chunks);
+                self.lm_pending.push_back(chunks);
+            }
         }
+        self.lm_step_chunks.clear();
+    }
+
+    /// LMCache's lookup for a waiting request with `local` tokens of the
+    /// engine's own prefix hit (`get_num_new_matched_tokens` in
+    /// `vllm_v1_adapter.py`; see [`crate::lmcache`]): the tokens to load
+    /// beyond the local hit, LMCache's whole hit, and the tokens the load
+    /// retrieves (from the chunk holding the local boundary on).
+    fn lmcache_lookup(&mut self, slot: u32, local: u32) -> (u32, u32, u32) {
+        let Some(tier) = &mut self.lmcache else {
+            return (0, 0, 0);
+        };
+        let unit = self.config.prefix_unit.max(1);
+        let chunk = tier.config.chunk_tokens.max(unit);
+        let per_chunk = (chunk / unit).max(1);
+        let req = self.reqs[slot as usize].as_ref().expect("live slot");
+        let chunks = (req.prompt_tokens / chunk).min(req.hasher.hashes.len() as u32 / per_chunk);
+        self.lm_keys.clear();
+        self.lm_keys
+            .extend((0..chunks).map(|c| req.hasher.hashes[((c + 1) * per_chunk - 1) as usize]));
+        let hit = tier.lookup(&self.lm_keys) * chunk;
+        // "In full-prompt-hit case, we need to recompute the last token."
+        let need = i64::from(hit) - i64::from(local) - i64::from(hit == req.tokens());
+        if need <= 0 {
+            return (0, hit, 0);
+        }
+        (need as u32, hit, hit - local / chunk * chunk)
+    }
+
+    /// The chunks this step stores in LMCache (`from_request_tracker` for
+    /// each scheduled request, stored by `wait_for_save` after the forward
+    /// pass): queued for the step's completion and counted for its cost
+    /// unless LMCache holds them already or the step stores them twice.
+    fn lmcache_stores(&mut self) {
+        let Some(tier) = &self.lmcache else {
+            return;
+        };
+        let unit = self.config.prefix_unit.max(1);
+        let chunk = tier.config.chunk_tokens.max(unit);
+        let per_chunk = (chunk / unit).max(1);
+        for s in &self.scheduled {
+            let req = self.reqs[s.slot as usize].as_mut().expect("live slot");
+            let input = req.computed.min(req.tokens());
+            let (from, to) = req.lm.save(input, s.tokens, chunk);
+            for c in from..to {
+                let Some(&key) = req.hasher.hashes.get(((c + 1) * per_chunk - 1) as usize) else {
+                    break;
+                };
+                if !tier.contains(key) && !self.lm_step_chunks.contains(&key) {
+                    self.step_connector_io.1 += chunk;
+                    self.lm_step_chunks.push(key);
+                }
+            }
+        }
+    }
+
+    /// Tokens LMCache copies synchronously in the step last scheduled:
+    /// loaded before its forward pass and stored after it. The caller
+    /// prices them against the tier's bandwidth.
+    pub fn connector_io(&self) -> (u32, u32) {
+        self.step_connector_io
     }
 
     /// The batch the cost model prices, with CUDA-graph padding and the DBO
@@ -1587,6 +1700,15 @@ impl Engine {
         let Some(scheduled) = self.in_flight.pop_front() else {
             return;
         };
+        // The step's LMCache stores are done (`wait_for_save`).
+        if let Some(tier) = &mut self.lmcache
+            && let Some(mut chunks) = self.lm_pending.pop_front()
+        {
+            for key in chunks.drain(..) {
+                tier.put(key);
+            }
+            self.lm_step_chunks = chunks;
+        }
         if scheduled.is_empty() {
             self.spare.push(scheduled);
             return;
@@ -1990,6 +2112,13 @@ impl Engine {
             .map_or((0, 0), |t| (t.stores, t.evictions))
     }
 
+    /// Chunks stored in and evicted from LMCache so far.
+    pub fn lmcache_counts(&self) -> (u64, u64) {
+        self.lmcache
+            .as_ref()
+            .map_or((0, 0), |t| (t.stores, t.evictions))
+    }
+
     /// Decode side: the transfer failed (the prefill side freed its blocks
     /// first). The request keeps its blocks, cuts back to its local prefix
     /// hit and recomputes the rest here.
@@ -2156,6 +2285,7 @@ mod checker_tests {
             },
             spec: None,
             offload_blocks: None,
+            lmcache: None,
             async_scheduling: false,
             enable_chunked_prefill: true,
             defer_block_free: false,

@@ -296,6 +296,7 @@ proptest! {
             policy: if case.priority { Policy::Priority } else { Policy::Fcfs },
             max_model_len: capacity.saturating_sub(16).max(2),
             offload_blocks: case.offload.then_some(case.usable_blocks as u64 / 2),
+            lmcache: None,
             ..common::config()
         });
         let mut rng = rng();

@@ -152,6 +152,12 @@ fn engine_for(case: &Case) -> Engine {
             0 => Some(case.usable_blocks as u64 / 2),
             _ => None,
         },
+        // LMCache on another third: two reuse units a chunk, room for a
+        // quarter of the blocks' worth.
+        lmcache: (case.requests[0].0 % 3 == 1).then(|| pdsim_engine::lmcache::LmCacheConfig {
+            chunk_tokens: case.prefix_unit.max(1) * 2,
+            capacity_chunks: case.usable_blocks as u64 / 4 + 1,
+        }),
         async_scheduling: asynchronous(case),
         enable_chunked_prefill: true,
         defer_block_free: asynchronous(case) && connector,

@@ -637,6 +637,27 @@ pub struct PrefixCache {
     pub external_hit_rate: f64,
     pub offload_stores_blocks: u64,
     pub offload_evictions_blocks: u64,
+    /// LMCache's chunks stored and evicted, and the KV bytes it loaded
+    /// into and stored from the GPUs (absent without LMCache).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub lmcache_stores_chunks: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub lmcache_evictions_chunks: u64,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub lmcache_loaded_bytes: f64,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub lmcache_stored_bytes: f64,
+}
+
+/// Bytes in a GiB, for the text summary.
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_f64(n: &f64) -> bool {
+    *n == 0.0
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -870,6 +891,10 @@ impl Aggregator {
                 },
                 offload_stores_blocks: sum(|c| c.offload_stores),
                 offload_evictions_blocks: sum(|c| c.offload_evictions),
+                lmcache_stores_chunks: sum(|c| c.lmcache_stores),
+                lmcache_evictions_chunks: sum(|c| c.lmcache_evictions),
+                lmcache_loaded_bytes: cores.iter().map(|c| c.lmcache_loaded_bytes).sum(),
+                lmcache_stored_bytes: cores.iter().map(|c| c.lmcache_stored_bytes).sum(),
             },
             kv_usage: KvUsage {
                 mean: if busy_ns > 0 {
@@ -1260,6 +1285,16 @@ pub fn render_text(summary: &Summary) -> String {
         summary.kv_usage.peak * 100.0,
         summary.preemptions
     ));
+    let pc = &summary.prefix_cache;
+    if pc.lmcache_stores_chunks > 0 {
+        out.push_str(&format!(
+            "LMCache: {} chunks stored, {} evicted; {:.2} GiB loaded into GPUs, {:.2} GiB stored from them\n",
+            pc.lmcache_stores_chunks,
+            pc.lmcache_evictions_chunks,
+            pc.lmcache_loaded_bytes / GIB,
+            pc.lmcache_stored_bytes / GIB
+        ));
+    }
     if let Some(g) = &summary.goodput {
         out.push_str(&format!(
             "goodput: {} of {} requests met their SLO ({:.1}%), {:.2} req/s\n",

@@ -26,6 +26,12 @@ pub struct RouterInputs {
 pub const BUILTIN_ORIGIN: &str = "built-in default EndpointPickerConfig";
 
 impl RouterInputs {
+    /// Whether the configuration has a precise prefix-cache producer or
+    /// scorer, the plugins that read engines' KV events.
+    pub fn reads_kv_events(&self) -> bool {
+        crate::cycle::precise_plugin(&self.config.plugins).is_some()
+    }
+
     /// The router of a deployment without a `router` block: the EPP's
     /// built-in default configuration over every pod, with default flags
     /// and no manifests (the Deployment specification, `router`: "Absent:

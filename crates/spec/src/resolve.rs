@@ -99,6 +99,12 @@ pub struct EngineConfig {
     pub eplb_enabled: bool,
     pub num_redundant_experts: u64,
     pub weight_bits: u32,
+    /// LMCache's chunk size when the pool's engines run LMCache
+    /// (`offload.connector: LMCacheConnectorV1`; under P/D only the
+    /// prefill pools, where the serving chart sets LMCache's environment):
+    /// the deployment has no key for it, so it is the rules pack's
+    /// `lmcache_chunk_tokens`. `None` without LMCache.
+    pub lmcache_chunk_tokens: Option<u64>,
 }
 
 /// Per-rank memory, in bytes.
@@ -743,6 +749,7 @@ pub fn resolve_pool(
         eplb_enabled,
         num_redundant_experts: redundant,
         weight_bits,
+        lmcache_chunk_tokens: None,
     };
     let (memory, kv) = memory_and_kv(pack, pool, layout, chip, model, &engine);
     let mut labels = pool.labels.clone();
@@ -1054,6 +1061,20 @@ fn kv_capacity(
     }
 }
 
+/// Whether a pool's engines run LMCache: the deployment's offload connector
+/// is `LMCacheConnectorV1`, and under P/D the pool is a prefill pool (the
+/// llm-d serving chart sets LMCache's environment for the prefill pods
+/// only, `modelserver.extraServeEnv.prefill` in seeds/001; decode pods run
+/// NixlConnector alone).
+pub fn runs_lmcache(deployment: &Deployment, pool: &Pool) -> bool {
+    let lmcache = deployment
+        .offload
+        .as_ref()
+        .is_some_and(|o| o.connector.as_deref() == Some("LMCacheConnectorV1"));
+    let pd = deployment.pools.iter().any(|p| p.role == "prefill");
+    lmcache && (!pd || pool.role == "prefill")
+}
+
 /// Resolves every pool of a deployment against a resolved scenario.
 pub fn resolve(
     deployment: &Deployment,
@@ -1075,7 +1096,19 @@ pub fn resolve(
             .pools
             .iter()
             .zip(layouts)
-            .map(|(pool, layout)| resolve_pool(pack, pool, layout, chip_name, chip, model))
+            .map(|(pool, layout)| {
+                let mut resolved = resolve_pool(pack, pool, layout, chip_name, chip, model);
+                if runs_lmcache(deployment, pool) {
+                    let chunk = pack.defaults.lmcache_chunk_tokens;
+                    resolved.engine.lmcache_chunk_tokens = Some(chunk);
+                    resolved.settings.push(Setting {
+                        key: "offload.lmcache.chunk_size".into(),
+                        value: chunk.to_string(),
+                        origin: "default",
+                    });
+                }
+                resolved
+            })
             .collect(),
     }
 }

@@ -379,6 +379,12 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             "nixl_connector.py: no heartbeat, a fixed expiry",
         ),
         (
+            "defaults.lmcache_chunk_tokens",
+            json!(256),
+            "not vLLM's: LMCache's own `chunk_size` default (lmcache/v1/config.py), \
+             read by the LMCacheConnectorV1 adapter 0.15.1 ships",
+        ),
+        (
             "defaults.batch_defaults[0].min_memory_gib",
             json!(70.0),
             "engine/arg_utils.py:1837 device_memory >= 70 * GiB_bytes",

@@ -32,6 +32,7 @@ pub fn config() -> EngineConfig {
         },
         spec: None,
         offload_blocks: None,
+        lmcache: None,
         async_scheduling: false,
         enable_chunked_prefill: true,
         defer_block_free: false,

@@ -181,6 +181,9 @@ pub struct Defaults {
     /// expiry to `kv_lease_duration * 2 // 3` s past its arrival). Without
     /// them the lease is a fixed timeout from prefill completion.
     pub kv_lease_heartbeats: bool,
+    /// LMCache's chunk size in tokens (`chunk_size`, `LMCACHE_CHUNK_SIZE`)
+    /// where the deployment cannot state it: it has no key for it.
+    pub lmcache_chunk_tokens: u64,
     pub batch_defaults: Vec<BatchDefault>,
 }
 
