@@ -1088,3 +1088,42 @@ fn link_windows_reach_the_sink_as_they_close_not_at_the_end() {
     let first = *sink.windows_at.first().expect("transfers fill windows");
     assert!(first < 300, "the first window came after every record");
 }
+
+#[test]
+fn lmcaches_copies_lengthen_the_steps_that_make_them_by_their_bytes_over_the_tier() {
+    // One 512-token prompt, then the same prompt a minute later on the
+    // default deployment with LMCache (256-token chunks). The first prefill
+    // stores both chunks after its forward pass; the repeat hits 496
+    // tokens in HBM (31 blocks) and LMCache's whole 512, so it loads from
+    // the chunk holding the HBM edge (256 tokens) and computes one token.
+    let deployment = format!(
+        "{DEPLOYMENT}offload:\n  tiers: [{{tier: cpu_dram, bytes: 1000000000}}]\n  connector: LMCacheConnectorV1\n"
+    );
+    let report = bundle(&deployment);
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    let rows = "{\"timestamp\": 0, \"input_length\": 512, \"output_length\": 2, \"hash_ids\": [1]}\n\
+                {\"timestamp\": 60000, \"input_length\": 512, \"output_length\": 2, \"hash_ids\": [1]}\n";
+    let mut source = MooncakeReader::new(std::io::Cursor::new(rows.as_bytes()), "two.jsonl");
+    let stats = run(&cluster, &mut source, 0, true, &mut MemorySink::default()).unwrap();
+    assert_eq!(stats.completed, 2);
+    let tier = cluster.offload.expect("the tier");
+    let pool = &cluster.pools[0];
+    let per_token = pool.kv_bytes_per_token_gpu;
+    let ns = |tokens: f64, device: f64| {
+        tier.base_latency.as_ns() as f64
+            + (tokens * per_token / device.min(tier.host_link_bytes_per_s) * 1e9).round()
+    };
+    let expected = ns(512.0, tier.write_bytes_per_s) + ns(256.0, tier.read_bytes_per_s);
+    let io: u64 = stats.cores.iter().map(|c| c.lmcache_io_ns).sum();
+    assert!(
+        (io as f64 - expected).abs() <= 2.0,
+        "{io} ns against {expected}"
+    );
+    let bytes = |f: fn(&pdsim_cluster::CoreStats) -> f64| stats.cores.iter().map(f).sum::<f64>();
+    let world = pool.world as f64;
+    assert_eq!(bytes(|c| c.lmcache_stored_bytes), 512.0 * per_token * world);
+    assert_eq!(bytes(|c| c.lmcache_loaded_bytes), 256.0 * per_token * world);
+    let stores: u64 = stats.cores.iter().map(|c| c.lmcache_stores).sum();
+    let hits: u64 = stats.cores.iter().map(|c| c.external_hits_tokens).sum();
+    assert_eq!((stores, hits), (2, 15));
+}
