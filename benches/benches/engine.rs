@@ -33,7 +33,7 @@ fn engine() -> Engine {
             prefill_threshold: 512,
         },
         spec: None,
-        offload_blocks: None,
+        offload: None,
         lmcache: None,
         async_scheduling: false,
         enable_chunked_prefill: true,

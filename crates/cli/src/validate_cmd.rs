@@ -598,10 +598,12 @@ mod tests {
         );
         let cases: Vec<Case> = vec![
             (
-                "arc eviction",
+                "arc eviction under LMCache",
                 vec![(
                     deployment.clone(),
-                    Ok(edit(&format!("{offload}  eviction_policy: arc\n"))),
+                    Ok(edit(&format!(
+                        "{offload}  eviction_policy: arc\n  connector: LMCacheConnectorV1\n"
+                    ))),
                 )],
                 "offload.eviction_policy",
                 "1p3d-ep8-epp.yaml:33:",

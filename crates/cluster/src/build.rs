@@ -195,7 +195,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
             prefill_threshold: clamp(e.dbo_prefill_token_threshold),
         },
         spec,
-        offload_blocks: None,
+        offload: None,
         lmcache: None,
         async_scheduling: e.async_scheduling,
         // Deployments cannot turn chunked prefill off (the key is refused by
@@ -240,12 +240,6 @@ fn offload_tier(
             message,
         })
     };
-    if let Some(policy) = offload.eviction_policy.as_deref().filter(|p| *p != "lru") {
-        return refuse(
-            "offload.eviction_policy",
-            format!("`{policy}` eviction is not simulated yet; only lru is"),
-        );
-    }
     if offload.prefetch_depth.is_some_and(|d| d > 0) {
         return refuse(
             "offload.prefetch_depth",
@@ -294,6 +288,16 @@ fn offload_tier(
             .into(),
         );
     }
+    if connector == OffloadConnector::LmCache
+        && let Some(policy) = offload.eviction_policy.as_deref().filter(|p| *p != "lru")
+    {
+        return refuse(
+            "offload.eviction_policy",
+            format!(
+                "`{policy}` is a policy of vLLM's OffloadingConnector; pdsim runs LMCache's local CPU backend with its LRU policy only"
+            ),
+        );
+    }
     let tier = &offload.tiers[0];
     if tier.tier != "cpu_dram" {
         return refuse(
@@ -329,6 +333,49 @@ fn offload_tier(
     Ok(Some((tier.bytes.max(0) as u64, class, connector)))
 }
 
+/// The OffloadingConnector's cache policy (`offload.eviction_policy`,
+/// omitted means `lru`; the rules pack has checked the name).
+fn offload_policy(
+    deployment: &pdsim_spec::deployment::Deployment,
+) -> Result<pdsim_engine::offload::EvictionPolicy, BuildError> {
+    use pdsim_engine::offload::EvictionPolicy;
+    match deployment
+        .offload
+        .as_ref()
+        .and_then(|o| o.eviction_policy.as_deref())
+    {
+        None | Some("lru") => Ok(EvictionPolicy::Lru),
+        Some("arc") => Ok(EvictionPolicy::Arc),
+        Some(other) => Err(BuildError {
+            path: "offload.eviction_policy".into(),
+            message: format!(
+                "`{other}` is not a cache policy vLLM's CPU offloading manager has (lru, arc)"
+            ),
+        }),
+    }
+}
+
+/// The release's OffloadingConnector manager, from its rules pack; a
+/// release whose manager pdsim does not mirror is refused rather than run
+/// with another release's.
+fn offload_manager(
+    pack: &pdsim_spec::rules::pack::RulesPack,
+) -> Result<pdsim_engine::offload::Release, BuildError> {
+    use pdsim_engine::offload::Release;
+    use pdsim_spec::rules::pack::OffloadManagerRelease;
+    match pack.defaults.offload_manager {
+        Some(OffloadManagerRelease::V0_29_0) => Ok(Release::V0_29_0),
+        Some(OffloadManagerRelease::V0_31_0) => Ok(Release::V0_31_0),
+        None => Err(BuildError {
+            path: "offload.connector".into(),
+            message: format!(
+                "the OffloadingConnector of rules pack `{}` predates the CPU offloading manager pdsim mirrors (`vllm/v1/kv_offload/cpu/manager.py` of vLLM 0.29.0 and 0.31.0); its own (0.15.1's `vllm/v1/kv_offload/lru_manager.py` moves chunks being loaded and may evict the chunks a store offers) is not simulated",
+                pack.name
+            ),
+        }),
+    }
+}
+
 /// Builds the runtime cluster of a deployment without router inputs (see
 /// `build_with_router`), or refuses what cannot run faithfully yet.
 pub fn build(bundle: &ValidDeployment, scenario: &ResolvedScenario) -> Result<Cluster, BuildError> {
@@ -348,6 +395,12 @@ pub fn build_with_router(
     router: Option<pdsim_router::RouterInputs>,
 ) -> Result<Cluster, BuildError> {
     let deployment = &bundle.deployment;
+    let pack = pdsim_spec::rules::pack::for_version(&scenario.scenario.engine_version).ok_or_else(
+        || BuildError {
+            path: "engine_version".into(),
+            message: "no rules pack".into(),
+        },
+    )?;
     let offload = offload_tier(deployment, scenario)?;
     if offload
         .as_ref()
@@ -466,10 +519,17 @@ pub fn build_with_router(
                         * layout.world_size as f64;
                     (*bytes as f64 / layout.dp.max(1) as f64 / unit_bytes.max(1.0)).floor() as u64
                 };
-                engine.offload_blocks = offload
+                engine.offload = match offload
                     .as_ref()
                     .filter(|(_, _, c)| *c == OffloadConnector::Offloading)
-                    .map(|o| per_engine(o, resolved.engine.block_size));
+                {
+                    Some(o) => Some(pdsim_engine::offload::OffloadConfig {
+                        chunks: per_engine(o, resolved.engine.block_size),
+                        policy: offload_policy(deployment)?,
+                        release: offload_manager(pack)?,
+                    }),
+                    None => None,
+                };
                 // LMCache's local CPU backend holds `max_local_cpu_size`
                 // per worker (rank); the tier's bytes are per engine like
                 // the OffloadingConnector's, so the chunk count is the same.
@@ -627,12 +687,6 @@ pub fn build_with_router(
         .fabric
         .as_ref()
         .map_or(0.0, |f| f.value.inter_node_bw_gbps);
-    let pack = pdsim_spec::rules::pack::for_version(&scenario.scenario.engine_version).ok_or_else(
-        || BuildError {
-            path: "engine_version".into(),
-            message: "no rules pack".into(),
-        },
-    )?;
     Ok(Cluster {
         pools,
         disaggregated,

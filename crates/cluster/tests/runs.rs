@@ -2,6 +2,7 @@
 //! and refusals of what the simulation cannot run yet.
 
 use pdsim_cluster::{MemorySink, Outcome, build, run};
+use pdsim_engine::offload::{EvictionPolicy, Release};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
 use pdsim_workload::{MooncakeReader, RequestSpec, TraceError};
@@ -87,12 +88,58 @@ fn unsupported_features_are_refused_by_name() {
         .err()
         .expect("refused");
     assert_eq!(err.path, "router");
-    // Host-memory offload with LRU runs, through vLLM's OffloadingConnector
-    // or LMCache; ARC eviction, other connectors, an offloading spec for
-    // LMCache and LMCache tiers below host memory are refused by key.
+    // Host-memory offload runs, through vLLM's OffloadingConnector (LRU or
+    // ARC, with the release's recency rule) or LMCache (LRU); ARC under
+    // LMCache, other connectors, an offloading spec for LMCache and LMCache
+    // tiers below host memory are refused by key, and so is the
+    // OffloadingConnector of a release whose manager pdsim does not mirror.
     let offload = "offload:\n  tiers: [{tier: cpu_dram, bytes: 1000000000}]\n";
     let report = bundle(&format!("{DEPLOYMENT}{offload}"));
-    assert!(build(&report.deployments[0], report.scenario.as_ref().unwrap()).is_ok());
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
+    let tier = cluster.pools[0].engine.offload.expect("the tier");
+    assert_eq!(
+        (tier.policy, tier.release),
+        (EvictionPolicy::Lru, Release::V0_31_0),
+        "omitted means lru; 0.31.0 ranks at the request's end"
+    );
+    let report = bundle(&format!("{DEPLOYMENT}{offload}  eviction_policy: arc\n"));
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
+    assert_eq!(
+        cluster.pools[0].engine.offload.unwrap().policy,
+        EvictionPolicy::Arc
+    );
+    for (version, release) in [("0.29.0", Some(Release::V0_29_0)), ("0.15.1", None)] {
+        let scenario = SCENARIO.replace(
+            "engine_version: \"0.31.0\"",
+            &format!("engine_version: \"{version}\""),
+        );
+        assert_ne!(scenario, SCENARIO);
+        let files = MemoryFiles::new()
+            .with("s.yaml", &scenario)
+            .with("d.yaml", &format!("{DEPLOYMENT}{offload}"));
+        let report = validate(&Request {
+            files: &files,
+            catalog_dirs: vec![],
+            scenario: Some("s.yaml".into()),
+            documents: vec!["d.yaml".into()],
+        });
+        let built = build(&report.deployments[0], report.scenario.as_ref().unwrap());
+        match release {
+            Some(release) => assert_eq!(
+                built.expect("runs").pools[0]
+                    .engine
+                    .offload
+                    .unwrap()
+                    .release,
+                release
+            ),
+            None => {
+                let err = built.err().expect("refused");
+                assert_eq!(err.path, "offload.connector");
+                assert!(err.message.contains("lru_manager.py"), "{}", err.message);
+            }
+        }
+    }
     let lmcache = "  connector: LMCacheConnectorV1\n";
     let report = bundle(&format!("{DEPLOYMENT}{offload}{lmcache}"));
     let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
@@ -102,9 +149,12 @@ fn unsupported_features_are_refused_by_name() {
         .expect("LMCache on the colocated pool");
     assert_eq!(lm.chunk_tokens, 256, "LMCache's default chunk size");
     assert!(lm.capacity_chunks > 0);
-    assert_eq!(cluster.pools[0].engine.offload_blocks, None);
+    assert_eq!(cluster.pools[0].engine.offload, None);
     for (extra, path) in [
-        ("  eviction_policy: arc\n", "offload.eviction_policy"),
+        (
+            "  eviction_policy: arc\n  connector: LMCacheConnectorV1\n",
+            "offload.eviction_policy",
+        ),
         ("  connector: LMCacheMPConnector\n", "offload.connector"),
         (
             "  connector: LMCacheConnectorV1\n  spec: CPUOffloadingSpec\n",

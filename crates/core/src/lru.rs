@@ -160,6 +160,27 @@ impl<V: Default> LruMap<V> {
     }
 
     /// The value of `key`, its recency unchanged.
+    pub fn peek(&self, key: u64) -> Option<&V> {
+        let slot = self.find(key)?;
+        Some(&self.nodes[slot as usize].value)
+    }
+
+    /// The entries from the least recently used to the most, without
+    /// changing their order: for an eviction that must pass over entries
+    /// it may not take.
+    pub fn iter_lru(&self) -> impl Iterator<Item = (u64, &V)> + '_ {
+        let mut slot = self.tail;
+        std::iter::from_fn(move || {
+            if slot == NIL {
+                return None;
+            }
+            let node = &self.nodes[slot as usize];
+            slot = node.prev;
+            Some((node.key, &node.value))
+        })
+    }
+
+    /// The value of `key`, its recency unchanged.
     pub fn peek_mut(&mut self, key: u64) -> Option<&mut V> {
         let slot = self.find(key)?;
         Some(&mut self.nodes[slot as usize].value)
@@ -228,6 +249,24 @@ mod tests {
         // Freed slots are reused.
         lru.touch(5);
         assert_eq!(lru.nodes.len(), 3);
+    }
+
+    #[test]
+    fn iteration_runs_from_the_least_recent_and_changes_nothing() {
+        let mut map: super::LruMap<u32> = super::LruMap::default();
+        for key in [5, 6, 7] {
+            *map.touch_entry(key).0 = key as u32 * 10;
+        }
+        map.get_mut(5);
+        let order: Vec<(u64, u32)> = map.iter_lru().map(|(k, v)| (k, *v)).collect();
+        assert_eq!(order, vec![(6, 60), (7, 70), (5, 50)]);
+        assert_eq!(map.peek(7), Some(&70));
+        assert_eq!(map.peek(8), None);
+        assert_eq!(
+            map.pop_lru(),
+            Some((6, 60)),
+            "peek and iteration kept the order"
+        );
     }
 
     #[test]

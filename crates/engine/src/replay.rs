@@ -212,7 +212,7 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
             prefill_threshold: 0,
         },
         spec,
-        offload_blocks: None,
+        offload: None,
         lmcache: None,
         async_scheduling: cfg.async_scheduling,
         enable_chunked_prefill: cfg.enable_chunked_prefill.unwrap_or(true),

@@ -70,8 +70,8 @@ pub struct EngineConfig {
     pub dbo: Dbo,
     pub spec: Option<SpecConfig>,
     /// A host-memory offload tier (vLLM's OffloadingConnector with
-    /// CPUOffloadingSpec), in blocks; `None` without offload.
-    pub offload_blocks: Option<u64>,
+    /// CPUOffloadingSpec, see [`crate::offload`]); `None` without offload.
+    pub offload: Option<crate::offload::OffloadConfig>,
     /// LMCache through `LMCacheConnectorV1` (see [`crate::lmcache`]);
     /// `None` without it.
     pub lmcache: Option<crate::lmcache::LmCacheConfig>,
@@ -265,70 +265,13 @@ struct Req {
     aborted: bool,
     /// LMCache's tracker of the request, with LMCache on.
     lm: crate::lmcache::Tracker,
+    /// The offload tier's state of the request, with the tier on.
+    off: crate::offload::RequestState,
 }
 
 impl Req {
     fn tokens(&self) -> u32 {
         self.prompt_tokens + self.output
-    }
-}
-
-/// The host-memory tier of vLLM's OffloadingConnector
-/// (`vllm/v1/kv_offload/cpu/`, `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`):
-/// full blocks are stored as they fill, keyed by their hash, and evicted
-/// least recently used when the tier is full (`cache_policy: lru`).
-#[derive(Clone, Debug)]
-struct OffloadTier {
-    capacity: u64,
-    /// The stored block hashes, least recently used evicted first.
-    entries: pdsim_core::lru::Lru,
-    pub stores: u64,
-    pub evictions: u64,
-}
-
-impl OffloadTier {
-    fn new(capacity: u64) -> OffloadTier {
-        OffloadTier {
-            capacity,
-            entries: pdsim_core::lru::Lru::default(),
-            stores: 0,
-            evictions: 0,
-        }
-    }
-
-    /// Stores a block. With KV events on, a new block queues a
-    /// `BlockStored(medium="CPU")` without tokens or parent and an evicted one
-    /// a `BlockRemoved(medium="CPU")`, as the connector's `take_events`
-    /// turns its manager's events into vLLM events
-    /// (`offloading_connector.py`, `OffloadingConnectorScheduler.take_events`).
-    /// pdsim stores at once, so the event goes out in the step that filled
-    /// the block; vLLM reports it when the asynchronous copy completes.
-    fn store(&mut self, hash: u64, log: Option<&mut KvEventBatch>) {
-        if self.capacity == 0 {
-            return;
-        }
-        let mut log = log;
-        // A new block goes in as the most recently used, so the evictions
-        // that make room for it (logged before it is) never take it.
-        if self.entries.touch(hash) {
-            self.stores += 1;
-            while self.entries.len() as u64 > self.capacity {
-                let Some((victim, ())) = self.entries.pop_lru() else {
-                    break;
-                };
-                self.evictions += 1;
-                if let Some(log) = log.as_deref_mut() {
-                    log.removed(Medium::Cpu, victim);
-                }
-            }
-            if let Some(log) = log {
-                log.stored(Medium::Cpu, None, &[hash], []);
-            }
-        }
-    }
-
-    fn contains(&self, hash: u64) -> bool {
-        self.entries.contains(hash)
     }
 }
 
@@ -484,7 +427,7 @@ pub struct Engine {
     /// `kv_holding_waiting` queue is, so blocks held outside `running`
     /// always drain.
     holding: VecDeque<u32>,
-    offload: Option<OffloadTier>,
+    offload: Option<crate::offload::OffloadManager>,
     lmcache: Option<crate::lmcache::LmCacheTier>,
     /// The chunks each step in flight stores in LMCache when it completes,
     /// in step order beside `in_flight`.
@@ -512,7 +455,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
-        let offload = config.offload_blocks.map(OffloadTier::new);
+        let offload = config.offload.map(crate::offload::OffloadManager::new);
         let lmcache = config.lmcache.map(crate::lmcache::LmCacheTier::new);
         let draft_accept = config
             .spec
@@ -677,6 +620,7 @@ impl Engine {
             inflight_prefill: false,
             aborted: false,
             lm: crate::lmcache::Tracker::default(),
+            off: crate::offload::RequestState::default(),
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -1374,6 +1318,7 @@ impl Engine {
                 let hit_tokens = hit_units * self.config.prefix_unit.max(1);
                 let (lm_external, lm_hit, lm_load) = self.lmcache_lookup(slot, hit_tokens);
                 let external = self.offload_hit(slot, hit_units);
+                self.offload_lookup_touch(slot);
                 if external > 0 {
                     // The connector's hit beyond the local one loads
                     // asynchronously: blocks for the whole prompt now, no
@@ -1382,6 +1327,7 @@ impl Engine {
                     else {
                         break;
                     };
+                    self.offload_start_load(slot, hit_units, external);
                     if first {
                         self.prefix_queries_tokens += tokens as u64;
                         self.prefix_hits_tokens += hit_tokens as u64;
@@ -1807,6 +1753,7 @@ impl Engine {
                     // the waiting queue (`stopped_preempted_reqs`).
                     self.remove_waiting(s.slot);
                 }
+                self.offload_finish(s.slot);
                 let req = self.req_mut(s.slot);
                 req.is_running = false;
                 let produce = req.kv == KvTransfer::Produce;
@@ -1969,6 +1916,7 @@ impl Engine {
                 return Abort::FreedAfterTransfer;
             }
         }
+        self.offload_finish(slot);
         self.free_blocks(slot);
         self.reqs[slot as usize] = None;
         self.slot_of.remove(&id);
@@ -1985,6 +1933,7 @@ impl Engine {
         if !self.req(slot).aborted {
             return false;
         }
+        self.offload_finish(slot);
         self.free_blocks(slot);
         self.reqs[slot as usize] = None;
         self.slot_of.remove(&id);
@@ -2036,6 +1985,12 @@ impl Engine {
     /// as `_update_waiting_for_remote_kv` in `vllm/v1/core/sched/scheduler.py`
     /// takes them).
     pub fn kv_loaded(&mut self, id: RequestId) {
+        if let Some(&slot) = self.slot_of.get(&id)
+            && let Some(tier) = &mut self.offload
+            && let Some(req) = self.reqs[slot as usize].as_mut()
+        {
+            tier.complete_load(&mut req.off);
+        }
         if self.free_aborted(id) {
             return;
         }
@@ -2080,14 +2035,73 @@ impl Engine {
                     let block = req.blocks[(u / per_block) as usize];
                     self.pool
                         .cache_unit(block, u % per_block, req.hasher.hashes[u as usize]);
-                    if let Some(tier) = &mut self.offload
-                        && (u + 1) % per_block == 0
-                    {
-                        tier.store(req.hasher.hashes[u as usize], self.pool.kv_events.as_mut());
-                    }
                 }
             }
             req.cached_units = full;
+        }
+        // The connector offers the request's full chunks from the first
+        // one it has not offered yet (`_build_store_jobs`,
+        // `next_stored_chunk_idx`), those the GPU had cached already
+        // included: held ones count as reused, the rest are stored.
+        if self.config.enable_prefix_caching
+            && let Some(tier) = &mut self.offload
+        {
+            let chunks = full / per_block;
+            if chunks > req.off.next_chunk {
+                let hashes = &req.hasher.hashes;
+                let key = |c: u32| hashes[((c + 1) * per_block - 1) as usize];
+                let offer: Vec<(u32, u64)> =
+                    (req.off.next_chunk..chunks).map(|c| (c, key(c))).collect();
+                let all = (0..hashes.len() as u32 / per_block).map(key);
+                if tier.store(&offer, &mut req.off, all, self.pool.kv_events.as_mut()) {
+                    req.off.next_chunk = chunks;
+                }
+            }
+        }
+    }
+
+    /// A waiting request looked its prompt up in the offload tier
+    /// (`get_num_new_matched_tokens`): 0.29.0 touches its chunks.
+    fn offload_lookup_touch(&mut self, slot: u32) {
+        let per_block = self.pool.units_per_block();
+        if let Some(tier) = &mut self.offload
+            && tier.release() == crate::offload::Release::V0_29_0
+        {
+            let req = self.reqs[slot as usize].as_ref().expect("live slot");
+            let hashes = &req.hasher.hashes;
+            let key = |c: u32| hashes[((c + 1) * per_block - 1) as usize];
+            tier.on_lookup((0..hashes.len() as u32 / per_block).map(key));
+        }
+    }
+
+    /// The request loads `tokens` from the offload tier after its local
+    /// hit of `hit_units` units (`update_state_after_alloc` →
+    /// `prepare_load`): the chunks stay in the tier until the load ends,
+    /// and the request's stores start after them (`next_stored_chunk_idx`
+    /// set past the hit, `OffloadPolicy.CHUNK_LEVEL`).
+    fn offload_start_load(&mut self, slot: u32, hit_units: u32, tokens: u32) {
+        let per_block = self.pool.units_per_block();
+        let unit = self.config.prefix_unit.max(1);
+        let Some(tier) = &mut self.offload else {
+            return;
+        };
+        let req = self.reqs[slot as usize].as_mut().expect("live slot");
+        let first = hit_units / per_block;
+        let end = (hit_units + tokens / unit) / per_block;
+        let keys: Vec<u64> = (first..end)
+            .map(|c| req.hasher.hashes[((c + 1) * per_block - 1) as usize])
+            .collect();
+        tier.prepare_load(first, &keys, &mut req.off);
+        req.off.next_chunk = end;
+    }
+
+    /// The request has ended: the offload tier applies what it observed
+    /// (`on_request_finished`).
+    fn offload_finish(&mut self, slot: u32) {
+        if let Some(tier) = &mut self.offload
+            && let Some(req) = self.reqs[slot as usize].as_mut()
+        {
+            tier.on_request_finished(&mut req.off);
         }
     }
 
@@ -2110,6 +2124,11 @@ impl Engine {
         self.offload
             .as_ref()
             .map_or((0, 0), |t| (t.stores, t.evictions))
+    }
+
+    /// The offload tier, if the engine has one.
+    pub fn offload_tier(&self) -> Option<&crate::offload::OffloadManager> {
+        self.offload.as_ref()
     }
 
     /// Chunks stored in and evicted from LMCache so far.
@@ -2284,7 +2303,7 @@ mod checker_tests {
                 prefill_threshold: 512,
             },
             spec: None,
-            offload_blocks: None,
+            offload: None,
             lmcache: None,
             async_scheduling: false,
             enable_chunked_prefill: true,
@@ -2437,31 +2456,5 @@ mod acceptance_tests {
             conditional_acceptance(&spec(vec![0.5, 0.0, 0.0], 3)),
             [0.5, 0.0, 0.0]
         );
-    }
-}
-
-#[cfg(test)]
-mod offload_tier_tests {
-    use super::OffloadTier;
-
-    /// The tier counts each block stored once, and each block it evicts
-    /// to make room: least recently used first, a stored block touched
-    /// again kept.
-    #[test]
-    fn the_tier_counts_its_stores_and_its_evictions() {
-        let mut tier = OffloadTier::new(2);
-        for hash in [1, 2, 1, 3, 4] {
-            tier.store(hash, None);
-        }
-        // 1 and 2 stored; 1 touched again (no store); 3 evicts 2, the least
-        // recently used; 4 evicts 1.
-        assert_eq!((tier.stores, tier.evictions), (4, 2));
-        assert!(!tier.contains(2) && !tier.contains(1));
-        assert!(tier.contains(3) && tier.contains(4));
-        // A tier of no blocks stores nothing.
-        let mut none = OffloadTier::new(0);
-        none.store(1, None);
-        assert_eq!((none.stores, none.evictions), (0, 0));
-        assert!(!none.contains(1));
     }
 }

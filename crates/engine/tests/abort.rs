@@ -295,7 +295,9 @@ proptest! {
             max_num_seqs: case.max_num_seqs,
             policy: if case.priority { Policy::Priority } else { Policy::Fcfs },
             max_model_len: capacity.saturating_sub(16).max(2),
-            offload_blocks: case.offload.then_some(case.usable_blocks as u64 / 2),
+            offload: case
+                .offload
+                .then(|| common::offload(case.usable_blocks as u64 / 2)),
             lmcache: None,
             ..common::config()
         });

@@ -215,7 +215,7 @@ fn offloaded_blocks_hit_when_prefix_units_are_smaller_than_a_block() {
     let mut c = config(4);
     c.block_size = 64;
     c.prefix_unit = 16;
-    c.offload_blocks = Some(100);
+    c.offload = Some(common::offload(100));
     let mut engine = Engine::new(c);
     // A's 128-token prefix: two full blocks, stored in the tier as they
     // fill.
@@ -261,7 +261,7 @@ fn a_recompute_after_a_failed_transfer_is_capped_as_a_long_prefill() {
 /// filled) was then evicted from HBM by B, which took all eight blocks.
 fn engine_with_offloaded_prefix() -> Engine {
     let mut c = config(8);
-    c.offload_blocks = Some(100);
+    c.offload = Some(common::offload(100));
     let mut engine = Engine::new(c);
     engine.add_request(request(0, &[(7, 64), (1, 1)], 1, KvTransfer::Local));
     while engine.has_work() {

@@ -7,6 +7,7 @@
 //! replayed from `proptest-regressions/`.
 
 use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
+use pdsim_engine::offload::{EvictionPolicy, OffloadConfig, Release};
 use pdsim_engine::{
     CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, NewRequest, Policy, SpecConfig,
 };
@@ -148,8 +149,21 @@ fn engine_for(case: &Case) -> Engine {
         }),
         // A small offload tier on a third of the cases (keyed off the
         // first request's arrival step so the case tuple stays as it is).
-        offload_blocks: match case.requests[0].0 % 3 {
-            0 => Some(case.usable_blocks as u64 / 2),
+        // Its policy and its release vary with the case.
+        offload: match case.requests[0].0 % 3 {
+            0 => Some(OffloadConfig {
+                chunks: case.usable_blocks as u64 / 2,
+                policy: if case.requests.len().is_multiple_of(2) {
+                    EvictionPolicy::Arc
+                } else {
+                    EvictionPolicy::Lru
+                },
+                release: if case.requests[0].0.is_multiple_of(6) {
+                    Release::V0_29_0
+                } else {
+                    Release::V0_31_0
+                },
+            }),
             _ => None,
         },
         // LMCache on another third: two reuse units a chunk, room for a

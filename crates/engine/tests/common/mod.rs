@@ -7,6 +7,16 @@ use pdsim_engine::{CudaGraphMode, Dbo, EngineConfig, Graphs, KvTransfer, NewRequ
 /// 16-token blocks, 1000 usable blocks, a 100-token budget, eight
 /// sequences, prefix caching on, no CUDA graphs, DBO or speculation; tests
 /// override what they exercise with `EngineConfig { .., ..config() }`.
+/// An offload tier of `chunks` blocks as vLLM 0.31.0 runs it, with LRU.
+#[allow(dead_code)]
+pub fn offload(chunks: u64) -> pdsim_engine::offload::OffloadConfig {
+    pdsim_engine::offload::OffloadConfig {
+        chunks,
+        policy: pdsim_engine::offload::EvictionPolicy::Lru,
+        release: pdsim_engine::offload::Release::V0_31_0,
+    }
+}
+
 pub fn config() -> EngineConfig {
     EngineConfig {
         block_size: 16,
@@ -31,7 +41,7 @@ pub fn config() -> EngineConfig {
             prefill_threshold: 512,
         },
         spec: None,
-        offload_blocks: None,
+        offload: None,
         lmcache: None,
         async_scheduling: false,
         enable_chunked_prefill: true,

@@ -184,7 +184,24 @@ pub struct Defaults {
     /// LMCache's chunk size in tokens (`chunk_size`, `LMCACHE_CHUNK_SIZE`)
     /// where the deployment cannot state it: it has no key for it.
     pub lmcache_chunk_tokens: u64,
+    /// The release's OffloadingConnector CPU manager, of those pdsim
+    /// mirrors (`pdsim_engine::offload::Release`); absent where pdsim does
+    /// not mirror the release's manager (such a run is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload_manager: Option<OffloadManagerRelease>,
     pub batch_defaults: Vec<BatchDefault>,
+}
+
+/// The CPU offloading managers pdsim mirrors, by the vLLM release that
+/// ships them.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub enum OffloadManagerRelease {
+    /// A request's chunks are touched at every lookup and successful store.
+    #[serde(rename = "0.29.0")]
+    V0_29_0,
+    /// A request's observed chunks take their recency when it ends.
+    #[serde(rename = "0.31.0")]
+    V0_31_0,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]

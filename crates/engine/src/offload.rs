@@ -1,0 +1,636 @@
+//! The host-memory tier of vLLM's OffloadingConnector (`CPUOffloadingSpec`):
+//! the CPU offloading manager and its cache policies, as the engine's
+//! scheduler drives them.
+//!
+//! Mirrors `vllm/v1/kv_offload/cpu/manager.py` (`CPUOffloadingManager`),
+//! `vllm/v1/kv_offload/cpu/policies/lru.py` and `policies/arc.py`, and the
+//! calls `vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`
+//! makes into them, in two releases whose recency rules differ:
+//!
+//! * **vLLM 0.29.0** ([`Release::V0_29_0`]): every lookup of a waiting request
+//!   (`get_num_new_matched_tokens`) and every store that stored something
+//!   touches all of the request's chunk keys, last chunk first
+//!   (`OffloadingConnectorScheduler._touch`). LRU moves a touched chunk to
+//!   the most recently used end unless a load is reading it (such a chunk is
+//!   out of the evictable list and goes back to its end when the load
+//!   completes); ARC promotes a touched T1 chunk to T2, so a chunk a
+//!   request stored one step ago counts as reused by its next store.
+//! * **vLLM 0.31.0** ([`Release::V0_31_0`]): lookups and stores record
+//!   which chunks a request inserted and which it reused (loaded, or offered
+//!   for store while already held), and the policy applies them once, when
+//!   the request ends (`on_request_finished`), last chunk first so the first
+//!   chunk ends most recent. LRU ranks every one of them as just used; ARC
+//!   promotes only reused chunks to T2 ("a store is not a frequency hit"),
+//!   and adapts its target size once per request, on a store whose key is in
+//!   a ghost list (`on_store_miss`).
+//!
+//! Common to both: a new chunk is inserted as the most recently used (ARC:
+//! into T1, leaving the ghost lists); the chunks a store offers are never
+//! its victims (`protected`); a chunk being loaded is not evictable; when
+//! too few chunks can be evicted the whole store fails and is offered again
+//! at the request's next step (`prepare_store` returns `None` and
+//! `next_stored_chunk_idx` does not advance). ARC evicts from T1 while T1
+//! holds at least `int(target_t1_size)` chunks, else from T2, into ghost
+//! lists trimmed to the capacity.
+//!
+//! pdsim completes a store the moment it is prepared (the copy's time is
+//! not modelled), so a chunk is never seen half-written (`HIT_PENDING`);
+//! with 0.29.0 the chunks a store inserted are kept out of that store's
+//! touch, as vLLM's are (not ready yet), and become the most recently used
+//! after it, as their store's completion makes them in vLLM.
+
+use pdsim_core::kv_events::{KvEventBatch, Medium};
+use pdsim_core::lru::{Lru, LruMap};
+
+/// The tier's cache policy (`offload.eviction_policy`, vLLM's
+/// `CachePolicyFactory` names `lru` and `arc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    Lru,
+    Arc,
+}
+
+/// The release whose manager, policies and connector calls the tier
+/// mirrors (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// vLLM 0.29.0: recency at every lookup and successful store; ARC
+    /// evicts from T2 once T1 is below its target and fails when T2 has no
+    /// candidate.
+    #[allow(non_camel_case_types)]
+    V0_29_0,
+    /// vLLM 0.31.0: recency once, when the request ends; ARC falls back to
+    /// T1 when T2 has no candidate.
+    #[allow(non_camel_case_types)]
+    V0_31_0,
+}
+
+/// The tier as an engine is configured with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffloadConfig {
+    /// Capacity in chunks (one GPU block each: `CPUOffloadingSpec`'s block
+    /// size defaults to the GPU's).
+    pub chunks: u64,
+    pub policy: EvictionPolicy,
+    pub release: Release,
+}
+
+/// A held chunk: how many loads are reading it (`ref_cnt`; stores complete
+/// at once here, so never the not-ready -1).
+#[derive(Clone, Copy, Debug, Default)]
+struct Chunk {
+    loads: u32,
+}
+
+/// One chunk a request has observed (`_RequestCacheAccess` in
+/// `cpu/manager.py`): its position, key and how it was used.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    chunk: u32,
+    key: u64,
+    inserted: bool,
+    reused: bool,
+    store_miss: bool,
+}
+
+/// The tier's view of one request: the next chunk its stores offer
+/// (`next_stored_chunk_idx`), the chunks a load is reading, and (0.31.0)
+/// what it observed.
+#[derive(Clone, Debug, Default)]
+pub struct RequestState {
+    /// Chunks before this one are not offered again.
+    pub next_chunk: u32,
+    /// Keys of the chunks the request's load is reading.
+    loading: Vec<u64>,
+    /// Observed chunks, ordered by position.
+    seen: Vec<Seen>,
+}
+
+impl RequestState {
+    /// The record of `chunk`, added if new.
+    fn seen(&mut self, chunk: u32, key: u64) -> &mut Seen {
+        let at = match self.seen.binary_search_by_key(&chunk, |s| s.chunk) {
+            Ok(at) => at,
+            Err(at) => {
+                self.seen.insert(
+                    at,
+                    Seen {
+                        chunk,
+                        key,
+                        inserted: false,
+                        reused: false,
+                        store_miss: false,
+                    },
+                );
+                at
+            }
+        };
+        &mut self.seen[at]
+    }
+}
+
+/// The tier of one engine core.
+#[derive(Clone, Debug)]
+pub struct OffloadManager {
+    config: OffloadConfig,
+    /// LRU: every held chunk, by recency. ARC: T1, chunks used once.
+    t1: LruMap<Chunk>,
+    /// ARC: T2, chunks reused.
+    t2: LruMap<Chunk>,
+    /// ARC's ghost lists: keys recently evicted from T1 and from T2.
+    b1: Lru,
+    b2: Lru,
+    target_t1: f64,
+    /// Held chunks a load is reading (not evictable).
+    pinned: u64,
+    pub stores: u64,
+    pub evictions: u64,
+    /// Stores refused because too few chunks could be evicted
+    /// (`ALLOCATION_FAILURE` in the connector's metrics).
+    pub failed_stores: u64,
+}
+
+impl OffloadManager {
+    pub fn new(config: OffloadConfig) -> OffloadManager {
+        OffloadManager {
+            config,
+            t1: LruMap::default(),
+            t2: LruMap::default(),
+            b1: Lru::default(),
+            b2: Lru::default(),
+            target_t1: 0.0,
+            pinned: 0,
+            stores: 0,
+            evictions: 0,
+            failed_stores: 0,
+        }
+    }
+
+    pub fn release(&self) -> Release {
+        self.config.release
+    }
+
+    /// Chunks held.
+    pub fn len(&self) -> u64 {
+        (self.t1.len() + self.t2.len()) as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn get(&self, key: u64) -> Option<&Chunk> {
+        self.t1.peek(key).or_else(|| self.t2.peek(key))
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut Chunk> {
+        match self.t1.peek_mut(key) {
+            Some(chunk) => Some(chunk),
+            None => self.t2.peek_mut(key),
+        }
+    }
+
+    /// Whether the tier holds `key` (`lookup` is `HIT`).
+    pub fn contains(&self, key: u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// ARC's adaptation to a key found in a ghost list
+    /// (`_adapt_to_ghost_hit`).
+    fn adapt_to_ghost_hit(&mut self, key: u64) {
+        if self.b1.contains(key) {
+            let delta = (self.b2.len() as f64 / self.b1.len() as f64).max(1.0);
+            self.target_t1 = (self.target_t1 + delta).min(self.config.chunks as f64);
+            self.b1.touch(key);
+        } else if self.b2.contains(key) {
+            let delta = (self.b1.len() as f64 / self.b2.len() as f64).max(1.0);
+            self.target_t1 = (self.target_t1 - delta).max(0.0);
+            self.b2.touch(key);
+        }
+    }
+
+    /// vLLM 0.29.0's `touch` of `keys`, given in prefix order and applied
+    /// last first; `not_ready` are the keys the store being completed has
+    /// just inserted.
+    fn touch_keys(&mut self, keys: impl DoubleEndedIterator<Item = u64>, not_ready: &[u64]) {
+        for key in keys.rev() {
+            match self.config.policy {
+                EvictionPolicy::Lru => {
+                    // A chunk being loaded or stored is out of the evictable
+                    // list, so the touch passes it by.
+                    let evictable = self.t1.peek(key).is_some_and(|c| c.loads == 0);
+                    if evictable && !not_ready.contains(&key) {
+                        self.t1.get_mut(key);
+                    }
+                }
+                EvictionPolicy::Arc => {
+                    if self.t1.contains(key) {
+                        if not_ready.contains(&key) {
+                            // "chunk was just prepared to be stored, not
+                            // really touched twice".
+                            self.t1.get_mut(key);
+                        } else {
+                            let chunk = self.t1.remove(key).unwrap_or_default();
+                            *self.t2.touch_entry(key).0 = chunk;
+                        }
+                    } else if self.t2.contains(key) {
+                        self.t2.get_mut(key);
+                    } else {
+                        self.adapt_to_ghost_hit(key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A waiting request looked its prompt up (`get_num_new_matched_tokens`):
+    /// with 0.29.0 every chunk key it has is touched.
+    pub fn on_lookup(&mut self, keys: impl DoubleEndedIterator<Item = u64>) {
+        if self.config.release == Release::V0_29_0 {
+            self.touch_keys(keys, &[]);
+        }
+    }
+
+    /// Starts loading `keys` (chunks `first..` of the request) into the
+    /// GPU (`prepare_load`): they stay held until [`Self::complete_load`].
+    pub fn prepare_load(&mut self, first: u32, keys: &[u64], req: &mut RequestState) {
+        for &key in keys {
+            if let Some(chunk) = self.get_mut(key) {
+                chunk.loads += 1;
+                if chunk.loads == 1 {
+                    self.pinned += 1;
+                }
+            }
+        }
+        req.loading.extend_from_slice(keys);
+        if self.config.release == Release::V0_31_0 {
+            for (i, &key) in keys.iter().enumerate() {
+                let seen = req.seen(first + i as u32, key);
+                if !seen.inserted {
+                    seen.reused = true;
+                }
+            }
+        }
+    }
+
+    /// The request's load is over (`complete_load`): its chunks can be
+    /// evicted again. With 0.29.0's LRU a chunk re-enters the evictable
+    /// list at its most recently used end.
+    pub fn complete_load(&mut self, req: &mut RequestState) {
+        for key in std::mem::take(&mut req.loading) {
+            let Some(chunk) = self.get_mut(key) else {
+                continue;
+            };
+            chunk.loads -= 1;
+            if chunk.loads == 0 {
+                self.pinned -= 1;
+                if self.config.policy == EvictionPolicy::Lru
+                    && self.config.release == Release::V0_29_0
+                {
+                    self.t1.get_mut(key);
+                }
+            }
+        }
+    }
+
+    /// Picks `n` chunks to evict, none of them `protected` or being
+    /// loaded, or `None` if there are not that many (`evict`, atomic).
+    fn pick_victims(&self, n: usize, protected: &[(u32, u64)]) -> Option<Vec<(u64, bool)>> {
+        let mut protected: Vec<u64> = protected.iter().map(|&(_, k)| k).collect();
+        protected.sort_unstable();
+        let free =
+            |key: u64, chunk: &Chunk| chunk.loads == 0 && protected.binary_search(&key).is_err();
+        let mut t1 = self
+            .t1
+            .iter_lru()
+            .filter(|&(k, c)| free(k, c))
+            .map(|(k, _)| k);
+        let mut victims = Vec::with_capacity(n);
+        if self.config.policy == EvictionPolicy::Lru {
+            victims.extend(t1.take(n).map(|k| (k, true)));
+            return (victims.len() == n).then_some(victims);
+        }
+        // ARC: from T1 while it is at or above the target, else from T2;
+        // the scans never restart.
+        let mut t2 = self
+            .t2
+            .iter_lru()
+            .filter(|&(k, c)| free(k, c))
+            .map(|(k, _)| k);
+        let mut virtual_t1 = self.t1.len() as i64;
+        let target = self.target_t1 as i64;
+        for _ in 0..n {
+            let mut pick = None;
+            if virtual_t1 >= target
+                && let Some(key) = t1.next()
+            {
+                pick = Some((key, true));
+                virtual_t1 -= 1;
+            }
+            if pick.is_none() {
+                pick = t2.next().map(|key| (key, false));
+            }
+            if pick.is_none() {
+                // 0.31.0 falls back to T1; 0.29.0's eviction fails here.
+                if self.config.release == Release::V0_29_0 {
+                    return None;
+                }
+                pick = Some((t1.next()?, true));
+                virtual_t1 -= 1;
+            }
+            victims.extend(pick);
+        }
+        Some(victims)
+    }
+
+    /// Offers chunks `offer` (position and key, in prefix order) of a
+    /// request for storing (`prepare_store`); those not held are inserted,
+    /// evicting as needed. `request_keys` are all of the request's chunk
+    /// keys in prefix order (0.29.0 touches them after a store). Returns
+    /// false if the store failed and must be offered again.
+    pub fn store(
+        &mut self,
+        offer: &[(u32, u64)],
+        req: &mut RequestState,
+        request_keys: impl DoubleEndedIterator<Item = u64>,
+        mut log: Option<&mut KvEventBatch>,
+    ) -> bool {
+        let to_store: Vec<(u32, u64)> = offer
+            .iter()
+            .copied()
+            .filter(|&(_, key)| !self.contains(key))
+            .collect();
+        if self.config.release == Release::V0_31_0 {
+            // ARC learns from the ghost lists once per request, before the
+            // insertion takes the key out of them; LRU's `on_store_miss`
+            // touches keys it does not hold, which does nothing.
+            let mut misses = Vec::new();
+            for &(chunk, key) in &to_store {
+                let seen = req.seen(chunk, key);
+                if !seen.store_miss {
+                    seen.store_miss = true;
+                    misses.push(key);
+                }
+            }
+            if self.config.policy == EvictionPolicy::Arc {
+                for &key in misses.iter().rev() {
+                    self.adapt_to_ghost_hit(key);
+                }
+            }
+            for &(chunk, key) in offer {
+                let held = self.contains(key);
+                let seen = req.seen(chunk, key);
+                if held && !seen.inserted {
+                    seen.reused = true;
+                }
+            }
+        }
+        if to_store.is_empty() {
+            return true;
+        }
+        let free = self.config.chunks.saturating_sub(self.len());
+        let need = (to_store.len() as u64).saturating_sub(free) as usize;
+        if need > 0 {
+            let victims = if need as u64 > self.len() - self.pinned {
+                None
+            } else {
+                self.pick_victims(need, offer)
+            };
+            let Some(victims) = victims else {
+                self.failed_stores += 1;
+                return false;
+            };
+            for (key, from_t1) in victims {
+                if from_t1 {
+                    self.t1.remove(key);
+                } else {
+                    self.t2.remove(key);
+                }
+                if self.config.policy == EvictionPolicy::Arc {
+                    if from_t1 {
+                        self.b1.touch(key);
+                    } else {
+                        self.b2.touch(key);
+                    }
+                }
+                self.evictions += 1;
+                if let Some(log) = log.as_deref_mut() {
+                    log.removed(Medium::Cpu, key);
+                }
+            }
+            if self.config.policy == EvictionPolicy::Arc {
+                let cap = self.config.chunks as usize;
+                for ghost in [&mut self.b1, &mut self.b2] {
+                    while ghost.len() > cap {
+                        ghost.pop_lru();
+                    }
+                }
+            }
+        }
+        let inserted: Vec<u64> = to_store.iter().map(|&(_, key)| key).collect();
+        for &(chunk, key) in &to_store {
+            self.t1.touch_entry(key);
+            if self.config.policy == EvictionPolicy::Arc {
+                self.b1.remove(key);
+                self.b2.remove(key);
+            }
+            if self.config.release == Release::V0_31_0 {
+                req.seen(chunk, key).inserted = true;
+            }
+        }
+        self.stores += inserted.len() as u64;
+        if self.config.release == Release::V0_29_0 {
+            self.touch_keys(request_keys, &inserted);
+            if self.config.policy == EvictionPolicy::Lru {
+                // Their stores complete: into the evictable list's end.
+                for &key in &inserted {
+                    self.t1.get_mut(key);
+                }
+            }
+        }
+        if let Some(log) = log {
+            // `BlockStored(medium="CPU")` without tokens or parent, as the
+            // connector's `take_events` reports a completed store.
+            for &key in &inserted {
+                log.stored(Medium::Cpu, None, &[key], []);
+            }
+        }
+        true
+    }
+
+    /// The request has ended (`on_request_finished`, 0.31.0): its observed
+    /// chunks take their recency, last chunk first.
+    pub fn on_request_finished(&mut self, req: &mut RequestState) {
+        let seen = std::mem::take(&mut req.seen);
+        if self.config.release != Release::V0_31_0 {
+            return;
+        }
+        for s in seen.iter().rev() {
+            match self.config.policy {
+                EvictionPolicy::Lru => {
+                    self.t1.get_mut(s.key);
+                }
+                EvictionPolicy::Arc => {
+                    if s.inserted && !s.reused {
+                        if self.t1.get_mut(s.key).is_none() {
+                            self.t2.get_mut(s.key);
+                        }
+                    } else if s.reused {
+                        if let Some(chunk) = self.t1.remove(s.key) {
+                            *self.t2.touch_entry(s.key).0 = chunk;
+                        } else {
+                            self.t2.get_mut(s.key);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// ARC's partition sizes and target (T1, T2, B1, B2, target), for
+    /// tests and reports.
+    pub fn arc_state(&self) -> (usize, usize, usize, usize, f64) {
+        (
+            self.t1.len(),
+            self.t2.len(),
+            self.b1.len(),
+            self.b2.len(),
+            self.target_t1,
+        )
+    }
+
+    /// The held keys from least to most recently used (T1 then T2 under
+    /// ARC), for tests.
+    pub fn order(&self) -> Vec<u64> {
+        let mut keys: Vec<u64> = self.t1.iter_lru().map(|(k, _)| k).collect();
+        keys.extend(self.t2.iter_lru().map(|(k, _)| k));
+        keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EvictionPolicy, OffloadConfig, OffloadManager, Release, RequestState};
+
+    fn manager(chunks: u64, policy: EvictionPolicy, release: Release) -> OffloadManager {
+        OffloadManager::new(OffloadConfig {
+            chunks,
+            policy,
+            release,
+        })
+    }
+
+    /// Stores a request's chunks `keys` (positions from 0) in one offer,
+    /// with every key as the request's own.
+    fn store(tier: &mut OffloadManager, req: &mut RequestState, keys: &[u64]) -> bool {
+        let offer: Vec<(u32, u64)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| (i as u32, k))
+            .collect();
+        tier.store(&offer, req, keys.iter().copied(), None)
+    }
+
+    /// 0.31.0's LRU: inserted chunks are most recent in offer order; at a
+    /// request's end its chunks are ranked last first, so its first chunk
+    /// ends most recent; a held chunk a store offers is its victim never.
+    #[test]
+    fn lru_at_request_end_ranks_the_requests_chunks_first_chunk_last() {
+        let mut tier = manager(4, EvictionPolicy::Lru, Release::V0_31_0);
+        let (mut a, mut b, mut c) = Default::default();
+        assert!(store(&mut tier, &mut a, &[1, 2]));
+        assert_eq!(tier.order(), vec![1, 2]);
+        tier.on_request_finished(&mut a);
+        assert_eq!(tier.order(), vec![2, 1]);
+        assert!(store(&mut tier, &mut b, &[3, 4]));
+        tier.on_request_finished(&mut b);
+        assert_eq!(tier.order(), vec![2, 1, 4, 3]);
+        // C offers 2 (held, the oldest: reused, and protected) and 5 (new):
+        // one eviction, which passes 2 over and takes 1.
+        assert!(store(&mut tier, &mut c, &[2, 5]));
+        assert_eq!((tier.stores, tier.evictions), (5, 1));
+        assert_eq!(tier.order(), vec![2, 4, 3, 5], "a reuse moves nothing yet");
+        tier.on_request_finished(&mut c);
+        assert_eq!(tier.order(), vec![4, 3, 5, 2]);
+    }
+
+    /// 0.29.0's LRU: a lookup touches the request's chunks; a store's new
+    /// chunks skip its touch and end most recent, as their completion
+    /// appends them to the evictable list.
+    #[test]
+    fn lru_with_touches_moves_chunks_at_lookup_and_after_a_store() {
+        let mut tier = manager(4, EvictionPolicy::Lru, Release::V0_29_0);
+        let (mut a, mut b, mut c) = Default::default();
+        assert!(store(&mut tier, &mut a, &[1, 2]));
+        tier.on_request_finished(&mut a);
+        assert_eq!(tier.order(), vec![1, 2], "no change at the end");
+        assert!(store(&mut tier, &mut b, &[3, 4]));
+        tier.on_lookup([1, 5].into_iter());
+        assert_eq!(tier.order(), vec![2, 3, 4, 1]);
+        assert!(store(&mut tier, &mut c, &[1, 5]));
+        // 2 evicted; the touch moves 1, then 5's store completes.
+        assert_eq!(tier.order(), vec![3, 4, 1, 5]);
+    }
+
+    /// A chunk being loaded cannot be evicted: a store that would need it
+    /// fails, counts as failed, and succeeds once the load is over.
+    #[test]
+    fn a_store_fails_while_the_only_victims_are_being_loaded() {
+        for release in [Release::V0_29_0, Release::V0_31_0] {
+            let mut tier = manager(2, EvictionPolicy::Lru, release);
+            let (mut a, mut b, mut c) = Default::default();
+            assert!(store(&mut tier, &mut a, &[1, 2]));
+            tier.prepare_load(0, &[1, 2], &mut b);
+            assert!(!store(&mut tier, &mut c, &[3]));
+            assert_eq!((tier.stores, tier.evictions, tier.failed_stores), (2, 0, 1));
+            tier.complete_load(&mut b);
+            assert!(store(&mut tier, &mut c, &[3]));
+            assert_eq!((tier.stores, tier.evictions), (3, 1));
+            assert!(tier.contains(3) && tier.len() == 2);
+        }
+    }
+
+    /// 0.31.0's ARC: a load is a reuse (T1 → T2 at the request's end), a
+    /// store is not; T1 at or above its target gives the victim, into B1;
+    /// storing a B1 key again raises the target by one and takes it out of
+    /// the ghost list.
+    #[test]
+    fn arc_promotes_reused_chunks_and_learns_from_its_ghosts() {
+        let mut tier = manager(2, EvictionPolicy::Arc, Release::V0_31_0);
+        let (mut a, mut b, mut c, mut d) = Default::default();
+        assert!(store(&mut tier, &mut a, &[1, 2]));
+        tier.on_request_finished(&mut a);
+        assert_eq!(tier.arc_state(), (2, 0, 0, 0, 0.0), "stores stay in T1");
+        tier.prepare_load(0, &[1], &mut b);
+        tier.complete_load(&mut b);
+        tier.on_request_finished(&mut b);
+        assert_eq!(
+            tier.arc_state(),
+            (1, 1, 0, 0, 0.0),
+            "the loaded chunk is in T2"
+        );
+        assert!(store(&mut tier, &mut c, &[3]));
+        assert_eq!(tier.order(), vec![3, 1], "2 left T1 for B1");
+        assert_eq!(tier.arc_state(), (1, 1, 1, 0, 0.0));
+        tier.on_request_finished(&mut c);
+        assert!(store(&mut tier, &mut d, &[2]));
+        // The B1 hit raised the target to 1; T1 (3) was still at it.
+        assert_eq!(tier.arc_state(), (1, 1, 1, 0, 1.0));
+        assert_eq!(tier.order(), vec![2, 1]);
+    }
+
+    /// 0.29.0's ARC touches after every store, so a request's chunk stored
+    /// one step is promoted to T2 by its next store; 0.31.0 keeps both in T1.
+    #[test]
+    fn arc_with_touches_counts_a_requests_own_earlier_store_as_reuse() {
+        for (release, expected) in [(Release::V0_29_0, (1, 1)), (Release::V0_31_0, (2, 0))] {
+            let mut tier = manager(8, EvictionPolicy::Arc, release);
+            let mut a = RequestState::default();
+            assert!(tier.store(&[(0, 1)], &mut a, [1].into_iter(), None));
+            assert!(tier.store(&[(1, 2)], &mut a, [1, 2].into_iter(), None));
+            tier.on_request_finished(&mut a);
+            let (t1, t2, ..) = tier.arc_state();
+            assert_eq!((t1, t2), expected, "{release:?}");
+        }
+    }
+}
