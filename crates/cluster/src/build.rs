@@ -94,6 +94,8 @@ pub struct Cluster {
     /// How long a prefill engine holds blocks nobody has read.
     pub kv_lease: KvLease,
     pub offload: Option<OffloadRuntime>,
+    /// How an endpoint's API servers balance its data-parallel ranks.
+    pub dp_lb: crate::dp_lb::DpLbRule,
     /// The Endpoint Picker's inputs: the deployment's, or the EPP's
     /// built-in configuration over every pod when it has no router block.
     pub epp: pdsim_router::RouterInputs,
@@ -243,7 +245,7 @@ fn offload_tier(
     if offload.prefetch_depth.is_some_and(|d| d > 0) {
         return refuse(
             "offload.prefetch_depth",
-            "prefetching ahead of admission is not simulated yet".into(),
+            "neither connector pdsim runs has a fetch depth to set: vLLM 0.31.0's OffloadingConnector looks a request up and loads it when the scheduler reaches it (`offloading/scheduler.py`, no prefetch setting), and LMCache's asynchronous loading (`enable_async_loading`, `StorageManager.async_lookup_and_prefetch`) fetches a whole lookup at once, not a number of steps ahead".into(),
         );
     }
     let connector = match offload.connector.as_deref() {
@@ -700,6 +702,14 @@ pub fn build_with_router(
         intra_node_bytes_per_s: scenario.chip.value.intra_node_bw_gbps * 1e9,
         transfer,
         kv_lease: KvLease::from_pack(&pack.defaults),
+        dp_lb: match pack.defaults.dp_lb_score {
+            pdsim_spec::rules::pack::DpLbScore::WaitingX4PlusRunning => {
+                crate::dp_lb::DpLbRule::WaitingTimesFourPlusRunning
+            }
+            pdsim_spec::rules::pack::DpLbScore::InflightAndKvPressure => {
+                crate::dp_lb::DpLbRule::InflightAndKvPressure
+            }
+        },
         offload: offload.map(|(_, class, _)| OffloadRuntime {
             read_bytes_per_s: class.read_bandwidth_mb_s * 1e6,
             write_bytes_per_s: class.write_bandwidth_mb_s * 1e6,

@@ -10,6 +10,7 @@
 //! requests in flight.
 
 mod build;
+pub mod dp_lb;
 mod fabric;
 mod records;
 mod sim;

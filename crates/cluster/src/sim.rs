@@ -216,8 +216,6 @@ struct Core {
     engine: Engine,
     pool: usize,
     rng: Stream,
-    /// Requests routed here whose admission delay has not elapsed.
-    pending: u32,
     stats: CoreStats,
     /// Global index of this rank's first GPU.
     first_gpu: u64,
@@ -310,6 +308,12 @@ struct InFlight {
     load_flows_left: u32,
     /// The EPP's in-flight load this request added.
     ticket: pdsim_router::Ticket,
+    /// The API server (endpoint, server, rank) that balanced the request's
+    /// prefill and its decode (or whole) part to a data-parallel rank,
+    /// until the rank has finished it ([`crate::dp_lb`]).
+    lb: [Option<(u32, u16, u16)>; 2],
+    /// The EPP endpoint of the decode (or whole) part.
+    decode_endpoint: u32,
     /// Waiting in the EPP, not yet routed: in the flow-control queue, or
     /// held in the burst producer's batch window.
     queued: bool,
@@ -344,6 +348,8 @@ impl InFlight {
             load_tokens: 0,
             load_flows_left: 0,
             ticket: pdsim_router::Ticket::default(),
+            lb: [None, None],
+            decode_endpoint: 0,
             queued,
             deadline: spec.deadline,
             client_gone: false,
@@ -464,6 +470,8 @@ struct Sim<'a> {
     /// (first core, ranks) of every pod, all pools in order: the EPP's
     /// endpoints.
     pods: Vec<(usize, usize)>,
+    /// The API servers balancing each endpoint of several ranks.
+    balancers: Vec<Option<crate::dp_lb::Balancer>>,
     /// What the EPP saw at each pod's last scrape.
     views: Vec<pdsim_router::EndpointView>,
     /// Each pod's scrape phase within the refresh interval.
@@ -709,7 +717,6 @@ impl<'a> Sim<'a> {
                         engine: Engine::new(pool.engine.clone()),
                         pool: pool_index,
                         rng: Stream::new(seed, Purpose::Acceptance, lane),
-                        pending: 0,
                         stats: CoreStats {
                             pool: pool_index as u16,
                             pod,
@@ -854,6 +861,12 @@ impl<'a> Sim<'a> {
             done_buf: Vec::new(),
             epp,
             kv_endpoint,
+            balancers: pods
+                .iter()
+                .map(|&(_, ranks)| {
+                    (ranks > 1).then(|| crate::dp_lb::Balancer::new(cluster.dp_lb, ranks))
+                })
+                .collect(),
             pods,
             views,
             scrape_running: vec![false; scrape_phase.len()],
@@ -1066,16 +1079,33 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// vLLM's internal load balancer inside a pod: the rank with the lowest
-    /// 4 × waiting + running (`vllm/v1/engine/core_client.py` before 0.33).
-    fn pick_rank(cores: &[Core], (first, len): (usize, usize)) -> usize {
-        let score = |core: &Core| {
-            4 * (core.engine.num_waiting() as u64 + core.pending as u64)
-                + core.engine.num_running() as u64
+    /// The core of `endpoint` a request goes to: its one rank, or the rank
+    /// its API servers pick ([`crate::dp_lb`]), with that pick's
+    /// (endpoint, server, rank) to count the request out when it ends.
+    fn pick_rank(&mut self, endpoint: usize) -> (usize, Option<(u32, u16, u16)>) {
+        let (first, _) = self.pods[endpoint];
+        let Some(balancer) = self.balancers[endpoint].as_mut() else {
+            return (first, None);
         };
-        (first..first + len)
-            .min_by_key(|c| (score(&cores[*c]), *c))
-            .unwrap_or(first)
+        let cores = &self.cores;
+        let (rank, client) = balancer.pick(self.now, |rank| {
+            let engine = &cores[first + rank].engine;
+            crate::dp_lb::RankLoad {
+                waiting: engine.num_waiting() as u64,
+                running: engine.num_running() as u64,
+                kv_usage: engine.kv_usage(),
+            }
+        });
+        (first + rank, Some((endpoint as u32, client, rank as u16)))
+    }
+
+    /// The rank a balanced pick sent a request to has finished it.
+    fn lb_finished(&mut self, pick: Option<(u32, u16, u16)>) {
+        if let Some((endpoint, client, rank)) = pick
+            && let Some(Some(balancer)) = self.balancers.get_mut(endpoint as usize)
+        {
+            balancer.finished(client, rank as usize);
+        }
     }
 
     /// Starts every stopped pod's scrape loop at its phase, and the sample
@@ -1312,16 +1342,37 @@ impl<'a> Sim<'a> {
 
     /// The engine cores an EPP decision sends a request to: (first core,
     /// prefill core, decode core).
-    fn place(&self, d: &pdsim_router::Decision) -> (usize, Option<u32>, usize) {
-        let decode = Self::pick_rank(&self.cores, self.pods[d.decode]);
+    /// The picks of the ranks that balanced them, prefill then decode.
+    #[allow(clippy::type_complexity)]
+    fn place(
+        &mut self,
+        d: &pdsim_router::Decision,
+    ) -> (usize, Option<u32>, usize, [Option<(u32, u16, u16)>; 2]) {
         // A colocated pod passes both the prefill and the decode filter;
-        // when both profiles land on the same engine core there is
-        // nothing to move, and the request is served there whole.
-        let prefill = d
-            .prefill
-            .map(|p| Self::pick_rank(&self.cores, self.pods[p]))
-            .filter(|p| *p != decode);
-        (prefill.unwrap_or(decode), prefill.map(|p| p as u32), decode)
+        // when both profiles pick the same pod, one request reaches it and
+        // its API server picks one rank: there is nothing to move, and the
+        // request is served there whole.
+        let (prefill, prefill_pick) = match d.prefill.filter(|p| *p != d.decode) {
+            Some(p) => {
+                let (core, pick) = self.pick_rank(p);
+                (Some(core), pick)
+            }
+            None => (None, None),
+        };
+        // Under P/D the decode pod's API server sees the request only once
+        // the prefill is done (the routing sidecar sends it on then), and
+        // picks its rank at that moment ([`Sim::prefill_done`]); until then
+        // the request is held against the pod's first rank.
+        let (decode, decode_pick) = match prefill {
+            Some(_) => (self.pods[d.decode].0, None),
+            None => self.pick_rank(d.decode),
+        };
+        (
+            prefill.unwrap_or(decode),
+            prefill.map(|p| p as u32),
+            decode,
+            [prefill_pick, decode_pick],
+        )
     }
 
     fn arrive(&mut self, sink: &mut dyn RecordSink) {
@@ -1576,17 +1627,18 @@ impl<'a> Sim<'a> {
             self.reject(id, "no-endpoints", sink);
             return;
         };
-        let (first_core, prefill_core, decode_core) = self.place(&d);
+        let (first_core, prefill_core, decode_core, picks) = self.place(&d);
         let (decode_at, prefill_at) = (
             self.location(decode_core),
             prefill_core.map(|p| self.location(p as usize)),
         );
-        self.cores[first_core].pending += 1;
         let Some(flight) = self.in_flight.get_mut(&id) else {
             return;
         };
         flight.prompt = Some(prompt);
         flight.ticket = d.ticket;
+        flight.lb = picks;
+        flight.decode_endpoint = d.decode as u32;
         flight.prefill_core = prefill_core;
         flight.decode_core = decode_core as u32;
         (flight.record.pool, flight.record.pod, flight.record.rank) = decode_at;
@@ -1733,7 +1785,6 @@ impl<'a> Sim<'a> {
     }
 
     fn admit(&mut self, id: RequestId, core: usize, sink: &mut dyn RecordSink) {
-        self.cores[core].pending -= 1;
         let Some(flight) = self.in_flight.get_mut(&id) else {
             return;
         };
@@ -2220,11 +2271,22 @@ impl<'a> Sim<'a> {
         };
         f.record.prefill_done = Some(self.now);
         f.held = true;
+        // The prefill engine reports the request finished (its one token
+        // is out), so its API server counts it out of its in-flight ones.
+        let prefill_pick = f.lb[0].take();
         let expiry = self.now + self.cluster.kv_lease.duration;
         f.lease_expiry = expiry;
-        let decode = f.decode_core as usize;
+        let endpoint = f.decode_endpoint as usize;
+        self.lb_finished(prefill_pick);
+        let (decode, decode_pick) = self.pick_rank(endpoint);
+        let location = self.location(decode);
+        let Some(f) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        f.decode_core = decode as u32;
+        f.lb[1] = decode_pick;
+        (f.record.pool, f.record.pod, f.record.rank) = location;
         let prompt_tokens = f.record.prompt_tokens;
-        self.cores[decode].pending += 1;
         self.frontend(id, decode, prompt_tokens);
         self.push(expiry, Event::HoldExpiry { id });
     }
@@ -2467,6 +2529,9 @@ impl<'a> Sim<'a> {
         }
         self.flow_account();
         self.epp.end_of_stream(&mut flight.ticket);
+        for pick in std::mem::take(&mut flight.lb) {
+            self.lb_finished(pick);
+        }
         self.flow_wake(false);
         flight.record.finished = self.now;
         let (mut outcome, mut reason) = (outcome, reason);
@@ -2627,6 +2692,7 @@ impl<'a> Sim<'a> {
         f.client_gone = true;
         f.deadline = None;
         self.epp.end_of_stream(&mut f.ticket);
+        let picks = std::mem::take(&mut f.lb);
         f.record.finished = self.now;
         f.record.outcome = Outcome::Aborted;
         f.record.reason = CLIENT_TIMEOUT;
@@ -2635,6 +2701,9 @@ impl<'a> Sim<'a> {
         sink.record(&f.record);
         if let Some(key) = f.session {
             self.turn_ended(key, Outcome::Aborted, self.now);
+        }
+        for pick in picks {
+            self.lb_finished(pick);
         }
         self.flow_wake(false);
     }

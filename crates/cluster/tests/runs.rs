@@ -424,11 +424,21 @@ fn the_epp_disaggregates_only_what_the_decode_side_lacks() {
         vec![0],
         "only the first needs the prefill pod"
     );
-    assert!(
-        sink.records[5].cached_tokens >= 1984,
-        "{:?}",
-        sink.records[5]
-    );
+    // The EPP sees pods, not ranks: a decode pod's API servers spread its
+    // requests over its eight data-parallel ranks (`crate::dp_lb`), each
+    // with its own prefix cache. So a rank computes the prompt the first
+    // time a request reaches it (or received it from the prefill pod), and
+    // every later request on that rank finds it.
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &sink.records {
+        let first_here = seen.insert((r.pool, r.pod, r.rank));
+        assert_eq!(
+            r.cached_tokens >= 1984,
+            !first_here && r.prefill.is_none(),
+            "{r:?}"
+        );
+    }
+    assert!(seen.len() > 1 && seen.len() < 20, "{seen:?}");
     // Same seed, same decisions.
     assert_eq!(run_once().1.records, sink.records);
 }
@@ -906,11 +916,23 @@ fn a_hold_the_decode_side_never_received_in_time_is_freed_thirty_seconds_after_p
 #[test]
 fn heartbeats_keep_a_hold_alive_past_the_lease_while_the_decode_queue_is_long() {
     // One sequence per decode engine and one second a step: a request that
-    // arrives behind another waits far longer than 30 s before its read.
-    // Its decode engine holds it all that time, so heartbeats renew the
-    // lease and nothing expires; the same run with a fixed 30 s hold does
-    // expire, so the renewal is what kept the blocks.
-    let text = distinct_requests(60, 40);
+    // reaches its decode rank while another runs there waits far longer
+    // than 30 s before its read. Its decode engine holds it all that time,
+    // so heartbeats renew the lease and nothing expires; the same run with
+    // a fixed 30 s hold does expire, so the renewal is what kept the
+    // blocks. The requests come a second apart, so that most reach a rank
+    // that is busy (the 24 decode ranks each run one for 100 s).
+    let text: String = distinct_requests(60, 100)
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            line.replace(
+                &format!("\"timestamp\": {i},"),
+                &format!("\"timestamp\": {},", i * 1000),
+            ) + "\n"
+        })
+        .collect();
+    assert!(text.contains("\"timestamp\": 59000,"));
     let cluster = late_decode_cluster(
         pdsim_core::SimDuration(0),
         pdsim_core::SimDuration::from_secs_f64(1.0),
@@ -1176,4 +1198,34 @@ fn lmcaches_copies_lengthen_the_steps_that_make_them_by_their_bytes_over_the_tie
     let stores: u64 = stats.cores.iter().map(|c| c.lmcache_stores).sum();
     let hits: u64 = stats.cores.iter().map(|c| c.external_hits_tokens).sum();
     assert_eq!((stores, hits), (2, 15));
+}
+
+/// The API servers in front of a pod's data-parallel ranks score them as
+/// the scenario's release does (`crate::dp_lb`): `4 · waiting + running` up
+/// to 0.15.1, in-flight requests and KV pressure from 0.29.0.
+#[test]
+fn data_parallel_balancing_follows_the_release() {
+    use pdsim_cluster::dp_lb::DpLbRule;
+    for (version, rule) in [
+        ("0.15.1", DpLbRule::WaitingTimesFourPlusRunning),
+        ("0.29.0", DpLbRule::InflightAndKvPressure),
+        ("0.31.0", DpLbRule::InflightAndKvPressure),
+    ] {
+        let scenario = SCENARIO.replace(
+            "engine_version: \"0.31.0\"",
+            &format!("engine_version: \"{version}\""),
+        );
+        let files = MemoryFiles::new()
+            .with("s.yaml", &scenario)
+            .with("d.yaml", DEPLOYMENT);
+        let report = validate(&Request {
+            files: &files,
+            catalog_dirs: vec![],
+            scenario: Some("s.yaml".into()),
+            documents: vec!["d.yaml".into()],
+        });
+        let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap())
+            .unwrap_or_else(|e| panic!("{version}: {e}"));
+        assert_eq!(cluster.dp_lb, rule, "{version}");
+    }
 }

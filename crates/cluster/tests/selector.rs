@@ -245,6 +245,59 @@ fn target_ports_decide_the_endpoints_of_each_pod() {
     assert!(e.contains("--endpoint-target-ports"), "{e}");
 }
 
+/// Colocated DeepSeek-V3 pods of 16 data-parallel ranks over two nodes in
+/// the given load-balancing mode, behind a standalone EPP sending to these
+/// ports of each pod.
+fn dp_mode(mode: &str, ports: &str) -> Cluster {
+    let deployment = format!(
+        "kind: Deployment\nname: dp\npools:\n  - role: colocated\n    nodes: 4\n    parallel: {{tp: 1, pp: 1, dp: 16, dp_local: 8, enable_expert_parallel: true, data_parallel_load_balancing: {mode}}}\nrouter:\n  epp_flags: [\"--endpoint-selector=llm-d.ai/role=prefill-decode\", \"--endpoint-target-ports={ports}\"]\n"
+    );
+    build(H200, &deployment, &[]).unwrap_or_else(|e| panic!("{mode}: {e}"))
+}
+
+/// What the router chooses between in each of vLLM's data-parallel
+/// load-balancing modes (`vllm/entrypoints/cli/serve.py`): `internal`
+/// puts all of a pod's ranks behind its one port (API servers balance
+/// them all), `hybrid` one port per node (each node's API servers balance
+/// that node's ranks), `external` one port per rank (the router chooses
+/// the rank). With only the first port targeted, the router reaches all
+/// 16 ranks of a pod, the first node's 8, or rank 0; with every port, all
+/// 16 (the EPP takes at most 8 target ports, so under `external` the first
+/// 8 ranks).
+#[test]
+fn each_load_balancing_mode_exposes_its_ranks_as_vllm_does() {
+    let ranks_used = |cluster: &Cluster| {
+        let (stats, records) = replay(cluster, 400);
+        assert_eq!(stats.completed, 400);
+        let mut ranks: Vec<u16> = records.iter().map(|r| r.rank).collect();
+        ranks.sort();
+        ranks.dedup();
+        ranks
+    };
+    let all: Vec<u16> = (0..16).collect();
+    let eight: Vec<u16> = (0..8).collect();
+    let eight_ports = (8000..8008)
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    for (mode, first_port, every_port, every) in [
+        ("internal", &all, "8000", &all),
+        ("hybrid", &eight, "8000,8001", &all),
+        ("external", &vec![0], eight_ports.as_str(), &eight),
+    ] {
+        assert_eq!(
+            &ranks_used(&dp_mode(mode, "8000")),
+            first_port,
+            "{mode}, first port"
+        );
+        assert_eq!(
+            &ranks_used(&dp_mode(mode, every_port)),
+            every,
+            "{mode}, every port"
+        );
+    }
+}
+
 /// The EPP reads each pod's metrics through its extractor's mapping for
 /// the pod's engine type: a mapping that reads other series than the
 /// vLLM ones pdsim's engines export is refused at build, naming it.

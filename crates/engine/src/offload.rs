@@ -171,12 +171,8 @@ impl OffloadManager {
     }
 
     /// Chunks held.
-    pub fn len(&self) -> u64 {
+    fn len(&self) -> u64 {
         (self.t1.len() + self.t2.len()) as u64
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn get(&self, key: u64) -> Option<&Chunk> {

@@ -385,6 +385,12 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
              read by the LMCacheConnectorV1 adapter 0.15.1 ships",
         ),
         (
+            "defaults.dp_lb_score",
+            json!("waiting_x4_plus_running"),
+            "v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request: \
+             score = waiting * 4 + running",
+        ),
+        (
             "defaults.batch_defaults[0].min_memory_gib",
             json!(70.0),
             "engine/arg_utils.py:1837 device_memory >= 70 * GiB_bytes",

@@ -189,7 +189,22 @@ pub struct Defaults {
     /// not mirror the release's manager (such a run is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload_manager: Option<OffloadManagerRelease>,
+    /// How the API servers in front of an engine's data-parallel ranks
+    /// score them when they balance requests (`DPLBAsyncMPClient.
+    /// get_core_engine_for_request`, `vllm/v1/engine/core_client.py`).
+    pub dp_lb_score: DpLbScore,
     pub batch_defaults: Vec<BatchDefault>,
+}
+
+/// See `pdsim_cluster::dp_lb::DpLbRule`.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum DpLbScore {
+    /// `waiting * 4 + running`.
+    WaitingX4PlusRunning,
+    /// `max(client_count * inflight, waiting + running)` plus the KV
+    /// pressure penalty, the scan's start rotating.
+    InflightAndKvPressure,
 }
 
 /// The CPU offloading managers pdsim mirrors, by the vLLM release that
