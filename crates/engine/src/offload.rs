@@ -615,6 +615,38 @@ mod tests {
         assert_eq!(tier.order(), vec![2, 1]);
     }
 
+    /// 0.31.0's ARC at a request's end: a chunk it reused counts as reused
+    /// even if it also stored it again (`insertion_only = inserted −
+    /// reused`), and a chunk it offered but could not store moves nowhere.
+    #[test]
+    fn arc_at_request_end_goes_by_reuse_not_by_insertion() {
+        let mut tier = manager(2, EvictionPolicy::Arc, Release::V0_31_0);
+        let (mut a, mut b, mut c) = Default::default();
+        assert!(store(&mut tier, &mut a, &[1, 2]));
+        tier.on_request_finished(&mut a);
+        // B loads 1, which C's store then evicts; B stores it back.
+        tier.prepare_load(0, &[1], &mut b);
+        tier.complete_load(&mut b);
+        assert!(store(&mut tier, &mut c, &[3, 4]));
+        assert!(!tier.contains(1));
+        assert!(tier.store(&[(0, 1)], &mut b, [1].into_iter(), None));
+        tier.on_request_finished(&mut b);
+        let (t1, t2, ..) = tier.arc_state();
+        assert_eq!((t1, t2), (1, 1), "1 was reused: T2");
+        assert_eq!(tier.order(), vec![4, 1]);
+        // D offers 5 while E's load pins every chunk: the store fails; C
+        // then stores 5 and finishes; D's end must not move 5.
+        let (mut d, mut e) = (RequestState::default(), RequestState::default());
+        tier.prepare_load(0, &[4, 1], &mut e);
+        assert!(!tier.store(&[(0, 5)], &mut d, [5].into_iter(), None));
+        tier.complete_load(&mut e);
+        let mut f = RequestState::default();
+        assert!(tier.store(&[(0, 5), (1, 6)], &mut f, [5, 6].into_iter(), None));
+        let before = tier.order();
+        tier.on_request_finished(&mut d);
+        assert_eq!(tier.order(), before);
+    }
+
     /// 0.29.0's ARC touches after every store, so a request's chunk stored
     /// one step is promoted to T2 by its next store; 0.31.0 keeps both in T1.
     #[test]
