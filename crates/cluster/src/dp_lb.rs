@@ -216,4 +216,49 @@ mod tests {
         lb.finished(0, 0);
         assert_eq!(lb.pick(SimTime(100_000_000), idle), (0, 1));
     }
+
+    fn loads(a: (u64, u64, f64), b: (u64, u64, f64)) -> impl Fn(usize) -> RankLoad {
+        move |rank| {
+            let (waiting, running, kv_usage) = if rank == 0 { a } else { b };
+            RankLoad {
+                waiting,
+                running,
+                kv_usage,
+            }
+        }
+    }
+
+    /// Up to 0.15.1 a waiting request weighs four running ones: one
+    /// waiting (4) loses to three running (3).
+    #[test]
+    fn old_rule_weighs_waiting_four_times() {
+        let mut lb = Balancer::new(DpLbRule::WaitingTimesFourPlusRunning, 2);
+        assert_eq!(lb.pick(SimTime(0), loads((1, 0, 0.0), (0, 3, 0.0))), (1, 0));
+    }
+
+    /// The KV-pressure penalty at its exact value: two waiting at 75 %
+    /// usage score 2 + 2·6·0.25 = 5, as five running do. A tie goes to the
+    /// first rank of the scan, so server 0 (scanning from rank 0) and
+    /// server 1 (from rank 1) pick differently; a penalty any larger or
+    /// smaller would send both to the same rank.
+    #[test]
+    fn the_kv_pressure_penalty_ties_exactly() {
+        let mut lb = Balancer::new(DpLbRule::InflightAndKvPressure, 2);
+        let live = loads((2, 0, 0.75), (0, 5, 0.2));
+        assert_eq!(lb.pick(SimTime(0), &live), (0, 0));
+        assert_eq!(lb.pick(SimTime(0), &live), (1, 1));
+    }
+
+    /// A server's own request in flight on a rank counts `client_count`
+    /// times: with one in flight on rank 0 (2 · 1 = 2, as its two running),
+    /// rank 0 still beats rank 1's three running after a publication.
+    #[test]
+    fn in_flight_requests_count_once_per_server() {
+        let mut lb = Balancer::new(DpLbRule::InflightAndKvPressure, 2);
+        let live = loads((0, 2, 0.0), (0, 3, 0.0));
+        assert_eq!(lb.pick(SimTime(0), &live), (0, 0));
+        assert_eq!(lb.pick(SimTime(0), &live), (0, 1));
+        // Server 0 again, its scan now from rank 1: 3 against max(2, 2).
+        assert_eq!(lb.pick(SimTime(100_000_000), &live), (0, 0));
+    }
 }

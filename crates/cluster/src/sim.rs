@@ -216,6 +216,9 @@ struct Core {
     engine: Engine,
     pool: usize,
     rng: Stream,
+    /// Requests sent here still in the API server's intake and
+    /// tokenization, not yet in the engine's queues.
+    pending: u32,
     stats: CoreStats,
     /// Global index of this rank's first GPU.
     first_gpu: u64,
@@ -717,6 +720,7 @@ impl<'a> Sim<'a> {
                         engine: Engine::new(pool.engine.clone()),
                         pool: pool_index,
                         rng: Stream::new(seed, Purpose::Acceptance, lane),
+                        pending: 0,
                         stats: CoreStats {
                             pool: pool_index as u16,
                             pod,
@@ -1089,9 +1093,14 @@ impl<'a> Sim<'a> {
         };
         let cores = &self.cores;
         let (rank, client) = balancer.pick(self.now, |rank| {
-            let engine = &cores[first + rank].engine;
+            // vLLM's API server picks the rank after tokenizing, so the
+            // engine has the request by the coordinator's next publication;
+            // pdsim picks before its frontend delay, so the requests in
+            // that delay count as waiting on the rank they were sent to.
+            let core = &cores[first + rank];
+            let engine = &core.engine;
             crate::dp_lb::RankLoad {
-                waiting: engine.num_waiting() as u64,
+                waiting: engine.num_waiting() as u64 + u64::from(core.pending),
                 running: engine.num_running() as u64,
                 kv_usage: engine.kv_usage(),
             }
@@ -1632,6 +1641,7 @@ impl<'a> Sim<'a> {
             self.location(decode_core),
             prefill_core.map(|p| self.location(p as usize)),
         );
+        self.cores[first_core].pending += 1;
         let Some(flight) = self.in_flight.get_mut(&id) else {
             return;
         };
@@ -1785,6 +1795,7 @@ impl<'a> Sim<'a> {
     }
 
     fn admit(&mut self, id: RequestId, core: usize, sink: &mut dyn RecordSink) {
+        self.cores[core].pending -= 1;
         let Some(flight) = self.in_flight.get_mut(&id) else {
             return;
         };
@@ -2287,6 +2298,7 @@ impl<'a> Sim<'a> {
         f.lb[1] = decode_pick;
         (f.record.pool, f.record.pod, f.record.rank) = location;
         let prompt_tokens = f.record.prompt_tokens;
+        self.cores[decode].pending += 1;
         self.frontend(id, decode, prompt_tokens);
         self.push(expiry, Event::HoldExpiry { id });
     }

@@ -54,3 +54,68 @@ fn dual_batch_overlap_runs_only_when_every_rank_has_a_batch() {
     // timings differ from the run without DBO.
     assert_ne!(records(true, 64), records(false, 64));
 }
+
+/// vLLM's API server picks a data-parallel rank after tokenizing the
+/// prompt, so by the coordinator's next publication the rank's engine holds
+/// the request. pdsim picks before its frontend delay, and counts the
+/// requests still in that delay as waiting on their rank
+/// (`pdsim_cluster::dp_lb`). Two ranks behind one endpoint (two API
+/// servers, vLLM 0.31.0's score); A's 100,000-token prompt is tokenized for
+/// a second (10 us a token); B, C and D are short and done in a few ms.
+/// A goes to rank 0 (server 0), B and C to rank 1 (server 1 scans from rank
+/// 1, server 0 sees its own request in flight on rank 0). D reaches server
+/// 1, whose scan now starts at rank 0: rank 0 holds A, still being
+/// tokenized, so D goes to rank 1.
+#[test]
+fn a_request_still_being_tokenized_counts_on_its_rank() {
+    use pdsim_spec::files::MemoryFiles;
+    use pdsim_spec::validate::{Request, validate};
+    let set = "kind: CoefficientSet\nname: slow-tokenizer\ncoefficients:\n  - host_admission_per_token:\n      value: 10\n      units: us_per_token\n      method: assumed\n      fitted: false\n      rationale: the test makes tokenization long\n      scope: {}\n";
+    let scenario = include_str!("../../../scenarios/default.yaml")
+        .replace("  gpus_per_node: 8\n", "  gpus_per_node: 2\n")
+        .replace(
+            "  - cost-model-host-overheads\n",
+            "  - cost-model-host-overheads\n  - slow-tokenizer\n",
+        );
+    let deployment = "kind: Deployment\nname: dp2\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 2}\n";
+    let files = MemoryFiles::new()
+        .with("s.yaml", &scenario)
+        .with("d.yaml", deployment)
+        .with("cat/coefficients/slow-tokenizer.yaml", set);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec!["cat".into()],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    assert!(report.valid, "{:#?}", report.problems);
+    let cluster = pdsim_cluster::build(&report.deployments[0], report.scenario.as_ref().unwrap())
+        .expect("builds");
+    let specs = [(0, 100_000), (200, 16), (400, 16), (600, 16)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (ms, tokens))| RequestSpec {
+            arrival: SimTime(ms * 1_000_000),
+            prompt: Prompt::new(vec![Segment {
+                id: 1_000 + i as u64,
+                tokens,
+            }]),
+            output_tokens: 4,
+            priority: 0,
+            slo_class: 0,
+            source_line: i as u64 + 1,
+            deadline: None,
+            session: None,
+            output_id: None,
+        });
+    let mut sink = MemorySink::default();
+    run(&cluster, &mut specs.map(Ok), 1, true, &mut sink).expect("runs");
+    let mut ranks: Vec<(u32, u16)> = sink.records.iter().map(|r| (r.id.0, r.rank)).collect();
+    ranks.sort();
+    assert_eq!(
+        ranks,
+        vec![(0, 0), (1, 1), (2, 1), (3, 1)],
+        "{:?}",
+        sink.records
+    );
+}
