@@ -43,6 +43,9 @@ pub struct PoolRuntime {
     /// dp_local), or one (`external`) (`vllm/config/parallel.py`,
     /// `research/vllm-engine.md` §9).
     pub ranks_per_endpoint: u16,
+    /// The engine runs vLLM's Rust frontend: one API server, whatever the
+    /// ranks behind it.
+    pub rust_frontend: bool,
     pub engine: EngineConfig,
     pub cost: Box<dyn CostModel>,
     /// Which model prices the pool's steps: `roofline`, or `linear` when the
@@ -509,6 +512,9 @@ pub fn build_with_router(
                 Some("hybrid") if layout.dp_local > 0 => layout.dp_local.min(layout.dp) as u16,
                 _ => layout.dp.min(u16::MAX as u64) as u16,
             },
+            // One API server per rank an endpoint fronts, one with the Rust
+            // frontend (`api_server_count`, `vllm/entrypoints/cli/serve.py`).
+            rust_frontend: resolved.engine.frontend == "rust",
             engine: {
                 let mut engine = engine_config(resolved, &sets);
                 // The tier's bytes are per engine (vLLM's kv_offloading_size

@@ -9,9 +9,9 @@
 //! * The serve command starts one API server per rank the endpoint fronts
 //!   (`api_server_count` defaults to `data_parallel_size` with internal
 //!   balancing and to `data_parallel_size_local` with hybrid,
-//!   `vllm/entrypoints/cli/serve.py`), so `client_count` is the endpoint's
-//!   rank count, and API server `i` starts its scans at rank `i`
-//!   (`eng_start_index = engines · client_index // client_count`).
+//!   `vllm/entrypoints/cli/serve.py`), or one with the Rust frontend; that
+//!   count is `client_count`, and API server `i` starts its scans at rank
+//!   `engines · i // client_count` (`eng_start_index`).
 //! * Each sees the ranks' (waiting, running, KV usage) as the DP coordinator
 //!   last published them (`vllm/v1/engine/coordinator.py`, at most every
 //!   `min_stats_update_interval_ms` = 100 ms while they change), and adds
@@ -74,15 +74,17 @@ pub struct Balancer {
 }
 
 impl Balancer {
-    /// The API servers of an endpoint fronting `ranks` ranks.
-    pub fn new(rule: DpLbRule, ranks: usize) -> Balancer {
+    /// The `servers` API servers (at least one) of an endpoint fronting
+    /// `ranks` ranks.
+    pub fn new(rule: DpLbRule, ranks: usize, servers: usize) -> Balancer {
+        let servers = servers.max(1);
         Balancer {
             rule,
             published: None,
             next_client: 0,
-            clients: (0..ranks)
+            clients: (0..servers)
                 .map(|i| Client {
-                    start: i,
+                    start: ranks * i / servers,
                     counts: vec![RankLoad::default(); ranks],
                     inflight: vec![0; ranks],
                 })
@@ -94,7 +96,8 @@ impl Balancer {
     /// `now`, and the API server that picked it; `live` gives a rank's load
     /// when the coordinator publishes.
     pub fn pick(&mut self, now: SimTime, live: impl Fn(usize) -> RankLoad) -> (usize, u16) {
-        let ranks = self.clients.len();
+        let ranks = self.clients[0].counts.len();
+        let servers = self.clients.len();
         let due = self
             .published
             .is_none_or(|at| now.as_ns().saturating_sub(at.as_ns()) >= PUBLISH_INTERVAL_NS);
@@ -106,8 +109,8 @@ impl Balancer {
             self.published = Some(now);
         }
         let index = self.next_client;
-        self.next_client = (index + 1) % ranks;
-        let client_count = ranks as u64;
+        self.next_client = (index + 1) % servers;
+        let client_count = servers as u64;
         let client = &mut self.clients[index];
         let mut best = 0;
         let mut min_score = f64::INFINITY;
@@ -164,7 +167,7 @@ mod tests {
     /// one to a rank, and the next round goes the same way.
     #[test]
     fn old_rule_spreads_a_burst_by_local_increments() {
-        let mut lb = Balancer::new(DpLbRule::WaitingTimesFourPlusRunning, 4);
+        let mut lb = Balancer::new(DpLbRule::WaitingTimesFourPlusRunning, 4, 4);
         let picks: Vec<(usize, u16)> = (0..8).map(|_| lb.pick(SimTime(0), idle)).collect();
         assert_eq!(
             picks,
@@ -186,7 +189,7 @@ mod tests {
     /// rank whose waiting requests meet a nearly full KV cache is avoided.
     #[test]
     fn new_rule_counts_in_flight_requests_and_kv_pressure() {
-        let mut lb = Balancer::new(DpLbRule::InflightAndKvPressure, 2);
+        let mut lb = Balancer::new(DpLbRule::InflightAndKvPressure, 2, 2);
         // Rank 0 has one waiting request at 90 % KV usage: 1 + 1·6·0.4 = 3.4;
         // rank 1 runs three: 3.
         let live = |rank: usize| match rank {
@@ -232,7 +235,7 @@ mod tests {
     /// waiting (4) loses to three running (3).
     #[test]
     fn old_rule_weighs_waiting_four_times() {
-        let mut lb = Balancer::new(DpLbRule::WaitingTimesFourPlusRunning, 2);
+        let mut lb = Balancer::new(DpLbRule::WaitingTimesFourPlusRunning, 2, 2);
         assert_eq!(lb.pick(SimTime(0), loads((1, 0, 0.0), (0, 3, 0.0))), (1, 0));
     }
 
@@ -243,7 +246,7 @@ mod tests {
     /// smaller would send both to the same rank.
     #[test]
     fn the_kv_pressure_penalty_ties_exactly() {
-        let mut lb = Balancer::new(DpLbRule::InflightAndKvPressure, 2);
+        let mut lb = Balancer::new(DpLbRule::InflightAndKvPressure, 2, 2);
         let live = loads((2, 0, 0.75), (0, 5, 0.2));
         assert_eq!(lb.pick(SimTime(0), &live), (0, 0));
         assert_eq!(lb.pick(SimTime(0), &live), (1, 1));
@@ -254,11 +257,21 @@ mod tests {
     /// rank 0 still beats rank 1's three running after a publication.
     #[test]
     fn in_flight_requests_count_once_per_server() {
-        let mut lb = Balancer::new(DpLbRule::InflightAndKvPressure, 2);
+        let mut lb = Balancer::new(DpLbRule::InflightAndKvPressure, 2, 2);
         let live = loads((0, 2, 0.0), (0, 3, 0.0));
         assert_eq!(lb.pick(SimTime(0), &live), (0, 0));
         assert_eq!(lb.pick(SimTime(0), &live), (0, 1));
         // Server 0 again, its scan now from rank 1: 3 against max(2, 2).
         assert_eq!(lb.pick(SimTime(100_000_000), &live), (0, 0));
+    }
+
+    /// With the Rust frontend one API server fronts every rank
+    /// (`api_server_count` 1): it sees all its own picks, so a burst between
+    /// publications goes round the ranks, each pick adding one to its rank.
+    #[test]
+    fn one_api_server_sees_all_its_picks() {
+        let mut lb = Balancer::new(DpLbRule::WaitingTimesFourPlusRunning, 3, 1);
+        let picks: Vec<(usize, u16)> = (0..6).map(|_| lb.pick(SimTime(0), idle)).collect();
+        assert_eq!(picks, vec![(0, 0), (1, 0), (2, 0), (0, 0), (1, 0), (2, 0)]);
     }
 }

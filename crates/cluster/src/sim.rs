@@ -762,6 +762,7 @@ impl<'a> Sim<'a> {
         // group of its ranks the load-balancing mode exposes separately. A
         // pod outside the selector is no endpoint and never gets a request.
         let mut pods = Vec::new();
+        let mut api_servers = Vec::new();
         let mut pod_labels = Vec::new();
         for (pool, list) in pod_cores.iter().enumerate() {
             let labels = cluster.pool_labels.get(pool).cloned().unwrap_or_default();
@@ -779,6 +780,11 @@ impl<'a> Sim<'a> {
                 while start < end {
                     let n = per.min(end - start);
                     pods.push((start, n));
+                    api_servers.push(if cluster.pools[pool].rust_frontend {
+                        1
+                    } else {
+                        n
+                    });
                     pod_labels.push(labels.clone());
                     start += n;
                 }
@@ -867,8 +873,9 @@ impl<'a> Sim<'a> {
             kv_endpoint,
             balancers: pods
                 .iter()
-                .map(|&(_, ranks)| {
-                    (ranks > 1).then(|| crate::dp_lb::Balancer::new(cluster.dp_lb, ranks))
+                .zip(&api_servers)
+                .map(|(&(_, ranks), &servers)| {
+                    (ranks > 1).then(|| crate::dp_lb::Balancer::new(cluster.dp_lb, ranks, servers))
                 })
                 .collect(),
             pods,

@@ -20,25 +20,31 @@ fn deployment(dbo: bool) -> String {
     )
 }
 
-/// The records of `n` requests arriving together, in pdsim's debug form.
-fn records(dbo: bool, n: u64) -> String {
-    let scenario = H200.replace("  nodes: 4\n", "  nodes: 1\n");
-    assert_ne!(scenario, H200);
-    let cluster = build(&scenario, &deployment(dbo), &[]).expect("builds");
-    let specs = (0..n).map(|i| RequestSpec {
-        arrival: SimTime::ZERO,
+/// Request `i`: a prompt of `tokens` distinct tokens arriving at
+/// `arrival_ns`, answered in `output` tokens.
+fn spec(i: u64, arrival_ns: u64, tokens: u32, output: u32) -> RequestSpec {
+    RequestSpec {
+        arrival: SimTime(arrival_ns),
         prompt: Prompt::new(vec![Segment {
             id: 1_000 + i,
-            tokens: 512,
+            tokens,
         }]),
-        output_tokens: 20,
+        output_tokens: output,
         priority: 0,
         slo_class: 0,
         source_line: i + 1,
         deadline: None,
         session: None,
         output_id: None,
-    });
+    }
+}
+
+/// The records of `n` requests arriving together, in pdsim's debug form.
+fn records(dbo: bool, n: u64) -> String {
+    let scenario = H200.replace("  nodes: 4\n", "  nodes: 1\n");
+    assert_ne!(scenario, H200);
+    let cluster = build(&scenario, &deployment(dbo), &[]).expect("builds");
+    let specs = (0..n).map(|i| spec(i, 0, 512, 20));
     let mut sink = MemorySink::default();
     run(&cluster, &mut specs.map(Ok), 1, true, &mut sink).expect("runs");
     assert_eq!(sink.records.len() as u64, n);
@@ -94,20 +100,7 @@ fn a_request_still_being_tokenized_counts_on_its_rank() {
     let specs = [(0, 100_000), (200, 16), (400, 16), (600, 16)]
         .into_iter()
         .enumerate()
-        .map(|(i, (ms, tokens))| RequestSpec {
-            arrival: SimTime(ms * 1_000_000),
-            prompt: Prompt::new(vec![Segment {
-                id: 1_000 + i as u64,
-                tokens,
-            }]),
-            output_tokens: 4,
-            priority: 0,
-            slo_class: 0,
-            source_line: i as u64 + 1,
-            deadline: None,
-            session: None,
-            output_id: None,
-        });
+        .map(|(i, (ms, tokens))| spec(i as u64, ms * 1_000_000, tokens, 4));
     let mut sink = MemorySink::default();
     run(&cluster, &mut specs.map(Ok), 1, true, &mut sink).expect("runs");
     let mut ranks: Vec<(u32, u16)> = sink.records.iter().map(|r| (r.id.0, r.rank)).collect();
@@ -118,4 +111,32 @@ fn a_request_still_being_tokenized_counts_on_its_rank() {
         "{:?}",
         sink.records
     );
+}
+
+/// With the Rust frontend one API server fronts both ranks and sees all
+/// its picks; with Python's, two servers each see only their own between
+/// the coordinator's publications (`pdsim_cluster::dp_lb`). Four requests
+/// at one instant: Python's servers send them to ranks 0, 1, 1, 0 (each
+/// server's own increments only); Rust's one server to 0, 1, 0, 1.
+#[test]
+fn the_rust_frontend_balances_from_one_view() {
+    let ranks = |frontend: &str| {
+        let scenario = include_str!("../../../scenarios/default.yaml")
+            .replace("  gpus_per_node: 8\n", "  gpus_per_node: 2\n");
+        let deployment = format!(
+            "kind: Deployment\nname: dp2\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {{tp: 1, pp: 1, dp: 2}}\n    engine: {{frontend: {frontend}}}\n"
+        );
+        let cluster = build(&scenario, &deployment, &[]).expect("builds");
+        let specs = (0..4).map(|i| spec(i, 0, 64, 4));
+        let mut sink = MemorySink::default();
+        run(&cluster, &mut specs.map(Ok), 1, true, &mut sink).expect("runs");
+        let mut ranks: Vec<(u32, u16)> = sink.records.iter().map(|r| (r.id.0, r.rank)).collect();
+        ranks.sort();
+        ranks
+            .into_iter()
+            .map(|(_, rank)| rank)
+            .collect::<Vec<u16>>()
+    };
+    assert_eq!(ranks("python"), vec![0, 1, 1, 0]);
+    assert_eq!(ranks("rust"), vec![0, 1, 0, 1]);
 }

@@ -12,8 +12,13 @@ const DEPLOYMENT: &str = include_str!("../../../deployments/default.yaml");
 const TRACE: &str = include_str!("../../../traces/default.jsonl");
 
 fn bundle(deployment: &str) -> pdsim_spec::validate::Report {
+    bundle_on(SCENARIO, deployment)
+}
+
+/// `deployment` validated on `scenario`.
+fn bundle_on(scenario: &str, deployment: &str) -> pdsim_spec::validate::Report {
     let files = MemoryFiles::new()
-        .with("s.yaml", SCENARIO)
+        .with("s.yaml", scenario)
         .with("d.yaml", deployment);
     validate(&Request {
         files: &files,
@@ -114,15 +119,7 @@ fn unsupported_features_are_refused_by_name() {
             &format!("engine_version: \"{version}\""),
         );
         assert_ne!(scenario, SCENARIO);
-        let files = MemoryFiles::new()
-            .with("s.yaml", &scenario)
-            .with("d.yaml", &format!("{DEPLOYMENT}{offload}"));
-        let report = validate(&Request {
-            files: &files,
-            catalog_dirs: vec![],
-            scenario: Some("s.yaml".into()),
-            documents: vec!["d.yaml".into()],
-        });
+        let report = bundle_on(&scenario, &format!("{DEPLOYMENT}{offload}"));
         let built = build(&report.deployments[0], report.scenario.as_ref().unwrap());
         match release {
             Some(release) => assert_eq!(
@@ -1215,15 +1212,7 @@ fn data_parallel_balancing_follows_the_release() {
             "engine_version: \"0.31.0\"",
             &format!("engine_version: \"{version}\""),
         );
-        let files = MemoryFiles::new()
-            .with("s.yaml", &scenario)
-            .with("d.yaml", DEPLOYMENT);
-        let report = validate(&Request {
-            files: &files,
-            catalog_dirs: vec![],
-            scenario: Some("s.yaml".into()),
-            documents: vec!["d.yaml".into()],
-        });
+        let report = bundle_on(&scenario, DEPLOYMENT);
         let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap())
             .unwrap_or_else(|e| panic!("{version}: {e}"));
         assert_eq!(cluster.dp_lb, rule, "{version}");
