@@ -72,6 +72,10 @@ pub struct OffloadRuntime {
     pub write_bytes_per_s: f64,
     /// The chip's host link, per GPU.
     pub host_link_bytes_per_s: f64,
+    /// The device reads and writes the tier directly (lmcache-rbln's RDS:
+    /// NVMe bound to Rebellions Direct Storage), not through host memory
+    /// and its link.
+    pub direct: bool,
     pub base_latency: pdsim_core::SimDuration,
 }
 
@@ -235,6 +239,7 @@ enum OffloadConnector {
 fn offload_tier(
     deployment: &pdsim_spec::deployment::Deployment,
     scenario: &ResolvedScenario,
+    pack: &pdsim_spec::rules::pack::RulesPack,
 ) -> Result<Option<(u64, pdsim_spec::catalog::StorageClass, OffloadConnector)>, BuildError> {
     let Some(offload) = &deployment.offload else {
         return Ok(None);
@@ -304,7 +309,12 @@ fn offload_tier(
         );
     }
     let tier = &offload.tiers[0];
-    if tier.tier != "cpu_dram" {
+    // lmcache-rbln's RDS: LMCache on NVMe devices bound to Rebellions
+    // Direct Storage, in the releases whose pack knows its chunk cap.
+    let rds = connector == OffloadConnector::LmCache
+        && pack.defaults.lmcache_rds_max_chunks.is_some()
+        && pdsim_spec::resolve::runs_lmcache_rds(deployment);
+    if tier.tier != "cpu_dram" && !rds {
         return refuse(
             "offload.tiers[0].tier",
             match connector {
@@ -313,7 +323,7 @@ fn offload_tier(
                     tier.tier
                 ),
                 OffloadConnector::LmCache => format!(
-                    "pdsim runs LMCache's local CPU backend, in host memory (cpu_dram); a `{}` tier (LMCache's disk, lmcache-rbln's RDS) is not simulated yet",
+                    "pdsim runs LMCache's local CPU backend in host memory (cpu_dram) and, under vllm-rbln, lmcache-rbln's RDS backend on NVMe (nvme_gen3, nvme_gen4); a `{}` tier (LMCache's local disk or remote backends) is not simulated yet",
                     tier.tier
                 ),
             },
@@ -406,7 +416,7 @@ pub fn build_with_router(
             message: "no rules pack".into(),
         },
     )?;
-    let offload = offload_tier(deployment, scenario)?;
+    let offload = offload_tier(deployment, scenario, pack)?;
     if offload
         .as_ref()
         .is_some_and(|(_, _, c)| *c == OffloadConnector::LmCache)
@@ -559,7 +569,17 @@ pub fn build_with_router(
                     }
                     engine.lmcache = Some(pdsim_engine::lmcache::LmCacheConfig {
                         chunk_tokens: chunk as u32,
-                        capacity_chunks: per_engine(o, chunk),
+                        // lmcache-rbln's RDS keeps at most `rds_max_chunks`
+                        // chunks a rank (engine process), evicting the least
+                        // recently used before it stores a new one: the
+                        // same set as LRU after the store, since the new
+                        // chunk is never the victim.
+                        capacity_chunks: match pack.defaults.lmcache_rds_max_chunks {
+                            Some(max) if pdsim_spec::resolve::runs_lmcache_rds(deployment) => {
+                                per_engine(o, chunk).min(max)
+                            }
+                            _ => per_engine(o, chunk),
+                        },
                     });
                 }
                 engine
@@ -716,7 +736,10 @@ pub fn build_with_router(
                 crate::dp_lb::DpLbRule::InflightAndKvPressure
             }
         },
-        offload: offload.map(|(_, class, _)| OffloadRuntime {
+        offload: offload.map(|(_, class, connector)| OffloadRuntime {
+            direct: connector == OffloadConnector::LmCache
+                && pack.defaults.lmcache_rds_max_chunks.is_some()
+                && pdsim_spec::resolve::runs_lmcache_rds(deployment),
             read_bytes_per_s: class.read_bandwidth_mb_s * 1e6,
             write_bytes_per_s: class.write_bandwidth_mb_s * 1e6,
             // Chips without a stated host link get PCIe Gen4 x16 [assumed].

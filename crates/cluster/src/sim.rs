@@ -2013,13 +2013,19 @@ impl<'a> Sim<'a> {
                 // `pdsim_engine::lmcache`): the retrieval before the forward
                 // pass and the store after it lengthen the step. Each GPU
                 // copies its share over the tier's bandwidth and its host
-                // link, whichever is slower.
+                // link, whichever is slower; RDS moves it between the
+                // device and NVMe directly, at the drive's bandwidth.
                 let per_token = self.cluster.pools[pool].kv_bytes_per_token_gpu;
                 let copy = |tokens: u32, device: f64| {
                     if tokens == 0 {
                         return SimDuration::ZERO;
                     }
-                    let rate = device.min(tier.host_link_bytes_per_s).max(1.0);
+                    let rate = if tier.direct {
+                        device
+                    } else {
+                        device.min(tier.host_link_bytes_per_s)
+                    }
+                    .max(1.0);
                     tier.base_latency + SimDuration::from_secs_f64(tokens as f64 * per_token / rate)
                 };
                 let io = copy(load, tier.read_bytes_per_s) + copy(store, tier.write_bytes_per_s);

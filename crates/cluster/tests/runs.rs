@@ -1168,33 +1168,41 @@ fn lmcaches_copies_lengthen_the_steps_that_make_them_by_their_bytes_over_the_tie
     let deployment = format!(
         "{DEPLOYMENT}offload:\n  tiers: [{{tier: cpu_dram, bytes: 1000000000}}]\n  connector: LMCacheConnectorV1\n"
     );
-    let report = bundle(&deployment);
-    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
-    let rows = "{\"timestamp\": 0, \"input_length\": 512, \"output_length\": 2, \"hash_ids\": [1]}\n\
+    // A host link of 1 GB/s, below the tier's 20 GB/s, bounds the copies
+    // through host memory; RDS's direct copies (`direct`) go at the tier's.
+    for direct in [false, true] {
+        let report = bundle(&deployment);
+        let mut cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+        let runtime = cluster.offload.as_mut().expect("the tier");
+        runtime.host_link_bytes_per_s = 1e9;
+        runtime.direct = direct;
+        let rows = "{\"timestamp\": 0, \"input_length\": 512, \"output_length\": 2, \"hash_ids\": [1]}\n\
                 {\"timestamp\": 60000, \"input_length\": 512, \"output_length\": 2, \"hash_ids\": [1]}\n";
-    let mut source = MooncakeReader::new(std::io::Cursor::new(rows.as_bytes()), "two.jsonl");
-    let stats = run(&cluster, &mut source, 0, true, &mut MemorySink::default()).unwrap();
-    assert_eq!(stats.completed, 2);
-    let tier = cluster.offload.expect("the tier");
-    let pool = &cluster.pools[0];
-    let per_token = pool.kv_bytes_per_token_gpu;
-    let ns = |tokens: f64, device: f64| {
-        tier.base_latency.as_ns() as f64
-            + (tokens * per_token / device.min(tier.host_link_bytes_per_s) * 1e9).round()
-    };
-    let expected = ns(512.0, tier.write_bytes_per_s) + ns(256.0, tier.read_bytes_per_s);
-    let io: u64 = stats.cores.iter().map(|c| c.lmcache_io_ns).sum();
-    assert!(
-        (io as f64 - expected).abs() <= 2.0,
-        "{io} ns against {expected}"
-    );
-    let bytes = |f: fn(&pdsim_cluster::CoreStats) -> f64| stats.cores.iter().map(f).sum::<f64>();
-    let world = pool.world as f64;
-    assert_eq!(bytes(|c| c.lmcache_stored_bytes), 512.0 * per_token * world);
-    assert_eq!(bytes(|c| c.lmcache_loaded_bytes), 256.0 * per_token * world);
-    let stores: u64 = stats.cores.iter().map(|c| c.lmcache_stores).sum();
-    let hits: u64 = stats.cores.iter().map(|c| c.external_hits_tokens).sum();
-    assert_eq!((stores, hits), (2, 15));
+        let mut source = MooncakeReader::new(std::io::Cursor::new(rows.as_bytes()), "two.jsonl");
+        let stats = run(&cluster, &mut source, 0, true, &mut MemorySink::default()).unwrap();
+        assert_eq!(stats.completed, 2);
+        let tier = cluster.offload.as_ref().expect("the tier");
+        let pool = &cluster.pools[0];
+        let per_token = pool.kv_bytes_per_token_gpu;
+        let ns = |tokens: f64, device: f64| {
+            let rate = if direct { device } else { device.min(1e9) };
+            tier.base_latency.as_ns() as f64 + (tokens * per_token / rate * 1e9).round()
+        };
+        let expected = ns(512.0, tier.write_bytes_per_s) + ns(256.0, tier.read_bytes_per_s);
+        let io: u64 = stats.cores.iter().map(|c| c.lmcache_io_ns).sum();
+        assert!(
+            (io as f64 - expected).abs() <= 2.0,
+            "{io} ns against {expected}"
+        );
+        let bytes =
+            |f: fn(&pdsim_cluster::CoreStats) -> f64| stats.cores.iter().map(f).sum::<f64>();
+        let world = pool.world as f64;
+        assert_eq!(bytes(|c| c.lmcache_stored_bytes), 512.0 * per_token * world);
+        assert_eq!(bytes(|c| c.lmcache_loaded_bytes), 256.0 * per_token * world);
+        let stores: u64 = stats.cores.iter().map(|c| c.lmcache_stores).sum();
+        let hits: u64 = stats.cores.iter().map(|c| c.external_hits_tokens).sum();
+        assert_eq!((stores, hits), (2, 15));
+    }
 }
 
 /// The API servers in front of a pod's data-parallel ranks score them as
@@ -1216,5 +1224,58 @@ fn data_parallel_balancing_follows_the_release() {
         let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap())
             .unwrap_or_else(|e| panic!("{version}: {e}"));
         assert_eq!(cluster.dp_lb, rule, "{version}");
+    }
+}
+
+/// The second seed's RDS configuration: under vllm-rbln, LMCache on an NVMe
+/// tier is lmcache-rbln's RDS backend, which keeps at most the rules pack's
+/// `rds_max_chunks` (1000) chunks an engine however large the drive, and
+/// moves them between device and drive directly (no host link). The same
+/// tier under upstream vLLM (LMCache's local disk backend) is refused.
+#[test]
+fn lmcache_on_nvme_is_lmcache_rblns_rds() {
+    let scenario = include_str!("../../../scenarios/rebel100-minimax.yaml");
+    let deployment = include_str!("../../../deployments/rebel100-4p4d-rds.yaml");
+    // Without its router block (whose files this test does not load): the
+    // EPP's built-in configuration routes, which changes no engine.
+    let without_router = deployment.split("\nrouter:").next().unwrap().to_string() + "\n";
+    let report = bundle_on(scenario, &without_router);
+    assert!(report.valid, "{:?}", report.problems);
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
+    let prefill = &cluster.pools[0];
+    let lm = prefill.engine.lmcache.expect("LMCache on prefill");
+    assert_eq!((lm.chunk_tokens, lm.capacity_chunks), (4096, 1000));
+    assert!(cluster.offload.as_ref().unwrap().direct);
+    // The seed's CPU tier is no RDS: through the host link, its chunks by
+    // its bytes.
+    let cpu = without_router
+        .replace("tier: nvme_gen4", "tier: cpu_dram")
+        .replace("bytes: 3840000000000", "bytes: 274877906944");
+    let report = bundle_on(scenario, &cpu);
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
+    assert!(!cluster.offload.as_ref().unwrap().direct);
+    assert_ne!(
+        cluster.pools[0].engine.lmcache.unwrap().capacity_chunks,
+        1000
+    );
+    // Upstream vLLM has no RDS backend.
+    let upstream = scenario.replace(
+        "engine_version: \"vllm-rbln-0.12.0\"",
+        "engine_version: \"0.31.0\"",
+    );
+    assert_ne!(upstream, scenario);
+    let report = bundle_on(&upstream, &without_router);
+    if let Some(s) = report
+        .scenario
+        .as_ref()
+        .filter(|_| !report.deployments.is_empty())
+    {
+        let err = build(&report.deployments[0], s).err().expect("refused");
+        assert_eq!(err.path, "offload.tiers[0].tier");
+    } else {
+        panic!(
+            "the upstream bundle did not validate: {:?}",
+            report.problems
+        );
     }
 }

@@ -1075,6 +1075,17 @@ pub fn runs_lmcache(deployment: &Deployment, pool: &Pool) -> bool {
     lmcache && (!pd || pool.role == "prefill")
 }
 
+/// Whether LMCache's tier is an NVMe storage class, which lmcache-rbln
+/// serves with its RDS backend (NVMe read and written by the device
+/// directly).
+pub fn runs_lmcache_rds(deployment: &Deployment) -> bool {
+    deployment.offload.as_ref().is_some_and(|o| {
+        o.connector.as_deref() == Some("LMCacheConnectorV1")
+            && o.tiers.len() == 1
+            && o.tiers[0].tier.starts_with("nvme")
+    })
+}
+
 /// Resolves every pool of a deployment against a resolved scenario.
 pub fn resolve(
     deployment: &Deployment,
@@ -1106,6 +1117,15 @@ pub fn resolve(
                         value: chunk.to_string(),
                         origin: "default",
                     });
+                    if let Some(max) = pack.defaults.lmcache_rds_max_chunks
+                        && runs_lmcache_rds(deployment)
+                    {
+                        resolved.settings.push(Setting {
+                            key: "offload.lmcache.rds_max_chunks".into(),
+                            value: max.to_string(),
+                            origin: "default",
+                        });
+                    }
                 }
                 resolved
             })

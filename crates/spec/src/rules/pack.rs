@@ -184,6 +184,12 @@ pub struct Defaults {
     /// LMCache's chunk size in tokens (`chunk_size`, `LMCACHE_CHUNK_SIZE`)
     /// where the deployment cannot state it: it has no key for it.
     pub lmcache_chunk_tokens: u64,
+    /// lmcache-rbln's RDS backend (LMCache storing chunks on NVMe devices
+    /// bound to Rebellions Direct Storage): the chunks each rank keeps
+    /// (`rds_max_chunks`) where the deployment cannot state it. Absent in
+    /// releases without the backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lmcache_rds_max_chunks: Option<u64>,
     /// The release's OffloadingConnector CPU manager, of those pdsim
     /// mirrors (`pdsim_engine::offload::Release`); absent where pdsim does
     /// not mirror the release's manager (such a run is refused).
