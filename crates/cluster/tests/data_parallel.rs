@@ -74,8 +74,6 @@ fn dual_batch_overlap_runs_only_when_every_rank_has_a_batch() {
 /// tokenized, so D goes to rank 1.
 #[test]
 fn a_request_still_being_tokenized_counts_on_its_rank() {
-    use pdsim_spec::files::MemoryFiles;
-    use pdsim_spec::validate::{Request, validate};
     let set = "kind: CoefficientSet\nname: slow-tokenizer\ncoefficients:\n  - host_admission_per_token:\n      value: 10\n      units: us_per_token\n      method: assumed\n      fitted: false\n      rationale: the test makes tokenization long\n      scope: {}\n";
     let scenario = include_str!("../../../scenarios/default.yaml")
         .replace("  gpus_per_node: 8\n", "  gpus_per_node: 2\n")
@@ -84,19 +82,13 @@ fn a_request_still_being_tokenized_counts_on_its_rank() {
             "  - cost-model-host-overheads\n  - slow-tokenizer\n",
         );
     let deployment = "kind: Deployment\nname: dp2\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 2}\n";
-    let files = MemoryFiles::new()
-        .with("s.yaml", &scenario)
-        .with("d.yaml", deployment)
-        .with("cat/coefficients/slow-tokenizer.yaml", set);
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec!["cat".into()],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
-    assert!(report.valid, "{:#?}", report.problems);
-    let cluster = pdsim_cluster::build(&report.deployments[0], report.scenario.as_ref().unwrap())
-        .expect("builds");
+    let cluster = common::build_with_catalog(
+        &scenario,
+        deployment,
+        &[],
+        &[("coefficients/slow-tokenizer.yaml", set)],
+    )
+    .expect("builds");
     let specs = [(0, 100_000), (200, 16), (400, 16), (600, 16)]
         .into_iter()
         .enumerate()

@@ -8,15 +8,34 @@ use pdsim_spec::validate::{Request, validate};
 /// lay out, with `extra` files beside them, its router inputs loaded as
 /// `pdsim run` loads them; every problem as text.
 pub fn build(scenario: &str, deployment: &str, extra: &[(&str, &str)]) -> Result<Cluster, String> {
+    build_with_catalog(scenario, deployment, extra, &[])
+}
+
+/// The same, with a user catalog folder `cat` searched after the built-in
+/// one, holding `catalog` (paths inside it, such as
+/// `coefficients/<set>.yaml`).
+pub fn build_with_catalog(
+    scenario: &str,
+    deployment: &str,
+    extra: &[(&str, &str)],
+    catalog: &[(&str, &str)],
+) -> Result<Cluster, String> {
     let mut files = MemoryFiles::new()
         .with("s.yaml", scenario)
         .with("d.yaml", deployment);
     for (path, text) in extra {
         files = files.with(path, text);
     }
+    for (path, text) in catalog {
+        files = files.with(&format!("cat/{path}"), text);
+    }
     let report = validate(&Request {
         files: &files,
-        catalog_dirs: vec![],
+        catalog_dirs: if catalog.is_empty() {
+            vec![]
+        } else {
+            vec!["cat".into()]
+        },
         scenario: Some("s.yaml".into()),
         documents: vec!["d.yaml".into()],
     });
