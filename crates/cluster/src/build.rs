@@ -230,17 +230,28 @@ enum OffloadConnector {
     LmCache,
 }
 
-/// The host-memory offload tier a deployment asks for, or the reason
-/// pdsim refuses it: vLLM's OffloadingConnector with CPUOffloadingSpec
-/// stores blocks in host memory with LRU eviction, and LMCacheConnectorV1
-/// stores chunks in LMCache's local CPU backend with LRU eviction; anything
-/// else (ARC, prefetching, tiers below host memory such as LMCache's disk
-/// or lmcache-rbln's RDS) is not simulated yet and is refused by key.
+/// The offload tier a deployment asks for, as [`offload_tier`] accepts it.
+struct OffloadChoice {
+    /// The tier's bytes (per engine).
+    bytes: u64,
+    class: pdsim_spec::catalog::StorageClass,
+    connector: OffloadConnector,
+    /// LMCache on NVMe under vllm-rbln: lmcache-rbln's RDS backend, capped
+    /// at `rds_max_chunks` chunks an engine and copied without the host link.
+    rds: bool,
+}
+
+/// The offload tier a deployment asks for, or the reason pdsim refuses it:
+/// vLLM's OffloadingConnector with CPUOffloadingSpec stores blocks in host
+/// memory (LRU or ARC), and LMCacheConnectorV1 stores chunks in LMCache's
+/// local CPU backend or, under vllm-rbln, on NVMe through lmcache-rbln's
+/// RDS backend, with LRU eviction; anything else (prefetching, several
+/// tiers, LMCache's local disk) is not simulated yet and is refused by key.
 fn offload_tier(
     deployment: &pdsim_spec::deployment::Deployment,
     scenario: &ResolvedScenario,
     pack: &pdsim_spec::rules::pack::RulesPack,
-) -> Result<Option<(u64, pdsim_spec::catalog::StorageClass, OffloadConnector)>, BuildError> {
+) -> Result<Option<OffloadChoice>, BuildError> {
     let Some(offload) = &deployment.offload else {
         return Ok(None);
     };
@@ -345,7 +356,12 @@ fn offload_tier(
             path: "offload.tiers[0].tier".into(),
             message: "unknown storage class".into(),
         })?;
-    Ok(Some((tier.bytes.max(0) as u64, class, connector)))
+    Ok(Some(OffloadChoice {
+        bytes: tier.bytes.max(0) as u64,
+        class,
+        connector,
+        rds,
+    }))
 }
 
 /// The OffloadingConnector's cache policy (`offload.eviction_policy`,
@@ -419,7 +435,7 @@ pub fn build_with_router(
     let offload = offload_tier(deployment, scenario, pack)?;
     if offload
         .as_ref()
-        .is_some_and(|(_, _, c)| *c == OffloadConnector::LmCache)
+        .is_some_and(|o| o.connector == OffloadConnector::LmCache)
         && router.as_ref().is_some_and(|r| r.reads_kv_events())
     {
         return Err(BuildError {
@@ -531,15 +547,15 @@ pub fn build_with_router(
                 // is the total over an instance's ranks), split across its
                 // data-parallel ranks; a block holds block_size tokens on
                 // every GPU of a rank.
-                let per_engine = |(bytes, _, _): &(u64, _, _), tokens: u64| {
+                let per_engine = |o: &OffloadChoice, tokens: u64| {
                     let unit_bytes = tokens as f64
                         * resolved.kv.kv_bytes_per_token_rank
                         * layout.world_size as f64;
-                    (*bytes as f64 / layout.dp.max(1) as f64 / unit_bytes.max(1.0)).floor() as u64
+                    (o.bytes as f64 / layout.dp.max(1) as f64 / unit_bytes.max(1.0)).floor() as u64
                 };
                 engine.offload = match offload
                     .as_ref()
-                    .filter(|(_, _, c)| *c == OffloadConnector::Offloading)
+                    .filter(|o| o.connector == OffloadConnector::Offloading)
                 {
                     Some(o) => Some(pdsim_engine::offload::OffloadConfig {
                         chunks: per_engine(o, resolved.engine.block_size),
@@ -554,7 +570,7 @@ pub fn build_with_router(
                 if let (Some(o), Some(chunk)) = (
                     offload
                         .as_ref()
-                        .filter(|(_, _, c)| *c == OffloadConnector::LmCache),
+                        .filter(|o| o.connector == OffloadConnector::LmCache),
                     resolved.engine.lmcache_chunk_tokens,
                 ) {
                     let unit = engine.prefix_unit.max(1) as u64;
@@ -575,9 +591,7 @@ pub fn build_with_router(
                         // same set as LRU after the store, since the new
                         // chunk is never the victim.
                         capacity_chunks: match pack.defaults.lmcache_rds_max_chunks {
-                            Some(max) if pdsim_spec::resolve::runs_lmcache_rds(deployment) => {
-                                per_engine(o, chunk).min(max)
-                            }
+                            Some(max) if o.rds => per_engine(o, chunk).min(max),
                             _ => per_engine(o, chunk),
                         },
                     });
@@ -736,15 +750,13 @@ pub fn build_with_router(
                 crate::dp_lb::DpLbRule::InflightAndKvPressure
             }
         },
-        offload: offload.map(|(_, class, connector)| OffloadRuntime {
-            direct: connector == OffloadConnector::LmCache
-                && pack.defaults.lmcache_rds_max_chunks.is_some()
-                && pdsim_spec::resolve::runs_lmcache_rds(deployment),
-            read_bytes_per_s: class.read_bandwidth_mb_s * 1e6,
-            write_bytes_per_s: class.write_bandwidth_mb_s * 1e6,
+        offload: offload.map(|o| OffloadRuntime {
+            direct: o.rds,
+            read_bytes_per_s: o.class.read_bandwidth_mb_s * 1e6,
+            write_bytes_per_s: o.class.write_bandwidth_mb_s * 1e6,
             // Chips without a stated host link get PCIe Gen4 x16 [assumed].
             host_link_bytes_per_s: scenario.chip.value.host_link_gbps.unwrap_or(32.0) * 1e9,
-            base_latency: pdsim_core::SimDuration::from_secs_f64(class.base_latency_us * 1e-6),
+            base_latency: pdsim_core::SimDuration::from_secs_f64(o.class.base_latency_us * 1e-6),
         }),
         epp: router.unwrap_or_else(pdsim_router::RouterInputs::builtin),
         pool_labels: bundle

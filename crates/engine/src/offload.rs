@@ -351,10 +351,13 @@ impl OffloadManager {
         request_keys: impl DoubleEndedIterator<Item = u64>,
         mut log: Option<&mut KvEventBatch>,
     ) -> bool {
+        // One probe a key: which offered chunks the tier holds already.
+        let held: Vec<bool> = offer.iter().map(|&(_, key)| self.contains(key)).collect();
         let to_store: Vec<(u32, u64)> = offer
             .iter()
-            .copied()
-            .filter(|&(_, key)| !self.contains(key))
+            .zip(&held)
+            .filter(|&(_, &held)| !held)
+            .map(|(&chunk, _)| chunk)
             .collect();
         if self.config.release == Release::V0_31_0 {
             // ARC learns from the ghost lists once per request, before the
@@ -373,10 +376,9 @@ impl OffloadManager {
                     self.adapt_to_ghost_hit(key);
                 }
             }
-            for &(chunk, key) in offer {
-                let held = self.contains(key);
+            for (&(chunk, key), _) in offer.iter().zip(&held).filter(|&(_, &held)| held) {
                 let seen = req.seen(chunk, key);
-                if held && !seen.inserted {
+                if !seen.inserted {
                     seen.reused = true;
                 }
             }

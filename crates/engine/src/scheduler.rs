@@ -275,6 +275,19 @@ impl Req {
     }
 }
 
+/// The offload tier's key of a request's chunk `chunk` (one block): the
+/// hash of the block's last prefix-reuse unit, as the connector takes every
+/// `hashes_per_chunk`-th request block hash (`update_offload_keys`,
+/// `offloading/scheduler.py`).
+fn offload_key(hashes: &[u64], per_block: u32, chunk: u32) -> u64 {
+    hashes[((chunk + 1) * per_block - 1) as usize]
+}
+
+/// The offload keys of every full chunk a request has, first to last.
+fn offload_keys(hashes: &[u64], per_block: u32) -> impl DoubleEndedIterator<Item = u64> + '_ {
+    (0..hashes.len() as u32 / per_block).map(move |c| offload_key(hashes, per_block, c))
+}
+
 /// Queues the `BlockStored(medium="GPU")` event for units `from..to` of a
 /// request, as `BlockPool.cache_full_blocks` (`vllm/v1/core/block_pool.py`)
 /// does for the blocks that became full: their hashes, the hash of the block
@@ -744,7 +757,8 @@ impl Engine {
     /// Tokens of the prefix found in the offload tier right after the local
     /// hit of `hit_units` units, in whole blocks, leaving at least one token
     /// to compute (`OffloadingConnectorScheduler.get_num_new_matched_tokens`,
-    /// `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`).
+    /// `vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`
+    /// in 0.29.0 and 0.31.0).
     fn offload_hit(&self, slot: u32, hit_units: u32) -> u32 {
         let Some(tier) = &self.offload else { return 0 };
         let per_block = self.pool.units_per_block();
@@ -757,14 +771,15 @@ impl Engine {
         // Whole blocks only: the tier stores a block under the hash of its
         // last unit (`cache_units`), and the connector looks up every
         // `offloaded_block_size / hash_block_size`-th request block hash.
-        let mut units = hit_units;
-        while units + per_block <= max_units
-            && units + per_block <= req.hasher.hashes.len() as u32
-            && tier.contains(req.hasher.hashes[(units + per_block - 1) as usize])
+        let hashes = &req.hasher.hashes;
+        let mut chunk = hit_units / per_block;
+        while (chunk + 1) * per_block <= max_units
+            && (chunk + 1) * per_block <= hashes.len() as u32
+            && tier.contains(offload_key(hashes, per_block, chunk))
         {
-            units += per_block;
+            chunk += 1;
         }
-        (units - hit_units) * unit
+        (chunk * per_block - hit_units) * unit
     }
 
     /// Admits a waiting request whose KV comes from outside the engine (the
@@ -1981,7 +1996,8 @@ impl Engine {
 
     /// The offload tier's blocks arrived: the request continues after them
     /// and goes to the holding queue (the OffloadingConnector's finished
-    /// loads, `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`,
+    /// loads, `update_connector_output` in
+    /// `vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`,
     /// as `_update_waiting_for_remote_kv` in `vllm/v1/core/sched/scheduler.py`
     /// takes them).
     pub fn kv_loaded(&mut self, id: RequestId) {
@@ -2049,10 +2065,10 @@ impl Engine {
             let chunks = full / per_block;
             if chunks > req.off.next_chunk {
                 let hashes = &req.hasher.hashes;
-                let key = |c: u32| hashes[((c + 1) * per_block - 1) as usize];
-                let offer: Vec<(u32, u64)> =
-                    (req.off.next_chunk..chunks).map(|c| (c, key(c))).collect();
-                let all = (0..hashes.len() as u32 / per_block).map(key);
+                let offer: Vec<(u32, u64)> = (req.off.next_chunk..chunks)
+                    .map(|c| (c, offload_key(hashes, per_block, c)))
+                    .collect();
+                let all = offload_keys(hashes, per_block);
                 if tier.store(&offer, &mut req.off, all, self.pool.kv_events.as_mut()) {
                     req.off.next_chunk = chunks;
                 }
@@ -2068,9 +2084,7 @@ impl Engine {
             && tier.release() == crate::offload::Release::V0_29_0
         {
             let req = self.reqs[slot as usize].as_ref().expect("live slot");
-            let hashes = &req.hasher.hashes;
-            let key = |c: u32| hashes[((c + 1) * per_block - 1) as usize];
-            tier.on_lookup((0..hashes.len() as u32 / per_block).map(key));
+            tier.on_lookup(offload_keys(&req.hasher.hashes, per_block));
         }
     }
 
@@ -2089,7 +2103,7 @@ impl Engine {
         let first = hit_units / per_block;
         let end = (hit_units + tokens / unit) / per_block;
         let keys: Vec<u64> = (first..end)
-            .map(|c| req.hasher.hashes[((c + 1) * per_block - 1) as usize])
+            .map(|c| offload_key(&req.hasher.hashes, per_block, c))
             .collect();
         tier.prepare_load(first, &keys, &mut req.off);
         req.off.next_chunk = end;
