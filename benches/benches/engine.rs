@@ -34,6 +34,7 @@ fn engine() -> Engine {
         },
         spec: None,
         offload: None,
+        offload_secondary: Vec::new(),
         lmcache: None,
         async_scheduling: false,
         enable_chunked_prefill: true,

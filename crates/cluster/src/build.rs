@@ -64,7 +64,7 @@ pub struct PoolRuntime {
 }
 
 /// The offload tier as the event loop prices loads from it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct OffloadRuntime {
     /// Per-GPU read bandwidth of the storage class.
     pub read_bytes_per_s: f64,
@@ -76,6 +76,20 @@ pub struct OffloadRuntime {
     /// NVMe bound to Rebellions Direct Storage), not through host memory
     /// and its link.
     pub direct: bool,
+    pub base_latency: pdsim_core::SimDuration,
+    /// The secondary tiers behind the host-memory tier
+    /// (`TieringOffloadingSpec`), in order; empty otherwise.
+    pub secondary: Vec<SecondaryRuntime>,
+}
+
+/// A secondary tier's device, as the event loop times its jobs: each
+/// engine writes and reads its own files on a device of the tier's
+/// storage class (a pod's local volume), reads and writes each in turn at
+/// the class's bandwidth, each job after the class's base latency.
+#[derive(Clone, Copy, Debug)]
+pub struct SecondaryRuntime {
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
     pub base_latency: pdsim_core::SimDuration,
 }
 
@@ -205,6 +219,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         },
         spec,
         offload: None,
+        offload_secondary: Vec::new(),
         lmcache: None,
         async_scheduling: e.async_scheduling,
         // Deployments cannot turn chunked prefill off (the key is refused by
@@ -239,14 +254,20 @@ struct OffloadChoice {
     /// LMCache on NVMe under vllm-rbln: lmcache-rbln's RDS backend, capped
     /// at `rds_max_chunks` chunks an engine and copied without the host link.
     rds: bool,
+    /// `TieringOffloadingSpec`'s secondary tiers (bytes per engine and
+    /// storage class), in order after the host-memory tier.
+    secondary: Vec<(u64, pdsim_spec::catalog::StorageClass)>,
 }
 
 /// The offload tier a deployment asks for, or the reason pdsim refuses it:
 /// vLLM's OffloadingConnector with CPUOffloadingSpec stores blocks in host
-/// memory (LRU or ARC), and LMCacheConnectorV1 stores chunks in LMCache's
-/// local CPU backend or, under vllm-rbln, on NVMe through lmcache-rbln's
-/// RDS backend, with LRU eviction; anything else (prefetching, several
-/// tiers, LMCache's local disk) is not simulated yet and is refused by key.
+/// memory (LRU or ARC), with TieringOffloadingSpec also in filesystem
+/// tiers behind it (`vllm/v1/kv_offload/tiering/`), and
+/// LMCacheConnectorV1 stores chunks in LMCache's local CPU backend or,
+/// under vllm-rbln, on NVMe through lmcache-rbln's RDS backend, with LRU
+/// eviction; anything else (prefetching, several LMCache tiers, LMCache's
+/// local disk, object-store tiers) is not simulated yet and is refused by
+/// key.
 fn offload_tier(
     deployment: &pdsim_spec::deployment::Deployment,
     scenario: &ResolvedScenario,
@@ -288,19 +309,31 @@ fn offload_tier(
                 ),
             );
         }
-        if spec != "CPUOffloadingSpec" {
+        if spec != "CPUOffloadingSpec" && spec != "TieringOffloadingSpec" {
             return refuse(
                 "offload.spec",
-                format!("`{spec}` is not simulated yet: only CPUOffloadingSpec is"),
+                format!(
+                    "`{spec}` is not simulated yet: CPUOffloadingSpec and TieringOffloadingSpec are"
+                ),
             );
         }
     }
-    if offload.tiers.len() != 1 {
+    let tiering = offload.spec.as_deref() == Some("TieringOffloadingSpec");
+    if tiering
+        && pack.defaults.offload_manager
+            == Some(pdsim_spec::rules::pack::OffloadManagerRelease::V0_29_0)
+    {
+        return refuse(
+            "offload.spec",
+            "pdsim mirrors vLLM 0.31.0's tiering (`vllm/v1/kv_offload/tiering/`); 0.29.0's filesystem tier looks keys up without probe generations (`tiering/async_lookup.py`: a late answer lands on a newer probe of the same key, and a second answer fails its enqueue-once assertion), which is not simulated".into(),
+        );
+    }
+    if offload.tiers.len() != 1 && !tiering {
         return refuse(
             "offload.tiers",
             match connector {
                 OffloadConnector::Offloading => {
-                    "CPUOffloadingSpec has one host-memory tier; several tiers are not simulated yet"
+                    "CPUOffloadingSpec has one host-memory tier; several tiers are vLLM's TieringOffloadingSpec (`spec: TieringOffloadingSpec`)"
                 }
                 OffloadConnector::LmCache => {
                     "pdsim runs LMCache's local CPU backend alone; several tiers (LMCache's disk, lmcache-rbln's RDS) are not simulated yet"
@@ -329,6 +362,10 @@ fn offload_tier(
         return refuse(
             "offload.tiers[0].tier",
             match connector {
+                OffloadConnector::Offloading if tiering => format!(
+                    "TieringOffloadingSpec's primary tier is host memory (cpu_dram), not `{}`: the secondary tiers follow it",
+                    tier.tier
+                ),
                 OffloadConnector::Offloading => format!(
                     "CPUOffloadingSpec offloads to host memory (cpu_dram), not `{}`",
                     tier.tier
@@ -340,27 +377,46 @@ fn offload_tier(
             },
         );
     }
-    let class = scenario
-        .storage
-        .iter()
-        .find(|s| s.origin.name == tier.tier)
-        .map(|s| s.value.clone())
-        .or_else(|| {
-            let files = pdsim_spec::files::MemoryFiles::new();
-            pdsim_spec::catalog::Catalog::new(&files, vec![])
-                .storage(&tier.tier)
-                .ok()
-                .map(|e| e.value)
-        })
-        .ok_or_else(|| BuildError {
-            path: "offload.tiers[0].tier".into(),
-            message: "unknown storage class".into(),
-        })?;
+    let class_of = |name: &str, index: usize| {
+        scenario
+            .storage
+            .iter()
+            .find(|s| s.origin.name == name)
+            .map(|s| s.value.clone())
+            .or_else(|| {
+                let files = pdsim_spec::files::MemoryFiles::new();
+                pdsim_spec::catalog::Catalog::new(&files, vec![])
+                    .storage(name)
+                    .ok()
+                    .map(|e| e.value)
+            })
+            .ok_or_else(|| BuildError {
+                path: format!("offload.tiers[{index}].tier"),
+                message: "unknown storage class".into(),
+            })
+    };
+    let class = class_of(&tier.tier, 0)?;
+    // TieringOffloadingSpec's secondary tiers: vLLM's filesystem tier
+    // (`type: fs`, `tiering/fs/manager.py`) on each later tier's device.
+    // (The primary is the one host-memory tier: tiers[0] is cpu_dram, and
+    // validation refuses a tier named twice.)
+    let mut secondary = Vec::new();
+    for (i, t) in offload.tiers.iter().enumerate().skip(1) {
+        let path = format!("offload.tiers[{i}].tier");
+        if t.tier == "s3" {
+            return Err(BuildError {
+                path,
+                message: "an object-store tier is vLLM's `obj` secondary tier (`tiering/obj/manager.py`), configured by its own endpoint and bucket settings; it is not simulated yet (filesystem tiers on NVMe or SSD are)".into(),
+            });
+        }
+        secondary.push((t.bytes.max(0) as u64, class_of(&t.tier, i)?));
+    }
     Ok(Some(OffloadChoice {
         bytes: tier.bytes.max(0) as u64,
         class,
         connector,
         rds,
+        secondary,
     }))
 }
 
@@ -547,12 +603,13 @@ pub fn build_with_router(
                 // is the total over an instance's ranks), split across its
                 // data-parallel ranks; a block holds block_size tokens on
                 // every GPU of a rank.
-                let per_engine = |o: &OffloadChoice, tokens: u64| {
+                let chunks_in = |bytes: u64, tokens: u64| {
                     let unit_bytes = tokens as f64
                         * resolved.kv.kv_bytes_per_token_rank
                         * layout.world_size as f64;
-                    (o.bytes as f64 / layout.dp.max(1) as f64 / unit_bytes.max(1.0)).floor() as u64
+                    (bytes as f64 / layout.dp.max(1) as f64 / unit_bytes.max(1.0)).floor() as u64
                 };
+                let per_engine = |o: &OffloadChoice, tokens: u64| chunks_in(o.bytes, tokens);
                 engine.offload = match offload
                     .as_ref()
                     .filter(|o| o.connector == OffloadConnector::Offloading)
@@ -564,6 +621,43 @@ pub fn build_with_router(
                     }),
                     None => None,
                 };
+                // Each secondary tier's bytes are per engine too, in
+                // chunks of one GPU block (the primary's chunk: the
+                // filesystem tier writes a file per primary chunk).
+                engine.offload_secondary = offload
+                    .as_ref()
+                    .filter(|o| o.connector == OffloadConnector::Offloading)
+                    .map_or_else(Vec::new, |o| {
+                        o.secondary
+                            .iter()
+                            .map(|(bytes, _)| chunks_in(*bytes, resolved.engine.block_size))
+                            .collect()
+                    });
+                // A prompt's chunks are promoted from the secondary tiers
+                // into the primary before any is loaded (a lookup that
+                // starts a promotion defers the request), and a promotion
+                // may evict any ready chunk but its own: a prompt with more
+                // chunks than the primary holds evicts what it promoted at
+                // every step and is never scheduled.
+                if let Some(tier) = engine.offload.filter(|_| !engine.offload_secondary.is_empty()) {
+                    let block = resolved.engine.block_size.max(1);
+                    let longest = resolved.kv.max_model_len.div_ceil(block);
+                    if tier.chunks < longest {
+                        return Err(BuildError {
+                            path: "offload.tiers[0].bytes".into(),
+                            message: format!(
+                                "TieringOffloadingSpec's primary tier holds {} chunks of {block} tokens an engine in pool {i}, fewer than the {longest} of a prompt of max_model_len ({} tokens): vLLM promotes a prompt's chunks from the secondary tiers into the primary before loading any (`TieringOffloadingManager.lookup`, `vllm/v1/kv_offload/tiering/manager.py`), and a promotion may evict every ready chunk but its own, so such a prompt would evict the chunks it promoted at every step and never be scheduled; give the primary tier at least {} bytes an engine",
+                                tier.chunks,
+                                resolved.kv.max_model_len,
+                                longest as f64
+                                    * block as f64
+                                    * resolved.kv.kv_bytes_per_token_rank
+                                    * layout.world_size as f64
+                                    * layout.dp.max(1) as f64
+                            ),
+                        });
+                    }
+                }
                 // LMCache's local CPU backend holds `max_local_cpu_size`
                 // per worker (rank); the tier's bytes are per engine like
                 // the OffloadingConnector's, so the chunk count is the same.
@@ -757,6 +851,17 @@ pub fn build_with_router(
             // Chips without a stated host link get PCIe Gen4 x16 [assumed].
             host_link_bytes_per_s: scenario.chip.value.host_link_gbps.unwrap_or(32.0) * 1e9,
             base_latency: pdsim_core::SimDuration::from_secs_f64(o.class.base_latency_us * 1e-6),
+            secondary: o
+                .secondary
+                .iter()
+                .map(|(_, class)| SecondaryRuntime {
+                    read_bytes_per_s: class.read_bandwidth_mb_s * 1e6,
+                    write_bytes_per_s: class.write_bandwidth_mb_s * 1e6,
+                    base_latency: pdsim_core::SimDuration::from_secs_f64(
+                        class.base_latency_us * 1e-6,
+                    ),
+                })
+                .collect(),
         }),
         epp: router.unwrap_or_else(pdsim_router::RouterInputs::builtin),
         pool_labels: bundle

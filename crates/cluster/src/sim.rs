@@ -80,6 +80,15 @@ pub struct CoreStats {
     pub lmcache_loaded_bytes: f64,
     pub lmcache_stored_bytes: f64,
     pub lmcache_io_ns: u64,
+    /// Bytes written to and read from secondary offload tiers
+    /// (`TieringOffloadingSpec`).
+    pub tier_written_bytes: f64,
+    pub tier_read_bytes: f64,
+    /// Chunks the secondary tiers took, refused (full), and promoted into
+    /// the host-memory tier.
+    pub tier_written_chunks: u64,
+    pub tier_failed_writes: u64,
+    pub tier_promoted_chunks: u64,
     /// Σ KV usage × step duration, for a time-weighted mean.
     pub kv_usage_ns: f64,
     pub kv_usage_peak: f64,
@@ -182,6 +191,18 @@ enum Event {
     /// The EPP's burst-prefix-cache-producer seals its batch window: the
     /// requests it held are placed and scheduled.
     BurstSeal,
+    /// A secondary offload tier's job on `core` ended (a write of the
+    /// primary's chunks, or a promotion's read).
+    TierIo {
+        core: u32,
+        job: u64,
+    },
+    /// A secondary offload tier's lookup worker answered a batch.
+    TierLookup {
+        core: u32,
+        tier: u8,
+        batch: u64,
+    },
 }
 
 /// The reason on the record of a request whose client gave up.
@@ -233,6 +254,9 @@ struct Core {
     /// When the API server's event loop has done all the work handed to
     /// it so far ([`Sim::api_work`]).
     api_free_at: SimTime,
+    /// Per secondary offload tier, when its device has read and written
+    /// everything handed to it so far.
+    tier_free_at: Vec<(SimTime, SimTime)>,
 }
 
 impl Core {
@@ -461,6 +485,7 @@ struct Sim<'a> {
     /// believed they owned it. Empty without `check`.
     ended: Vec<u64>,
     events_buf: Vec<EngineEvent>,
+    tier_io_buf: Vec<pdsim_engine::tiering::TierIo>,
     network: Network,
     /// Link indices per GPU: NIC egress, NIC ingress, intra-node egress,
     /// intra-node ingress, offload-tier read, host-link ingress.
@@ -641,6 +666,16 @@ fn run_observed(
             Event::FlowSweep => sim.flow_sweep(sink),
             Event::Deadline { id } => sim.client_timeout(id, sink),
             Event::BurstSeal => sim.burst_seal(sink),
+            Event::TierIo { core, job } => {
+                sim.cores[core as usize].engine.tier_io_done(job);
+                sim.wake(core as usize, sink);
+            }
+            Event::TierLookup { core, tier, batch } => {
+                sim.cores[core as usize]
+                    .engine
+                    .tier_lookup_done(tier, batch);
+                sim.wake(core as usize, sink);
+            }
         }
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
@@ -693,6 +728,11 @@ fn run_observed(
             s.external_hits_tokens = c.engine.external_hits_tokens;
             (s.offload_stores, s.offload_evictions) = c.engine.offload_counts();
             (s.lmcache_stores, s.lmcache_evictions) = c.engine.lmcache_counts();
+            for tier in c.engine.tiering().map_or(&[][..], |t| &t.tiers) {
+                s.tier_written_chunks += tier.stats.written;
+                s.tier_failed_writes += tier.stats.failed_writes;
+                s.tier_promoted_chunks += tier.stats.promoted;
+            }
             s
         })
         .collect();
@@ -732,6 +772,10 @@ impl<'a> Sim<'a> {
                         tokenizer: Tokenizer::default(),
                         api_costs: pool.cost.api_server(),
                         api_free_at: SimTime::ZERO,
+                        tier_free_at: vec![
+                            (SimTime::ZERO, SimTime::ZERO);
+                            cluster.offload.as_ref().map_or(0, |o| o.secondary.len())
+                        ],
                     });
                 }
                 let len = pool.ranks as usize;
@@ -831,7 +875,7 @@ impl<'a> Sim<'a> {
         let mut network = Network::default();
         let mut gpu_links = Vec::new();
         if disaggregated || cluster.offload.is_some() {
-            let (tier, host) = cluster.offload.map_or((1.0, 1.0), |o| {
+            let (tier, host) = cluster.offload.as_ref().map_or((1.0, 1.0), |o| {
                 (o.read_bytes_per_s, o.host_link_bytes_per_s)
             });
             for _ in 0..total_gpus {
@@ -866,6 +910,7 @@ impl<'a> Sim<'a> {
             check,
             ended: Vec::new(),
             events_buf: Vec::new(),
+            tier_io_buf: Vec::new(),
             network,
             gpu_links,
             done_buf: Vec::new(),
@@ -2128,7 +2173,77 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// Times the jobs and lookups a core's secondary offload tiers were
+    /// handed: a job's chunks move at the device's bandwidth after what it
+    /// was given before, in each direction, and end the class's base
+    /// latency later; a lookup batch (one `faccessat` a key in vLLM's
+    /// worker thread) is answered after one base latency.
+    fn tier_io(&mut self, core: usize) {
+        let mut io = std::mem::take(&mut self.tier_io_buf);
+        self.cores[core].engine.take_tier_io(&mut io);
+        if io.is_empty() {
+            self.tier_io_buf = io;
+            return;
+        }
+        let Some(offload) = self.cluster.offload.as_ref() else {
+            io.clear();
+            self.tier_io_buf = io;
+            return;
+        };
+        let pool = &self.cluster.pools[self.cores[core].pool];
+        // A chunk is one GPU block of every GPU of the engine.
+        let chunk_bytes =
+            pool.engine.block_size as f64 * pool.kv_bytes_per_token_gpu * pool.world as f64;
+        for item in io.drain(..) {
+            use pdsim_engine::tiering::TierIo;
+            let (event, at) = match item {
+                TierIo::Write { tier, job, chunks } | TierIo::Read { tier, job, chunks } => {
+                    let device = offload.secondary[tier as usize];
+                    let write = matches!(item, TierIo::Write { .. });
+                    let bytes = chunks as f64 * chunk_bytes;
+                    let stats = &mut self.cores[core].stats;
+                    let (rate, free) = if write {
+                        stats.tier_written_bytes += bytes;
+                        (
+                            device.write_bytes_per_s,
+                            &mut self.cores[core].tier_free_at[tier as usize].1,
+                        )
+                    } else {
+                        stats.tier_read_bytes += bytes;
+                        (
+                            device.read_bytes_per_s,
+                            &mut self.cores[core].tier_free_at[tier as usize].0,
+                        )
+                    };
+                    *free = self.now.max(*free) + SimDuration::from_secs_f64(bytes / rate.max(1.0));
+                    let at = *free + device.base_latency;
+                    (
+                        Event::TierIo {
+                            core: core as u32,
+                            job,
+                        },
+                        at,
+                    )
+                }
+                TierIo::Lookup { tier, batch, .. } => {
+                    let device = offload.secondary[tier as usize];
+                    (
+                        Event::TierLookup {
+                            core: core as u32,
+                            tier,
+                            batch,
+                        },
+                        self.now + device.base_latency,
+                    )
+                }
+            };
+            self.push(at, event);
+        }
+        self.tier_io_buf = io;
+    }
+
     fn handle_events(&mut self, core: usize, sink: &mut dyn RecordSink) {
+        self.tier_io(core);
         let mut events = std::mem::take(&mut self.events_buf);
         events.extend(self.cores[core].engine.drain_events());
         for event in events.drain(..) {
@@ -2191,6 +2306,7 @@ impl<'a> Sim<'a> {
                         + self
                             .cluster
                             .offload
+                            .as_ref()
                             .map_or(SimDuration::ZERO, |o| o.base_latency);
                     self.push(
                         at,

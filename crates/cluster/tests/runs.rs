@@ -1279,3 +1279,152 @@ fn lmcache_on_nvme_is_lmcache_rblns_rds() {
         );
     }
 }
+
+/// The repeat-a-minute-later workload of the CPU-tier test above, through
+/// a host-memory tier too small for it (2 GB an engine: under two
+/// prompts), alone and with an NVMe filesystem tier behind it
+/// (`TieringOffloadingSpec`). With the NVMe tier the prompts host memory
+/// lost are found on the drive, promoted into host memory and loaded from
+/// there: more requests load from the tiers, and those whose chunks came
+/// from the drive start loading only after the drive's read.
+#[test]
+fn prompts_host_memory_lost_are_promoted_from_the_nvme_tier() {
+    let scenario = SCENARIO.replace("    - cpu_dram\n", "    - cpu_dram\n    - nvme_gen4\n");
+    assert_ne!(scenario, SCENARIO);
+    let base = "kind: Deployment\nname: off\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 1}\n    engine: {gpu_memory_utilization: 0.15, max_model_len: 8192}\noffload:\n";
+    let host_only = format!("{base}  tiers: [{{tier: cpu_dram, bytes: 2000000000}}]\n");
+    let tiered = format!(
+        "{base}  spec: TieringOffloadingSpec\n  tiers: [{{tier: cpu_dram, bytes: 2000000000}}, {{tier: nvme_gen4, bytes: 1000000000000}}]\n"
+    );
+    let rows: Vec<String> = (0..2)
+        .flat_map(|rep| {
+            (0..40).map(move |i| {
+                let hashes: Vec<String> = (0..16).map(|k| (10_000 + i * 100 + k).to_string()).collect();
+                format!(
+                    "{{\"timestamp\": {}, \"input_length\": 8000, \"output_length\": 4, \"hash_ids\": [{}]}}",
+                    rep * 60_000 + i * 500,
+                    hashes.join(", ")
+                )
+            })
+        })
+        .collect();
+    let go = |deployment: &str| {
+        let cluster = cluster_from(&scenario, deployment, "unused.yaml", "");
+        let mut sink = MemorySink::default();
+        let stats = run(
+            &cluster,
+            &mut mooncake(&rows).into_iter().map(Ok),
+            1,
+            true,
+            &mut sink,
+        )
+        .expect("runs");
+        assert_eq!(stats.completed, 80);
+        (stats, sink.records)
+    };
+    let (host_stats, host) = go(&host_only);
+    let (tier_stats, tiered) = go(&tiered);
+    let loaded = |records: &[pdsim_cluster::RequestRecord]| {
+        records.iter().map(|r| r.offload_tokens as u64).sum::<u64>()
+    };
+    let promoted: u64 = tier_stats
+        .cores
+        .iter()
+        .map(|c| c.tier_promoted_chunks)
+        .sum();
+    let written: u64 = tier_stats.cores.iter().map(|c| c.tier_written_chunks).sum();
+    assert!(host_stats.cores.iter().all(|c| c.tier_written_chunks == 0));
+    // Every prompt's 500 chunks reach the drive.
+    assert_eq!(
+        written,
+        40 * 500,
+        "each first sight's chunks are written once"
+    );
+    assert!(promoted >= 20 * 500, "only {promoted} chunks promoted");
+    assert!(
+        loaded(&tiered) >= loaded(&host) + promoted * 16 / 2,
+        "tiered {} vs host-only {} tokens loaded",
+        loaded(&tiered),
+        loaded(&host)
+    );
+    // A whole prompt (500 chunks of 2 MiB) read at 7 GB/s takes about
+    // 150 ms; a load from host memory alone starts at once.
+    let waited = |r: &pdsim_cluster::RequestRecord| {
+        r.offload_load_start.unwrap().since(r.arrival).as_ns() as f64 * 1e-9
+    };
+    let slow = tiered
+        .iter()
+        .filter(|r| r.offload_tokens >= 7000)
+        .filter(|r| waited(r) >= 0.15)
+        .count();
+    assert!(slow >= 10, "only {slow} loads waited for the drive");
+    for r in host.iter().filter(|r| r.offload_tokens > 0) {
+        assert!(waited(r) < 0.05, "{r:?}");
+    }
+}
+
+/// What TieringOffloadingSpec cannot be given is refused by key.
+#[test]
+fn tiering_refuses_what_vllm_has_no_tier_for() {
+    let scenario = SCENARIO.replace(
+        "    - cpu_dram\n",
+        "    - cpu_dram\n    - nvme_gen4\n    - s3\n",
+    );
+    for (offload, path, says) in [
+        (
+            "  tiers: [{tier: cpu_dram, bytes: 1000000000}, {tier: nvme_gen4, bytes: 1000000000}]\n",
+            "offload.tiers",
+            "TieringOffloadingSpec",
+        ),
+        (
+            "  spec: TieringOffloadingSpec\n  tiers: [{tier: cpu_dram, bytes: 1000000000}, {tier: s3, bytes: 1000000000}]\n",
+            "offload.tiers[1].tier",
+            "`obj`",
+        ),
+        (
+            "  spec: TieringOffloadingSpec\n  tiers: [{tier: nvme_gen4, bytes: 1000000000}]\n",
+            "offload.tiers[0].tier",
+            "host memory",
+        ),
+    ] {
+        let report = bundle_on(&scenario, &format!("{DEPLOYMENT}offload:\n{offload}"));
+        assert!(report.valid, "{offload}: {:#?}", report.problems);
+        let err = build(&report.deployments[0], report.scenario.as_ref().unwrap())
+            .err()
+            .expect("refused");
+        assert_eq!(err.path, path, "{offload}");
+        assert!(err.message.contains(says), "{offload}: {}", err.message);
+    }
+    // 0.29.0's filesystem tier looks keys up differently: refused.
+    let ok = "  spec: TieringOffloadingSpec\n  tiers: [{tier: cpu_dram, bytes: 17179869184}, {tier: nvme_gen4, bytes: 1000000000}]\n";
+    let older = scenario.replace("engine_version: \"0.31.0\"", "engine_version: \"0.29.0\"");
+    assert_ne!(older, scenario);
+    let report = bundle_on(&older, &format!("{DEPLOYMENT}offload:\n{ok}"));
+    let err = build(&report.deployments[0], report.scenario.as_ref().unwrap())
+        .err()
+        .expect("refused");
+    assert_eq!(err.path, "offload.spec");
+    assert!(err.message.contains("probe generations"), "{}", err.message);
+    // A primary tier smaller than a max_model_len prompt would never let
+    // such a prompt's promotions complete: refused, saying how much would.
+    let small = "  spec: TieringOffloadingSpec\n  tiers: [{tier: cpu_dram, bytes: 1000000000}, {tier: nvme_gen4, bytes: 1000000000}]\n";
+    let report = bundle_on(&scenario, &format!("{DEPLOYMENT}offload:\n{small}"));
+    let err = build(&report.deployments[0], report.scenario.as_ref().unwrap())
+        .err()
+        .expect("refused");
+    assert_eq!(err.path, "offload.tiers[0].bytes");
+    // max_model_len 131,072 tokens: 8,192 chunks of 16 tokens × 128 KiB.
+    assert!(
+        err.message.contains("476 chunks") && err.message.contains("8192"),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("17179869184 bytes"), "{}", err.message);
+    let report = bundle_on(&scenario, &format!("{DEPLOYMENT}offload:\n{ok}"));
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
+    // 1 GB an engine in chunks of 16 tokens × 128 KiB.
+    assert_eq!(
+        cluster.pools[0].engine.offload_secondary,
+        vec![1_000_000_000 / (16 * 131_072)]
+    );
+}

@@ -42,7 +42,7 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     let shape = pick(&mut rng, &["chatbot", "summarization"]);
     let scenario = format!(
         "kind: Scenario\nname: swarm\nmodel: {model}\ncoefficients: [cost-model-host-overheads]\nengine_version: \"0.31.0\"\n\
-         workload: {{shape: {shape}}}\ncluster: {{hardware: {chip}, fabric: ib-400g, nodes: {nodes}, gpus_per_node: 8, storage: [cpu_dram]}}\n"
+         workload: {{shape: {shape}}}\ncluster: {{hardware: {chip}, fabric: ib-400g, nodes: {nodes}, gpus_per_node: 8, storage: [cpu_dram, nvme_gen4]}}\n"
     );
     let engine = format!(
         "    engine:\n      scheduling_policy: {policy}\n      max_num_batched_tokens: {batched}\n      max_num_seqs: {seqs}\n      \
@@ -50,7 +50,8 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
          max_model_len: 16384{spec}\n"
     );
     // A small host-memory tier on a third of the draws, so HBM evictions
-    // reload from it: through vLLM's OffloadingConnector or through LMCache
+    // reload from it: through vLLM's OffloadingConnector (alone, or with an
+    // NVMe tier behind it) or through LMCache
     // (which pdsim refuses beside the precise prefix path, whose KV events
     // it does not simulate for LMCache).
     let offload_draw = rng.below(6);
@@ -88,7 +89,13 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
         )
     };
     let offload = match offload_draw {
-        0 | 1 => "offload:\n  tiers: [{tier: cpu_dram, bytes: 4000000000}]\n",
+        0 => "offload:\n  tiers: [{tier: cpu_dram, bytes: 4000000000}]\n",
+        // The host tier with an NVMe tier behind it, small enough to fill:
+        // promotions, deferred lookups, full writes. (The host tier holds
+        // at least a max_model_len prompt, or the build refuses it.)
+        1 => {
+            "offload:\n  spec: TieringOffloadingSpec\n  tiers: [{tier: cpu_dram, bytes: 4000000000}, {tier: nvme_gen4, bytes: 8000000000}]\n"
+        }
         2 if !pools.contains("precise.yaml") => {
             "offload:\n  tiers: [{tier: cpu_dram, bytes: 4000000000}]\n  connector: LMCacheConnectorV1\n"
         }

@@ -13,6 +13,7 @@ pub mod lmcache;
 pub mod offload;
 pub mod replay;
 pub mod scheduler;
+pub mod tiering;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};
 pub use scheduler::{

@@ -75,11 +75,34 @@ pub struct OffloadConfig {
     pub release: Release,
 }
 
-/// A held chunk: how many loads are reading it (`ref_cnt`; stores complete
-/// at once here, so never the not-ready -1).
+/// A held chunk: how many loads (to the GPU, or to a secondary tier)
+/// are reading it (`ref_cnt`), and whether it is still being written
+/// (`ref_cnt == -1`, not ready). The GPU's stores complete at once here,
+/// so only a promotion from a secondary tier (see [`crate::tiering`])
+/// leaves a chunk being written.
 #[derive(Clone, Copy, Debug, Default)]
 struct Chunk {
     loads: u32,
+    writing: bool,
+}
+
+impl Chunk {
+    /// Out of the evictable set (`_num_evictable_cache_chunks` counts the
+    /// others): being read or not ready.
+    fn pinned(&self) -> bool {
+        self.loads > 0 || self.writing
+    }
+}
+
+/// What a lookup finds (`LookupResult` in `vllm/v1/kv_offload/base.py`,
+/// as `CPUOffloadingManager.lookup` answers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Miss,
+    /// Held and ready to load.
+    Hit,
+    /// Held but still being written (`HIT_PENDING`).
+    Pending,
 }
 
 /// One chunk a request has observed (`_RequestCacheAccess` in
@@ -107,6 +130,11 @@ pub struct RequestState {
 }
 
 impl RequestState {
+    /// Keys of the chunks the request's load is reading.
+    pub fn loading(&self) -> &[u64] {
+        &self.loading
+    }
+
     /// The record of `chunk`, added if new.
     fn seen(&mut self, chunk: u32, key: u64) -> &mut Seen {
         let at = match self.seen.binary_search_by_key(&chunk, |s| s.chunk) {
@@ -141,7 +169,8 @@ pub struct OffloadManager {
     b1: Lru,
     b2: Lru,
     target_t1: f64,
-    /// Held chunks a load is reading (not evictable).
+    /// Held chunks that cannot be evicted: read by a load or a cascade, or
+    /// still being written.
     pinned: u64,
     pub stores: u64,
     pub evictions: u64,
@@ -186,9 +215,18 @@ impl OffloadManager {
         }
     }
 
-    /// Whether the tier holds `key` (`lookup` is `HIT`).
+    /// Whether the tier holds `key`, ready or not.
     pub fn contains(&self, key: u64) -> bool {
         self.get(key).is_some()
+    }
+
+    /// `CPUOffloadingManager.lookup`: a held chunk is a hit once written.
+    pub fn lookup(&self, key: u64) -> Lookup {
+        match self.get(key) {
+            None => Lookup::Miss,
+            Some(c) if c.writing => Lookup::Pending,
+            Some(_) => Lookup::Hit,
+        }
     }
 
     /// ARC's adaptation to a key found in a ghost list
@@ -214,7 +252,7 @@ impl OffloadManager {
                 EvictionPolicy::Lru => {
                     // A chunk being loaded or stored is out of the evictable
                     // list, so the touch passes it by.
-                    let evictable = self.t1.peek(key).is_some_and(|c| c.loads == 0);
+                    let evictable = self.t1.peek(key).is_some_and(|c| !c.pinned());
                     if evictable && !not_ready.contains(&key) {
                         self.t1.get_mut(key);
                     }
@@ -250,14 +288,7 @@ impl OffloadManager {
     /// Starts loading `keys` (chunks `first..` of the request) into the
     /// GPU (`prepare_load`): they stay held until [`Self::complete_load`].
     pub fn prepare_load(&mut self, first: u32, keys: &[u64], req: &mut RequestState) {
-        for &key in keys {
-            if let Some(chunk) = self.get_mut(key) {
-                chunk.loads += 1;
-                if chunk.loads == 1 {
-                    self.pinned += 1;
-                }
-            }
-        }
+        self.pin_reads(keys);
         req.loading.extend_from_slice(keys);
         if self.config.release == Release::V0_31_0 {
             for (i, &key) in keys.iter().enumerate() {
@@ -273,12 +304,37 @@ impl OffloadManager {
     /// evicted again. With 0.29.0's LRU a chunk re-enters the evictable
     /// list at its most recently used end.
     pub fn complete_load(&mut self, req: &mut RequestState) {
-        for key in std::mem::take(&mut req.loading) {
+        let keys = std::mem::take(&mut req.loading);
+        self.unpin_reads(&keys);
+    }
+
+    /// Pins `keys` for a read without counting it as the request's use:
+    /// a load's own pins, and a cascade's copy to a secondary tier
+    /// (`CPUPrimaryTierOffloadingManager.prepare_read`, `record_access=False`
+    /// in 0.31.0; 0.29.0's is its `prepare_load`, which records nothing
+    /// either).
+    pub fn pin_reads(&mut self, keys: &[u64]) {
+        for &key in keys {
+            if let Some(chunk) = self.get_mut(key) {
+                let was = chunk.pinned();
+                chunk.loads += 1;
+                if !was {
+                    self.pinned += 1;
+                }
+            }
+        }
+    }
+
+    /// The reads of `keys` are over (`complete_load`, `complete_read`).
+    /// With 0.29.0's LRU a chunk re-enters the evictable list at its most
+    /// recently used end.
+    pub fn unpin_reads(&mut self, keys: &[u64]) {
+        for &key in keys {
             let Some(chunk) = self.get_mut(key) else {
                 continue;
             };
             chunk.loads -= 1;
-            if chunk.loads == 0 {
+            if !chunk.pinned() {
                 self.pinned -= 1;
                 if self.config.policy == EvictionPolicy::Lru
                     && self.config.release == Release::V0_29_0
@@ -295,7 +351,7 @@ impl OffloadManager {
         let mut protected: Vec<u64> = protected.iter().map(|&(_, k)| k).collect();
         protected.sort_unstable();
         let free =
-            |key: u64, chunk: &Chunk| chunk.loads == 0 && protected.binary_search(&key).is_err();
+            |key: u64, chunk: &Chunk| !chunk.pinned() && protected.binary_search(&key).is_err();
         let mut t1 = self
             .t1
             .iter_lru()
@@ -341,7 +397,8 @@ impl OffloadManager {
 
     /// Offers chunks `offer` (position and key, in prefix order) of a
     /// request for storing (`prepare_store`); those not held are inserted,
-    /// evicting as needed. `request_keys` are all of the request's chunk
+    /// evicting as needed, and their store completes at once
+    /// (`complete_store`). `request_keys` are all of the request's chunk
     /// keys in prefix order (0.29.0 touches them after a store). Returns
     /// false if the store failed and must be offered again.
     pub fn store(
@@ -349,14 +406,110 @@ impl OffloadManager {
         offer: &[(u32, u64)],
         req: &mut RequestState,
         request_keys: impl DoubleEndedIterator<Item = u64>,
-        mut log: Option<&mut KvEventBatch>,
+        log: Option<&mut KvEventBatch>,
     ) -> bool {
-        // One probe a key: which offered chunks the tier holds already.
-        let held: Vec<bool> = offer.iter().map(|&(_, key)| self.contains(key)).collect();
+        self.store_keys(offer, req, request_keys, log).is_some()
+    }
+
+    /// [`Self::store`], returning the keys the store inserted (its
+    /// `keys_to_store`, which a tiering manager cascades to its secondary
+    /// tiers), or `None` if it failed.
+    pub fn store_keys(
+        &mut self,
+        offer: &[(u32, u64)],
+        req: &mut RequestState,
+        request_keys: impl DoubleEndedIterator<Item = u64>,
+        mut log: Option<&mut KvEventBatch>,
+    ) -> Option<Vec<u64>> {
+        let inserted = self.prepare_store(offer, req, log.as_deref_mut(), false)?;
+        if inserted.is_empty() {
+            return Some(inserted);
+        }
+        if self.config.release == Release::V0_29_0 {
+            self.touch_keys(request_keys, &inserted);
+            if self.config.policy == EvictionPolicy::Lru {
+                // Their stores complete: into the evictable list's end.
+                for &key in &inserted {
+                    self.t1.get_mut(key);
+                }
+            }
+        }
+        if let Some(log) = log {
+            // `BlockStored(medium="CPU")` without tokens or parent, as the
+            // connector's `take_events` reports a completed store.
+            for &key in &inserted {
+                log.stored(Medium::Cpu, None, &[key], []);
+            }
+        }
+        Some(inserted)
+    }
+
+    /// Allocates chunk `chunk` (key `key`) of a request for a promotion
+    /// from a secondary tier (`prepare_write`, which is `prepare_store` on
+    /// the primary tier: `TieringOffloadingManager._initiate_promotion` in
+    /// `vllm/v1/kv_offload/tiering/manager.py`). The chunk is held but not
+    /// ready until [`Self::complete_write`]. False when too few chunks can
+    /// be evicted ("primary tier is full").
+    pub fn prepare_write(
+        &mut self,
+        chunk: u32,
+        key: u64,
+        req: &mut RequestState,
+        log: Option<&mut KvEventBatch>,
+    ) -> bool {
+        self.prepare_store(&[(chunk, key)], req, log, true)
+            .is_some()
+    }
+
+    /// A promotion's copy into this tier is over (`complete_write`, which
+    /// is `complete_store`): the chunk becomes ready and evictable, or is
+    /// dropped if the copy failed. 0.29.0's LRU appends a completed chunk
+    /// to the evictable list's end; 0.31.0 keeps the rank it was inserted
+    /// with.
+    pub fn complete_write(&mut self, key: u64, success: bool, log: Option<&mut KvEventBatch>) {
+        let Some(chunk) = self.get_mut(key) else {
+            return;
+        };
+        if !chunk.writing {
+            return;
+        }
+        if !success {
+            if self.t1.remove(key).is_none() {
+                self.t2.remove(key);
+            }
+            self.pinned -= 1;
+            return;
+        }
+        chunk.writing = false;
+        if !chunk.pinned() {
+            self.pinned -= 1;
+        }
+        if self.config.release == Release::V0_29_0 && self.config.policy == EvictionPolicy::Lru {
+            self.t1.get_mut(key);
+        }
+        if let Some(log) = log {
+            log.stored(Medium::Cpu, None, &[key], []);
+        }
+    }
+
+    /// `CPUOffloadingManager.prepare_store`: the offered chunks not held
+    /// are inserted (ready, or being written if `writing`), evicting as
+    /// needed; returns them, or `None` if too few chunks could be evicted.
+    fn prepare_store(
+        &mut self,
+        offer: &[(u32, u64)],
+        req: &mut RequestState,
+        mut log: Option<&mut KvEventBatch>,
+        writing: bool,
+    ) -> Option<Vec<u64>> {
+        // One probe a key: which offered chunks the tier holds already,
+        // and whether they are ready (a chunk being written is neither
+        // stored again nor a reuse).
+        let held: Vec<Lookup> = offer.iter().map(|&(_, key)| self.lookup(key)).collect();
         let to_store: Vec<(u32, u64)> = offer
             .iter()
             .zip(&held)
-            .filter(|&(_, &held)| !held)
+            .filter(|&(_, &held)| held == Lookup::Miss)
             .map(|(&chunk, _)| chunk)
             .collect();
         if self.config.release == Release::V0_31_0 {
@@ -376,7 +529,7 @@ impl OffloadManager {
                     self.adapt_to_ghost_hit(key);
                 }
             }
-            for (&(chunk, key), _) in offer.iter().zip(&held).filter(|&(_, &held)| held) {
+            for (&(chunk, key), _) in offer.iter().zip(&held).filter(|&(_, &h)| h == Lookup::Hit) {
                 let seen = req.seen(chunk, key);
                 if !seen.inserted {
                     seen.reused = true;
@@ -384,7 +537,7 @@ impl OffloadManager {
             }
         }
         if to_store.is_empty() {
-            return true;
+            return Some(Vec::new());
         }
         let free = self.config.chunks.saturating_sub(self.len());
         let need = (to_store.len() as u64).saturating_sub(free) as usize;
@@ -396,7 +549,7 @@ impl OffloadManager {
             };
             let Some(victims) = victims else {
                 self.failed_stores += 1;
-                return false;
+                return None;
             };
             for (key, from_t1) in victims {
                 if from_t1 {
@@ -427,7 +580,10 @@ impl OffloadManager {
         }
         let inserted: Vec<u64> = to_store.iter().map(|&(_, key)| key).collect();
         for &(chunk, key) in &to_store {
-            self.t1.touch_entry(key);
+            self.t1.touch_entry(key).0.writing = writing;
+            if writing {
+                self.pinned += 1;
+            }
             if self.config.policy == EvictionPolicy::Arc {
                 self.b1.remove(key);
                 self.b2.remove(key);
@@ -437,23 +593,7 @@ impl OffloadManager {
             }
         }
         self.stores += inserted.len() as u64;
-        if self.config.release == Release::V0_29_0 {
-            self.touch_keys(request_keys, &inserted);
-            if self.config.policy == EvictionPolicy::Lru {
-                // Their stores complete: into the evictable list's end.
-                for &key in &inserted {
-                    self.t1.get_mut(key);
-                }
-            }
-        }
-        if let Some(log) = log {
-            // `BlockStored(medium="CPU")` without tokens or parent, as the
-            // connector's `take_events` reports a completed store.
-            for &key in &inserted {
-                log.stored(Medium::Cpu, None, &[key], []);
-            }
-        }
-        true
+        Some(inserted)
     }
 
     /// The request has ended (`on_request_finished`, 0.31.0): its observed

@@ -213,6 +213,7 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         },
         spec,
         offload: None,
+        offload_secondary: Vec::new(),
         lmcache: None,
         async_scheduling: cfg.async_scheduling,
         enable_chunked_prefill: cfg.enable_chunked_prefill.unwrap_or(true),

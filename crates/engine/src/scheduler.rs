@@ -72,6 +72,10 @@ pub struct EngineConfig {
     /// A host-memory offload tier (vLLM's OffloadingConnector with
     /// CPUOffloadingSpec, see [`crate::offload`]); `None` without offload.
     pub offload: Option<crate::offload::OffloadConfig>,
+    /// Secondary tiers behind the host-memory tier (`TieringOffloadingSpec`,
+    /// see [`crate::tiering`]): each one's capacity in chunks, in order.
+    /// Empty with `CPUOffloadingSpec` alone.
+    pub offload_secondary: Vec<u64>,
     /// LMCache through `LMCacheConnectorV1` (see [`crate::lmcache`]);
     /// `None` without it.
     pub lmcache: Option<crate::lmcache::LmCacheConfig>,
@@ -441,6 +445,12 @@ pub struct Engine {
     /// always drain.
     holding: VecDeque<u32>,
     offload: Option<crate::offload::OffloadManager>,
+    /// The secondary tiers behind `offload`, with `TieringOffloadingSpec`.
+    tiering: Option<crate::tiering::Tiering>,
+    /// Offload keys a load to the GPU is reading now
+    /// (`OffloadingConnectorScheduler._chunks_being_loaded`, kept when
+    /// prefix caching is on): a request whose hit includes one waits.
+    being_loaded: rustc_hash::FxHashSet<u64>,
     lmcache: Option<crate::lmcache::LmCacheTier>,
     /// The chunks each step in flight stores in LMCache when it completes,
     /// in step order beside `in_flight`.
@@ -469,6 +479,8 @@ pub struct Engine {
 impl Engine {
     pub fn new(config: EngineConfig) -> Engine {
         let offload = config.offload.map(crate::offload::OffloadManager::new);
+        let tiering = (offload.is_some() && !config.offload_secondary.is_empty())
+            .then(|| crate::tiering::Tiering::new(&config.offload_secondary));
         let lmcache = config.lmcache.map(crate::lmcache::LmCacheTier::new);
         let draft_accept = config
             .spec
@@ -504,6 +516,8 @@ impl Engine {
             parked: 0,
             holding: VecDeque::new(),
             offload,
+            tiering,
+            being_loaded: rustc_hash::FxHashSet::default(),
             lmcache,
             lm_pending: VecDeque::new(),
             lm_step_chunks: Vec::new(),
@@ -756,30 +770,72 @@ impl Engine {
 
     /// Tokens of the prefix found in the offload tier right after the local
     /// hit of `hit_units` units, in whole blocks, leaving at least one token
-    /// to compute (`OffloadingConnectorScheduler.get_num_new_matched_tokens`,
+    /// to compute (`OffloadingConnectorScheduler.get_num_new_matched_tokens`
+    /// and `_maximal_prefix_lookup`,
     /// `vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py`
-    /// in 0.29.0 and 0.31.0).
-    fn offload_hit(&self, slot: u32, hit_units: u32) -> u32 {
-        let Some(tier) = &self.offload else { return 0 };
+    /// in 0.29.0 and 0.31.0), or `None` when the request must wait: a
+    /// secondary tier has not answered or a chunk is being promoted (the
+    /// scan goes on past those, so every tier probes its keys at once), or
+    /// a chunk of the hit is being loaded into the GPU for another request
+    /// ("Delaying request ... since some of its chunks are already being
+    /// loaded").
+    fn offload_hit(&mut self, slot: u32, hit_units: u32) -> Option<u32> {
+        let Some(tier) = &mut self.offload else {
+            return Some(0);
+        };
         let per_block = self.pool.units_per_block();
         if !hit_units.is_multiple_of(per_block) {
-            return 0;
+            return Some(0);
         }
-        let req = self.req(slot);
+        let req = self.reqs[slot as usize].as_mut().expect("live slot");
         let unit = self.config.prefix_unit.max(1);
         let max_units = (req.tokens() - 1) / unit;
         // Whole blocks only: the tier stores a block under the hash of its
         // last unit (`cache_units`), and the connector looks up every
         // `offloaded_block_size / hash_block_size`-th request block hash.
         let hashes = &req.hasher.hashes;
-        let mut chunk = hit_units / per_block;
-        while (chunk + 1) * per_block <= max_units
-            && (chunk + 1) * per_block <= hashes.len() as u32
-            && tier.contains(offload_key(hashes, per_block, chunk))
+        let first = hit_units / per_block;
+        let mut chunk = first;
+        let mut hits = 0;
+        let mut defer = false;
+        while (chunk + 1) * per_block <= max_units && (chunk + 1) * per_block <= hashes.len() as u32
         {
+            let key = offload_key(hashes, per_block, chunk);
+            let found = match &mut self.tiering {
+                Some(tiering) => tiering.lookup(
+                    tier,
+                    key,
+                    chunk,
+                    req.id,
+                    &mut req.off,
+                    self.pool.kv_events.as_mut(),
+                ),
+                None if tier.contains(key) => crate::tiering::TierLookup::Hit,
+                None => crate::tiering::TierLookup::Miss,
+            };
+            match found {
+                crate::tiering::TierLookup::Hit => hits += 1,
+                crate::tiering::TierLookup::Pending => {
+                    defer = true;
+                    hits += 1;
+                }
+                crate::tiering::TierLookup::Retry => defer = true,
+                crate::tiering::TierLookup::Miss => break,
+            }
             chunk += 1;
         }
-        (chunk * per_block - hit_units) * unit
+        if defer {
+            return None;
+        }
+        if !self.being_loaded.is_empty()
+            && (first..first + hits).any(|c| {
+                self.being_loaded
+                    .contains(&offload_key(hashes, per_block, c))
+            })
+        {
+            return None;
+        }
+        Some(hits * per_block * unit)
     }
 
     /// Admits a waiting request whose KV comes from outside the engine (the
@@ -1334,6 +1390,14 @@ impl Engine {
                 let (lm_external, lm_hit, lm_load) = self.lmcache_lookup(slot, hit_tokens);
                 let external = self.offload_hit(slot, hit_units);
                 self.offload_lookup_touch(slot);
+                let Some(external) = external else {
+                    // The connector cannot tell yet (`ext_tokens is None`):
+                    // the request is passed over this step
+                    // (`skip_request` in `Scheduler.schedule`).
+                    self.pop_waiting();
+                    self.skipped.push(slot);
+                    continue;
+                };
                 if external > 0 {
                     // The connector's hit beyond the local one loads
                     // asynchronously: blocks for the whole prompt now, no
@@ -1439,6 +1503,12 @@ impl Engine {
             while let Some(slot) = self.skipped.pop() {
                 self.push_waiting(slot, true);
             }
+        }
+        // The connector's `build_connector_meta` ends the step's schedule
+        // (`on_schedule_end`): the secondary tiers' completions, promotions
+        // and lookups.
+        if let (Some(tiering), Some(primary)) = (&mut self.tiering, &mut self.offload) {
+            tiering.schedule_end(primary, self.pool.kv_events.as_mut());
         }
         self.update_after_schedule();
         if self.scheduled.is_empty() {
@@ -2005,6 +2075,11 @@ impl Engine {
             && let Some(tier) = &mut self.offload
             && let Some(req) = self.reqs[slot as usize].as_mut()
         {
+            // The load job's chunks are no longer being loaded
+            // (`_chunks_being_loaded.difference_update(job_status.keys)`).
+            for key in req.off.loading() {
+                self.being_loaded.remove(key);
+            }
             tier.complete_load(&mut req.off);
         }
         if self.free_aborted(id) {
@@ -2069,8 +2144,18 @@ impl Engine {
                     .map(|c| (c, offload_key(hashes, per_block, c)))
                     .collect();
                 let all = offload_keys(hashes, per_block);
-                if tier.store(&offer, &mut req.off, all, self.pool.kv_events.as_mut()) {
+                if let Some(tiering) = &mut self.tiering {
+                    // `prepare_store` processes the tiers' completions
+                    // first, so a finished cascade's chunks are evictable.
+                    tiering.poll(tier, self.pool.kv_events.as_mut());
+                }
+                if let Some(stored) =
+                    tier.store_keys(&offer, &mut req.off, all, self.pool.kv_events.as_mut())
+                {
                     req.off.next_chunk = chunks;
+                    if let Some(tiering) = &mut self.tiering {
+                        tiering.cascade(tier, &stored);
+                    }
                 }
             }
         }
@@ -2107,6 +2192,9 @@ impl Engine {
             .collect();
         tier.prepare_load(first, &keys, &mut req.off);
         req.off.next_chunk = end;
+        if self.config.enable_prefix_caching {
+            self.being_loaded.extend(keys.iter().copied());
+        }
     }
 
     /// The request has ended: the offload tier applies what it observed
@@ -2116,7 +2204,37 @@ impl Engine {
             && let Some(req) = self.reqs[slot as usize].as_mut()
         {
             tier.on_request_finished(&mut req.off);
+            if let Some(tiering) = &mut self.tiering {
+                tiering.request_finished(req.id);
+            }
         }
+    }
+
+    /// The secondary tiers' jobs and lookups submitted since the caller
+    /// last took them, for the event loop to time.
+    pub fn take_tier_io(&mut self, into: &mut Vec<crate::tiering::TierIo>) {
+        if let Some(tiering) = &mut self.tiering {
+            tiering.take_io(into);
+        }
+    }
+
+    /// A secondary tier's job ended (see [`crate::tiering::Tiering::io_done`]).
+    pub fn tier_io_done(&mut self, job: u64) {
+        if let Some(tiering) = &mut self.tiering {
+            tiering.io_done(job);
+        }
+    }
+
+    /// A secondary tier answered a lookup batch.
+    pub fn tier_lookup_done(&mut self, tier: u8, batch: u64) {
+        if let Some(tiering) = &mut self.tiering {
+            tiering.lookup_done(tier, batch);
+        }
+    }
+
+    /// The secondary tiers, with `TieringOffloadingSpec`.
+    pub fn tiering(&self) -> Option<&crate::tiering::Tiering> {
+        self.tiering.as_ref()
     }
 
     /// Publishes KV events from now on (vLLM's `--kv-events-config` with
@@ -2318,6 +2436,7 @@ mod checker_tests {
             },
             spec: None,
             offload: None,
+            offload_secondary: Vec::new(),
             lmcache: None,
             async_scheduling: false,
             enable_chunked_prefill: true,

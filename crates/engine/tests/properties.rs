@@ -8,6 +8,7 @@
 
 use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimTime, Stream};
 use pdsim_engine::offload::{EvictionPolicy, OffloadConfig, Release};
+use pdsim_engine::tiering::TierIo;
 use pdsim_engine::{
     CudaGraphMode, Dbo, Engine, EngineConfig, EngineEvent, Graphs, NewRequest, Policy, SpecConfig,
 };
@@ -96,6 +97,18 @@ fn asynchronous(case: &Case) -> bool {
     case.requests[0].1 % 2 == 1
 }
 
+/// Whether the case's offload tier (a third of the cases) has a
+/// secondary tier behind it, in half of those.
+fn tiered(case: &Case) -> bool {
+    case.requests[0].0.is_multiple_of(3) && case.requests[0].3.is_multiple_of(2)
+}
+
+/// Blocks of the case's longest prompt.
+fn longest_prompt_blocks(case: &Case) -> u64 {
+    let tokens = case.requests.iter().map(|r| r.2 + r.3).max().unwrap_or(0);
+    tokens.div_ceil(case.block_size) as u64
+}
+
 fn engine_for(case: &Case) -> Engine {
     let connector = case
         .roles
@@ -141,6 +154,14 @@ fn engine_for(case: &Case) -> Engine {
             decode_threshold: 4,
             prefill_threshold: 16,
         },
+        // Half the offload cases put an NVMe tier of a few chunks behind
+        // the host tier (`TieringOffloadingSpec`): it fills, and prompts
+        // host memory lost are promoted from it.
+        offload_secondary: if tiered(case) {
+            vec![case.usable_blocks as u64]
+        } else {
+            Vec::new()
+        },
         spec: case.spec.map(|k| SpecConfig {
             num_spec_tokens: k,
             acceptance: vec![0.7, 0.4, 0.2],
@@ -152,7 +173,15 @@ fn engine_for(case: &Case) -> Engine {
         // Its policy and its release vary with the case.
         offload: match case.requests[0].0 % 3 {
             0 => Some(OffloadConfig {
-                chunks: case.usable_blocks as u64 / 2,
+                // With a secondary tier, room for the longest prompt: a
+                // prompt with more chunks than the primary holds would
+                // evict its own promotions for ever, as in vLLM (the
+                // cluster refuses such a deployment).
+                chunks: if tiered(case) {
+                    (case.usable_blocks as u64 / 2).max(longest_prompt_blocks(case))
+                } else {
+                    case.usable_blocks as u64 / 2
+                },
                 policy: if case.requests.len().is_multiple_of(2) {
                     EvictionPolicy::Arc
                 } else {
@@ -265,6 +294,8 @@ proptest! {
         let mut ended = BTreeSet::new();
         let mut transfers: Vec<(u64, RequestId, bool)> = Vec::new();
         let mut loads: Vec<(u64, RequestId)> = Vec::new();
+        let mut tier_jobs: Vec<(u64, u64, Option<u8>)> = Vec::new();
+        let mut io = Vec::new();
         let mut step = 0u64;
         let mut next = 0;
         while ended.len() < pending.len() {
@@ -318,6 +349,27 @@ proptest! {
                     }
                     EngineEvent::LoadsKv { id, .. } => loads.push((step + 2, id)),
                     _ => {}
+                }
+            }
+            // The secondary tier's jobs end one to three steps after they
+            // are handed over, its lookups are answered the next step.
+            io.clear();
+            engine.take_tier_io(&mut io);
+            for item in &io {
+                match *item {
+                    TierIo::Write { job, .. } | TierIo::Read { job, .. } => {
+                        tier_jobs.push((step + 1 + job % 3, job, None));
+                    }
+                    TierIo::Lookup { tier, batch, .. } => {
+                        tier_jobs.push((step + 1, batch, Some(tier)));
+                    }
+                }
+            }
+            tier_jobs.sort();
+            while tier_jobs.first().is_some_and(|j| j.0 <= step) {
+                match tier_jobs.remove(0) {
+                    (_, job, None) => engine.tier_io_done(job),
+                    (_, batch, Some(tier)) => engine.tier_lookup_done(tier, batch),
                 }
             }
             loads.sort();

@@ -647,6 +647,21 @@ pub struct PrefixCache {
     pub lmcache_loaded_bytes: f64,
     #[serde(skip_serializing_if = "is_zero_f64")]
     pub lmcache_stored_bytes: f64,
+    /// The secondary tiers behind the host-memory tier
+    /// (`TieringOffloadingSpec`), summed over tiers: chunks written to
+    /// them, writes refused because a tier was full, chunks promoted from
+    /// them back into host memory, and the bytes moved (absent without
+    /// secondary tiers).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub secondary_written_chunks: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub secondary_failed_writes: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub secondary_promoted_chunks: u64,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub secondary_written_bytes: f64,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub secondary_read_bytes: f64,
 }
 
 /// Bytes in a GiB, for the text summary.
@@ -895,6 +910,11 @@ impl Aggregator {
                 lmcache_evictions_chunks: sum(|c| c.lmcache_evictions),
                 lmcache_loaded_bytes: cores.iter().map(|c| c.lmcache_loaded_bytes).sum(),
                 lmcache_stored_bytes: cores.iter().map(|c| c.lmcache_stored_bytes).sum(),
+                secondary_written_chunks: sum(|c| c.tier_written_chunks),
+                secondary_failed_writes: sum(|c| c.tier_failed_writes),
+                secondary_promoted_chunks: sum(|c| c.tier_promoted_chunks),
+                secondary_written_bytes: cores.iter().map(|c| c.tier_written_bytes).sum(),
+                secondary_read_bytes: cores.iter().map(|c| c.tier_read_bytes).sum(),
             },
             kv_usage: KvUsage {
                 mean: if busy_ns > 0 {
@@ -1293,6 +1313,16 @@ pub fn render_text(summary: &Summary) -> String {
             pc.lmcache_evictions_chunks,
             pc.lmcache_loaded_bytes / GIB,
             pc.lmcache_stored_bytes / GIB
+        ));
+    }
+    if pc.secondary_written_chunks + pc.secondary_failed_writes > 0 {
+        out.push_str(&format!(
+            "secondary offload tiers: {} chunks written ({:.2} GiB), {} refused as full; {} promoted back to host memory ({:.2} GiB read)\n",
+            pc.secondary_written_chunks,
+            pc.secondary_written_bytes / GIB,
+            pc.secondary_failed_writes,
+            pc.secondary_promoted_chunks,
+            pc.secondary_read_bytes / GIB
         ));
     }
     if let Some(g) = &summary.goodput {

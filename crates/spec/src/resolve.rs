@@ -1127,6 +1127,25 @@ pub fn resolve(
                         });
                     }
                 }
+                // TieringOffloadingSpec's secondary tiers: the deployment
+                // names only their storage class and bytes; vLLM's tier
+                // type and its settings are the spec's defaults.
+                if let Some(o) = deployment
+                    .offload
+                    .as_ref()
+                    .filter(|o| o.spec.as_deref() == Some("TieringOffloadingSpec"))
+                {
+                    for (i, t) in o.tiers.iter().enumerate().skip(1) {
+                        resolved.settings.push(Setting {
+                            key: format!("offload.tiers[{i}].secondary_tier"),
+                            value: format!(
+                                "fs on {} (vLLM's filesystem tier: one file per chunk, never evicted, a write beyond its bytes fails; asynchronous lookups; no back-pressure detector)",
+                                t.tier
+                            ),
+                            origin: "default",
+                        });
+                    }
+                }
                 resolved
             })
             .collect(),

@@ -42,6 +42,7 @@ pub fn config() -> EngineConfig {
         },
         spec: None,
         offload: None,
+        offload_secondary: Vec::new(),
         lmcache: None,
         async_scheduling: false,
         enable_chunked_prefill: true,
