@@ -60,10 +60,18 @@ pub struct RequestRecord {
     /// The prefill engine freed the blocks before they were read (its hold
     /// timeout ran out); the decode engine recomputed the prompt.
     pub kv_hold_expired: bool,
+    /// Tokens LMCache had beyond the HBM hit, on the engine that computed
+    /// the prompt.
+    pub lmcache_tokens: u32,
     /// Tokens loaded from the offload tier and when the load ran.
     pub offload_tokens: u32,
     pub offload_load_start: Option<SimTime>,
     pub offload_load_end: Option<SimTime>,
+    /// The prompt tokens the router's prefix scorer believed the engine
+    /// computing the prompt held (the prefill engine under P/D), when the
+    /// router has a prefix scorer (see
+    /// `pdsim_router::Router::predicted_cached_tokens`).
+    pub router_cached_tokens: Option<u32>,
     pub outcome: Outcome,
     /// Why a request was rejected or aborted; empty when completed.
     pub reason: &'static str,
@@ -211,9 +219,11 @@ impl RequestRecord {
             transfer_end: None,
             transfer_bytes: 0,
             kv_hold_expired: false,
+            lmcache_tokens: 0,
             offload_tokens: 0,
             offload_load_start: None,
             offload_load_end: None,
+            router_cached_tokens: None,
             outcome: Outcome::Completed,
             reason: "",
         }

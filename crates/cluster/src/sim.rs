@@ -1689,6 +1689,12 @@ impl<'a> Sim<'a> {
             return;
         };
         let (first_core, prefill_core, decode_core, picks) = self.place(&d);
+        // What the router believed the engine that computes the prompt
+        // held: the prefill endpoint's, or the decode one's when the
+        // request is served whole.
+        let predicted = self
+            .epp
+            .predicted_cached_tokens(d.prefill.filter(|p| *p != d.decode).unwrap_or(d.decode));
         let (decode_at, prefill_at) = (
             self.location(decode_core),
             prefill_core.map(|p| self.location(p as usize)),
@@ -1705,6 +1711,8 @@ impl<'a> Sim<'a> {
         flight.decode_core = decode_core as u32;
         (flight.record.pool, flight.record.pod, flight.record.rank) = decode_at;
         flight.record.prefill = prefill_at;
+        flight.record.router_cached_tokens =
+            predicted.map(|t| t.min(flight.record.prompt_tokens as u64) as u32);
         let prompt_tokens = flight.record.prompt_tokens;
         self.frontend(id, first_core, prompt_tokens);
         // The request moves again: scrape loops that stopped meanwhile
@@ -2261,7 +2269,8 @@ impl<'a> Sim<'a> {
                 | EngineEvent::Rejected { id }
                 | EngineEvent::Held { id, .. }
                 | EngineEvent::NeedsKv { id, .. }
-                | EngineEvent::LoadsKv { id, .. } => id,
+                | EngineEvent::LoadsKv { id, .. }
+                | EngineEvent::LmCacheHit { id, .. } => id,
             };
             // `place` never records a prefill core that is also the decode
             // core (the request is then served there whole).
@@ -2296,6 +2305,11 @@ impl<'a> Sim<'a> {
                     }
                 }
                 (EngineEvent::Held { id, .. }, _) => self.prefill_done(id),
+                (EngineEvent::LmCacheHit { id, tokens }, _) => {
+                    if let Some(f) = self.in_flight.get_mut(&id) {
+                        f.record.lmcache_tokens = tokens;
+                    }
+                }
                 (EngineEvent::LoadsKv { id, tokens, .. }, _) => {
                     if let Some(f) = self.in_flight.get_mut(&id) {
                         f.record.offload_tokens += tokens;

@@ -1428,3 +1428,65 @@ fn tiering_refuses_what_vllm_has_no_tier_for() {
         vec![1_000_000_000 / (16 * 131_072)]
     );
 }
+
+/// The router's prefix scorer sizes each endpoint's index from the
+/// engine's HBM blocks, so it cannot know what an offload tier holds: on
+/// 120 prompts repeated after HBM has lost them (about five fit an
+/// engine's HBM, fifteen went to each), the engines find in LMCache half as
+/// much again as the router believed they held, and every routed record
+/// says what the router believed.
+#[test]
+fn the_router_undercounts_what_lmcache_holds() {
+    let deployment = "kind: Deployment\nname: off\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 1}\n    engine: {gpu_memory_utilization: 0.15, max_model_len: 16384}\noffload:\n  connector: LMCacheConnectorV1\n  tiers: [{tier: cpu_dram, bytes: 100000000000}]\n";
+    let cluster = cluster_from(SCENARIO, deployment, "unused.yaml", "");
+    let rows: Vec<String> = (0..2)
+        .flat_map(|rep| {
+            (0..120).map(move |i| {
+                let hashes: Vec<String> = (0..16).map(|k| (10_000 + i * 100 + k).to_string()).collect();
+                format!(
+                    "{{\"timestamp\": {}, \"input_length\": 8000, \"output_length\": 4, \"hash_ids\": [{}]}}",
+                    rep * 120_000 + i * 500,
+                    hashes.join(", ")
+                )
+            })
+        })
+        .collect();
+    let mut sink = MemorySink::default();
+    run(
+        &cluster,
+        &mut mooncake(&rows).into_iter().map(Ok),
+        1,
+        true,
+        &mut sink,
+    )
+    .expect("runs");
+    assert_eq!(sink.records.len(), 240);
+    assert!(
+        sink.records
+            .iter()
+            .all(|r| r.router_cached_tokens.is_some())
+    );
+    let repeats: Vec<_> = sink
+        .records
+        .iter()
+        .filter(|r| r.source_line > 120)
+        .collect();
+    let predicted: u64 = repeats
+        .iter()
+        .map(|r| r.router_cached_tokens.unwrap() as u64)
+        .sum();
+    let lmcache: u64 = repeats.iter().map(|r| r.lmcache_tokens as u64).sum();
+    let found: u64 = repeats
+        .iter()
+        .map(|r| (r.cached_tokens + r.lmcache_tokens) as u64)
+        .sum();
+    assert!(lmcache > 0, "LMCache found nothing");
+    assert!(
+        2 * found >= 3 * predicted,
+        "found {found} tokens against the router's {predicted}"
+    );
+    // A first sight is new to both.
+    for r in sink.records.iter().filter(|r| r.source_line <= 120) {
+        assert_eq!(r.lmcache_tokens, 0, "{r:?}");
+    }
+}

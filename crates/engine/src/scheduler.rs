@@ -174,6 +174,9 @@ pub enum EngineEvent {
         cached_tokens: u32,
         missing_tokens: u32,
     },
+    /// A request admitted for the first time found `tokens` more of its
+    /// prefix in LMCache, loaded within its first step.
+    LmCacheHit { id: RequestId, tokens: u32 },
     /// An admitted request found `tokens` more of its prefix in the offload
     /// tier; it waits without compute while they load
     /// ([`Engine::kv_loaded`]).
@@ -1487,6 +1490,12 @@ impl Engine {
                         id,
                         cached_tokens: hit_tokens,
                     });
+                    if lm_external > 0 {
+                        self.events.push(EngineEvent::LmCacheHit {
+                            id,
+                            tokens: lm_external,
+                        });
+                    }
                 }
                 self.scheduled.push(Scheduled {
                     slot,

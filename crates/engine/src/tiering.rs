@@ -84,8 +84,6 @@ pub struct TierStats {
     pub failed_writes: u64,
     /// Chunks promoted from the tier into the primary.
     pub promoted: u64,
-    /// Keys probed.
-    pub probed: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,12 +146,8 @@ impl FsTier {
     }
 
     /// Chunks held.
-    pub fn len(&self) -> u64 {
+    fn len(&self) -> u64 {
         self.files.len() as u64
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
     }
 
     /// The chunks held, in key order (for tests and reports).
@@ -226,7 +220,6 @@ impl FsTier {
         let batch = self.next_batch;
         self.next_batch += 1;
         let n = posted.len() as u32;
-        self.stats.probed += n as u64;
         self.posted.push_back((batch, posted));
         Some((batch, n))
     }
@@ -319,11 +312,6 @@ impl Tiering {
     /// Jobs submitted and lookups posted since the caller last took them.
     pub fn take_io(&mut self, into: &mut Vec<TierIo>) {
         into.append(&mut self.io);
-    }
-
-    /// Jobs in flight or ended and not processed.
-    pub fn has_pending_work(&self) -> bool {
-        !self.jobs.is_empty()
     }
 
     /// `_maybe_process_finished_jobs`: at most once a step.
@@ -650,6 +638,60 @@ mod tests {
             t.lookup(&mut p, 9, 0, RequestId(2), &mut st, None),
             TierLookup::Retry,
             "probed afresh"
+        );
+    }
+
+    /// Promotions are submitted one job per (tier, request), the tiers in
+    /// the order their first promotion came and each tier's requests in
+    /// theirs, as `_pending_load_submissions` (a dict of dicts) iterates.
+    #[test]
+    fn promotions_are_submitted_tier_by_tier_in_first_come_order() {
+        let (mut p, mut t) = (primary(8), Tiering::new(&[10, 10]));
+        t.tiers[1].written(&[1, 3]);
+        t.tiers[0].written(&[2]);
+        let mut st = RequestState::default();
+        let asks = [(RequestId(1), 1), (RequestId(2), 2), (RequestId(3), 3)];
+        for (req, key) in asks {
+            assert_eq!(
+                t.lookup(&mut p, key, 0, req, &mut st, None),
+                TierLookup::Retry
+            );
+        }
+        t.schedule_end(&mut p, None);
+        t.lookup_done(0, 0);
+        t.lookup_done(1, 0);
+        t.schedule_end(&mut p, None);
+        io(&mut t);
+        for (req, key) in asks {
+            assert_eq!(
+                t.lookup(&mut p, key, 0, req, &mut st, None),
+                TierLookup::Pending
+            );
+        }
+        t.schedule_end(&mut p, None);
+        let reads: Vec<TierIo> = io(&mut t)
+            .into_iter()
+            .filter(|i| matches!(i, TierIo::Read { .. }))
+            .collect();
+        assert_eq!(
+            reads,
+            vec![
+                TierIo::Read {
+                    tier: 1,
+                    job: 0,
+                    chunks: 1
+                },
+                TierIo::Read {
+                    tier: 1,
+                    job: 1,
+                    chunks: 1
+                },
+                TierIo::Read {
+                    tier: 0,
+                    job: 2,
+                    chunks: 1
+                },
+            ]
         );
     }
 

@@ -56,6 +56,10 @@ pub struct Aggregator {
     disaggregated: u64,
     input_tokens: u64,
     output_tokens: u64,
+    /// Over requests routed by a prefix scorer: Σ of the router's
+    /// predicted cached tokens, of what the engine that computed the prompt
+    /// found (HBM, LMCache and offload hits), and of the prompt tokens.
+    router_predicted: (u64, u64, u64),
     reasons: BTreeMap<String, u64>,
     first_arrival_ns: u64,
     last_finish_ns: u64,
@@ -153,6 +157,7 @@ impl Default for Aggregator {
             disaggregated: 0,
             input_tokens: 0,
             output_tokens: 0,
+            router_predicted: (0, 0, 0),
             reasons: BTreeMap::new(),
             first_arrival_ns: u64::MAX,
             last_finish_ns: 0,
@@ -298,6 +303,17 @@ impl RecordSink for Aggregator {
             }
         }
         self.any = true;
+        if let Some(predicted) = r.router_cached_tokens {
+            let hbm = if r.prefill.is_some() {
+                r.prefill_cached_tokens
+            } else {
+                r.cached_tokens
+            };
+            let found = hbm as u64 + r.lmcache_tokens as u64 + r.offload_tokens as u64;
+            self.router_predicted.0 += predicted as u64;
+            self.router_predicted.1 += found.min(r.prompt_tokens as u64);
+            self.router_predicted.2 += r.prompt_tokens as u64;
+        }
         self.first_arrival_ns = self.first_arrival_ns.min(r.arrival.as_ns());
         self.last_finish_ns = self.last_finish_ns.max(r.finished.as_ns());
         if let Some(slo) = self.goodput.slo(&self.slo, r.slo_class) {
@@ -662,6 +678,21 @@ pub struct PrefixCache {
     pub secondary_written_bytes: f64,
     #[serde(skip_serializing_if = "is_zero_f64")]
     pub secondary_read_bytes: f64,
+    /// What the router's prefix scorer believed: the prompt tokens it
+    /// matched on the engine it picked to compute each prompt, and their
+    /// share of those requests' prompt tokens (absent without a prefix
+    /// scorer). Its index is sized from HBM, so beside an offload tier it
+    /// undercounts what the engines find (`hit_rate` + `external_hit_rate`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub router_predicted_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub router_predicted_hit_rate: f64,
+    /// For the same requests, what the engines the router picked found
+    /// (HBM, LMCache and offload hits) as a share of their prompt tokens.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub routed_found_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub routed_found_hit_rate: f64,
 }
 
 /// Bytes in a GiB, for the text summary.
@@ -915,6 +946,18 @@ impl Aggregator {
                 secondary_promoted_chunks: sum(|c| c.tier_promoted_chunks),
                 secondary_written_bytes: cores.iter().map(|c| c.tier_written_bytes).sum(),
                 secondary_read_bytes: cores.iter().map(|c| c.tier_read_bytes).sum(),
+                router_predicted_tokens: self.router_predicted.0,
+                router_predicted_hit_rate: if self.router_predicted.2 > 0 {
+                    self.router_predicted.0 as f64 / self.router_predicted.2 as f64
+                } else {
+                    0.0
+                },
+                routed_found_tokens: self.router_predicted.1,
+                routed_found_hit_rate: if self.router_predicted.2 > 0 {
+                    self.router_predicted.1 as f64 / self.router_predicted.2 as f64
+                } else {
+                    0.0
+                },
             },
             kv_usage: KvUsage {
                 mean: if busy_ns > 0 {
@@ -1313,6 +1356,13 @@ pub fn render_text(summary: &Summary) -> String {
             pc.lmcache_evictions_chunks,
             pc.lmcache_loaded_bytes / GIB,
             pc.lmcache_stored_bytes / GIB
+        ));
+    }
+    if pc.router_predicted_tokens > 0 {
+        out.push_str(&format!(
+            "router's prefix estimate: {:.1}% of prompt tokens cached on the engines it picked; they found {:.1}% (HBM and offload tiers)\n",
+            pc.router_predicted_hit_rate * 100.0,
+            pc.routed_found_hit_rate * 100.0
         ));
     }
     if pc.secondary_written_chunks + pc.secondary_failed_writes > 0 {

@@ -248,6 +248,9 @@ pub struct Router {
     prefill_profile: Option<usize>,
     /// Whether engine KV events reach the precise index.
     kv_events_wired: bool,
+    /// Whose match info the configuration's prefix scorer reads, if it
+    /// has one: what the router believes each endpoint caches.
+    scorer_source: Option<PrefixSource>,
     /// Simulated time of the last [`Router::advance`], in nanoseconds.
     clock: u64,
 }
@@ -478,6 +481,16 @@ impl Router {
             });
             global || (discover && extractor)
         });
+        let scorer_source = config
+            .plugins
+            .iter()
+            .find(|p| {
+                matches!(
+                    p.plugin_type.as_str(),
+                    "prefix-cache-scorer" | "precise-prefix-cache-scorer"
+                )
+            })
+            .map(source_of);
         Router {
             data: CycleData {
                 labels,
@@ -497,6 +510,7 @@ impl Router {
                 skipped: false,
             },
             kv_events_wired,
+            scorer_source,
             clock: 0,
             #[cfg(test)]
             config: config.clone(),
@@ -717,6 +731,22 @@ impl Router {
         shuffle(&mut self.order, candidates.len(), &mut self.rng);
         let chosen = profile.picker.pick(&totals, &self.order, &mut self.rng);
         Some(candidates[chosen])
+    }
+
+    /// The prompt tokens the configuration's prefix scorer believed
+    /// `endpoint` held for the request last routed (its match info's
+    /// matched blocks × block size), or `None` without a prefix scorer or
+    /// when the producers were skipped. Its approx producer sizes each
+    /// endpoint's index from the engine's HBM blocks (`cache_config_info`),
+    /// so blocks an offload tier holds are not in it.
+    pub fn predicted_cached_tokens(&self, endpoint: usize) -> Option<u64> {
+        let source = self.scorer_source?;
+        if self.data.skipped {
+            return None;
+        }
+        let info = self.data.source_info(source);
+        let matched = *info.matches.get(endpoint)?;
+        Some(matched as u64 * info.block_size as u64)
     }
 
     /// One scheduling cycle for a request with no headers. `None` when no
