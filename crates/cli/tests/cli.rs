@@ -886,3 +886,39 @@ fn validate_reads_a_trace_to_its_end_without_simulating_it() {
     assert_eq!(code, 1, "{stdout}");
     assert!(stdout.contains("valid: 2 file(s)"), "{stdout}");
 }
+
+/// The bundled hybrid model resolves (its states, blocks and cache mode in
+/// the resolution) but is refused at run time, naming what is missing,
+/// rather than run as a transformer.
+#[test]
+fn a_hybrid_model_resolves_and_its_run_is_refused_by_name() {
+    let (code, stdout, _) = pdsim(&[
+        "validate",
+        "--resolve",
+        "--scenario",
+        "scenarios/h100-nemotron-h.yaml",
+        "deployments/h100-nemotron-h.yaml",
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    for needle in [
+        "mamba_ssm_cache_dtype bfloat16",
+        "mamba_cache_mode align",
+        "block_size 16 -> 528",
+        "[run-refused]",
+        "has no Mamba2 mixer",
+    ] {
+        assert!(stdout.contains(needle), "{needle}: {stdout}");
+    }
+    let out = std::env::temp_dir().join(format!("pdsim-hybrid-{}", std::process::id()));
+    let (code, _, stderr) = pdsim(&[
+        "run",
+        "--scenario",
+        "scenarios/h100-nemotron-h.yaml",
+        "--deployment",
+        "deployments/h100-nemotron-h.yaml",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!out.exists(), "a refused run writes nothing");
+}

@@ -488,6 +488,18 @@ pub fn build_with_router(
             message: "no rules pack".into(),
         },
     )?;
+    if scenario.model.value.recurrent.is_some() {
+        // `validate --resolve` sizes a hybrid's states, blocks and cache
+        // mode; running one needs what the engine and the cost model do
+        // not have yet.
+        return Err(BuildError {
+            path: "model".into(),
+            message: format!(
+                "`{}` is a hybrid of Mamba2, attention and MLP layers: pdsim resolves its cache (`validate --resolve`: state sizes, block size, cache mode, blocks), but its engine does not yet hold a request's state blocks or cut prefill chunks at block boundaries (`mamba_cache_mode: align`), and its cost model has no Mamba2 mixer; a run would price and schedule it as a transformer",
+                scenario.model.origin.name
+            ),
+        });
+    }
     let offload = offload_tier(deployment, scenario, pack)?;
     if offload
         .as_ref()

@@ -17,8 +17,8 @@ const CHIPS: Table = entries!("hardware": "a100-80g", "b200", "h100", "h200", "l
 const FABRICS: Table = entries!("networks": "100gbe", "ib-400g", "roce-200g");
 const MODELS: Table = entries!("models":
     "codellama-34b", "codellama-34b-instruct", "deepseek-v3", "llama-2-70b", "llama-2-7b",
-    "llama-3.1-70b", "llama-3.1-8b", "minimax-m2.7", "mixtral-8x7b", "qwen3-14b",
-    "qwen3-30b-a3b");
+    "llama-3.1-70b", "llama-3.1-8b", "minimax-m2.7", "mixtral-8x7b", "nemotron-h-8b",
+    "qwen3-14b", "qwen3-30b-a3b");
 const SHAPES: Table = entries!("workloads": "chatbot", "coding-agent", "summarization");
 const COEFFICIENTS: Table =
     entries!("coefficients": "cost-model-host-overheads", "pd-transfer-estimates");

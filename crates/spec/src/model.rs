@@ -73,6 +73,28 @@ pub struct HfConfig {
     pub num_nextn_predict_layers: Option<i64>,
     #[serde(default)]
     pub sliding_window: Option<i64>,
+    // Hybrid recurrent models (Nemotron-H: Mamba2 mixers, attention and
+    // MLPs, one kind a layer).
+    #[serde(default)]
+    pub hybrid_override_pattern: Option<String>,
+    #[serde(default)]
+    pub mamba_num_heads: Option<i64>,
+    #[serde(default)]
+    pub mamba_head_dim: Option<i64>,
+    #[serde(default)]
+    pub ssm_state_size: Option<i64>,
+    #[serde(default)]
+    pub n_groups: Option<i64>,
+    #[serde(default)]
+    pub conv_kernel: Option<i64>,
+    #[serde(default)]
+    pub expand: Option<i64>,
+    #[serde(default)]
+    pub chunk_size: Option<i64>,
+    #[serde(default)]
+    pub mlp_hidden_act: Option<String>,
+    #[serde(default)]
+    pub mamba_ssm_cache_dtype: Option<String>,
 }
 
 /// The keys a built-in or user `models/<name>.yaml` may carry.
@@ -107,6 +129,16 @@ pub const HF_KEYS: &[&str] = &[
     "v_head_dim",
     "num_nextn_predict_layers",
     "sliding_window",
+    "hybrid_override_pattern",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "ssm_state_size",
+    "n_groups",
+    "conv_kernel",
+    "expand",
+    "chunk_size",
+    "mlp_hidden_act",
+    "mamba_ssm_cache_dtype",
 ];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -130,6 +162,79 @@ pub enum Attention {
         kv_lora_rank: u64,
         qk_rope_head_dim: u64,
     },
+}
+
+/// The recurrent side of a hybrid model whose layers are each a Mamba2
+/// mixer, an attention block or an MLP (Nemotron-H's
+/// `hybrid_override_pattern`: `M`, `*`, `-`;
+/// `vllm/model_executor/models/nemotron_h.py`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Recurrent {
+    pub mamba_layers: u64,
+    pub attention_layers: u64,
+    pub mlp_layers: u64,
+    /// Mamba2 heads, their width and the SSM state size (`mamba_num_heads`,
+    /// `mamba_head_dim`, `ssm_state_size`).
+    pub heads: u64,
+    pub head_dim: u64,
+    pub state_size: u64,
+    /// B and C groups (`n_groups`) and the causal convolution's width.
+    pub groups: u64,
+    pub conv_kernel: u64,
+    /// The SSD chunk (`chunk_size`), which `mamba_cache_mode: all` aligns
+    /// its blocks to.
+    pub chunk_size: u64,
+    /// The SSM state's dtype when `mamba_ssm_cache_dtype` is `auto`:
+    /// Nemotron-H takes its config's `mamba_ssm_cache_dtype`, else float32
+    /// (`NemotronHForCausalLMConfig`, `vllm/model_executor/models/config.py`);
+    /// `None` follows the conv state's dtype.
+    pub ssm_dtype_auto: Option<String>,
+    /// The MLP is an up and a down projection (`relu2`), not gated.
+    pub mlp_ungated: bool,
+}
+
+impl Recurrent {
+    /// The Mamba2 mixer's inner width (heads × head width).
+    pub fn inner(&self) -> u64 {
+        self.heads * self.head_dim
+    }
+
+    /// B and C groups as one tensor-parallel rank splits them: vLLM pads
+    /// `n_groups` up to `tp` when `tp` does not divide it
+    /// (`MambaStateShapeCalculator.extra_groups_for_head_shards`).
+    pub fn groups_padded(&self, tp: u64) -> u64 {
+        let tp = tp.max(1);
+        if self.groups.is_multiple_of(tp) {
+            self.groups
+        } else {
+            tp
+        }
+    }
+
+    /// Bytes of one sequence's state in one Mamba2 layer on one rank of
+    /// `tp`: the conv state, (conv_kernel − 1) × (I + 2·groups·state) / tp
+    /// values, and the SSM state, heads / tp × head width × state size
+    /// (`mamba2_state_shape`, `vllm/model_executor/layers/mamba/mamba_utils.py`;
+    /// `MambaSpec.page_size_bytes`, `vllm/v1/kv_cache_interface.py`).
+    pub fn state_bytes_per_layer(&self, tp: u64, conv_bits: f64, ssm_bits: f64) -> f64 {
+        let tp = tp.max(1) as f64;
+        let conv_dim = (self.inner() + 2 * self.groups_padded(tp as u64) * self.state_size) as f64;
+        let conv = (self.conv_kernel.saturating_sub(1)) as f64 * conv_dim / tp;
+        let ssm = self.heads as f64 / tp * (self.head_dim * self.state_size) as f64;
+        conv * conv_bits / 8.0 + ssm * ssm_bits / 8.0
+    }
+}
+
+/// Bits per element of a recurrent state dtype (`mamba_cache_dtype`,
+/// `mamba_ssm_cache_dtype`: `auto`, `float32`, `float16`, `bfloat16` in
+/// `vllm/config/cache.py`), `auto` standing for `auto_bits`.
+pub fn mamba_dtype_bits(dtype: &str, auto_bits: f64) -> Option<f64> {
+    Some(match dtype {
+        "auto" => auto_bits,
+        "float32" => 32.0,
+        "float16" | "bfloat16" => 16.0,
+        _ => return None,
+    })
 }
 
 /// A model with every figure the engine and cost model need.
@@ -161,6 +266,9 @@ pub struct Model {
     pub weight_dtype: String,
     /// Parameters, counted from the module structure.
     pub params: ParamCounts,
+    /// A hybrid model's recurrent layers; `None` when every layer is
+    /// attention and MLP.
+    pub recurrent: Option<Recurrent>,
 }
 
 /// Parameter counts by where they live, so weights can be sharded correctly.
@@ -301,6 +409,80 @@ impl Model {
             None => Attention::Gqa { kv_heads, head_dim },
         };
         let (weight_bits, weight_dtype) = checkpoint_weights(config);
+        let recurrent = match &config.hybrid_override_pattern {
+            None => None,
+            Some(pattern) => {
+                let count = |c: char| pattern.chars().filter(|&x| x == c).count() as u64;
+                if let Some(other) = pattern.chars().find(|c| !matches!(c, 'M' | '*' | '-')) {
+                    return Err((
+                        "hybrid_override_pattern".into(),
+                        format!(
+                            "layer kind `{other}` is not simulated: pdsim models Mamba2 (M), attention (*) and MLP (-) layers{}",
+                            if other == 'E' {
+                                " (E, a mixture-of-experts layer, is not modelled in a hybrid yet)"
+                            } else {
+                                ""
+                            }
+                        ),
+                    ));
+                }
+                if pattern.chars().count() as u64 != layers {
+                    return Err((
+                        "hybrid_override_pattern".into(),
+                        format!(
+                            "has {} layers, num_hidden_layers says {layers}",
+                            pattern.chars().count()
+                        ),
+                    ));
+                }
+                if count('*') == 0 {
+                    return Err((
+                        "hybrid_override_pattern".into(),
+                        "has no attention layer (*); pdsim sizes a hybrid's blocks by its attention pages".into(),
+                    ));
+                }
+                let heads = positive("mamba_num_heads", config.mamba_num_heads.unwrap_or(0))?;
+                let head_dim = positive("mamba_head_dim", config.mamba_head_dim.unwrap_or(0))?;
+                let state_size = positive("ssm_state_size", config.ssm_state_size.unwrap_or(0))?;
+                let groups = positive("n_groups", config.n_groups.unwrap_or(0))?;
+                if heads % groups != 0 {
+                    return Err((
+                        "n_groups".into(),
+                        format!("{groups} does not divide mamba_num_heads {heads}"),
+                    ));
+                }
+                let ssm_dtype_auto = match config.architectures.first().map(String::as_str) {
+                    Some("NemotronHForCausalLM") => Some(
+                        config
+                            .mamba_ssm_cache_dtype
+                            .clone()
+                            .unwrap_or_else(|| "float32".to_string()),
+                    ),
+                    _ => None,
+                };
+                if let Some(d) = &ssm_dtype_auto
+                    && mamba_dtype_bits(d, 16.0).is_none()
+                {
+                    return Err((
+                        "mamba_ssm_cache_dtype".into(),
+                        format!("`{d}` is not one of auto, float32, float16, bfloat16"),
+                    ));
+                }
+                Some(Recurrent {
+                    mamba_layers: count('M'),
+                    attention_layers: count('*'),
+                    mlp_layers: count('-'),
+                    heads,
+                    head_dim,
+                    state_size,
+                    groups,
+                    conv_kernel: positive("conv_kernel", config.conv_kernel.unwrap_or(4))?,
+                    chunk_size: positive("chunk_size", config.chunk_size.unwrap_or(256))?,
+                    ssm_dtype_auto,
+                    mlp_ungated: config.mlp_hidden_act.as_deref() == Some("relu2"),
+                })
+            }
+        };
         let mut model = Model {
             name: name.to_string(),
             architecture: config.architectures.first().cloned().unwrap_or_default(),
@@ -330,6 +512,7 @@ impl Model {
             weight_bits,
             weight_dtype,
             params: ParamCounts::default(),
+            recurrent,
         };
         model.params = count_params(&model, config);
         Ok(model)
@@ -363,7 +546,15 @@ impl Model {
 
     /// KV bytes one token takes across the whole model.
     pub fn kv_bytes_per_token(&self, cache_dtype: &str) -> Option<f64> {
-        Some(self.kv_bytes_per_token_layer(cache_dtype)? * self.layers as f64)
+        Some(self.kv_bytes_per_token_layer(cache_dtype)? * self.kv_layers() as f64)
+    }
+
+    /// Layers that keep KV per token: every layer, or a hybrid's attention
+    /// layers.
+    pub fn kv_layers(&self) -> u64 {
+        self.recurrent
+            .as_ref()
+            .map_or(self.layers, |r| r.attention_layers)
     }
 }
 
@@ -424,6 +615,34 @@ fn count_params(model: &Model, config: &HfConfig) -> ParamCounts {
     };
     let router = h * model.experts;
     let embedding = model.vocab_size * h * if model.tie_word_embeddings { 1 } else { 2 };
+    if let Some(r) = &model.recurrent {
+        // One block kind a layer, each behind one RMSNorm
+        // (`NemotronHMambaDecoderLayer`, `NemotronHAttentionDecoderLayer`,
+        // `NemotronHMLPDecoderLayer`). A Mamba2 mixer: in_proj to
+        // 2I + 2·G·N + H, a depthwise conv over I + 2·G·N channels with its
+        // bias, per-head A, D and dt bias, a gated RMSNorm over I, and
+        // out_proj (`mamba_mixer2.py`).
+        let inner = r.inner();
+        let conv_dim = inner + 2 * r.groups * r.state_size;
+        let mamba = h * (2 * inner + 2 * r.groups * r.state_size + r.heads)
+            + conv_dim * (r.conv_kernel + 1)
+            + 3 * r.heads
+            + inner
+            + inner * h;
+        let mlp = if r.mlp_ungated { 2 } else { 3 } * h * model.intermediate_size;
+        let dense = r.mamba_layers * mamba
+            + r.attention_layers * attention
+            + r.mlp_layers * mlp
+            + model.layers * h
+            + h;
+        return ParamCounts {
+            embedding,
+            dense,
+            experts: 0,
+            moe_shared: 0,
+            mtp: 0,
+        };
+    }
     let dense = model.layers * (attention + norms) + model.dense_layers * dense_mlp + h;
     let experts = moe_layers * model.experts * expert;
     let moe_shared = moe_layers * (shared + router);

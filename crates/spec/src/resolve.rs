@@ -105,6 +105,39 @@ pub struct EngineConfig {
     /// the deployment has no key for it, so it is the rules pack's
     /// `lmcache_chunk_tokens`. `None` without LMCache.
     pub lmcache_chunk_tokens: Option<u64>,
+    /// A hybrid model's recurrent state (see [`HybridState`]); `None` for
+    /// models whose layers all keep KV per token.
+    pub hybrid: Option<HybridState>,
+}
+
+/// How a hybrid model's Mamba2 states are kept, as vLLM 0.31.0 resolves
+/// it: the cache mode, the state dtypes, the per-layer page each state
+/// fills, and the KV cache groups that share the block pool.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HybridState {
+    /// `none`, `align` or `all` after resolution: prefix caching on turns
+    /// `none` into `align`, off forces `none`
+    /// (`MambaModelConfig.verify_and_update_config`,
+    /// `vllm/model_executor/models/config.py`).
+    pub mamba_cache_mode: String,
+    pub conv_dtype: String,
+    pub ssm_dtype: String,
+    /// One sequence's state in one Mamba2 layer on one rank, before the
+    /// page is padded up to the attention page.
+    pub state_bytes_per_layer: f64,
+    /// The attention block size the state forced (`block_size` is at least
+    /// this; `Platform._align_hybrid_block_size`, `vllm/platforms/interface.py`).
+    pub attention_block_tokens: u64,
+    /// KV cache groups of `group_layers` layers each sharing one pool of
+    /// blocks (`_get_kv_cache_groups_uniform_page_size`,
+    /// `vllm/v1/core/kv_cache_utils.py`): attention groups and Mamba groups.
+    pub group_layers: u64,
+    pub attention_groups: u64,
+    pub mamba_groups: u64,
+    /// Blocks a running request holds for its states: one a Mamba group
+    /// (the state is updated in place; `align` holds a second one only in
+    /// the step that crosses a block boundary, which is not modelled).
+    pub state_blocks_per_request: u64,
 }
 
 /// Per-rank memory, in bytes.
@@ -702,6 +735,90 @@ pub fn resolve_pool(
         });
     }
 
+    // A hybrid model's states decide its block size, before anything is
+    // sized in blocks.
+    let hybrid = model.recurrent.as_ref().map(|r| {
+        resolve_hybrid(
+            r,
+            model,
+            e,
+            layout,
+            &cache_dtype,
+            prefix_caching,
+            block_size,
+        )
+    });
+    let block_size = match &hybrid {
+        Some(h) if h.attention_block_tokens > block_size => {
+            overrides.push(Override {
+                field: "block_size".into(),
+                requested: block_size.to_string(),
+                resolved: h.attention_block_tokens.to_string(),
+                reason: format!(
+                    "an attention page of this model must hold one Mamba2 state ({:.0} bytes a layer on a rank), so vLLM raises the attention block (`_align_hybrid_block_size`, vllm/platforms/interface.py)",
+                    h.state_bytes_per_layer
+                ),
+            });
+            h.attention_block_tokens
+        }
+        _ => block_size,
+    };
+    if let (Some(h), Some(r)) = (&hybrid, &model.recurrent) {
+        let requested = e.mamba_cache_mode.clone();
+        if let Some(req) = requested.filter(|m| *m != h.mamba_cache_mode) {
+            overrides.push(Override {
+                field: "mamba_cache_mode".into(),
+                requested: req,
+                resolved: h.mamba_cache_mode.clone(),
+                reason: if prefix_caching {
+                    "with prefix caching on, vLLM caches Mamba states at block boundaries (`none` becomes `align`; MambaModelConfig.verify_and_update_config, vllm/model_executor/models/config.py)".into()
+                } else {
+                    "without prefix caching vLLM keeps one state a sequence (`none`)".into()
+                },
+            });
+        } else {
+            put(
+                &mut settings,
+                "mamba_cache_mode",
+                h.mamba_cache_mode.clone(),
+                e.mamba_cache_mode.is_some(),
+            );
+        }
+        put(
+            &mut settings,
+            "mamba_cache_dtype",
+            h.conv_dtype.clone(),
+            e.mamba_cache_dtype.is_some(),
+        );
+        settings.push(Setting {
+            key: "mamba_ssm_cache_dtype".into(),
+            value: h.ssm_dtype.clone(),
+            origin: if e
+                .mamba_ssm_cache_dtype
+                .as_deref()
+                .is_some_and(|d| d != "auto")
+            {
+                "stated"
+            } else if r.ssm_dtype_auto.is_some() {
+                "model"
+            } else {
+                "derived"
+            },
+        });
+        settings.push(Setting {
+            key: "mamba_state_blocks".into(),
+            value: format!(
+                "{} a request ({} Mamba groups of {} layers; {:.0} bytes of state a layer on a rank)",
+                h.state_blocks_per_request, h.mamba_groups, h.group_layers, h.state_bytes_per_layer
+            ),
+            origin: "derived",
+        });
+    }
+    let prefix_reuse_tokens = if pack.features.sub_block_prefix_reuse {
+        prefix_reuse_tokens
+    } else {
+        block_size
+    };
     let engine = EngineConfig {
         block_size,
         max_num_batched_tokens,
@@ -750,6 +867,7 @@ pub fn resolve_pool(
         num_redundant_experts: redundant,
         weight_bits,
         lmcache_chunk_tokens: None,
+        hybrid,
     };
     let (memory, kv) = memory_and_kv(pack, pool, layout, chip, model, &engine);
     let mut labels = pool.labels.clone();
@@ -1008,6 +1126,98 @@ fn rbln_memory(
     }
 }
 
+/// The Mamba2 side of a hybrid pool as vLLM 0.31.0 sets it up.
+fn resolve_hybrid(
+    r: &crate::model::Recurrent,
+    model: &Model,
+    e: &crate::deployment::Engine,
+    layout: &PoolLayout,
+    cache_dtype: &str,
+    prefix_caching: bool,
+    block_size: u64,
+) -> HybridState {
+    use crate::model::mamba_dtype_bits;
+    // The cache mode: prefix caching on keeps `align` and `all` (Nemotron-H
+    // supports Mamba prefix caching) and turns `none` (or nothing) into
+    // `align`; off forces `none`.
+    let mode = if !prefix_caching {
+        "none"
+    } else if e.mamba_cache_mode.as_deref() == Some("all") {
+        "all"
+    } else {
+        "align"
+    };
+    // `mamba_cache_dtype` (auto: the model's dtype) is the conv state's;
+    // `mamba_ssm_cache_dtype` (auto: the architecture's, else the conv
+    // state's) the SSM state's (`MambaStateDtypeCalculator`,
+    // `vllm/model_executor/layers/mamba/mamba_utils.py`).
+    let model_bits = if model.weight_dtype == "float32" {
+        32.0
+    } else {
+        16.0
+    };
+    let model_dtype = if model_bits == 32.0 {
+        "float32"
+    } else {
+        "bfloat16"
+    };
+    let conv_dtype = match e.mamba_cache_dtype.as_deref() {
+        None | Some("auto") => model_dtype.to_string(),
+        Some(d) => d.to_string(),
+    };
+    let ssm_dtype = match e.mamba_ssm_cache_dtype.as_deref() {
+        None | Some("auto") => r
+            .ssm_dtype_auto
+            .clone()
+            .unwrap_or_else(|| conv_dtype.clone()),
+        Some(d) => d.to_string(),
+    };
+    let bits = |d: &str| mamba_dtype_bits(d, model_bits).unwrap_or(model_bits);
+    let state = r.state_bytes_per_layer(layout.tp, bits(&conv_dtype), bits(&ssm_dtype));
+    // One token's attention page in one layer on one rank.
+    let attention_token = match model.attention {
+        Attention::Gqa { kv_heads, .. } => {
+            let per_layer = model.kv_bytes_per_token_layer(cache_dtype).unwrap_or(0.0);
+            let heads_per_rank = (kv_heads as f64 / layout.tp.max(1) as f64).max(1.0);
+            per_layer * heads_per_rank / kv_heads as f64
+        }
+        Attention::Mla { .. } => model.kv_bytes_per_token_layer(cache_dtype).unwrap_or(0.0),
+    }
+    .max(1.0);
+    // FlashAttention's kernel blocks are multiples of 16 tokens
+    // (`get_supported_kernel_block_sizes`, vllm/v1/attention/backends/
+    // flash_attn.py), and the alignment is at least the cache's block.
+    let align = block_size.max(16);
+    let attention_block_tokens = if mode == "all" {
+        let chunk = lcm(r.chunk_size.max(1), align);
+        let tokens_per_state = (state / attention_token).ceil() as u64;
+        chunk * tokens_per_state.div_ceil(chunk)
+    } else {
+        align * ((state / (align as f64 * attention_token)).ceil() as u64).max(1)
+    };
+    let group_layers = r.attention_layers.min(r.mamba_layers).max(1);
+    let attention_groups = r.attention_layers.div_ceil(group_layers);
+    let mamba_groups = r.mamba_layers.div_ceil(group_layers);
+    HybridState {
+        mamba_cache_mode: mode.to_string(),
+        conv_dtype,
+        ssm_dtype,
+        state_bytes_per_layer: state,
+        attention_block_tokens,
+        group_layers,
+        attention_groups,
+        mamba_groups,
+        state_blocks_per_request: mamba_groups,
+    }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    a / gcd(a, b).max(1) * b
+}
+
 /// Blocks of `block_size` tokens that `kv_bytes` holds, with the draft's
 /// layers in every block (`vllm/v1/core/kv_cache_utils.py`
 /// `get_kv_cache_config`: memory // page size // layers).
@@ -1029,7 +1239,7 @@ fn kv_capacity(
         // MLA keeps one latent per token, replicated across TP ranks.
         Attention::Mla { .. } => per_layer,
     } / (layout.dcp * layout.pcp) as f64;
-    let layers_per_rank = model.layers.div_ceil(layout.pp) as f64;
+    let layers_per_rank = model.kv_layers().div_ceil(layout.pp) as f64;
     let mut draft_layers = 0.0;
     if let Some(method) = &engine.spec_method {
         if method.ends_with("mtp") {
@@ -1039,7 +1249,13 @@ fn kv_capacity(
         }
     }
     let per_token_rank = per_layer_rank * (layers_per_rank + draft_layers);
-    let block_bytes = per_token_rank * engine.block_size as f64;
+    let block_bytes = match &engine.hybrid {
+        // A hybrid's groups share one pool: a block id holds one page of
+        // `group_layers` layers in every group, the Mamba page padded to
+        // the attention page (`get_kv_cache_config_from_groups`).
+        Some(h) => per_layer_rank * engine.block_size as f64 * h.group_layers as f64,
+        None => per_token_rank * engine.block_size as f64,
+    };
     let num_gpu_blocks = if kv_bytes > 0.0 && block_bytes > 0.0 {
         (kv_bytes / block_bytes).floor() as u64
     } else {

@@ -400,7 +400,7 @@ fn pool_rules(
     let has_mamba_keys = e.mamba_cache_dtype.is_some()
         || e.mamba_ssm_cache_dtype.is_some()
         || e.mamba_cache_mode.is_some();
-    if has_mamba_keys {
+    if has_mamba_keys && model.recurrent.is_none() {
         problems.push(ctx.source.warning(
             &at("engine"),
             "mamba-cache-mode-matches-model",
