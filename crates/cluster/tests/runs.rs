@@ -1044,6 +1044,24 @@ fn mooncake(rows: &[String]) -> Vec<RequestSpec> {
         .collect()
 }
 
+/// `distinct` prompts of 8,000 tokens (16 blocks of 512 of their own),
+/// 500 ms apart, then the same ones again `repeat_ms` after the first: the
+/// trace's rows 1..=distinct are first sights, the rest repeats.
+fn repeated_prompts(distinct: u64, repeat_ms: u64) -> Vec<String> {
+    (0..2)
+        .flat_map(|rep| {
+            (0..distinct).map(move |i| {
+                let hashes: Vec<String> = (0..16).map(|k| (10_000 + i * 100 + k).to_string()).collect();
+                format!(
+                    "{{\"timestamp\": {}, \"input_length\": 8000, \"output_length\": 4, \"hash_ids\": [{}]}}",
+                    rep * repeat_ms + i * 500,
+                    hashes.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
 #[test]
 fn prompts_evicted_from_hbm_load_back_from_the_cpu_tier_before_their_first_token() {
     // Eight Llama-3.1-8B engines with room for about two 8,000-token
@@ -1052,18 +1070,7 @@ fn prompts_evicted_from_hbm_load_back_from_the_cpu_tier_before_their_first_token
     // hit the CPU tier and load their blocks over the host link first.
     let deployment = "kind: Deployment\nname: off\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 1}\n    engine: {gpu_memory_utilization: 0.15, max_model_len: 16384}\noffload:\n  tiers: [{tier: cpu_dram, bytes: 100000000000}]\n";
     let cluster = cluster_from(SCENARIO, deployment, "unused.yaml", "");
-    let rows: Vec<String> = (0..2)
-        .flat_map(|rep| {
-            (0..40).map(move |i| {
-                let hashes: Vec<String> = (0..16).map(|k| (10_000 + i * 100 + k).to_string()).collect();
-                format!(
-                    "{{\"timestamp\": {}, \"input_length\": 8000, \"output_length\": 4, \"hash_ids\": [{}]}}",
-                    rep * 60_000 + i * 500,
-                    hashes.join(", ")
-                )
-            })
-        })
-        .collect();
+    let rows = repeated_prompts(40, 60_000);
     let mut sink = MemorySink::default();
     let stats = run(
         &cluster,
@@ -1296,18 +1303,7 @@ fn prompts_host_memory_lost_are_promoted_from_the_nvme_tier() {
     let tiered = format!(
         "{base}  spec: TieringOffloadingSpec\n  tiers: [{{tier: cpu_dram, bytes: 2000000000}}, {{tier: nvme_gen4, bytes: 1000000000000}}]\n"
     );
-    let rows: Vec<String> = (0..2)
-        .flat_map(|rep| {
-            (0..40).map(move |i| {
-                let hashes: Vec<String> = (0..16).map(|k| (10_000 + i * 100 + k).to_string()).collect();
-                format!(
-                    "{{\"timestamp\": {}, \"input_length\": 8000, \"output_length\": 4, \"hash_ids\": [{}]}}",
-                    rep * 60_000 + i * 500,
-                    hashes.join(", ")
-                )
-            })
-        })
-        .collect();
+    let rows = repeated_prompts(40, 60_000);
     let go = |deployment: &str| {
         let cluster = cluster_from(&scenario, deployment, "unused.yaml", "");
         let mut sink = MemorySink::default();
@@ -1439,18 +1435,7 @@ fn tiering_refuses_what_vllm_has_no_tier_for() {
 fn the_router_undercounts_what_lmcache_holds() {
     let deployment = "kind: Deployment\nname: off\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 1}\n    engine: {gpu_memory_utilization: 0.15, max_model_len: 16384}\noffload:\n  connector: LMCacheConnectorV1\n  tiers: [{tier: cpu_dram, bytes: 100000000000}]\n";
     let cluster = cluster_from(SCENARIO, deployment, "unused.yaml", "");
-    let rows: Vec<String> = (0..2)
-        .flat_map(|rep| {
-            (0..120).map(move |i| {
-                let hashes: Vec<String> = (0..16).map(|k| (10_000 + i * 100 + k).to_string()).collect();
-                format!(
-                    "{{\"timestamp\": {}, \"input_length\": 8000, \"output_length\": 4, \"hash_ids\": [{}]}}",
-                    rep * 120_000 + i * 500,
-                    hashes.join(", ")
-                )
-            })
-        })
-        .collect();
+    let rows = repeated_prompts(120, 120_000);
     let mut sink = MemorySink::default();
     run(
         &cluster,

@@ -1557,6 +1557,38 @@ mod stage_tests {
         assert!(json.contains("\"stages\":[{\"index\":0"));
     }
 
+    /// The router's estimate and what the engines found are summed over
+    /// the requests a prefix scorer routed, each against the engine that
+    /// computed its prompt (the prefill engine under P/D), found tokens
+    /// capped at the prompt.
+    #[test]
+    fn the_routers_estimate_is_compared_on_the_requests_it_routed() {
+        let mut a = Aggregator::default();
+        // Colocated: HBM 20 + LMCache 30 of 100; the router said 10.
+        let mut r = done(1, 0);
+        r.router_cached_tokens = Some(10);
+        (r.cached_tokens, r.lmcache_tokens) = (20, 30);
+        a.record(&r);
+        // Under P/D the prefill engine's hit counts, not the decode one's;
+        // an offload load counts too, capped at the prompt.
+        let mut r = done(2, 0);
+        r.router_cached_tokens = Some(90);
+        r.prefill = Some((0, 0, 0));
+        (r.prefill_cached_tokens, r.cached_tokens, r.offload_tokens) = (60, 100, 80);
+        a.record(&r);
+        // Without a prediction a request counts in neither.
+        let mut r = done(3, 0);
+        r.cached_tokens = 100;
+        a.record(&r);
+        let pc = a.summary(&RunStats::default(), info()).prefix_cache;
+        assert_eq!(
+            (pc.router_predicted_tokens, pc.routed_found_tokens),
+            (100, 150)
+        );
+        assert!((pc.router_predicted_hit_rate - 0.5).abs() < 1e-12);
+        assert!((pc.routed_found_hit_rate - 0.75).abs() < 1e-12);
+    }
+
     /// A completed request: arrival, first token, last token and finish
     /// in ms, and its output tokens.
     fn completed(line: u64, times_ms: [u64; 4], output: u32) -> RequestRecord {

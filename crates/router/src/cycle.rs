@@ -1529,6 +1529,31 @@ mod tests {
         assert_eq!((router.data.hashes.len(), router.data.matches[0]), (1, 1));
     }
 
+    /// What the router believed an endpoint held for the request it last
+    /// routed: its prefix scorer's matched blocks × the producer's block
+    /// size; nothing without a prefix scorer.
+    #[test]
+    fn the_prediction_is_the_prefix_scorers_match_in_tokens() {
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n  parameters: {autoTune: false, blockSizeTokens: 64}\n- type: prefix-cache-scorer\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: prefix-cache-scorer, weight: 2}, {pluginRef: queue-scorer}]\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 2]), 1);
+        let idle = vec![EndpointView::default(); 2];
+        let decode = router.pick(&prompt(1, 192), &idle).unwrap().decode;
+        assert_eq!(
+            router.predicted_cached_tokens(decode),
+            Some(0),
+            "a first sight"
+        );
+        let again = router.pick(&prompt(1, 192), &idle).unwrap().decode;
+        assert_eq!(again, decode);
+        assert_eq!(router.predicted_cached_tokens(decode), Some(3 * 64));
+        assert_eq!(router.predicted_cached_tokens(1 - decode), Some(0));
+        assert_eq!(router.predicted_cached_tokens(2), None, "no such endpoint");
+        let text = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins: [{pluginRef: queue-scorer}]\n";
+        let mut router = Router::new(&inputs(text), labels(&["prefill-decode"; 2]), 1);
+        router.pick(&prompt(1, 192), &idle).unwrap();
+        assert_eq!(router.predicted_cached_tokens(0), None);
+    }
+
     #[test]
     fn a_burst_member_is_scheduled_on_its_snapshot_with_a_full_match_on_its_replica() {
         use super::BurstJoin;
