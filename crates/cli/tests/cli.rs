@@ -922,3 +922,28 @@ fn a_hybrid_model_resolves_and_its_run_is_refused_by_name() {
     assert_eq!(code, 1, "{stderr}");
     assert!(!out.exists(), "a refused run writes nothing");
 }
+
+/// DeepSeek-V4.1 resolves (its cache, Engram residency and sequence
+/// parallelism in the resolution) and its run is refused, naming why.
+#[test]
+fn deepseek_v41_resolves_and_its_run_is_refused_by_name() {
+    let (code, stdout, _) = pdsim(&[
+        "validate",
+        "--resolve",
+        "--scenario",
+        "scenarios/b200-deepseek-v4.1.yaml",
+        "deployments/b200-deepseek-v4.1.yaml",
+    ]);
+    assert_eq!(code, 1, "{stdout}");
+    for needle in [
+        "block_size 16 -> 128",
+        "swa_bounded_replay true",
+        "prefix_replay_tokens 128",
+        "sequence_parallel (DeepSeek-V4.1) true",
+        "in gpu: 25344754050 bytes of GPU memory a rank",
+        "1,056 B/token/rank",
+        "[run-refused]",
+    ] {
+        assert!(stdout.contains(needle), "{needle}: {stdout}");
+    }
+}

@@ -500,6 +500,15 @@ pub fn build_with_router(
             ),
         });
     }
+    if scenario.model.value.sparse.is_some() {
+        return Err(BuildError {
+            path: "model".into(),
+            message: format!(
+                "`{}` is DeepSeek-V4.1: pdsim resolves its cache, Engram residency and sequence parallelism (`validate --resolve`), but its engine does not yet keep window blocks or replay a hit's last window (`swa_bounded_replay`), and its cost model has no compressed sparse attention, indexer, Engram lookups or mega-MoE; a run would price and schedule it as another model",
+                scenario.model.origin.name
+            ),
+        });
+    }
     let offload = offload_tier(deployment, scenario, pack)?;
     if offload
         .as_ref()

@@ -16,7 +16,8 @@ type Table = &'static [(&'static str, &'static str, &'static str)];
 const CHIPS: Table = entries!("hardware": "a100-80g", "b200", "h100", "h200", "l40s", "rebel100");
 const FABRICS: Table = entries!("networks": "100gbe", "ib-400g", "roce-200g");
 const MODELS: Table = entries!("models":
-    "codellama-34b", "codellama-34b-instruct", "deepseek-v3", "llama-2-70b", "llama-2-7b",
+    "codellama-34b", "codellama-34b-instruct", "deepseek-v3", "deepseek-v4.1", "llama-2-70b",
+    "llama-2-7b",
     "llama-3.1-70b", "llama-3.1-8b", "minimax-m2.7", "mixtral-8x7b", "nemotron-h-8b",
     "qwen3-14b", "qwen3-30b-a3b");
 const SHAPES: Table = entries!("workloads": "chatbot", "coding-agent", "summarization");

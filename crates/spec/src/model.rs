@@ -95,6 +95,36 @@ pub struct HfConfig {
     pub mlp_hidden_act: Option<String>,
     #[serde(default)]
     pub mamba_ssm_cache_dtype: Option<String>,
+    // DeepSeek-V4.1: grouped output projection, compressed sparse
+    // attention and Engram tables.
+    #[serde(default)]
+    pub o_lora_rank: Option<i64>,
+    #[serde(default)]
+    pub o_groups: Option<i64>,
+    #[serde(default)]
+    pub compress_ratios: Option<Vec<i64>>,
+    #[serde(default)]
+    pub kv_source_layer_ids: Option<Vec<i64>>,
+    #[serde(default)]
+    pub index_source_layer_ids: Option<Vec<i64>>,
+    #[serde(default)]
+    pub index_n_heads: Option<i64>,
+    #[serde(default)]
+    pub index_head_dim: Option<i64>,
+    #[serde(default)]
+    pub index_topk: Option<i64>,
+    #[serde(default)]
+    pub engram_layer_ids: Option<Vec<i64>>,
+    #[serde(default)]
+    pub engram_num_embeddings: Option<Vec<i64>>,
+    #[serde(default)]
+    pub engram_max_ngram_size: Option<i64>,
+    #[serde(default)]
+    pub engram_vocab_size: Option<i64>,
+    #[serde(default)]
+    pub engram_n_heads: Option<i64>,
+    #[serde(default)]
+    pub engram_head_dim: Option<i64>,
 }
 
 /// The keys a built-in or user `models/<name>.yaml` may carry.
@@ -139,6 +169,20 @@ pub const HF_KEYS: &[&str] = &[
     "chunk_size",
     "mlp_hidden_act",
     "mamba_ssm_cache_dtype",
+    "o_lora_rank",
+    "o_groups",
+    "compress_ratios",
+    "kv_source_layer_ids",
+    "index_source_layer_ids",
+    "index_n_heads",
+    "index_head_dim",
+    "index_topk",
+    "engram_layer_ids",
+    "engram_num_embeddings",
+    "engram_max_ngram_size",
+    "engram_vocab_size",
+    "engram_n_heads",
+    "engram_head_dim",
 ];
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -149,6 +193,9 @@ pub struct QuantizationConfig {
     pub weight_block_size: Option<Vec<i64>>,
     #[serde(default)]
     pub bits: Option<i64>,
+    /// The routed experts' format where it differs (DeepSeek-V4.1: `fp4`).
+    #[serde(default)]
+    pub expert_dtype: Option<String>,
 }
 
 /// How a layer keeps its KV cache.
@@ -237,6 +284,51 @@ pub fn mamba_dtype_bits(dtype: &str, auto_bits: f64) -> Option<f64> {
     })
 }
 
+/// DeepSeek-V4.1's attention and lookups (`vllm/models/deepseek_v41/`):
+/// one latent a token shared by every head, a sliding window in every
+/// layer, compressed histories kept by a few source layers, an indexer that
+/// picks `index_topk` compressed positions, and Engram n-gram tables.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SparseLatent {
+    /// The latent's width (`head_dim`, rotary part included).
+    pub latent: u64,
+    pub sliding_window: u64,
+    /// Per layer (without the draft layers), the history's compression: 0
+    /// (window only), 1 or 2.
+    pub ratios: Vec<u64>,
+    /// Layers that keep a compressed latent cache and an indexer key cache
+    /// of their own (the others read their source's).
+    pub kv_sources: Vec<u64>,
+    pub index_sources: Vec<u64>,
+    pub index_heads: u64,
+    pub index_head_dim: u64,
+    pub index_topk: u64,
+    /// Draft layers shipped with the checkpoint (DSpark stages).
+    pub draft_layers: u64,
+    pub engram: Option<Engram>,
+}
+
+/// DeepSeek-V4.1's Engram tables (`vllm/models/deepseek_v41/common/engram.py`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Engram {
+    pub layers: Vec<u64>,
+    /// Rows of each layer's table (`engram_num_embeddings`).
+    pub rows: Vec<u64>,
+    /// Rows a token reads in each layer: n-gram orders 2..=max times heads.
+    pub lookups_per_token: u64,
+    /// Values a row (`engram_head_dim`).
+    pub head_dim: u64,
+    /// Bytes a row: `head_dim` fp8 values and one 8-bit scale a 32.
+    pub row_bytes: u64,
+}
+
+impl Engram {
+    /// Bytes of all tables.
+    pub fn table_bytes(&self) -> u64 {
+        self.rows.iter().sum::<u64>() * self.row_bytes
+    }
+}
+
 /// A model with every figure the engine and cost model need.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Model {
@@ -269,6 +361,12 @@ pub struct Model {
     /// A hybrid model's recurrent layers; `None` when every layer is
     /// attention and MLP.
     pub recurrent: Option<Recurrent>,
+    /// DeepSeek-V4.1's sparse latent attention and Engram; `None` otherwise.
+    pub sparse: Option<SparseLatent>,
+    /// Bits a routed expert's weight takes when the experts ship in another
+    /// format than the other linear layers (MXFP4: 4 bits and one 8-bit
+    /// scale per 32 values).
+    pub expert_weight_bits: Option<f64>,
 }
 
 /// Parameter counts by where they live, so weights can be sharded correctly.
@@ -483,6 +581,93 @@ impl Model {
                 })
             }
         };
+        let list = |key: &str, v: &Option<Vec<i64>>| -> Result<Vec<u64>, (String, String)> {
+            v.as_deref()
+                .unwrap_or(&[])
+                .iter()
+                .map(|&x| {
+                    u64::try_from(x).map_err(|_| {
+                        (
+                            key.to_string(),
+                            format!("must not hold a negative value, found {x}"),
+                        )
+                    })
+                })
+                .collect()
+        };
+        let sparse = match &config.compress_ratios {
+            None => None,
+            Some(_) => {
+                let ratios = list("compress_ratios", &config.compress_ratios)?;
+                if (ratios.len() as u64) < layers || ratios.iter().any(|r| *r > 2) {
+                    return Err((
+                        "compress_ratios".into(),
+                        format!(
+                            "needs one ratio of 0, 1 or 2 for each of the {layers} layers (the draft layers may follow)"
+                        ),
+                    ));
+                }
+                let kv_sources = list("kv_source_layer_ids", &config.kv_source_layer_ids)?;
+                let index_sources = list("index_source_layer_ids", &config.index_source_layer_ids)?;
+                if kv_sources.is_empty()
+                    || kv_sources
+                        .iter()
+                        .any(|&l| l >= layers || ratios[l as usize] == 0)
+                {
+                    return Err((
+                        "kv_source_layer_ids".into(),
+                        "must name layers that compress their history (ratio 1 or 2)".into(),
+                    ));
+                }
+                let engram = match &config.engram_layer_ids {
+                    None => None,
+                    Some(_) => {
+                        let layers_e = list("engram_layer_ids", &config.engram_layer_ids)?;
+                        let rows = list("engram_num_embeddings", &config.engram_num_embeddings)?;
+                        if rows.len() != layers_e.len() || layers_e.is_empty() {
+                            return Err((
+                                "engram_num_embeddings".into(),
+                                "needs one table size for each Engram layer".into(),
+                            ));
+                        }
+                        let max_ngram = positive(
+                            "engram_max_ngram_size",
+                            config.engram_max_ngram_size.unwrap_or(0),
+                        )?;
+                        let heads = positive("engram_n_heads", config.engram_n_heads.unwrap_or(0))?;
+                        let dim = positive("engram_head_dim", config.engram_head_dim.unwrap_or(0))?;
+                        Some(Engram {
+                            layers: layers_e,
+                            rows,
+                            lookups_per_token: max_ngram.saturating_sub(1).max(1) * heads,
+                            head_dim: dim,
+                            row_bytes: dim + dim.div_ceil(32),
+                        })
+                    }
+                };
+                Some(SparseLatent {
+                    latent: head_dim,
+                    sliding_window: positive("sliding_window", config.sliding_window.unwrap_or(0))?,
+                    draft_layers: ratios.len() as u64 - layers,
+                    ratios: ratios[..layers as usize].to_vec(),
+                    kv_sources,
+                    index_sources,
+                    index_heads: positive("index_n_heads", config.index_n_heads.unwrap_or(0))?,
+                    index_head_dim: positive("index_head_dim", config.index_head_dim.unwrap_or(0))?,
+                    index_topk: positive("index_topk", config.index_topk.unwrap_or(0))?,
+                    engram,
+                })
+            }
+        };
+        let expert_weight_bits = config
+            .quantization_config
+            .as_ref()
+            .and_then(|q| q.expert_dtype.as_deref())
+            .and_then(|d| match d {
+                "fp4" | "mxfp4" => Some(4.25),
+                "fp8" => Some(8.0),
+                _ => None,
+            });
         let mut model = Model {
             name: name.to_string(),
             architecture: config.architectures.first().cloned().unwrap_or_default(),
@@ -513,6 +698,8 @@ impl Model {
             weight_dtype,
             params: ParamCounts::default(),
             recurrent,
+            sparse,
+            expert_weight_bits,
         };
         model.params = count_params(&model, config);
         Ok(model)
@@ -640,6 +827,55 @@ fn count_params(model: &Model, config: &HfConfig) -> ParamCounts {
             dense,
             experts: 0,
             moe_shared: 0,
+            mtp: 0,
+        };
+    }
+    if let (Some(sp), Some(q_rank), Some(o_rank), Some(o_groups)) = (
+        &model.sparse,
+        config.q_lora_rank,
+        config.o_lora_rank,
+        config.o_groups,
+    ) {
+        // DeepSeek-V4.1's attention (`vllm/models/deepseek_v41/attention.py`):
+        // wq_a to the query rank, wkv to the latent, wq_b to every head's
+        // latent-wide query, wo_a from each group of heads to the output
+        // rank, wo_b back to the hidden size; per kv source a compressor to
+        // the compressed latent (twice as wide at ratio 2) and the
+        // indexer's key projection; per index source the indexer's query
+        // projection and head weights; per Engram layer its wkv from the
+        // rows a token looks up to the 4 + 1 residual streams (6,144 →
+        // 25,600). mHC's small mixing weights are left out.
+        let (q_rank, o_rank, o_groups) = (
+            q_rank.max(0) as u64,
+            o_rank.max(0) as u64,
+            o_groups.max(1) as u64,
+        );
+        let attention = h * q_rank
+            + h * sp.latent
+            + q_rank * heads * sp.latent
+            + heads * sp.latent * o_rank
+            + o_groups * o_rank * h;
+        let compressors: u64 = sp
+            .kv_sources
+            .iter()
+            .map(|&l| {
+                let wide = if sp.ratios[l as usize] == 2 { 2 } else { 1 };
+                h * wide * sp.latent + sp.latent * sp.index_head_dim
+            })
+            .sum();
+        let indexers = sp.index_sources.len() as u64
+            * (q_rank * sp.index_heads * sp.index_head_dim + h * sp.index_heads);
+        let engram = sp.engram.as_ref().map_or(0, |e| {
+            e.layers.len() as u64 * e.lookups_per_token * e.head_dim * (5 * h)
+        });
+        let dense = model.layers * (attention + norms) + compressors + indexers + engram + h;
+        let experts = model.layers * model.experts * expert;
+        let moe_shared = model.layers * (shared + router);
+        return ParamCounts {
+            embedding,
+            dense,
+            experts,
+            moe_shared,
             mtp: 0,
         };
     }

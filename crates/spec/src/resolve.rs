@@ -108,6 +108,43 @@ pub struct EngineConfig {
     /// A hybrid model's recurrent state (see [`HybridState`]); `None` for
     /// models whose layers all keep KV per token.
     pub hybrid: Option<HybridState>,
+    /// DeepSeek-V4.1's cache (see [`SparseCache`]).
+    pub sparse: Option<SparseCache>,
+}
+
+/// DeepSeek-V4.1's KV cache, Engram residency and parallelism as vLLM
+/// 0.31.0 sets them up (`vllm/models/deepseek_v41/`; the layout and its
+/// figures: `research/deepseek-v4.1-in-vllm-0.31.0.md` section 2).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SparseCache {
+    /// `sm100` (mega attention, nvfp4-packed compressed latents) or `sm90`.
+    pub layout: String,
+    /// Bytes of one compressed latent state and of one window record.
+    pub compressed_state_bytes: u64,
+    pub window_record_bytes: u64,
+    /// Bytes a block of the full group holds (compressed latents and
+    /// indexer keys of every kv-source layer): a block id's size.
+    pub full_block_bytes: u64,
+    /// The window cache's page (32 tokens) and its groups sharing the pool.
+    pub window_page_bytes: u64,
+    pub window_groups: u64,
+    /// Window blocks a decoding request holds per window group (the 128
+    /// window plus the token being computed, in 32-token blocks), and the
+    /// one compressor ring block.
+    pub window_blocks_per_group: u64,
+    pub ring_blocks: u64,
+    /// `swa_bounded_replay` as resolved, and the tokens a prefix hit
+    /// recomputes (the window) with it.
+    pub swa_bounded_replay: bool,
+    pub prefix_replay_tokens: u64,
+    /// Sequence parallelism the model turns on itself.
+    pub sequence_parallel: bool,
+    /// Where the Engram tables live: `gpu`, `host-shared` (one copy a
+    /// node), `host-split` (split across the node's replicas) or `host`
+    /// (one copy a replica); `none` without Engram.
+    pub engram_residency: String,
+    pub engram_gpu_bytes_per_rank: u64,
+    pub engram_host_bytes_per_node: u64,
 }
 
 /// How a hybrid model's Mamba2 states are kept, as vLLM 0.31.0 resolves
@@ -814,6 +851,32 @@ pub fn resolve_pool(
             origin: "derived",
         });
     }
+    let sparse = model.sparse.as_ref().map(|sp| {
+        resolve_sparse(
+            sp,
+            e,
+            layout,
+            chip,
+            &cache_dtype,
+            &mut settings,
+            &mut overrides,
+        )
+    });
+    let block_size = match &sparse {
+        Some(sc) => {
+            let backend_block = if sc.layout == "sm100" { 128 } else { 64 };
+            if backend_block != block_size {
+                overrides.push(Override {
+                    field: "block_size".into(),
+                    requested: block_size.to_string(),
+                    resolved: backend_block.to_string(),
+                    reason: "DeepSeek-V4.1's sparse attention and indexer take only this block on this GPU; vLLM picks the block every backend accepts (vllm/platforms/interface.py)".into(),
+                });
+            }
+            backend_block
+        }
+        None => block_size,
+    };
     let prefix_reuse_tokens = if pack.features.sub_block_prefix_reuse {
         prefix_reuse_tokens
     } else {
@@ -868,6 +931,7 @@ pub fn resolve_pool(
         weight_bits,
         lmcache_chunk_tokens: None,
         hybrid,
+        sparse,
     };
     let (memory, kv) = memory_and_kv(pack, pool, layout, chip, model, &engine);
     let mut labels = pool.labels.clone();
@@ -907,7 +971,14 @@ fn weights_per_rank(layout: &PoolLayout, model: &Model, engine: &EngineConfig) -
     } else {
         1.0
     };
-    let experts = p.experts as f64 * bytes / expert_share / pp * redundancy;
+    let expert_bytes = model.expert_weight_bits.map_or(bytes, |b| b / 8.0);
+    let experts = p.experts as f64 * expert_bytes / expert_share / pp * redundancy;
+    // DeepSeek-V4.1's Engram tables, when kept in GPU memory, load with
+    // the weights.
+    let engram = engine
+        .sparse
+        .as_ref()
+        .map_or(0.0, |s| s.engram_gpu_bytes_per_rank as f64);
     let shared = p.moe_shared as f64 * bytes / tp / pp;
     let mut draft = 0.0;
     if let Some(method) = &engine.spec_method {
@@ -924,7 +995,7 @@ fn weights_per_rank(layout: &PoolLayout, model: &Model, engine: &EngineConfig) -
             draft = (layer + 3.0 * h * h + model.vocab_size as f64 * h) * 2.0 / tp;
         }
     }
-    (embedding + dense + experts + shared, draft)
+    (embedding + dense + experts + shared + engram, draft)
 }
 
 fn memory_and_kv(
@@ -1126,6 +1197,184 @@ fn rbln_memory(
     }
 }
 
+/// DeepSeek-V4.1's cache as vLLM 0.31.0 sets it up on this chip; records
+/// what it resolved in `settings` and `overrides`.
+#[allow(clippy::too_many_arguments)]
+fn resolve_sparse(
+    sp: &crate::model::SparseLatent,
+    e: &crate::deployment::Engine,
+    layout: &PoolLayout,
+    chip: &Chip,
+    cache_dtype: &str,
+    settings: &mut Vec<Setting>,
+    overrides: &mut Vec<Override>,
+) -> SparseCache {
+    // Blackwell (compute capability 10.x) runs mega attention by default,
+    // which packs compressed latents as nvfp4 (288 bytes) and window
+    // records as MXFP8 (528 bytes), aligned to 512; other GPUs keep the
+    // V4 records (584 bytes), aligned to 576, in 64-token blocks
+    // (`attention.py` `_state_bytes`, `sparse_swa.py`, `sparse_mla.py`).
+    let sm100 = chip
+        .compute_capability
+        .as_deref()
+        .and_then(|c| c.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok())
+        .is_some_and(|m| m >= 10);
+    let (block, align, compressed, record) = if sm100 {
+        (
+            128u64,
+            512u64,
+            if cache_dtype == "fp8_ds_mla" {
+                528u64
+            } else {
+                288
+            },
+            528u64,
+        )
+    } else {
+        (64, 576, 584, 584)
+    };
+    let round_up = |x: u64| x.div_ceil(align) * align;
+    // The FP8 indexer key: 128 values and one fp32 scale (132 bytes).
+    let index_key = sp.index_head_dim + 4;
+    let full_block_bytes: u64 = sp
+        .kv_sources
+        .iter()
+        .map(|&l| {
+            let ratio = sp.ratios[l as usize].max(1);
+            round_up(block / ratio * compressed) + round_up(block / ratio * index_key)
+        })
+        .sum();
+    let window_page = round_up(32 * record);
+    let window_layers = sp.ratios.len() as u64;
+    let per_group = (full_block_bytes / window_page).max(1);
+    let window_groups = window_layers.div_ceil(per_group);
+    // A decode step's window spans the 127 tokens before and the one being
+    // computed: 5 blocks of 32 at most.
+    let window_blocks_per_group = sp.sliding_window.div_ceil(32) + 1;
+    let ring_blocks = u64::from(sp.kv_sources.iter().any(|&l| sp.ratios[l as usize] == 2));
+    // swa_bounded_replay: on by default under model runner V2; vLLM turns
+    // it off under prefill context parallelism (`attention.py`).
+    let requested = e.swa_bounded_replay;
+    let replay = requested.unwrap_or(true) && layout.pcp <= 1;
+    if requested == Some(true) && !replay {
+        overrides.push(Override {
+            field: "swa_bounded_replay".into(),
+            requested: "true".into(),
+            resolved: "false".into(),
+            reason: "vLLM turns bounded replay off under prefill context parallelism".into(),
+        });
+    } else {
+        put(
+            settings,
+            "swa_bounded_replay",
+            replay.to_string(),
+            requested.is_some(),
+        );
+    }
+    settings.push(Setting {
+        key: "prefix_replay_tokens".into(),
+        value: if replay { sp.sliding_window } else { 0 }.to_string(),
+        origin: "derived",
+    });
+    // The model's own sequence parallelism (`nvidia/model.py`): one stage,
+    // expert parallelism, tensor parallelism, and a mega-MoE backend or
+    // data parallelism.
+    let mega = matches!(
+        e.moe_backend.as_deref(),
+        Some(
+            "deep_gemm_mega_moe"
+                | "flashinfer_moe_ep_mega_deep_gemm"
+                | "flashinfer_moe_ep_mega_cutedsl"
+        )
+    );
+    let ep = layout.expert_parallel_width > 1;
+    let sequence_parallel = layout.pp == 1 && ep && layout.tp > 1 && (mega || layout.dp > 1);
+    settings.push(Setting {
+        key: "sequence_parallel (DeepSeek-V4.1)".into(),
+        value: sequence_parallel.to_string(),
+        origin: "derived",
+    });
+    // Engram: tables in pinned host memory unless `cpu_offload: false`;
+    // shared by a node's replicas by default when there are several.
+    let (residency, gpu, host) = match &sp.engram {
+        None => ("none".to_string(), 0, 0),
+        Some(engram) => {
+            let table = engram.table_bytes();
+            let cfg = e.engram_config.clone().unwrap_or_default();
+            let cpu = cfg.cpu_offload.unwrap_or(true);
+            let thp = cfg.use_thp.unwrap_or(false);
+            let shared = cfg.dp_shared_memory.unwrap_or(cpu && !thp && layout.dp > 1);
+            // Replicas on a node form the Engram-DP group that splits the
+            // heads when the tables are not shared.
+            let per_node = if layout.dp_local > 0 {
+                layout.dp_local
+            } else {
+                layout.dp
+            };
+            let edp = if shared {
+                1
+            } else {
+                gcd(layout.dp.max(1), per_node.max(1))
+            };
+            let shards = layout.tp * edp;
+            let part = engram.lookups_per_token.div_ceil(shards.max(1));
+            let per_rank = table as f64 * part as f64 / engram.lookups_per_token as f64;
+            let (residency, gpu, host) = if !cpu {
+                ("gpu", per_rank as u64, 0)
+            } else if shared {
+                ("host-shared", 0, table)
+            } else if edp > 1 {
+                ("host-split", 0, table)
+            } else {
+                ("host", 0, table.saturating_mul(per_node.max(1)))
+            };
+            settings.push(Setting {
+                key: "engram_config".into(),
+                value: format!(
+                    "tables {:.2} GB in {}: {} bytes of GPU memory a rank, {} bytes of host memory a node",
+                    table as f64 / 1e9,
+                    residency,
+                    gpu,
+                    host
+                ),
+                origin: if e.engram_config.is_some() { "stated" } else { "default" },
+            });
+            (residency.to_string(), gpu, host)
+        }
+    };
+    settings.push(Setting {
+        key: "sparse_cache_blocks".into(),
+        value: format!(
+            "blocks of {block} tokens of {full_block_bytes} bytes; a decoding request holds its context's blocks, {} window blocks ({window_groups} groups of {} layers, {} blocks each) and {ring_blocks} compressor ring block",
+            window_groups * window_blocks_per_group,
+            per_group.min(window_layers),
+            window_blocks_per_group
+        ),
+        origin: "derived",
+    });
+    SparseCache {
+        layout: if sm100 { "sm100" } else { "sm90" }.into(),
+        compressed_state_bytes: compressed,
+        window_record_bytes: record,
+        full_block_bytes,
+        window_page_bytes: window_page,
+        window_groups,
+        window_blocks_per_group,
+        ring_blocks,
+        swa_bounded_replay: replay,
+        prefix_replay_tokens: if replay { sp.sliding_window } else { 0 },
+        sequence_parallel,
+        engram_residency: residency,
+        engram_gpu_bytes_per_rank: gpu,
+        engram_host_bytes_per_node: host,
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// The Mamba2 side of a hybrid pool as vLLM 0.31.0 sets it up.
 fn resolve_hybrid(
     r: &crate::model::Recurrent,
@@ -1212,9 +1461,6 @@ fn resolve_hybrid(
 }
 
 fn lcm(a: u64, b: u64) -> u64 {
-    fn gcd(a: u64, b: u64) -> u64 {
-        if b == 0 { a } else { gcd(b, a % b) }
-    }
     a / gcd(a, b).max(1) * b
 }
 
@@ -1249,6 +1495,10 @@ fn kv_capacity(
         }
     }
     let per_token_rank = per_layer_rank * (layers_per_rank + draft_layers);
+    let per_token_rank = match &engine.sparse {
+        Some(sc) => sc.full_block_bytes as f64 / engine.block_size as f64,
+        None => per_token_rank,
+    };
     let block_bytes = match &engine.hybrid {
         // A hybrid's groups share one pool: a block id holds one page of
         // `group_layers` layers in every group, the Mamba page padded to

@@ -1321,6 +1321,10 @@ mod rule_checks {
         moe_backend_unknown:
             base(), colocated(TP8, "moe_backend: warp_speed")
             => [warn("moe-backend-known", "pools[0].engine.moe_backend")];
+        /// A mega-MoE backend exists only under expert parallelism.
+        mega_moe_without_expert_parallel:
+            base(), colocated(TP8, "moe_backend: deep_gemm_mega_moe")
+            => [err("mega-moe-needs-expert-parallel", "pools[0].engine.moe_backend")];
         /// Every soft and hard name above, spelled as the release spells it.
         known_names_are_clean:
             base(), colocated_with(DCP8,

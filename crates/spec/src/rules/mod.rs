@@ -49,6 +49,7 @@ pub const RULE_CODES: &[&str] = &[
     "swa-bounded-replay-unsupported",
     "swa-bounded-replay-ignored",
     "engram-config-unsupported",
+    "mega-moe-needs-expert-parallel",
     "engram-config-without-engram",
     "load-balancing-external-needs-experts",
     "load-balancing-hybrid-needs-dp-local",
@@ -309,6 +310,22 @@ fn pool_rules(
             "moe-backend-known",
             false,
         );
+        // The mega-MoE path fuses dispatch into its expert kernel and exists
+        // only under expert parallelism (`deepseek_v4/nvidia/model.py`:
+        // NotImplementedError without --enable-expert-parallel).
+        if matches!(
+            b.as_str(),
+            "deep_gemm_mega_moe"
+                | "flashinfer_moe_ep_mega_deep_gemm"
+                | "flashinfer_moe_ep_mega_cutedsl"
+        ) && !p.enable_expert_parallel
+        {
+            problems.push(ctx.source.error(
+                &at("engine.moe_backend"),
+                "mega-moe-needs-expert-parallel",
+                format!("`{b}` runs only with expert parallelism (parallel.enable_expert_parallel: true); vLLM refuses it otherwise"),
+            ));
+        }
     }
 
     // Decode-context interleave must tile a block when no connector moves KV.
@@ -476,7 +493,10 @@ fn pool_rules(
             ),
         ));
     }
-    let is_deepseek_v41 = model.name.contains("deepseek-v4");
+    // DeepSeek-V4.1 is the model with a sliding-window latent cache and
+    // Engram tables (`model.sparse`).
+    let is_deepseek_v41 = model.sparse.is_some();
+    let has_engram = model.sparse.as_ref().is_some_and(|s| s.engram.is_some());
     if let Some(value) = e.swa_bounded_replay {
         if !features.has_swa_bounded_replay {
             problems.push(ctx.source.error(
@@ -502,7 +522,7 @@ fn pool_rules(
                 "engram-config-unsupported",
                 format!("{} has no --engram-config", ctx.pack.name),
             ));
-        } else if !is_deepseek_v41 {
+        } else if !has_engram {
             problems.push(ctx.source.error(
                 &at("engine.engram_config"),
                 "engram-config-without-engram",
