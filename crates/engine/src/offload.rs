@@ -462,30 +462,20 @@ impl OffloadManager {
     }
 
     /// A promotion's copy into this tier is over (`complete_write`, which
-    /// is `complete_store`): the chunk becomes ready and evictable, or is
-    /// dropped if the copy failed. 0.29.0's LRU appends a completed chunk
-    /// to the evictable list's end; 0.31.0 keeps the rank it was inserted
-    /// with.
-    pub fn complete_write(&mut self, key: u64, success: bool, log: Option<&mut KvEventBatch>) {
+    /// is `complete_store` with success: a secondary tier's reads do not
+    /// fail here): the chunk becomes ready and evictable, keeping the rank
+    /// it was inserted with (vLLM 0.31.0's policies; only 0.31.0's tiering
+    /// is simulated, so no other release promotes).
+    pub fn complete_write(&mut self, key: u64, log: Option<&mut KvEventBatch>) {
         let Some(chunk) = self.get_mut(key) else {
             return;
         };
         if !chunk.writing {
             return;
         }
-        if !success {
-            if self.t1.remove(key).is_none() {
-                self.t2.remove(key);
-            }
-            self.pinned -= 1;
-            return;
-        }
         chunk.writing = false;
         if !chunk.pinned() {
             self.pinned -= 1;
-        }
-        if self.config.release == Release::V0_29_0 && self.config.policy == EvictionPolicy::Lru {
-            self.t1.get_mut(key);
         }
         if let Some(log) = log {
             log.stored(Medium::Cpu, None, &[key], []);

@@ -334,7 +334,7 @@ impl Tiering {
                 let job = self.jobs.remove(job_id).expect("job found");
                 if job.promotion {
                     for &key in &job.keys {
-                        primary.complete_write(key, true, log.as_deref_mut());
+                        primary.complete_write(key, log.as_deref_mut());
                     }
                 } else {
                     primary.unpin_reads(&job.keys);
