@@ -1358,7 +1358,7 @@ pub fn render_text(summary: &Summary) -> String {
             pc.lmcache_stored_bytes / GIB
         ));
     }
-    if pc.router_predicted_tokens > 0 {
+    if pc.router_predicted_tokens + pc.routed_found_tokens > 0 {
         out.push_str(&format!(
             "router's prefix estimate: {:.1}% of prompt tokens cached on the engines it picked; they found {:.1}% (HBM and offload tiers)\n",
             pc.router_predicted_hit_rate * 100.0,
@@ -1580,13 +1580,75 @@ mod stage_tests {
         let mut r = done(3, 0);
         r.cached_tokens = 100;
         a.record(&r);
-        let pc = a.summary(&RunStats::default(), info()).prefix_cache;
+        let summary = a.summary(&RunStats::default(), info());
+        let pc = &summary.prefix_cache;
         assert_eq!(
             (pc.router_predicted_tokens, pc.routed_found_tokens),
             (100, 150)
         );
         assert!((pc.router_predicted_hit_rate - 0.5).abs() < 1e-12);
         assert!((pc.routed_found_hit_rate - 0.75).abs() < 1e-12);
+        assert!(super::render_text(&summary).contains(
+            "router's prefix estimate: 50.0% of prompt tokens cached on the engines it picked; they found 75.0%"
+        ));
+        // A router that believed nothing while the engines found something
+        // is still said.
+        let mut a = Aggregator::default();
+        let mut r = done(1, 0);
+        (r.router_cached_tokens, r.cached_tokens) = (Some(0), 40);
+        a.record(&r);
+        assert!(super::render_text(&a.summary(&RunStats::default(), info())).contains(
+            "router's prefix estimate: 0.0% of prompt tokens cached on the engines it picked; they found 40.0%"
+        ));
+        // Without a prefix scorer: no figures (0, not 0/0) and no line.
+        let mut a = Aggregator::default();
+        a.record(&done(1, 0));
+        let summary = a.summary(&RunStats::default(), info());
+        let pc = &summary.prefix_cache;
+        assert_eq!(
+            (pc.router_predicted_hit_rate, pc.routed_found_hit_rate),
+            (0.0, 0.0)
+        );
+        assert!(!super::render_text(&summary).contains("router's prefix estimate"));
+    }
+
+    /// The secondary offload tiers' line is there when a tier took or
+    /// refused a chunk, with the counts and bytes summed over cores.
+    #[test]
+    fn the_secondary_tiers_line_sums_their_chunks_and_bytes() {
+        let mut a = Aggregator::default();
+        a.record(&done(1, 0));
+        let gib = 1024.0 * 1024.0 * 1024.0;
+        let core = |written: u64, failed: u64| pdsim_cluster::CoreStats {
+            tier_written_chunks: written,
+            tier_failed_writes: failed,
+            tier_promoted_chunks: 2,
+            tier_written_bytes: gib,
+            tier_read_bytes: gib / 2.0,
+            ..Default::default()
+        };
+        let stats = RunStats {
+            cores: vec![core(3, 0), core(0, 1)],
+            ..Default::default()
+        };
+        let text = super::render_text(&a.summary(&stats, info()));
+        assert!(
+            text.contains("secondary offload tiers: 3 chunks written (2.00 GiB), 1 refused as full; 4 promoted back to host memory (1.00 GiB read)"),
+            "{text}"
+        );
+        // Only refusals still say so; nothing written or refused, no line.
+        let stats = RunStats {
+            cores: vec![core(0, 1)],
+            ..Default::default()
+        };
+        assert!(super::render_text(&a.summary(&stats, info())).contains("0 chunks written"));
+        let stats = RunStats {
+            cores: vec![core(0, 0)],
+            ..Default::default()
+        };
+        assert!(
+            !super::render_text(&a.summary(&stats, info())).contains("secondary offload tiers")
+        );
     }
 
     /// A completed request: arrival, first token, last token and finish
