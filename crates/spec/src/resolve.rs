@@ -1280,14 +1280,10 @@ fn resolve_sparse(
     // The model's own sequence parallelism (`nvidia/model.py`): one stage,
     // expert parallelism, tensor parallelism, and a mega-MoE backend or
     // data parallelism.
-    let mega = matches!(
-        e.moe_backend.as_deref(),
-        Some(
-            "deep_gemm_mega_moe"
-                | "flashinfer_moe_ep_mega_deep_gemm"
-                | "flashinfer_moe_ep_mega_cutedsl"
-        )
-    );
+    let mega = e
+        .moe_backend
+        .as_deref()
+        .is_some_and(crate::rules::is_mega_moe);
     let ep = layout.expert_parallel_width > 1;
     let sequence_parallel = layout.pp == 1 && ep && layout.tp > 1 && (mega || layout.dp > 1);
     settings.push(Setting {

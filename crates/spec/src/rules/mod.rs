@@ -23,6 +23,17 @@ pub struct RuleContext<'a> {
 
 /// Every rule's code, for documentation and for the test that each has a
 /// negative case.
+/// Whether a `moe_backend` runs the mega-MoE path (`MEGA_MOE_BACKENDS`,
+/// `vllm/config/kernel.py` in 0.29.0 and 0.31.0).
+pub fn is_mega_moe(backend: &str) -> bool {
+    matches!(
+        backend,
+        "deep_gemm_mega_moe"
+            | "flashinfer_moe_ep_mega_deep_gemm"
+            | "flashinfer_moe_ep_mega_cutedsl"
+    )
+}
+
 pub const RULE_CODES: &[&str] = &[
     "all2all-backend-known",
     "allreduce-backend-known",
@@ -313,13 +324,7 @@ fn pool_rules(
         // The mega-MoE path fuses dispatch into its expert kernel and exists
         // only under expert parallelism (`deepseek_v4/nvidia/model.py`:
         // NotImplementedError without --enable-expert-parallel).
-        if matches!(
-            b.as_str(),
-            "deep_gemm_mega_moe"
-                | "flashinfer_moe_ep_mega_deep_gemm"
-                | "flashinfer_moe_ep_mega_cutedsl"
-        ) && !p.enable_expert_parallel
-        {
+        if is_mega_moe(b) && !p.enable_expert_parallel {
             problems.push(ctx.source.error(
                 &at("engine.moe_backend"),
                 "mega-moe-needs-expert-parallel",
