@@ -35,6 +35,12 @@ Families, each aimed at one group of decisions:
                (kv: produce, one output token, blocks held until
                kv_ready_step), decode-side ones (kv: consume, KV arriving at
                kv_ready_step) and local ones, a tight pool half the time
+  hybrid       a hybrid model's Mamba groups (0.31.0 only): states cached at
+               block boundaries, chunks cut to reach them, hits only where
+               every group kept a state, shared prefixes and resent prompts
+  hybrid-async the same under async scheduling
+  hybrid-press the same in a tight pool (preemption), fcfs and priority
+  hybrid-none  prefix caching off: one state block a group, updated in place
 """
 
 import argparse
@@ -58,7 +64,13 @@ FAMILIES = [
     "pd",
     "pd-gate",
     "nochunk",
+    "hybrid",
+    "hybrid-async",
+    "hybrid-press",
+    "hybrid-none",
 ]
+# vLLM 0.31.0's MambaManager is the one pdsim follows.
+HYBRID_RELEASES = {"0.31.0"}
 
 
 def prompt_pool(rng, n, lo, hi):
@@ -200,6 +212,26 @@ def case(rng, family, release):
     elif family == "pd":
         roles = rng.choice(["produce", "consume", "both"])
         max_out = rng.choice([4, 12, 24])
+    elif family.startswith("hybrid"):
+        # Blocks stand for Mamba-aligned attention blocks (1,040 tokens for
+        # Nemotron-H-8B), so prompts span several and budgets are cut
+        # around them.
+        share_p = 0.8
+        cfg["max_num_batched_tokens"] = rng.choice([32, 48, 64, 100, 256])
+        cfg["long_prefill_token_threshold"] = rng.choice([0, 0, 0, 24, 40])
+        max_prompt = rng.choice([100, 200, 320])
+        max_out = rng.choice([8, 24, 40])
+        cfg["enable_prefix_caching"] = family != "hybrid-none"
+        cfg["async_scheduling"] = family == "hybrid-async" or (
+            family in ("hybrid-press", "hybrid-none") and rng.random() < 0.5
+        )
+        if family == "hybrid-press" and rng.random() < 0.5:
+            cfg["scheduling_policy"] = "priority"
+            prio = True
+        cfg["mamba"] = {
+            "groups": rng.randint(1, 6),
+            "mode": "align" if cfg["enable_prefix_caching"] else "none",
+        }
     else:
         raise ValueError(family)
 
@@ -248,7 +280,12 @@ def case(rng, family, release):
     # one request alone (vLLM would wait forever; so would pdsim).
     need = max(-(-(len(r["prompt"]) + r["max_tokens"] + spec_k + 1) // bs) for r in reqs)
     total = sum(-(-(len(r["prompt"]) + r["max_tokens"]) // bs) for r in reqs)
-    if family in ("press-fcfs", "press-prio", "async-press", "pd-gate") or (
+    if "mamba" in cfg:
+        # Up to two states a group a request, and a hit state besides.
+        states = 3 * cfg["mamba"]["groups"]
+        need += states
+        total += states * len(reqs)
+    if family in ("press-fcfs", "press-prio", "async-press", "pd-gate", "hybrid-press") or (
         family in ("mixed", "pd", "async-pd") and rng.random() < 0.5
     ):
         cfg["num_gpu_blocks"] = 1 + max(need + 1, rng.randint(need + 1, max(need + 2, total // 2)))
@@ -267,6 +304,8 @@ def main():
     # One stream per (release, family, index): adding a family or changing
     # the count leaves the other cases as they were.
     for family in FAMILIES:
+        if family.startswith("hybrid") and args.release not in HYBRID_RELEASES:
+            continue
         for i in range(args.per_family):
             rng = random.Random(f"{args.seed}/{args.release}/{family}/{i}")
             cfg, reqs = case(rng, family, args.release)

@@ -58,6 +58,7 @@ CONFIG_KEYS = {
     "async_scheduling",
     "speculative",
     "enable_chunked_prefill",
+    "mamba",
 }
 REQUEST_KEYS = {
     "id",
@@ -86,7 +87,7 @@ def load_config(path):
     unknown = set(cfg) - CONFIG_KEYS
     if unknown:
         raise InputError(f"{path}: unknown keys {sorted(unknown)}")
-    for key in CONFIG_KEYS - {"speculative", "enable_chunked_prefill"}:
+    for key in CONFIG_KEYS - {"speculative", "enable_chunked_prefill", "mamba"}:
         if key not in cfg:
             raise InputError(f"{path}: missing key `{key}`")
     if cfg["scheduling_policy"] not in ("fcfs", "priority"):
@@ -100,6 +101,17 @@ def load_config(path):
             )
         if not isinstance(spec.get("num_spec_tokens"), int) or spec["num_spec_tokens"] < 1:
             raise InputError(f"{path}: `speculative.num_spec_tokens` must be >= 1")
+    mamba = cfg.get("mamba")
+    if mamba is not None:
+        if set(mamba) != {"groups", "mode"}:
+            raise InputError(f"{path}: `mamba` takes `groups` and `mode`")
+        if mamba["mode"] not in ("align", "none"):
+            raise InputError(f"{path}: `mamba.mode` must be align or none")
+        if (mamba["mode"] == "align") != cfg["enable_prefix_caching"]:
+            raise InputError(
+                f"{path}: `mamba.mode` is align exactly when prefix caching is on "
+                "(MambaModelConfig.verify_and_update_config)"
+            )
     return cfg
 
 
@@ -176,6 +188,8 @@ class Harness:
             KVCacheConfig,
             KVCacheGroupSpec,
         )
+
+        mamba = cfg.get("mamba")
         from vllm.v1.structured_output import StructuredOutputManager
         from vllm.utils.hashing import sha256
 
@@ -243,28 +257,70 @@ class Harness:
         # the block size asked for, as a GPU engine would.
         vllm_config.cache_config.block_size = bs
         cache_config.num_gpu_blocks = cfg["num_gpu_blocks"]
+        attention = KVCacheGroupSpec(
+            ["layer"],
+            FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32),
+        )
+        groups = [attention]
+        extra_config = {}
+        if mamba is not None:
+            # A hybrid (Nemotron-H): its Mamba groups come first, as its
+            # first layer is a Mamba2 mixer (_get_kv_cache_groups_uniform_
+            # page_size keeps layer order), each state padded to the
+            # attention page. In align mode the state block is the
+            # attention block; in none mode it spans max_model_len
+            # (MambaModelConfig.verify_and_update_config). What the engine
+            # would resolve on its own is set by hand: the cache mode, and
+            # the retention interval get_kv_cache_config copies from the
+            # cache config (0 by default).
+            from vllm.v1.kv_cache_interface import MambaSpec
+
+            mode = mamba["mode"]
+            mamba_bs = bs if mode == "align" else cfg["max_model_len"]
+            page = attention.kv_cache_spec.page_size_bytes
+            groups = [
+                KVCacheGroupSpec(
+                    [f"mamba{g}"],
+                    MambaSpec(
+                        block_size=mamba_bs,
+                        shapes=((1,),),
+                        dtypes=(torch.float32,),
+                        page_size_padded=page,
+                        mamba_cache_mode=mode,
+                    ),
+                )
+                for g in range(mamba["groups"])
+            ] + [attention]
+            vllm_config.cache_config.mamba_cache_mode = mode
+            vllm_config.cache_config.mamba_block_size = mamba_bs
+            extra_config["prefix_cache_retention_interval"] = (
+                vllm_config.cache_config.prefix_cache_retention_interval
+            )
         kv_cache_config = KVCacheConfig(
             num_blocks=cfg["num_gpu_blocks"],
             kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(
-                    ["layer"],
-                    FullAttentionSpec(
-                        block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float32
-                    ),
-                )
-            ],
+            kv_cache_groups=groups,
+            **extra_config,
         )
         cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
         # `hash_block_size` is newer than 0.15.1's Scheduler.__init__.
         extra = {}
+        # The engine core's scheduler block size (`resolve_kv_cache_block_sizes`,
+        # vllm/v1/core/kv_cache_utils.py): one group's block, or the LCM of
+        # the groups' (a none-mode Mamba block spans max_model_len), hashes
+        # at the GCD when every Mamba group aligns.
+        sched_bs = bs
+        if mamba is not None and mamba["mode"] != "align":
+            import math
+
+            sched_bs = math.lcm(bs, cfg["max_model_len"])
         if "hash_block_size" in inspect.signature(cls.__init__).parameters:
-            extra["hash_block_size"] = bs
+            extra["hash_block_size"] = sched_bs
         self.sched = cls(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=bs,
+            block_size=sched_bs,
             log_stats=False,
             **extra,
         )
@@ -277,7 +333,7 @@ class Harness:
             self.request_extra["eos_token_id"] = None
         # sha256 over the pickled tokens: deterministic across processes.
         init_none_hash(sha256)
-        self.block_hasher = get_request_block_hasher(bs, sha256)
+        self.block_hasher = get_request_block_hasher(sched_bs, sha256)
         self.num_spec = spec["num_spec_tokens"] if spec else 0
         self.async_mode = cfg["async_scheduling"]
 

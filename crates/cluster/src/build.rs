@@ -231,6 +231,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         pad_spec_decode: e.pad_spec_decode,
         victim_blocks_must_be_freeable: e.victim_blocks_must_be_freeable,
         async_load_reserve: e.async_load_reserve,
+        mamba: None,
     }
 }
 

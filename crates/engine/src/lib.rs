@@ -10,6 +10,7 @@
 pub mod graph;
 pub mod kv;
 pub mod lmcache;
+pub mod mamba;
 pub mod offload;
 pub mod replay;
 pub mod scheduler;

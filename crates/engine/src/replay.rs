@@ -58,6 +58,16 @@ struct ReplayConfig {
     /// vLLM's `enable_chunked_prefill`, true when absent.
     #[serde(default)]
     enable_chunked_prefill: Option<bool>,
+    /// A hybrid model's Mamba groups (see [`crate::mamba`]).
+    #[serde(default)]
+    mamba: Option<Mamba>,
+}
+
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct Mamba {
+    groups: u32,
+    mode: String,
 }
 
 #[derive(serde::Deserialize, Debug)]
@@ -116,6 +126,26 @@ fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
         }
         if spec.num_spec_tokens == 0 {
             return Err(bad("speculative.num_spec_tokens", "must be at least 1"));
+        }
+    }
+    if let Some(m) = &cfg.mamba {
+        if m.groups == 0 {
+            return Err(bad("mamba.groups", "must be at least 1"));
+        }
+        if !matches!(m.mode.as_str(), "align" | "none") {
+            return Err(bad("mamba.mode", "must be align or none"));
+        }
+        if (m.mode == "align") != cfg.enable_prefix_caching {
+            return Err(bad(
+                "mamba.mode",
+                "vLLM runs align exactly when prefix caching is on, none when it is off",
+            ));
+        }
+        if cfg.speculative.is_some() {
+            return Err(bad(
+                "mamba",
+                "speculative decoding's extra state blocks are not simulated",
+            ));
         }
     }
     if pdsim_spec::rules::pack::for_version(&cfg.release).is_none() {
@@ -225,6 +255,15 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         pad_spec_decode: pack.features.pad_spec_decode,
         victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
         async_load_reserve: pack.features.async_load_reserve,
+        mamba: cfg.mamba.as_ref().map(|m| crate::mamba::MambaConfig {
+            groups: m.groups,
+            mode: if m.mode == "align" {
+                crate::mamba::MambaMode::Align
+            } else {
+                crate::mamba::MambaMode::None
+            },
+            block_size: cfg.block_size,
+        }),
     }
 }
 

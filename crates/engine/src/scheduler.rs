@@ -113,6 +113,9 @@ pub struct EngineConfig {
     /// How an async KV load is gated (the rules pack's
     /// `async_load_reserve`).
     pub async_load_reserve: AsyncLoadReserve,
+    /// A hybrid model's Mamba2 states (see [`crate::mamba`]); `None` when
+    /// every layer keeps KV per token.
+    pub mamba: Option<crate::mamba::MambaConfig>,
 }
 
 /// A request handed to the engine.
@@ -274,6 +277,8 @@ struct Req {
     lm: crate::lmcache::Tracker,
     /// The offload tier's state of the request, with the tier on.
     off: crate::offload::RequestState,
+    /// A hybrid's Mamba state blocks, with `EngineConfig::mamba`.
+    mamba: crate::mamba::Lane,
 }
 
 impl Req {
@@ -477,6 +482,14 @@ pub struct Engine {
     pub prefix_hits_tokens: u64,
     pub steps: u64,
     checks: u64,
+    /// A hybrid's state hashes cached by requests scheduled in this step
+    /// (`MambaManager.cached_blocks_this_step`): their states are written
+    /// by the step, so a request hitting one waits for the next.
+    mamba_cached_step: rustc_hash::FxHashSet<u64>,
+    /// The blocks of the state a waiting request's hit ends on, one a
+    /// Mamba group, from its lookup to its allocation.
+    mamba_hit: Vec<u32>,
+    mamba_newly: Vec<u64>,
 }
 
 impl Engine {
@@ -533,6 +546,9 @@ impl Engine {
             prefix_hits_tokens: 0,
             steps: 0,
             checks: 0,
+            mamba_cached_step: rustc_hash::FxHashSet::default(),
+            mamba_hit: Vec::new(),
+            mamba_newly: Vec::new(),
         }
     }
 
@@ -651,6 +667,7 @@ impl Engine {
             aborted: false,
             lm: crate::lmcache::Tracker::default(),
             off: crate::offload::RequestState::default(),
+            mamba: crate::mamba::Lane::default(),
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -769,6 +786,54 @@ impl Engine {
             hit -= 1;
         }
         (hit, shared.min(hit / per_block))
+    }
+
+    /// A hybrid's hit (see [`crate::mamba::longest_hit`]): the attention
+    /// group's `attention` blocks cut to the last state every Mamba group
+    /// holds, the state's blocks kept for the allocation and the junction
+    /// pinned on the request. Without Mamba layers the hit is as given.
+    fn hybrid_hit(&mut self, slot: u32, units: u32, attention: u32) -> (u32, u32) {
+        let Some(m) = self.config.mamba else {
+            return (units, attention);
+        };
+        self.mamba_hit.clear();
+        if !self.config.enable_prefix_caching {
+            return (0, 0);
+        }
+        let req = self.reqs[slot as usize].as_mut().expect("live slot");
+        let (hit, junction) = crate::mamba::longest_hit(
+            &self.pool,
+            m,
+            &req.hasher.hashes,
+            attention,
+            &mut self.mamba_hit,
+        );
+        req.mamba.junction = junction;
+        (hit, hit)
+    }
+
+    /// `_mamba_block_aligned_split` in align mode for a chunk of `n` tokens
+    /// from `start` (see [`crate::mamba::aligned_split`]); `n` otherwise.
+    fn mamba_split(&self, slot: u32, start: u32, n: u32) -> u32 {
+        match self.config.mamba {
+            Some(m) if m.mode == crate::mamba::MambaMode::Align => {
+                let r = self.req(slot);
+                let max_prefill = match self.config.long_prefill_token_threshold {
+                    0 => self.config.max_num_batched_tokens,
+                    t => t.min(self.config.max_num_batched_tokens),
+                };
+                crate::mamba::aligned_split(
+                    start,
+                    n,
+                    r.prompt_tokens,
+                    r.tokens(),
+                    r.mamba.junction,
+                    self.config.block_size,
+                    max_prefill,
+                )
+            }
+            _ => n,
+        }
     }
 
     /// Tokens of the prefix found in the offload tier right after the local
@@ -980,6 +1045,11 @@ impl Engine {
         new_tokens: u32,
         must_fit: u32,
     ) -> bool {
+        if self.config.mamba.is_some() {
+            // A hybrid's allocation frees old states on every call, so
+            // there is no path that decides nothing.
+            return self.allocate_hybrid(slot, hit_blocks, hit_tokens, new_tokens, must_fit);
+        }
         if hit_blocks == 0 {
             let req = self.req(slot);
             let base = req.computed.max(hit_tokens);
@@ -1099,6 +1169,120 @@ impl Engine {
         true
     }
 
+    /// [`Engine::allocate`] for a hybrid model: `KVCacheManager.allocate_slots`
+    /// (`vllm/v1/core/kv_cache_manager.py`) over the Mamba groups and the
+    /// attention group, which share the pool. The whole sequence must fit
+    /// first (`must_fit`); then the states the request has moved past are
+    /// freed (`remove_skipped_blocks`, even if the allocation then fails);
+    /// then the chunk's blocks must fit. The coordinator calls the Mamba
+    /// groups before the attention group (Nemotron-H's first layer is a
+    /// Mamba2 mixer, so its groups come first) when it touches, allocates
+    /// and caches.
+    fn allocate_hybrid(
+        &mut self,
+        slot: u32,
+        hit_blocks: u32,
+        hit_tokens: u32,
+        new_tokens: u32,
+        must_fit: u32,
+    ) -> bool {
+        let m = self.config.mamba.expect("a hybrid engine");
+        let bs = self.config.block_size;
+        let (held, computed, in_flight) = {
+            let r = self.req(slot);
+            (r.blocks.len() as u32, r.computed, r.in_flight)
+        };
+        let base = computed.max(hit_tokens);
+        let have = held + hit_blocks;
+        let state_hit = hit_blocks > 0 && !self.mamba_hit.is_empty();
+        let hit = state_hit.then(|| (hit_blocks - 1, self.mamba_hit.as_slice()));
+        let mut hit_free = 0;
+        {
+            let req = self.reqs[slot as usize].as_ref().expect("live slot");
+            for b in 0..hit_blocks as usize {
+                if let Some(block) = self.pool.lookup(req.hasher.hashes[b]) {
+                    hit_free += u32::from(self.pool.is_free(block));
+                }
+            }
+            // A state cached by a request scheduled earlier in this step
+            // is written by the step: `get_num_blocks_to_allocate` returns
+            // more blocks than the pool has.
+            if state_hit
+                && self
+                    .mamba_cached_step
+                    .contains(&req.hasher.hashes[(hit_blocks - 1) as usize])
+            {
+                return false;
+            }
+            if must_fit > new_tokens {
+                let need = self.blocks_short_with(base, must_fit, 0, have)
+                    + hit_free
+                    + req
+                        .mamba
+                        .blocks_to_allocate(&self.pool, m, base + must_fit, hit);
+                if need > self.pool.free() {
+                    return false;
+                }
+            }
+        }
+        {
+            let req = self.reqs[slot as usize].as_mut().expect("live slot");
+            req.mamba
+                .remove_skipped(&mut self.pool, m, base.saturating_sub(in_flight));
+        }
+        let alloc_new = self.blocks_short_with(base, new_tokens, 0, have);
+        let state_new =
+            self.req(slot)
+                .mamba
+                .blocks_to_allocate(&self.pool, m, base + new_tokens, hit);
+        if alloc_new + hit_free + state_new > self.pool.free() {
+            return false;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut newly = std::mem::take(&mut self.mamba_newly);
+        newly.clear();
+        {
+            let req = self.reqs[slot as usize].as_mut().expect("live slot");
+            if state_hit {
+                req.mamba
+                    .add_hit(&mut self.pool, hit_blocks - 1, &self.mamba_hit);
+            }
+            scratch.clear();
+            for b in 0..hit_blocks as usize {
+                if let Some(block) = self.pool.lookup(req.hasher.hashes[b]) {
+                    scratch.push(block);
+                }
+            }
+            for block in &scratch {
+                self.pool.touch(*block);
+            }
+            req.blocks.extend(scratch.iter());
+            req.cached_units = req.cached_units.max(hit_blocks);
+            req.mamba
+                .allocate(&mut self.pool, m, base + new_tokens, &mut scratch);
+            scratch.clear();
+            self.pool.allocate(alloc_new, &mut scratch);
+            req.blocks.extend(scratch.iter());
+            let upto = (base + new_tokens).min(req.tokens()) / bs * bs;
+            if self.config.enable_prefix_caching {
+                req.mamba.cache(
+                    &mut self.pool,
+                    m,
+                    upto,
+                    req.prompt_tokens,
+                    &req.hasher.hashes,
+                    &mut newly,
+                );
+            }
+        }
+        self.mamba_cached_step.extend(newly.iter().copied());
+        self.mamba_hit.clear();
+        self.scratch = scratch;
+        self.mamba_newly = newly;
+        self.cache_scheduled(slot, base + new_tokens);
+        true
+    }
+
     /// Frees a request's blocks (tail first, as `SingleTypeKVCacheManager.free`
     /// in `vllm/v1/core/single_type_kv_cache_manager.py` does) and forgets
     /// them.
@@ -1107,6 +1291,17 @@ impl Engine {
     /// kept referenced until that step is processed
     /// (`Scheduler._free_request_blocks`).
     fn free_blocks(&mut self, slot: u32) {
+        if let Some(m) = self.config.mamba {
+            // The Mamba groups come first in the coordinator's order.
+            let req = self.reqs[slot as usize].as_mut().expect("live slot");
+            if !req.mamba.is_empty() || req.mamba.junction > 0 {
+                debug_assert!(
+                    !self.config.defer_block_free,
+                    "a hybrid engine runs without a connector, so frees are never deferred"
+                );
+                req.mamba.free_all(&mut self.pool, m);
+            }
+        }
         if !self.blocks_can_be_freed(slot) {
             let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
             self.req_mut(slot).cached_units = 0;
@@ -1195,6 +1390,8 @@ impl Engine {
     /// nothing was scheduled.
     pub fn schedule(&mut self) -> Option<Batch> {
         self.scheduled.clear();
+        // `kv_cache_manager.new_step_starts()`.
+        self.mamba_cached_step.clear();
         self.step_connector_io = (0, 0);
         let mut budget = self.config.max_num_batched_tokens;
         let alone = self.running.len() + self.num_waiting() == 1;
@@ -1244,6 +1441,9 @@ impl Engine {
             n = n
                 .min(budget)
                 .min(self.config.max_model_len.saturating_sub(computed + 1));
+            // A chunk that cannot end where a state is cached waits
+            // (`continue`: later requests may still be scheduled).
+            n = self.mamba_split(slot, computed, n);
             if n == 0 {
                 i += 1;
                 continue;
@@ -1389,6 +1589,7 @@ impl Engine {
                     continue;
                 }
                 let (hit_units, hit_blocks) = self.prefix_hit(slot);
+                let (hit_units, hit_blocks) = self.hybrid_hit(slot, hit_units, hit_blocks);
                 let hit_tokens = hit_units * self.config.prefix_unit.max(1);
                 let (lm_external, lm_hit, lm_load) = self.lmcache_lookup(slot, hit_tokens);
                 let external = self.offload_hit(slot, hit_units);
@@ -1446,6 +1647,12 @@ impl Engine {
                     break;
                 }
                 n = n.min(budget);
+                // A new request whose chunk cannot end where a state is
+                // cached ends the waiting loop.
+                n = self.mamba_split(slot, base, n);
+                if n == 0 {
+                    break;
+                }
                 let must_fit = if self.config.reserve_full_prompt {
                     remaining
                 } else {
@@ -2345,7 +2552,7 @@ impl Engine {
             .reqs
             .iter()
             .flatten()
-            .map(|r| r.blocks.len() as u64)
+            .map(|r| (r.blocks.len() + r.mamba.held()) as u64)
             .sum::<u64>()
             + self
                 .deferred_frees
@@ -2454,6 +2661,7 @@ mod checker_tests {
             pad_spec_decode: PadSpecDecode::Never,
             victim_blocks_must_be_freeable: true,
             async_load_reserve: AsyncLoadReserve::None,
+            mamba: None,
         }
     }
 

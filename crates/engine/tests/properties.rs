@@ -244,6 +244,7 @@ fn engine_for(case: &Case) -> Engine {
             1 if case.spec.is_none() => pdsim_engine::AsyncLoadReserve::InFlightPrefills,
             _ => pdsim_engine::AsyncLoadReserve::InFlightPrefillsAndSpecStep,
         },
+        mamba: None,
     })
 }
 

@@ -51,6 +51,7 @@ pub fn config() -> EngineConfig {
         pad_spec_decode: pdsim_engine::PadSpecDecode::Never,
         victim_blocks_must_be_freeable: true,
         async_load_reserve: pdsim_engine::AsyncLoadReserve::None,
+        mamba: None,
     }
 }
 
