@@ -43,6 +43,7 @@ fn engine() -> Engine {
         pad_spec_decode: pdsim_engine::PadSpecDecode::Never,
         victim_blocks_must_be_freeable: true,
         async_load_reserve: pdsim_engine::AsyncLoadReserve::None,
+        mamba: None,
     })
 }
 

@@ -888,10 +888,10 @@ fn validate_reads_a_trace_to_its_end_without_simulating_it() {
 }
 
 /// The bundled hybrid model resolves (its states, blocks and cache mode in
-/// the resolution) but is refused at run time, naming what is missing,
-/// rather than run as a transformer.
+/// the resolution) and runs: the bundled chat trace's shared system prompts
+/// and conversations are reused where a state was kept.
 #[test]
-fn a_hybrid_model_resolves_and_its_run_is_refused_by_name() {
+fn a_hybrid_model_resolves_and_runs() {
     let (code, stdout, _) = pdsim(&[
         "validate",
         "--resolve",
@@ -899,28 +899,36 @@ fn a_hybrid_model_resolves_and_its_run_is_refused_by_name() {
         "scenarios/h100-nemotron-h.yaml",
         "deployments/h100-nemotron-h.yaml",
     ]);
-    assert_eq!(code, 1, "{stdout}");
+    assert_eq!(code, 0, "{stdout}");
     for needle in [
         "mamba_ssm_cache_dtype bfloat16",
         "mamba_cache_mode align",
         "block_size 16 -> 528",
-        "[run-refused]",
-        "has no Mamba2 mixer",
     ] {
         assert!(stdout.contains(needle), "{needle}: {stdout}");
     }
+    assert!(!stdout.contains("[run-refused]"), "{stdout}");
     let out = std::env::temp_dir().join(format!("pdsim-hybrid-{}", std::process::id()));
-    let (code, _, stderr) = pdsim(&[
+    let (code, stdout, stderr) = pdsim(&[
         "run",
         "--scenario",
         "scenarios/h100-nemotron-h.yaml",
         "--deployment",
         "deployments/h100-nemotron-h.yaml",
+        "--trace",
+        "traces/default.jsonl",
         "--out",
         &out.to_string_lossy(),
     ]);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(!out.exists(), "a refused run writes nothing");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("2000 completed"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let hit = summary["prefix_cache"]["hit_rate"]
+        .as_f64()
+        .expect("hit rate");
+    assert!(hit > 0.2 && hit < 0.6, "{hit}");
+    std::fs::remove_dir_all(&out).unwrap();
 }
 
 /// DeepSeek-V4.1 resolves (its cache, Engram residency and sequence

@@ -231,8 +231,106 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         pad_spec_decode: e.pad_spec_decode,
         victim_blocks_must_be_freeable: e.victim_blocks_must_be_freeable,
         async_load_reserve: e.async_load_reserve,
-        mamba: None,
+        // A hybrid's Mamba groups (what `hybrid_refusal` lets run: align
+        // or none).
+        mamba: e.hybrid.as_ref().map(|h| pdsim_engine::mamba::MambaConfig {
+            groups: h.mamba_groups.min(u32::MAX as u64) as u32,
+            mode: if h.mamba_cache_mode == "align" {
+                pdsim_engine::mamba::MambaMode::Align
+            } else {
+                pdsim_engine::mamba::MambaMode::None
+            },
+            block_size: clamp(e.block_size),
+        }),
     }
+}
+
+/// What a hybrid model's run needs that pdsim does not simulate, named:
+/// the engine follows vLLM 0.31.0's `MambaManager` and its scheduler's
+/// block-aligned split (`crates/engine/src/mamba.rs`, checked against that
+/// release's scheduler) for states in `align` and `none` mode, one engine
+/// core serving whole requests. `None` when the run is faithful.
+fn hybrid_refusal(
+    bundle: &ValidDeployment,
+    scenario: &ResolvedScenario,
+    router: Option<&pdsim_router::RouterInputs>,
+) -> Option<BuildError> {
+    let name = &scenario.model.origin.name;
+    let refuse = |path: String, why: String| {
+        Some(BuildError {
+            path,
+            message: format!("`{name}` is a hybrid of Mamba2 and attention layers: {why}"),
+        })
+    };
+    if scenario.scenario.engine_version != "0.31.0" {
+        return refuse(
+            "engine_version".into(),
+            format!(
+                "pdsim's hybrid engine follows vLLM 0.31.0's MambaManager and scheduler (checked against that release's own); {}'s are not read",
+                scenario.scenario.engine_version
+            ),
+        );
+    }
+    if router.is_some_and(|r| r.reads_kv_events()) {
+        return refuse(
+            "router".into(),
+            "the router's precise prefix-cache index reads the engines' KV events, and pdsim does not publish the events of a hybrid's Mamba groups".into(),
+        );
+    }
+    if bundle.deployment.offload.is_some() {
+        return refuse(
+            "offload".into(),
+            "offloading a hybrid's state blocks (the connectors' Mamba boundary states) is not simulated".into(),
+        );
+    }
+    for (i, (pool, resolved)) in bundle
+        .deployment
+        .pools
+        .iter()
+        .zip(&bundle.resolution.pools)
+        .enumerate()
+    {
+        let e = &resolved.engine;
+        let Some(h) = &e.hybrid else { continue };
+        if pool.role != "colocated" {
+            return refuse(
+                format!("pools[{i}].role"),
+                "P/D moves the attention blocks and the Mamba states through the connector, which pdsim does not simulate for a hybrid".into(),
+            );
+        }
+        if h.mamba_cache_mode == "all" {
+            return refuse(
+                format!("pools[{i}].engine.mamba_cache_mode"),
+                "`all` (deprecated in vLLM 0.31.0, Model Runner V1 only) caches a state at every block boundary; pdsim simulates `align` (what prefix caching runs by default) and `none`".into(),
+            );
+        }
+        if e.spec_method.is_some() {
+            return refuse(
+                format!("pools[{i}].engine.speculative"),
+                "speculative decoding gives each Mamba group extra state blocks (`num_speculative_blocks`), which pdsim does not simulate".into(),
+            );
+        }
+        if e.dbo_enabled {
+            return refuse(
+                format!("pools[{i}].engine.dbo"),
+                "vLLM 0.31.0 refuses dual-batch overlap for hybrid models (`config/vllm.py`)"
+                    .into(),
+            );
+        }
+        if resolved.layout.dcp > 1 || resolved.layout.pcp > 1 {
+            return refuse(
+                format!("pools[{i}].parallel"),
+                "vLLM's MambaManager asserts that decode and prefill context parallelism are off (\"DCP not support mamba now\")".into(),
+            );
+        }
+        if e.prefix_reuse_tokens != e.block_size {
+            return refuse(
+                format!("pools[{i}].engine"),
+                "prefix reuse finer than a block (`prefix_match_unit`, partial Mamba hits) is not simulated".into(),
+            );
+        }
+    }
+    None
 }
 
 /// The KV connector that implements a deployment's offload.
@@ -489,17 +587,10 @@ pub fn build_with_router(
             message: "no rules pack".into(),
         },
     )?;
-    if scenario.model.value.recurrent.is_some() {
-        // `validate --resolve` sizes a hybrid's states, blocks and cache
-        // mode; running one needs what the engine and the cost model do
-        // not have yet.
-        return Err(BuildError {
-            path: "model".into(),
-            message: format!(
-                "`{}` is a hybrid of Mamba2, attention and MLP layers: pdsim resolves its cache (`validate --resolve`: state sizes, block size, cache mode, blocks), but its engine does not yet hold a request's state blocks or cut prefill chunks at block boundaries (`mamba_cache_mode: align`), and its cost model has no Mamba2 mixer; a run would price and schedule it as a transformer",
-                scenario.model.origin.name
-            ),
-        });
+    if scenario.model.value.recurrent.is_some()
+        && let Some(refusal) = hybrid_refusal(bundle, scenario, router.as_ref())
+    {
+        return Err(refusal);
     }
     if scenario.model.value.sparse.is_some() {
         return Err(BuildError {

@@ -23,8 +23,19 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     };
     let model = pick(
         &mut rng,
-        &["llama-3.1-8b", "qwen3-14b", "qwen3-30b-a3b", "mixtral-8x7b"],
+        &[
+            "llama-3.1-8b",
+            "qwen3-14b",
+            "qwen3-30b-a3b",
+            "mixtral-8x7b",
+            "nemotron-h-8b",
+        ],
     );
+    // A hybrid runs colocated, without drafts, offload or the precise
+    // prefix path (the build refuses those by name), within its 8,192
+    // positions; the draws below are made all the same, so each seed's
+    // other choices do not depend on the model.
+    let hybrid = model == "nemotron-h-8b";
     let chip = pick(&mut rng, &["h100", "h200", "b200"]);
     let nodes = 1 + rng.below(3);
     let tp = [1, 2, 4][rng.below(3) as usize];
@@ -35,10 +46,12 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     let caching = rng.below(2) == 0;
     let long_cap = [0, 512][rng.below(2) as usize];
     let spec = match rng.below(3) {
+        _ if hybrid => "",
         0 => "\n      speculative: {method: eagle3, num_spec_tokens: 3}",
         1 => "\n      speculative: {method: ngram, num_spec_tokens: 2}",
         _ => "",
     };
+    let max_model_len = if hybrid { 8192 } else { 16384 };
     let shape = pick(&mut rng, &["chatbot", "summarization"]);
     let scenario = format!(
         "kind: Scenario\nname: swarm\nmodel: {model}\ncoefficients: [cost-model-host-overheads]\nengine_version: \"0.31.0\"\n\
@@ -47,7 +60,7 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     let engine = format!(
         "    engine:\n      scheduling_policy: {policy}\n      max_num_batched_tokens: {batched}\n      max_num_seqs: {seqs}\n      \
          gpu_memory_utilization: {util}\n      enable_prefix_caching: {caching}\n      long_prefill_token_threshold: {long_cap}\n      \
-         max_model_len: 16384{spec}\n"
+         max_model_len: {max_model_len}{spec}\n"
     );
     // A small host-memory tier on a third of the draws, so HBM evictions
     // reload from it: through vLLM's OffloadingConnector (alone, or with an
@@ -55,7 +68,7 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     // (which pdsim refuses beside the precise prefix path, whose KV events
     // it does not simulate for LMCache).
     let offload_draw = rng.below(6);
-    let pools = if nodes >= 2 && rng.below(2) == 0 {
+    let pools = if nodes >= 2 && rng.below(2) == 0 && !hybrid {
         let prefill = 1 + rng.below(nodes - 1);
         let decode_tp = [1, 2][rng.below(2) as usize];
         // Every request disaggregated, only those the decode side lacks,
@@ -76,7 +89,7 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     } else {
         // The EPP's built-in configuration, flow control queueing at a
         // concurrency ceiling, or the precise prefix path fed by KV events.
-        let router = pick(
+        let mut router = pick(
             &mut rng,
             &[
                 "",
@@ -84,11 +97,15 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
                 "router: {endpoint_picker_config: precise.yaml}\n",
             ],
         );
+        if hybrid && router.contains("precise") {
+            router = "";
+        }
         format!(
             "  - role: colocated\n    nodes: {nodes}\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n{engine}{router}"
         )
     };
     let offload = match offload_draw {
+        _ if hybrid => "",
         0 => "offload:\n  tiers: [{tier: cpu_dram, bytes: 4000000000}]\n",
         // The host tier with an NVMe tier behind it, small enough to fill:
         // promotions, deferred lookups, full writes. (The host tier holds

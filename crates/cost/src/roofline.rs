@@ -137,6 +137,26 @@ const KERNELS_DENSE_LAYER: f64 = 9.0;
 const KERNELS_MOE_LAYER: f64 = 16.0;
 /// Final norm, output head and sampler.
 const KERNELS_HEAD: f64 = 3.0;
+/// Kernels of a hybrid's layers (Nemotron-H,
+/// `vllm/model_executor/models/nemotron_h.py`), counted like the dense
+/// layer's nine (estimate): an attention layer is the norm, the QKV
+/// projection, rotary embedding, attention and the output projection; an
+/// MLP layer the norm, up projection, `relu2` and down projection; a Mamba2
+/// layer the norm, `in_proj`, the causal convolution, the state update,
+/// the gated RMSNorm and `out_proj` (`MambaMixer2.forward`,
+/// `vllm/model_executor/layers/mamba/mamba_mixer2.py`), and a step with
+/// prefill tokens runs the chunked scan's five kernels instead of the one
+/// update (`_chunk_cumsum_fwd`, `_bmm_chunk_fwd`, `_chunk_state_fwd`,
+/// `_state_passing_fwd`, `_chunk_scan_fwd` in
+/// `vllm/model_executor/layers/mamba/ops/ssd_combined.py`).
+const KERNELS_ATTENTION_BLOCK: f64 = 5.0;
+const KERNELS_MLP_BLOCK: f64 = 4.0;
+const KERNELS_MAMBA_BLOCK: f64 = 6.0;
+const KERNELS_MAMBA_PREFILL_EXTRA: f64 = 4.0;
+/// Bytes of an SSD chunk state element: the chunked scan keeps its
+/// per-chunk states in float32 (`_chunk_state_fwd` allocates them with
+/// `dtype=torch.float32`, `ops/ssd_chunk_state.py`).
+const SSD_STATE_BYTES: f64 = 4.0;
 /// vLLM's custom all-reduce handles inputs up to 8 MiB and falls back to
 /// NCCL above (`vllm/distributed/device_communicators/custom_all_reduce.py`,
 /// `max_size = 8192 * 1024`).
@@ -233,6 +253,37 @@ impl Experts {
 }
 
 /// The expert-parallel dispatch and combine of one MoE layer.
+/// A hybrid's layers on the slowest stage (Nemotron-H: Mamba2 mixers,
+/// attention blocks and MLPs, each its own layer), per rank. The model and
+/// its figures: `research/nemotron-h-in-vllm-0.31.0.md` section 6.
+#[derive(Clone, Copy, Debug)]
+struct Hybrid {
+    mamba_layers_stage: f64,
+    attention_layers_stage: f64,
+    mlp_layers_stage: f64,
+    /// `in_proj` (hidden → 2·I + 2·G·N + H) and `out_proj` (I → hidden),
+    /// TP-sharded.
+    in_proj: Gemm,
+    out_proj: Gemm,
+    /// The chunked scan's FLOPs per prefill token per layer,
+    /// `2·Q·G·N + 2·Q·H·P + 4·H·P·N` over tp (the C·Bᵀ products within a
+    /// chunk, their application to x, and the chunk states' build and use).
+    scan_flops_per_token: f64,
+    /// The chunk states the scan writes and reads back, per prefill token
+    /// per layer: `3 · (H/tp) · P · N · 4 / Q` bytes (each chunk's state is
+    /// written, passed on and read by the chunk scan, in float32).
+    scan_bytes_per_token: f64,
+    /// The decode update's FLOPs per request per layer: `6 · (H/tp)·P·N`
+    /// for the state's decay, input and output, plus the convolution's
+    /// `2 · K · conv_dim / tp`.
+    update_flops_per_request: f64,
+    /// One sequence's state in one layer on this rank, read and written by
+    /// every step that schedules the request (the update works in place,
+    /// `selective_state_update`, `ops/mamba_ssm.py`; a prefill chunk reads
+    /// the initial state and writes the final one).
+    state_bytes: f64,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct ExpertComm {
     dispatch: Curve,
@@ -262,6 +313,9 @@ struct Work {
     pairs: f64,
     logits_rows: f64,
     prefill_tokens: f64,
+    /// Requests in the decode phase (a hybrid's Mamba2 layers update their
+    /// states one token at a time for these).
+    decode_reqs: f64,
 }
 
 impl Work {
@@ -276,6 +330,7 @@ impl Work {
             pairs: batch.attn_pairs as f64,
             logits_rows: ((batch.num_reqs + batch.spec_tokens) as f64).min(tokens),
             prefill_tokens: batch.prefill_tokens as f64,
+            decode_reqs: batch.decode_reqs as f64,
         }
     }
 
@@ -287,6 +342,7 @@ impl Work {
             pairs: self.pairs * f,
             logits_rows: self.logits_rows * f,
             prefill_tokens: self.prefill_tokens * f,
+            decode_reqs: self.decode_reqs * f,
         }
     }
 }
@@ -372,6 +428,9 @@ pub struct Roofline {
 
     tensor_comm: Option<TensorComm>,
     expert_comm: Option<ExpertComm>,
+    /// A hybrid's own layer mix; `None` for decoder layers of attention
+    /// and MLP.
+    hybrid: Option<Hybrid>,
     pipeline_send: Option<Curve>,
     pipeline_bytes_per_token: f64,
 
@@ -485,6 +544,22 @@ impl Roofline {
             weight_bytes: params_rank * weight_bytes,
             activation_bytes_per_token: ACTIVATION_BYTES * (2.0 * h + params_rank / h),
         };
+        // A hybrid's attention layer is its Q, K, V and output projections
+        // alone and its MLP is up and down (`relu2`, not gated), each its
+        // own layer (`NemotronHAttention`, `NemotronHMLP` in
+        // `vllm/model_executor/models/nemotron_h.py`).
+        let (attention_params, dense_mlp_params) = match (&model.recurrent, model.attention) {
+            (Some(r), Attention::Gqa { kv_heads, head_dim }) => {
+                let q = (model.attention_heads * head_dim) as f64;
+                let kv = (kv_heads * head_dim) as f64;
+                let mlp = if r.mlp_ungated { 2.0 } else { 3.0 };
+                (
+                    h * q + 2.0 * h * kv + q * h,
+                    mlp * h * model.intermediate_size as f64,
+                )
+            }
+            _ => (attention_params, dense_mlp_params),
+        };
         let attention_projections = gemm(attention_params / tp_f);
         let dense_mlp = gemm(dense_mlp_params / tp_f);
         let shared_experts = gemm(shared_params / tp_f);
@@ -570,6 +645,34 @@ impl Roofline {
             })
         } else {
             None
+        };
+
+        let hybrid = match (&model.recurrent, &engine.hybrid) {
+            (Some(r), Some(state)) => {
+                let total = (r.mamba_layers + r.attention_layers + r.mlp_layers).max(1) as f64;
+                let per_stage = stage_layers / total;
+                let i = r.inner() as f64;
+                let (heads, p_dim, n) = (r.heads as f64, r.head_dim as f64, r.state_size as f64);
+                let g = r.groups_padded(tp) as f64;
+                let q = r.chunk_size.max(1) as f64;
+                let conv_dim = i + 2.0 * g * n;
+                Some(Hybrid {
+                    mamba_layers_stage: r.mamba_layers as f64 * per_stage,
+                    attention_layers_stage: r.attention_layers as f64 * per_stage,
+                    mlp_layers_stage: r.mlp_layers as f64 * per_stage,
+                    in_proj: gemm(h * (2.0 * i + 2.0 * g * n + heads) / tp_f),
+                    out_proj: gemm(i * h / tp_f),
+                    scan_flops_per_token: (2.0 * q * g * n
+                        + 2.0 * q * heads * p_dim
+                        + 4.0 * heads * p_dim * n)
+                        / tp_f,
+                    scan_bytes_per_token: 3.0 * heads / tp_f * p_dim * n * SSD_STATE_BYTES / q,
+                    update_flops_per_request: 6.0 * heads / tp_f * p_dim * n
+                        + 2.0 * r.conv_kernel as f64 * conv_dim / tp_f,
+                    state_bytes: state.state_bytes_per_layer,
+                })
+            }
+            _ => None,
         };
 
         // Output head: vocab-parallel, kept in 16 bits (as in resolve.rs).
@@ -702,6 +805,7 @@ impl Roofline {
             head_bytes_per_row,
             tensor_comm,
             expert_comm,
+            hybrid,
             pipeline_send,
             pipeline_bytes_per_token: h * ACTIVATION_BYTES,
             launch_full_ns: replay_us * 1e3,
@@ -779,6 +883,7 @@ impl Roofline {
             pairs: tokens,
             logits_rows: 0.0,
             prefill_tokens: 0.0,
+            decode_reqs: 0.0,
         };
         let parts = self.stage(w, self.dense_layers_stage, self.moe_layers_stage, false);
         let per_layer = self.expert_comm.as_ref().map_or(0.0, |ec| {
@@ -827,6 +932,9 @@ impl Roofline {
     /// One pipeline stage's pass over `w` with `dense` dense layers, `moe`
     /// MoE layers and, when `head`, the output head.
     fn stage(&self, w: Work, dense: f64, moe: f64, head: bool) -> Parts {
+        if let Some(hy) = &self.hybrid {
+            return self.hybrid_stage(w, hy, head);
+        }
         let mut p = Parts::default();
         let t = w.padded;
         let layers = dense + moe;
@@ -910,6 +1018,78 @@ impl Roofline {
         p
     }
 
+    /// One pipeline stage's pass over a hybrid's layers: the attention
+    /// layers' projections and attention (KV read in those layers only),
+    /// the MLP layers, and the Mamba2 mixers' projections, chunked scan
+    /// (prefill tokens) or state update (one a request), with every
+    /// scheduled request's state read and written once a layer. Each layer
+    /// ends in one row-parallel projection, so one TP all-reduce a layer.
+    /// The align mode's copy of a state into a new block when a request
+    /// crosses a block boundary (two pages a Mamba layer, once per 1,040
+    /// tokens for Nemotron-H-8B) is not priced: next to the state read and
+    /// written every step it is under a thousandth of the state traffic.
+    fn hybrid_stage(&self, w: Work, hy: &Hybrid, head: bool) -> Parts {
+        let mut p = Parts::default();
+        let t = w.padded;
+        self.gemm_kernel(
+            &mut p,
+            &self.attention_projections,
+            hy.attention_layers_stage,
+            t,
+        );
+        self.gemm_kernel(&mut p, &self.dense_mlp, hy.mlp_layers_stage, t);
+        self.gemm_kernel(&mut p, &hy.in_proj, hy.mamba_layers_stage, t);
+        self.gemm_kernel(&mut p, &hy.out_proj, hy.mamba_layers_stage, t);
+        let attention_flops = self.attention_flops_per_pair * w.pairs;
+        p.kernel(
+            hy.attention_layers_stage * attention_flops / self.attention_flops_per_ns,
+            hy.attention_layers_stage * self.kv_bytes_per_token * (w.context + w.tokens)
+                / self.hbm_bytes_per_ns,
+        );
+        // A hybrid runs no drafter, so the sampler's rows are its requests.
+        let requests = w.logits_rows;
+        let scan_flops = hy.scan_flops_per_token * w.prefill_tokens
+            + hy.update_flops_per_request * w.decode_reqs;
+        let scan_bytes =
+            hy.scan_bytes_per_token * w.prefill_tokens + 2.0 * hy.state_bytes * requests;
+        p.kernel(
+            hy.mamba_layers_stage * scan_flops / self.attention_flops_per_ns,
+            hy.mamba_layers_stage * scan_bytes / self.hbm_bytes_per_ns,
+        );
+        let mamba_kernels = KERNELS_MAMBA_BLOCK
+            + if w.prefill_tokens > 0.0 {
+                KERNELS_MAMBA_PREFILL_EXTRA
+            } else {
+                0.0
+            };
+        let mut kernels = hy.attention_layers_stage * KERNELS_ATTENTION_BLOCK
+            + hy.mlp_layers_stage * KERNELS_MLP_BLOCK
+            + hy.mamba_layers_stage * mamba_kernels;
+        if head {
+            let rows = w.logits_rows;
+            let c = Self::gemm_ns(
+                self.head.flops_per_token * rows,
+                rows,
+                self.head_flops_per_ns,
+                self.head_m_half_tokens,
+            );
+            let bytes = self.head.weight_bytes + rows * self.head_bytes_per_row;
+            p.kernel(c, bytes / self.hbm_bytes_per_ns);
+            kernels += KERNELS_HEAD;
+        }
+        p.device_ns += kernels * self.kernel_floor_ns;
+        if let Some(tc) = &self.tensor_comm {
+            let bytes = t * tc.bytes_per_token;
+            let all_reduce = match tc.custom {
+                Some(custom) if bytes <= CUSTOM_ALLREDUCE_MAX_BYTES => custom.time_ns(bytes),
+                _ => tc.all_reduce.time_ns(bytes),
+            };
+            let layers = hy.attention_layers_stage + hy.mlp_layers_stage + hy.mamba_layers_stage;
+            p.comm_ns += layers * all_reduce;
+        }
+        p
+    }
+
     /// The drafter's passes: the draft layer (one decoder layer of the
     /// target's shape) over the step's tokens, then over one token per
     /// request for each further draft token, each with the output head.
@@ -930,6 +1110,7 @@ impl Roofline {
             pairs: full.context,
             logits_rows: requests,
             prefill_tokens: 0.0,
+            decode_reqs: requests,
         };
         self.stage(first, dense, moe, true)
             .add(self.stage(next, dense, moe, true).scaled(extra_passes))
@@ -1251,7 +1432,7 @@ mod parts_tests {
 /// the behavioural tests in `crate::tests` see only whole steps.
 #[cfg(test)]
 mod stage_tests {
-    use super::{ACTIVATION_BYTES, CUSTOM_ALLREDUCE_MAX_BYTES, Work};
+    use super::{ACTIVATION_BYTES, CUSTOM_ALLREDUCE_MAX_BYTES, Parts, Work};
     use crate::CostModel;
     use crate::tests::{batch, deepseek_ep, setup};
     use crate::{Batch, GraphMode};
@@ -1266,6 +1447,7 @@ mod stage_tests {
             pairs: chunk * cached + chunk * (chunk + 1.0) / 2.0,
             logits_rows: 1.0,
             prefill_tokens: chunk,
+            decode_reqs: 0.0,
         }
     }
 
@@ -1287,6 +1469,177 @@ mod stage_tests {
                 &crate::tests::entry(name, value, units, "{}"),
             )])
             .unwrap()
+    }
+
+    fn nemotron_tp2(engine: &str) -> super::Roofline {
+        crate::tests::setup("nemotron-h-8b", "h100", "{tp: 2, pp: 1, dp: 1}", engine, 1)
+            .roofline(&[])
+            .unwrap()
+    }
+
+    #[test]
+    fn a_hybrids_layers_are_priced_from_its_own_shapes() {
+        // Nemotron-H-8B at TP 2 (research/nemotron-h-in-vllm-0.31.0.md §1,
+        // §6): 24 Mamba2, 4 attention and 24 MLP layers; attention Q, K, V
+        // and O of 41,943,040 parameters, an up/down MLP of 2 × 4,096 ×
+        // 21,504, `in_proj` 4,096 × 18,560 and `out_proj` 8,192 × 4,096,
+        // each halved by TP; FLOPs are twice the parameters.
+        let model = nemotron_tp2("{}");
+        let hy = model.hybrid.expect("a hybrid");
+        assert_eq!(
+            (
+                hy.mamba_layers_stage,
+                hy.attention_layers_stage,
+                hy.mlp_layers_stage
+            ),
+            (24.0, 4.0, 24.0)
+        );
+        assert_eq!(model.attention_projections.flops_per_token, 41_943_040.0);
+        assert_eq!(model.dense_mlp.flops_per_token, 176_160_768.0);
+        assert_eq!(hy.in_proj.flops_per_token, 76_021_760.0);
+        assert_eq!(hy.out_proj.flops_per_token, 33_554_432.0);
+        // The scan: (2·128·8·128 + 2·128·128·64 + 4·128·64·128) / 2 FLOPs
+        // and 3 · 64 · 64 · 128 · 4 / 128 bytes of chunk states a prefill
+        // token; the update 6 · 64 · 64 · 128 + 2 · 4 · 10,240 / 2 FLOPs a
+        // decode; the state (float32 SSM by default) 30,720 + 2,097,152
+        // bytes.
+        assert_eq!(hy.scan_flops_per_token, 3_276_800.0);
+        assert_eq!(hy.scan_bytes_per_token, 49_152.0);
+        assert_eq!(hy.update_flops_per_request, 3_186_688.0);
+        assert_eq!(hy.state_bytes, 2_127_872.0);
+        assert_eq!(
+            nemotron_tp2("{mamba_ssm_cache_dtype: bfloat16}")
+                .hybrid
+                .unwrap()
+                .state_bytes,
+            1_079_296.0
+        );
+        // Two pipeline stages take half the layers each.
+        let pp2 = crate::tests::setup("nemotron-h-8b", "h100", "{tp: 1, pp: 2, dp: 1}", "{}", 1)
+            .roofline(&[])
+            .unwrap()
+            .hybrid
+            .unwrap();
+        assert_eq!(
+            (
+                pp2.mamba_layers_stage,
+                pp2.attention_layers_stage,
+                pp2.mlp_layers_stage
+            ),
+            (12.0, 2.0, 12.0)
+        );
+    }
+
+    #[test]
+    fn a_hybrid_stage_is_its_layers_kernels_with_one_all_reduce_a_layer() {
+        let model = nemotron_tp2("{}");
+        let hy = model.hybrid.unwrap();
+        let hbm = model.hbm_bytes_per_ns;
+        let attn = model.attention_flops_per_ns;
+        // Each kernel term, recomputed: the GEMM groups, attention over the
+        // four attention layers, and the Mamba2 scan and state traffic.
+        let expect = |w: Work| {
+            let mut p = Parts::default();
+            let t = w.padded;
+            for (g, layers) in [
+                (model.attention_projections, 4.0),
+                (model.dense_mlp, 24.0),
+                (hy.in_proj, 24.0),
+                (hy.out_proj, 24.0),
+            ] {
+                p.kernel(
+                    super::Roofline::gemm_ns(
+                        layers * g.flops_per_token * t,
+                        t,
+                        model.gemm_flops_per_ns,
+                        model.gemm_m_half_tokens,
+                    ),
+                    layers * (g.weight_bytes + g.activation_bytes_per_token * t) / hbm,
+                );
+            }
+            p.kernel(
+                4.0 * model.attention_flops_per_pair * w.pairs / attn,
+                4.0 * model.kv_bytes_per_token * (w.context + w.tokens) / hbm,
+            );
+            p.kernel(
+                24.0 * (hy.scan_flops_per_token * w.prefill_tokens
+                    + hy.update_flops_per_request * w.decode_reqs)
+                    / attn,
+                24.0 * (hy.scan_bytes_per_token * w.prefill_tokens
+                    + 2.0 * hy.state_bytes * w.logits_rows)
+                    / hbm,
+            );
+            p
+        };
+        let decode = Work {
+            padded: 16.0,
+            tokens: 16.0,
+            context: 16_000.0,
+            pairs: 16_000.0,
+            logits_rows: 16.0,
+            prefill_tokens: 0.0,
+            decode_reqs: 16.0,
+        };
+        let prefill = prefill_after_cache(1_000.0, 0.0);
+        let floor = model.kernel_floor_ns;
+        // Kernels: 4 × 5 + 24 × 4 + 24 × 6, and the scan's four more a
+        // Mamba2 layer when the step has prefill tokens.
+        for (w, kernels) in [(decode, 260.0), (prefill, 356.0)] {
+            let got = model.stage(w, 52.0, 0.0, false);
+            let want = expect(w);
+            assert!(close(got.compute_ns, want.compute_ns), "{got:?} {want:?}");
+            assert!(close(got.memory_ns, want.memory_ns), "{got:?} {want:?}");
+            assert!(
+                close(got.device_ns, want.device_ns + kernels * floor),
+                "{got:?} {want:?}"
+            );
+            let tc = model.tensor_comm.unwrap();
+            let bytes = w.padded * tc.bytes_per_token;
+            let all_reduce = match tc.custom {
+                Some(c) if bytes <= CUSTOM_ALLREDUCE_MAX_BYTES => c.time_ns(bytes),
+                _ => tc.all_reduce.time_ns(bytes),
+            };
+            assert!(close(got.comm_ns, 52.0 * all_reduce), "{got:?}");
+            // The head adds its GEMM and three kernels.
+            let with_head = model.stage(w, 52.0, 0.0, true);
+            assert!(with_head.device_ns > got.device_ns + 3.0 * floor);
+        }
+        // A large prefill's all-reduce goes past the custom all-reduce's
+        // limit, onto NCCL's curve.
+        let big = prefill_after_cache(8_192.0, 0.0);
+        let tc = model.tensor_comm.unwrap();
+        assert!(big.padded * tc.bytes_per_token > CUSTOM_ALLREDUCE_MAX_BYTES);
+        let got = model.stage(big, 52.0, 0.0, false);
+        assert!(close(
+            got.comm_ns,
+            52.0 * tc.all_reduce.time_ns(big.padded * tc.bytes_per_token)
+        ));
+    }
+
+    #[test]
+    fn scaling_work_scales_every_figure() {
+        let w = Work {
+            padded: 8.0,
+            tokens: 6.0,
+            context: 100.0,
+            pairs: 300.0,
+            logits_rows: 4.0,
+            prefill_tokens: 2.0,
+            decode_reqs: 3.0,
+        };
+        let h = w.scaled(0.5);
+        assert_eq!(
+            [
+                h.padded,
+                h.tokens,
+                h.context,
+                h.pairs,
+                h.logits_rows,
+                h.prefill_tokens,
+                h.decode_reqs
+            ],
+            [4.0, 3.0, 50.0, 150.0, 2.0, 1.0, 1.5]
+        );
     }
 
     #[test]
@@ -1418,6 +1771,7 @@ mod stage_tests {
             pairs: context,
             logits_rows: 1.0,
             prefill_tokens: 0.0,
+            decode_reqs: 1.0,
         };
         let extra = |context: f64| {
             model.stage(decode(context), 2.0, 0.0, false).compute_ns

@@ -395,6 +395,20 @@ mod tests {
     const BS: u32 = 1040;
 
     #[test]
+    fn each_group_keys_every_hash_apart() {
+        // A group's key is a bijection of the hash, and no two groups (nor
+        // the attention group, which uses the hash itself) share one here.
+        let mut keys = std::collections::BTreeSet::new();
+        for h in 0..2000u64 {
+            keys.insert(h);
+            for g in 0..6 {
+                keys.insert(group_key(h, g));
+            }
+        }
+        assert_eq!(keys.len(), 2000 * 7);
+    }
+
+    #[test]
     fn a_prompt_that_fits_is_still_cut_at_its_last_full_block() {
         // research/nemotron-h-in-vllm-0.31.0.md §4 (a): 3000 tokens with a
         // budget of 8192 run as 2080 and then 920.

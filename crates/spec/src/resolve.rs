@@ -172,8 +172,9 @@ pub struct HybridState {
     pub attention_groups: u64,
     pub mamba_groups: u64,
     /// Blocks a running request holds for its states: one a Mamba group
-    /// (the state is updated in place; `align` holds a second one only in
-    /// the step that crosses a block boundary, which is not modelled).
+    /// (the state is updated in place; `align` holds a second one in the
+    /// step after it crosses a block boundary, which the engine simulates,
+    /// `crates/engine/src/mamba.rs`).
     pub state_blocks_per_request: u64,
 }
 
