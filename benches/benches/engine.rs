@@ -44,6 +44,7 @@ fn engine() -> Engine {
         victim_blocks_must_be_freeable: true,
         async_load_reserve: pdsim_engine::AsyncLoadReserve::None,
         mamba: None,
+        window: None,
     })
 }
 

@@ -41,6 +41,12 @@ Families, each aimed at one group of decisions:
   hybrid-async the same under async scheduling
   hybrid-press the same in a tight pool (preemption), fcfs and priority
   hybrid-none  prefix caching off: one state block a group, updated in place
+  sparse       DeepSeek-V4.1's KV groups (0.31.0 only): sliding-window groups
+               of small blocks, the full group, the compressor ring; bounded
+               replay (hits within the window dropped, longer ones
+               recompute it), shared prefixes and resent prompts
+  sparse-async the same under async scheduling
+  sparse-press the same in a tight pool (preemption), fcfs and priority
 """
 
 import argparse
@@ -68,8 +74,12 @@ FAMILIES = [
     "hybrid-async",
     "hybrid-press",
     "hybrid-none",
+    "sparse",
+    "sparse-async",
+    "sparse-press",
 ]
-# vLLM 0.31.0's MambaManager is the one pdsim follows.
+# vLLM 0.31.0's MambaManager and DeepSeek-V4.1 layout are the ones pdsim
+# follows.
 HYBRID_RELEASES = {"0.31.0"}
 
 
@@ -232,6 +242,28 @@ def case(rng, family, release):
             "groups": rng.randint(1, 6),
             "mode": "align" if cfg["enable_prefix_caching"] else "none",
         }
+    elif family.startswith("sparse"):
+        # The window (128 tokens for DeepSeek-V4.1) equals the full block,
+        # the window block is a quarter of it (32), the ring block 8.
+        share_p = 0.8
+        bs = cfg["block_size"] = rng.choice([16, 32])
+        cfg["max_num_batched_tokens"] = rng.choice([32, 48, 64, 100, 256])
+        cfg["long_prefill_token_threshold"] = rng.choice([0, 0, 0, 24, 40])
+        max_prompt = rng.choice([100, 200, 320])
+        max_out = rng.choice([8, 24, 40])
+        cfg["async_scheduling"] = family == "sparse-async" or (
+            family == "sparse-press" and rng.random() < 0.5
+        )
+        if family == "sparse-press" and rng.random() < 0.5:
+            cfg["scheduling_policy"] = "priority"
+            prio = True
+        cfg["sparse"] = {
+            "window_groups": rng.randint(1, 5),
+            "window": bs,
+            "window_block": bs // 4,
+            "ring_block": rng.choice([8, None]),
+            "bounded_replay": True,
+        }
     else:
         raise ValueError(family)
 
@@ -285,7 +317,27 @@ def case(rng, family, release):
         states = 3 * cfg["mamba"]["groups"]
         need += states
         total += states * len(reqs)
-    if family in ("press-fcfs", "press-prio", "async-press", "pd-gate", "hybrid-press") or (
+    if "sparse" in cfg:
+        # The window groups hold a request's window and its chunk in flight
+        # (the admission cap, in small blocks), the ring one block.
+        sp = cfg["sparse"]
+        cap = -(-(sp["window"] - 1 + 2 * cfg["max_num_batched_tokens"]) // sp["window_block"]) + 1
+        longest = max(len(r["prompt"]) + r["max_tokens"] for r in reqs)
+        window = sp["window_groups"] * (min(-(-longest // sp["window_block"]), cap) + 1) + 1
+        need += window
+        total += window * len(reqs)
+    if family == "sparse-press":
+        # The window shrinks once a prefill ends, so the pool is made
+        # tighter than the others' for preemption to happen.
+        cfg["num_gpu_blocks"] = 1 + rng.randint(need + 1, need + 1 + total // 8)
+    elif family in (
+        "press-fcfs",
+        "press-prio",
+        "async-press",
+        "pd-gate",
+        "hybrid-press",
+        "sparse-press",
+    ) or (
         family in ("mixed", "pd", "async-pd") and rng.random() < 0.5
     ):
         cfg["num_gpu_blocks"] = 1 + max(need + 1, rng.randint(need + 1, max(need + 2, total // 2)))
@@ -304,7 +356,7 @@ def main():
     # One stream per (release, family, index): adding a family or changing
     # the count leaves the other cases as they were.
     for family in FAMILIES:
-        if family.startswith("hybrid") and args.release not in HYBRID_RELEASES:
+        if family.startswith(("hybrid", "sparse")) and args.release not in HYBRID_RELEASES:
             continue
         for i in range(args.per_family):
             rng = random.Random(f"{args.seed}/{args.release}/{family}/{i}")

@@ -59,6 +59,7 @@ CONFIG_KEYS = {
     "speculative",
     "enable_chunked_prefill",
     "mamba",
+    "sparse",
 }
 REQUEST_KEYS = {
     "id",
@@ -87,7 +88,7 @@ def load_config(path):
     unknown = set(cfg) - CONFIG_KEYS
     if unknown:
         raise InputError(f"{path}: unknown keys {sorted(unknown)}")
-    for key in CONFIG_KEYS - {"speculative", "enable_chunked_prefill", "mamba"}:
+    for key in CONFIG_KEYS - {"speculative", "enable_chunked_prefill", "mamba", "sparse"}:
         if key not in cfg:
             raise InputError(f"{path}: missing key `{key}`")
     if cfg["scheduling_policy"] not in ("fcfs", "priority"):
@@ -112,6 +113,15 @@ def load_config(path):
                 f"{path}: `mamba.mode` is align exactly when prefix caching is on "
                 "(MambaModelConfig.verify_and_update_config)"
             )
+    sparse = cfg.get("sparse")
+    if sparse is not None:
+        want = {"window_groups", "window", "window_block", "ring_block", "bounded_replay"}
+        if set(sparse) != want:
+            raise InputError(f"{path}: `sparse` takes {sorted(want)}")
+        if not sparse["bounded_replay"]:
+            raise InputError(f"{path}: `sparse.bounded_replay` false is not generated yet")
+        if mamba is not None:
+            raise InputError(f"{path}: `sparse` and `mamba` are different models")
     return cfg
 
 
@@ -293,6 +303,55 @@ class Harness:
             ] + [attention]
             vllm_config.cache_config.mamba_cache_mode = mode
             vllm_config.cache_config.mamba_block_size = mamba_bs
+            extra_config["prefix_cache_retention_interval"] = (
+                vllm_config.cache_config.prefix_cache_retention_interval
+            )
+        sparse = cfg.get("sparse")
+        if sparse is not None:
+            # DeepSeek-V4.1 (research/deepseek-v4.1-in-vllm-0.31.0.md §2):
+            # sliding-window groups of `window_block`-token blocks over a
+            # `window`-token window (bounded replay: not prefix-cacheable,
+            # a hit's last window recomputed), the full group of compressed
+            # latents and indexer keys (MLA, `block_size`), and the
+            # compressor's ring, one block a request. Layer 0 is window-only,
+            # so the window groups come first.
+            from vllm.v1.kv_cache_interface import (
+                CircularBufferSpec,
+                MLAAttentionSpec,
+                SlidingWindowMLASpec,
+            )
+
+            full = MLAAttentionSpec(
+                block_size=bs, num_kv_heads=1, head_size=8, dtype=torch.uint8
+            )
+            window = [
+                KVCacheGroupSpec(
+                    [f"swa{g}"],
+                    SlidingWindowMLASpec(
+                        block_size=sparse["window_block"],
+                        num_kv_heads=1,
+                        head_size=8,
+                        dtype=torch.uint8,
+                        sliding_window=sparse["window"],
+                        bounded_replay=sparse["bounded_replay"],
+                        model_version="deepseek_v4",
+                    ),
+                )
+                for g in range(sparse["window_groups"])
+            ]
+            groups = window + [KVCacheGroupSpec(["full"], full)]
+            if sparse["ring_block"]:
+                groups.append(
+                    KVCacheGroupSpec(
+                        ["ring"],
+                        CircularBufferSpec(
+                            block_size=sparse["ring_block"],
+                            num_kv_heads=1,
+                            head_size=8,
+                            dtype=torch.uint8,
+                        ),
+                    )
+                )
             extra_config["prefix_cache_retention_interval"] = (
                 vllm_config.cache_config.prefix_cache_retention_interval
             )

@@ -242,6 +242,9 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
             },
             block_size: clamp(e.block_size),
         }),
+        // DeepSeek-V4.1's runs are refused until its cost model exists
+        // (`build_with_router`); its engine side is ready.
+        window: None,
     }
 }
 

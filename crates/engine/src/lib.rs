@@ -15,6 +15,7 @@ pub mod offload;
 pub mod replay;
 pub mod scheduler;
 pub mod tiering;
+pub mod window;
 
 pub use graph::{CudaGraphMode, Dbo, Graphs};
 pub use scheduler::{

@@ -61,6 +61,19 @@ struct ReplayConfig {
     /// A hybrid model's Mamba groups (see [`crate::mamba`]).
     #[serde(default)]
     mamba: Option<Mamba>,
+    /// DeepSeek-V4.1's window groups and ring (see [`crate::window`]).
+    #[serde(default)]
+    sparse: Option<Sparse>,
+}
+
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct Sparse {
+    window_groups: u32,
+    window: u32,
+    window_block: u32,
+    ring_block: Option<u32>,
+    bounded_replay: bool,
 }
 
 #[derive(serde::Deserialize, Debug)]
@@ -146,6 +159,23 @@ fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
                 "mamba",
                 "speculative decoding's extra state blocks are not simulated",
             ));
+        }
+    }
+    if let Some(sp) = &cfg.sparse {
+        if sp.window_groups == 0 || sp.window == 0 || sp.window_block == 0 {
+            return Err(bad(
+                "sparse",
+                "window_groups, window and window_block must be positive",
+            ));
+        }
+        if !sp.bounded_replay {
+            return Err(bad(
+                "sparse.bounded_replay",
+                "the window groups' own prefix caching is not simulated",
+            ));
+        }
+        if cfg.mamba.is_some() || cfg.speculative.is_some() {
+            return Err(bad("sparse", "goes with neither `mamba` nor `speculative`"));
         }
     }
     if pdsim_spec::rules::pack::for_version(&cfg.release).is_none() {
@@ -263,6 +293,24 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
                 crate::mamba::MambaMode::None
             },
             block_size: cfg.block_size,
+        }),
+        window: cfg.sparse.as_ref().map(|sp| {
+            // `max_in_flight_tokens`: one batch, or two under async
+            // scheduling (Model Runner V2, one pipeline stage).
+            let batches = if cfg.async_scheduling { 2 } else { 1 };
+            crate::window::WindowConfig {
+                groups: sp.window_groups,
+                window: sp.window,
+                block_size: sp.window_block,
+                ring: sp.ring_block.is_some(),
+                admission_cap: crate::window::WindowConfig::admission_cap(
+                    sp.window,
+                    sp.window_block,
+                    batches * cfg.max_num_batched_tokens,
+                    cfg.max_model_len,
+                ),
+                replay: sp.window,
+            }
         }),
     }
 }

@@ -116,6 +116,9 @@ pub struct EngineConfig {
     /// A hybrid model's Mamba2 states (see [`crate::mamba`]); `None` when
     /// every layer keeps KV per token.
     pub mamba: Option<crate::mamba::MambaConfig>,
+    /// DeepSeek-V4.1's window groups and ring under bounded replay (see
+    /// [`crate::window`]); `None` for other models.
+    pub window: Option<crate::window::WindowConfig>,
 }
 
 /// A request handed to the engine.
@@ -279,6 +282,8 @@ struct Req {
     off: crate::offload::RequestState,
     /// A hybrid's Mamba state blocks, with `EngineConfig::mamba`.
     mamba: crate::mamba::Lane,
+    /// DeepSeek-V4.1's window and ring blocks, with `EngineConfig::window`.
+    window: crate::window::Lane,
 }
 
 impl Req {
@@ -668,6 +673,7 @@ impl Engine {
             lm: crate::lmcache::Tracker::default(),
             off: crate::offload::RequestState::default(),
             mamba: crate::mamba::Lane::default(),
+            window: crate::window::Lane::default(),
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -1050,6 +1056,10 @@ impl Engine {
             // there is no path that decides nothing.
             return self.allocate_hybrid(slot, hit_blocks, hit_tokens, new_tokens, must_fit);
         }
+        if self.config.window.is_some() {
+            // So does a sliding window's.
+            return self.allocate_windowed(slot, hit_blocks, hit_tokens, new_tokens, must_fit);
+        }
         if hit_blocks == 0 {
             let req = self.req(slot);
             let base = req.computed.max(hit_tokens);
@@ -1283,6 +1293,92 @@ impl Engine {
         true
     }
 
+    /// [`Engine::allocate`] for DeepSeek-V4.1: `KVCacheManager.allocate_slots`
+    /// over the window groups, the full group (the engine's ordinary
+    /// blocks, the only ones a hit shares) and the ring, in that order.
+    /// `hit_tokens` is the hit before its replay: the window groups count
+    /// from it, and `new_tokens` are the tokens past it.
+    fn allocate_windowed(
+        &mut self,
+        slot: u32,
+        hit_blocks: u32,
+        hit_tokens: u32,
+        new_tokens: u32,
+        must_fit: u32,
+    ) -> bool {
+        let w = self.config.window.expect("a windowed engine");
+        let (held, computed, in_flight) = {
+            let r = self.req(slot);
+            (r.blocks.len() as u32, r.computed, r.in_flight)
+        };
+        let base = computed.max(hit_tokens);
+        let have = held + hit_blocks;
+        let mut hit_free = 0;
+        {
+            let req = self.reqs[slot as usize].as_ref().expect("live slot");
+            for b in 0..hit_blocks as usize {
+                if let Some(block) = self.pool.lookup(req.hasher.hashes[b]) {
+                    hit_free += u32::from(self.pool.is_free(block));
+                }
+            }
+            if must_fit > new_tokens {
+                let full = (base + must_fit).min(self.config.max_model_len);
+                let need = self.blocks_short_with(base, must_fit, 0, have)
+                    + hit_free
+                    + req.window.blocks_to_allocate(&w, full, base, true);
+                if need > self.pool.free() {
+                    return false;
+                }
+            }
+        }
+        {
+            let req = self.reqs[slot as usize].as_mut().expect("live slot");
+            req.window
+                .remove_skipped(&mut self.pool, &w, base.saturating_sub(in_flight));
+        }
+        let alloc_new = self.blocks_short_with(base, new_tokens, 0, have);
+        let window_new = self.req(slot).window.blocks_to_allocate(
+            &w,
+            (base + new_tokens).min(self.config.max_model_len),
+            base,
+            false,
+        );
+        if alloc_new + hit_free + window_new > self.pool.free() {
+            return false;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        {
+            let req = self.reqs[slot as usize].as_mut().expect("live slot");
+            if hit_blocks > 0 {
+                req.window.adopt(&w, base);
+            }
+            scratch.clear();
+            for b in 0..hit_blocks as usize {
+                if let Some(block) = self.pool.lookup(req.hasher.hashes[b]) {
+                    scratch.push(block);
+                }
+            }
+            for block in &scratch {
+                self.pool.touch(*block);
+            }
+            req.blocks.extend(scratch.iter());
+            req.cached_units = req.cached_units.max(hit_blocks);
+            req.window.allocate(
+                &mut self.pool,
+                &w,
+                (base + new_tokens).min(self.config.max_model_len),
+                &mut scratch,
+            );
+            scratch.clear();
+            self.pool.allocate(alloc_new, &mut scratch);
+            req.blocks.extend(scratch.iter());
+            req.window.allocate_ring(&mut self.pool, &w);
+        }
+        self.scratch = scratch;
+        self.cache_scheduled(slot, base + new_tokens);
+        true
+    }
+
     /// Frees a request's blocks (tail first, as `SingleTypeKVCacheManager.free`
     /// in `vllm/v1/core/single_type_kv_cache_manager.py` does) and forgets
     /// them.
@@ -1302,6 +1398,17 @@ impl Engine {
                 req.mamba.free_all(&mut self.pool, m);
             }
         }
+        let window = self.config.window;
+        if let Some(w) = &window {
+            // The window groups come first in the coordinator's order, the
+            // ring after the full group (below).
+            debug_assert!(
+                !self.config.defer_block_free,
+                "a windowed engine runs without a connector, so frees are never deferred"
+            );
+            let req = self.reqs[slot as usize].as_mut().expect("live slot");
+            req.window.free_window(&mut self.pool, w);
+        }
         if !self.blocks_can_be_freed(slot) {
             let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
             self.req_mut(slot).cached_units = 0;
@@ -1312,6 +1419,10 @@ impl Engine {
         }
         let blocks = std::mem::take(&mut self.req_mut(slot).blocks);
         self.pool.release(&blocks);
+        if window.is_some() {
+            let req = self.reqs[slot as usize].as_mut().expect("live slot");
+            req.window.free_ring(&mut self.pool);
+        }
         let req = self.req_mut(slot);
         req.cached_units = 0;
         req.blocks = blocks;
@@ -1591,6 +1702,17 @@ impl Engine {
                 let (hit_units, hit_blocks) = self.prefix_hit(slot);
                 let (hit_units, hit_blocks) = self.hybrid_hit(slot, hit_units, hit_blocks);
                 let hit_tokens = hit_units * self.config.prefix_unit.max(1);
+                // Bounded replay: a hit within the window is dropped, a
+                // longer one recomputes its last window (`replay` tokens).
+                let (hit_tokens, replay) = match &self.config.window {
+                    Some(w) => crate::window::replayed_hit(w, hit_tokens),
+                    None => (hit_tokens, 0),
+                };
+                let (hit_units, hit_blocks) = if hit_tokens == 0 {
+                    (0, 0)
+                } else {
+                    (hit_units, hit_blocks)
+                };
                 let (lm_external, lm_hit, lm_load) = self.lmcache_lookup(slot, hit_tokens);
                 let external = self.offload_hit(slot, hit_units);
                 self.offload_lookup_touch(slot);
@@ -1631,7 +1753,7 @@ impl Engine {
                 // step (`load_kv_async` false): it counts as computed, takes
                 // blocks but no budget (`num_external_computed_tokens` in
                 // `Scheduler.schedule`, `vllm/v1/core/sched/scheduler.py`).
-                let base = hit_tokens + lm_external;
+                let base = hit_tokens + lm_external - replay;
                 let remaining = tokens - base;
                 let mut n = remaining;
                 let Some(pad) =
@@ -1658,12 +1780,15 @@ impl Engine {
                 } else {
                     n
                 };
+                // The replayed tokens are scheduled but lie inside the hit,
+                // whose blocks are shared: the allocation counts the tokens
+                // past the hit (`num_tokens_past_hit`).
                 if !self.allocate(
                     slot,
                     hit_blocks,
                     hit_tokens,
-                    lm_external + n,
-                    lm_external + must_fit,
+                    lm_external + n.saturating_sub(replay),
+                    lm_external + must_fit.saturating_sub(replay),
                 ) {
                     break;
                 }
@@ -1693,9 +1818,13 @@ impl Engine {
                     self.external_hits_tokens += lm_external as u64;
                     self.prefix_queries_tokens += tokens as u64;
                     self.prefix_hits_tokens += hit_tokens as u64;
+                    // The request's own count skips the replayed window
+                    // (`num_cached_tokens` is set from the rewound computed
+                    // tokens); vLLM's prefix-cache counter above counts the
+                    // whole hit.
                     self.events.push(EngineEvent::Admitted {
                         id,
-                        cached_tokens: hit_tokens,
+                        cached_tokens: hit_tokens - replay,
                     });
                     if lm_external > 0 {
                         self.events.push(EngineEvent::LmCacheHit {
@@ -2552,7 +2681,7 @@ impl Engine {
             .reqs
             .iter()
             .flatten()
-            .map(|r| (r.blocks.len() + r.mamba.held()) as u64)
+            .map(|r| (r.blocks.len() + r.mamba.held() + r.window.held()) as u64)
             .sum::<u64>()
             + self
                 .deferred_frees
@@ -2662,6 +2791,7 @@ mod checker_tests {
             victim_blocks_must_be_freeable: true,
             async_load_reserve: AsyncLoadReserve::None,
             mamba: None,
+            window: None,
         }
     }
 

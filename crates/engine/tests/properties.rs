@@ -245,6 +245,7 @@ fn engine_for(case: &Case) -> Engine {
             _ => pdsim_engine::AsyncLoadReserve::InFlightPrefillsAndSpecStep,
         },
         mamba: None,
+        window: None,
     })
 }
 

@@ -52,6 +52,7 @@ pub fn config() -> EngineConfig {
         victim_blocks_must_be_freeable: true,
         async_load_reserve: pdsim_engine::AsyncLoadReserve::None,
         mamba: None,
+        window: None,
     }
 }
 

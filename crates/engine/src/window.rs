@@ -1,0 +1,298 @@
+//! DeepSeek-V4.1's sliding-window groups and compressor ring in the KV
+//! block pool, as vLLM 0.31.0 keeps them under `swa_bounded_replay` (its
+//! default): `SlidingWindowManager` and `CircularBufferManager`
+//! (`vllm/v1/core/single_type_kv_cache_manager.py`), the scheduler's
+//! prefix replay (`Scheduler._mark_prefix_replay`,
+//! `vllm/v1/core/sched/scheduler.py`) and the window spec's admission cap
+//! (`SlidingWindowSpec.max_admission_blocks_per_request`,
+//! `vllm/v1/kv_cache_interface.py`). The layout and its figures:
+//! `research/deepseek-v4.1-in-vllm-0.31.0.md` sections 2 and 3.
+//!
+//! The model's KV cache groups share one block pool: the full group (the
+//! compressed latents and indexer keys, the engine's ordinary blocks,
+//! prefix-cached), `groups` window groups of `block_size`-token blocks
+//! covering each request's last `window` tokens, and, when the model has
+//! ratio-2 sources, a ring group holding one block a request. Under
+//! bounded replay neither the window groups nor the ring take part in
+//! prefix caching: a hit comes from the full group alone, a hit no longer
+//! than the window is dropped, and a longer one recomputes its last
+//! window (the window's KV is rebuilt; the full group's is reused).
+//!
+//! Every window group of a request allocates and frees the same positions
+//! at the same moments, so a [`Lane`] keeps the positions once and
+//! `groups` block ids for each. Positions below the window are null (freed
+//! or never allocated), so a lane's held positions are one contiguous run.
+
+use crate::kv::BlockPool;
+
+/// What an engine's window side runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowConfig {
+    /// Window groups (five of eight layers each for DeepSeek-V4.1 on
+    /// Blackwell; `_get_packed_kv_cache_groups`, `vllm/v1/core/kv_cache_utils.py`).
+    pub groups: u32,
+    /// The sliding window, tokens (`sliding_window`, 128).
+    pub window: u32,
+    /// Tokens a window block holds (32).
+    pub block_size: u32,
+    /// A ring block a request (the compressor's state of ratio-2 sources).
+    pub ring: bool,
+    /// `max_admission_blocks_per_request`: the window blocks the whole
+    /// sequence may claim at admission, `cdiv(min(window − 1 +
+    /// max_in_flight_tokens, max_model_len), block_size) + 1`.
+    pub admission_cap: u32,
+    /// `prefix_replay_tokens`: the window under bounded replay.
+    pub replay: u32,
+}
+
+impl WindowConfig {
+    /// The admission cap for an engine whose steps keep up to
+    /// `in_flight_tokens` tokens scheduled but not yet processed
+    /// (`VllmConfig.max_in_flight_tokens`: concurrent batches × the token
+    /// budget).
+    pub fn admission_cap(
+        window: u32,
+        block_size: u32,
+        in_flight_tokens: u32,
+        max_model_len: u32,
+    ) -> u32 {
+        let tokens = (window.saturating_sub(1).saturating_add(in_flight_tokens)).min(max_model_len);
+        tokens.div_ceil(block_size.max(1)) + 1
+    }
+
+    /// `get_num_skipped_tokens`: the tokens before the window of the next
+    /// token to compute.
+    fn skipped_tokens(&self, computed: u32) -> u32 {
+        (computed + 1).saturating_sub(self.window)
+    }
+}
+
+/// The hit a request may use (`Scheduler.schedule`): none when it is no
+/// longer than the replayed window ("a hit no longer than the replayed
+/// window would be recomputed in full and save nothing"), and the tokens
+/// of it to recompute otherwise. Returns `(hit, replay)`.
+pub fn replayed_hit(config: &WindowConfig, hit: u32) -> (u32, u32) {
+    if hit <= config.replay {
+        (0, 0)
+    } else {
+        (hit, config.replay)
+    }
+}
+
+/// One request's window and ring blocks.
+#[derive(Clone, Debug, Default)]
+pub struct Lane {
+    /// Positions in each window group's block list, nulls included.
+    len: u32,
+    /// The first position holding a block; those below are null.
+    first: u32,
+    /// `groups` block ids per held position `first..len`, position-major.
+    blocks: Vec<u32>,
+    /// The request is in the window managers' `num_cached_block` (it was
+    /// admitted on a hit), which changes how they count.
+    adopted: bool,
+    /// The ring block.
+    ring: Option<u32>,
+}
+
+impl Lane {
+    /// Blocks held, over every window group and the ring.
+    pub fn held(&self) -> usize {
+        self.blocks.len() + usize::from(self.ring.is_some())
+    }
+
+    /// The window blocks (the groups over `num_tokens` slots after
+    /// `computed` tokens, capped for an admission check) and the ring block
+    /// a request still needs (`get_num_blocks_to_allocate`).
+    pub fn blocks_to_allocate(
+        &self,
+        config: &WindowConfig,
+        num_tokens: u32,
+        computed: u32,
+        admission: bool,
+    ) -> u32 {
+        let mut required = num_tokens.div_ceil(config.block_size.max(1));
+        if admission {
+            required = required.min(config.admission_cap);
+        }
+        let new = if self.adopted {
+            required.saturating_sub(self.len)
+        } else {
+            let skipped = config.skipped_tokens(computed) / config.block_size.max(1);
+            required.saturating_sub(skipped.max(self.len))
+        };
+        new * config.groups + u32::from(config.ring && self.ring.is_none())
+    }
+
+    /// `add_local_computed_blocks` for a request admitted on a hit of
+    /// `computed` tokens: the window positions below the hit's window are
+    /// null, nothing is touched (the window groups hit nothing).
+    pub fn adopt(&mut self, config: &WindowConfig, computed: u32) {
+        let skipped = config.skipped_tokens(computed) / config.block_size.max(1);
+        self.len = skipped;
+        self.first = skipped;
+        self.adopted = true;
+    }
+
+    /// `remove_skipped_blocks` with `processed` the computed tokens whose
+    /// step is processed: the blocks wholly before the window go back,
+    /// each group's highest first.
+    pub fn remove_skipped(&mut self, pool: &mut BlockPool, config: &WindowConfig, processed: u32) {
+        let skipped = (config.skipped_tokens(processed) / config.block_size.max(1)).min(self.len);
+        if skipped <= self.first {
+            return;
+        }
+        let gs = config.groups as usize;
+        let drop = (skipped - self.first) as usize;
+        let mut released = Vec::with_capacity(drop);
+        for g in 0..gs {
+            released.clear();
+            released.extend((0..drop).map(|i| self.blocks[i * gs + g]));
+            // `release` hands blocks over last first.
+            pool.release(&released);
+        }
+        self.blocks.drain(..drop * gs);
+        self.first = skipped;
+    }
+
+    /// `allocate_new_blocks` of the window groups (to `num_tokens` slots)
+    /// and of the ring, groups in order. The caller checked the pool has
+    /// them. The ring comes after the full group in the coordinator's
+    /// order, so it is allocated apart ([`Lane::allocate_ring`]).
+    pub fn allocate(
+        &mut self,
+        pool: &mut BlockPool,
+        config: &WindowConfig,
+        num_tokens: u32,
+        scratch: &mut Vec<u32>,
+    ) {
+        let required = num_tokens.div_ceil(config.block_size.max(1));
+        if required <= self.len {
+            return;
+        }
+        let new = (required - self.len) as usize;
+        let gs = config.groups as usize;
+        // Each group takes its blocks in turn; they are stored
+        // position-major.
+        let start = self.blocks.len();
+        self.blocks.resize(start + new * gs, 0);
+        for g in 0..gs {
+            scratch.clear();
+            pool.allocate(new as u32, scratch);
+            for (i, &b) in scratch.iter().enumerate() {
+                self.blocks[start + i * gs + g] = b;
+            }
+        }
+        // With nothing held `first` is `len`, so the run stays contiguous.
+        self.len = required;
+    }
+
+    /// The ring's one block, claimed at the first allocation.
+    pub fn allocate_ring(&mut self, pool: &mut BlockPool, config: &WindowConfig) {
+        if config.ring && self.ring.is_none() {
+            let mut one = Vec::with_capacity(1);
+            pool.allocate(1, &mut one);
+            self.ring = one.first().copied();
+        }
+    }
+
+    /// Frees the window groups' blocks (each group's last position first),
+    /// groups in order; the ring is freed apart ([`Lane::free_ring`]), after
+    /// the full group.
+    pub fn free_window(&mut self, pool: &mut BlockPool, config: &WindowConfig) {
+        let gs = config.groups as usize;
+        let held = self.blocks.len() / gs.max(1);
+        let mut group = Vec::with_capacity(held);
+        for g in 0..gs {
+            group.clear();
+            group.extend((0..held).map(|i| self.blocks[i * gs + g]));
+            pool.release(&group);
+        }
+        let ring = self.ring;
+        *self = Lane::default();
+        self.ring = ring;
+    }
+
+    pub fn free_ring(&mut self, pool: &mut BlockPool) {
+        if let Some(b) = self.ring.take() {
+            pool.release(&[b]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> WindowConfig {
+        WindowConfig {
+            groups: 2,
+            window: 16,
+            block_size: 4,
+            ring: true,
+            admission_cap: WindowConfig::admission_cap(16, 4, 64, 1024),
+            replay: 16,
+        }
+    }
+
+    #[test]
+    fn the_admission_cap_covers_the_window_and_the_tokens_in_flight() {
+        // DeepSeek-V4.1: a 128 window in 32-token blocks with 8,192 tokens
+        // in flight claims cdiv(127 + 8,192, 32) + 1 = 261 blocks a group.
+        assert_eq!(WindowConfig::admission_cap(128, 32, 8192, 1 << 20), 261);
+        // Never beyond max_model_len.
+        assert_eq!(WindowConfig::admission_cap(128, 32, 8192, 1024), 33);
+        assert_eq!(config().admission_cap, 21);
+    }
+
+    #[test]
+    fn a_hit_within_the_window_is_dropped_and_a_longer_one_replays_it() {
+        let c = config();
+        assert_eq!(replayed_hit(&c, 0), (0, 0));
+        assert_eq!(replayed_hit(&c, 16), (0, 0));
+        assert_eq!(replayed_hit(&c, 32), (32, 16));
+    }
+
+    #[test]
+    fn a_lane_holds_the_window_and_frees_what_slides_out() {
+        let c = config();
+        let mut pool = BlockPool::new(64, true);
+        let mut lane = Lane::default();
+        let mut scratch = Vec::new();
+        // A 40-token chunk: 10 window blocks a group and the ring.
+        assert_eq!(lane.blocks_to_allocate(&c, 40, 0, false), 21);
+        lane.allocate(&mut pool, &c, 40, &mut scratch);
+        lane.allocate_ring(&mut pool, &c);
+        assert_eq!(lane.held(), 21);
+        // Once 40 are processed the window (tokens 25..40) needs blocks
+        // 6..10: blocks 0..6 go back.
+        lane.remove_skipped(&mut pool, &c, 40);
+        assert_eq!(lane.held(), 2 * 4 + 1);
+        assert_eq!(lane.blocks_to_allocate(&c, 41, 40, false), 2);
+        lane.allocate(&mut pool, &c, 41, &mut scratch);
+        assert_eq!(lane.held(), 2 * 5 + 1);
+        lane.free_window(&mut pool, &c);
+        lane.free_ring(&mut pool);
+        assert_eq!(lane.held(), 0);
+        assert_eq!(pool.free(), pool.usable());
+    }
+
+    #[test]
+    fn a_request_admitted_on_a_hit_holds_no_window_below_the_replay() {
+        let c = config();
+        let mut pool = BlockPool::new(64, true);
+        let mut lane = Lane::default();
+        let mut scratch = Vec::new();
+        // A 32-token hit: tokens 16..32 are replayed, so blocks from 4 on
+        // (17 skipped tokens: 4 blocks) are needed, to 48 tokens: 8 a group.
+        assert_eq!(lane.blocks_to_allocate(&c, 48, 32, false), 2 * 8 + 1);
+        lane.adopt(&c, 32);
+        lane.allocate(&mut pool, &c, 48, &mut scratch);
+        assert_eq!(lane.held(), 2 * 8);
+        // Adopted: the count is against the positions, nulls included.
+        assert_eq!(lane.blocks_to_allocate(&c, 52, 48, false), 2 + 1);
+        // The admission check caps the window at 21 blocks a group.
+        let fresh = Lane::default();
+        assert_eq!(fresh.blocks_to_allocate(&c, 1000, 0, true), 2 * 21 + 1);
+    }
+}
