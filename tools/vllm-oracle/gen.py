@@ -47,6 +47,8 @@ Families, each aimed at one group of decisions:
                recompute it), shared prefixes and resent prompts
   sparse-async the same under async scheduling
   sparse-press the same in a tight pool (preemption), fcfs and priority
+  sparse-cached the window groups in the prefix cache (no bounded replay):
+               window tails kept at reachable boundaries, sync or async
 """
 
 import argparse
@@ -77,6 +79,7 @@ FAMILIES = [
     "sparse",
     "sparse-async",
     "sparse-press",
+    "sparse-cached",
 ]
 # vLLM 0.31.0's MambaManager and DeepSeek-V4.1 layout are the ones pdsim
 # follows.
@@ -252,7 +255,7 @@ def case(rng, family, release):
         max_prompt = rng.choice([100, 200, 320])
         max_out = rng.choice([8, 24, 40])
         cfg["async_scheduling"] = family == "sparse-async" or (
-            family == "sparse-press" and rng.random() < 0.5
+            family in ("sparse-press", "sparse-cached") and rng.random() < 0.5
         )
         if family == "sparse-press" and rng.random() < 0.5:
             cfg["scheduling_policy"] = "priority"
@@ -262,7 +265,7 @@ def case(rng, family, release):
             "window": bs,
             "window_block": bs // 4,
             "ring_block": rng.choice([8, None]),
-            "bounded_replay": True,
+            "bounded_replay": family != "sparse-cached",
         }
     else:
         raise ValueError(family)
@@ -326,7 +329,7 @@ def case(rng, family, release):
         window = sp["window_groups"] * (min(-(-longest // sp["window_block"]), cap) + 1) + 1
         need += window
         total += window * len(reqs)
-    if family == "sparse-press":
+    if family == "sparse-press" or (family == "sparse-cached" and rng.random() < 0.5):
         # The window shrinks once a prefill ends, so the pool is made
         # tighter than the others' for preemption to happen.
         cfg["num_gpu_blocks"] = 1 + rng.randint(need + 1, need + 1 + total // 8)

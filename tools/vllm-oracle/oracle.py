@@ -118,8 +118,8 @@ def load_config(path):
         want = {"window_groups", "window", "window_block", "ring_block", "bounded_replay"}
         if set(sparse) != want:
             raise InputError(f"{path}: `sparse` takes {sorted(want)}")
-        if not sparse["bounded_replay"]:
-            raise InputError(f"{path}: `sparse.bounded_replay` false is not generated yet")
+        if cfg["block_size"] % sparse["window_block"]:
+            raise InputError(f"{path}: `sparse.window_block` must divide `block_size`")
         if mamba is not None:
             raise InputError(f"{path}: `sparse` and `mamba` are different models")
     return cfg
@@ -369,12 +369,19 @@ class Harness:
         # the groups' (a none-mode Mamba block spans max_model_len), hashes
         # at the GCD when every Mamba group aligns.
         sched_bs = bs
+        hash_bs = bs
         if mamba is not None and mamba["mode"] != "align":
             import math
 
-            sched_bs = math.lcm(bs, cfg["max_model_len"])
-        if "hash_block_size" in inspect.signature(cls.__init__).parameters:
-            extra["hash_block_size"] = sched_bs
+            sched_bs = hash_bs = math.lcm(bs, cfg["max_model_len"])
+        if sparse is not None and not sparse["bounded_replay"]:
+            # The window groups are prefix-cacheable: hashes at the GCD of
+            # the cacheable groups' blocks, the window block.
+            hash_bs = sparse["window_block"]
+        # AsyncScheduler passes its keyword arguments on to Scheduler, whose
+        # signature says whether the release knows the parameter.
+        if "hash_block_size" in inspect.signature(Scheduler.__init__).parameters:
+            extra["hash_block_size"] = hash_bs
         self.sched = cls(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
@@ -392,7 +399,7 @@ class Harness:
             self.request_extra["eos_token_id"] = None
         # sha256 over the pickled tokens: deterministic across processes.
         init_none_hash(sha256)
-        self.block_hasher = get_request_block_hasher(sched_bs, sha256)
+        self.block_hasher = get_request_block_hasher(hash_bs, sha256)
         self.num_spec = spec["num_spec_tokens"] if spec else 0
         self.async_mode = cfg["async_scheduling"]
 

@@ -242,10 +242,96 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
             },
             block_size: clamp(e.block_size),
         }),
-        // DeepSeek-V4.1's runs are refused until its cost model exists
-        // (`build_with_router`); its engine side is ready.
-        window: None,
+        // DeepSeek-V4.1's window groups and ring (what `sparse_refusal`
+        // lets run: bounded replay, one engine core serving whole
+        // requests). Model Runner V2 keeps `pp + 1` batches in flight under
+        // async scheduling, `pp` otherwise (`VllmConfig.max_concurrent_batches`).
+        window: e.sparse.as_ref().map(|sc| {
+            let pp = pool.layout.pp.max(1);
+            let batches = if e.async_scheduling { pp + 1 } else { pp };
+            // The window block is 32 tokens (`sparse_swa.py`); without
+            // bounded replay the window groups are prefix-cached and hits
+            // align to the scheduler's block (the full group's).
+            let window = clamp(sc.sliding_window);
+            pdsim_engine::window::WindowConfig {
+                cached: !sc.swa_bounded_replay,
+                hit_alignment: clamp(e.block_size),
+                groups: clamp(sc.window_groups),
+                window,
+                block_size: 32,
+                ring: sc.ring_blocks > 0,
+                admission_cap: pdsim_engine::window::WindowConfig::admission_cap(
+                    window,
+                    32,
+                    clamp(batches.saturating_mul(e.max_num_batched_tokens)),
+                    clamp(pool.kv.max_model_len),
+                ),
+                replay: clamp(sc.prefix_replay_tokens),
+            }
+        }),
     }
+}
+
+/// What a DeepSeek-V4.1 run needs that pdsim does not simulate, named: the
+/// engine follows vLLM 0.31.0's window, full and ring groups with and
+/// without bounded replay (`crates/engine/src/window.rs`, checked against
+/// that release's scheduler), one engine core serving whole requests. `None` when the run
+/// is faithful.
+fn sparse_refusal(
+    bundle: &ValidDeployment,
+    scenario: &ResolvedScenario,
+    router: Option<&pdsim_router::RouterInputs>,
+) -> Option<BuildError> {
+    let name = &scenario.model.origin.name;
+    let refuse = |path: String, why: &str| {
+        Some(BuildError {
+            path,
+            message: format!("`{name}` is DeepSeek-V4.1: {why}"),
+        })
+    };
+    if router.is_some_and(|r| r.reads_kv_events()) {
+        return refuse(
+            "router".into(),
+            "the router's precise prefix-cache index reads the engines' KV events, and pdsim does not publish the events of its window and ring groups",
+        );
+    }
+    if bundle.deployment.offload.is_some() {
+        return refuse(
+            "offload".into(),
+            "offloading its window groups' and compressed caches' blocks is not simulated",
+        );
+    }
+    for (i, (pool, resolved)) in bundle
+        .deployment
+        .pools
+        .iter()
+        .zip(&bundle.resolution.pools)
+        .enumerate()
+    {
+        let e = &resolved.engine;
+        if e.sparse.is_none() {
+            continue;
+        }
+        if pool.role != "colocated" {
+            return refuse(
+                format!("pools[{i}].role"),
+                "P/D moves its compressed, window and ring caches through the connector, which pdsim does not simulate for this model",
+            );
+        }
+        if e.spec_method.is_some() {
+            return refuse(
+                format!("pools[{i}].engine.speculative"),
+                "its DSpark drafter's layers and the ring's larger blocks are not simulated",
+            );
+        }
+        if resolved.layout.dcp > 1 || resolved.layout.pcp > 1 {
+            return refuse(
+                format!("pools[{i}].parallel"),
+                "vLLM's SlidingWindowManager asserts that decode and prefill context parallelism are off",
+            );
+        }
+    }
+    None
 }
 
 /// What a hybrid model's run needs that pdsim does not simulate, named:
@@ -595,14 +681,10 @@ pub fn build_with_router(
     {
         return Err(refusal);
     }
-    if scenario.model.value.sparse.is_some() {
-        return Err(BuildError {
-            path: "model".into(),
-            message: format!(
-                "`{}` is DeepSeek-V4.1: pdsim resolves its cache, Engram residency and sequence parallelism (`validate --resolve`), but its engine does not yet keep window blocks or replay a hit's last window (`swa_bounded_replay`), and its cost model has no compressed sparse attention, indexer, Engram lookups or mega-MoE; a run would price and schedule it as another model",
-                scenario.model.origin.name
-            ),
-        });
+    if scenario.model.value.sparse.is_some()
+        && let Some(refusal) = sparse_refusal(bundle, scenario, router.as_ref())
+    {
+        return Err(refusal);
     }
     let offload = offload_tier(deployment, scenario, pack)?;
     if offload

@@ -367,6 +367,14 @@ pub fn builtin(name: &str, chip: &str) -> Option<Builtin> {
 /// marked assumed.
 fn pdsim_builtin(name: &str) -> Option<Builtin> {
     let (value, source) = match name {
+        "engram_host_read_bw" => (
+            63_000.0,
+            "built-in: PCI-SIG PCI Express Base Specification 5.0: 32 GT/s on 16 lanes with \
+             128b/130b encoding, 63 GB/s each way, the link an HGX GPU reads pinned host \
+             memory through (vLLM 0.31.0's Engram lookup reads its host tables over UVA, \
+             vllm/models/deepseek_v41/nvidia/engram.py); a GB200's NVLink-C2C is faster, so \
+             scope a set to override it there (63 GB/s is 63,000 bytes/us)",
+        ),
         "attention_eps_max" => (
             0.75,
             "built-in: literature, FlashAttention-3 (Shah et al. 2024) reaches up to 740 \

@@ -284,6 +284,47 @@ struct Hybrid {
     state_bytes: f64,
 }
 
+/// DeepSeek-V4.1's attention on the slowest stage, per rank: sparse
+/// attention over a window and the indexer's picks, the indexer itself,
+/// and the Engram lookups (`vllm/models/deepseek_v41/`; the figures:
+/// `research/deepseek-v4.1-in-vllm-0.31.0.md` sections 4 and 6). The
+/// projections, compressors, indexer projections and Engram `wkv` are
+/// dense GEMMs among the model's parameters; the MoE is the ordinary one.
+#[derive(Clone, Debug)]
+struct SparseAttention {
+    /// Layers of the stage attending to the window only (ratio 0), and
+    /// those attending to the window and compressed rows at ratio 1 and 2.
+    window_only_layers: f64,
+    ratio1_layers: f64,
+    ratio2_layers: f64,
+    window: f64,
+    /// Compressed rows the indexer picks for each query (`index_topk`).
+    topk: f64,
+    /// FLOPs per attended row per query token per layer: scores and values
+    /// over the latent, `4 · heads/tp · latent`.
+    flops_per_row: f64,
+    window_record_bytes: f64,
+    compressed_row_bytes: f64,
+    /// The stage's index-source layers, each by its ratio.
+    index_ratios: Vec<f64>,
+    /// FLOPs per key per query token (`2 · index_heads/tp · index_head_dim`)
+    /// and bytes per key (the FP8 key and its scale).
+    index_flops_per_key: f64,
+    index_key_bytes: f64,
+    /// Engram: bytes a rank reads per token in each Engram layer (its head
+    /// shard's rows), the stage's Engram layers (their 0-based layer
+    /// numbers), and whether the tables are in host memory.
+    engram_bytes_per_token: f64,
+    engram_layers: Vec<f64>,
+    engram_host: bool,
+    /// The host link's read rate, bytes/ns (`engram_host_read_bw`).
+    host_link_bytes_per_ns: f64,
+    /// The model's own sequence parallelism: tokens sharded over TP around
+    /// attention (an all-gather before, a reduce-scatter after), the MoE's
+    /// output not all-reduced.
+    sequence_parallel: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct ExpertComm {
     dispatch: Curve,
@@ -405,6 +446,8 @@ pub struct Roofline {
     dense_layers_stage: f64,
     moe_layers_stage: f64,
     pp: f64,
+    /// Tensor-parallel width.
+    tp: f64,
 
     // Per layer, per rank.
     attention_projections: Gemm,
@@ -431,6 +474,8 @@ pub struct Roofline {
     /// A hybrid's own layer mix; `None` for decoder layers of attention
     /// and MLP.
     hybrid: Option<Hybrid>,
+    /// DeepSeek-V4.1's attention and lookups; `None` for other models.
+    sparse: Option<SparseAttention>,
     pipeline_send: Option<Curve>,
     pipeline_bytes_per_token: f64,
 
@@ -675,6 +720,54 @@ impl Roofline {
             _ => None,
         };
 
+        let sparse = match (&model.sparse, &engine.sparse) {
+            (Some(sp), Some(cache)) => {
+                let share = stage_layers / layers;
+                let count = |r: u64| sp.ratios.iter().filter(|&&x| x == r).count() as f64 * share;
+                let engram = sp.engram.as_ref();
+                let host_bw = r.value(
+                    "engram_host_read_bw",
+                    "bytes_per_us",
+                    coefficients::builtin("engram_host_read_bw", &chip_key),
+                    1.0,
+                    1e8,
+                )?;
+                Some(SparseAttention {
+                    window_only_layers: count(0),
+                    ratio1_layers: count(1),
+                    ratio2_layers: count(2),
+                    window: sp.sliding_window as f64,
+                    topk: sp.index_topk as f64,
+                    flops_per_row: 4.0 * heads_rank * sp.latent as f64,
+                    window_record_bytes: cache.window_record_bytes as f64,
+                    compressed_row_bytes: cache.compressed_state_bytes as f64,
+                    index_ratios: sp
+                        .index_sources
+                        .iter()
+                        .filter(|&&l| l < stage_layers as u64)
+                        .map(|&l| sp.ratios[l as usize].max(1) as f64)
+                        .collect(),
+                    index_flops_per_key: 2.0
+                        * (sp.index_heads as f64 / tp_f).max(1.0)
+                        * sp.index_head_dim as f64,
+                    index_key_bytes: (sp.index_head_dim + 4) as f64,
+                    engram_bytes_per_token: engram
+                        .map_or(0.0, |e| (cache.engram_rows_per_rank * e.row_bytes) as f64),
+                    engram_layers: engram.map_or_else(Vec::new, |e| {
+                        e.layers
+                            .iter()
+                            .filter(|&&l| l < stage_layers as u64)
+                            .map(|&l| l as f64)
+                            .collect()
+                    }),
+                    engram_host: cache.engram_residency.starts_with("host"),
+                    host_link_bytes_per_ns: host_bw / 1e3,
+                    sequence_parallel: cache.sequence_parallel,
+                })
+            }
+            _ => None,
+        };
+
         // Output head: vocab-parallel, kept in 16 bits (as in resolve.rs).
         let head_params = model.vocab_size as f64 * h / tp_f;
         let head = Gemm {
@@ -700,11 +793,13 @@ impl Roofline {
         };
         let tensor_comm = if tp > 1 && engine.allreduce_backend != "none" {
             let all_reduce = curve(Op::AllReduce, tp)?;
-            let sequence_parallel = if engine.sequence_parallel_moe && experts.is_some() {
-                Some((curve(Op::ReduceScatter, tp)?, curve(Op::AllGather, tp)?))
-            } else {
-                None
-            };
+            let model_sp = engine.sparse.as_ref().is_some_and(|s| s.sequence_parallel);
+            let sequence_parallel =
+                if (engine.sequence_parallel_moe || model_sp) && experts.is_some() {
+                    Some((curve(Op::ReduceScatter, tp)?, curve(Op::AllGather, tp)?))
+                } else {
+                    None
+                };
             let custom = if engine.allreduce_backend == "custom" && tp <= gpus_per_node {
                 let ratio = r.value(
                     "allreduce_custom_floor_ratio",
@@ -791,6 +886,7 @@ impl Roofline {
             dense_layers_stage,
             moe_layers_stage,
             pp: pp as f64,
+            tp: tp_f,
             attention_projections,
             dense_mlp,
             shared_experts,
@@ -806,6 +902,7 @@ impl Roofline {
             tensor_comm,
             expert_comm,
             hybrid,
+            sparse,
             pipeline_send,
             pipeline_bytes_per_token: h * ACTIVATION_BYTES,
             launch_full_ns: replay_us * 1e3,
@@ -962,10 +1059,13 @@ impl Roofline {
             self.gemm_flops_per_ns,
             self.gemm_m_half_tokens,
         );
-        p.kernel(
-            layers * attention_flops / self.attention_flops_per_ns + up_ns,
-            layers * self.kv_bytes_per_token * (w.context + w.tokens) / self.hbm_bytes_per_ns,
-        );
+        match &self.sparse {
+            Some(sa) => self.sparse_attention(&mut p, sa, w),
+            None => p.kernel(
+                layers * attention_flops / self.attention_flops_per_ns + up_ns,
+                layers * self.kv_bytes_per_token * (w.context + w.tokens) / self.hbm_bytes_per_ns,
+            ),
+        }
 
         if let Some(x) = &self.experts
             && moe > 0.0
@@ -984,19 +1084,20 @@ impl Roofline {
 
         let mut kernels = dense * KERNELS_DENSE_LAYER + moe * KERNELS_MOE_LAYER;
         if head {
-            let rows = w.logits_rows;
-            let c = Self::gemm_ns(
-                self.head.flops_per_token * rows,
-                rows,
-                self.head_flops_per_ns,
-                self.head_m_half_tokens,
-            );
-            let bytes = self.head.weight_bytes + rows * self.head_bytes_per_row;
-            p.kernel(c, bytes / self.hbm_bytes_per_ns);
-            kernels += KERNELS_HEAD;
+            kernels += self.head_kernel(&mut p, w);
         }
         p.device_ns += kernels * self.kernel_floor_ns;
+        if let Some(sa) = &self.sparse {
+            p.device_ns += Self::engram_stall_ns(sa, w, p.device_ns, layers);
+        }
 
+        // DeepSeek-V4.1's own sequence parallelism shards the tokens over
+        // the TP group outside attention: an all-gather before attention
+        // and a reduce-scatter after it replace the attention's all-reduce,
+        // the MoE's output is not all-reduced, and each rank dispatches its
+        // own share of the tokens (`nvidia/model.py`, `sp_all_gather`,
+        // `sp_reduce_scatter`; research/deepseek-v4.1-in-vllm-0.31.0.md §5).
+        let model_sp = self.sparse.as_ref().is_some_and(|sa| sa.sequence_parallel);
         if let Some(tc) = &self.tensor_comm {
             let bytes = t * tc.bytes_per_token;
             let all_reduce = match tc.custom {
@@ -1004,6 +1105,7 @@ impl Roofline {
                 _ => tc.all_reduce.time_ns(bytes),
             };
             p.comm_ns += match tc.sequence_parallel {
+                Some((rs, ag)) if model_sp => layers * (rs.time_ns(bytes) + ag.time_ns(bytes)),
                 Some((rs, ag)) => {
                     (2.0 * dense + moe) * all_reduce + moe * (rs.time_ns(bytes) + ag.time_ns(bytes))
                 }
@@ -1011,11 +1113,102 @@ impl Roofline {
             };
         }
         if let Some(ec) = &self.expert_comm {
+            let shard = if model_sp { self.tp } else { 1.0 };
             p.comm_ns += moe
-                * (ec.dispatch.time_ns(t * ec.dispatch_bytes_per_token)
-                    + ec.combine.time_ns(t * ec.combine_bytes_per_token));
+                * (ec.dispatch.time_ns(t / shard * ec.dispatch_bytes_per_token)
+                    + ec.combine.time_ns(t / shard * ec.combine_bytes_per_token));
         }
         p
+    }
+
+    /// DeepSeek-V4.1's attention layers on `w` (see [`SparseAttention`]).
+    /// The batch carries sums, so each request is taken at the batch's mean
+    /// context (exact for a batch of equal contexts; an estimate otherwise).
+    ///
+    /// * Sparse attention: each query attends to the window (up to
+    ///   `window` rows, MXFP8 records on Blackwell) and, in a compressing
+    ///   layer, up to `index_topk` compressed rows of its context / ratio.
+    ///   A decoding request reads its rows; a prefilling one gathers its
+    ///   whole compressed region once a step (the FlashMLA prefill path,
+    ///   `flashmla.py`); every new token's window record is written.
+    /// * The indexer, on its source layers: every query scores every key
+    ///   of its context / ratio (FP8 MQA logits), each request's keys read
+    ///   once a step; skipped when the compressed context fits in
+    ///   `index_topk` (all of it is selected then, `attention.py`).
+    /// * Engram: each token's rows of the rank's head shard, from HBM when
+    ///   the tables are in GPU memory; from host memory over the host link
+    ///   otherwise, on a side stream started before layer 0 that layer `l`
+    ///   waits for (`nvidia/engram.py`): the step stalls by what a lookup
+    ///   still lacks when its layer starts.
+    fn sparse_attention(&self, p: &mut Parts, sa: &SparseAttention, w: Work) {
+        let requests = w.logits_rows.max(1.0);
+        let context = w.context / requests;
+        let window_rows = context.min(sa.window);
+        let picked = |ratio: f64| (context / ratio).min(sa.topk);
+        let rows_per_query = sa.window_only_layers * window_rows
+            + sa.ratio1_layers * (window_rows + picked(1.0))
+            + sa.ratio2_layers * (window_rows + picked(2.0));
+        let layers = sa.window_only_layers + sa.ratio1_layers + sa.ratio2_layers;
+        let prefill_reqs = (requests - w.decode_reqs).max(0.0);
+        let compressed_rows =
+            |ratio: f64| w.decode_reqs * picked(ratio) + prefill_reqs * context / ratio;
+        let bytes = layers * (requests * window_rows + w.tokens) * sa.window_record_bytes
+            + (sa.ratio1_layers * compressed_rows(1.0) + sa.ratio2_layers * compressed_rows(2.0))
+                * sa.compressed_row_bytes;
+        p.kernel(
+            sa.flops_per_row * rows_per_query * w.tokens / self.attention_flops_per_ns,
+            bytes / self.hbm_bytes_per_ns,
+        );
+        for &ratio in &sa.index_ratios {
+            if context / ratio <= sa.topk {
+                continue;
+            }
+            p.kernel(
+                sa.index_flops_per_key * w.pairs / ratio / self.attention_flops_per_ns,
+                requests * context / ratio * sa.index_key_bytes / self.hbm_bytes_per_ns,
+            );
+        }
+        if !sa.engram_host {
+            p.kernel(
+                0.0,
+                sa.engram_layers.len() as f64 * w.tokens * sa.engram_bytes_per_token
+                    / self.hbm_bytes_per_ns,
+            );
+        }
+    }
+
+    /// The stall of host-resident Engram lookups in a stage whose kernels
+    /// take `device_ns` over `layers` layers: the lookups are read one
+    /// after another over the host link from the step's start, and layer
+    /// `l` waits for its own (see [`Roofline::sparse_attention`]).
+    fn engram_stall_ns(sa: &SparseAttention, w: Work, device_ns: f64, layers: f64) -> f64 {
+        if !sa.engram_host {
+            return 0.0;
+        }
+        let layer_ns = device_ns / layers.max(1.0);
+        let read_ns = w.tokens * sa.engram_bytes_per_token / sa.host_link_bytes_per_ns;
+        let mut done = 0.0;
+        let mut stall: f64 = 0.0;
+        for &l in &sa.engram_layers {
+            done += read_ns;
+            stall = stall.max(done - l * layer_ns);
+        }
+        stall
+    }
+
+    /// The output head over `w`'s logits rows (its GEMM, the larger of its
+    /// compute and its weight read); returns its kernels.
+    fn head_kernel(&self, p: &mut Parts, w: Work) -> f64 {
+        let rows = w.logits_rows;
+        let c = Self::gemm_ns(
+            self.head.flops_per_token * rows,
+            rows,
+            self.head_flops_per_ns,
+            self.head_m_half_tokens,
+        );
+        let bytes = self.head.weight_bytes + rows * self.head_bytes_per_row;
+        p.kernel(c, bytes / self.hbm_bytes_per_ns);
+        KERNELS_HEAD
     }
 
     /// One pipeline stage's pass over a hybrid's layers: the attention
@@ -1066,16 +1259,7 @@ impl Roofline {
             + hy.mlp_layers_stage * KERNELS_MLP_BLOCK
             + hy.mamba_layers_stage * mamba_kernels;
         if head {
-            let rows = w.logits_rows;
-            let c = Self::gemm_ns(
-                self.head.flops_per_token * rows,
-                rows,
-                self.head_flops_per_ns,
-                self.head_m_half_tokens,
-            );
-            let bytes = self.head.weight_bytes + rows * self.head_bytes_per_row;
-            p.kernel(c, bytes / self.hbm_bytes_per_ns);
-            kernels += KERNELS_HEAD;
+            kernels += self.head_kernel(&mut p, w);
         }
         p.device_ns += kernels * self.kernel_floor_ns;
         if let Some(tc) = &self.tensor_comm {
@@ -1614,6 +1798,187 @@ mod stage_tests {
             got.comm_ns,
             52.0 * tc.all_reduce.time_ns(big.padded * tc.bytes_per_token)
         ));
+    }
+
+    fn deepseek_v41(engine: &str) -> super::Roofline {
+        crate::tests::setup(
+            "deepseek-v4.1",
+            "b200",
+            "{tp: 8, pp: 1, dp: 1, enable_expert_parallel: true}",
+            engine,
+            1,
+        )
+        .roofline(&[])
+        .unwrap()
+    }
+
+    fn decode_at(requests: f64, context: f64) -> Work {
+        Work {
+            padded: requests,
+            tokens: requests,
+            context: requests * context,
+            pairs: requests * context,
+            logits_rows: requests,
+            prefill_tokens: 0.0,
+            decode_reqs: requests,
+        }
+    }
+
+    #[test]
+    fn deepseek_v41s_attention_is_laid_out_from_its_config() {
+        // research/deepseek-v4.1-in-vllm-0.31.0.md §1, §2, §4, §6 on B200 at
+        // TP 8: 2 window-only layers, 20 at ratio 1, 18 at ratio 2; 8
+        // heads a rank over the 512 latent; MXFP8 window records of 528
+        // bytes and nvfp4 compressed rows of 288; the indexer's sources at
+        // ratios 2, 2, 2, 1, 1, 1, 1, 1 with 4 of its 32 heads a rank over
+        // 128 dims and 132-byte FP8 keys; Engram's 24 rows a token in 8
+        // shards (3 a rank) of 264 bytes, on layers 1 and 14.
+        let model =
+            deepseek_v41("{moe_backend: deep_gemm_mega_moe, engram_config: {cpu_offload: false}}");
+        let sa = model.sparse.clone().expect("DeepSeek-V4.1");
+        assert_eq!(
+            (sa.window_only_layers, sa.ratio1_layers, sa.ratio2_layers),
+            (2.0, 20.0, 18.0)
+        );
+        assert_eq!((sa.window, sa.topk), (128.0, 512.0));
+        assert_eq!(sa.flops_per_row, 4.0 * 8.0 * 512.0);
+        assert_eq!(
+            (sa.window_record_bytes, sa.compressed_row_bytes),
+            (528.0, 288.0)
+        );
+        assert_eq!(
+            sa.index_ratios,
+            vec![2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+        );
+        assert_eq!(
+            (sa.index_flops_per_key, sa.index_key_bytes),
+            (1024.0, 132.0)
+        );
+        assert_eq!(sa.engram_bytes_per_token, 3.0 * 264.0);
+        assert_eq!(sa.engram_layers, vec![1.0, 14.0]);
+        assert!(!sa.engram_host);
+        assert!(sa.sequence_parallel);
+        assert_eq!(sa.host_link_bytes_per_ns, 63.0);
+        // Host tables and no mega-MoE backend.
+        let other = deepseek_v41("{engram_config: {cpu_offload: true}}");
+        let sa = other.sparse.as_ref().unwrap();
+        assert!(sa.engram_host);
+        assert!(!sa.sequence_parallel);
+    }
+
+    #[test]
+    fn a_decode_reads_the_window_and_the_picks_while_the_indexer_reads_the_context() {
+        let model =
+            deepseek_v41("{moe_backend: deep_gemm_mega_moe, engram_config: {cpu_offload: false}}");
+        let sa = model.sparse.clone().unwrap();
+        let (hbm, attn) = (model.hbm_bytes_per_ns, model.attention_flops_per_ns);
+        let parts = |w: Work| {
+            let mut p = Parts::default();
+            model.sparse_attention(&mut p, &sa, w);
+            p
+        };
+        // 16 requests at 64k and at 128k of context: the sparse attention
+        // reads 128 window rows and 512 picked rows a layer either way;
+        // only the indexer's keys (every context / ratio) grow, by
+        // 16 · 64k · Σ 1/ratio · 132 bytes, and its scores with them.
+        let (a, b) = (
+            parts(decode_at(16.0, 65_536.0)),
+            parts(decode_at(16.0, 131_072.0)),
+        );
+        let inverse: f64 = sa.index_ratios.iter().map(|r| 1.0 / r).sum();
+        assert!(close(
+            b.memory_ns - a.memory_ns,
+            16.0 * 65_536.0 * inverse * 132.0 / hbm
+        ));
+        assert!(close(
+            b.compute_ns - a.compute_ns,
+            1024.0 * 16.0 * 65_536.0 * inverse / attn
+        ));
+        // The attention itself at 64k: 16 queries over 40 layers' window
+        // rows and 38 layers' picks; 16 window records written a layer.
+        let w = decode_at(16.0, 65_536.0);
+        let attention_flops = 16_384.0 * 16.0 * (40.0 * 128.0 + 38.0 * 512.0);
+        let attention_bytes = 40.0 * (16.0 * 128.0 + 16.0) * 528.0 + 38.0 * 16.0 * 512.0 * 288.0;
+        let index_flops = 1024.0 * w.pairs * inverse;
+        let index_bytes = 16.0 * 65_536.0 * inverse * 132.0;
+        let engram_bytes = 2.0 * 16.0 * 792.0;
+        assert!(
+            close(a.compute_ns, (attention_flops + index_flops) / attn),
+            "{a:?}"
+        );
+        assert!(close(
+            a.memory_ns,
+            (attention_bytes + index_bytes + engram_bytes) / hbm
+        ));
+        // A short context skips the indexer (everything is picked): at 512
+        // tokens no ratio leaves more than 512 positions.
+        let short = parts(decode_at(4.0, 512.0));
+        let rows = 40.0 * 128.0 + 20.0 * 512.0 + 18.0 * 256.0;
+        assert!(close(short.compute_ns, 16_384.0 * 4.0 * rows / attn));
+        // A prefilling request gathers its whole compressed region.
+        let prefill = Work {
+            decode_reqs: 0.0,
+            ..decode_at(1.0, 4_096.0)
+        };
+        let p = parts(prefill);
+        let gathered = 20.0 * 4_096.0 + 18.0 * 2_048.0;
+        let window = 40.0 * (128.0 + 1.0) * 528.0;
+        let keys = 4_096.0 * inverse * 132.0;
+        assert!(close(
+            p.memory_ns,
+            (window + gathered * 288.0 + keys + 2.0 * 792.0) / hbm
+        ));
+    }
+
+    #[test]
+    fn host_engram_lookups_stall_only_past_the_layers_before_them() {
+        let mut sa = deepseek_v41("{engram_config: {cpu_offload: true}}")
+            .sparse
+            .unwrap();
+        sa.host_link_bytes_per_ns = 1.0;
+        let w = decode_at(1000.0, 1000.0);
+        // 1,000 tokens × 792 bytes = 792,000 ns a lookup. Layer 1 waits for
+        // the first (one layer of slack), layer 14 for both (14 layers).
+        let stall = |layer_ns: f64| super::Roofline::engram_stall_ns(&sa, w, layer_ns * 40.0, 40.0);
+        assert!(close(stall(0.0), 1_584_000.0));
+        assert!(close(stall(50_000.0), 1_584_000.0 - 14.0 * 50_000.0));
+        assert!(close(stall(100_000.0), 792_000.0 - 100_000.0));
+        assert!(close(stall(120_000.0), 792_000.0 - 120_000.0));
+        assert_eq!(stall(1e9), 0.0);
+        sa.engram_host = false;
+        assert_eq!(super::Roofline::engram_stall_ns(&sa, w, 0.0, 40.0), 0.0);
+    }
+
+    #[test]
+    fn deepseeks_own_sequence_parallelism_gathers_and_scatters_around_attention() {
+        // With the mega-MoE backend (TP 8, EP 8): an all-gather and a
+        // reduce-scatter a layer, no all-reduce, and each rank dispatching
+        // an eighth of the tokens.
+        let sp = deepseek_v41("{moe_backend: deep_gemm_mega_moe}");
+        let w = prefill_after_cache(4_096.0, 0.0);
+        let tc = sp.tensor_comm.unwrap();
+        let (rs, ag) = tc.sequence_parallel.expect("rs and ag curves");
+        let bytes = w.padded * tc.bytes_per_token;
+        let ec = sp.expert_comm.unwrap();
+        let t = w.padded / 8.0;
+        let want = 40.0 * (rs.time_ns(bytes) + ag.time_ns(bytes))
+            + 40.0
+                * (ec.dispatch.time_ns(t * ec.dispatch_bytes_per_token)
+                    + ec.combine.time_ns(t * ec.combine_bytes_per_token));
+        let got = sp.stage(w, sp.dense_layers_stage, sp.moe_layers_stage, false);
+        assert!(close(got.comm_ns, want), "{} vs {want}", got.comm_ns);
+        // Without it: two all-reduces a layer and every token dispatched.
+        let plain = deepseek_v41("{}");
+        assert!(plain.sparse.as_ref().is_some_and(|s| !s.sequence_parallel));
+        let got = plain.stage(w, plain.dense_layers_stage, plain.moe_layers_stage, false);
+        let tc = plain.tensor_comm.unwrap();
+        let ec = plain.expert_comm.unwrap();
+        let all_reduce = tc.all_reduce.time_ns(bytes);
+        let want = 80.0 * all_reduce
+            + 40.0
+                * (ec.dispatch.time_ns(w.padded * ec.dispatch_bytes_per_token)
+                    + ec.combine.time_ns(w.padded * ec.combine_bytes_per_token));
+        assert!(close(got.comm_ns, want), "{} vs {want}", got.comm_ns);
     }
 
     #[test]

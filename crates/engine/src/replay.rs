@@ -168,10 +168,10 @@ fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
                 "window_groups, window and window_block must be positive",
             ));
         }
-        if !sp.bounded_replay {
+        if !cfg.block_size.is_multiple_of(sp.window_block) {
             return Err(bad(
-                "sparse.bounded_replay",
-                "the window groups' own prefix caching is not simulated",
+                "sparse.window_block",
+                "must divide block_size (the scheduler's block is their LCM)",
             ));
         }
         if cfg.mamba.is_some() || cfg.speculative.is_some() {
@@ -309,7 +309,9 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
                     batches * cfg.max_num_batched_tokens,
                     cfg.max_model_len,
                 ),
-                replay: sp.window,
+                replay: if sp.bounded_replay { sp.window } else { 0 },
+                cached: !sp.bounded_replay,
+                hit_alignment: cfg.block_size,
             }
         }),
     }
@@ -597,6 +599,54 @@ mod tests {
             matches!(load_config(&one_block, "c"), Err(ReplayError::Input(m)) if m.contains("null block"))
         );
         assert!(load_config(CONFIG, "c").is_ok());
+    }
+
+    #[test]
+    fn a_hybrids_and_deepseeks_groups_are_checked_each_on_its_own() {
+        let with = |extra: &str| CONFIG.replacen('{', &format!("{{{extra}, "), 1);
+        let refused = |config: &str, needle: &str| match load_config(config, "c") {
+            Err(ReplayError::Input(msg)) => assert!(msg.contains(needle), "{needle}: {msg}"),
+            other => panic!("{config}: {other:?}"),
+        };
+        let sparse = |g: u32, w: u32, b: u32, replay: bool| {
+            with(&format!(
+                "\"sparse\": {{\"window_groups\": {g}, \"window\": {w}, \"window_block\": {b}, \"ring_block\": 8, \"bounded_replay\": {replay}}}"
+            ))
+        };
+        assert!(load_config(&sparse(2, 16, 4, true), "c").is_ok());
+        for config in [
+            sparse(0, 16, 4, true),
+            sparse(2, 0, 4, true),
+            sparse(2, 16, 0, true),
+        ] {
+            refused(&config, "must be positive");
+        }
+        assert!(load_config(&sparse(2, 16, 4, false), "c").is_ok());
+        refused(&sparse(2, 16, 5, true), "must divide block_size");
+        let mamba = |groups: u32, mode: &str| {
+            with(&format!(
+                "\"mamba\": {{\"groups\": {groups}, \"mode\": \"{mode}\"}}"
+            ))
+        };
+        assert!(load_config(&mamba(2, "align"), "c").is_ok());
+        refused(&mamba(0, "align"), "mamba.groups");
+        refused(&mamba(2, "all"), "mamba.mode");
+        refused(&mamba(2, "none"), "exactly when prefix caching is on");
+        let both = mamba(2, "align").replacen('{', &format!("{{{}, ", "\"sparse\": {\"window_groups\": 2, \"window\": 16, \"window_block\": 4, \"ring_block\": null, \"bounded_replay\": true}"), 1);
+        refused(&both, "neither");
+        let spec = "\"speculative\": {\"method\": \"ngram\", \"num_spec_tokens\": 2}";
+        refused(
+            &with(&format!(
+                "{spec}, \"mamba\": {{\"groups\": 2, \"mode\": \"align\"}}"
+            )),
+            "speculative",
+        );
+        refused(
+            &with(&format!(
+                "{spec}, \"sparse\": {{\"window_groups\": 2, \"window\": 16, \"window_block\": 4, \"ring_block\": 8, \"bounded_replay\": true}}"
+            )),
+            "neither",
+        );
     }
 
     #[test]

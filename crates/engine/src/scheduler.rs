@@ -495,6 +495,9 @@ pub struct Engine {
     /// Mamba group, from its lookup to its allocation.
     mamba_hit: Vec<u32>,
     mamba_newly: Vec<u64>,
+    /// The window groups' tail a waiting request's hit ends on, from its
+    /// lookup to its allocation (window groups prefix-cached).
+    window_hit: Vec<u32>,
 }
 
 impl Engine {
@@ -554,6 +557,7 @@ impl Engine {
             mamba_cached_step: rustc_hash::FxHashSet::default(),
             mamba_hit: Vec::new(),
             mamba_newly: Vec::new(),
+            window_hit: Vec::new(),
         }
     }
 
@@ -632,6 +636,15 @@ impl Engine {
         for segment in &request.prompt.segments {
             hasher.feed_segment(*segment);
         }
+        // Window groups in the prefix cache hash their own blocks.
+        let mut window_lane = crate::window::Lane::default();
+        if let Some(w) = self.config.window.filter(|w| w.cached) {
+            let mut h = BlockHasher::new(w.block_size.max(1));
+            for segment in &request.prompt.segments {
+                h.feed_segment(*segment);
+            }
+            window_lane.hasher = Some(h);
+        }
         let segments = if self.pool.kv_events.is_some() {
             request.prompt.segments
         } else {
@@ -673,7 +686,7 @@ impl Engine {
             lm: crate::lmcache::Tracker::default(),
             off: crate::offload::RequestState::default(),
             mamba: crate::mamba::Lane::default(),
-            window: crate::window::Lane::default(),
+            window: window_lane,
         };
         let slot = match self.free_slots.pop() {
             Some(slot) => {
@@ -816,6 +829,23 @@ impl Engine {
         );
         req.mamba.junction = junction;
         (hit, hit)
+    }
+
+    /// The window groups' cut of the full group's hit of `full_tokens` when
+    /// they are prefix-cached (see [`crate::window::longest_hit`]): the tail
+    /// kept for the allocation, the junction pinned on the request.
+    fn window_cached_hit(&mut self, slot: u32, full_tokens: u32) -> u32 {
+        let w = self.config.window.expect("a windowed engine");
+        let req = self.reqs[slot as usize].as_mut().expect("live slot");
+        let hashes = req
+            .window
+            .hasher
+            .as_ref()
+            .map_or(&[][..], |h| &h.hashes[..]);
+        let (hit, junction) =
+            crate::window::longest_hit(&self.pool, &w, hashes, full_tokens, &mut self.window_hit);
+        req.window.junction = junction;
+        hit
     }
 
     /// `_mamba_block_aligned_split` in align mode for a chunk of `n` tokens
@@ -1325,7 +1355,14 @@ impl Engine {
                 let full = (base + must_fit).min(self.config.max_model_len);
                 let need = self.blocks_short_with(base, must_fit, 0, have)
                     + hit_free
-                    + req.window.blocks_to_allocate(&w, full, base, true);
+                    + req.window.blocks_to_allocate(
+                        &self.pool,
+                        &w,
+                        full,
+                        base,
+                        true,
+                        &self.window_hit,
+                    );
                 if need > self.pool.free() {
                     return false;
                 }
@@ -1338,10 +1375,12 @@ impl Engine {
         }
         let alloc_new = self.blocks_short_with(base, new_tokens, 0, have);
         let window_new = self.req(slot).window.blocks_to_allocate(
+            &self.pool,
             &w,
             (base + new_tokens).min(self.config.max_model_len),
             base,
             false,
+            &self.window_hit,
         );
         if alloc_new + hit_free + window_new > self.pool.free() {
             return false;
@@ -1350,7 +1389,7 @@ impl Engine {
         {
             let req = self.reqs[slot as usize].as_mut().expect("live slot");
             if hit_blocks > 0 {
-                req.window.adopt(&w, base);
+                req.window.adopt(&mut self.pool, &w, base, &self.window_hit);
             }
             scratch.clear();
             for b in 0..hit_blocks as usize {
@@ -1373,7 +1412,14 @@ impl Engine {
             self.pool.allocate(alloc_new, &mut scratch);
             req.blocks.extend(scratch.iter());
             req.window.allocate_ring(&mut self.pool, &w);
+            // The window groups cache before the full group, in the
+            // coordinator's order, up to the scheduler's block.
+            let upto = (base + new_tokens).min(req.tokens()) / w.hit_alignment.max(1)
+                * w.hit_alignment.max(1);
+            req.window
+                .cache(&mut self.pool, &w, upto, req.prompt_tokens);
         }
+        self.window_hit.clear();
         self.scratch = scratch;
         self.cache_scheduled(slot, base + new_tokens);
         true
@@ -1704,9 +1750,16 @@ impl Engine {
                 let hit_tokens = hit_units * self.config.prefix_unit.max(1);
                 // Bounded replay: a hit within the window is dropped, a
                 // longer one recomputes its last window (`replay` tokens).
-                let (hit_tokens, replay) = match &self.config.window {
-                    Some(w) => crate::window::replayed_hit(w, hit_tokens),
+                let (hit_tokens, replay) = match self.config.window {
+                    Some(w) if w.cached => (self.window_cached_hit(slot, hit_tokens), 0),
+                    Some(w) => crate::window::replayed_hit(&w, hit_tokens),
                     None => (hit_tokens, 0),
+                };
+                let (hit_units, hit_blocks) = if self.config.window.is_some_and(|w| w.cached) {
+                    let b = hit_tokens / self.config.block_size.max(1);
+                    (b, b)
+                } else {
+                    (hit_units, hit_blocks)
                 };
                 let (hit_units, hit_blocks) = if hit_tokens == 0 {
                     (0, 0)
@@ -2152,6 +2205,9 @@ impl Engine {
             }
             let start = req.output;
             req.hasher.feed(req.output_segment, start, emit);
+            if let Some(h) = &mut req.window.hasher {
+                h.feed(req.output_segment, start, emit);
+            }
             req.output += emit;
             if !async_scheduling {
                 // The drafter proposes after every sampling step

@@ -1,6 +1,6 @@
 //! DeepSeek-V4.1's sliding-window groups and compressor ring in the KV
-//! block pool, as vLLM 0.31.0 keeps them under `swa_bounded_replay` (its
-//! default): `SlidingWindowManager` and `CircularBufferManager`
+//! block pool, as vLLM 0.31.0 keeps them with `swa_bounded_replay` (its
+//! default) and without it: `SlidingWindowManager` and `CircularBufferManager`
 //! (`vllm/v1/core/single_type_kv_cache_manager.py`), the scheduler's
 //! prefix replay (`Scheduler._mark_prefix_replay`,
 //! `vllm/v1/core/sched/scheduler.py`) and the window spec's admission cap
@@ -17,6 +17,15 @@
 //! prefix caching: a hit comes from the full group alone, a hit no longer
 //! than the window is dropped, and a longer one recomputes its last
 //! window (the window's KV is rebuilt; the full group's is reused).
+//!
+//! Without bounded replay the window groups are prefix-cached too
+//! (`SlidingWindowManager`): a hit at a 128-token boundary needs, in every
+//! window group, the blocks covering the window before it (`cdiv(window −
+//! 1, block_size)` of them) still cached, and under vLLM's default
+//! retention (`prefix_cache_retention_interval: 0`, `reachable_block_mask`)
+//! a request keeps only the window tails ending at its prompt's replay
+//! boundary and at the junction its hit pinned, so hits land there. The
+//! window groups hash their own 32-token blocks.
 //!
 //! Every window group of a request allocates and frees the same positions
 //! at the same moments, so a [`Lane`] keeps the positions once and
@@ -41,8 +50,12 @@ pub struct WindowConfig {
     /// sequence may claim at admission, `cdiv(min(window − 1 +
     /// max_in_flight_tokens, max_model_len), block_size) + 1`.
     pub admission_cap: u32,
-    /// `prefix_replay_tokens`: the window under bounded replay.
+    /// `prefix_replay_tokens`: the window under bounded replay, 0 without.
     pub replay: u32,
+    /// The window groups take part in prefix caching (no bounded replay).
+    pub cached: bool,
+    /// The scheduler's block (the full group's), to which hits align.
+    pub hit_alignment: u32,
 }
 
 impl WindowConfig {
@@ -65,6 +78,73 @@ impl WindowConfig {
     fn skipped_tokens(&self, computed: u32) -> u32 {
         (computed + 1).saturating_sub(self.window)
     }
+
+    /// Blocks a hit needs cached before its boundary
+    /// (`_contiguous_blocks_for_hit`, no EAGLE).
+    fn tail_blocks(&self) -> u32 {
+        self.window
+            .saturating_sub(1)
+            .div_ceil(self.block_size.max(1))
+    }
+}
+
+/// The pool key of window group `group`'s block whose hash is `hash`
+/// (vLLM keys cached blocks by hash and group id).
+pub fn group_key(hash: u64, group: u32) -> u64 {
+    crate::mamba::group_key(hash, group.wrapping_add(0x5717))
+}
+
+/// `SlidingWindowManager.find_longest_cache_hit` within the full group's
+/// hit of `full_tokens`, then the hybrid coordinator's cut (one pass: full
+/// attention first, then the window groups): the longest hit, in tokens,
+/// ending on an aligned boundary where every window group holds the tail
+/// before it, and the junction to pin when the full group went further.
+/// `hashes` are the request's window-block hashes; the tail's blocks
+/// (`groups` for each of its positions, position-major) go to `blocks`.
+pub fn longest_hit(
+    pool: &BlockPool,
+    config: &WindowConfig,
+    hashes: &[u64],
+    full_tokens: u32,
+    blocks: &mut Vec<u32>,
+) -> (u32, u32) {
+    blocks.clear();
+    let bs = config.block_size.max(1);
+    let need = config.tail_blocks().max(1);
+    let align = config.hit_alignment.max(1);
+    let max_blocks = (full_tokens / bs).min(hashes.len() as u32);
+    let mut run = 0;
+    let mut hit = 0;
+    let mut found = Vec::with_capacity((need * config.groups) as usize);
+    for i in (0..max_blocks).rev() {
+        let hash = hashes[i as usize];
+        let cached: Option<Vec<u32>> = (0..config.groups)
+            .map(|g| pool.lookup(group_key(hash, g)))
+            .collect();
+        let Some(cached) = cached else {
+            run = 0;
+            found.clear();
+            continue;
+        };
+        // The run's last block must end on an aligned boundary.
+        if run == 0 && !((i + 1) * bs).is_multiple_of(align) {
+            continue;
+        }
+        run += 1;
+        found.push(cached);
+        if run >= need {
+            hit = (i + run) * bs;
+            break;
+        }
+    }
+    if hit > 0 {
+        // The tail, lowest position first.
+        for cached in found.iter().rev() {
+            blocks.extend_from_slice(cached);
+        }
+    }
+    let junction = if full_tokens > hit { full_tokens } else { 0 };
+    (hit, junction)
 }
 
 /// The hit a request may use (`Scheduler.schedule`): none when it is no
@@ -93,6 +173,13 @@ pub struct Lane {
     adopted: bool,
     /// The ring block.
     ring: Option<u32>,
+    /// Window-block hashes of the request's tokens, when the window groups
+    /// are prefix-cached; and the positions considered for caching so far
+    /// (`num_cached_block`).
+    pub hasher: Option<pdsim_core::prompt::BlockHasher>,
+    cached_positions: u32,
+    /// `request.shared_prefix_boundary`.
+    pub junction: u32,
 }
 
 impl Lane {
@@ -106,32 +193,103 @@ impl Lane {
     /// a request still needs (`get_num_blocks_to_allocate`).
     pub fn blocks_to_allocate(
         &self,
+        pool: &BlockPool,
         config: &WindowConfig,
         num_tokens: u32,
         computed: u32,
         admission: bool,
+        hit: &[u32],
     ) -> u32 {
         let mut required = num_tokens.div_ceil(config.block_size.max(1));
         if admission {
             required = required.min(config.admission_cap);
         }
+        let skipped = config.skipped_tokens(computed) / config.block_size.max(1);
         let new = if self.adopted {
             required.saturating_sub(self.len)
         } else {
-            let skipped = config.skipped_tokens(computed) / config.block_size.max(1);
-            required.saturating_sub(skipped.max(self.len))
+            // A hit's blocks count as positions the request has, nulls
+            // included (`len(new_computed_blocks)`): the tail ends there.
+            let hit_positions = if hit.is_empty() {
+                0
+            } else {
+                skipped + hit.len() as u32 / config.groups.max(1)
+            };
+            required.saturating_sub(skipped.max(self.len + hit_positions))
         };
-        new * config.groups + u32::from(config.ring && self.ring.is_none())
+        // The hit's tail blocks nobody holds leave the free queue.
+        let evictable = hit.iter().filter(|&&b| pool.is_free(b)).count() as u32;
+        new * config.groups + evictable + u32::from(config.ring && self.ring.is_none())
     }
 
     /// `add_local_computed_blocks` for a request admitted on a hit of
     /// `computed` tokens: the window positions below the hit's window are
     /// null, nothing is touched (the window groups hit nothing).
-    pub fn adopt(&mut self, config: &WindowConfig, computed: u32) {
+    pub fn adopt(
+        &mut self,
+        pool: &mut BlockPool,
+        config: &WindowConfig,
+        computed: u32,
+        hit: &[u32],
+    ) {
         let skipped = config.skipped_tokens(computed) / config.block_size.max(1);
-        self.len = skipped;
+        for &b in hit {
+            pool.touch(b);
+        }
+        let tail = hit.len() as u32 / config.groups.max(1);
         self.first = skipped;
+        self.len = skipped + tail;
+        self.blocks.extend_from_slice(hit);
         self.adopted = true;
+        self.cached_positions = self.len;
+    }
+
+    /// `SlidingWindowManager.cache_blocks` for `num_tokens` tokens (the
+    /// coordinator rounds them down to the scheduler's block): of the
+    /// positions that became full, only those in a reachable tail keep a
+    /// hash — the `tail_blocks` before the prompt's replay boundary
+    /// (`num_prompt_tokens − 1` floored to the alignment) and before the
+    /// junction (`reachable_block_mask` under `prefix_cache_retention_interval:
+    /// 0`).
+    pub fn cache(
+        &mut self,
+        pool: &mut BlockPool,
+        config: &WindowConfig,
+        num_tokens: u32,
+        prompt: u32,
+    ) {
+        let Some(hasher) = &self.hasher else {
+            return;
+        };
+        let bs = config.block_size.max(1);
+        let full = num_tokens / bs;
+        if self.cached_positions >= full {
+            return;
+        }
+        let align = config.hit_alignment.max(1);
+        let need = config.tail_blocks();
+        let tail_end = |tokens: u32| tokens / align * align / bs;
+        let mut ends = [tail_end(prompt.saturating_sub(1)), 0];
+        if self.junction > 0 {
+            ends[1] = tail_end(self.junction);
+        }
+        let gs = config.groups as usize;
+        for p in self.cached_positions.max(self.first)..full.min(self.len) {
+            let reachable = ends
+                .iter()
+                .any(|&end| end > 0 && p < end && p + need >= end);
+            let Some(&hash) = hasher.hashes.get(p as usize) else {
+                continue;
+            };
+            if !reachable {
+                continue;
+            }
+            let i = (p - self.first) as usize;
+            for g in 0..gs {
+                pool.cache(self.blocks[i * gs + g], group_key(hash, g as u32));
+            }
+        }
+        self.cached_positions = full;
     }
 
     /// `remove_skipped_blocks` with `processed` the computed tokens whose
@@ -209,8 +367,10 @@ impl Lane {
             pool.release(&group);
         }
         let ring = self.ring;
+        let hasher = self.hasher.take();
         *self = Lane::default();
         self.ring = ring;
+        self.hasher = hasher;
     }
 
     pub fn free_ring(&mut self, pool: &mut BlockPool) {
@@ -232,7 +392,67 @@ mod tests {
             ring: true,
             admission_cap: WindowConfig::admission_cap(16, 4, 64, 1024),
             replay: 16,
+            cached: false,
+            hit_alignment: 16,
         }
+    }
+
+    #[test]
+    fn cached_windows_keep_only_reachable_tails_and_hit_there() {
+        let c = WindowConfig {
+            cached: true,
+            replay: 0,
+            ..config()
+        };
+        let mut pool = BlockPool::new(64, true);
+        let mut lane = Lane::default();
+        let mut h = pdsim_core::prompt::BlockHasher::new(4);
+        h.feed(7, 0, 40);
+        lane.hasher = Some(h);
+        let hashes = lane.hasher.as_ref().unwrap().hashes.clone();
+        let mut scratch = Vec::new();
+        lane.allocate(&mut pool, &c, 40, &mut scratch);
+        // A 40-token prompt: its replay boundary is 32 (39 floored to 16),
+        // so the 4 blocks before it (positions 4..8) keep a hash, a group
+        // each; nothing else does.
+        lane.cache(&mut pool, &c, 32, 40);
+        for (p, &hash) in hashes.iter().enumerate().take(10) {
+            let cached = (0..2).all(|g| pool.lookup(group_key(hash, g)).is_some());
+            assert_eq!(cached, (4..8).contains(&p), "position {p}");
+        }
+        let mut tail = Vec::new();
+        assert_eq!(longest_hit(&pool, &c, &hashes, 32, &mut tail), (32, 0));
+        assert_eq!(tail.len(), 2 * 4);
+        // At 16 the full group may hit but no tail was kept: none, and the
+        // junction is pinned there.
+        assert_eq!(longest_hit(&pool, &c, &hashes, 16, &mut tail), (0, 16));
+        assert!(tail.is_empty());
+        // Beyond the full group's hit nothing is looked at.
+        assert_eq!(longest_hit(&pool, &c, &hashes, 0, &mut tail), (0, 0));
+        // A junction at 16 keeps the tail before it as well.
+        let mut other = Lane {
+            junction: 16,
+            hasher: lane.hasher.clone(),
+            ..Lane::default()
+        };
+        other.allocate(&mut pool, &c, 40, &mut scratch);
+        other.cache(&mut pool, &c, 32, 40);
+        assert_eq!(longest_hit(&pool, &c, &hashes, 16, &mut tail), (16, 0));
+        // Adopting the hit touches its tail and counts from it.
+        let mut third = Lane {
+            hasher: lane.hasher.clone(),
+            ..Lane::default()
+        };
+        assert_eq!(
+            third.blocks_to_allocate(&pool, &c, 40, 16, false, &tail),
+            2 * (10 - 4) + 1
+        );
+        third.adopt(&mut pool, &c, 16, &tail);
+        assert_eq!(third.held(), 2 * 4);
+        assert_eq!(
+            third.blocks_to_allocate(&pool, &c, 40, 16, false, &[]),
+            2 * (10 - 4) + 1
+        );
     }
 
     #[test]
@@ -260,7 +480,7 @@ mod tests {
         let mut lane = Lane::default();
         let mut scratch = Vec::new();
         // A 40-token chunk: 10 window blocks a group and the ring.
-        assert_eq!(lane.blocks_to_allocate(&c, 40, 0, false), 21);
+        assert_eq!(lane.blocks_to_allocate(&pool, &c, 40, 0, false, &[]), 21);
         lane.allocate(&mut pool, &c, 40, &mut scratch);
         lane.allocate_ring(&mut pool, &c);
         assert_eq!(lane.held(), 21);
@@ -268,7 +488,7 @@ mod tests {
         // 6..10: blocks 0..6 go back.
         lane.remove_skipped(&mut pool, &c, 40);
         assert_eq!(lane.held(), 2 * 4 + 1);
-        assert_eq!(lane.blocks_to_allocate(&c, 41, 40, false), 2);
+        assert_eq!(lane.blocks_to_allocate(&pool, &c, 41, 40, false, &[]), 2);
         lane.allocate(&mut pool, &c, 41, &mut scratch);
         assert_eq!(lane.held(), 2 * 5 + 1);
         lane.free_window(&mut pool, &c);
@@ -285,14 +505,23 @@ mod tests {
         let mut scratch = Vec::new();
         // A 32-token hit: tokens 16..32 are replayed, so blocks from 4 on
         // (17 skipped tokens: 4 blocks) are needed, to 48 tokens: 8 a group.
-        assert_eq!(lane.blocks_to_allocate(&c, 48, 32, false), 2 * 8 + 1);
-        lane.adopt(&c, 32);
+        assert_eq!(
+            lane.blocks_to_allocate(&pool, &c, 48, 32, false, &[]),
+            2 * 8 + 1
+        );
+        lane.adopt(&mut pool, &c, 32, &[]);
         lane.allocate(&mut pool, &c, 48, &mut scratch);
         assert_eq!(lane.held(), 2 * 8);
         // Adopted: the count is against the positions, nulls included.
-        assert_eq!(lane.blocks_to_allocate(&c, 52, 48, false), 2 + 1);
+        assert_eq!(
+            lane.blocks_to_allocate(&pool, &c, 52, 48, false, &[]),
+            2 + 1
+        );
         // The admission check caps the window at 21 blocks a group.
         let fresh = Lane::default();
-        assert_eq!(fresh.blocks_to_allocate(&c, 1000, 0, true), 2 * 21 + 1);
+        assert_eq!(
+            fresh.blocks_to_allocate(&pool, &c, 1000, 0, true, &[]),
+            2 * 21 + 1
+        );
     }
 }

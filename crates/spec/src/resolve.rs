@@ -133,6 +133,8 @@ pub struct SparseCache {
     /// one compressor ring block.
     pub window_blocks_per_group: u64,
     pub ring_blocks: u64,
+    /// The sliding window, tokens, kept in 32-token window blocks.
+    pub sliding_window: u64,
     /// `swa_bounded_replay` as resolved, and the tokens a prefix hit
     /// recomputes (the window) with it.
     pub swa_bounded_replay: bool,
@@ -145,6 +147,10 @@ pub struct SparseCache {
     pub engram_residency: String,
     pub engram_gpu_bytes_per_rank: u64,
     pub engram_host_bytes_per_node: u64,
+    /// Rows of its head shard a rank reads for each token in each Engram
+    /// layer (`cdiv(lookups, shards)`, `common/engram.py`); 0 without
+    /// Engram.
+    pub engram_rows_per_rank: u64,
 }
 
 /// How a hybrid model's Mamba2 states are kept, as vLLM 0.31.0 resolves
@@ -1294,8 +1300,8 @@ fn resolve_sparse(
     });
     // Engram: tables in pinned host memory unless `cpu_offload: false`;
     // shared by a node's replicas by default when there are several.
-    let (residency, gpu, host) = match &sp.engram {
-        None => ("none".to_string(), 0, 0),
+    let (residency, gpu, host, rows_per_rank) = match &sp.engram {
+        None => ("none".to_string(), 0, 0, 0),
         Some(engram) => {
             let table = engram.table_bytes();
             let cfg = e.engram_config.clone().unwrap_or_default();
@@ -1337,7 +1343,7 @@ fn resolve_sparse(
                 ),
                 origin: if e.engram_config.is_some() { "stated" } else { "default" },
             });
-            (residency.to_string(), gpu, host)
+            (residency.to_string(), gpu, host, part)
         }
     };
     settings.push(Setting {
@@ -1359,12 +1365,14 @@ fn resolve_sparse(
         window_groups,
         window_blocks_per_group,
         ring_blocks,
+        sliding_window: sp.sliding_window,
         swa_bounded_replay: replay,
         prefix_replay_tokens: if replay { sp.sliding_window } else { 0 },
         sequence_parallel,
         engram_residency: residency,
         engram_gpu_bytes_per_rank: gpu,
         engram_host_bytes_per_node: host,
+        engram_rows_per_rank: rows_per_rank,
     }
 }
 
