@@ -21,9 +21,8 @@
 
 mod common;
 
-use pdsim_cluster::{Cluster, MemorySink, Outcome, RequestRecord, run};
+use pdsim_cluster::{Cluster, RequestRecord};
 use pdsim_cost::{Batch, GraphMode};
-use pdsim_workload::{MooncakeReader, RequestSpec, TraceError};
 
 /// One B200 node: one DeepSeek-V4.1 engine at TP 8 with expert parallelism.
 const SCENARIO: &str = "kind: Scenario
@@ -42,12 +41,7 @@ cluster:
 ";
 
 fn deployment(keys: &str) -> String {
-    let mut engine = String::new();
-    for line in keys.lines().filter(|l| !l.trim().is_empty()) {
-        engine.push_str("      ");
-        engine.push_str(line.trim_end());
-        engine.push('\n');
-    }
+    let engine = common::engine_lines(keys);
     format!(
         "kind: Deployment
 name: deepseek
@@ -72,17 +66,7 @@ fn cluster(keys: &str) -> Cluster {
 }
 
 fn records(cluster: &Cluster, trace: &str) -> Vec<RequestRecord> {
-    let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
-        MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl"),
-    );
-    let mut sink = MemorySink::default();
-    run(cluster, &mut source, 0, true, &mut sink).expect("runs");
-    let mut records = sink.records;
-    records.sort_by_key(|r| (r.arrival, r.id));
-    for r in &records {
-        assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
-    }
-    records
+    common::completed_records(cluster, trace)
 }
 
 /// The same prompt of `prompt` tokens `n` times, a second apart.

@@ -19,9 +19,8 @@
 
 mod common;
 
-use pdsim_cluster::{Cluster, MemorySink, Outcome, RequestRecord, run};
+use pdsim_cluster::{Cluster, RequestRecord};
 use pdsim_cost::{Batch, GraphMode};
-use pdsim_workload::{MooncakeReader, RequestSpec, TraceError};
 
 /// One H100 pair: one Nemotron-H-8B engine at tensor parallelism 2.
 const SCENARIO: &str = "kind: Scenario
@@ -42,12 +41,7 @@ cluster:
 /// The engine with `keys` (YAML lines under `engine:`) besides the
 /// deployment's own.
 fn deployment(keys: &str) -> String {
-    let mut engine = String::new();
-    for line in keys.lines().filter(|l| !l.trim().is_empty()) {
-        engine.push_str("      ");
-        engine.push_str(line.trim_end());
-        engine.push('\n');
-    }
+    let engine = common::engine_lines(keys);
     format!(
         "kind: Deployment
 name: nemotron
@@ -78,19 +72,8 @@ fn refusal(keys: &str) -> String {
     }
 }
 
-/// Runs a Mooncake trace and returns its records in arrival order.
 fn records(cluster: &Cluster, trace: &str) -> Vec<RequestRecord> {
-    let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
-        MooncakeReader::new(std::io::Cursor::new(trace.as_bytes()), "t.jsonl"),
-    );
-    let mut sink = MemorySink::default();
-    run(cluster, &mut source, 0, true, &mut sink).expect("runs");
-    let mut records = sink.records;
-    records.sort_by_key(|r| (r.arrival, r.id));
-    for r in &records {
-        assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
-    }
-    records
+    common::completed_records(cluster, trace)
 }
 
 /// `n` requests a second apart, each of `prompt` tokens of its own

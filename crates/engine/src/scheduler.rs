@@ -292,6 +292,34 @@ impl Req {
     }
 }
 
+/// Of a hit's first `hit_blocks` blocks (whose first prefix-reuse units are
+/// every `per_block`-th of `hashes`), those nobody holds: touching them
+/// takes them out of the free queue, so an allocation needs them besides
+/// its new blocks (`_get_num_evictable_blocks`,
+/// `vllm/v1/core/single_type_kv_cache_manager.py`).
+fn hit_blocks_free(pool: &BlockPool, hashes: &[u64], hit_blocks: u32, per_block: usize) -> u32 {
+    (0..hit_blocks as usize)
+        .filter_map(|b| pool.lookup(hashes[b * per_block]))
+        .filter(|&block| pool.is_free(block))
+        .count() as u32
+}
+
+/// Touches a hit's `hit_blocks` blocks (one reuse unit each) and gives
+/// them to the request (`add_local_computed_blocks`).
+fn take_hit_blocks(pool: &mut BlockPool, req: &mut Req, hit_blocks: u32, scratch: &mut Vec<u32>) {
+    scratch.clear();
+    for b in 0..hit_blocks as usize {
+        if let Some(block) = pool.lookup(req.hasher.hashes[b]) {
+            scratch.push(block);
+        }
+    }
+    for block in scratch.iter() {
+        pool.touch(*block);
+    }
+    req.blocks.extend(scratch.iter());
+    req.cached_units = req.cached_units.max(hit_blocks);
+}
+
 /// The offload tier's key of a request's chunk `chunk` (one block): the
 /// hash of the block's last prefix-reuse unit, as the connector takes every
 /// `hashes_per_chunk`-th request block hash (`update_offload_keys`,
@@ -1169,15 +1197,12 @@ impl Engine {
         let need_new = self.blocks_needed(base, new_tokens, must_fit, lookahead, have);
         // Hit blocks sitting in the free queue leave it when touched. Only
         // admissions have hits, so running requests skip this walk.
-        let mut hit_free = 0;
-        if hit_blocks > 0 {
-            let req = self.reqs[slot as usize].as_ref().expect("live slot");
-            for b in 0..hit_blocks as usize {
-                if let Some(block) = self.pool.lookup(req.hasher.hashes[b * per_block]) {
-                    hit_free += u32::from(self.pool.is_free(block));
-                }
-            }
-        }
+        let hit_free = hit_blocks_free(
+            &self.pool,
+            &self.req(slot).hasher.hashes,
+            hit_blocks,
+            per_block,
+        );
         if need_new + hit_free > self.pool.free() {
             return false;
         }
@@ -1236,14 +1261,9 @@ impl Engine {
         let have = held + hit_blocks;
         let state_hit = hit_blocks > 0 && !self.mamba_hit.is_empty();
         let hit = state_hit.then(|| (hit_blocks - 1, self.mamba_hit.as_slice()));
-        let mut hit_free = 0;
+        let hit_free = hit_blocks_free(&self.pool, &self.req(slot).hasher.hashes, hit_blocks, 1);
         {
             let req = self.reqs[slot as usize].as_ref().expect("live slot");
-            for b in 0..hit_blocks as usize {
-                if let Some(block) = self.pool.lookup(req.hasher.hashes[b]) {
-                    hit_free += u32::from(self.pool.is_free(block));
-                }
-            }
             // A state cached by a request scheduled earlier in this step
             // is written by the step: `get_num_blocks_to_allocate` returns
             // more blocks than the pool has.
@@ -1287,17 +1307,7 @@ impl Engine {
                 req.mamba
                     .add_hit(&mut self.pool, hit_blocks - 1, &self.mamba_hit);
             }
-            scratch.clear();
-            for b in 0..hit_blocks as usize {
-                if let Some(block) = self.pool.lookup(req.hasher.hashes[b]) {
-                    scratch.push(block);
-                }
-            }
-            for block in &scratch {
-                self.pool.touch(*block);
-            }
-            req.blocks.extend(scratch.iter());
-            req.cached_units = req.cached_units.max(hit_blocks);
+            take_hit_blocks(&mut self.pool, req, hit_blocks, &mut scratch);
             req.mamba
                 .allocate(&mut self.pool, m, base + new_tokens, &mut scratch);
             scratch.clear();
@@ -1343,14 +1353,9 @@ impl Engine {
         };
         let base = computed.max(hit_tokens);
         let have = held + hit_blocks;
-        let mut hit_free = 0;
+        let hit_free = hit_blocks_free(&self.pool, &self.req(slot).hasher.hashes, hit_blocks, 1);
         {
             let req = self.reqs[slot as usize].as_ref().expect("live slot");
-            for b in 0..hit_blocks as usize {
-                if let Some(block) = self.pool.lookup(req.hasher.hashes[b]) {
-                    hit_free += u32::from(self.pool.is_free(block));
-                }
-            }
             if must_fit > new_tokens {
                 let full = (base + must_fit).min(self.config.max_model_len);
                 let need = self.blocks_short_with(base, must_fit, 0, have)
@@ -1391,17 +1396,7 @@ impl Engine {
             if hit_blocks > 0 {
                 req.window.adopt(&mut self.pool, &w, base, &self.window_hit);
             }
-            scratch.clear();
-            for b in 0..hit_blocks as usize {
-                if let Some(block) = self.pool.lookup(req.hasher.hashes[b]) {
-                    scratch.push(block);
-                }
-            }
-            for block in &scratch {
-                self.pool.touch(*block);
-            }
-            req.blocks.extend(scratch.iter());
-            req.cached_units = req.cached_units.max(hit_blocks);
+            take_hit_blocks(&mut self.pool, req, hit_blocks, &mut scratch);
             req.window.allocate(
                 &mut self.pool,
                 &w,

@@ -1,6 +1,6 @@
 //! What the cluster's integration tests share.
 
-use pdsim_cluster::Cluster;
+use pdsim_cluster::{Cluster, MemorySink, Outcome, RequestRecord, run};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
 
@@ -51,4 +51,37 @@ pub fn build_with_catalog(
         Some(inputs),
     )
     .map_err(|e| format!("{e:?}"))
+}
+
+/// `keys` (YAML lines, nested ones indented) as lines under a pool's
+/// `engine:` block.
+#[allow(dead_code)]
+pub fn engine_lines(keys: &str) -> String {
+    let mut engine = String::new();
+    for line in keys.lines().filter(|l| !l.trim().is_empty()) {
+        engine.push_str("      ");
+        engine.push_str(line.trim_end());
+        engine.push('\n');
+    }
+    engine
+}
+
+/// Runs a Mooncake trace through `cluster` (every invariant checked) and
+/// returns its records in arrival order, each required to have completed.
+#[allow(dead_code)]
+pub fn completed_records(cluster: &Cluster, trace: &str) -> Vec<RequestRecord> {
+    let mut source: Box<
+        dyn Iterator<Item = Result<pdsim_workload::RequestSpec, pdsim_workload::TraceError>>,
+    > = Box::new(pdsim_workload::MooncakeReader::new(
+        std::io::Cursor::new(trace.as_bytes()),
+        "t.jsonl",
+    ));
+    let mut sink = MemorySink::default();
+    run(cluster, &mut source, 0, true, &mut sink).expect("runs");
+    let mut records = sink.records;
+    records.sort_by_key(|r| (r.arrival, r.id));
+    for r in &records {
+        assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
+    }
+    records
 }
