@@ -1786,7 +1786,12 @@ mod stage_tests {
             assert!(close(got.comm_ns, 52.0 * all_reduce), "{got:?}");
             // The head adds its GEMM and three kernels.
             let with_head = model.stage(w, 52.0, 0.0, true);
-            assert!(with_head.device_ns > got.device_ns + 3.0 * floor);
+            let mut head = Parts::default();
+            assert_eq!(model.head_kernel(&mut head, w), 3.0);
+            assert!(close(
+                with_head.device_ns,
+                got.device_ns + head.device_ns + 3.0 * floor
+            ));
         }
         // A large prefill's all-reduce goes past the custom all-reduce's
         // limit, onto NCCL's curve.
@@ -1947,6 +1952,55 @@ mod stage_tests {
         assert_eq!(stall(1e9), 0.0);
         sa.engram_host = false;
         assert_eq!(super::Roofline::engram_stall_ns(&sa, w, 0.0, 40.0), 0.0);
+    }
+
+    #[test]
+    fn the_output_head_scores_its_rows_over_the_vocabulary() {
+        // Llama-3.1-8B at TP 1: 128,256 × 4,096 weights, 2 FLOPs each a
+        // row, read once in 16 bits; each row writes its fp32 logits and
+        // reads its hidden state.
+        let model = crate::tests::llama8b_tp1().roofline(&[]).unwrap();
+        let params = 128_256.0 * 4_096.0;
+        let rows = 24.0;
+        let w = Work {
+            logits_rows: rows,
+            ..prefill_after_cache(100.0, 0.0)
+        };
+        let mut p = Parts::default();
+        model.head_kernel(&mut p, w);
+        let compute = super::Roofline::gemm_ns(
+            2.0 * params * rows,
+            rows,
+            model.head_flops_per_ns,
+            model.head_m_half_tokens,
+        );
+        let bytes = params * 2.0 + rows * (128_256.0 * 4.0 + 4_096.0 * 2.0);
+        assert!(close(p.compute_ns, compute), "{p:?}");
+        assert!(close(p.memory_ns, bytes / model.hbm_bytes_per_ns), "{p:?}");
+    }
+
+    #[test]
+    fn a_stage_waits_for_host_engram_lookups_its_layers_do_not_hide() {
+        // The same stage with a link fast enough to hide every lookup, and
+        // with one slow enough to stall: the difference is the stall the
+        // lookups leave after the layers before them.
+        let mut fast = deepseek_v41("{engram_config: {cpu_offload: true}}");
+        fast.sparse.as_mut().unwrap().host_link_bytes_per_ns = 1e12;
+        let mut slow = fast.clone();
+        slow.sparse.as_mut().unwrap().host_link_bytes_per_ns = 1e-3;
+        let w = prefill_after_cache(4_096.0, 0.0);
+        let layers = fast.dense_layers_stage + fast.moe_layers_stage;
+        let hidden = fast.stage(w, fast.dense_layers_stage, fast.moe_layers_stage, false);
+        let stalled = slow.stage(w, slow.dense_layers_stage, slow.moe_layers_stage, false);
+        let stall = super::Roofline::engram_stall_ns(
+            slow.sparse.as_ref().unwrap(),
+            w,
+            hidden.device_ns,
+            layers,
+        );
+        assert!(stall > 0.0);
+        assert!(close(stalled.device_ns, hidden.device_ns + stall));
+        assert_eq!(stalled.memory_ns, hidden.memory_ns);
     }
 
     #[test]

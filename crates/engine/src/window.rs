@@ -137,6 +137,17 @@ pub fn longest_hit(
             break;
         }
     }
+    if hit == 0 {
+        // No full tail, but a run from the first block: the window covers
+        // it from the start, so it is a hit, cut to the alignment ("The
+        // first `num_contiguous_blocks` is a cache hit even if
+        // `num_contiguous_blocks < sliding_window_contiguous_blocks`").
+        hit = run * bs / align * align;
+        // `found` runs from the run's top down to position 0 (and is empty
+        // when no run reaches it): keep the hit's positions, the lowest.
+        let keep = (hit / bs) as usize;
+        found.drain(..found.len() - keep);
+    }
     if hit > 0 {
         // The tail, lowest position first.
         for cached in found.iter().rev() {
@@ -269,15 +280,11 @@ impl Lane {
         let align = config.hit_alignment.max(1);
         let need = config.tail_blocks();
         let tail_end = |tokens: u32| tokens / align * align / bs;
-        let mut ends = [tail_end(prompt.saturating_sub(1)), 0];
-        if self.junction > 0 {
-            ends[1] = tail_end(self.junction);
-        }
+        // A junction of 0 (none) ends no tail.
+        let ends = [tail_end(prompt.saturating_sub(1)), tail_end(self.junction)];
         let gs = config.groups as usize;
         for p in self.cached_positions.max(self.first)..full.min(self.len) {
-            let reachable = ends
-                .iter()
-                .any(|&end| end > 0 && p < end && p + need >= end);
+            let reachable = ends.iter().any(|&end| p < end && p + need >= end);
             let Some(&hash) = hasher.hashes.get(p as usize) else {
                 continue;
             };
@@ -453,6 +460,39 @@ mod tests {
             third.blocks_to_allocate(&pool, &c, 40, 16, false, &[]),
             2 * (10 - 4) + 1
         );
+    }
+
+    #[test]
+    fn a_run_from_the_first_block_shorter_than_the_window_is_a_hit_cut_to_the_alignment() {
+        // Hits aligned to 8 tokens, a 16-token window in 4-token blocks:
+        // blocks 0..3 cached in both groups (12 tokens, no full tail) hit
+        // 8 tokens, the first two blocks.
+        let c = WindowConfig {
+            cached: true,
+            replay: 0,
+            hit_alignment: 8,
+            ..config()
+        };
+        let mut pool = BlockPool::new(64, true);
+        let hashes: Vec<u64> = (1..=8).map(|h| h * 977).collect();
+        let mut held = Vec::new();
+        pool.allocate(6, &mut held);
+        for p in 0..3usize {
+            for g in 0..2 {
+                pool.cache(held[p * 2 + g as usize], group_key(hashes[p], g));
+            }
+        }
+        let mut tail = Vec::new();
+        assert_eq!(longest_hit(&pool, &c, &hashes, 32, &mut tail), (8, 32));
+        assert_eq!(tail, held[..4].to_vec());
+        // Nothing from the first block: no hit.
+        let mut empty = BlockPool::new(64, true);
+        let mut other = Vec::new();
+        empty.allocate(2, &mut other);
+        empty.cache(other[0], group_key(hashes[1], 0));
+        empty.cache(other[1], group_key(hashes[1], 1));
+        assert_eq!(longest_hit(&empty, &c, &hashes, 32, &mut tail), (0, 32));
+        assert!(tail.is_empty());
     }
 
     #[test]
