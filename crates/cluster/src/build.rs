@@ -243,8 +243,8 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
             block_size: clamp(e.block_size),
         }),
         // DeepSeek-V4.1's window groups and ring (what `sparse_refusal`
-        // lets run: bounded replay, one engine core serving whole
-        // requests). Model Runner V2 keeps `pp + 1` batches in flight under
+        // lets run: with or without bounded replay, one engine core
+        // serving whole requests). Model Runner V2 keeps `pp + 1` batches in flight under
         // async scheduling, `pp` otherwise (`VllmConfig.max_concurrent_batches`).
         window: e.sparse.as_ref().map(|sc| {
             let pp = pool.layout.pp.max(1);
@@ -289,6 +289,15 @@ fn sparse_refusal(
             message: format!("`{name}` is DeepSeek-V4.1: {why}"),
         })
     };
+    if scenario.scenario.engine_version != "0.31.0" {
+        return refuse(
+            "engine_version".into(),
+            &format!(
+                "pdsim's window and ring groups follow vLLM 0.31.0 (checked against that release's scheduler); {}'s are not read",
+                scenario.scenario.engine_version
+            ),
+        );
+    }
     if router.is_some_and(|r| r.reads_kv_events()) {
         return refuse(
             "router".into(),

@@ -224,3 +224,13 @@ fn a_mega_moe_backend_turns_on_the_models_sequence_parallelism() {
     // 2,944 tokens hit (23 blocks), the last 128 recomputed.
     assert_eq!(r[1].cached_tokens, 2944 - 128);
 }
+
+#[test]
+fn another_release_is_refused_by_name() {
+    let old = SCENARIO.replace("\"0.31.0\"", "\"0.29.0\"");
+    let e = match common::build(&old, &deployment(""), &[]) {
+        Ok(_) => panic!("0.29.0 runs DeepSeek-V4.1"),
+        Err(e) => e,
+    };
+    assert!(e.contains("follow vLLM 0.31.0"), "{e}");
+}

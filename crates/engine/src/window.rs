@@ -113,25 +113,33 @@ pub fn longest_hit(
     let need = config.tail_blocks().max(1);
     let align = config.hit_alignment.max(1);
     let max_blocks = (full_tokens / bs).min(hashes.len() as u32);
+    let gs = config.groups as usize;
     let mut run = 0;
     let mut hit = 0;
-    let mut found = Vec::with_capacity((need * config.groups) as usize);
+    // The run's blocks, `groups` a position, from its top position down
+    // (a lookup over every scanned position: no allocation per position).
+    let mut found: Vec<u32> = Vec::with_capacity(need as usize * gs);
     for i in (0..max_blocks).rev() {
         let hash = hashes[i as usize];
-        let cached: Option<Vec<u32>> = (0..config.groups)
-            .map(|g| pool.lookup(group_key(hash, g)))
-            .collect();
-        let Some(cached) = cached else {
+        let at = found.len();
+        let all = (0..config.groups).all(|g| match pool.lookup(group_key(hash, g)) {
+            Some(b) => {
+                found.push(b);
+                true
+            }
+            None => false,
+        });
+        if !all {
             run = 0;
             found.clear();
             continue;
-        };
+        }
         // The run's last block must end on an aligned boundary.
         if run == 0 && !((i + 1) * bs).is_multiple_of(align) {
+            found.truncate(at);
             continue;
         }
         run += 1;
-        found.push(cached);
         if run >= need {
             hit = (i + run) * bs;
             break;
@@ -145,13 +153,13 @@ pub fn longest_hit(
         hit = run * bs / align * align;
         // `found` runs from the run's top down to position 0 (and is empty
         // when no run reaches it): keep the hit's positions, the lowest.
-        let keep = (hit / bs) as usize;
+        let keep = (hit / bs) as usize * gs;
         found.drain(..found.len() - keep);
     }
     if hit > 0 {
         // The tail, lowest position first.
-        for cached in found.iter().rev() {
-            blocks.extend_from_slice(cached);
+        for position in found.chunks(gs.max(1)).rev() {
+            blocks.extend_from_slice(position);
         }
     }
     let junction = if full_tokens > hit { full_tokens } else { 0 };

@@ -13,9 +13,10 @@
 //!   pool, a block id holding one page of 4 layers
 //!   (`vllm/v1/core/kv_cache_utils.py`).
 
-use pdsim_spec::files::MemoryFiles;
+mod common;
+
+use common::{setting, validate_pair};
 use pdsim_spec::resolve::PoolResolution;
-use pdsim_spec::validate::{Request, validate};
 
 const SCENARIO: &str = "kind: Scenario\nname: s\nmodel: nemotron-h-8b\ncoefficients: [cost-model-host-overheads]\nengine_version: \"0.31.0\"\nworkload: {shape: chatbot}\ncluster: {hardware: h100, nodes: 1, gpus_per_node: 8}\n";
 
@@ -23,15 +24,7 @@ fn resolve(engine: &str, tp: u64) -> PoolResolution {
     let deployment = format!(
         "kind: Deployment\nname: d\npools:\n  - role: colocated\n    nodes: 1\n    parallel: {{tp: {tp}, pp: 1, dp: 1}}\n    engine: {{max_model_len: 8192{engine}}}\n"
     );
-    let files = MemoryFiles::new()
-        .with("s.yaml", SCENARIO)
-        .with("d.yaml", &deployment);
-    let report = validate(&Request {
-        files: &files,
-        catalog_dirs: vec![],
-        scenario: Some("s.yaml".into()),
-        documents: vec!["d.yaml".into()],
-    });
+    let report = validate_pair(SCENARIO, &deployment);
     assert!(report.valid, "{:#?}", report.problems);
     assert!(
         report
@@ -41,15 +34,6 @@ fn resolve(engine: &str, tp: u64) -> PoolResolution {
         "a hybrid model reads the mamba keys"
     );
     report.resolutions[0].pools[0].clone()
-}
-
-fn setting<'a>(pool: &'a PoolResolution, key: &str) -> &'a str {
-    &pool
-        .settings
-        .iter()
-        .find(|s| s.key == key)
-        .unwrap_or_else(|| panic!("no setting {key}: {:?}", pool.settings))
-        .value
 }
 
 #[test]
