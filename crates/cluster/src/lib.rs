@@ -19,7 +19,7 @@ pub use build::{
     BuildError, Cluster, KvLease, PoolRuntime, build, build_with_router, default_acceptance,
 };
 pub use records::{
-    CoreSample, LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink, RequestRecord,
-    SAMPLE_NS, StepSample,
+    CoreSample, Emission, LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink,
+    RequestRecord, SAMPLE_NS, StepSample,
 };
 pub use sim::{CLIENT_TIMEOUT, CoreStats, RunError, RunStats, run, run_without_idle_pauses};

@@ -90,6 +90,17 @@ pub trait RecordSink {
     fn emission_of(&mut self, _record: &RequestRecord, gap_ns: u64, tokens: u32) {
         self.emission(gap_ns, tokens);
     }
+    /// The emissions of one engine core's step, in the order the step
+    /// produced them. The simulation hands them over once a step rather
+    /// than once a token, so a fan-out of sinks costs one call a sink a
+    /// step. By default each is passed to [`RecordSink::emission`]; a sink
+    /// that needs the request emitting (as [`RecordSink::emission_of`]
+    /// does) overrides this and reads [`Emission::source_line`].
+    fn emissions(&mut self, batch: &[Emission]) {
+        for e in batch {
+            self.emission(e.gap_ns, e.tokens);
+        }
+    }
     /// A link's utilisation over one window of [`LINK_WINDOW_NS`]: which
     /// GPU it belongs to, what kind it is, and the share of its capacity
     /// used. Windows come in time order; idle links are left out.
@@ -110,6 +121,16 @@ pub trait RecordSink {
     /// An engine core started a step (cores of a lockstep group share its
     /// duration).
     fn step(&mut self, _step: &StepSample) {}
+}
+
+/// A request got `tokens` more output tokens `gap_ns` after its previous
+/// ones: one entry of [`RecordSink::emissions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Emission {
+    /// The request's line in its trace ([`RequestRecord::source_line`]).
+    pub source_line: u64,
+    pub gap_ns: u64,
+    pub tokens: u32,
 }
 
 /// One engine step: where, when, how long, and the batch's composition.

@@ -25,7 +25,7 @@
 use crate::build::Cluster;
 use crate::fabric::Network;
 use crate::records::{
-    CoreSample, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS, StepSample,
+    CoreSample, Emission, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS, StepSample,
 };
 use pdsim_core::prompt::{content_id, mix64};
 use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimDuration, SimTime, Stream};
@@ -485,6 +485,9 @@ struct Sim<'a> {
     /// believed they owned it. Empty without `check`.
     ended: Vec<u64>,
     events_buf: Vec<EngineEvent>,
+    /// The emissions of the events being handled, handed to the sink
+    /// together when they are done.
+    emissions_buf: Vec<Emission>,
     tier_io_buf: Vec<pdsim_engine::tiering::TierIo>,
     network: Network,
     /// Link indices per GPU: NIC egress, NIC ingress, intra-node egress,
@@ -910,6 +913,7 @@ impl<'a> Sim<'a> {
             check,
             ended: Vec::new(),
             events_buf: Vec::new(),
+            emissions_buf: Vec::new(),
             tier_io_buf: Vec::new(),
             network,
             gpu_links,
@@ -2256,7 +2260,7 @@ impl<'a> Sim<'a> {
         events.extend(self.cores[core].engine.drain_events());
         for event in events.drain(..) {
             if let EngineEvent::Emitted { id, tokens } = event {
-                self.emitted(core, id, tokens, sink);
+                self.emitted(core, id, tokens);
                 continue;
             }
             // Events of a disaggregated request's prefill side, on its
@@ -2298,7 +2302,7 @@ impl<'a> Sim<'a> {
                 }
                 // Taken before the role look-up (above); `emitted` checks
                 // the role itself.
-                (EngineEvent::Emitted { id, tokens }, _) => self.emitted(core, id, tokens, sink),
+                (EngineEvent::Emitted { id, tokens }, _) => self.emitted(core, id, tokens),
                 (EngineEvent::Preempted { id }, _) => {
                     if let Some(f) = self.in_flight.get_mut(&id) {
                         f.record.preemptions += 1;
@@ -2350,12 +2354,18 @@ impl<'a> Sim<'a> {
             }
         }
         self.events_buf = events;
+        // The step's emissions, once, in the order the events gave them
+        // ([`RecordSink::emissions`]).
+        if !self.emissions_buf.is_empty() {
+            sink.emissions(&self.emissions_buf);
+            self.emissions_buf.clear();
+        }
     }
 
     /// A request's engine on `core` emitted `tokens` tokens. Handled apart
     /// from the other events, with one look-up of the request, as it is
     /// the event of every decode step.
-    fn emitted(&mut self, core: usize, id: RequestId, tokens: u32, sink: &mut dyn RecordSink) {
+    fn emitted(&mut self, core: usize, id: RequestId, tokens: u32) {
         // A first chunk moves the EPP's in-flight counters, so the flow
         // controller counts its ticker's cycles up to now first; later
         // chunks change nothing it reads, and are the hot path.
@@ -2402,7 +2412,11 @@ impl<'a> Sim<'a> {
                 true
             }
             Some(last) => {
-                sink.emission_of(&f.record, at.since(last).as_ns(), tokens);
+                self.emissions_buf.push(Emission {
+                    source_line: f.record.source_line,
+                    gap_ns: at.since(last).as_ns(),
+                    tokens,
+                });
                 false
             }
         };

@@ -410,11 +410,24 @@ impl RecordSink for Aggregator {
     }
 
     fn emission_of(&mut self, r: &RequestRecord, gap_ns: u64, tokens: u32) {
+        self.emission_in(r.source_line, gap_ns, tokens);
+    }
+
+    fn emissions(&mut self, batch: &[pdsim_cluster::Emission]) {
+        for e in batch {
+            self.emission_in(e.source_line, e.gap_ns, e.tokens);
+        }
+    }
+}
+
+impl Aggregator {
+    /// An emission of the request on trace line `source_line`.
+    fn emission_in(&mut self, source_line: u64, gap_ns: u64, tokens: u32) {
         self.emission(gap_ns, tokens);
         // Inter-token gaps count in the stage of the request emitting,
         // whatever becomes of it (as the whole run's do).
         if !self.stages.is_empty()
-            && let Some(stage) = self.stage_of(r.source_line)
+            && let Some(stage) = self.stage_of(source_line)
         {
             record(&mut stage.histograms().itl_ns, gap_ns);
         }
@@ -1168,6 +1181,9 @@ impl RecordSink for Fanout<'_> {
             .iter_mut()
             .for_each(|s| s.emission_of(r, gap_ns, tokens));
     }
+    fn emissions(&mut self, batch: &[pdsim_cluster::Emission]) {
+        self.0.iter_mut().for_each(|s| s.emissions(batch));
+    }
     fn link_window(&mut self, window: pdsim_cluster::LinkWindow) {
         self.0.iter_mut().for_each(|s| s.link_window(window));
     }
@@ -1906,11 +1922,52 @@ mod stage_tests {
             fanout.record(&r);
             fanout.emission(7, 2);
             fanout.emission_of(&r, 9, 1);
+            let e = |gap_ns, tokens| pdsim_cluster::Emission {
+                source_line: 1,
+                gap_ns,
+                tokens,
+            };
+            fanout.emissions(&[e(4, 1), e(3, 2)]);
         }
         for sink in [&first, &second] {
             assert_eq!(sink.records, vec![done(1, 500)]);
-            assert_eq!(sink.emissions, vec![(7, 2), (9, 1)]);
+            assert_eq!(sink.emissions, vec![(7, 2), (9, 1), (4, 1), (3, 2)]);
         }
+    }
+
+    #[test]
+    fn a_step_of_emissions_counts_as_its_emissions_one_by_one() {
+        // Requests on lines 1 and 2 in stage 0, line 3 in stage 1, line 9
+        // in none: the batch must reach the run's and each stage's ITL as
+        // the same emissions handed over singly.
+        let gaps = [
+            (1, 5_000_000),
+            (3, 7_000_000),
+            (2, 5_000_000),
+            (9, 2_000_000),
+            (3, 1),
+        ];
+        let (mut single, mut batched) = (
+            Aggregator::default().with_stages(&[plan(0, 1, 2), plan(1, 3, 1)]),
+            Aggregator::default().with_stages(&[plan(0, 1, 2), plan(1, 3, 1)]),
+        );
+        let mut batch = Vec::new();
+        for (line, gap_ns) in gaps {
+            single.emission_of(&done(line, 0), gap_ns, 1);
+            batch.push(pdsim_cluster::Emission {
+                source_line: line,
+                gap_ns,
+                tokens: 1,
+            });
+        }
+        batched.emissions(&batch);
+        let json = |a: &Aggregator| {
+            let s = a.summary(&RunStats::default(), info());
+            assert_eq!(s.itl_ms.count, 5);
+            assert_eq!((s.stages[0].itl_ms.count, s.stages[1].itl_ms.count), (2, 2));
+            serde_json::to_string(&s).unwrap()
+        };
+        assert_eq!(json(&single), json(&batched));
     }
 
     #[test]
