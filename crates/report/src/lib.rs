@@ -1195,11 +1195,43 @@ impl RecordSink for Fanout<'_> {
     }
 }
 
+/// One field of a CSV row written by [`write_row`].
+pub(crate) enum Cell<'a> {
+    Int(u64),
+    /// A number with this many decimals (`{:.N}`).
+    Fixed(f64, usize),
+    Text(&'a str),
+}
+
+/// Writes one CSV row, formatting each field into `buf` (reused) instead
+/// of a `String` a field: the time series and link files have a row per
+/// core or link per second, and a long run writes millions.
+pub(crate) fn write_row<W: Write>(
+    writer: &mut csv::Writer<W>,
+    buf: &mut String,
+    row: &[Cell],
+) -> csv::Result<()> {
+    use std::fmt::Write as _;
+    for cell in row {
+        buf.clear();
+        // Writing to a String cannot fail.
+        let _ = match *cell {
+            Cell::Int(n) => write!(buf, "{n}"),
+            Cell::Fixed(x, decimals) => write!(buf, "{x:.decimals$}"),
+            Cell::Text(t) => write!(buf, "{t}"),
+        };
+        writer.write_field(&*buf)?;
+    }
+    writer.write_record(None::<&[u8]>)
+}
+
 /// Writes `links.csv`: each link's utilisation per one-second window, as
 /// windows close, for the links KV transfers and offload loads used.
 pub struct LinkCsvSink<W: Write> {
     writer: csv::Writer<W>,
     error: Option<String>,
+    /// The field being written, reused.
+    buf: String,
 }
 
 impl<W: Write> LinkCsvSink<W> {
@@ -1209,7 +1241,11 @@ impl<W: Write> LinkCsvSink<W> {
             .write_record(["window_start_s", "gpu", "link", "bytes", "utilization"])
             .err()
             .map(|e| e.to_string());
-        LinkCsvSink { writer, error }
+        LinkCsvSink {
+            writer,
+            error,
+            buf: String::new(),
+        }
     }
 
     pub fn finish(mut self) -> Result<W, String> {
@@ -1229,13 +1265,13 @@ impl<W: Write> RecordSink for LinkCsvSink<W> {
             return;
         }
         let row = [
-            format!("{}", w.window_start.as_ns() / 1_000_000_000),
-            w.gpu.to_string(),
-            w.kind.to_string(),
-            format!("{:.0}", w.bytes),
-            format!("{:.6}", w.utilization),
+            Cell::Int(w.window_start.as_ns() / 1_000_000_000),
+            Cell::Int(w.gpu.into()),
+            Cell::Text(w.kind),
+            Cell::Fixed(w.bytes, 0),
+            Cell::Fixed(w.utilization, 6),
         ];
-        if let Err(e) = self.writer.write_record(&row) {
+        if let Err(e) = write_row(&mut self.writer, &mut self.buf, &row) {
             self.error = Some(e.to_string());
         }
     }
@@ -1933,6 +1969,41 @@ mod stage_tests {
             assert_eq!(sink.records, vec![done(1, 500)]);
             assert_eq!(sink.emissions, vec![(7, 2), (9, 1), (4, 1), (3, 2)]);
         }
+    }
+
+    #[test]
+    fn a_row_is_written_as_its_fields_formatted_one_by_one() {
+        use super::{Cell, write_row};
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let mut buf = String::from("left over");
+        let rows: [&[Cell]; 2] = [
+            &[
+                Cell::Int(u64::MAX),
+                Cell::Fixed(2.5, 0),
+                Cell::Fixed(0.123456789, 4),
+                Cell::Fixed(1.0, 6),
+                Cell::Text("nic-out"),
+            ],
+            &[
+                Cell::Int(0),
+                Cell::Text("a,b"),
+                Cell::Fixed(-0.00004, 4),
+                Cell::Int(7),
+                Cell::Text(""),
+            ],
+        ];
+        for row in rows {
+            write_row(&mut w, &mut buf, row).unwrap();
+        }
+        let out = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(
+            out,
+            format!(
+                "{},{:.0},0.1235,1.000000,nic-out\n0,\"a,b\",-0.0000,7,\n",
+                u64::MAX,
+                2.5
+            )
+        );
     }
 
     #[test]

@@ -121,6 +121,8 @@ pub struct SeriesSink<W: Write> {
     round_time_ns: Option<u64>,
     /// Per pool in the current round: cores, Σ kv, Σ Δqueries, Σ Δhits, Σ busy share.
     round: Vec<(u64, f64, u64, u64, f64)>,
+    /// The field being written, reused.
+    buf: String,
 }
 
 const HEADER: &[&str] = &[
@@ -158,6 +160,7 @@ impl<W: Write> SeriesSink<W> {
             previous: Vec::new(),
             cursor: 0,
             round_time_ns: None,
+            buf: String::new(),
         }
     }
 
@@ -264,18 +267,19 @@ impl<W: Write> RecordSink for SeriesSink<W> {
             return;
         }
         if let Some(w) = self.writer.as_mut() {
+            use crate::Cell::{Fixed, Int};
             let row = [
-                format!("{}", time_ns / SAMPLE_NS),
-                s.pool.to_string(),
-                s.pod.to_string(),
-                s.rank.to_string(),
-                s.waiting.to_string(),
-                s.running.to_string(),
-                format!("{:.4}", s.kv_usage),
-                format!("{hit_rate:.4}"),
-                format!("{busy:.4}"),
+                Int(time_ns / SAMPLE_NS),
+                Int(s.pool.into()),
+                Int(s.pod.into()),
+                Int(s.rank.into()),
+                Int(s.waiting.into()),
+                Int(s.running.into()),
+                Fixed(s.kv_usage, 4),
+                Fixed(hit_rate, 4),
+                Fixed(busy, 4),
             ];
-            if let Err(e) = w.write_record(&row) {
+            if let Err(e) = crate::write_row(w, &mut self.buf, &row) {
                 self.error = Some(e.to_string());
             }
         }
