@@ -177,6 +177,22 @@ pub struct OffloadManager {
     /// Stores refused because too few chunks could be evicted
     /// (`ALLOCATION_FAILURE` in the connector's metrics).
     pub failed_stores: u64,
+    /// Vectors a store fills, reused: a store is offered every time a
+    /// request's block fills, so allocating them each time showed in
+    /// profiles.
+    scratch: StoreScratch,
+}
+
+/// [`OffloadManager::prepare_store`]'s working vectors.
+#[derive(Clone, Debug, Default)]
+struct StoreScratch {
+    held: Vec<Lookup>,
+    to_store: Vec<(u32, u64)>,
+    misses: Vec<u64>,
+    protected: Vec<u64>,
+    victims: Vec<(u64, bool)>,
+    /// The keys the last successful store inserted.
+    inserted: Vec<u64>,
 }
 
 impl OffloadManager {
@@ -192,6 +208,7 @@ impl OffloadManager {
             stores: 0,
             evictions: 0,
             failed_stores: 0,
+            scratch: StoreScratch::default(),
         }
     }
 
@@ -347,9 +364,21 @@ impl OffloadManager {
 
     /// Picks `n` chunks to evict, none of them `protected` or being
     /// loaded, or `None` if there are not that many (`evict`, atomic).
-    fn pick_victims(&self, n: usize, protected: &[(u32, u64)]) -> Option<Vec<(u64, bool)>> {
-        let mut protected: Vec<u64> = protected.iter().map(|&(_, k)| k).collect();
-        protected.sort_unstable();
+    ///
+    /// The victims go into `victims`; `sorted` is scratch for the
+    /// protected keys.
+    fn pick_victims(
+        &self,
+        n: usize,
+        protected: &[(u32, u64)],
+        sorted: &mut Vec<u64>,
+        victims: &mut Vec<(u64, bool)>,
+    ) -> Option<()> {
+        sorted.clear();
+        sorted.extend(protected.iter().map(|&(_, k)| k));
+        sorted.sort_unstable();
+        let protected = &*sorted;
+        victims.clear();
         let free =
             |key: u64, chunk: &Chunk| !chunk.pinned() && protected.binary_search(&key).is_err();
         let mut t1 = self
@@ -357,10 +386,9 @@ impl OffloadManager {
             .iter_lru()
             .filter(|&(k, c)| free(k, c))
             .map(|(k, _)| k);
-        let mut victims = Vec::with_capacity(n);
         if self.config.policy == EvictionPolicy::Lru {
             victims.extend(t1.take(n).map(|k| (k, true)));
-            return (victims.len() == n).then_some(victims);
+            return (victims.len() == n).then_some(());
         }
         // ARC: from T1 while it is at or above the target, else from T2;
         // the scans never restart.
@@ -392,7 +420,7 @@ impl OffloadManager {
             }
             victims.extend(pick);
         }
-        Some(victims)
+        Some(())
     }
 
     /// Offers chunks `offer` (position and key, in prefix order) of a
@@ -413,18 +441,19 @@ impl OffloadManager {
 
     /// [`Self::store`], returning the keys the store inserted (its
     /// `keys_to_store`, which a tiering manager cascades to its secondary
-    /// tiers), or `None` if it failed.
+    /// tiers: [`Self::cascade_inserted`]), or `None` if it failed.
     pub fn store_keys(
         &mut self,
         offer: &[(u32, u64)],
         req: &mut RequestState,
         request_keys: impl DoubleEndedIterator<Item = u64>,
         mut log: Option<&mut KvEventBatch>,
-    ) -> Option<Vec<u64>> {
-        let inserted = self.prepare_store(offer, req, log.as_deref_mut(), false)?;
-        if inserted.is_empty() {
-            return Some(inserted);
+    ) -> Option<&[u64]> {
+        self.prepare_store(offer, req, log.as_deref_mut(), false)?;
+        if self.scratch.inserted.is_empty() {
+            return Some(&self.scratch.inserted);
         }
+        let inserted = std::mem::take(&mut self.scratch.inserted);
         if self.config.release == Release::V0_29_0 {
             self.touch_keys(request_keys, &inserted);
             if self.config.policy == EvictionPolicy::Lru {
@@ -441,7 +470,16 @@ impl OffloadManager {
                 log.stored(Medium::Cpu, None, &[key], []);
             }
         }
-        Some(inserted)
+        self.scratch.inserted = inserted;
+        Some(&self.scratch.inserted)
+    }
+
+    /// Hands the keys the last successful store inserted to a tiering
+    /// manager's cascade ([`crate::tiering::Tiering::cascade`]).
+    pub fn cascade_inserted(&mut self, tiering: &mut crate::tiering::Tiering) {
+        let inserted = std::mem::take(&mut self.scratch.inserted);
+        tiering.cascade(self, &inserted);
+        self.scratch.inserted = inserted;
     }
 
     /// Allocates chunk `chunk` (key `key`) of a request for a promotion
@@ -485,29 +523,58 @@ impl OffloadManager {
     /// `CPUOffloadingManager.prepare_store`: the offered chunks not held
     /// are inserted (ready, or being written if `writing`), evicting as
     /// needed; returns them, or `None` if too few chunks could be evicted.
+    ///
+    /// The keys inserted are left in `scratch.inserted` (empty when the
+    /// tier held every offered chunk); `None` when the store failed.
     fn prepare_store(
         &mut self,
         offer: &[(u32, u64)],
         req: &mut RequestState,
+        log: Option<&mut KvEventBatch>,
+        writing: bool,
+    ) -> Option<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let stored = self.prepare_store_with(&mut scratch, offer, req, log, writing);
+        self.scratch = scratch;
+        stored
+    }
+
+    fn prepare_store_with(
+        &mut self,
+        scratch: &mut StoreScratch,
+        offer: &[(u32, u64)],
+        req: &mut RequestState,
         mut log: Option<&mut KvEventBatch>,
         writing: bool,
-    ) -> Option<Vec<u64>> {
+    ) -> Option<()> {
+        let StoreScratch {
+            held,
+            to_store,
+            misses,
+            protected,
+            victims,
+            inserted,
+        } = scratch;
+        inserted.clear();
         // One probe a key: which offered chunks the tier holds already,
         // and whether they are ready (a chunk being written is neither
         // stored again nor a reuse).
-        let held: Vec<Lookup> = offer.iter().map(|&(_, key)| self.lookup(key)).collect();
-        let to_store: Vec<(u32, u64)> = offer
-            .iter()
-            .zip(&held)
-            .filter(|&(_, &held)| held == Lookup::Miss)
-            .map(|(&chunk, _)| chunk)
-            .collect();
+        held.clear();
+        held.extend(offer.iter().map(|&(_, key)| self.lookup(key)));
+        to_store.clear();
+        to_store.extend(
+            offer
+                .iter()
+                .zip(held.iter())
+                .filter(|&(_, &held)| held == Lookup::Miss)
+                .map(|(&chunk, _)| chunk),
+        );
         if self.config.release == Release::V0_31_0 {
             // ARC learns from the ghost lists once per request, before the
             // insertion takes the key out of them; LRU's `on_store_miss`
             // touches keys it does not hold, which does nothing.
-            let mut misses = Vec::new();
-            for &(chunk, key) in &to_store {
+            misses.clear();
+            for &(chunk, key) in to_store.iter() {
                 let seen = req.seen(chunk, key);
                 if !seen.store_miss {
                     seen.store_miss = true;
@@ -519,7 +586,11 @@ impl OffloadManager {
                     self.adapt_to_ghost_hit(key);
                 }
             }
-            for (&(chunk, key), _) in offer.iter().zip(&held).filter(|&(_, &h)| h == Lookup::Hit) {
+            for (&(chunk, key), _) in offer
+                .iter()
+                .zip(held.iter())
+                .filter(|&(_, &h)| h == Lookup::Hit)
+            {
                 let seen = req.seen(chunk, key);
                 if !seen.inserted {
                     seen.reused = true;
@@ -527,21 +598,18 @@ impl OffloadManager {
             }
         }
         if to_store.is_empty() {
-            return Some(Vec::new());
+            return Some(());
         }
         let free = self.config.chunks.saturating_sub(self.len());
         let need = (to_store.len() as u64).saturating_sub(free) as usize;
         if need > 0 {
-            let victims = if need as u64 > self.len() - self.pinned {
-                None
-            } else {
-                self.pick_victims(need, offer)
-            };
-            let Some(victims) = victims else {
+            let picked = need as u64 <= self.len() - self.pinned
+                && self.pick_victims(need, offer, protected, victims).is_some();
+            if !picked {
                 self.failed_stores += 1;
                 return None;
-            };
-            for (key, from_t1) in victims {
+            }
+            for &(key, from_t1) in victims.iter() {
                 if from_t1 {
                     self.t1.remove(key);
                 } else {
@@ -568,8 +636,8 @@ impl OffloadManager {
                 }
             }
         }
-        let inserted: Vec<u64> = to_store.iter().map(|&(_, key)| key).collect();
-        for &(chunk, key) in &to_store {
+        inserted.extend(to_store.iter().map(|&(_, key)| key));
+        for &(chunk, key) in to_store.iter() {
             self.t1.touch_entry(key).0.writing = writing;
             if writing {
                 self.pinned += 1;
@@ -583,7 +651,7 @@ impl OffloadManager {
             }
         }
         self.stores += inserted.len() as u64;
-        Some(inserted)
+        Some(())
     }
 
     /// The request has ended (`on_request_finished`, 0.31.0): its observed

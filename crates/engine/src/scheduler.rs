@@ -488,6 +488,9 @@ pub struct Engine {
     offload: Option<crate::offload::OffloadManager>,
     /// The secondary tiers behind `offload`, with `TieringOffloadingSpec`.
     tiering: Option<crate::tiering::Tiering>,
+    /// The chunks a request offers the offload tier when a block fills,
+    /// reused.
+    offer_buf: Vec<(u32, u64)>,
     /// Offload keys a load to the GPU is reading now
     /// (`OffloadingConnectorScheduler._chunks_being_loaded`, kept when
     /// prefix caching is on): a request whose hit includes one waits.
@@ -569,6 +572,7 @@ impl Engine {
             holding: VecDeque::new(),
             offload,
             tiering,
+            offer_buf: Vec::new(),
             being_loaded: rustc_hash::FxHashSet::default(),
             lmcache,
             lm_pending: VecDeque::new(),
@@ -2536,21 +2540,24 @@ impl Engine {
             let chunks = full / per_block;
             if chunks > req.off.next_chunk {
                 let hashes = &req.hasher.hashes;
-                let offer: Vec<(u32, u64)> = (req.off.next_chunk..chunks)
-                    .map(|c| (c, offload_key(hashes, per_block, c)))
-                    .collect();
+                let offer = &mut self.offer_buf;
+                offer.clear();
+                offer.extend(
+                    (req.off.next_chunk..chunks).map(|c| (c, offload_key(hashes, per_block, c))),
+                );
                 let all = offload_keys(hashes, per_block);
                 if let Some(tiering) = &mut self.tiering {
                     // `prepare_store` processes the tiers' completions
                     // first, so a finished cascade's chunks are evictable.
                     tiering.poll(tier, self.pool.kv_events.as_mut());
                 }
-                if let Some(stored) =
-                    tier.store_keys(&offer, &mut req.off, all, self.pool.kv_events.as_mut())
+                if tier
+                    .store_keys(offer, &mut req.off, all, self.pool.kv_events.as_mut())
+                    .is_some()
                 {
                     req.off.next_chunk = chunks;
                     if let Some(tiering) = &mut self.tiering {
-                        tiering.cascade(tier, &stored);
+                        tier.cascade_inserted(tiering);
                     }
                 }
             }

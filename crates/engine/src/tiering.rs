@@ -514,8 +514,9 @@ mod tests {
         let mut req = RequestState::default();
         let inserted = p
             .store_keys(&offer, &mut req, keys.iter().copied(), None)
-            .expect("stored");
-        t.cascade(p, &inserted);
+            .expect("stored")
+            .to_vec();
+        p.cascade_inserted(t);
         inserted
     }
 

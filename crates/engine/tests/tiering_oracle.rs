@@ -94,11 +94,13 @@ fn pdsim_answers_as_vllm_tiering_manager_does() {
                         .map(|c| (c as u32, keys[c]))
                         .collect();
                     tiering.poll(&mut primary, None);
-                    let stored = primary.store_keys(&offer, state, keys.iter().copied(), None);
+                    let stored = primary
+                        .store_keys(&offer, state, keys.iter().copied(), None)
+                        .map(<[u64]>::to_vec);
                     assert_eq!(stored.is_some(), op["ok"].as_bool().unwrap(), "{at}");
                     if let Some(stored) = stored {
                         assert_eq!(stored, numbers(&op["stored"]), "{at}");
-                        tiering.cascade(&mut primary, &stored);
+                        primary.cascade_inserted(&mut tiering);
                     }
                 }
                 "load" => {
