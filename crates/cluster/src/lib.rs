@@ -22,4 +22,6 @@ pub use records::{
     CoreSample, Emission, LINK_WINDOW_NS, LinkWindow, MemorySink, Outcome, RecordSink,
     RequestRecord, SAMPLE_NS, StepSample,
 };
-pub use sim::{CLIENT_TIMEOUT, CoreStats, RunError, RunStats, run, run_without_idle_pauses};
+pub use sim::{
+    CLIENT_TIMEOUT, CoreStats, MAX_IN_FLIGHT, RunError, RunStats, run, run_without_idle_pauses,
+};

@@ -28,7 +28,7 @@ use crate::records::{
     CoreSample, Emission, LinkWindow, Outcome, RecordSink, RequestRecord, SAMPLE_NS, StepSample,
 };
 use pdsim_core::prompt::{content_id, mix64};
-use pdsim_core::{Prompt, Purpose, RequestId, Segment, SimDuration, SimTime, Stream};
+use pdsim_core::{Prompt, Purpose, RUN_HORIZON, RequestId, Segment, SimDuration, SimTime, Stream};
 use pdsim_cost::{ApiServerCosts, StepCost};
 use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
 use pdsim_router::BurstJoin;
@@ -44,13 +44,27 @@ pub enum RunError {
     Trace(TraceError),
     /// An invariant broke (only checked with `check`).
     Invariant(String),
+    /// The run outgrew a safety limit ([`MAX_IN_FLIGHT`],
+    /// [`pdsim_core::RUN_HORIZON`]): its results would be meaningless and
+    /// holding or writing them unbounded.
+    Limit(String),
 }
+
+/// The most requests a run holds in flight at once, counted from the
+/// oldest still in flight to the newest arrival (the in-flight table's
+/// span, which is what its memory follows: about half a kilobyte each).
+/// Beyond it the deployment is so far behind its load that every figure
+/// would measure the queue; the run stops rather than hold millions of
+/// requests (a rate of ten million a second would otherwise fill the
+/// machine's memory within seconds).
+pub const MAX_IN_FLIGHT: usize = 1_000_000;
 
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RunError::Trace(e) => write!(f, "{e}"),
             RunError::Invariant(m) => write!(f, "invariant violated: {m}"),
+            RunError::Limit(m) => write!(f, "the run was stopped: {m}"),
         }
     }
 }
@@ -394,6 +408,8 @@ impl InFlight {
 struct InFlightTable {
     base: u32,
     slots: std::collections::VecDeque<Option<InFlight>>,
+    /// Slots holding a request.
+    live: usize,
 }
 
 /// Under `check`, notes that `id` ended and reports a second end. A free
@@ -428,6 +444,7 @@ impl InFlightTable {
             self.slots.push_back(None);
         }
         self.slots.push_back(Some(flight));
+        self.live += 1;
     }
 
     fn get_mut(&mut self, id: &RequestId) -> Option<&mut InFlight> {
@@ -438,6 +455,9 @@ impl InFlightTable {
     fn remove(&mut self, id: &RequestId) -> Option<InFlight> {
         let index = id.0.checked_sub(self.base)? as usize;
         let flight = self.slots.get_mut(index)?.take();
+        if flight.is_some() {
+            self.live -= 1;
+        }
         while matches!(self.slots.front(), Some(None)) {
             self.slots.pop_front();
             self.base += 1;
@@ -536,6 +556,8 @@ struct Sim<'a> {
     scrape_paused: Vec<bool>,
     /// Groups with a step running.
     busy_groups: usize,
+    /// [`MAX_IN_FLIGHT`], lowered by tests.
+    max_in_flight: usize,
     /// The steps a group starts, reused.
     steps_buf: Vec<StepSample>,
     /// An invariant that broke where the caller cannot return it (an
@@ -946,6 +968,7 @@ impl<'a> Sim<'a> {
             sample_paused: false,
             last_sample: None,
             busy_groups: 0,
+            max_in_flight: MAX_IN_FLIGHT,
             steps_buf: Vec::new(),
             failure: None,
             batches_buf: Vec::new(),
@@ -969,6 +992,15 @@ impl<'a> Sim<'a> {
                 return Err(RunError::Invariant(format!(
                     "time went back from {:?} to {:?}",
                     self.now, time
+                )));
+            }
+            if time > RUN_HORIZON {
+                return Err(RunError::Limit(format!(
+                    "the simulated clock passed {} s (two years) with {} requests still in \
+                     flight: the deployment serves far slower than the load, or its hardware \
+                     or coefficients are implausibly slow",
+                    RUN_HORIZON.as_ns() / 1_000_000_000,
+                    self.in_flight.live
                 )));
             }
             self.now = time;
@@ -1453,6 +1485,19 @@ impl<'a> Sim<'a> {
             && turn.client == TurnClient::InferencePerf
         {
             self.with_context(&mut spec, turn.key, turn.round);
+        }
+        if self.in_flight.slots.len() >= self.max_in_flight {
+            self.failure.get_or_insert(RunError::Limit(format!(
+                "{} requests were in flight at once at {:.3} s (arrived and not yet ended, \
+                 {} of them live), more than the {} pdsim holds: the deployment is far \
+                 behind its load, and every figure would measure the queue; lower the rate \
+                 or give a shorter trace",
+                self.in_flight.slots.len(),
+                self.now.as_ms_f64() / 1e3,
+                self.in_flight.live,
+                self.max_in_flight
+            )));
+            return;
         }
         let id = RequestId(self.next_id);
         self.next_id += 1;
@@ -2982,6 +3027,63 @@ mod checker_tests {
         match e {
             RunError::Invariant(m) => m,
             other => panic!("expected an invariant violation, got {other}"),
+        }
+    }
+
+    /// Past two years of simulated time the run stops with an error
+    /// rather than simulate (and write a row a second for) years more.
+    #[test]
+    fn the_clock_stops_at_the_run_horizon() {
+        let cluster = cluster();
+        let mut sim = Sim::new(&cluster, 0, true);
+        sim.push(RUN_HORIZON, Event::Sample);
+        assert!(matches!(sim.next_event(), Ok(Some(Event::Sample))));
+        sim.push(SimTime(RUN_HORIZON.as_ns() + 1), Event::Sample);
+        match sim.next_event() {
+            Err(RunError::Limit(m)) => assert!(m.contains("two years"), "{m}"),
+            other => panic!("expected the limit, got {:?}", other.map(|_| ())),
+        }
+    }
+
+    /// A load far beyond the deployment stops the run once more requests
+    /// than the limit are in flight, instead of holding them all.
+    #[test]
+    fn a_run_with_too_many_requests_in_flight_stops() {
+        let cluster = cluster();
+        let mut sim = Sim::new(&cluster, 0, true);
+        sim.max_in_flight = 3;
+        let trace: String = (0..6)
+            .map(|i| {
+                format!(
+                    "{{\"timestamp\": {i}, \"input_length\": 32, \"output_length\": 400, \"hash_ids\": [{i}]}}\n"
+                )
+            })
+            .collect();
+        let mut source: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>>> = Box::new(
+            MooncakeReader::new(std::io::Cursor::new(trace.into_bytes()), "t.jsonl"),
+        );
+        let mut sink = MemorySink::default();
+        sim.pull_arrival(&mut source).unwrap();
+        let mut arrivals = 0;
+        while sim.failure.is_none() {
+            match sim.next_event().unwrap() {
+                Some(Event::Arrival) => {
+                    arrivals += 1;
+                    sim.arrive(&mut sink);
+                    sim.pull_arrival(&mut source).unwrap();
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        assert_eq!(arrivals, 4, "the fourth arrival finds three in flight");
+        assert_eq!(sim.in_flight.live, 3);
+        match sim.failure.take() {
+            Some(RunError::Limit(m)) => {
+                assert!(m.contains("3 requests were in flight"), "{m}");
+                assert!(m.contains("more than the 3"), "{m}");
+            }
+            other => panic!("expected the limit, got {other:?}"),
         }
     }
 

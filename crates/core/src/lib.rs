@@ -14,7 +14,7 @@ pub mod time;
 
 pub use prompt::{BlockHasher, Prompt, Segment};
 pub use rng::{Purpose, Stream};
-pub use time::{ARRIVAL_HORIZON, SimDuration, SimTime};
+pub use time::{ARRIVAL_HORIZON, RUN_HORIZON, SimDuration, SimTime};
 
 /// A request's index in the run's flat request storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

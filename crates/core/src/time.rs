@@ -21,6 +21,13 @@ pub struct SimTime(pub u64);
 /// schedules after an arrival never comes near overflow.
 pub const ARRIVAL_HORIZON: SimTime = SimTime(365 * 24 * 3_600 * 1_000_000_000);
 
+/// How far a run's simulated clock may go: two years, the arrival horizon
+/// and as long again for the last requests to be served. A run that needs
+/// longer serves far slower than its load (or its hardware is implausibly
+/// slow); it stops with an error instead of simulating, and writing a row
+/// a second for, years.
+pub const RUN_HORIZON: SimTime = SimTime(2 * ARRIVAL_HORIZON.0);
+
 /// A span of simulated time in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct SimDuration(pub u64);

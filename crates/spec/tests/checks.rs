@@ -1682,6 +1682,47 @@ fn catalog_entries_beyond_the_limits_are_refused_in_their_files() {
     assert!(!report.valid, "{all}");
 }
 
+/// A chip, fabric or storage class whose rate lies outside the span of
+/// real devices (a typo, a value in another unit) is refused at its key,
+/// in its own file: a millionth of a TB/s of memory bandwidth would make
+/// each decode step take hours and the run simulate for years.
+#[test]
+fn catalog_rates_outside_real_devices_are_refused_at_their_keys() {
+    let chip = "Provenance: derived\nTFlopsPeak: 989.5\nBwPeakTBs: 0.000001\nMemoryGiB: 141\nIntraNodeBwGBps: 1.0e-12\nSMCount: 132\nHostLinkGBps: 1.0e9\n";
+    let fabric = "Provenance: derived\nInterNodeBwGBps: 1.0e-12\n";
+    let scenario = edit(&[
+        ("hardware: h200", "hardware: slow"),
+        ("fabric: ib-400g", "fabric: slow"),
+    ])
+    .unwrap();
+    let files = MemoryFiles::new()
+        .with("s.yaml", &scenario)
+        .with("d.yaml", BASE_DEPLOYMENT)
+        .with("cat/hardware/slow.yaml", chip)
+        .with("cat/networks/slow.yaml", fabric);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec!["cat".into()],
+        scenario: Some("s.yaml".into()),
+        documents: vec!["d.yaml".into()],
+    });
+    let all = listing(&report);
+    let found = |file: &str, path: &str, line: u32| {
+        report.problems.iter().any(|p| {
+            p.code == "catalog-value-range"
+                && p.file.ends_with(file)
+                && p.path == path
+                && p.line == Some(line)
+                && p.message.contains("span of real devices")
+        })
+    };
+    assert!(found("slow.yaml", "BwPeakTBs", 3), "{all}");
+    assert!(found("slow.yaml", "IntraNodeBwGBps", 5), "{all}");
+    assert!(found("slow.yaml", "HostLinkGBps", 7), "{all}");
+    assert!(found("slow.yaml", "InterNodeBwGBps", 2), "{all}");
+    assert!(!report.valid, "{all}");
+}
+
 /// What the resolution derives is held to the limits too: a model of a
 /// trillion-token window, and a chip whose memory holds more KV blocks than
 /// a block pool can number, are refused at the pool they would size.

@@ -84,7 +84,7 @@ use crate::{
     arrival_at, check_tokens, default_classes, fnv1a64, parse_count, raise_output,
 };
 use pdsim_core::prompt::content_id;
-use pdsim_core::{Prompt, Segment, SimTime};
+use pdsim_core::{ARRIVAL_HORIZON, Prompt, Segment, SimTime};
 use pdsim_spec::problem::quote;
 use pdsim_spec::scenario::{
     SESSION_CONTEXT_GROWTH, TRACE_V2_READ_TIME_UNITS, TRACE_V2_VERSIONS, TraceHeader,
@@ -389,7 +389,7 @@ impl<'r> Row<'_, 'r> {
         TraceError::new(
             &self.state.name,
             self.line,
-            Some(self.state.layout[column]),
+            Some(self.state.column_name(column)),
             message,
         )
     }
@@ -417,6 +417,20 @@ impl<'r> Row<'_, 'r> {
 }
 
 impl State {
+    /// The name of column `column`: one of the layout's, or a trailing
+    /// column found by its header name (past the layout).
+    fn column_name(&self, column: usize) -> &'static str {
+        if let Some(name) = self.layout.get(column) {
+            name
+        } else if self.think_time == Some(column) {
+            "think_time_us"
+        } else if self.reset == Some(column) {
+            "input_tokens_reset"
+        } else {
+            "?"
+        }
+    }
+
     fn parse(&mut self, line: u64, record: &Fields) -> Result<RequestSpec, TraceError> {
         let row = Row {
             state: self,
@@ -489,6 +503,22 @@ impl State {
             Some(column) if !row.text(column)?.is_empty() => row.count(column)?,
             _ => 0,
         };
+        // A turn's client thinks at most as long as the trace may last: a
+        // longer think time is a corrupt row (or a column in the wrong
+        // unit), and would carry the turn past the horizon every arrival
+        // is held to.
+        if let Some(column) = self.think_time
+            && think_us > ARRIVAL_HORIZON.as_ns() / 1_000
+        {
+            return Err(row.error(
+                column,
+                format!(
+                    "{think_us} µs is longer than the {} µs (one year) of simulated time pdsim \
+                     replays; is the column in µs?",
+                    ARRIVAL_HORIZON.as_ns() / 1_000
+                ),
+            ));
+        }
         let reset = match self.reset {
             Some(column) if !row.text(column)?.is_empty() => row.tokens(column)?,
             _ => 0,
@@ -791,6 +821,55 @@ mod tests {
         TraceV2Reader::new(&h, text.as_bytes(), "t.csv")
             .unwrap()
             .collect()
+    }
+
+    #[test]
+    fn a_bad_or_missing_trailing_column_is_an_error_naming_it() {
+        // Each used to index the layout with the trailing column's
+        // position and panic.
+        for (think, expected) in [
+            ("-1", "-1"),
+            ("abc", "abc"),
+            ("1.5", "1.5"),
+            (
+                "31536000000001",
+                "longer than the 31536000000000 µs (one year)",
+            ),
+        ] {
+            let body = turn("a", 0, 100, 20, 1_000, 0, think);
+            let e = read_sessions(None, &body).remove(0).unwrap_err();
+            assert_eq!(e.column.as_deref(), Some("think_time_us"), "{think}");
+            assert_eq!(e.line, 2, "{think}");
+            assert!(e.to_string().contains(expected), "{think}: {e}");
+        }
+        // The row stops before the trailing column.
+        let body = turn("a", 0, 100, 20, 1_000, 0, "");
+        let short = body.trim_end().strip_suffix(',').unwrap().to_string() + "\n";
+        let e = read_sessions(None, &short).remove(0).unwrap_err();
+        assert_eq!(e.column.as_deref(), Some("think_time_us"), "{e}");
+        assert!(e.to_string().contains("is missing"), "{e}");
+        // The longest think time accepted: one year.
+        let body = turn("a", 0, 100, 20, 1_000, 0, "31536000000000");
+        assert!(read_sessions(None, &body).remove(0).is_ok());
+        // `input_tokens_reset` after it.
+        let mut h = header();
+        h.session_context_growth = Some("accumulate".into());
+        let head = HEAD.trim_end().to_string() + ",think_time_us,input_tokens_reset\n";
+        for reset in ["-1", "x", "99999999999"] {
+            let row =
+                turn("a", 0, 100, 20, 1_000, 0, "0").trim_end().to_string() + "," + reset + "\n";
+            let text = format!("{head}{row}");
+            let e = TraceV2Reader::new(&h, text.as_bytes(), "t.csv")
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(
+                e.column.as_deref(),
+                Some("input_tokens_reset"),
+                "{reset}: {e}"
+            );
+        }
     }
 
     #[test]

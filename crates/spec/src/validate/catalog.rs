@@ -16,6 +16,51 @@ fn positive(source: &Source, problems: &mut Problems, path: &str, value: f64) {
     }
 }
 
+/// A rate of a catalog entry, checked against the span any real device
+/// lies in: above 0, at least `floor` and at most `ceiling` (in the key's
+/// own unit). A value outside is a typo or a value in the wrong unit, and
+/// one far below the floor makes every step, transfer or store take so
+/// long that a run simulates for years (and writes a row a second); it is
+/// refused where it is read instead.
+fn rate(
+    source: &Source,
+    problems: &mut Problems,
+    path: &str,
+    value: f64,
+    (floor, ceiling): (f64, f64),
+    unit: &str,
+) {
+    if !value.is_finite() || value <= 0.0 {
+        positive(source, problems, path, value);
+    } else if !(floor..=ceiling).contains(&value) {
+        // Far outside the span, the plain form runs to hundreds of digits.
+        let value = if (1e-3..1e9).contains(&value) {
+            format!("{value}")
+        } else {
+            format!("{value:e}")
+        };
+        problems.push(source.error(
+            path,
+            "catalog-value-range",
+            format!(
+                "{path} must lie between {floor} and {ceiling} {unit}, the span of real devices; \
+                 found {value} (a value in another unit?)"
+            ),
+        ));
+    }
+}
+
+/// The spans of [`rate`]: a compute rate from a tenth of a TFLOP/s (below
+/// any accelerator vLLM runs on) to an exaFLOP/s per chip, and bandwidths
+/// from about one 1 GbE link (0.1 GB/s) or one PCIe 3.0 lane (1 GB/s) to a
+/// thousand times today's fastest.
+pub const TFLOPS_SPAN: (f64, f64) = (0.1, 1e6);
+pub const HBM_TBS_SPAN: (f64, f64) = (0.01, 1e3);
+pub const LINK_GBPS_SPAN: (f64, f64) = (1.0, 1e6);
+pub const NETWORK_GBPS_SPAN: (f64, f64) = (0.1, 1e6);
+/// Storage from an SD card's 10 MB/s to 100 TB/s.
+pub const STORAGE_MBS_SPAN: (f64, f64) = (10.0, 1e8);
+
 fn done(problems: Problems) -> Result<(), Problems> {
     if problems.has_errors() {
         Err(problems)
@@ -33,8 +78,22 @@ pub fn check_chip(source: &Source, chip: &Chip) -> Result<(), Problems> {
             "Provenance must be vendor_spec or derived",
         ));
     }
-    positive(source, &mut problems, "TFlopsPeak", chip.t_flops_peak);
-    positive(source, &mut problems, "BwPeakTBs", chip.bw_peak_tbs);
+    rate(
+        source,
+        &mut problems,
+        "TFlopsPeak",
+        chip.t_flops_peak,
+        TFLOPS_SPAN,
+        "TFLOP/s",
+    );
+    rate(
+        source,
+        &mut problems,
+        "BwPeakTBs",
+        chip.bw_peak_tbs,
+        HBM_TBS_SPAN,
+        "TB/s",
+    );
     positive(source, &mut problems, "MemoryGiB", chip.memory_gib);
     check_f64(
         source,
@@ -43,11 +102,13 @@ pub fn check_chip(source: &Source, chip: &Chip) -> Result<(), Problems> {
         chip.memory_gib,
         limits::MAX_CHIP_MEMORY_GIB,
     );
-    positive(
+    rate(
         source,
         &mut problems,
         "IntraNodeBwGBps",
         chip.intra_node_bw_gbps,
+        LINK_GBPS_SPAN,
+        "GB/s",
     );
     if chip.sm_count < 1 {
         problems.push(source.error(
@@ -57,7 +118,14 @@ pub fn check_chip(source: &Source, chip: &Chip) -> Result<(), Problems> {
         ));
     }
     if let Some(fp8) = chip.t_flops_fp8 {
-        positive(source, &mut problems, "TFlopsFP8", fp8);
+        rate(
+            source,
+            &mut problems,
+            "TFlopsFP8",
+            fp8,
+            TFLOPS_SPAN,
+            "TFLOP/s",
+        );
         if fp8 <= chip.t_flops_peak {
             problems.push(source.error(
                 "TFlopsFP8",
@@ -66,13 +134,18 @@ pub fn check_chip(source: &Source, chip: &Chip) -> Result<(), Problems> {
             ));
         }
     }
-    for (key, value) in [
-        ("TFlopsNVFP4", chip.t_flops_nvfp4),
-        ("IntraRackBwGBps", chip.intra_rack_bw_gbps),
-        ("HostLinkGBps", chip.host_link_gbps),
+    for (key, value, span, unit) in [
+        ("TFlopsNVFP4", chip.t_flops_nvfp4, TFLOPS_SPAN, "TFLOP/s"),
+        (
+            "IntraRackBwGBps",
+            chip.intra_rack_bw_gbps,
+            LINK_GBPS_SPAN,
+            "GB/s",
+        ),
+        ("HostLinkGBps", chip.host_link_gbps, LINK_GBPS_SPAN, "GB/s"),
     ] {
         if let Some(value) = value {
-            positive(source, &mut problems, key, value);
+            rate(source, &mut problems, key, value, span, unit);
         }
     }
     if let (Some(rack), Some(node)) = (chip.gpus_per_rack, chip.gpus_per_node)
@@ -103,28 +176,34 @@ pub fn check_fabric(source: &Source, fabric: &Fabric) -> Result<(), Problems> {
             "Provenance must be vendor_spec or derived",
         ));
     }
-    positive(
+    rate(
         source,
         &mut problems,
         "InterNodeBwGBps",
         fabric.inter_node_bw_gbps,
+        NETWORK_GBPS_SPAN,
+        "GB/s",
     );
     done(problems)
 }
 
 pub fn check_storage(source: &Source, name: &str, class: &StorageClass) -> Result<(), Problems> {
     let mut problems = Problems::new();
-    positive(
+    rate(
         source,
         &mut problems,
         &format!("{name}.read_bandwidth_mb_s"),
         class.read_bandwidth_mb_s,
+        STORAGE_MBS_SPAN,
+        "MB/s",
     );
-    positive(
+    rate(
         source,
         &mut problems,
         &format!("{name}.write_bandwidth_mb_s"),
         class.write_bandwidth_mb_s,
+        STORAGE_MBS_SPAN,
+        "MB/s",
     );
     positive(
         source,
