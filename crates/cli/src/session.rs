@@ -611,6 +611,14 @@ pub fn simulate(
         };
         failure(code, format!("{e}; no results were written"))
     })?;
+    // A trace without a request (an empty file, or a header alone) would
+    // give a results folder of zeros that reads as a run.
+    if stats.requests == 0 {
+        return Err(failure(
+            1,
+            format!("{trace_label} holds no request to replay; no results were written"),
+        ));
+    }
     let (series, _) = series.finish().map_err(|e| failure(2, e))?;
     let summary = aggregator.summary(
         &stats,

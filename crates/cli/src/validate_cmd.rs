@@ -93,6 +93,12 @@ fn check_trace(
         s.session_turns += u64::from(spec.session.is_some_and(|t| t.round > 0));
     }
     let _ = reader.slo_classes();
+    if s.requests == 0 {
+        return Err((
+            format!("{}: holds no request (only a header, or nothing)", s.file),
+            false,
+        ));
+    }
     Ok(s)
 }
 

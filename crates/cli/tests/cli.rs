@@ -824,6 +824,31 @@ fn validate_loads_the_router_files_and_names_what_it_refuses() {
     }
 }
 
+/// A trace without a request (an empty file, or a header alone) is
+/// refused by `validate --trace` and by `run`, which writes no results
+/// folder of zeros.
+#[test]
+fn a_trace_without_a_request_is_refused() {
+    for (name, text) in [
+        ("empty.jsonl", ""),
+        (
+            "header.csv",
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n",
+        ),
+    ] {
+        let trace = temp_file(name, text);
+        let trace = trace.to_str().unwrap();
+        let (code, stdout, _) = pdsim(&["validate", "--trace", trace]);
+        assert_ne!(code, 0, "{name}: {stdout}");
+        assert!(stdout.contains("holds no request"), "{name}: {stdout}");
+        let out = out_dir(&format!("no-request-{name}"));
+        let (code, _, stderr) = pdsim(&["run", "--trace", trace, "--out", out.to_str().unwrap()]);
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert!(stderr.contains("holds no request"), "{name}: {stderr}");
+        assert!(!out.exists(), "{name}: no results folder");
+    }
+}
+
 #[test]
 fn validate_reads_a_trace_to_its_end_without_simulating_it() {
     // The bundled trace: 2,000 Mooncake rows.

@@ -447,6 +447,18 @@ impl Model {
                     .map_err(|_| (key.to_string(), format!("must not be negative, found {v}"))),
             }
         };
+        // Any other dtype would be priced as bfloat16 without a word.
+        if let Some(dtype) = config.torch_dtype.as_deref()
+            && !matches!(dtype, "float32" | "float16" | "bfloat16")
+        {
+            return Err((
+                "torch_dtype".into(),
+                format!(
+                    "`{}` is not a checkpoint dtype pdsim knows (float32, float16, bfloat16)",
+                    crate::problem::quote(dtype)
+                ),
+            ));
+        }
         let hidden = positive("hidden_size", config.hidden_size)?;
         let layers = positive("num_hidden_layers", config.num_hidden_layers)?;
         let heads = positive("num_attention_heads", config.num_attention_heads)?;
@@ -683,10 +695,19 @@ impl Model {
             },
             intermediate_size: intermediate,
             vocab_size: vocab,
-            max_position_embeddings: optional(
-                "max_position_embeddings",
-                config.max_position_embeddings,
-            )?,
+            // The engine's default context window; without it every
+            // request would be refused as too long, so it is required.
+            max_position_embeddings: match config.max_position_embeddings {
+                Some(v) => positive("max_position_embeddings", v)?,
+                None => {
+                    return Err((
+                        "max_position_embeddings".into(),
+                        "is missing: the model's context window (vLLM's default \
+                         max_model_len) is read from it"
+                            .into(),
+                    ));
+                }
+            },
             tie_word_embeddings: config.tie_word_embeddings.unwrap_or(false),
             experts,
             experts_per_token,

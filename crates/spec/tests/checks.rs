@@ -776,6 +776,15 @@ mod field_checks {
         max_num_seqs_negative:
             base(), colocated(TP8, "max_num_seqs: -1")
             => [err("engine-count-negative", "pools[0].engine.max_num_seqs")];
+        block_size_zero:
+            base(), colocated(TP8, "block_size: 0")
+            => [err("engine-count-zero", "pools[0].engine.block_size")];
+        max_num_batched_tokens_zero:
+            base(), colocated(TP8, "max_num_batched_tokens: 0")
+            => [err("engine-count-zero", "pools[0].engine.max_num_batched_tokens")];
+        max_num_seqs_zero:
+            base(), colocated(TP8, "max_num_seqs: 0")
+            => [err("engine-count-zero", "pools[0].engine.max_num_seqs")];
         cp_kv_cache_interleave_size_negative:
             base(), colocated(TP8, "cp_kv_cache_interleave_size: -1")
             => [err("engine-count-negative", "pools[0].engine.cp_kv_cache_interleave_size")];
@@ -1721,6 +1730,43 @@ fn catalog_rates_outside_real_devices_are_refused_at_their_keys() {
     assert!(found("slow.yaml", "HostLinkGBps", 7), "{all}");
     assert!(found("slow.yaml", "InterNodeBwGBps", 2), "{all}");
     assert!(!report.valid, "{all}");
+}
+
+/// A model whose context window is missing (every request would be
+/// refused as too long) or whose checkpoint dtype is unknown (it would be
+/// priced as bfloat16) is refused in its own file, at the key.
+#[test]
+fn a_model_without_a_window_or_with_an_unknown_dtype_is_refused_at_the_key() {
+    let llama = include_str!("../catalog/models/llama-3.1-8b.yaml");
+    let windowless = replace_once(llama, "max_position_embeddings: 131072\n", "");
+    let int8 = replace_once(llama, "torch_dtype: bfloat16", "torch_dtype: int8");
+    for (model, text, key) in [
+        ("windowless", &windowless, "max_position_embeddings"),
+        ("int8", &int8, "torch_dtype"),
+    ] {
+        let scenario = edit(&[("model: deepseek-v3", &format!("model: {model}"))]).unwrap();
+        let files = MemoryFiles::new()
+            .with("s.yaml", &scenario)
+            .with("d.yaml", &colocated("tp: 1, pp: 1, dp: 1", ""))
+            .with(&format!("cat/models/{model}.yaml"), text);
+        let report = validate(&Request {
+            files: &files,
+            catalog_dirs: vec!["cat".into()],
+            scenario: Some("s.yaml".into()),
+            documents: vec!["d.yaml".into()],
+        });
+        let all = listing(&report);
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.code == "model-config-invalid"
+                    && p.file.ends_with(&format!("{model}.yaml"))
+                    && p.path == key),
+            "{all}"
+        );
+        assert!(!report.valid, "{all}");
+    }
 }
 
 /// What the resolution derives is held to the limits too: a model of a

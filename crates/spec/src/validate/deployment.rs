@@ -201,6 +201,24 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
             ));
         }
     }
+    // A block of no tokens, a step budget of none or a cap of no
+    // sequences schedules nothing: the engine could not serve a request.
+    // (The specification gives 0 a meaning only for the keys that say so:
+    // `long_prefill_token_threshold`, `gpu_memory_utilization`,
+    // `cp_kv_cache_interleave_size`.)
+    for (key, value) in [
+        ("block_size", engine.block_size),
+        ("max_num_batched_tokens", engine.max_num_batched_tokens),
+        ("max_num_seqs", engine.max_num_seqs),
+    ] {
+        if value == Some(0) {
+            problems.push(source.error(
+                &at(key),
+                "engine-count-zero",
+                format!("{key} must be at least 1, found 0: the engine could schedule nothing"),
+            ));
+        }
+    }
     // Values no engine could run with. Beyond these bounds the derived
     // quantities (capture-size lists, block tables, token counters) stop
     // being meaningful, so they are refused rather than computed.
