@@ -212,6 +212,15 @@ pub fn prepare_in(
             deployment_path.display()
         ));
     }
+    if let Some(why) = cluster.epp.never_disaggregates()
+        && bundle.deployment.pools.iter().any(|p| p.role == "prefill")
+    {
+        notes.push(format!(
+            "{}: note: {why}; every request is served whole on a decode pod and the prefill \
+             pools stay idle",
+            cluster.epp.config_origin
+        ));
+    }
     for (i, pool) in cluster.pools.iter().enumerate() {
         if pool.cost_model == "linear" {
             notes.push(format!(

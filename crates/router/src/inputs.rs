@@ -59,6 +59,44 @@ impl RouterInputs {
         .then_some(handler.plugin_type.as_str())
     }
 
+    /// Why a `disagg-profile-handler` configuration never splits a request
+    /// although it names the handler, if it never does: its prefill
+    /// profile is not among the scheduling profiles (`Pick` skips a stage
+    /// whose profile is missing), or, in the decode-first order, it has no
+    /// prefill decider (`HandlerFactory`: "No deciders.prefill configured,
+    /// P/D disaggregation disabled"; both in llm-d-router's
+    /// `pkg/epp/framework/plugins/scheduling/profilehandler/disagg/
+    /// disagg_profile_handler.go`). The EPP runs such a configuration, so
+    /// pdsim does too; the caller tells the user, whose prefill pools then
+    /// idle.
+    pub fn never_disaggregates(&self) -> Option<String> {
+        let handler = self.config.plugin(&self.config.handler)?;
+        if handler.plugin_type != "disagg-profile-handler" {
+            return None;
+        }
+        let params = crate::config::disagg_params(&handler.parameters);
+        if !self
+            .config
+            .profiles
+            .iter()
+            .any(|p| p.name == params.prefill)
+        {
+            return Some(format!(
+                "the disagg-profile-handler's prefill profile `{}` is not among the \
+                 schedulingProfiles, so the EPP skips the prefill stage of every request",
+                params.prefill
+            ));
+        }
+        if params.decider.is_none() && !params.prefill_first {
+            return Some(
+                "the disagg-profile-handler names no prefill decider (`deciders.prefill`), so \
+                 the EPP never runs the prefill stage"
+                    .into(),
+            );
+        }
+        None
+    }
+
     /// Whether this is the EPP's built-in configuration.
     pub fn is_builtin(&self) -> bool {
         self.config_origin == BUILTIN_ORIGIN
@@ -364,6 +402,33 @@ fn provision_objective_bands(config: &mut EndpointPickerConfig, manifests: &Mani
 #[cfg(test)]
 mod tests {
     use super::RouterInputs;
+
+    /// The bundled prefix-based P/D configuration disaggregates; renaming
+    /// its prefill profile, or dropping its decider, leaves a configuration
+    /// the EPP runs but that never splits a request, and says why.
+    #[test]
+    fn a_disagg_handler_that_never_splits_a_request_is_told_apart() {
+        let text = include_str!("../../../deployments/pd/epp-prefix-pd.yaml");
+        let inputs = |text: &str| RouterInputs {
+            config: crate::config::load_config("pd.yaml", text, false).expect("loads"),
+            config_origin: "pd.yaml".into(),
+            ..RouterInputs::builtin()
+        };
+        assert_eq!(inputs(text).never_disaggregates(), None);
+        let renamed = text.replacen("- name: prefill\n", "- name: zz\n", 1);
+        assert_ne!(renamed, text);
+        let why = inputs(&renamed)
+            .never_disaggregates()
+            .expect("never splits");
+        assert!(why.contains("prefill profile `prefill`"), "{why}");
+        let undecided = text.replacen("      prefill: prefix-based-pd-decider\n", "", 1);
+        assert_ne!(undecided, text);
+        let why = inputs(&undecided)
+            .never_disaggregates()
+            .expect("never splits");
+        assert!(why.contains("no prefill decider"), "{why}");
+        assert_eq!(RouterInputs::builtin().never_disaggregates(), None);
+    }
 
     #[test]
     fn the_builtin_router_is_the_epp_default_with_default_flags() {
