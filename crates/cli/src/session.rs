@@ -137,6 +137,10 @@ pub struct Prepared {
     pub notes: Vec<String>,
     pub workload: DefaultWorkload,
     pub trace_header: Option<pdsim_spec::scenario::TraceHeader>,
+    /// What the scenario states of its own trace, checked when that trace
+    /// is replayed: its SHA-256 and its number of rows, with the scenario
+    /// file they are stated in.
+    pub trace_declared: Option<(PathBuf, Option<String>, Option<u64>)>,
     /// Files the run read (for the digests in the results' README).
     pub inputs: Vec<PathBuf>,
     /// How long each client waits before it gives up: the scenario's
@@ -292,6 +296,18 @@ pub fn prepare_in(
             .as_ref()
             .and_then(|w| w.trace.as_ref())
             .map(|t| t.header.clone()),
+        trace_declared: scenario
+            .scenario
+            .workload
+            .as_ref()
+            .and_then(|w| w.trace.as_ref())
+            .map(|t| {
+                (
+                    scenario_path.to_path_buf(),
+                    t.sha256.clone(),
+                    t.rows.and_then(|r| u64::try_from(r).ok()),
+                )
+            }),
         inputs,
         // Validation refused any value `client_timeout_problem` rejects.
         client_timeout: scenario
@@ -317,6 +333,49 @@ pub struct Source {
     /// (a shape's `--requests`, an inference-perf configuration's stages),
     /// for a progress bar with an ETA; `None` for a trace file.
     pub total: Option<u64>,
+}
+
+/// Counts the rows of the scenario's own trace as they are read and, at
+/// its end, fails the read when they are not the number the scenario's
+/// `workload.trace.rows` states (a truncated or replaced file).
+struct RowCount {
+    inner: Box<dyn Iterator<Item = Result<RequestSpec, TraceError>> + Send>,
+    seen: u64,
+    expected: u64,
+    scenario: String,
+    trace: String,
+    done: bool,
+}
+
+impl Iterator for RowCount {
+    type Item = Result<RequestSpec, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.inner.next() {
+            Some(Ok(spec)) => {
+                self.seen += 1;
+                Some(Ok(spec))
+            }
+            Some(Err(e)) => Some(Err(e)),
+            None => {
+                self.done = true;
+                (self.seen != self.expected).then(|| {
+                    Err(TraceError {
+                        file: self.scenario.clone(),
+                        line: 0,
+                        column: Some("workload.trace.rows".into()),
+                        message: format!(
+                            "{} has {} rows, not the {} the scenario states (the file changed \
+                             since the scenario was written?)",
+                            self.trace, self.seen, self.expected
+                        ),
+                    })
+                })
+            }
+        }
+    }
 }
 
 /// Tells the SLO class names a streamed source has learnt after each row.
@@ -370,6 +429,11 @@ pub fn open_source(
         DefaultWorkload::Trace(path) => Some(path.clone()),
         _ => None,
     });
+    // The scenario's own trace is held to what the scenario states of it.
+    let declared = match (&p.workload, choice.trace) {
+        (DefaultWorkload::Trace(_), None) => p.trace_declared.clone(),
+        _ => None,
+    };
     if let Some(path) = trace {
         // A trace is read twice (replayed, then hashed for the results'
         // README), so a FIFO or a device could not be read as a trace even
@@ -398,11 +462,39 @@ pub fn open_source(
             Err(e) => return Err(failure(2, format!("{}: {e}", path.display()))),
         };
         let name = path.display().to_string();
+        let mut rows = None;
+        if let Some((scenario, sha256, declared_rows)) = declared {
+            if let Some(expected) = sha256 {
+                let actual = digest(&path);
+                if !actual.eq_ignore_ascii_case(&expected) {
+                    return Err(failure(
+                        1,
+                        format!(
+                            "{}: workload.trace.sha256: {name} has SHA-256 {actual}, not the \
+                             {expected} the scenario states (the file changed since the scenario \
+                             was written?)",
+                            scenario.display()
+                        ),
+                    ));
+                }
+            }
+            rows = declared_rows.map(|r| (scenario.display().to_string(), r));
+        }
         let reader = TraceReader::sniff(BufReader::new(file), &name, header, choice.seed)
             .map_err(|e| failure(1, e))?;
         let stages = reader.stages().to_vec();
         let notes = reader.notes().to_vec();
         let mut source = tapped(name, reader);
+        if let Some((scenario, expected)) = rows {
+            source.requests = Box::new(RowCount {
+                inner: source.requests,
+                seen: 0,
+                expected,
+                scenario,
+                trace: source.label.clone(),
+                done: false,
+            });
+        }
         if !stages.is_empty() {
             source.total = Some(stages.iter().map(|s| s.requests).sum());
         }

@@ -701,6 +701,65 @@ fn a_burstgpt_trace_runs_and_its_sessions_are_named_as_unused() {
     assert!(stderr.contains("burst-bad.csv"), "{stderr}");
 }
 
+/// A scenario that states its trace's SHA-256 or number of rows is held to
+/// them when its trace is replayed: a changed or truncated file is
+/// refused, and nothing is written.
+#[test]
+fn a_scenario_trace_that_is_not_the_one_it_states_is_refused() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("declared-trace");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let head = "request_id,client_id,tenant_id,slo_class,session_id,round_index,prefix_group,\
+                prefix_length,streaming,input_tokens,output_tokens,text_tokens,image_tokens,\
+                audio_tokens,video_tokens,reason_ratio,model,deadline_us,server_input_tokens,\
+                arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,\
+                status,error_message,finish_reason\n";
+    let row = |id: u32, at: u64| {
+        format!("{id},c,,,,0,,0,true,100,20,100,0,0,0,0,,0,0,{at},{at},0,0,0,ok,,\n")
+    };
+    let csv = [head.to_string(), row(0, 0), row(1, 1_000)].concat();
+    std::fs::write(dir.join("trace.csv"), &csv).unwrap();
+    let sha = {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(csv.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let zeros = "0".repeat(64);
+    for (declared, ok, expected) in [
+        (format!("sha256: {sha}, rows: 2"), true, ""),
+        (format!("sha256: {zeros}"), false, "workload.trace.sha256"),
+        (
+            "rows: 3".to_string(),
+            false,
+            "trace.csv has 2 rows, not the 3",
+        ),
+    ] {
+        let scenario = std::fs::read_to_string(root().join("scenarios/default.yaml")).unwrap()
+            + &format!(
+                "workload:\n  trace: {{data: trace.csv, {declared}, header: {{trace_version: 3, time_unit: microseconds, mode: real}}}}\n"
+            );
+        std::fs::write(dir.join("s.yaml"), scenario).unwrap();
+        let out = dir.join("out");
+        let _ = std::fs::remove_dir_all(&out);
+        let (code, stdout, stderr) = pdsim(&[
+            "run",
+            "--scenario",
+            &dir.join("s.yaml").to_string_lossy(),
+            "--out",
+            &out.to_string_lossy(),
+        ]);
+        if ok {
+            assert_eq!(code, 0, "{declared}: {stdout}{stderr}");
+        } else {
+            assert_eq!(code, 1, "{declared}: {stdout}{stderr}");
+            assert!(stderr.contains(expected), "{declared}: {stderr}");
+            assert!(!out.exists(), "{declared}: nothing written");
+        }
+    }
+}
+
 #[test]
 fn a_tracev2_conversation_replays_closed_loop_from_the_command_line() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sessions-case");
