@@ -1065,17 +1065,53 @@ fn measured_figures(path: &Path, text: &str, output_tokens: f64) -> Result<Figur
             )
         })
     };
-    let completed = num(&["successes", "count"])? as u64;
-    let failed = d
-        .get("failures")
-        .and_then(|f| f.get("count"))
-        .and_then(|c| c.as_u64())
-        .unwrap_or(0);
+    // Counts are whole and not negative, latencies finite and above zero:
+    // anything else is not a measurement, and fitting to it would write a
+    // set marked fitted to nonsense.
+    let bad = |keys: &[&str], what: &str, value: f64| {
+        failure(
+            1,
+            format!(
+                "{}: key `{}` must be {what}, found {value}",
+                path.display(),
+                keys.join(".")
+            ),
+        )
+    };
+    let count = |keys: &[&str]| -> Result<u64, Failure> {
+        let value = num(keys)?;
+        if value.is_finite() && value >= 0.0 && value.fract() == 0.0 && value < 1e15 {
+            Ok(value as u64)
+        } else {
+            Err(bad(keys, "a whole number of requests, not negative", value))
+        }
+    };
+    let completed = count(&["successes", "count"])?;
+    let failed = if d.get("failures").and_then(|f| f.get("count")).is_some() {
+        count(&["failures", "count"])?
+    } else {
+        0
+    };
+    if completed + failed == 0 {
+        return Err(failure(
+            1,
+            format!(
+                "{}: the run sent no request (successes.count and failures.count are 0): there \
+                 is nothing to compare or fit",
+                path.display()
+            ),
+        ));
+    }
     let lat = |metric: &str, stat: &str| -> Result<Option<f64>, Failure> {
         if completed == 0 {
             return Ok(None);
         }
-        Ok(Some(num(&["successes", "latency", metric, stat])? * 1000.0))
+        let keys = ["successes", "latency", metric, stat];
+        let seconds = num(&keys)?;
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(bad(&keys, "a latency in seconds above 0", seconds));
+        }
+        Ok(Some(seconds * 1000.0))
     };
     let ttft_mean_ms = lat("time_to_first_token", "mean")?;
     let e2e_mean_ms = lat("request_latency", "mean")?;
@@ -1421,7 +1457,45 @@ impl RunReport {
 
 #[cfg(test)]
 mod tests {
-    use super::{round4, scenario_naming};
+    use super::{measured_figures, round4, scenario_naming};
+
+    /// Counts that are negative or fractional, a run that sent nothing and
+    /// latencies at or below zero are refused, naming the key; a sound
+    /// summary gives its figures in milliseconds.
+    #[test]
+    fn measured_figures_that_are_not_measurements_are_refused() {
+        let path = std::path::Path::new("m.json");
+        let summary = |successes: &str, failures: &str, ttft: &str| {
+            format!(
+                "{{\"successes\": {{\"count\": {successes}, \"latency\": {{\
+                 \"time_to_first_token\": {{\"mean\": {ttft}, \"p90\": 0.05}},\
+                 \"request_latency\": {{\"mean\": 2.0, \"p90\": 3.0}}}}}},\
+                 \"failures\": {{\"count\": {failures}}}}}"
+            )
+        };
+        let f = measured_figures(path, &summary("10", "0", "0.02"), 11.0).unwrap();
+        assert_eq!((f.completed, f.failed), (10, 0));
+        assert_eq!(f.ttft_mean_ms, Some(20.0));
+        assert_eq!(f.tpot_ms, Some((2000.0 - 20.0) / 10.0));
+        for (successes, failures, ttft, key) in [
+            ("-5", "0", "0.02", "successes.count"),
+            ("2.5", "0", "0.02", "successes.count"),
+            ("10", "-1", "0.02", "failures.count"),
+            ("0", "0", "0.02", "sent no request"),
+            (
+                "10",
+                "0",
+                "-0.02",
+                "successes.latency.time_to_first_token.mean",
+            ),
+            ("10", "0", "0", "successes.latency.time_to_first_token.mean"),
+        ] {
+            let e = measured_figures(path, &summary(successes, failures, ttft), 11.0)
+                .err()
+                .unwrap_or_else(|| panic!("{successes} {failures} {ttft}: accepted"));
+            assert!(e.message.contains(key), "{key}: {}", e.message);
+        }
+    }
 
     #[test]
     fn rounding_keeps_four_significant_digits() {
