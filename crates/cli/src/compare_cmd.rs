@@ -157,7 +157,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
         let mut p = prepare(&args.catalog, &args.scenario, d)?;
         p.client_timeout = args.slo.client_timeout(&p);
         for note in &p.notes {
-            eprintln!("{note}");
+            eprintln!("{}", pdsim_spec::problem::printable(note));
         }
         prepared.push(p);
     }
@@ -193,7 +193,7 @@ fn compare(args: &Args) -> Result<(), Failure> {
             )?);
             if i == 0 {
                 for note in &loads[0].notes {
-                    eprintln!("{note}");
+                    eprintln!("{}", pdsim_spec::problem::printable(note));
                 }
                 per_seed |= !loads[0].stages.is_empty();
             }

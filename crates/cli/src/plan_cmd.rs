@@ -526,7 +526,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         },
     )?;
     for note in &loaded.notes {
-        eprintln!("{note}");
+        eprintln!("{}", pdsim_spec::problem::printable(note));
     }
     if let Some(n) = args.max_requests {
         if n > loaded.specs.len() {

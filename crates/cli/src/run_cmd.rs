@@ -96,7 +96,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     let mut prepared = prepare(&args.catalog, &scenario_path, &deployment_path)?;
     prepared.client_timeout = args.slo.client_timeout(&prepared);
     for note in &prepared.notes {
-        eprintln!("{note}");
+        eprintln!("{}", pdsim_spec::problem::printable(note));
     }
     crate::flags::workload_flags(&prepared, args.trace.as_deref(), args.rate, args.requests)?;
     crate::flags::note_trace_override("run", &prepared, args.trace.as_deref());
@@ -110,7 +110,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         },
     )?;
     for note in &source.notes {
-        eprintln!("{note}");
+        eprintln!("{}", pdsim_spec::problem::printable(note));
     }
     let slo = args.slo.plan(&prepared, source.names.clone())?;
 

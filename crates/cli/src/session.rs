@@ -99,6 +99,7 @@ pub struct Failure {
 /// Prints a failure to stderr: the problems as they are, the last line
 /// after the command's name.
 pub fn print_failure(command: &str, message: &str) {
+    let message = pdsim_spec::problem::printable(message);
     let mut lines: Vec<&str> = message.lines().collect();
     let last = lines.pop().unwrap_or("");
     for line in lines {

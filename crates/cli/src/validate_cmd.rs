@@ -202,6 +202,7 @@ pub fn run(args: &Args) -> ExitCode {
         }
     };
     use std::io::Write;
+    let output = pdsim_spec::problem::printable(&output);
     let mut stdout = std::io::stdout().lock();
     if stdout
         .write_all(output.as_bytes())

@@ -18,6 +18,28 @@ pub const QUOTE_CHARS: usize = 200;
 /// several quoted values, or from a library's error text that quotes input.
 pub const MESSAGE_CHARS: usize = 1_000;
 
+/// `text` as a terminal should be shown it: every control character but
+/// the line feed and the tab escaped (`\u{1b}`), so input quoted in a
+/// message (a key, a field, a file name) cannot move the cursor, recolour
+/// the terminal or hide what came before it.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// `value` as a message should quote it: whole when it has at most
 /// [`QUOTE_CHARS`] characters, else its first [`QUOTE_CHARS`] and its length.
 pub fn quote(value: &str) -> Cow<'_, str> {
@@ -231,6 +253,19 @@ impl<'a> IntoIterator for &'a Problems {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_characters_are_escaped_for_the_terminal() {
+        use super::printable;
+        assert!(matches!(
+            printable("a\tb\nc"),
+            std::borrow::Cow::Borrowed("a\tb\nc")
+        ));
+        assert_eq!(
+            printable("key\u{1b}[2J\rx\u{7f}"),
+            "key\\u{1b}[2J\\u{d}x\\u{7f}"
+        );
+    }
+
     use super::{MESSAGE_CHARS, Problem, QUOTE_CHARS, Severity, quote, shorten, shorten_quotes};
 
     #[test]
