@@ -113,8 +113,181 @@ fn catalog_checkpoint(origin: &pdsim_spec::catalog::Origin) -> Option<String> {
     };
     let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
     let first = value.get("_source")?.as_str()?.split_whitespace().next()?;
-    let parts: Vec<&str> = first.split('/').collect();
-    (parts.len() == 2 && parts.iter().all(|p| !p.is_empty())).then(|| first.to_string())
+    // A user catalog's `_source` is as untrusted as the flag: the id is
+    // written into shell scripts, so it must be a repository id and
+    // nothing else.
+    hf_repo_id(first).is_ok().then(|| first.to_string())
+}
+
+/// The longest `--model-uri` export takes: a Hugging Face id is at most
+/// 96 + 1 + 96 characters and a claim name 253; 1,024 leaves room for a
+/// deep path without letting a value grow the generated files without end.
+const MAX_MODEL_URI: usize = 1024;
+
+/// Why `id` is not a Hugging Face repository id (`ORG/NAME`), as the Hub
+/// validates one (`validate_repo_id` in `huggingface_hub`): each part 1 to
+/// 96 of `[A-Za-z0-9._-]`, neither starting nor ending with `-` or `.`, and
+/// no `--` or `..`. The rule also keeps the id a plain shell word that no
+/// program reads as a flag.
+fn hf_repo_id(id: &str) -> Result<(), String> {
+    let parts: Vec<&str> = id.split('/').collect();
+    if parts.len() != 2 {
+        return Err(format!(
+            "{id:?} is not a Hugging Face repository id ORG/NAME (two parts)"
+        ));
+    }
+    for part in parts {
+        let plain = part
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        let edges = |c: char| c == '.' || c == '-';
+        if part.is_empty()
+            || part.len() > 96
+            || !plain
+            || part.starts_with(edges)
+            || part.ends_with(edges)
+            || part.contains("--")
+            || part.contains("..")
+        {
+            return Err(format!(
+                "{part:?} is not a part of a Hugging Face repository id: 1 to 96 letters, digits, `.`, `_` and `-`, neither starting nor ending with `.` or `-`, without `--` or `..`"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Why `claim` is not a PersistentVolumeClaim's name (a DNS-1123 subdomain:
+/// 1 to 253 lowercase letters, digits, `-` and `.`, starting and ending
+/// with a letter or digit), the rule Kubernetes itself applies.
+fn pvc_claim(claim: &str) -> Result<(), String> {
+    let ok = !claim.is_empty()
+        && claim.len() <= 253
+        && claim
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && claim.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && claim.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{claim:?} is not a PersistentVolumeClaim name: lowercase letters, digits, `-` and `.`, starting and ending with a letter or digit"
+        ))
+    }
+}
+
+/// Why `segment` is not a plain folder or file name in a claim: letters,
+/// digits, `.`, `_` and `-`, not `.` or `..` (which would leave the
+/// claim) and not starting with `-`.
+fn path_segment(segment: &str) -> Result<(), String> {
+    let ok = !segment.is_empty()
+        && segment != "."
+        && segment != ".."
+        && !segment.starts_with('-')
+        && segment
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{segment:?} is not a plain path segment: letters, digits, `.`, `_` and `-`, not `.` or `..`, not starting with `-`"
+        ))
+    }
+}
+
+/// The checkpoint `vllm serve` is given for `--model-uri uri` (what follows
+/// the scheme, as pdsim has always written it), once the URI is one the
+/// model-service chart reads (`argsByProtocol` and
+/// `mountModelVolumeVolumes` in its `_helpers.tpl`) and made only of
+/// characters that mean nothing to a shell, to YAML or to Helm's template
+/// rendering (the chart renders an `hf://` id as a template). Each scheme
+/// has its own strict form:
+/// - `hf://ORG/NAME`, a Hugging Face repository id;
+/// - `pvc://CLAIM/PATH`, a claim name and a relative path in it;
+/// - `pvc+hf://CLAIM/[CACHE/]ORG/NAME`, a claim, the Hugging Face cache
+///   folder in it and a repository id;
+/// - `oci://REFERENCE`, an image reference: letters, digits and `._-/:@`.
+fn model_of_uri(uri: &str) -> Result<String, String> {
+    const EXPECTED: &str = "expected hf://ORG/NAME (a Hugging Face repository id), pvc://CLAIM/PATH, pvc+hf://CLAIM/[CACHE/]ORG/NAME or oci://REFERENCE, as the model-service chart's modelArtifacts.uri takes it";
+    let flag = format!("--model-uri {uri:?}");
+    if uri.len() > MAX_MODEL_URI {
+        return Err(format!(
+            "--model-uri: {} bytes, more than the {MAX_MODEL_URI} a checkpoint URI may hold",
+            uri.len()
+        ));
+    }
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return Err(format!("{flag}: {EXPECTED}"));
+    };
+    let checked = match scheme {
+        "hf" => hf_repo_id(rest),
+        "pvc" => match rest.split_once('/') {
+            Some((claim, path)) => {
+                pvc_claim(claim).and_then(|()| path.split('/').try_for_each(path_segment))
+            }
+            None => Err("a pvc:// URI names the claim and the path in it, CLAIM/PATH".into()),
+        },
+        "pvc+hf" => {
+            let parts: Vec<&str> = rest.split('/').collect();
+            if parts.len() < 3 {
+                Err(
+                    "a pvc+hf:// URI names the claim and a repository id, CLAIM/[CACHE/]ORG/NAME"
+                        .into(),
+                )
+            } else {
+                let n = parts.len();
+                pvc_claim(parts[0])
+                    .and_then(|()| parts[1..n - 2].iter().copied().try_for_each(path_segment))
+                    .and_then(|()| hf_repo_id(&parts[n - 2..].join("/")))
+            }
+        }
+        "oci" => {
+            let ok = rest.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && rest
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-/:@".contains(c))
+                && !rest
+                    .split('/')
+                    .any(|s| s.is_empty() || s == "." || s == "..");
+            if ok {
+                Ok(())
+            } else {
+                Err("an oci:// reference holds only letters, digits and `._-/:@`, starts with a letter or digit and has no empty, `.` or `..` path segment".into())
+            }
+        }
+        _ => return Err(format!("{flag}: {EXPECTED}")),
+    };
+    checked.map_err(|why| format!("{flag}: {why}"))?;
+    Ok(rest.to_string())
+}
+
+/// The longest name export writes into commands: a Kubernetes object name
+/// is at most 253 characters.
+const MAX_NAME: usize = 253;
+
+/// Why `name` (the deployment's, or the inferencepool release) cannot be
+/// written into the exported scripts, YAML comments and `helm install`
+/// lines: it must be 1 to 253 letters, digits, `.`, `_`, `-` and `@` (the
+/// generated layouts of `pdsim plan` are named `<deployment>@<split>`),
+/// starting with a letter or digit, so that it is one plain word to a
+/// shell, ends no comment line and is never read as a flag.
+fn plain_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-@".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} cannot be written into the exported shell commands and Helm values: a name there is 1 to {MAX_NAME} letters, digits, `.`, `_`, `-` and `@`, starting with a letter or digit",
+            pdsim_spec::problem::quote(name)
+        ))
+    }
 }
 
 fn read(path: &Path, what: &str) -> Result<String, Failure> {
@@ -192,24 +365,25 @@ pub fn export_files(
             format!("{}: cannot export: {e}", deployment_path.display()),
         )
     };
+    // The name and the inferencepool release are written into shell
+    // scripts, YAML comments and `helm install` lines: each must be one
+    // plain word there, refused at its key and line otherwise.
+    let unplain = |key: &str, why: String| {
+        failure(
+            1,
+            bundle
+                .source
+                .error(key, "export-name", format!("cannot export: {why}"))
+                .to_string(),
+        )
+    };
+    plain_name(&d.name).map_err(|why| unplain("name", why))?;
     // The checkpoint: the flag, else the catalog entry's source.
     let (model, model_note) = match model_uri {
-        Some(uri)
-            if !["hf://", "pvc://", "pvc+hf://", "oci://"]
-                .iter()
-                .any(|scheme| uri.starts_with(scheme) && uri.len() > scheme.len()) =>
-        {
-            return Err(failure(
-                2,
-                format!(
-                    "--model-uri {uri:?}: expected hf://org/name, pvc://claim/path, pvc+hf://… or oci://…, as the model-service chart's modelArtifacts.uri takes it"
-                ),
-            ));
-        }
-        Some(uri) => {
-            let path = uri.split_once("://").map_or(uri, |(_, p)| p);
-            (path.to_string(), format!("`{uri}` (--model-uri)"))
-        }
+        Some(uri) => (
+            model_of_uri(uri).map_err(|why| failure(2, why))?,
+            format!("`{uri}` (--model-uri)"),
+        ),
         None => match catalog_checkpoint(&scenario.model.origin) {
             Some(repo) => (
                 repo.clone(),
@@ -256,6 +430,9 @@ pub fn export_files(
     let labels = modelservice::pod_labels(d).map_err(refuse)?;
     let flags = router.epp_flags.clone().unwrap_or_default();
     let release = inferencepool::release(&flags, &d.name);
+    if let Some(i) = flags.iter().position(|f| f.starts_with("--pool-name=")) {
+        plain_name(&release).map_err(|why| unplain(&format!("router.epp_flags[{i}]"), why))?;
+    }
     let gaie = inferencepool::values(
         &inferencepool::RouterValues {
             flags,
@@ -284,26 +461,7 @@ pub fn export_files(
     let mut commands = String::new();
     for (i, pool) in d.pools.iter().enumerate() {
         let serve = vllm_serve::serve_args(d, i).map_err(refuse)?;
-        let p = &pool.parallel;
-        let mut line: Vec<String> = vec!["vllm".into(), "serve".into(), model.clone()];
-        for (flag, value, default) in [
-            ("--tensor-parallel-size", p.tp, 1),
-            ("--data-parallel-size", p.dp, 1),
-            ("--data-parallel-size-local", p.dp_local, 0),
-        ] {
-            if value != default {
-                line.push(flag.into());
-                line.push(value.to_string());
-            }
-        }
-        line.extend(serve.args.iter().map(|a| shell_quote(a)));
-        let env: String = serve.env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
-        let script = format!(
-            "#!/bin/sh\n# pools[{i}] ({}) of the Deployment `{}`, as one `vllm serve` per model server\n# (written by `pdsim export`; llm-d's model-service chart runs the same from ms-values.yaml).\nexec env {env}{}\n",
-            pool.role,
-            d.name,
-            line.join(" ")
-        );
+        let script = serve_script(i, &pool.role, &d.name, &model, &pool.parallel, &serve);
         out.files
             .insert(format!("vllm/pool-{i}-{}.sh", pool.role), script);
         commands.push_str(&format!("- `vllm/pool-{i}-{}.sh`\n", pool.role));
@@ -322,11 +480,12 @@ pub fn export_files(
          The inferencepool release is `{release}`: the chart names its InferencePool after the release and starts the EPP with `--pool-name` set to it.\n\n\
          - Checkpoint: {model_note}.\n- EndpointPickerConfig: {config_note}.\n\
          - Pod labels: the pools' own, or `llm-d.ai/inferenceServing: \"true\"` (the chart's default) when they state none; the InferencePool selects by them.\n\
-         - `pdsim import --scenario {scenario} DIR` reads these files back into a Deployment.\n\n\
+         - `pdsim import --scenario {scenario_word} DIR` reads these files back into a Deployment.\n\n\
          The `vllm serve` commands:\n\n{commands}",
         name = d.name,
         deployment = deployment_path.display(),
         scenario = scenario_path.display(),
+        scenario_word = shell_quote(&scenario_path.display().to_string()),
         manifests = if manifests.is_empty() {
             "none".to_string()
         } else {
@@ -337,12 +496,51 @@ pub fn export_files(
     Ok(out)
 }
 
-/// A shell word: quoted when it holds anything but plain characters.
+/// The `vllm serve` script of `pools[index]` (`role`) of the deployment
+/// `deployment` (a name [`plain_name`] accepted), loading `model`. Every
+/// word of the command is quoted as the shell reads it, the checkpoint and
+/// the environment too, though the checkpoint's URI was checked to be plain
+/// and pdsim sets the environment itself: a script is run, so nothing in it
+/// may rely on a check made elsewhere.
+fn serve_script(
+    index: usize,
+    role: &str,
+    deployment: &str,
+    model: &str,
+    p: &pdsim_spec::deployment::Parallel,
+    serve: &vllm_serve::ServeArgs,
+) -> String {
+    let mut line: Vec<String> = vec!["vllm".into(), "serve".into(), shell_quote(model)];
+    for (flag, value, default) in [
+        ("--tensor-parallel-size", p.tp, 1),
+        ("--data-parallel-size", p.dp, 1),
+        ("--data-parallel-size-local", p.dp_local, 0),
+    ] {
+        if value != default {
+            line.push(flag.into());
+            line.push(value.to_string());
+        }
+    }
+    line.extend(serve.args.iter().map(|a| shell_quote(a)));
+    let env: String = serve
+        .env
+        .iter()
+        .map(|(k, v)| format!("{} ", shell_quote(&format!("{k}={v}"))))
+        .collect();
+    format!(
+        "#!/bin/sh\n# pools[{index}] ({role}) of the Deployment `{deployment}`, as one `vllm serve` per model server\n# (written by `pdsim export`; llm-d's model-service chart runs the same from ms-values.yaml).\nexec env {env}{}\n",
+        line.join(" ")
+    )
+}
+
+/// A shell word: quoted when it holds anything but plain characters (`@`
+/// is plain: it means nothing to `sh` outside `$@`, and `pdsim plan` names
+/// its generated layouts with it).
 fn shell_quote(word: &str) -> String {
     if !word.is_empty()
         && word
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,".contains(c))
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@".contains(c))
     {
         word.to_string()
     } else {
@@ -438,4 +636,112 @@ pub fn import(args: &ImportArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{model_of_uri, plain_name, serve_script, shell_quote};
+    use pdsim_spec::deployment::Parallel;
+    use pdsim_spec::llmd::vllm_serve::ServeArgs;
+
+    #[test]
+    fn each_uri_scheme_takes_its_own_strict_form_and_nothing_a_shell_reads() {
+        for (uri, model) in [
+            ("hf://deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3"),
+            (
+                "hf://meta-llama/Llama-3.1-8B_v2.0",
+                "meta-llama/Llama-3.1-8B_v2.0",
+            ),
+            ("pvc://models/llama-3.1-8b", "models/llama-3.1-8b"),
+            ("pvc://model-cache.v1/a/b_c/d.e", "model-cache.v1/a/b_c/d.e"),
+            ("pvc+hf://cache/org/name", "cache/org/name"),
+            (
+                "pvc+hf://cache/hub/models/org/name",
+                "cache/hub/models/org/name",
+            ),
+            (
+                "oci://ghcr.io/org/model:v1@sha256:0a1b",
+                "ghcr.io/org/model:v1@sha256:0a1b",
+            ),
+        ] {
+            assert_eq!(model_of_uri(uri).as_deref(), Ok(model), "{uri}");
+        }
+        for uri in [
+            "hf://org/$(id)",
+            "hf://org/a;id",
+            "hf://org/a\nid",
+            "hf://org/a id",
+            "hf://org/`id`",
+            "hf://org/{{ .Values }}",
+            "hf://org",
+            "hf://org/name/extra",
+            "hf://-rf/name",
+            "hf://org/name.",
+            "hf://org/a--b",
+            "hf://org/a..b",
+            "hf://",
+            "pvc://models",
+            "pvc://Models/x",
+            "pvc://-models/x",
+            "pvc://models/../etc",
+            "pvc://models/a//b",
+            "pvc://models/$(id)",
+            "pvc+hf://cache/name",
+            "pvc+hf://cache/x;y/org/name",
+            "oci://",
+            "oci://-x",
+            "oci://a/../b",
+            "oci://a b",
+            "oci://a'b",
+            "s3://bucket/model",
+            "llama",
+            "",
+        ] {
+            let error = model_of_uri(uri).expect_err(uri);
+            assert!(error.starts_with("--model-uri "), "{uri}: {error}");
+            assert!(!error.contains('\n'), "{uri}: one line: {error}");
+        }
+        let long = format!("hf://org/{}", "a".repeat(2000));
+        let error = model_of_uri(&long).unwrap_err();
+        assert!(error.len() < 200, "a long URI is not quoted whole: {error}");
+    }
+
+    #[test]
+    fn a_name_written_into_commands_is_one_plain_word() {
+        for name in ["colocated-tp8", "1p3d-ep8@p1d3-tp1dp8", "a.b_c"] {
+            assert_eq!(plain_name(name), Ok(()), "{name}");
+        }
+        for name in ["", "-x", "a b", "a\nrm -rf /", "x$(id)", "a;b", "a`b`"] {
+            assert!(plain_name(name).is_err(), "{name:?}");
+        }
+        assert!(plain_name(&"a".repeat(254)).is_err());
+    }
+
+    #[test]
+    fn every_word_of_a_serve_script_is_quoted() {
+        let parallel = Parallel {
+            tp: 8,
+            pp: 1,
+            dp: 1,
+            dp_local: 0,
+            data_parallel_load_balancing: None,
+            pcp: 0,
+            dcp: 0,
+            enable_expert_parallel: false,
+        };
+        let serve = ServeArgs {
+            args: vec!["--compilation-config".into(), "{\"level\": 3}".into()],
+            env: vec![("NAME".into(), "a value; id".into())],
+        };
+        let script = serve_script(0, "colocated", "d", "org/$(id)", &parallel, &serve);
+        assert!(
+            script.ends_with(
+                "exec env 'NAME=a value; id' vllm serve 'org/$(id)' --tensor-parallel-size 8 --compilation-config '{\"level\": 3}'\n"
+            ),
+            "{script}"
+        );
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a@b:c/d=e,f"), "a@b:c/d=e,f");
+    }
 }

@@ -292,3 +292,81 @@ fn export_and_import_never_replace_a_users_folder_but_replace_their_own() {
         "{readme}"
     );
 }
+
+/// A checkpoint URI or a name that a shell would run is refused before
+/// anything is written, naming the flag or the key and its line: the
+/// generated scripts are run as they are, so `$(id)` in one would run.
+#[test]
+fn a_model_uri_or_a_name_a_shell_would_run_is_refused_and_nothing_is_written() {
+    for uri in [
+        "hf://org/$(id)",
+        "hf://org/a;id",
+        "hf://org/a\nid",
+        "pvc://models/`id`",
+        "oci://registry/x y",
+    ] {
+        let out = tmp("injected-uri");
+        let (code, stdout, err) = export(
+            "scenarios/4x8-h200.yaml",
+            "deployments/colocated-tp8.yaml",
+            &["--model-uri", uri],
+            &out,
+        );
+        assert_eq!(code, 2, "{uri:?}: {stdout}{err}");
+        assert!(err.contains("--model-uri \""), "{uri:?}: {err}");
+        assert!(!out.exists(), "{uri:?}: a refused export writes nothing");
+    }
+    let colocated = std::fs::read_to_string(root().join("deployments/colocated-tp8.yaml")).unwrap();
+    let dir = tmp("injected-name");
+    std::fs::create_dir_all(&dir).unwrap();
+    let named = dir.join("named.yaml");
+    std::fs::write(
+        &named,
+        colocated.replace("name: colocated-tp8", "name: \"x$(id)\""),
+    )
+    .unwrap();
+    let out = dir.join("out-named");
+    let (code, _, err) = export(
+        "scenarios/4x8-h200.yaml",
+        named.to_str().unwrap(),
+        &[],
+        &out,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("named.yaml:4: error: name: cannot export") && err.contains("x$(id)"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let pool_name = dir.join("pool-name.yaml");
+    std::fs::write(
+        &pool_name,
+        format!("{colocated}router:\n  epp_flags:\n    - \"--pool-name=p;id\"\n"),
+    )
+    .unwrap();
+    let (code, _, err) = export(
+        "scenarios/4x8-h200.yaml",
+        pool_name.to_str().unwrap(),
+        &[],
+        &out,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("pool-name.yaml:17: error: router.epp_flags[0]: cannot export")
+            && err.contains("p;id"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // A plain URI of another scheme is taken as it is.
+    let out = dir.join("out-pvc-hf");
+    let uri = "pvc+hf://model-cache/hub/deepseek-ai/DeepSeek-V3";
+    let (code, _, err) = export(
+        "scenarios/4x8-h200.yaml",
+        "deployments/colocated-tp8.yaml",
+        &["--model-uri", uri],
+        &out,
+    );
+    assert_eq!(code, 0, "{err}");
+    let values = std::fs::read_to_string(out.join("ms-values.yaml")).unwrap();
+    assert!(values.contains(&format!("uri: {uri}\n")), "{values}");
+}
