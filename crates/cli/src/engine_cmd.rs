@@ -5,7 +5,9 @@
 //! byte for byte. The replay itself is `pdsim_engine::replay`; this reads
 //! the files and prints.
 
+use crate::disk::DiskFiles;
 use pdsim_engine::replay::{ReplayError, replay};
+use pdsim_spec::files::Files;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,8 +44,16 @@ pub fn run(args: &Args) -> ExitCode {
             workload,
             features,
         } => {
+            // Read as every document is (`pdsim run`'s too): a FIFO, a
+            // device or a socket is refused before it is opened, since
+            // /dev/zero never ends and a FIFO with no writer blocks for
+            // ever, and a regular file is read only up to the document
+            // limit (8 MiB, some five hundred times the largest golden
+            // workload), so neither input can grow memory without bound.
             let read = |path: &Path| {
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+                DiskFiles
+                    .read(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))
             };
             let (config_text, workload_text) = match (read(config), read(workload)) {
                 (Ok(c), Ok(w)) => (c, w),

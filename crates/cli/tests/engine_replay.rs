@@ -1,6 +1,7 @@
 //! `pdsim engine replay` on bad input: a clear message naming the file (and
 //! the line of a workload), exit 1 for invalid input and 2 for a missing
-//! file, never a panic or a partial result.
+//! file or one that is not a regular file, never a panic, a hang or a
+//! partial result.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -87,4 +88,116 @@ fn an_unknown_release_and_a_missing_file_are_refused() {
         .expect("run pdsim");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/config.json"));
+}
+
+/// Neither input is read without bound: `/dev/zero` (which never ends) and
+/// a FIFO no one writes to (whose opening blocks) are refused before they
+/// are opened, as `pdsim run` refuses them, exit 2, naming the path.
+#[test]
+fn a_device_or_a_fifo_is_refused_without_reading_it() {
+    let d = dir("special");
+    let config = d.join("config.json");
+    let workload = d.join("workload.jsonl");
+    std::fs::write(&config, CONFIG).unwrap();
+    std::fs::write(
+        &workload,
+        "{\"id\":0,\"arrive_step\":0,\"prompt\":[1],\"max_tokens\":1}\n",
+    )
+    .unwrap();
+    let fifo = d.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    let fifo_made = made.is_ok_and(|s| s.success());
+    let mut cases = vec![
+        (PathBuf::from("/dev/zero"), workload.clone(), "/dev/zero"),
+        (config.clone(), PathBuf::from("/dev/zero"), "/dev/zero"),
+    ];
+    if fifo_made {
+        cases.push((config.clone(), fifo.clone(), "fifo"));
+        cases.push((fifo.clone(), workload.clone(), "fifo"));
+    } else {
+        pdsim_testkit::skipped(
+            "a_device_or_a_fifo_is_refused_without_reading_it",
+            "its FIFO cases",
+            "the `mkfifo` command is not available",
+        );
+    }
+    for (c, w, named) in cases {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pdsim"))
+            .args(["engine", "replay"])
+            .arg(&c)
+            .arg(&w)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run pdsim");
+        // A read without bound would grow for ever and a FIFO would block:
+        // either is a failure here, not a hang of the test.
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("{c:?} {w:?}: still running after 20 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{c:?} {w:?}: {err}");
+        assert!(out.stdout.is_empty());
+        assert!(
+            err.contains(named) && err.contains("not a regular file"),
+            "{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A request that can never finish is bad input, found before the first
+/// step: exit 1 with its line and why, nothing on stdout, never the
+/// engine's invariant (exit 3) after 100,000 lines.
+#[test]
+fn a_request_that_can_never_finish_is_invalid_input_found_before_any_step() {
+    let prompt: Vec<String> = (1..=4000).map(|t| t.to_string()).collect();
+    let small = CONFIG
+        .replace("\"num_gpu_blocks\":101", "\"num_gpu_blocks\":32")
+        .replace("\"max_model_len\":2048", "\"max_model_len\":16384");
+    for (config, row, why) in [
+        (
+            small.as_str(),
+            format!(
+                "{{\"id\":5,\"arrive_step\":0,\"prompt\":[{}],\"max_tokens\":4000}}",
+                prompt.join(",")
+            ),
+            "workload.jsonl:2: request 5: its prompt of 4000 tokens and up to 4000 output tokens need at least 500 KV blocks",
+        ),
+        (
+            small.as_str(),
+            "{\"id\":5,\"arrive_step\":0,\"prompt\":[1,2,3],\"max_tokens\":4294967295}".to_string(),
+            "workload.jsonl:2: request 5: its prompt of 3 tokens and up to 16381 output tokens",
+        ),
+        (
+            CONFIG,
+            "{\"id\":5,\"arrive_step\":1000000000000,\"prompt\":[1],\"max_tokens\":1}".to_string(),
+            "workload.jsonl:2: `arrive_step` 1000000000000 is at or past the replay's cap of 100000 steps",
+        ),
+        (
+            CONFIG,
+            "{\"id\":5,\"arrive_step\":0,\"prompt\":[1],\"max_tokens\":0}".to_string(),
+            "workload.jsonl:2: `max_tokens` is 0",
+        ),
+    ] {
+        let workload =
+            format!("{{\"id\":0,\"arrive_step\":0,\"prompt\":[1],\"max_tokens\":1}}\n{row}\n");
+        let (code, out, err) = replay(config, &workload, "never");
+        assert_eq!(code, 1, "{why}: {err}");
+        assert!(out.is_empty(), "{why}: {} bytes printed", out.len());
+        assert!(err.contains(why), "{why}: {err}");
+    }
+    let (code, out, err) = replay(CONFIG, "\n", "empty");
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("workload.jsonl: the workload holds no request"),
+        "{err}"
+    );
 }

@@ -94,6 +94,9 @@ struct Speculative {
 #[derive(serde::Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 struct ReplayRequest {
+    /// The 1-based line of the workload it was read from, for messages.
+    #[serde(skip)]
+    line: usize,
     id: u32,
     arrive_step: u64,
     prompt: Vec<u64>,
@@ -108,10 +111,82 @@ struct ReplayRequest {
     kv_ready_step: Option<u64>,
 }
 
+/// KV cache groups of one kind (window groups, Mamba groups): DeepSeek-V4.1
+/// has five window groups and Nemotron-H six Mamba groups; every group
+/// takes blocks of each request, so the count multiplies what a step
+/// allocates and is bounded ten times past any model's.
+const MAX_GROUPS: u32 = 64;
+
+/// Window blocks a window spans (`window / window_block`): DeepSeek-V4.1's
+/// is four (128 tokens of 32); a request holds this many a window group.
+const MAX_WINDOW_BLOCKS: u32 = 4096;
+
 fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
+    use pdsim_spec::validate::limits;
     let cfg: ReplayConfig =
         serde_json::from_str(text).map_err(|e| ReplayError::Input(format!("{name}: {e}")))?;
     let bad = |key: &str, why: &str| ReplayError::Input(format!("{name}: `{key}`: {why}"));
+    // The limits `pdsim validate` holds a deployment's engine to: past them
+    // a value describes no engine, and the replay would allocate or count
+    // up to it.
+    for (key, value, limit) in [
+        (
+            "block_size",
+            i64::from(cfg.block_size),
+            limits::MAX_BLOCK_SIZE,
+        ),
+        (
+            "num_gpu_blocks",
+            i64::from(cfg.num_gpu_blocks),
+            limits::MAX_KV_BLOCKS as i64,
+        ),
+        (
+            "max_num_seqs",
+            i64::from(cfg.max_num_seqs),
+            limits::MAX_NUM_SEQS,
+        ),
+        (
+            "max_num_batched_tokens",
+            i64::from(cfg.max_num_batched_tokens),
+            limits::MAX_BATCHED_TOKENS,
+        ),
+        (
+            "max_model_len",
+            i64::from(cfg.max_model_len),
+            limits::MAX_TOKENS,
+        ),
+        (
+            "long_prefill_token_threshold",
+            i64::from(cfg.long_prefill_token_threshold),
+            limits::MAX_TOKENS,
+        ),
+        (
+            "speculative.num_spec_tokens",
+            cfg.speculative
+                .as_ref()
+                .map_or(0, |s| i64::from(s.num_spec_tokens)),
+            limits::MAX_SPEC_TOKENS,
+        ),
+        (
+            "mamba.groups",
+            cfg.mamba.as_ref().map_or(0, |m| i64::from(m.groups)),
+            i64::from(MAX_GROUPS),
+        ),
+        (
+            "sparse.window_groups",
+            cfg.sparse
+                .as_ref()
+                .map_or(0, |w| i64::from(w.window_groups)),
+            i64::from(MAX_GROUPS),
+        ),
+    ] {
+        if value > limit {
+            return Err(bad(
+                key,
+                &format!("{value} is more than the limit of {limit}"),
+            ));
+        }
+    }
     if cfg.block_size == 0 {
         return Err(bad("block_size", "must be positive"));
     }
@@ -168,6 +243,15 @@ fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
                 "window_groups, window and window_block must be positive",
             ));
         }
+        if sp.window.div_ceil(sp.window_block) > MAX_WINDOW_BLOCKS {
+            return Err(bad(
+                "sparse.window",
+                &format!(
+                    "spans more than {MAX_WINDOW_BLOCKS} window blocks of {} tokens",
+                    sp.window_block
+                ),
+            ));
+        }
         if !cfg.block_size.is_multiple_of(sp.window_block) {
             return Err(bad(
                 "sparse.window_block",
@@ -199,10 +283,28 @@ fn load_workload(text: &str, name: &str) -> Result<Vec<ReplayRequest>, ReplayErr
             continue;
         }
         let at = format!("{name}:{}", i + 1);
-        let r: ReplayRequest =
+        let mut r: ReplayRequest =
             serde_json::from_str(line).map_err(|e| ReplayError::Input(format!("{at}: {e}")))?;
+        r.line = i + 1;
         if r.prompt.is_empty() {
             return Err(ReplayError::Input(format!("{at}: `prompt` is empty")));
+        }
+        if r.max_tokens == 0 {
+            return Err(ReplayError::Input(format!(
+                "{at}: `max_tokens` is 0; a request generates at least one token (vLLM's SamplingParams refuses max_tokens below 1)"
+            )));
+        }
+        // A step the replay never reaches would make it run to its cap,
+        // printing a line a step, and fail as if the engine were stuck.
+        for (key, step) in [
+            ("arrive_step", Some(r.arrive_step)),
+            ("kv_ready_step", r.kv_ready_step),
+        ] {
+            if let Some(step) = step.filter(|&s| s >= MAX_STEPS) {
+                return Err(ReplayError::Input(format!(
+                    "{at}: `{key}` {step} is at or past the replay's cap of {MAX_STEPS} steps"
+                )));
+            }
         }
         match (r.kv.as_deref(), r.kv_ready_step) {
             (None, None) | (Some("produce" | "consume"), Some(_)) => {}
@@ -230,7 +332,93 @@ fn load_workload(text: &str, name: &str) -> Result<Vec<ReplayRequest>, ReplayErr
         }
         reqs.push(r);
     }
+    if reqs.is_empty() {
+        return Err(ReplayError::Input(format!(
+            "{name}: the workload holds no request (one JSON object a line)"
+        )));
+    }
     Ok(reqs)
+}
+
+/// The fewest blocks a request holds at once when its KV cache covers
+/// `held` tokens, the step that computes the last of them included: the
+/// full-attention blocks of all of them; a hybrid's state block in each
+/// Mamba group; and for DeepSeek-V4.1, in each window group the window
+/// blocks covering the window that step attends to (at least
+/// `min(window, held)` tokens), and the ring's block.
+fn least_blocks(cfg: &ReplayConfig, held: u64) -> u64 {
+    let mut blocks = held.div_ceil(u64::from(cfg.block_size));
+    if let Some(m) = &cfg.mamba {
+        blocks += u64::from(m.groups);
+    }
+    if let Some(w) = &cfg.sparse {
+        let window = held.min(u64::from(w.window));
+        blocks += u64::from(w.window_groups) * window.div_ceil(u64::from(w.window_block));
+        blocks += u64::from(w.ring_block.is_some());
+    }
+    blocks
+}
+
+/// Refuses, before anything is replayed, a workload that could never drain
+/// within [`MAX_STEPS`] on the engine `cfg` describes: a prompt vLLM's input
+/// processor refuses, a request whose KV cache at its longest exceeds the
+/// whole pool (it would be scheduled, fill the pool, preempt itself and
+/// start again for ever), or requests whose tokens alone need more steps
+/// than the cap. Each bound is one the engine can never beat, so no
+/// workload that drains is refused; the cap stays for what these miss.
+fn check_workload(
+    cfg: &ReplayConfig,
+    reqs: &[ReplayRequest],
+    name: &str,
+) -> Result<(), ReplayError> {
+    // The most tokens a request gains in one step: its sampled token and
+    // every draft accepted.
+    let per_step = 1 + u64::from(cfg.speculative.as_ref().map_or(0, |s| s.num_spec_tokens));
+    // The null block is never handed out.
+    let usable_blocks = u64::from(cfg.num_gpu_blocks) - 1;
+    let mut request_steps: u64 = 0;
+    for r in reqs {
+        let at = format!("{name}:{}: request {}", r.line, r.id);
+        let prompt = r.prompt.len() as u64;
+        let max_len = u64::from(cfg.max_model_len);
+        if prompt >= max_len {
+            return Err(ReplayError::Input(format!(
+                "{at}: its prompt of {prompt} tokens is not below max_model_len {max_len}, so vLLM's input processor refuses it"
+            )));
+        }
+        // The engine caps the output so that prompt and output fit
+        // max_model_len; the last token sampled is never fed back, so the
+        // KV cache holds one token fewer than the finished sequence.
+        let output = u64::from(r.max_tokens).min(max_len - prompt);
+        let blocks = least_blocks(cfg, prompt + output - 1);
+        if blocks > usable_blocks {
+            return Err(ReplayError::Input(format!(
+                "{at}: its prompt of {prompt} tokens and up to {output} output tokens need at least {blocks} KV blocks at their longest, and the pool has {usable_blocks} (num_gpu_blocks {} less the null block): it could never finish",
+                cfg.num_gpu_blocks
+            )));
+        }
+        // One step computes the prompt's last token and samples the first
+        // output token; each later step adds at most `per_step` tokens.
+        let steps = 1 + (output - 1).div_ceil(per_step);
+        if r.arrive_step + steps > MAX_STEPS {
+            return Err(ReplayError::Input(format!(
+                "{at}: arriving at step {} with up to {output} output tokens (at most {per_step} a step), it cannot finish within the replay's cap of {MAX_STEPS} steps",
+                r.arrive_step
+            )));
+        }
+        request_steps += steps;
+    }
+    // Every step schedules at most max_num_seqs requests, each at least one
+    // token of max_num_batched_tokens.
+    let per_batch = u64::from(cfg.max_num_seqs.min(cfg.max_num_batched_tokens));
+    let steps = request_steps.div_ceil(per_batch);
+    if steps > MAX_STEPS {
+        return Err(ReplayError::Input(format!(
+            "{name}: its {} requests need at least {steps} steps ({request_steps} request-steps, at most {per_batch} a step), more than the replay's cap of {MAX_STEPS}",
+            reqs.len()
+        )));
+    }
+    Ok(())
 }
 
 fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
@@ -376,8 +564,21 @@ pub fn replay(
 ) -> Result<(), ReplayError> {
     let cfg = load_config(config, config_name)?;
     let reqs = load_workload(workload, workload_name)?;
+    check_workload(&cfg, &reqs, workload_name)?;
+    run(&cfg, &reqs, workload_name, features, emit)
+}
+
+/// Replays `reqs` on the engine `cfg` describes, as [`replay`] does once
+/// the workload was checked.
+fn run(
+    cfg: &ReplayConfig,
+    reqs: &[ReplayRequest],
+    workload_name: &str,
+    features: &[String],
+    emit: &mut dyn FnMut(&str) -> Result<(), String>,
+) -> Result<(), ReplayError> {
     let connector = reqs.iter().any(|r| r.kv.is_some());
-    let mut engine_cfg = engine_config(&cfg, connector);
+    let mut engine_cfg = engine_config(cfg, connector);
     apply_features(&mut engine_cfg, features)?;
     let mut engine = Engine::new(engine_cfg);
     // Accepted drafts per request, forced as the oracle forces them
@@ -391,7 +592,7 @@ pub fn replay(
         .collect();
     let mut verify_count: BTreeMap<u32, usize> = BTreeMap::new();
     let mut by_step: BTreeMap<u64, Vec<&ReplayRequest>> = BTreeMap::new();
-    for r in &reqs {
+    for r in reqs {
         by_step.entry(r.arrive_step).or_default().push(r);
     }
     let last_arrival = by_step.keys().next_back().copied();
@@ -601,6 +802,70 @@ mod tests {
         assert!(load_config(CONFIG, "c").is_ok());
     }
 
+    /// Past the limits a deployment is held to, a value is refused by its
+    /// key: a draft count or group count of four billion would be
+    /// allocated for (34 GB for the drafts' acceptance rates) or overflow
+    /// the engine's block arithmetic.
+    #[test]
+    fn a_config_value_past_its_limit_is_refused_by_key() {
+        let with = |extra: &str| CONFIG.replacen('{', &format!("{{{extra}, "), 1);
+        for (config, key) in [
+            (
+                with("\"speculative\": {\"method\": \"ngram\", \"num_spec_tokens\": 4294967295}"),
+                "speculative.num_spec_tokens",
+            ),
+            (
+                with("\"mamba\": {\"groups\": 4294967295, \"mode\": \"align\"}"),
+                "mamba.groups",
+            ),
+            (
+                with(
+                    "\"sparse\": {\"window_groups\": 65, \"window\": 16, \"window_block\": 4, \"ring_block\": null, \"bounded_replay\": true}",
+                ),
+                "sparse.window_groups",
+            ),
+            (
+                with(
+                    "\"sparse\": {\"window_groups\": 2, \"window\": 4294967295, \"window_block\": 1, \"ring_block\": null, \"bounded_replay\": false}",
+                ),
+                "sparse.window",
+            ),
+            (
+                CONFIG.replace("\"num_gpu_blocks\": 100", "\"num_gpu_blocks\": 4294967295"),
+                "num_gpu_blocks",
+            ),
+            (
+                CONFIG.replace(
+                    "\"max_num_batched_tokens\": 64",
+                    "\"max_num_batched_tokens\": 4294967295",
+                ),
+                "max_num_batched_tokens",
+            ),
+        ] {
+            match load_config(&config, "c") {
+                Err(ReplayError::Input(msg)) => {
+                    assert!(msg.starts_with(&format!("c: `{key}`: ")), "{key}: {msg}")
+                }
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+        // At the limits the config loads.
+        assert!(
+            load_config(
+                &with("\"mamba\": {\"groups\": 64, \"mode\": \"align\"}"),
+                "c"
+            )
+            .is_ok()
+        );
+        assert!(
+            load_config(
+                &with("\"speculative\": {\"method\": \"ngram\", \"num_spec_tokens\": 1024}"),
+                "c"
+            )
+            .is_ok()
+        );
+    }
+
     #[test]
     fn a_hybrids_and_deepseeks_groups_are_checked_each_on_its_own() {
         let with = |extra: &str| CONFIG.replacen('{', &format!("{{{extra}, "), 1);
@@ -733,10 +998,164 @@ mod tests {
             );
             let result = replay(&config, "c", &row, "w", &[], &mut |_| Ok(()));
             match result {
+                Err(ReplayError::Input(msg)) => assert!(
+                    msg.contains(
+                        "w:1: request 3: its prompt of 512 tokens is not below max_model_len 512"
+                    ),
+                    "{msg}"
+                ),
+                other => panic!("async {async_scheduling}: {other:?}"),
+            }
+            // The engine refuses it too, should a prompt reach it.
+            let cfg = load_config(&config, "c").unwrap();
+            let reqs = load_workload(&row, "w").unwrap();
+            match run(&cfg, &reqs, "w", &[], &mut |_| Ok(())) {
                 Err(ReplayError::Input(msg)) => {
                     assert!(msg.contains("request(s) [3] rejected"), "{msg}")
                 }
                 other => panic!("async {async_scheduling}: {other:?}"),
+            }
+        }
+    }
+
+    /// A workload that could never drain is refused before its first line,
+    /// each kind naming the line and request; none of them is an invariant
+    /// of the engine breaking.
+    #[test]
+    fn a_workload_that_cannot_drain_is_refused_before_any_line() {
+        let prompt: Vec<String> = (1..=40).map(|t| t.to_string()).collect();
+        let row = |arrive: u64, max_tokens: u64| {
+            format!(
+                "{{\"id\": 7, \"arrive_step\": {arrive}, \"prompt\": [{}], \"max_tokens\": {max_tokens}}}\n",
+                prompt.join(", ")
+            )
+        };
+        let refused = |config: &str, workload: &str, why: &str| {
+            let mut printed = 0;
+            match replay(config, "c", workload, "w", &[], &mut |_| {
+                printed += 1;
+                Ok(())
+            }) {
+                Err(ReplayError::Input(msg)) => assert!(msg.contains(why), "{why}: {msg}"),
+                other => panic!("{workload}: {other:?}"),
+            }
+            assert_eq!(
+                printed, 0,
+                "{workload}: nothing is printed before the refusal"
+            );
+        };
+        // 40 + 472 tokens fill max_model_len: 32 blocks, and the pool holds 99.
+        assert!(lines(&row(0, u64::from(u32::MAX)), &[]).is_ok());
+        let small = CONFIG.replace("\"num_gpu_blocks\": 100", "\"num_gpu_blocks\": 20");
+        refused(
+            &small,
+            &row(0, u64::from(u32::MAX)),
+            "w:1: request 7: its prompt of 40 tokens and up to 472 output tokens need at least 32 KV blocks at their longest, and the pool has 19",
+        );
+        refused(
+            CONFIG,
+            &row(100_000, 2),
+            "w:1: `arrive_step` 100000 is at or past the replay's cap of 100000 steps",
+        );
+        refused(
+            CONFIG,
+            &row(u64::MAX, 2),
+            "`arrive_step` 18446744073709551615",
+        );
+        refused(
+            CONFIG,
+            &row(99_999, 2),
+            "w:1: request 7: arriving at step 99999 with up to 2 output tokens",
+        );
+        assert!(lines(&row(99_998, 2), &[]).is_ok_and(|l| l.len() == 100_000));
+        refused(CONFIG, &row(0, 0), "w:1: `max_tokens` is 0");
+        refused(CONFIG, "", "w: the workload holds no request");
+        refused(CONFIG, "\n  \n", "w: the workload holds no request");
+        let late = "{\"id\": 1, \"arrive_step\": 0, \"prompt\": [1], \"max_tokens\": 1, \"kv\": \"produce\", \"kv_ready_step\": 100000}";
+        refused(CONFIG, late, "w:1: `kv_ready_step` 100000 is at or past");
+        // 3,000 requests of 40 output tokens, one a step: more steps than the cap.
+        let one_seq = CONFIG.replace("\"max_num_seqs\": 4", "\"max_num_seqs\": 1");
+        let many: String = (0..3000)
+            .map(|id| {
+                format!(
+                    "{{\"id\": {id}, \"arrive_step\": 0, \"prompt\": [1], \"max_tokens\": 40}}\n"
+                )
+            })
+            .collect();
+        refused(
+            &one_seq,
+            &many,
+            "w: its 3000 requests need at least 120000 steps",
+        );
+    }
+
+    /// The block bound refuses no request the engine could finish: on each
+    /// kind of KV layout (plain, a hybrid's Mamba groups, DeepSeek-V4.1's
+    /// window groups and ring, with and without prefix caching and async
+    /// scheduling), the shortest output it refuses does not drain when
+    /// replayed regardless, and on the plain layout one token less does.
+    #[test]
+    fn the_block_bound_refuses_only_requests_that_never_finish() {
+        let base = CONFIG.replace("\"num_gpu_blocks\": 100", "\"num_gpu_blocks\": 12");
+        let with = |extra: &str| base.replacen('{', &format!("{{{extra}, "), 1);
+        let mut configs = vec![
+            (base.clone(), true),
+            (
+                base.replace(
+                    "\"enable_prefix_caching\": true",
+                    "\"enable_prefix_caching\": false",
+                ),
+                true,
+            ),
+            (
+                base.replace("\"async_scheduling\": false", "\"async_scheduling\": true"),
+                true,
+            ),
+            (
+                with("\"mamba\": {\"groups\": 3, \"mode\": \"align\"}"),
+                false,
+            ),
+        ];
+        for (ring, bounded) in [("8", "true"), ("null", "false")] {
+            configs.push((
+                with(&format!(
+                    "\"sparse\": {{\"window_groups\": 2, \"window\": 16, \"window_block\": 4, \"ring_block\": {ring}, \"bounded_replay\": {bounded}}}"
+                )),
+                false,
+            ));
+        }
+        let prompt: Vec<String> = (1..=50).map(|t| t.to_string()).collect();
+        let row = |max_tokens: u32| {
+            format!(
+                "{{\"id\": 0, \"arrive_step\": 0, \"prompt\": [{}], \"max_tokens\": {max_tokens}}}\n",
+                prompt.join(", ")
+            )
+        };
+        for (config, tight) in configs {
+            let cfg = load_config(&config, "c").unwrap();
+            let fits =
+                |m: u32| check_workload(&cfg, &load_workload(&row(m), "w").unwrap(), "w").is_ok();
+            let first = (1..400)
+                .find(|&m| !fits(m))
+                .expect("a refused output length");
+            let replayed = |m: u32| {
+                let reqs = load_workload(&row(m), "w").unwrap();
+                run(&cfg, &reqs, "w", &[], &mut |_| Ok(()))
+            };
+            assert_eq!(
+                replayed(first),
+                Err(ReplayError::Invariant(format!(
+                    "not drained after {MAX_STEPS} steps"
+                ))),
+                "{config}: max_tokens {first}"
+            );
+            if tight {
+                assert_eq!(
+                    replayed(first - 1),
+                    Ok(()),
+                    "{config}: max_tokens {}",
+                    first - 1
+                );
             }
         }
     }
