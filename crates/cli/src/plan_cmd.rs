@@ -121,25 +121,77 @@ pub fn run(args: &Args) -> ExitCode {
     }
 }
 
+/// The most layouts one plan generates with `--vary-nodes` and
+/// `--vary-parallel`. Every layout is validated before any is simulated
+/// (about 3 ms each in a release build, with its documents kept in memory),
+/// and each then takes up to `--max-runs` simulations, so 10,000 layouts
+/// are already some 30 s and 160 MB before the first simulation and a job
+/// for many shards; past this a plan is refused at once, counted without
+/// generating a layout, rather than spending minutes and gigabytes on
+/// layouts it could never run. (Two pools over 256 nodes, every parallel
+/// shape of an 8-GPU node: 326,400 layouts.)
+pub const MAX_LAYOUTS: u64 = 10_000;
+
+/// How many vectors [`splits`] gives for `k` pools over `total` nodes, the
+/// binomial coefficient C(total, k) (a split is `k` positive counts and the
+/// nodes left unused, summing to `total`), or `cap + 1` once it is more
+/// than `cap`: it is counted without being generated, in `min(k, total - k)`
+/// steps, so a count in the trillions costs nothing.
+pub fn count_splits(k: u64, total: u64, cap: u64) -> u64 {
+    if k == 0 || k > total {
+        return 0;
+    }
+    // C(n, i) grows with i up to n/2, so on the shorter side every partial
+    // product is at most the result, and once one passes `cap` the result
+    // does too.
+    let k = k.min(total - k);
+    let mut c: u128 = 1;
+    for i in 0..u128::from(k) {
+        // C(n, i + 1) = C(n, i) * (n - i) / (i + 1), exactly; c is at most
+        // `cap` here, so the product stays far inside 128 bits.
+        c = c * (u128::from(total) - i) / (i + 1);
+        if c > u128::from(cap) {
+            return cap.saturating_add(1);
+        }
+    }
+    c as u64
+}
+
 /// Every vector of `k` positive node counts summing to at most `total`,
-/// in lexicographic order.
+/// in lexicographic order. Generated one after the other (each the
+/// smallest after the last), not by recursion over the pools, so a
+/// deployment of many pools cannot exhaust the stack; the caller bounds
+/// how many there are with [`count_splits`] first.
 pub fn splits(k: usize, total: u64) -> Vec<Vec<u64>> {
-    fn go(k: usize, left: u64, prefix: &mut Vec<u64>, out: &mut Vec<Vec<u64>>) {
-        if k == 0 {
-            out.push(prefix.clone());
-            return;
-        }
-        for n in 1..=left.saturating_sub(k as u64 - 1) {
-            prefix.push(n);
-            go(k - 1, left - n, prefix, out);
-            prefix.pop();
-        }
-    }
     let mut out = Vec::new();
-    if k > 0 && total >= k as u64 {
-        go(k, total, &mut Vec::new(), &mut out);
+    if k == 0 || total < k as u64 {
+        return out;
     }
-    out
+    let mut split = vec![1u64; k];
+    let mut sum = k as u64;
+    loop {
+        out.push(split.clone());
+        // The next split raises the last count that can still grow by one
+        // and resets every count after it to 1.
+        let mut after = 0u64;
+        let mut next = None;
+        for i in (0..k).rev() {
+            let before = sum - after - split[i];
+            if before + split[i] + 1 + (k - 1 - i) as u64 <= total {
+                next = Some(i);
+                break;
+            }
+            after += split[i];
+        }
+        let Some(i) = next else {
+            return out;
+        };
+        split[i] += 1;
+        for count in &mut split[i + 1..] {
+            *count = 1;
+        }
+        sum = split.iter().sum();
+    }
 }
 
 /// A candidate: where its document is and how to name it.
@@ -161,6 +213,8 @@ fn candidates(
     overlay: &mut Overlay,
 ) -> Result<Vec<Candidate>, Failure> {
     let mut out = Vec::new();
+    // Layouts generated so far, over every candidate.
+    let mut generated: u64 = 0;
     let (nodes, gpus_per_node) = if args.vary_nodes || args.vary_parallel {
         cluster_shape(scenario)?
     } else {
@@ -203,6 +257,32 @@ fn candidates(
             .and_then(|n| n.as_str())
             .unwrap_or("layout")
             .to_string();
+        // Counted before anything is generated: past the limit the plan is
+        // refused at once.
+        let shape_count = if args.vary_parallel {
+            parallel_shapes(gpus_per_node).len() as u64
+        } else {
+            1
+        };
+        // Counted exactly up to 2^62 (far past the limit), so the refusal
+        // can say how many layouts the flags asked for.
+        let split_count = if args.vary_nodes {
+            count_splits(pools.len() as u64, nodes, COUNT_CAP)
+        } else {
+            1
+        };
+        let count = split_count.saturating_mul(shape_count);
+        generated = generated.saturating_add(count);
+        if generated > MAX_LAYOUTS {
+            return Err(too_many_layouts(
+                args,
+                d,
+                generated,
+                pools.len(),
+                nodes,
+                [split_count, shape_count, count],
+            ));
+        }
         let node_splits = if args.vary_nodes {
             splits(pools.len(), nodes)
         } else {
@@ -279,21 +359,79 @@ fn candidates(
     Ok(out)
 }
 
+/// The most [`count_splits`] counts exactly when `plan` sizes a plan.
+const COUNT_CAP: u64 = 1 << 62;
+
+/// The refusal of a plan whose generated layouts would pass
+/// [`MAX_LAYOUTS`] at candidate `d`, naming the flags and what multiplies:
+/// `generated` layouts so far, `d`'s pools over `nodes`, and its `[node
+/// splits, parallel shapes, layouts]`.
+fn too_many_layouts(
+    args: &PlanArgs,
+    d: &Path,
+    generated: u64,
+    pools: usize,
+    nodes: u64,
+    [split_count, shape_count, count]: [u64; 3],
+) -> Failure {
+    let shown = |n: u64| {
+        if n > COUNT_CAP {
+            format!("more than {COUNT_CAP}")
+        } else {
+            n.to_string()
+        }
+    };
+    let mut flags = Vec::new();
+    let mut factors = Vec::new();
+    if args.vary_nodes {
+        flags.push("--vary-nodes");
+        factors.push(format!(
+            "{} splits of its {pools} pools over the scenario's {nodes} nodes",
+            shown(split_count)
+        ));
+    }
+    if args.vary_parallel {
+        flags.push("--vary-parallel");
+        factors.push(format!("{shape_count} tensor × data parallel shapes"));
+    }
+    failure(
+        2,
+        format!(
+            "{}: the candidates would generate at least {} layouts, more than the {MAX_LAYOUTS} a plan tries; {} alone gives {} ({}); give a scenario with fewer nodes, a deployment with fewer pools, or fewer of these flags",
+            flags.join(" "),
+            shown(generated),
+            d.display(),
+            shown(count),
+            factors.join(" × ")
+        ),
+    )
+}
+
 /// Every (tp, dp) of powers of two whose product divides a node's GPUs:
 /// the parallel layouts `--vary-parallel` tries (pipeline parallelism
 /// stays 1; the validation refuses what does not fit or is not allowed).
+///
+/// The scenario's `gpus_per_node` is read here before validation, so any
+/// u64 reaches this: the products are checked, as doubling past 2^63 would
+/// overflow (a panic, or a wrap to 0 and a loop that never ends).
 pub fn parallel_shapes(gpus_per_node: u64) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
-    let mut tp = 1;
+    let mut tp: u64 = 1;
     while tp <= gpus_per_node {
-        let mut dp = 1;
-        while tp * dp <= gpus_per_node {
-            if gpus_per_node.is_multiple_of(tp * dp) {
+        let mut dp: u64 = 1;
+        while let Some(width) = tp.checked_mul(dp).filter(|&w| w <= gpus_per_node) {
+            if gpus_per_node.is_multiple_of(width) {
                 out.push((tp, dp));
             }
-            dp *= 2;
+            let Some(next) = dp.checked_mul(2) else {
+                break;
+            };
+            dp = next;
         }
-        tp *= 2;
+        let Some(next) = tp.checked_mul(2) else {
+            break;
+        };
+        tp = next;
     }
     out
 }
@@ -885,7 +1023,62 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parallel_shapes, splits};
+    use super::{MAX_LAYOUTS, count_splits, parallel_shapes, splits};
+
+    /// The recursive enumeration `splits` replaced, as the reference.
+    fn splits_by_recursion(k: usize, total: u64) -> Vec<Vec<u64>> {
+        fn go(k: usize, left: u64, prefix: &mut Vec<u64>, out: &mut Vec<Vec<u64>>) {
+            if k == 0 {
+                out.push(prefix.clone());
+                return;
+            }
+            for n in 1..=left.saturating_sub(k as u64 - 1) {
+                prefix.push(n);
+                go(k - 1, left - n, prefix, out);
+                prefix.pop();
+            }
+        }
+        let mut out = Vec::new();
+        if k > 0 && total >= k as u64 {
+            go(k, total, &mut Vec::new(), &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn splits_are_counted_without_generating_them_and_generated_in_order() {
+        for k in 0..6 {
+            for total in 0..12 {
+                let all = splits(k, total);
+                assert_eq!(all, splits_by_recursion(k, total), "k {k} total {total}");
+                assert_eq!(
+                    count_splits(k as u64, total, MAX_LAYOUTS),
+                    all.len() as u64,
+                    "k {k} total {total}"
+                );
+            }
+        }
+        // Two pools over 256 nodes: C(256, 2).
+        assert_eq!(count_splits(2, 256, 1 << 62), 32_640);
+        // Past the cap the count says only that, at once, however large.
+        assert_eq!(count_splits(2, 256, MAX_LAYOUTS), MAX_LAYOUTS + 1);
+        assert_eq!(count_splits(50, u64::MAX, MAX_LAYOUTS), MAX_LAYOUTS + 1);
+        assert_eq!(count_splits(u64::MAX - 1, u64::MAX, 1 << 62), 1 << 62 | 1);
+        // Every pool on one node, as many pools as nodes: one split, made
+        // without a frame of recursion a pool.
+        assert_eq!(count_splits(200_000, 200_000, MAX_LAYOUTS), 1);
+        assert_eq!(splits(200_000, 200_000), vec![vec![1; 200_000]]);
+    }
+
+    #[test]
+    fn parallel_shapes_of_any_node_size_end() {
+        // Doubling past 2^63 overflowed (a wrap to 0 looped for ever).
+        let shapes = parallel_shapes(u64::MAX);
+        assert_eq!(shapes, vec![(1, 1)]);
+        let shapes = parallel_shapes(1 << 63);
+        assert_eq!(shapes.len(), 64 * 65 / 2);
+        assert!(parallel_shapes(0).is_empty());
+    }
 
     #[test]
     fn node_splits_give_each_pool_a_node_and_fit_the_cluster() {

@@ -544,3 +544,49 @@ fn cross_check_summary(summary: &serde_json::Value, csv: &str) {
         1e-9,
     );
 }
+
+/// `--vary-nodes --vary-parallel` over a large cluster is counted before a
+/// layout is generated: two pools over 256 nodes and every parallel shape
+/// of an 8-GPU node are 326,400 layouts, refused at once (it ran for
+/// minutes and took gigabytes before), naming the flags and the count,
+/// with nothing written.
+#[test]
+fn a_plan_of_too_many_generated_layouts_is_refused_at_once() {
+    let dir = tmp("plan-too-many");
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = std::fs::read_to_string(root().join(H200))
+        .unwrap()
+        .replace("nodes: 4", "nodes: 256");
+    assert!(scenario.contains("nodes: 256"));
+    std::fs::write(dir.join("s.yaml"), scenario).unwrap();
+    let out = dir.join("out");
+    let start = std::time::Instant::now();
+    let (code, stdout, stderr) = pdsim(&[
+        "plan",
+        "--scenario",
+        dir.join("s.yaml").to_str().unwrap(),
+        "--vary-nodes",
+        "--vary-parallel",
+        "--slo",
+        "ttft_ms=1000",
+        "--max-runs",
+        "1",
+        "--shard",
+        "0/100000",
+        "--out",
+        out.to_str().unwrap(),
+        "deployments/1p3d-ep8.yaml",
+    ]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("--vary-nodes --vary-parallel: the candidates would generate at least 326400 layouts, more than the 10000 a plan tries")
+            && stderr.contains("32640 splits of its 2 pools over the scenario's 256 nodes × 10 tensor × data parallel shapes"),
+        "{stderr}"
+    );
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(20),
+        "refused in {:?}",
+        start.elapsed()
+    );
+    assert!(!out.exists());
+}
