@@ -496,6 +496,22 @@ pub fn export_files(
     Ok(out)
 }
 
+/// `text` for one line of a YAML or shell comment: a line break (or any
+/// other control character) in a folder's name would end the comment and
+/// turn the rest of the name into YAML or commands, so each is written as
+/// its escape (`\n`).
+fn comment_text(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The `vllm serve` script of `pools[index]` (`role`) of the deployment
 /// `deployment` (a name [`plain_name`] accepted), loading `model`. Every
 /// word of the command is quoted as the shell reads it, the checkpoint and
@@ -607,7 +623,7 @@ pub fn import(args: &ImportArgs) -> Result<(), Failure> {
         "deployment.yaml",
         format!(
             "# Read by `pdsim import` from {} (llm-d's model-service and inferencepool chart values).\n{yaml}",
-            args.dir.display()
+            comment_text(&args.dir.display().to_string())
         ),
     )?;
     staging.write(&config_name, &config_text)?;
@@ -640,7 +656,7 @@ pub fn import(args: &ImportArgs) -> Result<(), Failure> {
 
 #[cfg(test)]
 mod tests {
-    use super::{model_of_uri, plain_name, serve_script, shell_quote};
+    use super::{comment_text, model_of_uri, plain_name, serve_script, shell_quote};
     use pdsim_spec::deployment::Parallel;
     use pdsim_spec::llmd::vllm_serve::ServeArgs;
 
@@ -743,5 +759,11 @@ mod tests {
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote(""), "''");
         assert_eq!(shell_quote("a@b:c/d=e,f"), "a@b:c/d=e,f");
+    }
+
+    #[test]
+    fn a_comment_line_holds_no_line_break() {
+        assert_eq!(comment_text("exports/a b"), "exports/a b");
+        assert_eq!(comment_text("x\nkind: Other\r\t"), "x\\nkind: Other\\r\\t");
     }
 }

@@ -416,6 +416,17 @@ impl Staged {
     /// The path of a file in the folder, its parents made, recorded for
     /// the marker.
     pub fn path(&self, name: &str) -> Result<PathBuf, Failure> {
+        // Names may come from inputs (an imported EndpointPickerConfig's);
+        // whatever checked them, nothing is written outside the folder.
+        if !inside(name) {
+            return Err(failure(
+                2,
+                format!(
+                    "{:?} is not a path inside the results folder; pdsim writes nothing outside it",
+                    pdsim_spec::problem::quote(name)
+                ),
+            ));
+        }
         let path = self.dir.join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
@@ -664,10 +675,30 @@ impl OutFile {
     }
 }
 
+/// Whether `name` is a relative path that stays in the folder it is joined
+/// to: only plain components, no root, `.` or `..` (`Path::join` with an
+/// absolute path replaces the folder; `..` climbs out of it).
+fn inside(name: &str) -> bool {
+    !name.is_empty()
+        && Path::new(name)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{resolve, temporary_name};
+    use super::{inside, resolve, temporary_name};
     use std::path::Path;
+
+    #[test]
+    fn only_names_inside_the_folder_are_written() {
+        for name in ["plan.json", "plots/a.svg", "deploy/manifests/x.yaml"] {
+            assert!(inside(name), "{name}");
+        }
+        for name in ["", "/etc/x", "../x", "a/../../x", "./x", "a/.."] {
+            assert!(!inside(name), "{name}");
+        }
+    }
 
     #[test]
     fn temporary_names_give_their_process() {

@@ -370,3 +370,67 @@ fn a_model_uri_or_a_name_a_shell_would_run_is_refused_and_nothing_is_written() {
     let values = std::fs::read_to_string(out.join("ms-values.yaml")).unwrap();
     assert!(values.contains(&format!("uri: {uri}\n")), "{values}");
 }
+
+/// `pdsim import` writes the EndpointPickerConfig under the name
+/// `pluginsConfigFile` gives it: a path there (`../x`, `/home/...`) is
+/// refused, since it wrote outside the output folder, over whatever was
+/// there. A folder name with a line break stays inside the comment that
+/// names it.
+#[test]
+fn import_writes_nothing_outside_its_folder_and_no_name_breaks_a_comment() {
+    let dir = tmp("import-escape");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exported = dir.join("exported\nkind: Scenario");
+    let (code, _, err) = export(
+        "scenarios/4x8-h200.yaml",
+        "deployments/1p3d-ep8.yaml",
+        &[],
+        &exported,
+    );
+    assert_eq!(code, 0, "{err}");
+    let imported = dir.join("imported");
+    let (code, _, err) = pdsim(&[
+        "import",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        exported.to_str().unwrap(),
+        "--out",
+        imported.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let yaml = std::fs::read_to_string(imported.join("deployment.yaml")).unwrap();
+    let first = yaml.lines().next().unwrap();
+    assert!(
+        first.starts_with("# Read by `pdsim import` from ")
+            && first.contains("exported\\nkind: Scenario"),
+        "{yaml}"
+    );
+    assert!(
+        yaml.lines().nth(1).unwrap().starts_with("kind: Deployment"),
+        "{yaml}"
+    );
+    let gaie = exported.join("gaie-values.yaml");
+    let values = std::fs::read_to_string(&gaie).unwrap();
+    assert!(values.contains("epp-always-pd.yaml"), "{values}");
+    for escape in ["../escaped.yaml", "/tmp/pdsim-import-escaped.yaml"] {
+        std::fs::write(&gaie, values.replace("epp-always-pd.yaml", escape)).unwrap();
+        let out = dir.join("imported-escape");
+        let (code, _, err) = pdsim(&[
+            "import",
+            "--scenario",
+            "scenarios/4x8-h200.yaml",
+            exported.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1, "{escape}: {err}");
+        assert!(
+            err.contains("gaie-values.yaml: inferenceExtension.pluginsConfigFile")
+                && err.contains("is not a ConfigMap key"),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+    assert!(!dir.join("escaped.yaml").exists());
+    assert!(!Path::new("/tmp/pdsim-import-escaped.yaml").exists());
+}

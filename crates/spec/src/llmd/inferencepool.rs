@@ -124,6 +124,16 @@ pub fn read(text: &str) -> Result<RouterValues, String> {
         .and_then(Value::as_str)
         .ok_or("inferenceExtension.pluginsConfigFile: not set (the chart's own default file is not pdsim's to know)")?
         .to_string();
+    // The name is a key of the chart's ConfigMap, and `pdsim import` writes
+    // the configuration under it beside the deployment: held to Kubernetes'
+    // rule for a ConfigMap key, it is a plain file name, never a path that
+    // leaves the output folder (`../x`, `/home/...`).
+    if !config_map_key(&file) {
+        return Err(format!(
+            "inferenceExtension.pluginsConfigFile: {:?} is not a ConfigMap key (1 to 253 letters, digits, `-`, `_` and `.`, not `.` or `..`), so it names no file pdsim can write beside the deployment",
+            crate::problem::quote(&file)
+        ));
+    }
     let text = ext
         .get("pluginsCustomConfig")
         .and_then(|c| c.get(file.as_str()))
@@ -158,6 +168,18 @@ pub fn read(text: &str) -> Result<RouterValues, String> {
         match_labels,
         target_port,
     })
+}
+
+/// Whether `key` is a valid ConfigMap key (`IsConfigMapKey` in Kubernetes'
+/// validation: 1 to 253 of `[-._a-zA-Z0-9]`, not `.` or `..`).
+fn config_map_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 253
+        && key != "."
+        && key != ".."
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
 }
 
 #[cfg(test)]
@@ -230,6 +252,24 @@ mod tests {
         assert!(read(list).unwrap_err().contains("expected a map"));
         // Numbers and booleans in the flags map are flag values too; the
         // port defaults to vLLM's 8000.
+        // The configuration's name is a plain file name, never a path.
+        for file in [
+            "../x.yaml",
+            "/etc/x.yaml",
+            "a/b.yaml",
+            "..",
+            ".",
+            "a b",
+            "x\ny",
+        ] {
+            let text = format!(
+                "inferenceExtension:\n  pluginsConfigFile: {file:?}\n  pluginsCustomConfig: {{{file:?}: c}}\n"
+            );
+            assert!(
+                read(&text).unwrap_err().contains("is not a ConfigMap key"),
+                "{file:?}"
+            );
+        }
         let typed = "inferenceExtension:\n  flags: {v: 3, on: false}\n  pluginsConfigFile: x\n  pluginsCustomConfig: {x: c}\n";
         let back = read(typed).unwrap();
         assert_eq!(back.flags, ["--v=3", "--on=false"]);
