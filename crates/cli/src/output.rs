@@ -28,11 +28,12 @@ const MARKER_HEAD: &str = "pdsim result:";
 /// MiB at most.
 const MARKER_LIMIT_BYTES: u64 = 64 << 20;
 
-/// How a Perfetto trace begins (see `pdsim_report::perfetto`): a stale
-/// partial file is removed only when it begins so, or is empty (a run
-/// killed before its first buffered write reached the file; an empty file
-/// holds nothing to lose).
-const PERFETTO_HEAD: &[u8] = b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+/// How a Perfetto trace of an older pdsim begins (this one's begins with
+/// `pdsim_report::perfetto::HEAD`): a stale partial file is removed only
+/// when it begins as either does, or is empty (a run killed before its
+/// first buffered write reached the file; an empty file holds nothing to
+/// lose).
+const OLD_PERFETTO_HEAD: &[u8] = b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
 
 /// The marker's text: what wrote the folder, and every file in it.
 fn marker_text(command: &str, files: &BTreeSet<String>) -> String {
@@ -311,7 +312,9 @@ pub fn clean_stale(parent: &Path, command: &str) {
             }
         } else if meta.is_file()
             && kind == ".partial-"
-            && (meta.len() == 0 || starts_with(&path, PERFETTO_HEAD))
+            && (meta.len() == 0
+                || starts_with(&path, pdsim_report::perfetto::HEAD.as_bytes())
+                || starts_with(&path, OLD_PERFETTO_HEAD))
         {
             match std::fs::remove_file(&path) {
                 Ok(()) => eprintln!(

@@ -125,6 +125,9 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// How every Perfetto trace pdsim writes begins.
+const PERFETTO_HEAD: &str = "{\"otherData\":{\"writer\":\"pdsim\"},";
+
 const SCENARIO: &str = "scenarios/default.yaml";
 const DEPLOYMENT: &str = "deployments/default.yaml";
 
@@ -393,7 +396,7 @@ fn perfetto_never_replaces_a_fifo_a_folder_or_a_users_partial_file() {
             assert_eq!(code, 0, "{stderr}");
             let bytes = reader.join().unwrap();
             assert!(
-                bytes.starts_with(b"{\"displayTimeUnit\""),
+                bytes.starts_with(PERFETTO_HEAD.as_bytes()),
                 "the reader got the trace"
             );
             let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
@@ -448,7 +451,7 @@ fn perfetto_never_replaces_a_fifo_a_folder_or_a_users_partial_file() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("replacing the file p.json"), "{stderr}");
     let text = std::fs::read_to_string(dir.path("p.json")).unwrap();
-    assert!(text.starts_with("{\"displayTimeUnit\""));
+    assert!(text.starts_with(PERFETTO_HEAD));
     assert_eq!(
         std::fs::read_to_string(dir.path("p.json.partial")).unwrap(),
         "user's\n"

@@ -18,6 +18,19 @@ use std::io::Write;
 const TRANSFERS_PID: u32 = 10_000;
 const LINKS_PID: u32 = 10_001;
 
+/// How every trace pdsim writes begins. The `otherData` key, a dictionary
+/// of metadata in the Trace Event Format that Perfetto and chrome://tracing
+/// read past, says that pdsim wrote the file: `pdsim run --perfetto`
+/// replaces an existing file only when it begins so, and tells its own
+/// unfinished traces apart from a user's file by it.
+pub const HEAD: &str =
+    "{\"otherData\":{\"writer\":\"pdsim\"},\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+
+/// How traces of pdsim before [`HEAD`] began: the head and the first two
+/// events, the names of the KV-transfer and link processes, which together
+/// no other writer produces. A file that begins so is one pdsim wrote.
+pub const OLD_HEAD: &str = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":10000,\"args\":{\"name\":\"KV transfers\"}},\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":10001,\"args\":{\"name\":\"links\"}}";
+
 pub struct PerfettoSink<W: Write> {
     out: W,
     error: Option<String>,
@@ -50,12 +63,20 @@ impl<W: Write> PerfettoSink<W> {
             named_cores: Vec::new(),
             link_last_window: BTreeMap::new(),
         };
-        sink.raw("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+        sink.raw(HEAD);
         for (pid, name) in [(TRANSFERS_PID, "KV transfers"), (LINKS_PID, "links")] {
             sink.event(&format!(
                 "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"args\":{{\"name\":{}}}}}",
                 json_string(name)
             ));
+        }
+        // The head reaches the file at once, not when the buffer first
+        // fills: a run beside this one tells an unfinished trace of pdsim's
+        // from a user's file by it.
+        if sink.error.is_none()
+            && let Err(e) = sink.out.flush()
+        {
+            sink.error = Some(e.to_string());
         }
         sink
     }
@@ -214,6 +235,29 @@ mod tests {
             1
         );
         assert!(text.contains("pool decode") && text.contains("pod 1 rank 2"));
+    }
+
+    #[test]
+    fn the_trace_begins_by_saying_pdsim_wrote_it() {
+        // The head is on the file as soon as the sink exists, before any
+        // event fills the buffer.
+        let mut file = std::io::BufWriter::new(Vec::new());
+        let sink = PerfettoSink::new(&mut file, vec!["decode".into()]);
+        drop(sink);
+        assert!(file.get_ref().starts_with(HEAD.as_bytes()));
+        // A finished trace is the Trace Event Format's object form, its
+        // metadata under `otherData`, every event still in `traceEvents`.
+        let text =
+            String::from_utf8(PerfettoSink::new(Vec::new(), vec![]).finish().unwrap()).unwrap();
+        assert!(text.starts_with(HEAD) && !text.starts_with(OLD_HEAD));
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["otherData"]["writer"], "pdsim");
+        assert_eq!(json["displayTimeUnit"], "ms");
+        let events = json["traceEvents"].as_array().unwrap();
+        assert_eq!(events.len(), 2, "the two process names");
+        // The old head is this one without `otherData`, then those names.
+        let old = text.replacen("\"otherData\":{\"writer\":\"pdsim\"},", "", 1);
+        assert!(old.starts_with(OLD_HEAD), "{old}");
     }
 
     #[test]
