@@ -10,11 +10,20 @@
 //! are written under a hidden temporary name and renamed into place only
 //! when the target is absent or a regular file; a FIFO or a character
 //! device is written directly, and anything else is refused.
+//!
+//! A run holds an exclusive lock on a file in every temporary folder it
+//! works in ([`LOCK`]) and on its partial trace, for as long as they exist.
+//! What a stopped run left is removed by the next run beside it only when
+//! that lock can be taken: a process id says nothing about a run in another
+//! container, or on another machine sharing the file system, while a lock
+//! is held wherever its holder runs.
 
 use crate::interrupt;
 use crate::session::{Failure, failure};
+use pdsim_report::perfetto::{HEAD as PERFETTO_HEAD, OLD_HEAD as OLD_PERFETTO_HEAD};
 use std::collections::BTreeSet;
-use std::io::Read;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 
 /// The name of the marker file in every results folder pdsim writes.
@@ -28,12 +37,14 @@ const MARKER_HEAD: &str = "pdsim result:";
 /// MiB at most.
 const MARKER_LIMIT_BYTES: u64 = 64 << 20;
 
-/// How a Perfetto trace of an older pdsim begins (this one's begins with
-/// `pdsim_report::perfetto::HEAD`): a stale partial file is removed only
-/// when it begins as either does, or is empty (a run killed before its
-/// first buffered write reached the file; an empty file holds nothing to
-/// lose).
-const OLD_PERFETTO_HEAD: &[u8] = b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+/// The lock file in every temporary folder pdsim works in: the run writing
+/// the folder (or moving an earlier result aside) holds an exclusive lock on
+/// it until the folder is moved into place or removed. A run beside it
+/// removes the folder only when it can take that lock itself, which it can
+/// only once the holder has ended, wherever the holder runs. The file is
+/// pdsim's own, like the marker: a results folder holding it (a run stopped
+/// just after moving its results into place) is still pdsim's alone.
+pub const LOCK: &str = ".pdsim-lock";
 
 /// The marker's text: what wrote the folder, and every file in it.
 fn marker_text(command: &str, files: &BTreeSet<String>) -> String {
@@ -102,6 +113,9 @@ fn foreign_entries(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
                 format!("{rel}/{name}")
             };
             if path == MARKER {
+                continue;
+            }
+            if path == LOCK && entry.file_type().is_ok_and(|t| t.is_file()) {
                 continue;
             }
             match entry.file_type() {
@@ -252,8 +266,10 @@ fn temporary_name(name: &str) -> Option<(&str, &'static str, u32)> {
     None
 }
 
-/// Whether process `pid` is running; `None` when this system cannot say
-/// (no `/proc`), and then nothing is removed.
+/// Whether process `pid` is running here; `None` when this system cannot
+/// say (no `/proc`). It only decides whether a kept folder is worth a note:
+/// a process of another container or machine is not in this `/proc`, so
+/// its absence never shows that a run has ended.
 fn running(pid: u32) -> Option<bool> {
     if !Path::new("/proc/self").exists() {
         return None;
@@ -261,11 +277,231 @@ fn running(pid: u32) -> Option<bool> {
     Some(pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists())
 }
 
-/// Removes what killed pdsim runs left in `parent`: a staging folder
-/// `.NAME.partial-PID` carrying the marker, or a partial Perfetto trace,
-/// whose process is no longer running. An earlier result that a crash left
-/// renamed aside (`.NAME.old-PID`) is put back when nothing took its
-/// place, else removed. Anything without the marker is left alone.
+/// Who is working on a temporary folder or partial trace of pdsim's, as
+/// its lock tells.
+enum Owner {
+    /// The run that wrote it has ended: its lock was free and is now held
+    /// by this process (for as long as this value lives), so no other run
+    /// clears the same folder at the same time.
+    Gone(File),
+    /// A run holds the lock: it is still writing, wherever it runs.
+    Working,
+    /// There is no lock to tell by; why.
+    Unknown(String),
+}
+
+/// Takes the lock of `lock` (a folder's lock file, or a partial trace)
+/// if it is free.
+fn try_owner(lock: &Path) -> Owner {
+    // Opened for writing (nothing is written) because a network file system
+    // emulates these locks with record locks, which need it; read-only when
+    // the file is another user's, which a local lock still works on.
+    let file = match OpenOptions::new().write(true).open(lock) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => match File::open(lock) {
+            Ok(f) => f,
+            Err(e) => {
+                return Owner::Unknown(format!("cannot open {}: {e}", lock.display()));
+            }
+        },
+        Err(e) => return Owner::Unknown(format!("cannot open {}: {e}", lock.display())),
+    };
+    match file.try_lock() {
+        Ok(()) => Owner::Gone(file),
+        Err(TryLockError::WouldBlock) => Owner::Working,
+        Err(TryLockError::Error(e)) => {
+            Owner::Unknown(format!("cannot lock {}: {e}", lock.display()))
+        }
+    }
+}
+
+/// Who is working on temporary folder `dir`, by its lock file.
+fn folder_owner(dir: &Path) -> Owner {
+    let lock = dir.join(LOCK);
+    match std::fs::symlink_metadata(&lock) {
+        Ok(meta) if meta.is_file() => try_owner(&lock),
+        Ok(_) => Owner::Unknown(format!("its {LOCK} is not a regular file")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Owner::Unknown(format!(
+            "it has no {LOCK} lock file, so the pdsim that wrote it (an older one, or one that could not lock on this file system) cannot be told finished"
+        )),
+        Err(e) => Owner::Unknown(format!("{}: {e}", lock.display())),
+    }
+}
+
+/// Takes the lock of folder `dir` for this process: makes its lock file
+/// (or opens the one a stopped run left) and locks it, for as long as the
+/// returned file lives. A folder whose lock another run holds is refused.
+/// Where the file system cannot lock, the lock file is removed and `None`
+/// returned, with a note: a lock file nobody holds would tell the runs
+/// beside this one that the folder's run has ended, while a folder without
+/// one is kept by them.
+fn lock_folder(dir: &Path, command: &str) -> Result<Option<File>, Failure> {
+    let lock = dir.join(LOCK);
+    let file = match OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "pdsim {command}: note: cannot make the lock file {}: {e}; were this run stopped, the runs beside it would keep {} rather than remove it",
+                lock.display(),
+                dir.display()
+            );
+            return Ok(None);
+        }
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(TryLockError::WouldBlock) => Err(failure(
+            2,
+            format!(
+                "{} is locked by another pdsim run, which is still writing it (perhaps in another container or on another machine); wait for it to end, or choose another --out",
+                dir.display()
+            ),
+        )),
+        Err(TryLockError::Error(e)) => {
+            drop(file);
+            std::fs::remove_file(&lock).map_err(|r| {
+                failure(
+                    2,
+                    format!(
+                        "cannot lock {} ({e}) nor remove it ({r}); remove it yourself",
+                        lock.display()
+                    ),
+                )
+            })?;
+            eprintln!(
+                "pdsim {command}: note: cannot lock {} on this file system ({e}); were this run stopped, the runs beside it would keep {} rather than remove it",
+                lock.display(),
+                dir.display()
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Removes what pdsim wrote in `dir`, a folder carrying its marker: the
+/// regular files the marker lists (never through a symbolic link), the
+/// folders they leave empty, the marker and the lock file, then `dir`
+/// itself when nothing else is left. Returns what it kept, as
+/// `foreign_entries` names it: anything the marker does not list (a user's
+/// note, a link, an empty folder). A marker listing `..` or an absolute
+/// path names nothing here, since only entries found in `dir` are matched.
+fn remove_written(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
+    fn walk(root: &Path, rel: &str, listed: &BTreeSet<String>, kept: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
+            kept.push(if rel.is_empty() {
+                ".".into()
+            } else {
+                format!("{rel}/")
+            });
+            return;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let file_type = entry.file_type();
+            // The marker and the lock go last, so a removal cut short
+            // leaves the folder still marked as pdsim's.
+            if (path == MARKER || path == LOCK) && file_type.as_ref().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            match file_type {
+                Ok(t) if t.is_dir() => {
+                    let prefix = format!("{path}/");
+                    if listed
+                        .range(prefix.clone()..)
+                        .next()
+                        .is_some_and(|f| f.starts_with(&prefix))
+                    {
+                        walk(root, &path, listed, kept);
+                        // Empty now unless something kept is inside.
+                        let _ = std::fs::remove_dir(root.join(&path));
+                    } else {
+                        kept.push(prefix);
+                    }
+                }
+                Ok(t) if t.is_file() && listed.contains(&path) => {
+                    if std::fs::remove_file(root.join(&path)).is_err() {
+                        kept.push(path);
+                    }
+                }
+                _ => kept.push(path),
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    walk(dir, "", listed, &mut kept);
+    // The marker and the lock file go in every case: what is left is not
+    // pdsim's, and a folder without the marker is never looked at again.
+    for name in [MARKER, LOCK] {
+        let path = dir.join(name);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    if kept.is_empty()
+        && let Err(e) = std::fs::remove_dir(dir)
+    {
+        kept.push(format!(". ({e})"));
+    }
+    kept
+}
+
+/// Makes way for this process's temporary name `path`, which a stopped
+/// run with the same process id left (or a run with that id in another
+/// container or on another machine is using): what pdsim wrote there is
+/// removed once the lock shows that run has ended; anything else refuses.
+fn reclaim(path: &Path, why_needed: &str) -> Result<(), Failure> {
+    let refuse = |why: &str| {
+        failure(
+            2,
+            format!(
+                "{} exists and {why}; pdsim needs that name {why_needed}, so remove it yourself once no pdsim run is writing it",
+                path.display()
+            ),
+        )
+    };
+    let Some(listed) = result_files(path) else {
+        return Err(refuse("is not pdsim's"));
+    };
+    match folder_owner(path) {
+        Owner::Working => Err(refuse(
+            "is being written by another pdsim run with this process id (in another container or on another machine)",
+        )),
+        Owner::Unknown(why) => Err(refuse(&format!("may still be in use: {why}"))),
+        Owner::Gone(_lock) => {
+            let kept = remove_written(path, &listed);
+            if kept.is_empty() {
+                Ok(())
+            } else {
+                Err(refuse(&format!(
+                    "holds what pdsim did not write ({})",
+                    kept.join(", ")
+                )))
+            }
+        }
+    }
+}
+
+/// Removes what stopped pdsim runs left in `parent`, each only once its
+/// lock shows that the run has ended: a staging folder `.NAME.partial-PID`
+/// carrying the marker, or a partial Perfetto trace. An earlier result
+/// that a stopped replacement left renamed aside (`.NAME.old-PID`) is put
+/// back when nothing took its place, removed when a pdsim result did, and
+/// else kept. Only what a marker lists is removed: a folder that also holds
+/// anything else is kept, with that, and said so. Anything without the
+/// marker is left alone, and so is anything whose run cannot be told
+/// finished (a note says why, unless its process is running here).
 pub fn clean_stale(parent: &Path, command: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
@@ -282,60 +518,167 @@ pub fn clean_stale(parent: &Path, command: &str) {
         let Some((base, kind, pid)) = temporary_name(&name) else {
             continue;
         };
-        if running(pid) != Some(false) {
+        // This process's own temporary names are never stale.
+        if pid == std::process::id() {
             continue;
         }
         let path = parent.join(&name);
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
-        if meta.is_dir() && result_files(&path).is_some() {
-            let home = parent.join(base);
-            if kind == ".old-" && std::fs::symlink_metadata(&home).is_err() {
-                if std::fs::rename(&path, &home).is_ok() {
-                    eprintln!(
-                        "pdsim {command}: put back {}, the earlier result that a stopped pdsim run (process {pid}) had moved aside to replace",
-                        home.display()
-                    );
+        let kept = |why: &str| {
+            // A run may look beside its results and beside its trace, one
+            // folder twice: each kept entry is noted once.
+            static NOTED: std::sync::Mutex<BTreeSet<PathBuf>> =
+                std::sync::Mutex::new(BTreeSet::new());
+            let first = NOTED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(path.canonicalize().unwrap_or_else(|_| path.clone()));
+            if first && running(pid) != Some(true) {
+                let what = if kind == ".old-" {
+                    format!(
+                        "an earlier result that a pdsim run (process {pid}) moved aside to replace it, and that run may still be going"
+                    )
+                } else {
+                    format!("left by a pdsim run (process {pid}) that may still be writing it")
+                };
+                eprintln!(
+                    "pdsim {command}: note: kept {}, {what}: {why}; once no pdsim run writes there, remove it yourself{}",
+                    path.display(),
+                    if kind == ".old-" {
+                        format!(" (or rename it back to {base} if that is missing)")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        };
+        if meta.is_dir() {
+            let Some(listed) = result_files(&path) else {
+                continue;
+            };
+            let _lock = match folder_owner(&path) {
+                Owner::Gone(lock) => lock,
+                Owner::Working => continue,
+                Owner::Unknown(why) => {
+                    kept(&why);
+                    continue;
+                }
+            };
+            if kind == ".old-" {
+                clean_aside(parent, &path, base, pid, &listed, command);
+                continue;
+            }
+            let left = remove_written(&path, &listed);
+            if left.is_empty() {
+                eprintln!(
+                    "pdsim {command}: removed {}, left unfinished by a pdsim run (process {pid}) that was stopped",
+                    path.display()
+                );
+            } else {
+                eprintln!(
+                    "pdsim {command}: note: removed the files a stopped pdsim run (process {pid}) had written in {}, but kept the folder: it also holds what pdsim did not write ({})",
+                    path.display(),
+                    left.join(", ")
+                );
+            }
+        } else if meta.is_file() && kind == ".partial-" {
+            let head = head_of(&path);
+            // A trace of this pdsim's locks its file while it is written;
+            // an older pdsim's, or a file emptier than the head that this
+            // pdsim writes just after taking the lock, cannot be told
+            // finished; anything else is not a trace of pdsim's at all.
+            if !head.starts_with(PERFETTO_HEAD.as_bytes()) {
+                if head.is_empty() || head.starts_with(OLD_PERFETTO_HEAD.as_bytes()) {
+                    match try_owner(&path) {
+                        Owner::Working => {}
+                        _ => kept(
+                            "it is an unfinished Perfetto trace written by a pdsim that does not lock it (an older one), or empty",
+                        ),
+                    }
                 }
                 continue;
             }
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => eprintln!(
-                    "pdsim {command}: removed {}, left unfinished by a pdsim run (process {pid}) that was stopped",
-                    path.display()
-                ),
-                Err(e) => eprintln!(
-                    "pdsim {command}: note: cannot remove {}, left by a stopped pdsim run: {e}",
-                    path.display()
-                ),
-            }
-        } else if meta.is_file()
-            && kind == ".partial-"
-            && (meta.len() == 0
-                || starts_with(&path, pdsim_report::perfetto::HEAD.as_bytes())
-                || starts_with(&path, OLD_PERFETTO_HEAD))
-        {
-            match std::fs::remove_file(&path) {
-                Ok(()) => eprintln!(
-                    "pdsim {command}: removed {}, a Perfetto trace left unfinished by a pdsim run (process {pid}) that was stopped",
-                    path.display()
-                ),
-                Err(e) => eprintln!(
-                    "pdsim {command}: note: cannot remove {}, left by a stopped pdsim run: {e}",
-                    path.display()
-                ),
+            match try_owner(&path) {
+                Owner::Working => {}
+                Owner::Unknown(why) => kept(&why),
+                Owner::Gone(_lock) => match std::fs::remove_file(&path) {
+                    Ok(()) => eprintln!(
+                        "pdsim {command}: removed {}, a Perfetto trace left unfinished by a pdsim run (process {pid}) that was stopped",
+                        path.display()
+                    ),
+                    Err(e) => eprintln!(
+                        "pdsim {command}: note: cannot remove {}, left by a stopped pdsim run: {e}",
+                        path.display()
+                    ),
+                },
             }
         }
     }
 }
 
-fn starts_with(path: &Path, head: &[u8]) -> bool {
-    let mut buf = vec![0u8; head.len()];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .is_ok()
-        && buf == head
+/// Clears `.NAME.old-PID` (`path`), an earlier result that a stopped run
+/// (process `pid`, whose lock this process now holds) had moved aside to
+/// replace it with a new one at `NAME`.
+fn clean_aside(
+    parent: &Path,
+    path: &Path,
+    base: &str,
+    pid: u32,
+    listed: &BTreeSet<String>,
+    command: &str,
+) {
+    let home = parent.join(base);
+    match std::fs::symlink_metadata(&home) {
+        // Stopped between its two renames: the earlier result goes back.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::rename(path, &home).is_ok() {
+                // The lock file the stopped run added to move it aside.
+                let _ = std::fs::remove_file(home.join(LOCK));
+                eprintln!(
+                    "pdsim {command}: put back {}, the earlier result that a stopped pdsim run (process {pid}) had moved aside to replace",
+                    home.display()
+                );
+            }
+        }
+        Err(_) => {}
+        // The new result is in place: the earlier one is done with.
+        Ok(_) if result_files(&home).is_some() => {
+            let left = remove_written(path, listed);
+            if left.is_empty() {
+                eprintln!(
+                    "pdsim {command}: removed {}, the earlier result of {} that a stopped pdsim run (process {pid}) had moved aside when it replaced it",
+                    path.display(),
+                    home.display()
+                );
+            } else {
+                eprintln!(
+                    "pdsim {command}: note: removed the files of the earlier result that a stopped pdsim run (process {pid}) had moved aside to {}, but kept the folder: it also holds what pdsim did not write ({})",
+                    path.display(),
+                    left.join(", ")
+                );
+            }
+        }
+        // Something that is not a pdsim result took the name: the earlier
+        // result is the only one left, and its place is taken.
+        Ok(_) => eprintln!(
+            "pdsim {command}: note: kept {}, an earlier pdsim result that a stopped pdsim run (process {pid}) had moved aside to replace it; {} is now something pdsim did not write, so rename the earlier result back or remove it yourself",
+            path.display(),
+            home.display()
+        ),
+    }
+}
+
+/// The first bytes of a file, as many as a trace's head has (fewer when
+/// the file is shorter or cannot be read).
+fn head_of(path: &Path) -> Vec<u8> {
+    let limit = PERFETTO_HEAD.len().max(OLD_PERFETTO_HEAD.len()) as u64;
+    let mut head = Vec::new();
+    if let Ok(file) = crate::disk::open_regular(path) {
+        let _ = file.take(limit).read_to_end(&mut head);
+    }
+    head
 }
 
 /// The folder `out` sits in (`.` for a bare name).
@@ -358,12 +701,17 @@ pub struct Staged {
     pub dir: PathBuf,
     out: PathBuf,
     command: &'static str,
+    /// Every file handed out so far, each also appended to the marker as it
+    /// is handed out, so that a stopped run's folder lists what it wrote.
     written: std::sync::Mutex<BTreeSet<String>>,
+    /// The lock on the folder's lock file, held while this value lives
+    /// (`None` where the file system cannot lock).
+    _lock: Option<File>,
 }
 
 impl Staged {
-    /// Checks `out`, clears what killed runs left beside it, and makes the
-    /// staging folder with its marker.
+    /// Checks `out`, clears what stopped runs left beside it, and makes the
+    /// staging folder with its lock file and marker.
     pub fn new(out: &Path, command: &'static str) -> Result<Staged, Failure> {
         check_out(out)?;
         // `x/`, `x/.` and `x` name one folder; the renames need the last.
@@ -378,34 +726,36 @@ impl Staged {
             base_name(out),
             std::process::id()
         ));
-        // A folder of this name is a killed run's whose process id this
-        // one reuses: removed when it is pdsim's, else refused.
         if std::fs::symlink_metadata(&dir).is_ok() {
-            if result_files(&dir).is_some() {
-                std::fs::remove_dir_all(&dir)
-                    .map_err(|e| failure(2, format!("cannot remove {}: {e}", dir.display())))?;
-            } else {
-                return Err(failure(
-                    2,
-                    format!(
-                        "{} exists and is not pdsim's; pdsim needs that name for its temporary folder",
-                        dir.display()
-                    ),
-                ));
-            }
+            reclaim(&dir, "for its temporary folder")?;
         }
         interrupt::remove_on_interrupt(&dir);
         if let Err(e) = std::fs::create_dir(&dir) {
             interrupt::keep(&dir);
             return Err(failure(2, format!("cannot create {}: {e}", dir.display())));
         }
+        // The lock is taken before the marker is written: a folder carrying
+        // the marker and a lock file that can be locked is one whose run
+        // has ended.
+        let lock = match lock_folder(&dir, command) {
+            Ok(lock) => lock,
+            Err(f) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                interrupt::keep(&dir);
+                return Err(f);
+            }
+        };
         let staged = Staged {
             dir,
             out: out.to_path_buf(),
             command,
             written: std::sync::Mutex::new(BTreeSet::new()),
+            _lock: lock,
         };
-        staged.write_marker()?;
+        if let Err(f) = staged.write_marker() {
+            staged.discard();
+            return Err(f);
+        }
         Ok(staged)
     }
 
@@ -416,8 +766,19 @@ impl Staged {
             .map_err(|e| failure(2, format!("cannot write {}: {e}", path.display())))
     }
 
-    /// The path of a file in the folder, its parents made, recorded for
-    /// the marker.
+    /// The failure of a run whose staging folder was removed under it.
+    fn lost(&self) -> Failure {
+        failure(
+            2,
+            format!(
+                "{}, the folder the results were being written in, was removed while pdsim ran (by another program); no results were written",
+                self.dir.display()
+            ),
+        )
+    }
+
+    /// The path of a file in the folder, its parents made, listed in the
+    /// marker before the file exists.
     pub fn path(&self, name: &str) -> Result<PathBuf, Failure> {
         // Names may come from inputs (an imported EndpointPickerConfig's);
         // whatever checked them, nothing is written outside the folder.
@@ -430,20 +791,67 @@ impl Staged {
                 ),
             ));
         }
+        // Making the parents of a file would make a new, empty staging
+        // folder in place of one that was removed.
+        if !std::fs::symlink_metadata(&self.dir).is_ok_and(|m| m.is_dir()) {
+            return Err(self.lost());
+        }
         let path = self.dir.join(name);
+        {
+            let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+            if written.insert(name.to_string()) {
+                let marker = self.dir.join(MARKER);
+                OpenOptions::new()
+                    .append(true)
+                    .open(&marker)
+                    .and_then(|mut f| f.write_all(format!("{name}\n").as_bytes()))
+                    .map_err(|e| failure(2, format!("cannot write {}: {e}", marker.display())))?;
+            }
+        }
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| failure(2, format!("cannot create {}: {e}", parent.display())))?;
         }
-        if let Ok(mut w) = self.written.lock() {
-            w.insert(name.to_string());
-        }
         Ok(path)
     }
 
+    /// Fails unless the folder is still there with every file pdsim wrote
+    /// in it: another program removing any of them would otherwise leave a
+    /// result that looks complete and is not.
+    fn verify(&self) -> Result<(), Failure> {
+        if !std::fs::symlink_metadata(&self.dir).is_ok_and(|m| m.is_dir()) {
+            return Err(self.lost());
+        }
+        let written = self.written.lock().map(|w| w.clone()).unwrap_or_default();
+        let missing: Vec<&String> = written
+            .iter()
+            .filter(|name| {
+                !std::fs::symlink_metadata(self.dir.join(name)).is_ok_and(|m| m.is_file())
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let shown: Vec<&str> = missing.iter().take(5).map(|n| n.as_str()).collect();
+        Err(failure(
+            2,
+            format!(
+                "{}: files pdsim wrote there were removed while it ran (by another program): {}{}; no results were written",
+                self.dir.display(),
+                shown.join(", "),
+                if missing.len() > shown.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            ),
+        ))
+    }
+
     /// Moves the folder into place: when an earlier result is there, it is
-    /// renamed aside first and deleted last.
+    /// locked and renamed aside first, and deleted last.
     pub fn commit(&self) -> Result<PathBuf, Failure> {
+        self.verify()?;
         self.write_marker()?;
         let existing = check_out(&self.out)?;
         let out = &self.out;
@@ -459,40 +867,41 @@ impl Staged {
             match existing {
                 Existing::Absent => std::fs::rename(&self.dir, out).map_err(moved)?,
                 Existing::Result => {
-                    eprintln!(
-                        "pdsim {}: replacing the earlier pdsim result at {}",
-                        self.command,
-                        out.display()
-                    );
                     let aside = out.with_file_name(format!(
                         ".{}.old-{}",
                         base_name(out),
                         std::process::id()
                     ));
                     if std::fs::symlink_metadata(&aside).is_ok() {
-                        if result_files(&aside).is_some() {
-                            let _ = std::fs::remove_dir_all(&aside);
-                        } else {
-                            return Err(failure(
-                                2,
-                                format!(
-                                    "{} exists and is not pdsim's; pdsim needs that name to move the earlier result aside",
-                                    aside.display()
-                                ),
-                            ));
-                        }
+                        reclaim(&aside, "to move the earlier result aside")?;
                     }
-                    std::fs::rename(out, &aside).map_err(|e| {
-                        failure(
+                    // The earlier result is locked before it is moved
+                    // aside, so a run beside this one leaves it be until
+                    // this one has deleted it; another run replacing it
+                    // right now holds that lock, and this one stops.
+                    let _earlier = lock_folder(out, self.command)?;
+                    eprintln!(
+                        "pdsim {}: replacing the earlier pdsim result at {}",
+                        self.command,
+                        out.display()
+                    );
+                    let unlock_earlier = || {
+                        let _ = std::fs::remove_file(out.join(LOCK));
+                    };
+                    if let Err(e) = std::fs::rename(out, &aside) {
+                        unlock_earlier();
+                        return Err(failure(
                             2,
                             format!(
                                 "cannot move the earlier result {} aside: {e}",
                                 out.display()
                             ),
-                        )
-                    })?;
+                        ));
+                    }
                     if let Err(e) = std::fs::rename(&self.dir, out) {
-                        let _ = std::fs::rename(&aside, out);
+                        if std::fs::rename(&aside, out).is_ok() {
+                            unlock_earlier();
+                        }
                         return Err(moved(e));
                     }
                     if let Err(e) = std::fs::remove_dir_all(&aside) {
@@ -504,6 +913,9 @@ impl Staged {
                     }
                 }
             }
+            // The lock file came along with the folder; the lock itself is
+            // let go when this value is dropped.
+            let _ = std::fs::remove_file(out.join(LOCK));
             Ok(())
         })?;
         interrupt::keep(&self.dir);
@@ -529,6 +941,9 @@ pub struct OutFile {
     /// A regular file was there when the run started.
     replaces: bool,
     command: String,
+    /// The lock on the partial file, held while this value lives, by which
+    /// a run beside this one tells that the partial is still being written.
+    _lock: Option<File>,
 }
 
 impl OutFile {
@@ -556,6 +971,7 @@ impl OutFile {
                     direct: true,
                     replaces: false,
                     command: command.to_string(),
+                    _lock: None,
                 },
                 file,
             ))
@@ -619,6 +1035,17 @@ impl OutFile {
                 ));
             }
         };
+        // The trace is locked before its first byte: one that begins as
+        // pdsim's traces do and is not locked is one whose run has ended.
+        // Where the file system cannot lock, its runs beside this one keep
+        // the partial if this run is stopped (they cannot tell it ended).
+        let lock = file.try_clone().ok().filter(|f| f.try_lock().is_ok());
+        if lock.is_none() {
+            eprintln!(
+                "pdsim {command}: note: cannot lock {}; were this run stopped, the runs beside it would keep it rather than remove it",
+                partial.display()
+            );
+        }
         Ok((
             OutFile {
                 writing: partial,
@@ -626,6 +1053,7 @@ impl OutFile {
                 direct: false,
                 replaces,
                 command: command.to_string(),
+                _lock: lock,
             },
             file,
         ))
@@ -690,8 +1118,243 @@ fn inside(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{inside, resolve, temporary_name};
-    use std::path::Path;
+    use super::{
+        LOCK, MARKER, Staged, clean_stale, foreign_entries, inside, resolve, result_files,
+        temporary_name,
+    };
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+
+    /// A process id no process has (Linux's ids stop at 2^22), so only a
+    /// lock, never `/proc`, can tell whether its run is going.
+    const GONE: u32 = 4_000_000_000;
+
+    /// A scratch folder of one test, removed when the test ends.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir =
+                std::env::temp_dir().join(format!("pdsim-output-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir.canonicalize().unwrap())
+        }
+
+        fn write(&self, rel: &str, text: &str) -> PathBuf {
+            let path = self.0.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+
+        /// A folder as a pdsim run leaves it: the marker listing `files`,
+        /// each file, and a lock file unless `locked` is `None`.
+        fn pdsim_folder(&self, rel: &str, files: &[&str], lock: bool) -> PathBuf {
+            let mut marker = "pdsim result: written by pdsim\n".to_string();
+            for f in files {
+                marker.push_str(f);
+                marker.push('\n');
+                self.write(&format!("{rel}/{f}"), "pdsim's\n");
+            }
+            self.write(&format!("{rel}/{MARKER}"), &marker);
+            if lock {
+                self.write(&format!("{rel}/{LOCK}"), "");
+            }
+            self.0.join(rel)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn lock_held(path: &Path) -> std::fs::File {
+        let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        file.lock().unwrap();
+        file
+    }
+
+    #[test]
+    fn a_folder_whose_lock_is_held_is_kept_whatever_its_process_id_says() {
+        // A run in another container or on another machine is not in this
+        // /proc; its lock is what shows it is still writing.
+        let dir = Scratch::new("held");
+        let live = dir.pdsim_folder(&format!(".r.partial-{GONE}"), &["a.csv"], true);
+        let held = lock_held(&live.join(LOCK));
+        clean_stale(&dir.0, "test");
+        assert!(live.join("a.csv").is_file(), "a live run's folder is kept");
+        // Once its run has ended (the lock is let go) it is removed.
+        drop(held);
+        clean_stale(&dir.0, "test");
+        assert!(!live.exists());
+    }
+
+    #[test]
+    fn a_folder_without_a_lock_file_is_kept() {
+        // An older pdsim's folder cannot be told finished, wherever it ran.
+        let dir = Scratch::new("unlocked");
+        let old = dir.pdsim_folder(&format!(".r.partial-{GONE}"), &["a.csv"], false);
+        let aside = dir.pdsim_folder(&format!(".e.old-{GONE}"), &["a.csv"], false);
+        clean_stale(&dir.0, "test");
+        assert!(old.join("a.csv").is_file() && old.join(MARKER).is_file());
+        assert!(aside.join("a.csv").is_file() && !dir.0.join("e").exists());
+    }
+
+    #[test]
+    fn only_what_the_marker_lists_is_removed_from_a_stale_folder() {
+        let dir = Scratch::new("listed");
+        dir.write("outside.txt", "mine\n");
+        let stale = dir.pdsim_folder(
+            &format!(".r.partial-{GONE}"),
+            &["summary.json", "plots/a.svg", "runs/x/seed0/requests.csv"],
+            true,
+        );
+        // A marker may list what pdsim never wrote there: it names nothing
+        // outside the folder.
+        let marker = stale.join(MARKER);
+        let text = std::fs::read_to_string(&marker).unwrap();
+        std::fs::write(&marker, text + "../outside.txt\nnotes.txt/\n").unwrap();
+        dir.write(&format!(".r.partial-{GONE}/notes.txt"), "my notes\n");
+        dir.write(&format!(".r.partial-{GONE}/runs/mine.txt"), "mine too\n");
+        std::fs::create_dir(stale.join("empty")).unwrap();
+        std::os::unix::fs::symlink(dir.0.join("outside.txt"), stale.join("link")).unwrap();
+        clean_stale(&dir.0, "test");
+        assert_eq!(
+            std::fs::read_to_string(dir.0.join("outside.txt")).unwrap(),
+            "mine\n"
+        );
+        let mut left: Vec<String> = walk(&stale);
+        left.sort();
+        assert_eq!(
+            left,
+            ["empty/", "link", "notes.txt", "runs/", "runs/mine.txt"],
+            "the user's entries stay, pdsim's files, marker and lock go"
+        );
+        // Without the marker the folder is the user's: never looked at again.
+        assert!(result_files(&stale).is_none());
+    }
+
+    /// Every entry under `dir`, relative, folders with a trailing `/`.
+    fn walk(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().unwrap().is_dir() {
+                out.push(format!("{name}/"));
+                out.extend(walk(&e.path()).into_iter().map(|n| format!("{name}/{n}")));
+            } else {
+                out.push(name);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn an_earlier_result_moved_aside_goes_back_or_goes_only_when_a_result_took_its_place() {
+        let dir = Scratch::new("aside");
+        // Nothing took its place: it goes back, without the lock file.
+        dir.pdsim_folder(&format!(".back.old-{GONE}"), &["summary.json"], true);
+        // A pdsim result took its place: it is removed.
+        let done = dir.pdsim_folder(&format!(".done.old-{GONE}"), &["summary.json"], true);
+        dir.pdsim_folder("done", &["summary.json"], false);
+        // A user's folder took its place: it is the only copy left, kept.
+        let theirs = dir.pdsim_folder(&format!(".theirs.old-{GONE}"), &["summary.json"], true);
+        dir.write("theirs/thesis.tex", "mine\n");
+        clean_stale(&dir.0, "test");
+        assert!(dir.0.join("back/summary.json").is_file());
+        assert!(!dir.0.join("back").join(LOCK).exists());
+        assert!(!done.exists() && dir.0.join("done/summary.json").is_file());
+        assert!(theirs.join("summary.json").is_file());
+        assert!(dir.0.join("theirs/thesis.tex").is_file());
+    }
+
+    #[test]
+    fn a_stale_trace_goes_only_when_it_is_this_pdsims_and_unlocked() {
+        let dir = Scratch::new("traces");
+        let head = pdsim_report::perfetto::HEAD;
+        let old_head = pdsim_report::perfetto::OLD_HEAD;
+        let gone = dir.write(&format!(".gone.json.partial-{GONE}"), head);
+        let live = dir.write(&format!(".live.json.partial-{GONE}"), head);
+        let old = dir.write(&format!(".old.json.partial-{GONE}"), old_head);
+        let empty = dir.write(&format!(".empty.json.partial-{GONE}"), "");
+        let users = dir.write(&format!(".users.json.partial-{GONE}"), "{\"mine\": 1}\n");
+        let held = lock_held(&live);
+        clean_stale(&dir.0, "test");
+        assert!(!gone.exists(), "an unlocked trace of this pdsim's goes");
+        for kept in [&live, &old, &empty, &users] {
+            assert!(kept.exists(), "{} is kept", kept.display());
+        }
+        drop(held);
+    }
+
+    #[test]
+    fn the_lock_file_is_pdsims_own_in_a_result_but_a_folder_of_its_name_is_not() {
+        let dir = Scratch::new("foreign");
+        let result = dir.pdsim_folder("r", &["a.csv"], true);
+        let listed: BTreeSet<String> = ["a.csv".to_string()].into();
+        assert!(foreign_entries(&result, &listed).is_empty());
+        std::fs::remove_file(result.join(LOCK)).unwrap();
+        dir.write(&format!("r/{LOCK}/mine.txt"), "mine\n");
+        assert_eq!(foreign_entries(&result, &listed), [format!("{LOCK}/")]);
+    }
+
+    #[test]
+    fn the_marker_lists_each_file_before_it_is_written_and_a_commit_checks_them() {
+        let dir = Scratch::new("commit");
+        let out = dir.0.join("r");
+        let staged = Staged::new(&out, "run").unwrap();
+        assert!(staged.dir.join(LOCK).is_file());
+        let path = staged.path("plots/a.svg").unwrap();
+        let listed = result_files(&staged.dir).unwrap();
+        assert!(listed.contains("plots/a.svg") && !path.exists());
+        std::fs::write(&path, "svg").unwrap();
+        std::fs::write(staged.path("summary.json").unwrap(), "{}").unwrap();
+        // Another program removes a file: the commit fails, naming it.
+        std::fs::remove_file(&path).unwrap();
+        let failed = staged.commit().expect_err("the commit fails");
+        assert_eq!(failed.code, 2);
+        assert!(failed.message.contains("plots/a.svg"), "{}", failed.message);
+        assert!(!out.exists());
+        // It removes the whole folder: no file is made in a new one, and
+        // the commit fails.
+        std::fs::remove_dir_all(&staged.dir).unwrap();
+        let failed = staged.path("report.md").expect_err("no new folder");
+        assert!(failed.message.contains("was removed"), "{}", failed.message);
+        assert!(!staged.dir.exists());
+        let failed = staged.commit().expect_err("the commit fails");
+        assert!(failed.message.contains("was removed"), "{}", failed.message);
+        assert!(!out.exists());
+        // A complete folder moves into place without its lock file, and
+        // replaces an earlier result.
+        for _ in 0..2 {
+            let staged = Staged::new(&out, "run").unwrap();
+            std::fs::write(staged.path("summary.json").unwrap(), "{}").unwrap();
+            assert_eq!(staged.commit().unwrap(), out);
+            assert!(out.join("summary.json").is_file() && !out.join(LOCK).exists());
+        }
+        assert_eq!(walk(&dir.0).len(), 3, "{:?}", walk(&dir.0));
+    }
+
+    #[test]
+    fn an_earlier_result_whose_lock_is_held_is_not_replaced() {
+        // Another run is replacing it right now.
+        let dir = Scratch::new("busy");
+        let out = dir.pdsim_folder("r", &["summary.json"], true);
+        let held = lock_held(&out.join(LOCK));
+        let staged = Staged::new(&out, "run").unwrap();
+        std::fs::write(staged.path("summary.json").unwrap(), "new").unwrap();
+        let failed = staged.commit().expect_err("refused");
+        assert!(failed.message.contains("locked"), "{}", failed.message);
+        assert_eq!(
+            std::fs::read_to_string(out.join("summary.json")).unwrap(),
+            "pdsim's\n"
+        );
+        drop(held);
+        staged.discard();
+    }
 
     #[test]
     fn only_names_inside_the_folder_are_written() {

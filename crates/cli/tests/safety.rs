@@ -556,6 +556,13 @@ fn sigterm_and_sigint_remove_the_unfinished_results() {
     }
 }
 
+/// Whether stderr holds a note saying `what`.
+fn noted(stderr: &str, what: &str) -> bool {
+    stderr
+        .lines()
+        .any(|l| l.starts_with("pdsim run: note: ") && l.contains(what))
+}
+
 /// The id of a process that has exited.
 fn dead_pid() -> u32 {
     let mut child = Command::new("true").spawn().unwrap();
@@ -578,15 +585,17 @@ fn a_killed_runs_staging_is_cleared_by_the_next_run_but_only_with_the_marker() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(dir.path(&staging).exists());
-    // ... beside hand-made ones: a stale one with the marker, a stale one
-    // without it (a user's), one of a running process (this test), and an
-    // earlier result a killed replacement had moved aside.
+    // ... beside hand-made ones: a stale one with the marker and its lock
+    // file, a stale one without the marker (a user's), one of a running
+    // process (this test), and an earlier result a killed replacement had
+    // moved aside.
     let dead = dead_pid();
     let marked = format!(".r.partial-{dead}");
     dir.write(
         &format!("{marked}/.pdsim-result"),
-        "pdsim result: written by pdsim\n",
+        "pdsim result: written by pdsim\nsummary.json\n",
     );
+    dir.write(&format!("{marked}/.pdsim-lock"), "");
     dir.write(&format!("{marked}/summary.json"), "{}\n");
     let unmarked = format!(".mine.partial-{dead}");
     dir.write(&format!("{unmarked}/precious.txt"), "mine\n");
@@ -600,9 +609,73 @@ fn a_killed_runs_staging_is_cleared_by_the_next_run_but_only_with_the_marker() {
         &format!("{aside}/.pdsim-result"),
         "pdsim result: written by pdsim\nsummary.json\n",
     );
+    dir.write(&format!("{aside}/.pdsim-lock"), "");
     dir.write(&format!("{aside}/summary.json"), "{\"earlier\": true}\n");
+    // A run's folder whose process is not in this /proc but whose lock is
+    // held: a run in another container or on another machine.
+    let elsewhere = format!(".shard.partial-{dead}");
+    dir.write(
+        &format!("{elsewhere}/.pdsim-result"),
+        "pdsim result: written by pdsim\nrequests.csv\n",
+    );
+    dir.write(&format!("{elsewhere}/requests.csv"), "id\n");
+    let lock = dir.write(&format!("{elsewhere}/.pdsim-lock"), "");
+    let held = std::fs::OpenOptions::new().write(true).open(&lock).unwrap();
+    held.lock().unwrap();
+    // A folder of an older pdsim, which locks nothing: whether its run is
+    // going cannot be told.
+    let legacy = format!(".legacy.partial-{dead}");
+    dir.write(
+        &format!("{legacy}/.pdsim-result"),
+        "pdsim result: written by pdsim\n",
+    );
+    dir.write(&format!("{legacy}/requests.csv"), "id\n");
+    // A stopped run's folder to which a user added a file, and an earlier
+    // result moved aside whose name a user's folder took since.
+    let mixed = format!(".mixed.partial-{dead}");
+    dir.write(
+        &format!("{mixed}/.pdsim-result"),
+        "pdsim result: written by pdsim\nsummary.json\n",
+    );
+    dir.write(&format!("{mixed}/.pdsim-lock"), "");
+    dir.write(&format!("{mixed}/summary.json"), "{}\n");
+    dir.write(&format!("{mixed}/notes.txt"), "mine\n");
+    let theirs = format!(".theirs.old-{dead}");
+    dir.write(
+        &format!("{theirs}/.pdsim-result"),
+        "pdsim result: written by pdsim\nsummary.json\n",
+    );
+    dir.write(&format!("{theirs}/.pdsim-lock"), "");
+    dir.write(&format!("{theirs}/summary.json"), "{}\n");
+    dir.write("theirs/thesis.tex", "mine\n");
     let (code, _, stderr) = dir.pdsim(&["run", "--trace", &trace, "--out", "r"]);
     assert_eq!(code, 0, "{stderr}");
+    assert!(
+        dir.path(&format!("{elsewhere}/requests.csv")).is_file(),
+        "a folder whose lock is held is kept: {stderr}"
+    );
+    assert!(!stderr.contains(&elsewhere), "and silently: {stderr}");
+    drop(held);
+    assert!(
+        dir.path(&format!("{legacy}/requests.csv")).is_file()
+            && noted(&stderr, &format!("kept ./{legacy}, left by a pdsim run")),
+        "a folder without a lock file is kept, and said so: {stderr}"
+    );
+    assert!(
+        !dir.path(&format!("{mixed}/summary.json")).exists()
+            && dir.path(&format!("{mixed}/notes.txt")).is_file()
+            && stderr.contains(&format!("{mixed}, but kept the folder")),
+        "only pdsim's files go from a folder a user added to: {stderr}"
+    );
+    assert!(
+        dir.path(&format!("{theirs}/summary.json")).is_file()
+            && dir.path("theirs/thesis.tex").is_file()
+            && noted(
+                &stderr,
+                &format!("kept ./{theirs}, an earlier pdsim result")
+            ),
+        "an earlier result whose place a user's folder took is kept: {stderr}"
+    );
     assert!(
         !dir.path(&staging).exists(),
         "the killed run's folder is gone: {stderr}"
@@ -632,6 +705,66 @@ fn a_killed_runs_staging_is_cleared_by_the_next_run_but_only_with_the_marker() {
         "the result moved aside is put back: {stderr}"
     );
     assert!(dir.path("r/summary.json").is_file());
+}
+
+/// The `unshare` arguments that start a command in a PID namespace of its
+/// own, as a container does (as root, or through a user namespace);
+/// `None` where this system allows neither.
+fn pid_namespace() -> Option<Vec<&'static str>> {
+    for args in [
+        vec!["-p", "-f", "--mount-proc"],
+        vec!["-r", "-p", "-f", "--mount-proc"],
+    ] {
+        let works = Command::new("unshare")
+            .args(&args)
+            .arg("true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if works {
+            return Some(args);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_run_in_another_container_leaves_a_running_runs_folder_alone() {
+    // Two shards of one study written to one shared folder from two
+    // containers (or two machines): neither sees the other's process.
+    let Some(unshare) = pid_namespace() else {
+        println!("skipped: cannot start a process in a PID namespace of its own here");
+        return;
+    };
+    let dir = Scratch::new("namespace");
+    let trace = s(&dir.trace("t.jsonl", 5));
+    let (mut child, staging) = start_long_run(&dir, "shard-0");
+    let partial = format!(".long.json.partial-{}", child.id());
+    let output = Command::new("unshare")
+        .args(&unshare)
+        .arg(env!("CARGO_BIN_EXE_pdsim"))
+        .args(["run", "--trace", &trace, "--out", "shard-1"])
+        .current_dir(&dir.0)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let marker = std::fs::read_to_string(dir.path(&staging).join(".pdsim-result"));
+    let running = child.try_wait().unwrap().is_none();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(running, "the long run was still going");
+    let marker = marker.unwrap_or_else(|e| panic!("{staging} is gone ({e}): {stderr}"));
+    for file in marker.lines().skip(1) {
+        assert!(dir.path(&staging).join(file).is_file(), "{file}: {stderr}");
+    }
+    assert!(
+        marker.lines().any(|l| l == "requests.csv"),
+        "the marker lists the files as they are written: {marker}"
+    );
+    assert!(dir.path(&partial).is_file(), "{stderr}");
+    assert!(dir.path("shard-1/summary.json").is_file());
 }
 
 #[test]
