@@ -8,7 +8,7 @@
 //! aside, moves the new one in and only then deletes the old one, so a crash
 //! at any point leaves one of the two complete. Files such as `--perfetto`
 //! are written under a hidden temporary name and renamed into place only
-//! when the target is absent or a regular file; a FIFO or a character
+//! when the target is absent or a trace pdsim wrote; a FIFO or a character
 //! device is written directly, and anything else is refused.
 //!
 //! A run holds an exclusive lock on a file in every temporary folder it
@@ -931,6 +931,40 @@ impl Staged {
     }
 }
 
+/// What a file named on the command line (`--perfetto FILE`) must stay
+/// apart from: the command's results folder, and the files it reads.
+pub struct Apart<'a> {
+    pub out: &'a Path,
+    pub inputs: &'a [PathBuf],
+}
+
+/// Whether an existing regular file may be replaced by a trace: it is one
+/// pdsim wrote (it begins as pdsim's traces do), or it is empty (as
+/// `mktemp` makes a file to write into; an empty file holds nothing to
+/// lose). Only the first bytes are read.
+fn replaceable_trace(path: &Path) -> bool {
+    let empty = std::fs::symlink_metadata(path).is_ok_and(|m| m.len() == 0);
+    let head = head_of(path);
+    empty
+        || head.starts_with(PERFETTO_HEAD.as_bytes())
+        || head.starts_with(OLD_PERFETTO_HEAD.as_bytes())
+}
+
+/// Whether `a` and `b` are one file: the same canonical path, or the same
+/// file reached through another hard link.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (a.canonicalize(), b.canonicalize())
+        && x == y
+    {
+        return true;
+    }
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
 /// Where a file given on the command line (`--perfetto FILE`) is written.
 pub struct OutFile {
     /// The file the writer writes: a hidden partial beside the target, or
@@ -947,81 +981,129 @@ pub struct OutFile {
 }
 
 impl OutFile {
-    /// Decides how to write `target` for `flag` and opens it. A regular
-    /// file the user named is replaced (atomically, by a rename); a folder,
-    /// a symbolic link, a socket or a block device is refused.
+    /// Refuses a `target` for `flag` that pdsim may not write: the results
+    /// folder or a path inside it, one of the command's inputs, a file in
+    /// an earlier pdsim result, an existing file that is not a trace pdsim
+    /// wrote, a folder, a symbolic link other than one to a FIFO or a
+    /// character device, a socket or a block device. Refusals are exit 2
+    /// and name the file and why.
+    pub fn check(flag: &str, target: &Path, apart: &Apart) -> Result<(), Failure> {
+        let shown = target.display();
+        let refuse = |why: &str| failure(2, format!("{flag} {shown}: {why}"));
+        if target.file_name().is_none() {
+            return Err(refuse("names no file"));
+        }
+        if let (Ok(t), Ok(o)) = (resolve(target), resolve(apart.out))
+            && t.starts_with(&o)
+        {
+            return Err(refuse(&format!(
+                "is the results folder (--out {}) or lies inside it, where pdsim writes only its own results; write the trace outside that folder",
+                apart.out.display()
+            )));
+        }
+        let meta = match std::fs::symlink_metadata(target) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(refuse(&e.to_string())),
+            Ok(meta) => meta,
+        };
+        if let Some(input) = apart.inputs.iter().find(|i| same_file(target, i)) {
+            return Err(refuse(&format!(
+                "is {}, which this run reads; pdsim never writes over its own input",
+                input.display()
+            )));
+        }
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_fifo() || t.is_char_device() {
+            return Ok(());
+        }
+        if t.is_symlink() {
+            // A link to a FIFO or device (such as /dev/stdout) is written
+            // through; any other link is refused, since a rename would
+            // replace the link itself.
+            if let Ok(m) = std::fs::metadata(target)
+                && (m.file_type().is_fifo() || m.file_type().is_char_device())
+            {
+                return Ok(());
+            }
+            return Err(refuse(
+                "is a symbolic link; pdsim does not replace a link or write through it to a file",
+            ));
+        }
+        if t.is_dir() {
+            return Err(refuse("is a folder, not a file"));
+        }
+        if !t.is_file() {
+            return Err(refuse(
+                "is neither a regular file, a FIFO nor a character device",
+            ));
+        }
+        // A file in an earlier result is part of that result, which pdsim
+        // replaces only whole, through --out.
+        if let Ok(abs) = resolve(target) {
+            let mut folder = abs.parent();
+            while let Some(dir) = folder {
+                if result_files(dir).is_some() {
+                    return Err(refuse(&format!(
+                        "lies inside the pdsim result {}, which pdsim changes only by replacing it whole (--out); write the trace elsewhere",
+                        dir.display()
+                    )));
+                }
+                folder = dir.parent();
+            }
+        }
+        if !replaceable_trace(target) {
+            return Err(refuse(
+                "already exists and is not a Perfetto trace pdsim wrote; pdsim never replaces a file it did not write, so choose a new file name (or remove it yourself)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks `target` ([`OutFile::check`]) and opens it for writing. A
+    /// trace pdsim wrote is replaced (atomically, by a rename, when the run
+    /// ends); a FIFO or a character device is written where it is.
     pub fn open(
         flag: &str,
         target: &Path,
         command: &str,
-    ) -> Result<(OutFile, std::fs::File), Failure> {
+        apart: &Apart,
+    ) -> Result<(OutFile, File), Failure> {
+        Self::check(flag, target, apart)?;
         let shown = target.display();
         let refuse = |why: &str| failure(2, format!("{flag} {shown}: {why}"));
-        // A FIFO or a device is opened and written where it is, never
-        // renamed over.
-        let in_place = || -> Result<(OutFile, std::fs::File), Failure> {
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .open(target)
-                .map_err(|e| refuse(&format!("cannot open it for writing: {e}")))?;
-            Ok((
-                OutFile {
-                    writing: target.to_path_buf(),
-                    target: target.to_path_buf(),
-                    direct: true,
-                    replaces: false,
-                    command: command.to_string(),
-                    _lock: None,
-                },
-                file,
-            ))
-        };
-        let mut replaces = false;
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| refuse("names no file"))?;
-        match std::fs::symlink_metadata(target) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(refuse(&e.to_string())),
-            Ok(meta) => {
-                use std::os::unix::fs::FileTypeExt;
-                let t = meta.file_type();
-                if t.is_fifo() || t.is_char_device() {
-                    // Written in place: renaming a file over a FIFO or a
-                    // device would replace it with a regular file.
-                    return in_place();
-                }
-                if t.is_symlink() {
-                    // A link to a FIFO or device (such as /dev/stdout) is
-                    // written through; any other link is refused, since a
-                    // rename would replace the link itself.
-                    let followed = std::fs::metadata(target).ok();
-                    if let Some(m) = followed
-                        && (m.file_type().is_fifo() || m.file_type().is_char_device())
-                    {
-                        return in_place();
-                    }
-                    return Err(refuse(
-                        "is a symbolic link; pdsim does not replace a link or write through it to a file",
-                    ));
-                }
-                if t.is_dir() {
-                    return Err(refuse("is a folder, not a file"));
-                }
-                if !t.is_file() {
-                    return Err(refuse(
-                        "is neither a regular file, a FIFO nor a character device",
-                    ));
-                }
-                replaces = true;
+        let replaces = match std::fs::metadata(target) {
+            // A FIFO or a device is opened and written where it is, never
+            // renamed over: that would replace it with a regular file.
+            Ok(m) if !m.is_file() => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(target)
+                    .map_err(|e| refuse(&format!("cannot open it for writing: {e}")))?;
+                return Ok((
+                    OutFile {
+                        writing: target.to_path_buf(),
+                        target: target.to_path_buf(),
+                        direct: true,
+                        replaces: false,
+                        command: command.to_string(),
+                        _lock: None,
+                    },
+                    file,
+                ));
             }
-        }
+            Ok(_) => true,
+            Err(_) => false,
+        };
         let parent = parent_of(target);
         clean_stale(&parent, command);
         let partial = target.with_file_name(format!(".{name}.partial-{}", std::process::id()));
         interrupt::remove_on_interrupt(&partial);
-        let file = match std::fs::OpenOptions::new()
+        let file = match OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&partial)
@@ -1066,22 +1148,22 @@ impl OutFile {
             return Ok(());
         }
         // The target may have become something else meanwhile: only a
-        // regular file or nothing is replaced.
+        // trace pdsim wrote, an empty file or nothing is replaced.
         if let Ok(meta) = std::fs::symlink_metadata(&self.target)
-            && !meta.is_file()
+            && !(meta.is_file() && replaceable_trace(&self.target))
         {
             self.discard();
             return Err(failure(
                 2,
                 format!(
-                    "{flag} {}: it became something other than a regular file while pdsim ran; not replaced",
+                    "{flag} {}: it became something other than a Perfetto trace pdsim wrote while pdsim ran; not replaced, and the new trace was discarded",
                     self.target.display()
                 ),
             ));
         }
         if self.replaces || std::fs::symlink_metadata(&self.target).is_ok() {
             eprintln!(
-                "pdsim {}: {flag}: replacing the file {}",
+                "pdsim {}: {flag}: replacing the file {}, a Perfetto trace pdsim wrote",
                 self.command,
                 self.target.display()
             );
@@ -1119,8 +1201,8 @@ fn inside(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{
-        LOCK, MARKER, Staged, clean_stale, foreign_entries, inside, resolve, result_files,
-        temporary_name,
+        Apart, LOCK, MARKER, OutFile, Staged, clean_stale, foreign_entries, inside, resolve,
+        result_files, temporary_name,
     };
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
@@ -1364,6 +1446,60 @@ mod tests {
         for name in ["", "/etc/x", "../x", "a/../../x", "./x", "a/.."] {
             assert!(!inside(name), "{name}");
         }
+    }
+
+    #[test]
+    fn a_trace_replaces_only_a_trace_pdsim_wrote_and_never_an_input_or_a_result() {
+        let dir = Scratch::new("perfetto");
+        let out = dir.0.join("out");
+        let input = dir.write("trace.jsonl", "{}\n");
+        let inputs = [input.clone()];
+        let apart = Apart {
+            out: &out,
+            inputs: &inputs,
+        };
+        let check = |path: &Path| OutFile::check("--perfetto", path, &apart);
+        assert!(check(&dir.0.join("new.json")).is_ok());
+        let ours = dir.write("ours.json", pdsim_report::perfetto::HEAD);
+        let older = dir.write("older.json", pdsim_report::perfetto::OLD_HEAD);
+        let empty = dir.write("empty.json", "");
+        for path in [&ours, &older, &empty] {
+            assert!(check(path).is_ok(), "{}", path.display());
+        }
+        let users = dir.write("users.json", "{\"traceEvents\": []}\n");
+        let failed = check(&users).unwrap_err();
+        assert!(
+            failed.code == 2
+                && failed.message.contains("--perfetto")
+                && failed.message.contains("users.json"),
+            "{}",
+            failed.message
+        );
+        // An input, even one that looks like a trace of pdsim's, and
+        // through another hard link.
+        std::fs::write(&input, pdsim_report::perfetto::HEAD).unwrap();
+        std::fs::hard_link(&input, dir.0.join("link.json")).unwrap();
+        for path in [input.clone(), dir.0.join("link.json")] {
+            let failed = check(&path).unwrap_err();
+            assert!(failed.message.contains("reads"), "{}", failed.message);
+        }
+        // The results folder, anything inside it, and a file in a result.
+        for path in [out.clone(), out.join("t.json")] {
+            let failed = check(&path).unwrap_err();
+            assert!(failed.message.contains("--out"), "{}", failed.message);
+        }
+        let result = dir.pdsim_folder("earlier", &["runs/perfetto.json"], false);
+        std::fs::write(
+            result.join("runs/perfetto.json"),
+            pdsim_report::perfetto::HEAD,
+        )
+        .unwrap();
+        let failed = check(&result.join("runs/perfetto.json")).unwrap_err();
+        assert!(
+            failed.message.contains("inside the pdsim result"),
+            "{}",
+            failed.message
+        );
     }
 
     #[test]

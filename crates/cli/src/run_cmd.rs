@@ -58,7 +58,8 @@ pub struct Args {
     #[command(flatten)]
     slo: SloArgs,
     /// Also write a Chrome/Perfetto trace: a track per engine core (steps
-    /// with their batch), KV transfers, link utilisation.
+    /// with their batch), KV transfers, link utilisation. An existing FILE
+    /// is replaced only when it is a trace pdsim wrote.
     #[arg(long, value_name = "FILE")]
     perfetto: Option<PathBuf>,
 }
@@ -122,6 +123,18 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
             &deployment_path,
         ))
     });
+    let mut inputs = prepared.inputs.clone();
+    inputs.extend(trace_file);
+    // The trace's file is checked before the results folder is made: a
+    // trace inside it, over an input or over a file pdsim did not write is
+    // refused before anything is written.
+    let apart = crate::output::Apart {
+        out: &out,
+        inputs: &inputs,
+    };
+    if let Some(path) = &args.perfetto {
+        OutFile::check("--perfetto", path, &apart)?;
+    }
     let staging = Staging::new(&out, "run")?;
     let mut csv = CsvSink::new(staging.file("requests.csv")?);
     let mut links = LinkCsvSink::new(staging.file("links.csv")?);
@@ -133,7 +146,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     // (a FIFO or a device is written directly).
     let (perfetto_out, mut perfetto) = match &args.perfetto {
         Some(path) => {
-            let (target, file) = OutFile::open("--perfetto", path, "run")?;
+            let (target, file) = OutFile::open("--perfetto", path, "run", &apart)?;
             let sink = PerfettoSink::new(
                 std::io::BufWriter::new(file),
                 prepared.pools.iter().map(|p| p.name.clone()).collect(),
@@ -210,8 +223,6 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     for (name, svg) in doc.plots() {
         staging.write(&format!("plots/{name}.svg"), svg)?;
     }
-    let mut inputs = prepared.inputs.clone();
-    inputs.extend(trace_file);
     staging.write(
         "README.md",
         results_readme(

@@ -435,21 +435,26 @@ fn perfetto_never_replaces_a_fifo_a_folder_or_a_users_partial_file() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--perfetto folder"), "{stderr}");
     assert!(dir.path("folder/inside.txt").is_file() && !dir.path("r3").exists());
-    // A regular file is replaced whole; a user's file of the old partial
-    // name is untouched.
-    dir.write("p.json", "old\n");
+    // A trace pdsim wrote is replaced whole; a user's file of the old
+    // partial name is untouched.
     dir.write("p.json.partial", "user's\n");
-    let (code, _, stderr) = dir.pdsim(&[
-        "run",
-        "--trace",
-        &trace,
-        "--out",
-        "r4",
-        "--perfetto",
-        "p.json",
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("replacing the file p.json"), "{stderr}");
+    for (out, replaced) in [("r4", false), ("r5", true)] {
+        let (code, _, stderr) = dir.pdsim(&[
+            "run",
+            "--trace",
+            &trace,
+            "--out",
+            out,
+            "--perfetto",
+            "p.json",
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(
+            stderr.contains("replacing the file p.json"),
+            replaced,
+            "{stderr}"
+        );
+    }
     let text = std::fs::read_to_string(dir.path("p.json")).unwrap();
     assert!(text.starts_with(PERFETTO_HEAD));
     assert_eq!(
@@ -457,6 +462,52 @@ fn perfetto_never_replaces_a_fifo_a_folder_or_a_users_partial_file() {
         "user's\n"
     );
     assert!(dir.partials("").is_empty(), "{:?}", dir.partials(""));
+}
+
+#[test]
+fn perfetto_never_replaces_a_users_file_an_input_or_a_result() {
+    let dir = Scratch::new("perfetto-files");
+    let trace = s(&dir.trace("t.jsonl", 5));
+    let scenario = dir.write(
+        "sc.yaml",
+        &std::fs::read_to_string(root().join(SCENARIO)).unwrap(),
+    );
+    let (code, _, stderr) = dir.pdsim(&["run", "--trace", &trace, "--out", "earlier"]);
+    assert_eq!(code, 0, "{stderr}");
+    dir.write("notes.json", "{\"mine\": true}\n");
+    let before = dir.snapshot("");
+    // Each refused before anything is simulated or written, naming the
+    // file: a user's file, the run's trace and scenario, a file in an
+    // earlier result, and the results folder itself or a file in it.
+    let sc = s(&scenario);
+    let cases: [(&str, &str, &str); 6] = [
+        ("notes.json", "r", "not a Perfetto trace pdsim wrote"),
+        ("t.jsonl", "r", "which this run reads"),
+        ("sc.yaml", "r", "which this run reads"),
+        ("earlier/summary.json", "r", "inside the pdsim result"),
+        ("x", "x", "is the results folder (--out x)"),
+        ("x/trace.json", "x", "is the results folder (--out x)"),
+    ];
+    for (file, out, why) in cases {
+        let (code, stdout, stderr) = dir.pdsim(&[
+            "run",
+            "--scenario",
+            &sc,
+            "--trace",
+            &trace,
+            "--out",
+            out,
+            "--perfetto",
+            file,
+        ]);
+        assert_eq!(code, 2, "--perfetto {file}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("--perfetto {file}: ")) && stderr.contains(why),
+            "--perfetto {file}: {stderr}"
+        );
+        assert!(!stdout.contains("results:"), "{stdout}");
+        assert_eq!(dir.snapshot(""), before, "--perfetto {file} touched a file");
+    }
 }
 
 /// Starts a long run and waits for its staging folder; `None` if it never

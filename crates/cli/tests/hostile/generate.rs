@@ -948,9 +948,8 @@ fn value(rng: &mut Rng, kind: &str, files: &[&str]) -> String {
                 "",
             ])
             .to_string(),
-        // `--perfetto` may replace a regular file it is given, so it is
-        // never aimed at a user's file that must survive; folders and `.`
-        // must be refused.
+        // Folders and `.` must be refused; a user's file that must survive
+        // is aimed at by `output_paths`.
         "trace-out" => rng
             .pick(&["trace.json", "deep/x/trace.json", "user", ".", "", "out"])
             .to_string(),
@@ -1652,7 +1651,7 @@ fn output_paths(rng: &mut Rng, b: &Bundle, case: &mut Case) -> String {
             .map(|s| s.to_string())
             .collect()
     };
-    let (args, keep, label): (Vec<String>, &str, &str) = match rng.below(12) {
+    let (args, keep, label): (Vec<String>, &str, &str) = match rng.below(13) {
         0 => (run("user"), "user", "--out a user's folder"),
         1 => (run("."), "mine.txt", "--out ."),
         2 => (run("user/thesis.txt"), "user", "--out a user's file"),
@@ -1742,6 +1741,12 @@ fn output_paths(rng: &mut Rng, b: &Bundle, case: &mut Case) -> String {
             // A result folder of pdsim's own, replaced by the same command.
             case.step(&["run", "--trace", "t.jsonl", "--out", "r"]);
             (run("r"), "mine.txt", "--out pdsim's own earlier result")
+        }
+        11 => {
+            // A file pdsim did not write is never replaced by a trace.
+            let mut a = run("out");
+            a.extend(["--perfetto".into(), "mine.txt".into()]);
+            (a, "mine.txt", "--perfetto a user's file")
         }
         _ => {
             case.file("user/trace.json", "precious\n");
