@@ -618,6 +618,9 @@ pub fn import(args: &ImportArgs) -> Result<(), Failure> {
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("results").join(format!("import--{}", crate::flags::safe_part(&name, 60)))
     });
+    // An export folder is a pdsim result, which --out may replace; but not
+    // while it is what is being imported.
+    crate::output::check_out_apart(&out, &[args.dir.clone(), args.scenario.clone()])?;
     let staging = Staging::new(&out, "import")?;
     staging.write(
         "deployment.yaml",

@@ -695,6 +695,33 @@ fn base_name(out: &Path) -> String {
         .unwrap_or_else(|| "results".into())
 }
 
+/// Refuses an `--out` that is one of the command's inputs or holds one:
+/// moving the results in would replace what the command read (`plan merge
+/// s0 s1 --out s0` would replace the shard s0 with the merged plan).
+/// Inputs that do not exist (built-in documents) hold nothing to lose.
+pub fn check_out_apart(out: &Path, inputs: &[PathBuf]) -> Result<(), Failure> {
+    let Ok(out_abs) = resolve(out) else {
+        return Ok(());
+    };
+    for input in inputs {
+        let Ok(abs) = input.canonicalize() else {
+            continue;
+        };
+        if abs.starts_with(&out_abs) {
+            let what = if abs == out_abs { "is" } else { "holds" };
+            return Err(failure(
+                2,
+                format!(
+                    "--out {}: {what} {}, which this command reads; the results would replace it, so choose another folder",
+                    out.display(),
+                    input.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A results folder being written under a hidden temporary name beside its
 /// final one (`.NAME.partial-PID`), moved into place by [`Staged::commit`].
 pub struct Staged {
@@ -1201,8 +1228,8 @@ fn inside(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{
-        Apart, LOCK, MARKER, OutFile, Staged, clean_stale, foreign_entries, inside, resolve,
-        result_files, temporary_name,
+        Apart, LOCK, MARKER, OutFile, Staged, check_out_apart, clean_stale, foreign_entries,
+        inside, resolve, result_files, temporary_name,
     };
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
@@ -1446,6 +1473,19 @@ mod tests {
         for name in ["", "/etc/x", "../x", "a/../../x", "./x", "a/.."] {
             assert!(!inside(name), "{name}");
         }
+    }
+
+    #[test]
+    fn an_out_that_is_or_holds_an_input_is_refused() {
+        let dir = Scratch::new("apart");
+        let shard = dir.pdsim_folder("s0", &["plan.json"], false);
+        let plan = shard.join("plan.json");
+        let failed = check_out_apart(&shard, std::slice::from_ref(&shard)).unwrap_err();
+        assert!(failed.message.contains("is "), "{}", failed.message);
+        let failed = check_out_apart(&shard, std::slice::from_ref(&plan)).unwrap_err();
+        assert!(failed.message.contains("holds"), "{}", failed.message);
+        assert!(check_out_apart(&dir.0.join("merged"), &[shard, plan]).is_ok());
+        assert!(check_out_apart(&dir.0.join("m"), &["builtin:x".into()]).is_ok());
     }
 
     #[test]

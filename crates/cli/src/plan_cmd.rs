@@ -1018,6 +1018,9 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
     let out = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("results").join(merged_name(parts, &plan)));
+    // A shard is a pdsim result, which --out may replace; but not while it
+    // is what is being merged.
+    crate::output::check_out_apart(&out, parts)?;
     write_plan(&plan, &out, parts)
 }
 

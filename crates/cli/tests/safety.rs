@@ -510,6 +510,66 @@ fn perfetto_never_replaces_a_users_file_an_input_or_a_result() {
     }
 }
 
+#[test]
+fn merge_and_import_never_write_over_what_they_read() {
+    let dir = Scratch::new("inputs");
+    let trace = s(&dir.trace("t.jsonl", 8));
+    let (code, _, stderr) = dir.pdsim(&[
+        "plan",
+        "--scenario",
+        &scenario(),
+        "--trace",
+        &trace,
+        "--slo",
+        "ttft_ms=500",
+        "--max-runs",
+        "1",
+        "--shard",
+        "0/1",
+        "--out",
+        "shard",
+        &deployment(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = dir.pdsim(&[
+        "export",
+        "--scenario",
+        &scenario(),
+        "--deployment",
+        &deployment(),
+        "--out",
+        "exported",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let before = dir.snapshot("");
+    let sc = scenario();
+    let cases: [&[&str]; 4] = [
+        &["plan", "merge", "shard", "--out", "shard"],
+        &["plan", "merge", "shard/plan.json", "--out", "./shard/"],
+        &["import", "--scenario", &sc, "exported", "--out", "exported"],
+        &[
+            "import",
+            "--scenario",
+            &sc,
+            "./exported/",
+            "--out",
+            "exported",
+        ],
+    ];
+    for args in cases {
+        let (code, stdout, stderr) = dir.pdsim(args);
+        assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains("--out") && stderr.contains("which this command reads"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(dir.snapshot(""), before, "{args:?} replaced its input");
+    }
+    // Elsewhere they write as ever.
+    let (code, _, stderr) = dir.pdsim(&["plan", "merge", "shard", "--out", "merged"]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
 /// Starts a long run and waits for its staging folder; `None` if it never
 /// appears.
 fn start_long_run(dir: &Scratch, out: &str) -> (std::process::Child, String) {
