@@ -131,7 +131,12 @@ fn engine_args(e: &Engine, at: &dyn Fn(&str) -> String, out: &mut ServeArgs) -> 
             e.long_prefill_token_threshold,
         ),
         ("max-cudagraph-capture-size", e.max_cudagraph_capture_size),
-        ("cp-kv-cache-interleave-size", e.cp_kv_cache_interleave_size),
+        // 0 means unstated (the specification), which vLLM's flag cannot
+        // say: the flag is left out.
+        (
+            "cp-kv-cache-interleave-size",
+            e.cp_kv_cache_interleave_size.filter(|v| *v != 0),
+        ),
     ] {
         if let Some(v) = value {
             out.flag(name, v);
@@ -142,7 +147,9 @@ fn engine_args(e: &Engine, at: &dyn Fn(&str) -> String, out: &mut ServeArgs) -> 
         Some(MaxModelLen::Tokens(n)) => out.flag("max-model-len", n),
         None => {}
     }
-    if let Some(v) = e.gpu_memory_utilization {
+    // 0 means the engine's default (the specification); vLLM refuses a
+    // utilisation of 0, so the flag is left out and its default applies.
+    if let Some(v) = e.gpu_memory_utilization.filter(|v| *v > 0.0) {
         out.flag("gpu-memory-utilization", v);
     }
     for (name, value) in [
@@ -819,6 +826,37 @@ mod tests {
             .unwrap()
             .args;
         assert_eq!(read_args(&args, &[]).unwrap().pcp, 3);
+    }
+
+    /// A 0 that the specification reads as "the engine's default" or
+    /// "unstated" is not written as a flag vLLM would refuse.
+    #[test]
+    fn zeros_that_mean_unstated_are_left_out() {
+        let e = Engine {
+            gpu_memory_utilization: Some(0.0),
+            cp_kv_cache_interleave_size: Some(0),
+            long_prefill_token_threshold: Some(0),
+            ..Engine::default()
+        };
+        let args = serve_args(&deployment(e, parallel(), "colocated"), 0)
+            .unwrap()
+            .args
+            .join(" ");
+        assert!(!args.contains("--gpu-memory-utilization"), "{args}");
+        assert!(!args.contains("--cp-kv-cache-interleave-size"), "{args}");
+        // 0 is vLLM's own default here, and a value it takes.
+        assert!(args.contains("--long-prefill-token-threshold 0"), "{args}");
+        let e = Engine {
+            gpu_memory_utilization: Some(0.5),
+            cp_kv_cache_interleave_size: Some(4),
+            ..Engine::default()
+        };
+        let args = serve_args(&deployment(e, parallel(), "colocated"), 0)
+            .unwrap()
+            .args
+            .join(" ");
+        assert!(args.contains("--gpu-memory-utilization 0.5"), "{args}");
+        assert!(args.contains("--cp-kv-cache-interleave-size 4"), "{args}");
     }
 
     #[test]
