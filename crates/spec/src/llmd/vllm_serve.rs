@@ -147,8 +147,8 @@ fn engine_args(e: &Engine, at: &dyn Fn(&str) -> String, out: &mut ServeArgs) -> 
         Some(MaxModelLen::Tokens(n)) => out.flag("max-model-len", n),
         None => {}
     }
-    // 0 means the engine's default (the specification); vLLM refuses a
-    // utilisation of 0, so the flag is left out and its default applies.
+    // 0 means the engine's default (the specification), which the flag
+    // says by its absence: written as 0 it would ask for no memory at all.
     if let Some(v) = e.gpu_memory_utilization.filter(|v| *v > 0.0) {
         out.flag("gpu-memory-utilization", v);
     }
