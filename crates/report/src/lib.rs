@@ -10,6 +10,7 @@ pub mod page;
 pub mod perfetto;
 pub mod plan;
 pub mod plot;
+mod row;
 pub mod series;
 pub mod slo;
 pub mod table;
@@ -1001,10 +1002,9 @@ impl Aggregator {
 
 /// Writes `requests.csv` row by row as requests end.
 pub struct CsvSink<W: Write> {
-    writer: csv::Writer<W>,
+    /// `None` once a write failed (the error is kept).
+    writer: Option<row::RowWriter<W>>,
     error: Option<String>,
-    /// The field being written, reused.
-    buf: String,
 }
 
 const CSV_HEADER: &[&str] = &[
@@ -1047,118 +1047,102 @@ const CSV_HEADER: &[&str] = &[
 
 impl<W: Write> CsvSink<W> {
     pub fn new(out: W) -> CsvSink<W> {
-        let mut writer = csv::Writer::from_writer(out);
-        let error = writer.write_record(CSV_HEADER).err().map(|e| e.to_string());
-        CsvSink {
-            writer,
-            error,
-            buf: String::new(),
+        match row::RowWriter::new(out, CSV_HEADER) {
+            Ok(w) => CsvSink {
+                writer: Some(w),
+                error: None,
+            },
+            Err(e) => CsvSink {
+                writer: None,
+                error: Some(e.to_string()),
+            },
         }
     }
 
     /// Flushes and reports the first write error, if any.
-    pub fn finish(mut self) -> Result<W, String> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
-        self.writer.flush().map_err(|e| e.to_string())?;
-        self.writer.into_inner().map_err(|e| e.to_string())
+    pub fn finish(self) -> Result<W, String> {
+        finish_rows(self.writer, self.error)
     }
 }
 
-/// One `requests.csv` field, formatted into a buffer the sink reuses: a
-/// row of 35 fields is written without allocating (a million-request run
-/// writes a million rows).
-enum Field {
-    /// A count.
-    N(u64),
-    /// Milliseconds with microsecond resolution, printed the same on every
-    /// machine; empty when absent.
-    Ms(Option<u64>),
-    /// A text as it is.
-    Text(&'static str),
-    /// The prefill engine `pool/pod/rank`; empty when absent.
-    Place(Option<(u16, u32, u16)>),
+/// The inner writer of a row sink, flushed, or its first error.
+fn finish_rows<W: Write>(
+    writer: Option<row::RowWriter<W>>,
+    error: Option<String>,
+) -> Result<W, String> {
+    match (writer, error) {
+        (_, Some(e)) => Err(e),
+        (Some(w), None) => w.finish().map_err(|e| e.to_string()),
+        (None, None) => Err("the CSV writer is gone".into()),
+    }
 }
 
 impl<W: Write> CsvSink<W> {
-    fn write_row(&mut self, r: &RequestRecord) -> csv::Result<()> {
-        use Field::{Ms, N, Place, Text};
-        use std::fmt::Write as _;
+    fn write_row(w: &mut row::RowWriter<W>, r: &RequestRecord) -> std::io::Result<()> {
         let since = |a: Option<pdsim_core::SimTime>, b: Option<pdsim_core::SimTime>| match (a, b) {
             (Some(a), Some(b)) => Some(b.since(a).as_ns()),
             _ => None,
         };
         let at = |t: Option<pdsim_core::SimTime>| t.map(|t| t.as_ns());
-        let row = [
-            N(r.id.0.into()),
-            N(r.source_line),
-            N(r.slo_class.into()),
-            Ms(Some(r.arrival.as_ns())),
-            Ms(at(r.enqueued)),
-            Ms(at(r.scheduled)),
-            Ms(at(r.first_token)),
-            Ms(at(r.last_token)),
-            Ms(Some(r.finished.as_ns())),
-            Ms(since(Some(r.arrival), r.first_token)),
-            Ms(Some(r.finished.since(r.arrival).as_ns())),
-            // Queueing until the first engine (prefill's under P/D)
-            // scheduled it; prefill until its prompt was done (the first
-            // token when served whole); decode from the first token to
-            // the last.
-            Ms(since(Some(r.arrival), r.prefill_scheduled.or(r.scheduled))),
-            Ms(since(
-                r.prefill_scheduled.or(r.scheduled),
-                r.prefill_done.or(r.first_token),
-            )),
-            Ms(since(r.first_token, r.last_token)),
-            Ms(since(r.first_token, r.last_token)
-                .filter(|_| r.output_tokens > 1)
-                .map(|d| d / (r.output_tokens as u64 - 1))),
-            N(r.prompt_tokens.into()),
-            N(r.cached_tokens.into()),
-            N(r.output_tokens.into()),
-            N(r.preemptions.into()),
-            N(r.pool.into()),
-            N(r.pod.into()),
-            N(r.rank.into()),
-            Place(r.prefill),
-            Ms(at(r.prefill_scheduled)),
-            Ms(at(r.prefill_done)),
-            N(r.prefill_cached_tokens.into()),
-            Ms(at(r.transfer_start)),
-            Ms(at(r.transfer_end)),
-            Ms(since(r.transfer_start, r.transfer_end)),
-            N(r.transfer_bytes),
-            N(r.kv_hold_expired.into()),
-            N(r.offload_tokens.into()),
-            Ms(since(r.offload_load_start, r.offload_load_end)),
-            Text(r.outcome.as_str()),
-            Text(r.reason),
-        ];
-        for field in row {
-            self.buf.clear();
-            // Writing to a String cannot fail.
-            let _ = match field {
-                N(n) => write!(self.buf, "{n}"),
-                Ms(Some(ns)) => write!(self.buf, "{}.{:03}", ns / 1_000_000, (ns / 1_000) % 1_000),
-                Place(Some((pool, pod, rank))) => write!(self.buf, "{pool}/{pod}/{rank}"),
-                Text(t) => write!(self.buf, "{t}"),
-                Ms(None) | Place(None) => Ok(()),
-            };
-            self.writer.write_field(&self.buf)?;
+        w.int(r.id.0.into());
+        w.int(r.source_line);
+        w.int(r.slo_class.into());
+        w.ms(Some(r.arrival.as_ns()));
+        w.ms(at(r.enqueued));
+        w.ms(at(r.scheduled));
+        w.ms(at(r.first_token));
+        w.ms(at(r.last_token));
+        w.ms(Some(r.finished.as_ns()));
+        w.ms(since(Some(r.arrival), r.first_token));
+        w.ms(Some(r.finished.since(r.arrival).as_ns()));
+        // Queueing until the first engine (prefill's under P/D) scheduled
+        // it; prefill until its prompt was done (the first token when
+        // served whole); decode from the first token to the last.
+        w.ms(since(Some(r.arrival), r.prefill_scheduled.or(r.scheduled)));
+        w.ms(since(
+            r.prefill_scheduled.or(r.scheduled),
+            r.prefill_done.or(r.first_token),
+        ));
+        w.ms(since(r.first_token, r.last_token));
+        w.ms(since(r.first_token, r.last_token)
+            .filter(|_| r.output_tokens > 1)
+            .map(|d| d / (r.output_tokens as u64 - 1)));
+        w.int(r.prompt_tokens.into());
+        w.int(r.cached_tokens.into());
+        w.int(r.output_tokens.into());
+        w.int(r.preemptions.into());
+        w.int(r.pool.into());
+        w.int(r.pod.into());
+        w.int(r.rank.into());
+        // The prefill engine `pool/pod/rank`; empty when absent.
+        match r.prefill {
+            Some((pool, pod, rank)) => w.path(&[pool.into(), pod.into(), rank.into()]),
+            None => w.empty(),
         }
-        self.writer.write_record(None::<&[u8]>)
+        w.ms(at(r.prefill_scheduled));
+        w.ms(at(r.prefill_done));
+        w.int(r.prefill_cached_tokens.into());
+        w.ms(at(r.transfer_start));
+        w.ms(at(r.transfer_end));
+        w.ms(since(r.transfer_start, r.transfer_end));
+        w.int(r.transfer_bytes);
+        w.int(r.kv_hold_expired.into());
+        w.int(r.offload_tokens.into());
+        w.ms(since(r.offload_load_start, r.offload_load_end));
+        w.text(r.outcome.as_str());
+        w.text(r.reason);
+        w.end_row()
     }
 }
 
 impl<W: Write> RecordSink for CsvSink<W> {
     fn record(&mut self, r: &RequestRecord) {
-        if self.error.is_some() {
+        let Some(w) = self.writer.as_mut() else {
             return;
-        }
-        if let Err(e) = self.write_row(r) {
+        };
+        if let Err(e) = Self::write_row(w, r) {
             self.error = Some(e.to_string());
+            self.writer = None;
         }
     }
 
@@ -1195,65 +1179,31 @@ impl RecordSink for Fanout<'_> {
     }
 }
 
-/// One field of a CSV row written by [`write_row`].
-pub(crate) enum Cell<'a> {
-    Int(u64),
-    /// A number with this many decimals (`{:.N}`).
-    Fixed(f64, usize),
-    Text(&'a str),
-}
-
-/// Writes one CSV row, formatting each field into `buf` (reused) instead
-/// of a `String` a field: the time series and link files have a row per
-/// core or link per second, and a long run writes millions.
-pub(crate) fn write_row<W: Write>(
-    writer: &mut csv::Writer<W>,
-    buf: &mut String,
-    row: &[Cell],
-) -> csv::Result<()> {
-    use std::fmt::Write as _;
-    for cell in row {
-        buf.clear();
-        // Writing to a String cannot fail.
-        let _ = match *cell {
-            Cell::Int(n) => write!(buf, "{n}"),
-            Cell::Fixed(x, decimals) => write!(buf, "{x:.decimals$}"),
-            Cell::Text(t) => write!(buf, "{t}"),
-        };
-        writer.write_field(&*buf)?;
-    }
-    writer.write_record(None::<&[u8]>)
-}
-
 /// Writes `links.csv`: each link's utilisation per one-second window, as
 /// windows close, for the links KV transfers and offload loads used.
 pub struct LinkCsvSink<W: Write> {
-    writer: csv::Writer<W>,
+    /// `None` once a write failed (the error is kept).
+    writer: Option<row::RowWriter<W>>,
     error: Option<String>,
-    /// The field being written, reused.
-    buf: String,
 }
 
 impl<W: Write> LinkCsvSink<W> {
     pub fn new(out: W) -> LinkCsvSink<W> {
-        let mut writer = csv::Writer::from_writer(out);
-        let error = writer
-            .write_record(["window_start_s", "gpu", "link", "bytes", "utilization"])
-            .err()
-            .map(|e| e.to_string());
-        LinkCsvSink {
-            writer,
-            error,
-            buf: String::new(),
+        let header = ["window_start_s", "gpu", "link", "bytes", "utilization"];
+        match row::RowWriter::new(out, &header) {
+            Ok(w) => LinkCsvSink {
+                writer: Some(w),
+                error: None,
+            },
+            Err(e) => LinkCsvSink {
+                writer: None,
+                error: Some(e.to_string()),
+            },
         }
     }
 
-    pub fn finish(mut self) -> Result<W, String> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
-        self.writer.flush().map_err(|e| e.to_string())?;
-        self.writer.into_inner().map_err(|e| e.to_string())
+    pub fn finish(self) -> Result<W, String> {
+        finish_rows(self.writer, self.error)
     }
 }
 
@@ -1261,9 +1211,10 @@ impl<W: Write> RecordSink for LinkCsvSink<W> {
     fn record(&mut self, _r: &RequestRecord) {}
     fn emission(&mut self, _gap_ns: u64, _tokens: u32) {}
     fn link_window(&mut self, w: pdsim_cluster::LinkWindow) {
-        if self.error.is_some() {
+        use row::Cell;
+        let Some(writer) = self.writer.as_mut() else {
             return;
-        }
+        };
         let row = [
             Cell::Int(w.window_start.as_ns() / 1_000_000_000),
             Cell::Int(w.gpu.into()),
@@ -1271,8 +1222,9 @@ impl<W: Write> RecordSink for LinkCsvSink<W> {
             Cell::Fixed(w.bytes, 0),
             Cell::Fixed(w.utilization, 6),
         ];
-        if let Err(e) = write_row(&mut self.writer, &mut self.buf, &row) {
+        if let Err(e) = writer.cells(&row) {
             self.error = Some(e.to_string());
+            self.writer = None;
         }
     }
 }
@@ -1969,41 +1921,6 @@ mod stage_tests {
             assert_eq!(sink.records, vec![done(1, 500)]);
             assert_eq!(sink.emissions, vec![(7, 2), (9, 1), (4, 1), (3, 2)]);
         }
-    }
-
-    #[test]
-    fn a_row_is_written_as_its_fields_formatted_one_by_one() {
-        use super::{Cell, write_row};
-        let mut w = csv::Writer::from_writer(Vec::new());
-        let mut buf = String::from("left over");
-        let rows: [&[Cell]; 2] = [
-            &[
-                Cell::Int(u64::MAX),
-                Cell::Fixed(2.5, 0),
-                Cell::Fixed(0.123456789, 4),
-                Cell::Fixed(1.0, 6),
-                Cell::Text("nic-out"),
-            ],
-            &[
-                Cell::Int(0),
-                Cell::Text("a,b"),
-                Cell::Fixed(-0.00004, 4),
-                Cell::Int(7),
-                Cell::Text(""),
-            ],
-        ];
-        for row in rows {
-            write_row(&mut w, &mut buf, row).unwrap();
-        }
-        let out = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        assert_eq!(
-            out,
-            format!(
-                "{},{:.0},0.1235,1.000000,nic-out\n0,\"a,b\",-0.0000,7,\n",
-                u64::MAX,
-                2.5
-            )
-        );
     }
 
     #[test]

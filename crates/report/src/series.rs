@@ -111,7 +111,7 @@ fn seconds(time_ns: u64) -> f64 {
 
 /// Collects [`CoreSample`]s; optionally writes them as CSV rows.
 pub struct SeriesSink<W: Write> {
-    writer: Option<csv::Writer<W>>,
+    writer: Option<crate::row::RowWriter<W>>,
     error: Option<String>,
     pools: Vec<PoolSeries>,
     /// (queries, hits, busy, busy carried over) at the previous sample,
@@ -121,8 +121,6 @@ pub struct SeriesSink<W: Write> {
     round_time_ns: Option<u64>,
     /// Per pool in the current round: cores, Σ kv, Σ Δqueries, Σ Δhits, Σ busy share.
     round: Vec<(u64, f64, u64, u64, f64)>,
-    /// The field being written, reused.
-    buf: String,
 }
 
 const HEADER: &[&str] = &[
@@ -141,10 +139,12 @@ impl<W: Write> SeriesSink<W> {
     /// `pool_names` in pool order; `out` receives `timeseries.csv`.
     pub fn new(pool_names: Vec<String>, out: Option<W>) -> SeriesSink<W> {
         let mut error = None;
-        let writer = out.map(|out| {
-            let mut w = csv::Writer::from_writer(out);
-            error = w.write_record(HEADER).err().map(|e| e.to_string());
-            w
+        let writer = out.and_then(|out| match crate::row::RowWriter::new(out, HEADER) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                error = Some(e.to_string());
+                None
+            }
         });
         SeriesSink {
             writer,
@@ -160,7 +160,6 @@ impl<W: Write> SeriesSink<W> {
             previous: Vec::new(),
             cursor: 0,
             round_time_ns: None,
-            buf: String::new(),
         }
     }
 
@@ -196,10 +195,7 @@ impl<W: Write> SeriesSink<W> {
             return Err(e);
         }
         let out = match self.writer.take() {
-            Some(mut w) => {
-                w.flush().map_err(|e| e.to_string())?;
-                Some(w.into_inner().map_err(|e| e.to_string())?)
-            }
+            Some(w) => Some(w.finish().map_err(|e| e.to_string())?),
             None => None,
         };
         Ok((self.pools, out))
@@ -267,7 +263,7 @@ impl<W: Write> RecordSink for SeriesSink<W> {
             return;
         }
         if let Some(w) = self.writer.as_mut() {
-            use crate::Cell::{Fixed, Int};
+            use crate::row::Cell::{Fixed, Int};
             let row = [
                 Int(time_ns / SAMPLE_NS),
                 Int(s.pool.into()),
@@ -279,7 +275,7 @@ impl<W: Write> RecordSink for SeriesSink<W> {
                 Fixed(hit_rate, 4),
                 Fixed(busy, 4),
             ];
-            if let Err(e) = crate::write_row(w, &mut self.buf, &row) {
+            if let Err(e) = w.cells(&row) {
                 self.error = Some(e.to_string());
             }
         }
