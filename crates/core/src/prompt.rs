@@ -116,6 +116,24 @@ impl BlockHasher {
     /// feeds its token here every step.
     #[inline]
     pub fn feed(&mut self, id: u64, start: u32, tokens: u32) {
+        // A decoding request feeds one token a step, continuing the run it
+        // fed last and not filling the block: the loop below would only
+        // lengthen the run, so that is done here without it (every output
+        // token of a run passes through this).
+        if let Some((piece_id, first, len)) = &mut self.piece
+            && *piece_id == id
+            && *first + *len == start
+            && self.filled + tokens < self.block_size
+        {
+            *len += tokens;
+            self.filled += tokens;
+            return;
+        }
+        self.feed_blocks(id, start, tokens);
+    }
+
+    /// [`BlockHasher::feed`] past its one-run case.
+    fn feed_blocks(&mut self, id: u64, start: u32, tokens: u32) {
         let mut offset = start;
         let mut left = tokens;
         while left > 0 {

@@ -2510,7 +2510,30 @@ impl Engine {
     /// `SingleTypeKVCacheManager.cache_blocks`, which caches
     /// `num_tokens // block_size` blocks), queues their `BlockStored`
     /// event and stores them in the offload tier.
+    #[inline(always)]
     fn cache_units(&mut self, slot: u32, upto: u32) {
+        // Nothing to do when every hashed unit is cached already and the
+        // offload tier has been offered every full chunk: the units to
+        // cache and the chunks to offer are bounded by the hashed units.
+        // Under async scheduling this is asked after every sampled token,
+        // and almost always holds.
+        let per_block = self.pool.units_per_block();
+        let req = self.reqs[slot as usize].as_ref().expect("live slot");
+        let hashed = req.hasher.hashes.len() as u32;
+        if hashed <= req.cached_units
+            && (self.offload.is_none()
+                || !self.config.enable_prefix_caching
+                || hashed / per_block <= req.off.next_chunk)
+        {
+            return;
+        }
+        self.cache_new_units(slot, upto);
+    }
+
+    /// [`Engine::cache_units`] when there may be units to cache or chunks
+    /// to offer. Kept out of line so that the check above inlines small.
+    #[inline(never)]
+    fn cache_new_units(&mut self, slot: u32, upto: u32) {
         let unit = self.config.prefix_unit.max(1);
         let per_block = self.pool.units_per_block();
         let req = self.reqs[slot as usize].as_mut().expect("live slot");
