@@ -1104,7 +1104,7 @@ impl Engine {
     /// allocated than must fit, nothing to allocate. That case is decided
     /// here, inline in the scheduler's loop; the rest is
     /// [`Engine::allocate_blocks`].
-    #[inline]
+    #[inline(always)]
     fn allocate(
         &mut self,
         slot: u32,
@@ -1113,16 +1113,9 @@ impl Engine {
         new_tokens: u32,
         must_fit: u32,
     ) -> bool {
-        if self.config.mamba.is_some() {
-            // A hybrid's allocation frees old states on every call, so
-            // there is no path that decides nothing.
-            return self.allocate_hybrid(slot, hit_blocks, hit_tokens, new_tokens, must_fit);
-        }
-        if self.config.window.is_some() {
-            // So does a sliding window's.
-            return self.allocate_windowed(slot, hit_blocks, hit_tokens, new_tokens, must_fit);
-        }
-        if hit_blocks == 0 {
+        // A hybrid's allocation frees old states on every call, and so does
+        // a sliding window's, so neither has a path that decides nothing.
+        if hit_blocks == 0 && self.config.mamba.is_none() && self.config.window.is_none() {
             let req = self.req(slot);
             let base = req.computed.max(hit_tokens);
             let held = req.blocks.len() as u32;
@@ -1130,6 +1123,26 @@ impl Engine {
                 self.cache_scheduled(slot, base + new_tokens);
                 return true;
             }
+        }
+        self.allocate_slow(slot, hit_blocks, hit_tokens, new_tokens, must_fit)
+    }
+
+    /// [`Engine::allocate`] past its inline case: hybrids, windows, hits
+    /// and allocations that take blocks.
+    #[inline(never)]
+    fn allocate_slow(
+        &mut self,
+        slot: u32,
+        hit_blocks: u32,
+        hit_tokens: u32,
+        new_tokens: u32,
+        must_fit: u32,
+    ) -> bool {
+        if self.config.mamba.is_some() {
+            return self.allocate_hybrid(slot, hit_blocks, hit_tokens, new_tokens, must_fit);
+        }
+        if self.config.window.is_some() {
+            return self.allocate_windowed(slot, hit_blocks, hit_tokens, new_tokens, must_fit);
         }
         if !self.allocate_blocks(slot, hit_blocks, hit_tokens, new_tokens, must_fit) {
             return false;
