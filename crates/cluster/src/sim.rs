@@ -34,7 +34,6 @@ use pdsim_engine::{Abort, Engine, EngineEvent, KvTransfer, NewRequest};
 use pdsim_router::BurstJoin;
 use pdsim_spec::deployment::Role;
 use pdsim_workload::{RequestSpec, TraceError, TurnClient};
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 /// Why a run stopped before its end.
@@ -145,7 +144,40 @@ pub struct RunStats {
     pub session_turn_max_late_ns: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// An event in the queue: the earliest time first, and of equal times
+/// the one pushed first. Every push takes a new `seq`, so no two entries
+/// compare equal and the event itself never decides an order; comparing
+/// only the two numbers keeps the heap's comparison to two integers (a
+/// tuple with the event in it made the compiler call a comparison
+/// function for each step of every push and pop).
+struct Queued {
+    time: SimTime,
+    seq: u64,
+    event: Event,
+}
+
+impl Ord for Queued {
+    fn cmp(&self, other: &Queued) -> std::cmp::Ordering {
+        // Reversed: `BinaryHeap` pops its greatest entry.
+        (other.time, other.seq).cmp(&(self.time, self.seq))
+    }
+}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Queued) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Queued) -> bool {
+        (self.time, self.seq) == (other.time, other.seq)
+    }
+}
+
+impl Eq for Queued {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Event {
     Arrival,
     Admit {
@@ -487,7 +519,7 @@ struct Sim<'a> {
     groups: Vec<Group>,
     /// Group of each core.
     group_of: Vec<u32>,
-    queue: BinaryHeap<Reverse<(SimTime, u64, Event)>>,
+    queue: BinaryHeap<Queued>,
     seq: u64,
     /// Queued events other than scrapes: when none is left, nothing can
     /// move a request any more and the scrape loop must not keep the run
@@ -981,7 +1013,7 @@ impl<'a> Sim<'a> {
     /// means a handler computed a time in the past, which is reported
     /// (checked always: it is one comparison per event).
     fn next_event(&mut self) -> Result<Option<Event>, RunError> {
-        while let Some(Reverse((time, _, event))) = self.queue.pop() {
+        while let Some(Queued { time, event, .. }) = self.queue.pop() {
             if let Event::Deadline { id } = event
                 && !self.deadline_pending(id)
             {
@@ -1018,7 +1050,11 @@ impl<'a> Sim<'a> {
         if event.is_live() {
             self.live_events += 1;
         }
-        self.queue.push(Reverse((time, self.seq, event)));
+        self.queue.push(Queued {
+            time,
+            seq: self.seq,
+            event,
+        });
     }
 
     fn pull_arrival(
