@@ -1102,8 +1102,8 @@ impl Engine {
     /// Most calls are a running request's decode step whose token still fits
     /// in the blocks it holds: no hit to touch, and as no more tokens are
     /// allocated than must fit, nothing to allocate. That case is decided
-    /// here, inline in the scheduler's loop; the rest is
-    /// [`Engine::allocate_blocks`].
+    /// here, inline in the scheduler's loop (forced: it is asked for every
+    /// running request every step); the rest is [`Engine::allocate_slow`].
     #[inline(always)]
     fn allocate(
         &mut self,
