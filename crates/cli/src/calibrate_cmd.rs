@@ -449,7 +449,14 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
         knobs.push(k);
     }
     crate::flags::catalogs(&args.catalog)?;
-    crate::output::check_out(&args.out)?;
+    // What the flags name, which the fitted sets may not replace (a folder
+    // calibrate wrote is a catalog, and may be given as --catalog to fit
+    // again); what the run folders hold is kept apart as it is read.
+    let mut named = args.runs.clone();
+    named.extend(args.scenario.clone());
+    named.extend(args.deployment.clone());
+    named.extend(args.catalog.iter().cloned());
+    crate::output::check_out_for(&args.out, &named)?;
     let threads = crate::flags::jobs("calibrate", args.jobs)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -484,7 +491,7 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
             .push(i);
     }
 
-    let staging = Staging::new(&args.out, "calibrate")?;
+    let staging = Staging::new(&args.out, "calibrate", &named)?;
     let mut report_runs: BTreeMap<String, RunReport> = BTreeMap::new();
     let mut report_sets: Vec<SetReport> = Vec::new();
     let mut printed = String::new();

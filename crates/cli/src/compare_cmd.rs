@@ -149,8 +149,14 @@ fn compare(args: &Args) -> Result<(), Failure> {
     crate::flags::synthetic(args.rate, args.requests)?;
     let (all_slo, _) = args.slo.parse()?;
     crate::flags::catalogs(&args.catalog)?;
+    // What the flags name, which the results may not replace; what the
+    // documents name in turn is kept apart as it is read.
+    let mut named = vec![args.scenario.clone()];
+    named.extend(args.deployments.iter().cloned());
+    named.extend(args.trace.clone());
+    named.extend(args.catalog.iter().cloned());
     if let Some(out) = &args.out {
-        crate::output::check_out(out)?;
+        crate::output::check_out_for(out, &named)?;
     }
     let mut prepared: Vec<Prepared> = Vec::new();
     for d in &args.deployments {
@@ -205,7 +211,10 @@ fn compare(args: &Args) -> Result<(), Failure> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(default_name(args, &prepared)));
-    let staging = Staging::new(&out, "compare")?;
+    for p in &prepared {
+        named.extend(p.inputs.iter().cloned());
+    }
+    let staging = Staging::new(&out, "compare", &named)?;
     let tasks: Vec<(usize, usize)> = (0..prepared.len())
         .flat_map(|d| (0..seeds.len()).map(move |s| (d, s)))
         .collect();

@@ -9,9 +9,36 @@
 //! memory than the limit.
 
 use pdsim_spec::files::{FileKind, Files, MAX_DOCUMENT_BYTES, ReadError, decode};
+use std::collections::BTreeSet;
 use std::fs::{File, FileType};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Every file this process has opened as an input and every folder it has
+/// listed (a catalog's), as they were named. A command's results folder may
+/// not be or hold any of them, since moving the results in would replace
+/// what the command read (`crate::output::check_out_for`). They are noted
+/// here, at the one door through which inputs are read, so that what a
+/// command reads beyond its flags (the EndpointPickerConfig and manifests
+/// a deployment names, a user catalog's entries, a scenario's own trace) is
+/// kept apart from its results without every command having to know it.
+static READ: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+fn note_read(path: &Path) {
+    READ.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(path.to_path_buf());
+}
+
+/// What this process has read so far ([`READ`]), in path order.
+pub fn read_so_far() -> Vec<PathBuf> {
+    READ.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .cloned()
+        .collect()
+}
 
 /// The largest `plan.json` a merge reads, in bytes. A plan holds a summary
 /// per candidate, a few kilobytes each; 64 MiB is thousands of times the
@@ -38,6 +65,7 @@ impl Files for DiskFiles {
         let Ok(entries) = std::fs::read_dir(path) else {
             return Vec::new();
         };
+        note_read(path);
         let mut names: Vec<String> = entries
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -94,6 +122,16 @@ pub fn open_regular(path: &Path) -> Result<File, ReadError> {
     Ok(file)
 }
 
+/// [`open_regular`] for a file the command reads as an input (a document,
+/// a trace, a plan to merge), noted in [`READ`] once it is open. Files that
+/// pdsim opens only to see whether it may replace them (the head of a
+/// Perfetto trace) are opened with `open_regular` and are not inputs.
+pub fn open_input(path: &Path) -> Result<File, ReadError> {
+    let file = open_regular(path)?;
+    note_read(path);
+    Ok(file)
+}
+
 fn io_error(e: std::io::Error) -> ReadError {
     if e.kind() == std::io::ErrorKind::NotFound {
         ReadError::Missing
@@ -102,10 +140,10 @@ fn io_error(e: std::io::Error) -> ReadError {
     }
 }
 
-/// The bytes of the regular file `path`, if there are at most `limit_bytes`
-/// of them.
+/// The bytes of the regular file `path`, an input, if there are at most
+/// `limit_bytes` of them.
 pub fn read_limited(path: &Path, limit_bytes: u64) -> Result<Vec<u8>, ReadError> {
-    let file = open_regular(path)?;
+    let file = open_input(path)?;
     // Regular files in /proc report a length of 0, so the length only sizes
     // the buffer and refuses early; the limit on the read is what bounds it.
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);

@@ -309,8 +309,13 @@ fn file_name(path: &str) -> String {
 
 pub fn export(args: &ExportArgs) -> Result<(), Failure> {
     crate::flags::catalogs(&args.catalog)?;
+    // What the flags name, which the files written may not replace; what
+    // the deployment names in turn (its router's files) is kept apart as it
+    // is read.
+    let mut named = vec![args.scenario.clone(), args.deployment.clone()];
+    named.extend(args.catalog.iter().cloned());
     if let Some(out) = &args.out {
-        crate::output::check_out(out)?;
+        crate::output::check_out_for(out, &named)?;
     }
     let exported = export_files(
         &WithDefaults,
@@ -325,7 +330,7 @@ pub fn export(args: &ExportArgs) -> Result<(), Failure> {
             crate::flags::safe_part(&exported.name, 60)
         ))
     });
-    let staging = Staging::new(&out, "export")?;
+    let staging = Staging::new(&out, "export", &named)?;
     for (name, text) in &exported.files {
         staging.write(name, text)?;
     }
@@ -566,8 +571,12 @@ fn shell_quote(word: &str) -> String {
 
 pub fn import(args: &ImportArgs) -> Result<(), Failure> {
     crate::flags::catalogs(&args.catalog)?;
+    // An export folder is a pdsim result, which --out may replace; but not
+    // while it is what is being imported, nor the scenario or a catalog.
+    let mut named = vec![args.dir.clone(), args.scenario.clone()];
+    named.extend(args.catalog.iter().cloned());
     if let Some(out) = &args.out {
-        crate::output::check_out(out)?;
+        crate::output::check_out_for(out, &named)?;
     }
     let report = validated(&WithDefaults, &args.catalog, &args.scenario, None)?;
     let scenario = report.scenario.as_ref().expect("validated");
@@ -618,10 +627,7 @@ pub fn import(args: &ImportArgs) -> Result<(), Failure> {
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("results").join(format!("import--{}", crate::flags::safe_part(&name, 60)))
     });
-    // An export folder is a pdsim result, which --out may replace; but not
-    // while it is what is being imported.
-    crate::output::check_out_apart(&out, &[args.dir.clone(), args.scenario.clone()])?;
-    let staging = Staging::new(&out, "import")?;
+    let staging = Staging::new(&out, "import", &named)?;
     staging.write(
         "deployment.yaml",
         format!(

@@ -722,12 +722,34 @@ pub fn check_out_apart(out: &Path, inputs: &[PathBuf]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Refuses an `--out` that pdsim may not write ([`check_out`]), or that is
+/// or holds one of `inputs` (the files and folders the command's flags name)
+/// or anything the command has read from the disk so far
+/// ([`crate::disk::read_so_far`]: a deployment's EndpointPickerConfig and
+/// manifests, a catalog's entries, a scenario's trace) ([`check_out_apart`]).
+/// A command calls it before it reads anything, and [`Staged`] again before
+/// it makes its folder and before it moves the results into place, when
+/// everything the command read is known.
+pub fn check_out_for(out: &Path, inputs: &[PathBuf]) -> Result<Existing, Failure> {
+    let existing = check_out(out)?;
+    // Nothing is inside a folder that does not exist yet.
+    if existing == Existing::Result {
+        let mut all = inputs.to_vec();
+        all.extend(crate::disk::read_so_far());
+        check_out_apart(out, &all)?;
+    }
+    Ok(existing)
+}
+
 /// A results folder being written under a hidden temporary name beside its
 /// final one (`.NAME.partial-PID`), moved into place by [`Staged::commit`].
 pub struct Staged {
     pub dir: PathBuf,
     out: PathBuf,
     command: &'static str,
+    /// The files and folders the command's flags name, which the results
+    /// may not replace ([`check_out_for`]).
+    inputs: Vec<PathBuf>,
     /// Every file handed out so far, each also appended to the marker as it
     /// is handed out, so that a stopped run's folder lists what it wrote.
     written: std::sync::Mutex<BTreeSet<String>>,
@@ -737,10 +759,12 @@ pub struct Staged {
 }
 
 impl Staged {
-    /// Checks `out`, clears what stopped runs left beside it, and makes the
-    /// staging folder with its lock file and marker.
-    pub fn new(out: &Path, command: &'static str) -> Result<Staged, Failure> {
-        check_out(out)?;
+    /// Checks `out` (apart from `inputs`, the files and folders the
+    /// command's flags name, and from what it has read), clears what
+    /// stopped runs left beside it, and makes the staging folder with its
+    /// lock file and marker.
+    pub fn new(out: &Path, command: &'static str, inputs: &[PathBuf]) -> Result<Staged, Failure> {
+        check_out_for(out, inputs)?;
         // `x/`, `x/.` and `x` name one folder; the renames need the last.
         let out: PathBuf = out.components().collect();
         let out = out.as_path();
@@ -776,6 +800,7 @@ impl Staged {
             dir,
             out: out.to_path_buf(),
             command,
+            inputs: inputs.to_vec(),
             written: std::sync::Mutex::new(BTreeSet::new()),
             _lock: lock,
         };
@@ -880,7 +905,9 @@ impl Staged {
     pub fn commit(&self) -> Result<PathBuf, Failure> {
         self.verify()?;
         self.write_marker()?;
-        let existing = check_out(&self.out)?;
+        // Checked again: the command may have read more since the folder
+        // was made, and the earlier result may have changed.
+        let existing = check_out_for(&self.out, &self.inputs)?;
         let out = &self.out;
         let moved = |e: std::io::Error| {
             failure(
@@ -1414,7 +1441,7 @@ mod tests {
     fn the_marker_lists_each_file_before_it_is_written_and_a_commit_checks_them() {
         let dir = Scratch::new("commit");
         let out = dir.0.join("r");
-        let staged = Staged::new(&out, "run").unwrap();
+        let staged = Staged::new(&out, "run", &[]).unwrap();
         assert!(staged.dir.join(LOCK).is_file());
         let path = staged.path("plots/a.svg").unwrap();
         let listed = result_files(&staged.dir).unwrap();
@@ -1439,7 +1466,7 @@ mod tests {
         // A complete folder moves into place without its lock file, and
         // replaces an earlier result.
         for _ in 0..2 {
-            let staged = Staged::new(&out, "run").unwrap();
+            let staged = Staged::new(&out, "run", &[]).unwrap();
             std::fs::write(staged.path("summary.json").unwrap(), "{}").unwrap();
             assert_eq!(staged.commit().unwrap(), out);
             assert!(out.join("summary.json").is_file() && !out.join(LOCK).exists());
@@ -1453,7 +1480,7 @@ mod tests {
         let dir = Scratch::new("busy");
         let out = dir.pdsim_folder("r", &["summary.json"], true);
         let held = lock_held(&out.join(LOCK));
-        let staged = Staged::new(&out, "run").unwrap();
+        let staged = Staged::new(&out, "run", &[]).unwrap();
         std::fs::write(staged.path("summary.json").unwrap(), "new").unwrap();
         let failed = staged.commit().expect_err("refused");
         assert!(failed.message.contains("locked"), "{}", failed.message);

@@ -614,8 +614,14 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     }
     let shard = args.shard.as_deref().map(crate::flags::shard).transpose()?;
     crate::flags::catalogs(&args.catalog)?;
+    // What the flags name, which the plan may not replace; what the
+    // documents name in turn is kept apart as it is read.
+    let mut apart = vec![scenario.clone()];
+    apart.extend(args.deployments.iter().cloned());
+    apart.extend(args.trace.clone());
+    apart.extend(args.catalog.iter().cloned());
     if let Some(out) = &args.out {
-        crate::output::check_out(out)?;
+        crate::output::check_out_for(out, &apart)?;
     }
     let mut overlay = Overlay::default();
     let cands = candidates(args, scenario, &mut overlay)?;
@@ -756,7 +762,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(default_name(args, &question, shard)));
-    crate::output::check_out(&out)?;
+    crate::output::check_out_for(&out, &apart)?;
     let bar = progress(mine.len() as u64 * u64::from(args.max_runs.max(1)), "plan");
     let pool = pool("plan", args.jobs)?;
     let results: Vec<Result<LayoutResult, Failure>> = pool.install(|| {
@@ -831,7 +837,8 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let mut inputs = vec![scenario.clone()];
     inputs.extend(args.deployments.iter().cloned());
     inputs.extend(loaded.file.clone());
-    write_plan(&plan, &out, &inputs)?;
+    apart.extend(loaded.file.clone());
+    write_plan(&plan, &out, &inputs, &apart)?;
     crate::flags::warn_unknown_classes("plan", &args.slo, &loaded.names);
     Ok(())
 }
@@ -918,8 +925,16 @@ fn merged_name(parts: &[PathBuf], plan: &Plan) -> String {
     )
 }
 
-fn write_plan(plan: &Plan, out: &Path, inputs: &[PathBuf]) -> Result<(), Failure> {
-    let staging = Staging::new(out, "plan")?;
+/// Writes `plan` to `out`: `inputs` are listed with their digests in the
+/// README, and `out` may not be or hold one of `apart` (the files and
+/// folders the command reads).
+fn write_plan(
+    plan: &Plan,
+    out: &Path,
+    inputs: &[PathBuf],
+    apart: &[PathBuf],
+) -> Result<(), Failure> {
+    let staging = Staging::new(out, "plan", apart)?;
     let json = serde_json::to_string_pretty(plan).map_err(|e| failure(2, e))? + "\n";
     staging.write("plan.json", &json)?;
     let table = ranking_table(plan);
@@ -1020,8 +1035,7 @@ fn merge(parts: &[PathBuf], out: Option<&Path>) -> Result<(), Failure> {
         .unwrap_or_else(|| PathBuf::from("results").join(merged_name(parts, &plan)));
     // A shard is a pdsim result, which --out may replace; but not while it
     // is what is being merged.
-    crate::output::check_out_apart(&out, parts)?;
-    write_plan(&plan, &out, parts)
+    write_plan(&plan, &out, parts, parts)
 }
 
 #[cfg(test)]

@@ -91,8 +91,14 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     crate::flags::synthetic(args.rate, args.requests)?;
     args.slo.parse()?;
     crate::flags::catalogs(&args.catalog)?;
+    // What the flags name, which the results may not replace; what the
+    // documents name in turn (a router's configuration, a scenario's trace)
+    // is kept apart as it is read.
+    let mut named = vec![scenario_path.clone(), deployment_path.clone()];
+    named.extend(args.trace.clone());
+    named.extend(args.catalog.iter().cloned());
     if let Some(out) = &args.out {
-        crate::output::check_out(out)?;
+        crate::output::check_out_for(out, &named)?;
     }
     let mut prepared = prepare(&args.catalog, &scenario_path, &deployment_path)?;
     prepared.client_timeout = args.slo.client_timeout(&prepared);
@@ -135,7 +141,8 @@ fn run_inner(args: &Args) -> Result<(), Failure> {
     if let Some(path) = &args.perfetto {
         OutFile::check("--perfetto", path, &apart)?;
     }
-    let staging = Staging::new(&out, "run")?;
+    named.extend(inputs.iter().cloned());
+    let staging = Staging::new(&out, "run", &named)?;
     let mut csv = CsvSink::new(staging.file("requests.csv")?);
     let mut links = LinkCsvSink::new(staging.file("links.csv")?);
     let mut series = SeriesSink::new(

@@ -439,7 +439,7 @@ pub fn open_source(
         // A trace is read twice (replayed, then hashed for the results'
         // README), so a FIFO or a device could not be read as a trace even
         // if opening it did not block; only regular files are opened.
-        let file = match crate::disk::open_regular(&path) {
+        let file = match crate::disk::open_input(&path) {
             Ok(f) => f,
             Err(ReadError::IsDirectory) => {
                 return Err(failure(
@@ -797,10 +797,11 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// Refuses an `out` that pdsim may not replace (exit 2), before any
-    /// simulation runs.
-    pub fn new(out: &Path, command: &'static str) -> Result<Staging, Failure> {
-        let staged = crate::output::Staged::new(out, command)?;
+    /// Refuses an `out` that pdsim may not replace, or that is or holds one
+    /// of `inputs` (the files and folders the command's flags name) or
+    /// anything the command has read (exit 2), before any simulation runs.
+    pub fn new(out: &Path, command: &'static str, inputs: &[PathBuf]) -> Result<Staging, Failure> {
+        let staged = crate::output::Staged::new(out, command, inputs)?;
         Ok(Staging {
             staged,
             committed: false,

@@ -58,7 +58,7 @@ fn check_trace(
     use pdsim_spec::files::ReadError;
     use pdsim_workload::{RequestSource, TraceReader};
     let shown = path.display().to_string();
-    let file = crate::disk::open_regular(path).map_err(|e| {
+    let file = crate::disk::open_input(path).map_err(|e| {
         let why = match e {
             ReadError::IsDirectory => "is a directory, not a trace file".to_string(),
             ReadError::NotRegular { kind } => {

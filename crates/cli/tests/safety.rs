@@ -570,6 +570,262 @@ fn merge_and_import_never_write_over_what_they_read() {
     assert_eq!(code, 0, "{stderr}");
 }
 
+/// A measured run folder as `calibrate` reads it: one short inference-perf
+/// run of Llama-2-7B on one H100, its "measurements" made up (only the
+/// folder's shape matters here).
+fn measured_run(dir: &Scratch, rel: &str) -> PathBuf {
+    dir.write(
+        &format!("{rel}/exp-config.yaml"),
+        "model: meta-llama/Llama-2-7b-hf\ntensor_parallelism: 1\napp: inference-perf\n",
+    );
+    dir.write(
+        &format!("{rel}/results/config.yaml"),
+        "api: {type: completion, streaming: true}\ndata:\n  type: shared_prefix\n  shared_prefix: {num_groups: 1, num_prompts_per_group: 2, system_prompt_len: 20, question_len: 20, output_len: 8}\nload:\n  type: constant\n  stages: [{rate: 1.0, duration: 2}]\nserver: {type: vllm, model_name: meta-llama/Llama-2-7b-hf, base_url: 'http://localhost:8000', ignore_eos: true}\n",
+    );
+    dir.write(
+        &format!("{rel}/results/summary_lifecycle_metrics.json"),
+        r#"{"load_summary": {"count": 2}, "successes": {"count": 2, "latency": {"time_to_first_token": {"mean": 0.02, "p90": 0.03}, "request_latency": {"mean": 0.2, "p90": 0.3}}}, "failures": {"count": 0}}"#,
+    );
+    dir.path(rel)
+}
+
+#[test]
+fn no_command_writes_over_what_it_reads() {
+    // A pdsim result holding documents another command reads: an imported
+    // deployment with its EndpointPickerConfig. Every command given it (or
+    // given the result as a catalog folder) with `--out` naming the result
+    // would replace what it reads; each is refused before anything is
+    // written, naming the input and the folder.
+    let dir = Scratch::new("reads");
+    let trace = s(&dir.trace("t.jsonl", 8));
+    let sc = scenario();
+    let (code, _, stderr) = dir.pdsim(&[
+        "export",
+        "--scenario",
+        &sc,
+        "--deployment",
+        &deployment(),
+        "--out",
+        "ex",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = dir.pdsim(&["import", "--scenario", &sc, "ex", "--out", "im"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = dir.pdsim(&[
+        "plan",
+        "--scenario",
+        &sc,
+        "--trace",
+        &trace,
+        "--slo",
+        "ttft_ms=500",
+        "--max-runs",
+        "1",
+        "--shard",
+        "0/1",
+        "--out",
+        "shard",
+        &deployment(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // A deployment outside the result whose router configuration is the
+    // one inside it: read through the deployment, named by no flag.
+    let imported = std::fs::read_to_string(dir.path("im/deployment.yaml")).unwrap();
+    assert!(
+        imported.contains("endpoint_picker_config: epp-config.yaml"),
+        "{imported}"
+    );
+    dir.write(
+        "outside.yaml",
+        &imported.replace(
+            "endpoint_picker_config: epp-config.yaml",
+            "endpoint_picker_config: im/epp-config.yaml",
+        ),
+    );
+    let run_dir = s(&measured_run(&dir, "measured"));
+    let before = dir.snapshot("");
+    let deployment_in = "im/deployment.yaml";
+    let plan = |deployment: &'static str, more: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "plan",
+            "--scenario",
+            &sc,
+            "--trace",
+            &trace,
+            "--slo",
+            "ttft_ms=500",
+            "--max-runs",
+            "1",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.extend(more.iter().map(|a| a.to_string()));
+        args.push(deployment.into());
+        args
+    };
+    let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|a| a.to_string()).collect() };
+    // (the command without --out, the --out, the input its refusal names)
+    let cases: Vec<(Vec<String>, &str, &str)> = vec![
+        (
+            owned(&[
+                "run",
+                "--scenario",
+                &sc,
+                "--deployment",
+                deployment_in,
+                "--trace",
+                &trace,
+            ]),
+            "im",
+            deployment_in,
+        ),
+        (
+            owned(&[
+                "run",
+                "--scenario",
+                &sc,
+                "--deployment",
+                "outside.yaml",
+                "--trace",
+                &trace,
+            ]),
+            "im",
+            "im/epp-config.yaml",
+        ),
+        (
+            owned(&["run", "--trace", &trace, "--catalog", "im"]),
+            "im",
+            "is im",
+        ),
+        (
+            owned(&[
+                "run",
+                "--scenario",
+                &sc,
+                "--deployment",
+                deployment_in,
+                "--trace",
+                &trace,
+            ]),
+            "./im/",
+            deployment_in,
+        ),
+        (
+            owned(&[
+                "compare",
+                "--scenario",
+                &sc,
+                "--trace",
+                &trace,
+                deployment_in,
+            ]),
+            "im",
+            deployment_in,
+        ),
+        (
+            owned(&[
+                "compare",
+                "--scenario",
+                &sc,
+                "--trace",
+                &trace,
+                "outside.yaml",
+            ]),
+            "im",
+            "im/epp-config.yaml",
+        ),
+        (plan(deployment_in, &[]), "im", deployment_in),
+        (
+            plan("outside.yaml", &["--shard", "0/1"]),
+            "im",
+            "im/epp-config.yaml",
+        ),
+        (owned(&["plan", "merge", "shard"]), "shard", "shard"),
+        (
+            owned(&["export", "--scenario", &sc, "--deployment", deployment_in]),
+            "im",
+            deployment_in,
+        ),
+        (
+            owned(&["export", "--scenario", &sc, "--deployment", "outside.yaml"]),
+            "im",
+            "im/epp-config.yaml",
+        ),
+        (
+            owned(&["import", "--scenario", &sc, "ex", "--catalog", "im"]),
+            "im",
+            "is im",
+        ),
+        (
+            owned(&[
+                "calibrate",
+                "--catalog",
+                "im",
+                "--fit",
+                "hbm_derate",
+                "--iterations",
+                "1",
+                &run_dir,
+            ]),
+            "im",
+            "is im",
+        ),
+        (
+            owned(&[
+                "calibrate",
+                "--scenario",
+                &sc,
+                "--deployment",
+                deployment_in,
+                "--iterations",
+                "1",
+                &run_dir,
+            ]),
+            "im",
+            deployment_in,
+        ),
+    ];
+    for (command, out, input) in &cases {
+        let mut args: Vec<&str> = command.iter().map(String::as_str).collect();
+        args.extend(["--out", out]);
+        let (code, stdout, stderr) = dir.pdsim(&args);
+        assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("--out {out}: "))
+                && stderr.contains(input)
+                && stderr.contains("which this command reads"),
+            "{args:?}: the refusal names the folder and the input: {stderr}"
+        );
+        assert!(!stdout.contains("results:"), "{args:?}: {stdout}");
+        assert_eq!(dir.snapshot(""), before, "{args:?} replaced what it read");
+    }
+    assert!(dir.partials("").is_empty(), "{:?}", dir.partials(""));
+    // Given another folder, the same commands write as ever.
+    let (code, _, stderr) = dir.pdsim(&[
+        "run",
+        "--scenario",
+        &sc,
+        "--deployment",
+        "outside.yaml",
+        "--trace",
+        &trace,
+        "--out",
+        "elsewhere",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = dir.pdsim(&[
+        "export",
+        "--scenario",
+        &sc,
+        "--deployment",
+        deployment_in,
+        "--out",
+        "ex",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
 /// Starts a long run and waits for its staging folder; `None` if it never
 /// appears.
 fn start_long_run(dir: &Scratch, out: &str) -> (std::process::Child, String) {
