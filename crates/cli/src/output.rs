@@ -1256,7 +1256,7 @@ fn inside(name: &str) -> bool {
 mod tests {
     use super::{
         Apart, LOCK, MARKER, OutFile, Staged, check_out_apart, clean_stale, foreign_entries,
-        inside, resolve, result_files, temporary_name,
+        inside, remove_written, resolve, result_files, temporary_name,
     };
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
@@ -1424,6 +1424,85 @@ mod tests {
             assert!(kept.exists(), "{} is kept", kept.display());
         }
         drop(held);
+    }
+
+    /// A folder pdsim wrote, with everything a user or another program
+    /// may have added to it: what is not pdsim's, in the order both walks
+    /// find it, is what they must agree on.
+    fn crowded(dir: &Scratch) -> (PathBuf, BTreeSet<String>) {
+        let files = [
+            "a.csv",
+            "plots/a.svg",
+            "plots/b.svg",
+            "runs/x/seed0/requests.csv",
+            "runs/x/seed0/summary.json",
+            "z.json",
+        ];
+        let result = dir.pdsim_folder("r", &files, true);
+        // Not listed: files, a folder with nothing pdsim wrote (named
+        // whole), an empty folder, a link, and a listed name that is now a
+        // link or a folder.
+        dir.write("r/notes.txt", "mine\n");
+        dir.write("r/runs/mine.txt", "mine too\n");
+        dir.write("r/runs/x/seed0/extra.csv", "mine\n");
+        dir.write("r/theirs/deep/file.txt", "mine\n");
+        std::fs::create_dir(result.join("empty")).unwrap();
+        std::os::unix::fs::symlink(result.join("a.csv"), result.join("link")).unwrap();
+        std::fs::remove_file(result.join("plots/b.svg")).unwrap();
+        std::os::unix::fs::symlink(result.join("a.csv"), result.join("plots/b.svg")).unwrap();
+        std::fs::remove_file(result.join("z.json")).unwrap();
+        dir.write("r/z.json/inside.txt", "mine\n");
+        (result, files.iter().map(|f| f.to_string()).collect())
+    }
+
+    #[test]
+    fn the_walks_name_what_pdsim_did_not_write_in_one_order() {
+        let dir = Scratch::new("walks");
+        let (result, listed) = crowded(&dir);
+        let not_pdsims = [
+            "empty/",
+            "link",
+            "notes.txt",
+            "plots/b.svg",
+            "runs/mine.txt",
+            "runs/x/seed0/extra.csv",
+            "theirs/",
+            "z.json/",
+        ];
+        // A refusal names the first five.
+        assert_eq!(foreign_entries(&result, &listed), not_pdsims[..5]);
+        // A removal keeps them all, and removes the rest: the listed
+        // regular files, the folders they leave empty, the marker and the
+        // lock file, never the folder that still holds something.
+        assert_eq!(remove_written(&result, &listed), not_pdsims);
+        let mut left = walk(&result);
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "empty/",
+                "link",
+                "notes.txt",
+                "plots/",
+                "plots/b.svg",
+                "runs/",
+                "runs/mine.txt",
+                "runs/x/",
+                "runs/x/seed0/",
+                "runs/x/seed0/extra.csv",
+                "theirs/",
+                "theirs/deep/",
+                "theirs/deep/file.txt",
+                "z.json/",
+                "z.json/inside.txt",
+            ]
+        );
+        // With nothing but its own files, the folder goes whole.
+        let clean = dir.pdsim_folder("clean", &["a.csv", "plots/a.svg"], true);
+        let listed: BTreeSet<String> = ["a.csv".to_string(), "plots/a.svg".to_string()].into();
+        assert!(foreign_entries(&clean, &listed).is_empty());
+        assert!(remove_written(&clean, &listed).is_empty());
+        assert!(!clean.exists());
     }
 
     #[test]
