@@ -24,6 +24,7 @@ use pdsim_report::perfetto::{HEAD as PERFETTO_HEAD, OLD_HEAD as OLD_PERFETTO_HEA
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
+use std::ops::ControlFlow;
 use std::path::{Component, Path, PathBuf};
 
 /// The name of the marker file in every results folder pdsim writes.
@@ -88,37 +89,60 @@ pub fn result_files(dir: &Path) -> Option<BTreeSet<String>> {
     )
 }
 
-/// Entries of `dir` (relative paths) that its marker does not list: a
-/// user's notes added to a result, a symbolic link, an empty folder.
-fn foreign_entries(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
-    fn walk(root: &Path, rel: &str, listed: &BTreeSet<String>, out: &mut Vec<String>) {
+/// What a walk of a folder carrying the marker finds ([`walk_written`]).
+enum Found {
+    /// A regular file the marker lists, by its relative path: pdsim's.
+    Written(String),
+    /// Anything else, as refusals and notes name it: a file the marker does
+    /// not list, a symbolic link (even under a listed name), a folder
+    /// holding nothing the marker lists or that cannot be read (with a
+    /// trailing `/`, and not walked), `.` for the folder itself unread.
+    Other(String),
+    /// A folder holding listed files, once everything in it was found.
+    Walked(String),
+}
+
+/// Walks `dir`, a folder carrying the marker, in name order, and tells
+/// `visit` what each entry is ([`Found`]) until it breaks. The marker and
+/// the lock file are pdsim's own and are not listed: they are skipped when
+/// they are regular files. A folder is entered only when the marker lists
+/// something inside it, so a user's folder is named whole. Only entries
+/// found in `dir` are matched against the list, so a marker listing `..`
+/// or an absolute path names nothing. Both what a refusal names
+/// ([`foreign_entries`]) and what a removal spares ([`remove_written`]) come
+/// from this one walk, so the two never disagree on what pdsim wrote.
+fn walk_written(
+    dir: &Path,
+    listed: &BTreeSet<String>,
+    visit: &mut dyn FnMut(Found) -> ControlFlow<()>,
+) {
+    fn walk(
+        root: &Path,
+        rel: &str,
+        listed: &BTreeSet<String>,
+        visit: &mut dyn FnMut(Found) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
-            out.push(if rel.is_empty() {
+            return visit(Found::Other(if rel.is_empty() {
                 ".".into()
             } else {
-                rel.into()
-            });
-            return;
+                format!("{rel}/")
+            }));
         };
         let mut entries: Vec<_> = entries.flatten().collect();
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
-            if out.len() >= 5 {
-                return;
-            }
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = if rel.is_empty() {
                 name
             } else {
                 format!("{rel}/{name}")
             };
-            if path == MARKER {
+            let file_type = entry.file_type();
+            if (path == MARKER || path == LOCK) && file_type.as_ref().is_ok_and(|t| t.is_file()) {
                 continue;
             }
-            if path == LOCK && entry.file_type().is_ok_and(|t| t.is_file()) {
-                continue;
-            }
-            match entry.file_type() {
+            match file_type {
                 Ok(t) if t.is_dir() => {
                     let prefix = format!("{path}/");
                     // The first listed name from the prefix on tells
@@ -128,18 +152,35 @@ fn foreign_entries(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
                         .next()
                         .is_some_and(|f| f.starts_with(&prefix))
                     {
-                        walk(root, &path, listed, out);
+                        walk(root, &path, listed, visit)?;
+                        visit(Found::Walked(path))?;
                     } else {
-                        out.push(prefix);
+                        visit(Found::Other(prefix))?;
                     }
                 }
-                Ok(t) if t.is_file() && listed.contains(&path) => {}
-                _ => out.push(path),
+                Ok(t) if t.is_file() && listed.contains(&path) => visit(Found::Written(path))?,
+                _ => visit(Found::Other(path))?,
             }
         }
+        ControlFlow::Continue(())
     }
+    let _ = walk(dir, "", listed, visit);
+}
+
+/// The first five entries of `dir` (relative paths) that its marker does
+/// not list, as [`walk_written`] names them: a user's notes added to a
+/// result, a symbolic link, an empty folder.
+fn foreign_entries(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
     let mut out = Vec::new();
-    walk(dir, "", listed, &mut out);
+    walk_written(dir, listed, &mut |found| {
+        if let Found::Other(name) = found {
+            out.push(name);
+            if out.len() >= 5 {
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    });
     out
 }
 
@@ -387,60 +428,27 @@ fn lock_folder(dir: &Path, command: &str) -> Result<Option<File>, Failure> {
 /// regular files the marker lists (never through a symbolic link), the
 /// folders they leave empty, the marker and the lock file, then `dir`
 /// itself when nothing else is left. Returns what it kept, as
-/// `foreign_entries` names it: anything the marker does not list (a user's
-/// note, a link, an empty folder). A marker listing `..` or an absolute
-/// path names nothing here, since only entries found in `dir` are matched.
+/// [`walk_written`] names it: anything the marker does not list (a user's
+/// note, a link, an empty folder), and a listed file it could not remove.
 fn remove_written(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
-    fn walk(root: &Path, rel: &str, listed: &BTreeSet<String>, kept: &mut Vec<String>) {
-        let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
-            kept.push(if rel.is_empty() {
-                ".".into()
-            } else {
-                format!("{rel}/")
-            });
-            return;
-        };
-        let mut entries: Vec<_> = entries.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let path = if rel.is_empty() {
-                name
-            } else {
-                format!("{rel}/{name}")
-            };
-            let file_type = entry.file_type();
-            // The marker and the lock go last, so a removal cut short
-            // leaves the folder still marked as pdsim's.
-            if (path == MARKER || path == LOCK) && file_type.as_ref().is_ok_and(|t| t.is_file()) {
-                continue;
-            }
-            match file_type {
-                Ok(t) if t.is_dir() => {
-                    let prefix = format!("{path}/");
-                    if listed
-                        .range(prefix.clone()..)
-                        .next()
-                        .is_some_and(|f| f.starts_with(&prefix))
-                    {
-                        walk(root, &path, listed, kept);
-                        // Empty now unless something kept is inside.
-                        let _ = std::fs::remove_dir(root.join(&path));
-                    } else {
-                        kept.push(prefix);
-                    }
-                }
-                Ok(t) if t.is_file() && listed.contains(&path) => {
-                    if std::fs::remove_file(root.join(&path)).is_err() {
-                        kept.push(path);
-                    }
-                }
-                _ => kept.push(path),
-            }
-        }
-    }
     let mut kept = Vec::new();
-    walk(dir, "", listed, &mut kept);
+    // The marker and the lock go last (the walk skips them), so a removal
+    // cut short leaves the folder still marked as pdsim's.
+    walk_written(dir, listed, &mut |found| {
+        match found {
+            Found::Written(path) => {
+                if std::fs::remove_file(dir.join(&path)).is_err() {
+                    kept.push(path);
+                }
+            }
+            // Empty now unless something kept is inside.
+            Found::Walked(path) => {
+                let _ = std::fs::remove_dir(dir.join(&path));
+            }
+            Found::Other(name) => kept.push(name),
+        }
+        ControlFlow::Continue(())
+    });
     // The marker and the lock file go in every case: what is left is not
     // pdsim's, and a folder without the marker is never looked at again.
     for name in [MARKER, LOCK] {
