@@ -21,7 +21,7 @@
 use crate::interrupt;
 use crate::session::{Failure, failure};
 use pdsim_report::perfetto::{HEAD as PERFETTO_HEAD, OLD_HEAD as OLD_PERFETTO_HEAD};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
 use std::ops::ControlFlow;
@@ -47,14 +47,91 @@ const MARKER_LIMIT_BYTES: u64 = 64 << 20;
 /// just after moving its results into place) is still pdsim's alone.
 pub const LOCK: &str = ".pdsim-lock";
 
-/// The marker's text: what wrote the folder, and every file in it.
-fn marker_text(command: &str, files: &BTreeSet<String>) -> String {
+/// What a marker records of a file pdsim wrote, to tell it from the same
+/// file edited since: its length and the SHA-256 of its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Digest {
+    bytes: u64,
+    sha256: String,
+}
+
+impl Digest {
+    /// The digest of the regular file `path` as it is now; `None` when it
+    /// cannot be read. A FIFO or a device put in its place is not opened.
+    fn of(path: &Path) -> Option<Digest> {
+        use sha2::Digest as _;
+        let mut file = crate::disk::open_regular(path).ok()?;
+        let mut hasher = sha2::Sha256::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut bytes = 0u64;
+        loop {
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    hasher.update(&buf[..n]);
+                    bytes += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        let sha256 = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Some(Digest { bytes, sha256 })
+    }
+
+    /// Whether the regular file `path` still holds what this digest
+    /// records. The length is compared first, so a file whose length
+    /// changed is told apart without reading it.
+    fn matches(&self, path: &Path) -> bool {
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.len() == self.bytes)
+            && Digest::of(path).is_some_and(|d| d == *self)
+    }
+}
+
+/// What a marker lists: every file pdsim wrote in its folder, by relative
+/// path, with its [`Digest`] when the marker records one. A pdsim result
+/// records each file's digest when it is completed; a folder still being
+/// written (or left by a stopped run) lists names alone, and so do the
+/// markers of pdsims from before digests were recorded.
+pub type Listed = BTreeMap<String, Option<Digest>>;
+
+/// Splits a marker line into a file's name and its digest: `NAME`, or
+/// `NAME<TAB>LENGTH<TAB>SHA256` (64 lowercase hex digits). A line of any
+/// other shape is a name alone, as older markers' lines all are; pdsim
+/// writes no name with a control character in it ([`Staged::path`]), so
+/// the two never meet.
+fn marker_line(line: &str) -> (String, Option<Digest>) {
+    let mut fields = line.rsplitn(3, '\t');
+    if let (Some(sha256), Some(bytes), Some(name)) = (fields.next(), fields.next(), fields.next())
+        && !name.is_empty()
+        && sha256.len() == 64
+        && sha256
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && let Ok(bytes) = bytes.parse()
+    {
+        let sha256 = sha256.to_string();
+        return (name.to_string(), Some(Digest { bytes, sha256 }));
+    }
+    (line.to_string(), None)
+}
+
+/// The marker's text: what wrote the folder, and every file in it with its
+/// digest when it is known.
+fn marker_text(command: &str, files: &Listed) -> String {
     let mut text = format!(
-        "{MARKER_HEAD} written by pdsim {} (`pdsim {command}`). pdsim replaces this folder when asked to write here again, but only while it holds nothing except the files listed below.\n",
+        "{MARKER_HEAD} written by pdsim {} (`pdsim {command}`). pdsim replaces this folder when asked to write here again, but only while it holds nothing except the files listed below, each as pdsim wrote it (its length and SHA-256 follow its name).\n",
         env!("CARGO_PKG_VERSION")
     );
-    for file in files {
+    for (file, digest) in files {
         text.push_str(file);
+        if let Some(d) = digest {
+            text.push_str(&format!("\t{}\t{}", d.bytes, d.sha256));
+        }
         text.push('\n');
     }
     text
@@ -62,7 +139,7 @@ fn marker_text(command: &str, files: &BTreeSet<String>) -> String {
 
 /// The files a pdsim result's marker lists, or `None` when `dir` is not a
 /// real folder (a symbolic link is not) holding a valid marker.
-pub fn result_files(dir: &Path) -> Option<BTreeSet<String>> {
+pub fn result_files(dir: &Path) -> Option<Listed> {
     let meta = std::fs::symlink_metadata(dir).ok()?;
     if !meta.is_dir() {
         return None;
@@ -81,22 +158,22 @@ pub fn result_files(dir: &Path) -> Option<BTreeSet<String>> {
     if !lines.next()?.starts_with(MARKER_HEAD) {
         return None;
     }
-    Some(
-        lines
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect(),
-    )
+    Some(lines.filter(|l| !l.is_empty()).map(marker_line).collect())
 }
 
 /// What a walk of a folder carrying the marker finds ([`walk_written`]).
 enum Found {
-    /// A regular file the marker lists, by its relative path: pdsim's.
+    /// A regular file the marker lists, by its relative path, that still
+    /// holds what the marker records of it (or of which it records no
+    /// digest): pdsim's.
     Written(String),
     /// Anything else, as refusals and notes name it: a file the marker does
-    /// not list, a symbolic link (even under a listed name), a folder
-    /// holding nothing the marker lists or that cannot be read (with a
-    /// trailing `/`, and not walked), `.` for the folder itself unread.
+    /// not list, a listed file whose length or SHA-256 is no longer what
+    /// the marker records (someone edited it, so it is theirs now; named
+    /// with `(changed since pdsim wrote it)`), a symbolic link (even under a
+    /// listed name), a folder holding nothing the marker lists or that
+    /// cannot be read (with a trailing `/`, and not walked), `.` for the
+    /// folder itself unread.
     Other(String),
     /// A folder holding listed files, once everything in it was found.
     Walked(String),
@@ -111,15 +188,11 @@ enum Found {
 /// or an absolute path names nothing. Both what a refusal names
 /// ([`foreign_entries`]) and what a removal spares ([`remove_written`]) come
 /// from this one walk, so the two never disagree on what pdsim wrote.
-fn walk_written(
-    dir: &Path,
-    listed: &BTreeSet<String>,
-    visit: &mut dyn FnMut(Found) -> ControlFlow<()>,
-) {
+fn walk_written(dir: &Path, listed: &Listed, visit: &mut dyn FnMut(Found) -> ControlFlow<()>) {
     fn walk(
         root: &Path,
         rel: &str,
-        listed: &BTreeSet<String>,
+        listed: &Listed,
         visit: &mut dyn FnMut(Found) -> ControlFlow<()>,
     ) -> ControlFlow<()> {
         let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
@@ -150,7 +223,7 @@ fn walk_written(
                     if listed
                         .range(prefix.clone()..)
                         .next()
-                        .is_some_and(|f| f.starts_with(&prefix))
+                        .is_some_and(|(f, _)| f.starts_with(&prefix))
                     {
                         walk(root, &path, listed, visit)?;
                         visit(Found::Walked(path))?;
@@ -158,7 +231,12 @@ fn walk_written(
                         visit(Found::Other(prefix))?;
                     }
                 }
-                Ok(t) if t.is_file() && listed.contains(&path) => visit(Found::Written(path))?,
+                Ok(t) if t.is_file() && listed.contains_key(&path) => match &listed[&path] {
+                    Some(digest) if !digest.matches(&root.join(&path)) => visit(Found::Other(
+                        format!("{path} (changed since pdsim wrote it)"),
+                    ))?,
+                    _ => visit(Found::Written(path))?,
+                },
                 _ => visit(Found::Other(path))?,
             }
         }
@@ -170,7 +248,7 @@ fn walk_written(
 /// The first five entries of `dir` (relative paths) that its marker does
 /// not list, as [`walk_written`] names them: a user's notes added to a
 /// result, a symbolic link, an empty folder.
-fn foreign_entries(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
+fn foreign_entries(dir: &Path, listed: &Listed) -> Vec<String> {
     let mut out = Vec::new();
     walk_written(dir, listed, &mut |found| {
         if let Found::Other(name) = found {
@@ -429,8 +507,9 @@ fn lock_folder(dir: &Path, command: &str) -> Result<Option<File>, Failure> {
 /// folders they leave empty, the marker and the lock file, then `dir`
 /// itself when nothing else is left. Returns what it kept, as
 /// [`walk_written`] names it: anything the marker does not list (a user's
-/// note, a link, an empty folder), and a listed file it could not remove.
-fn remove_written(dir: &Path, listed: &BTreeSet<String>) -> Vec<String> {
+/// note, a link, an empty folder), a listed file changed since pdsim wrote
+/// it, and a listed file it could not remove.
+fn remove_written(dir: &Path, listed: &Listed) -> Vec<String> {
     let mut kept = Vec::new();
     // The marker and the lock go last (the walk skips them), so a removal
     // cut short leaves the folder still marked as pdsim's.
@@ -629,14 +708,7 @@ pub fn clean_stale(parent: &Path, command: &str) {
 /// Clears `.NAME.old-PID` (`path`), an earlier result that a stopped run
 /// (process `pid`, whose lock this process now holds) had moved aside to
 /// replace it with a new one at `NAME`.
-fn clean_aside(
-    parent: &Path,
-    path: &Path,
-    base: &str,
-    pid: u32,
-    listed: &BTreeSet<String>,
-    command: &str,
-) {
+fn clean_aside(parent: &Path, path: &Path, base: &str, pid: u32, listed: &Listed, command: &str) {
     let home = parent.join(base);
     match std::fs::symlink_metadata(&home) {
         // Stopped between its two renames: the earlier result goes back.
@@ -812,17 +884,35 @@ impl Staged {
             written: std::sync::Mutex::new(BTreeSet::new()),
             _lock: lock,
         };
-        if let Err(f) = staged.write_marker() {
+        if let Err(f) = staged.write_marker(false) {
             staged.discard();
             return Err(f);
         }
         Ok(staged)
     }
 
-    fn write_marker(&self) -> Result<(), Failure> {
+    /// Writes the marker listing every file handed out so far; with
+    /// `digests`, once every file is complete, with the length and SHA-256
+    /// of each, by which a file edited afterwards is told from pdsim's.
+    fn write_marker(&self, digests: bool) -> Result<(), Failure> {
         let files = self.written.lock().map(|w| w.clone()).unwrap_or_default();
+        let mut listed = Listed::new();
+        for name in files {
+            let digest = if digests {
+                let file = self.dir.join(&name);
+                Some(Digest::of(&file).ok_or_else(|| {
+                    failure(
+                        2,
+                        format!("cannot read {} back to record its digest", file.display()),
+                    )
+                })?)
+            } else {
+                None
+            };
+            listed.insert(name, digest);
+        }
         let path = self.dir.join(MARKER);
-        std::fs::write(&path, marker_text(self.command, &files))
+        std::fs::write(&path, marker_text(self.command, &listed))
             .map_err(|e| failure(2, format!("cannot write {}: {e}", path.display())))
     }
 
@@ -847,6 +937,17 @@ impl Staged {
                 2,
                 format!(
                     "{:?} is not a path inside the results folder; pdsim writes nothing outside it",
+                    pdsim_spec::problem::quote(name)
+                ),
+            ));
+        }
+        // The marker lists one file a line, its digest after tabs: a name
+        // with a line break or a tab in it could not be listed as itself.
+        if name.chars().any(char::is_control) {
+            return Err(failure(
+                2,
+                format!(
+                    "{:?} has a control character (a tab or a line break) in it, which the {MARKER} marker cannot list; pdsim writes no file of that name",
                     pdsim_spec::problem::quote(name)
                 ),
             ));
@@ -912,7 +1013,7 @@ impl Staged {
     /// locked and renamed aside first, and deleted last.
     pub fn commit(&self) -> Result<PathBuf, Failure> {
         self.verify()?;
-        self.write_marker()?;
+        self.write_marker(true)?;
         // Checked again: the command may have read more since the folder
         // was made, and the earlier result may have changed.
         let existing = check_out_for(&self.out, &self.inputs)?;
@@ -1263,11 +1364,17 @@ fn inside(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{
-        Apart, LOCK, MARKER, OutFile, Staged, check_out_apart, clean_stale, foreign_entries,
-        inside, remove_written, resolve, result_files, temporary_name,
+        Apart, Existing, LOCK, Listed, MARKER, OutFile, Staged, check_out, check_out_apart,
+        clean_stale, foreign_entries, inside, marker_line, remove_written, resolve, result_files,
+        temporary_name,
     };
-    use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};
+
+    /// A marker's list of `files` with no digests, as older markers and
+    /// unfinished folders list them.
+    fn names(files: &[&str]) -> Listed {
+        files.iter().map(|f| (f.to_string(), None)).collect()
+    }
 
     /// A process id no process has (Linux's ids stop at 2^22), so only a
     /// lock, never `/proc`, can tell whether its run is going.
@@ -1437,7 +1544,7 @@ mod tests {
     /// A folder pdsim wrote, with everything a user or another program
     /// may have added to it: what is not pdsim's, in the order both walks
     /// find it, is what they must agree on.
-    fn crowded(dir: &Scratch) -> (PathBuf, BTreeSet<String>) {
+    fn crowded(dir: &Scratch) -> (PathBuf, Listed) {
         let files = [
             "a.csv",
             "plots/a.svg",
@@ -1460,7 +1567,7 @@ mod tests {
         std::os::unix::fs::symlink(result.join("a.csv"), result.join("plots/b.svg")).unwrap();
         std::fs::remove_file(result.join("z.json")).unwrap();
         dir.write("r/z.json/inside.txt", "mine\n");
-        (result, files.iter().map(|f| f.to_string()).collect())
+        (result, names(&files))
     }
 
     #[test]
@@ -1507,7 +1614,7 @@ mod tests {
         );
         // With nothing but its own files, the folder goes whole.
         let clean = dir.pdsim_folder("clean", &["a.csv", "plots/a.svg"], true);
-        let listed: BTreeSet<String> = ["a.csv".to_string(), "plots/a.svg".to_string()].into();
+        let listed = names(&["a.csv", "plots/a.svg"]);
         assert!(foreign_entries(&clean, &listed).is_empty());
         assert!(remove_written(&clean, &listed).is_empty());
         assert!(!clean.exists());
@@ -1517,7 +1624,7 @@ mod tests {
     fn the_lock_file_is_pdsims_own_in_a_result_but_a_folder_of_its_name_is_not() {
         let dir = Scratch::new("foreign");
         let result = dir.pdsim_folder("r", &["a.csv"], true);
-        let listed: BTreeSet<String> = ["a.csv".to_string()].into();
+        let listed = names(&["a.csv"]);
         assert!(foreign_entries(&result, &listed).is_empty());
         std::fs::remove_file(result.join(LOCK)).unwrap();
         dir.write(&format!("r/{LOCK}/mine.txt"), "mine\n");
@@ -1532,7 +1639,7 @@ mod tests {
         assert!(staged.dir.join(LOCK).is_file());
         let path = staged.path("plots/a.svg").unwrap();
         let listed = result_files(&staged.dir).unwrap();
-        assert!(listed.contains("plots/a.svg") && !path.exists());
+        assert!(listed.contains_key("plots/a.svg") && !path.exists());
         std::fs::write(&path, "svg").unwrap();
         std::fs::write(staged.path("summary.json").unwrap(), "{}").unwrap();
         // Another program removes a file: the commit fails, naming it.
@@ -1559,6 +1666,105 @@ mod tests {
             assert!(out.join("summary.json").is_file() && !out.join(LOCK).exists());
         }
         assert_eq!(walk(&dir.0).len(), 3, "{:?}", walk(&dir.0));
+    }
+
+    #[test]
+    fn a_listed_file_edited_since_pdsim_wrote_it_is_the_users() {
+        let dir = Scratch::new("edited");
+        let out = dir.0.join("r");
+        let staged = Staged::new(&out, "run", &[]).unwrap();
+        std::fs::write(staged.path("summary.json").unwrap(), "{\"a\": 1}\n").unwrap();
+        std::fs::write(staged.path("plots/a.svg").unwrap(), "<svg/>").unwrap();
+        staged.commit().unwrap();
+        // The committed marker records each file's length and SHA-256.
+        let marker = std::fs::read_to_string(out.join(MARKER)).unwrap();
+        // (`printf '{"a": 1}\n' | sha256sum`)
+        assert!(
+            marker.lines().any(|l| l
+                == "summary.json\t9\te8c628edc9968ef0c668f54e0ba2636b35503357eb1aca0ddc828aeace432f67"),
+            "{marker}"
+        );
+        let listed = result_files(&out).unwrap();
+        assert!(listed.values().all(Option::is_some), "{listed:?}");
+        assert_eq!(check_out(&out).unwrap(), Existing::Result);
+        // The same length, other bytes; then another length: either way
+        // the file is the user's, the refusal names it, and a removal
+        // keeps it (and the folder).
+        for edit in ["{\"a\": 2}\n", "{\"a\": 1, \"mine\": true}\n"] {
+            std::fs::write(out.join("summary.json"), edit).unwrap();
+            let failed = check_out(&out).unwrap_err();
+            assert!(
+                failed.code == 2
+                    && failed
+                        .message
+                        .contains("summary.json (changed since pdsim wrote it)"),
+                "{}",
+                failed.message
+            );
+            assert_eq!(
+                foreign_entries(&out, &listed),
+                ["summary.json (changed since pdsim wrote it)"]
+            );
+        }
+        // Put back as pdsim wrote it, it is pdsim's again.
+        std::fs::write(out.join("summary.json"), "{\"a\": 1}\n").unwrap();
+        assert_eq!(check_out(&out).unwrap(), Existing::Result);
+        std::fs::write(out.join("summary.json"), "mine\n").unwrap();
+        assert_eq!(
+            remove_written(&out, &listed),
+            ["summary.json (changed since pdsim wrote it)"]
+        );
+        assert_eq!(
+            std::fs::read_to_string(out.join("summary.json")).unwrap(),
+            "mine\n"
+        );
+        assert!(!out.join("plots").exists() && !out.join(MARKER).exists());
+    }
+
+    #[test]
+    fn a_marker_without_digests_is_read_as_before() {
+        // An older pdsim's result, or a folder still being written, lists
+        // names alone: a listed file is pdsim's whatever it holds.
+        let dir = Scratch::new("undigested");
+        let out = dir.pdsim_folder("r", &["summary.json"], false);
+        std::fs::write(out.join("summary.json"), "edited\n").unwrap();
+        assert_eq!(check_out(&out).unwrap(), Existing::Result);
+        let sha = "a".repeat(64);
+        assert_eq!(
+            marker_line(&format!("a b.csv\t12\t{sha}")),
+            (
+                "a b.csv".to_string(),
+                Some(super::Digest {
+                    bytes: 12,
+                    sha256: sha.clone()
+                })
+            )
+        );
+        // Any other shape is a name alone.
+        for line in [
+            "summary.json".to_string(),
+            format!("x\tten\t{sha}"),
+            format!("x\t12\t{}", "A".repeat(64)),
+            format!("\t12\t{sha}"),
+            "x\t12".to_string(),
+        ] {
+            assert_eq!(marker_line(&line), (line.clone(), None), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_name_the_marker_could_not_list_is_not_written() {
+        let dir = Scratch::new("control");
+        let staged = Staged::new(&dir.0.join("r"), "run", &[]).unwrap();
+        for name in ["a\tb.yaml", "a\nb.yaml", "manifests/x\r.yaml"] {
+            let failed = staged.path(name).unwrap_err();
+            assert!(
+                failed.message.contains("control character"),
+                "{}",
+                failed.message
+            );
+        }
+        staged.discard();
     }
 
     #[test]

@@ -253,7 +253,10 @@ fn an_earlier_result_is_replaced_with_a_note_and_only_when_it_is_pdsims_alone() 
     assert!(!stderr.contains("replacing"), "{stderr}");
     let marker = std::fs::read_to_string(dir.path("r/.pdsim-result")).unwrap();
     assert!(marker.starts_with("pdsim result:") && marker.contains("pdsim run"));
-    assert!(marker.lines().any(|l| l == "summary.json"), "{marker}");
+    assert!(
+        marker.lines().any(|l| l.starts_with("summary.json\t")),
+        "{marker}"
+    );
     let (code, _, stderr) = dir.pdsim(&["run", "--trace", &trace, "--out", "r"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
@@ -283,6 +286,52 @@ fn an_earlier_result_is_replaced_with_a_note_and_only_when_it_is_pdsims_alone() 
     let (code, _, _) = dir.pdsim(&["run", "--trace", &trace, "--out", "fake"]);
     assert_eq!(code, 2);
     assert!(dir.path("fake/.pdsim-result").is_file());
+}
+
+#[test]
+fn a_file_of_a_result_edited_since_pdsim_wrote_it_is_the_users() {
+    let dir = Scratch::new("edited");
+    let trace = s(&dir.trace("t.jsonl", 5));
+    let (code, _, stderr) = dir.pdsim(&["run", "--trace", &trace, "--out", "r"]);
+    assert_eq!(code, 0, "{stderr}");
+    // The user corrects a figure in the report: the result now holds their
+    // work, and is refused whole, naming the file.
+    let report = std::fs::read_to_string(dir.path("r/report.md")).unwrap();
+    let edited = report.replacen('#', "# (checked by me)", 1);
+    std::fs::write(dir.path("r/report.md"), &edited).unwrap();
+    let before = dir.snapshot("r");
+    let (code, stdout, stderr) = dir.pdsim(&["run", "--trace", &trace, "--out", "r"]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("--out r: ") && stderr.contains("report.md (changed since pdsim wrote it)"),
+        "{stderr}"
+    );
+    assert_eq!(dir.snapshot("r"), before, "the edited result was touched");
+    // Put back as pdsim wrote it, the result is pdsim's again.
+    std::fs::write(dir.path("r/report.md"), &report).unwrap();
+    let (code, _, stderr) = dir.pdsim(&["run", "--trace", &trace, "--out", "r"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("replacing the earlier pdsim result at r"),
+        "{stderr}"
+    );
+    // A marker from before digests were recorded lists names alone: such a
+    // result is replaced as before, edited or not.
+    let marker = std::fs::read_to_string(dir.path("r/.pdsim-result")).unwrap();
+    let names_only: String = marker
+        .lines()
+        .map(|l| l.split('\t').next().unwrap().to_string() + "\n")
+        .collect();
+    assert_ne!(names_only, marker);
+    std::fs::write(dir.path("r/.pdsim-result"), names_only).unwrap();
+    std::fs::write(dir.path("r/report.md"), "edited\n").unwrap();
+    let (code, _, stderr) = dir.pdsim(&["run", "--trace", &trace, "--out", "r"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("replacing the earlier pdsim result at r"),
+        "{stderr}"
+    );
+    assert!(dir.partials("").is_empty(), "{:?}", dir.partials(""));
 }
 
 #[test]
