@@ -580,15 +580,58 @@ fn reclaim(path: &Path, why_needed: &str) -> Result<(), Failure> {
     }
 }
 
+/// A temporary folder of pdsim's name without its marker: a run stopped
+/// (killed, so it could not clean up) after making the folder and before
+/// writing the marker, which it does at once. Such a folder is removed only
+/// while it holds nothing at all, or nothing but an empty lock file no run
+/// holds: then it holds nothing of anyone's, and `remove_dir` (which
+/// removes only an empty folder) cannot take anything written into it
+/// meanwhile. An empty folder, with no lock to tell by, is removed only
+/// when its process is known to have ended. Anything else is kept, as a
+/// folder pdsim cannot tell its own.
+fn clean_unmarked(path: &Path, pid: u32, command: &str) {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    let names: Vec<std::ffi::OsString> = entries.flatten().map(|e| e.file_name()).collect();
+    let lock = path.join(LOCK);
+    let removed = match names.as_slice() {
+        [] => running(pid) == Some(false) && std::fs::remove_dir(path).is_ok(),
+        [only] if only.as_os_str() == LOCK => {
+            let empty_file =
+                std::fs::symlink_metadata(&lock).is_ok_and(|m| m.is_file() && m.len() == 0);
+            if !empty_file {
+                return;
+            }
+            match folder_owner(path) {
+                Owner::Gone(held) => {
+                    let gone = std::fs::remove_file(&lock).is_ok();
+                    drop(held);
+                    gone && std::fs::remove_dir(path).is_ok()
+                }
+                Owner::Working | Owner::Unknown(_) => false,
+            }
+        }
+        _ => false,
+    };
+    if removed {
+        eprintln!(
+            "pdsim {command}: removed {}, an empty temporary folder left by a pdsim run (process {pid}) that was stopped before it wrote anything",
+            path.display()
+        );
+    }
+}
+
 /// Removes what stopped pdsim runs left in `parent`, each only once its
 /// lock shows that the run has ended: a staging folder `.NAME.partial-PID`
 /// carrying the marker, or a partial Perfetto trace. An earlier result
 /// that a stopped replacement left renamed aside (`.NAME.old-PID`) is put
 /// back when nothing took its place, removed when a pdsim result did, and
 /// else kept. Only what a marker lists is removed: a folder that also holds
-/// anything else is kept, with that, and said so. Anything without the
-/// marker is left alone, and so is anything whose run cannot be told
-/// finished (a note says why, unless its process is running here).
+/// anything else is kept, with that, and said so. A staging folder without
+/// the marker is removed only while it holds nothing ([`clean_unmarked`]);
+/// anything else without it is left alone, and so is anything whose run
+/// cannot be told finished (a note says why, unless its process is running here).
 pub fn clean_stale(parent: &Path, command: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
@@ -643,6 +686,9 @@ pub fn clean_stale(parent: &Path, command: &str) {
         };
         if meta.is_dir() {
             let Some(listed) = result_files(&path) else {
+                if kind == ".partial-" {
+                    clean_unmarked(&path, pid, command);
+                }
                 continue;
             };
             let _lock = match folder_owner(&path) {
@@ -1365,8 +1411,8 @@ fn inside(name: &str) -> bool {
 mod tests {
     use super::{
         Apart, Existing, LOCK, Listed, MARKER, OutFile, Staged, check_out, check_out_apart,
-        clean_stale, foreign_entries, inside, marker_line, remove_written, resolve, result_files,
-        temporary_name,
+        clean_stale, foreign_entries, inside, lock_folder, marker_line, remove_written, resolve,
+        result_files, temporary_name,
     };
     use std::path::{Path, PathBuf};
 
@@ -1441,6 +1487,38 @@ mod tests {
         drop(held);
         clean_stale(&dir.0, "test");
         assert!(!live.exists());
+    }
+
+    #[test]
+    fn a_staging_folder_stopped_before_its_marker_goes_only_while_it_holds_nothing() {
+        // Killed after the folder (and its lock) and before the marker.
+        let dir = Scratch::new("unmarked");
+        let locked = dir.0.join(format!(".r.partial-{GONE}"));
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::write(locked.join(LOCK), "").unwrap();
+        let bare = dir.0.join(format!(".s.partial-{GONE}"));
+        std::fs::create_dir(&bare).unwrap();
+        // The same names holding anything else are not pdsim's to remove.
+        let notes = dir.0.join(format!(".t.partial-{GONE}"));
+        std::fs::create_dir(&notes).unwrap();
+        std::fs::write(notes.join(LOCK), "").unwrap();
+        std::fs::write(notes.join("notes.txt"), "mine\n").unwrap();
+        let full_lock = dir.0.join(format!(".u.partial-{GONE}"));
+        std::fs::create_dir(&full_lock).unwrap();
+        std::fs::write(full_lock.join(LOCK), "not empty").unwrap();
+        // A lock another run holds: that run is still making its folder.
+        let held = dir.0.join(format!(".v.partial-{GONE}"));
+        std::fs::create_dir(&held).unwrap();
+        let holder = lock_folder(&held, "test").unwrap().unwrap();
+        clean_stale(&dir.0, "test");
+        assert!(!locked.exists() && !bare.exists());
+        assert_eq!(
+            std::fs::read_to_string(notes.join("notes.txt")).unwrap(),
+            "mine\n"
+        );
+        assert!(notes.join(LOCK).is_file() && full_lock.join(LOCK).is_file());
+        assert!(held.join(LOCK).is_file());
+        drop(holder);
     }
 
     #[test]
