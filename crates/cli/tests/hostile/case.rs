@@ -5,9 +5,10 @@
 //! - `args.txt`: one argument per line; a line `----` starts the next
 //!   command (the commands run in order in the same folder); a line
 //!   starting with `@` is a directive for the current command (`@signal
-//!   INT|TERM|KILL MS`, `@agree`, `@unused --FLAG`, `@expect CODE`), `#`
-//!   starts a comment (`@signal` counts from the moment the staging folder
-//!   appears), `@empty` is an empty argument and a leading `\` is
+//!   INT|TERM|KILL MS`, `@agree`, `@unused --FLAG`, `@expect CODE`,
+//!   `@says TEXT`: stdout or stderr must hold TEXT, the rest of the line),
+//!   `#` starts a comment (`@signal` counts from the moment the staging
+//!   folder appears), `@empty` is an empty argument and a leading `\` is
 //!   dropped (for an argument that starts with `@`, `#` or `\`). `@ROOT@`
 //!   inside an argument is the repository root.
 //! - `setup.txt` (optional): special files made before the first command,
@@ -90,6 +91,9 @@ pub struct Step {
     pub unused: Vec<String>,
     /// The only acceptable exit code (a BOM-prefixed valid document, say).
     pub expect: Option<i32>,
+    /// Text the command's stdout or stderr must hold: what a refusal's
+    /// message has to name (the key, the value, the reason).
+    pub says: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -169,6 +173,9 @@ impl Case {
             if let Some(code) = step.expect {
                 args.push_str(&format!("@expect {code}\n"));
             }
+            for text in &step.says {
+                args.push_str(&format!("@says {text}\n"));
+            }
             for a in &step.args {
                 if a.is_empty() {
                     args.push_str("@empty\n");
@@ -214,6 +221,8 @@ impl Case {
                         .parse()
                         .map_err(|_| format!("{name}/args.txt: bad `{line}`"))?,
                 );
+            } else if let Some(text) = line.strip_prefix("@says ") {
+                step.says.push(text.to_string());
             } else if let Some(rest) = line.strip_prefix("@signal ") {
                 let mut words = rest.split_whitespace();
                 let sig = words.next().and_then(Sig::parse);

@@ -591,6 +591,13 @@ fn check_step(step: &Step, o: &Outcome, problems: &mut Vec<String>) {
             {
                 problems.push(format!("exit code {code}, but this input must give {want}"));
             }
+            for text in &step.says {
+                if !stderr.contains(text.as_str()) && !stdout.contains(text.as_str()) {
+                    problems.push(format!(
+                        "exit code {code}, and neither stdout nor stderr says `{text}`, which this input's message must"
+                    ));
+                }
+            }
             if (1..=2).contains(&code) || code == 130 || code == 143 {
                 // `validate` prints its problems on stdout; everything
                 // else explains on stderr.
