@@ -1327,8 +1327,30 @@ mod rule_checks {
         eviction_policy_unknown:
             base(), with_offload("  eviction_policy: fifo\n")
             => [warn("eviction-policy-known", "offload.eviction_policy")];
+        /// vLLM 0.31.0 refuses a name outside `MoEBackend`
+        /// (`vllm/config/kernel.py`; argparse `choices` in
+        /// `vllm/engine/arg_utils.py`), so pdsim refuses it too.
         moe_backend_unknown:
             base(), colocated(TP8, "moe_backend: warp_speed")
+            => [err("moe-backend-known", "pools[0].engine.moe_backend")];
+        /// 0.29.0's `MoEBackend` is as closed (and has no `rdna3`).
+        moe_backend_unknown_on_0_29:
+            release("0.29.0"), colocated(TP8, "moe_backend: rdna3")
+            => [err("moe-backend-known", "pools[0].engine.moe_backend")];
+        /// vLLM lower-cases the name and turns `-` into `_` before it
+        /// checks it, so `Deep-GEMM` is `deep_gemm`.
+        moe_backend_spelled_as_vllm_reads_it:
+            base(), colocated(TP8, "moe_backend: Deep-GEMM")
+            => [lacks("moe-backend-known")];
+        /// The same reading finds a mega-MoE backend however it is spelled.
+        mega_moe_spelled_with_hyphens_without_expert_parallel:
+            base(), colocated(TP8, "moe_backend: DEEP-GEMM-MEGA-MOE")
+            => [lacks("moe-backend-known"),
+                err("mega-moe-needs-expert-parallel", "pools[0].engine.moe_backend")];
+        /// vllm-rbln's list is not read from the plugin's source, which may
+        /// add backends: an unknown name there stays a warning.
+        moe_backend_unknown_on_rbln:
+            rbln(), colocated("tp: 1, pp: 4, dp: 1", "cache_dtype: fp8, moe_backend: warp_speed")
             => [warn("moe-backend-known", "pools[0].engine.moe_backend")];
         /// A mega-MoE backend exists only under expert parallelism.
         mega_moe_without_expert_parallel:

@@ -21,19 +21,28 @@ pub struct RuleContext<'a> {
     pub resolution: &'a Resolution,
 }
 
-/// Every rule's code, for documentation and for the test that each has a
-/// negative case.
+/// A `moe_backend` as vLLM reads it: lower-cased, with `-` turned into `_`
+/// (the argparse `type` in `vllm/engine/arg_utils.py` and the
+/// `_normalize_moe_backend` validator of `KernelConfig` in
+/// `vllm/config/kernel.py`, 0.29.0 and 0.31.0), so `Deep-GEMM` is
+/// `deep_gemm`.
+pub fn moe_backend_name(backend: &str) -> String {
+    backend.to_lowercase().replace('-', "_")
+}
+
 /// Whether a `moe_backend` runs the mega-MoE path (`MEGA_MOE_BACKENDS`,
 /// `vllm/config/kernel.py` in 0.29.0 and 0.31.0).
 pub fn is_mega_moe(backend: &str) -> bool {
     matches!(
-        backend,
+        moe_backend_name(backend).as_str(),
         "deep_gemm_mega_moe"
             | "flashinfer_moe_ep_mega_deep_gemm"
             | "flashinfer_moe_ep_mega_cutedsl"
     )
 }
 
+/// Every rule's code, for documentation and for the test that each has a
+/// negative case.
 pub const RULE_CODES: &[&str] = &[
     "all2all-backend-known",
     "allreduce-backend-known",
@@ -312,15 +321,32 @@ fn pool_rules(
         );
     }
     if let Some(b) = &e.moe_backend {
-        enum_rule(
-            ctx,
-            problems,
-            &at("engine.moe_backend"),
-            "moe_backend",
-            b,
-            "moe-backend-known",
-            false,
-        );
+        // vLLM 0.29.0 and 0.31.0 refuse a name outside `MoEBackend`
+        // (`vllm/config/kernel.py`): `vllm/engine/arg_utils.py` gives the
+        // Literal's values to argparse as `choices`, after lower-casing the
+        // value and turning `-` into `_`, and `KernelConfig` validates the
+        // same Literal. So the comparison is on that normalised name, and a
+        // pack that lists `moe_backend` under `enums` makes an unknown name
+        // an error; one that lists it under `soft_enums` (a plugin whose
+        // set was not read from its source) only warns.
+        let hard = ctx.pack.enums.contains_key("moe_backend");
+        let list = if hard {
+            ctx.pack.enums.get("moe_backend")
+        } else {
+            ctx.pack.soft_enums.get("moe_backend")
+        };
+        // The message quotes the name as written, not as normalised.
+        if !list.is_some_and(|l| l.contains(&moe_backend_name(b))) {
+            enum_rule(
+                ctx,
+                problems,
+                &at("engine.moe_backend"),
+                "moe_backend",
+                b,
+                "moe-backend-known",
+                hard,
+            );
+        }
         // The mega-MoE path fuses dispatch into its expert kernel and exists
         // only under expert parallelism (`deepseek_v4/nvidia/model.py`:
         // NotImplementedError without --enable-expert-parallel).
