@@ -33,9 +33,8 @@
 //!   length may exceed [`MAX_TOKENS`](crate::MAX_TOKENS).
 //! - `output_length` 0 is replayed as 1 and counted
 //!   ([`RequestSource::outputs_raised`]).
-//! - Keys other than the four are ignored: other tools write extra keys
-//!   (session ids, delays) in Mooncake-format files, and none of them
-//!   changes what the four keys mean.
+//! - A key other than the four is an error naming the file, the line and
+//!   the key ([`MOONCAKE_KEYS`] says why).
 
 use crate::lines::{Line, Lines};
 use crate::{
@@ -50,6 +49,24 @@ use std::io::BufRead;
 
 /// Tokens per `hash_ids` entry in Mooncake's traces.
 pub const MOONCAKE_BLOCK_TOKENS: u32 = 512;
+
+/// The keys of a Mooncake row, and the only ones read.
+///
+/// Every row of Mooncake's own FAST'25 traces (`FAST25-release/traces/`;
+/// the conversation and synthetic files in `shared/traces/`, 16,024 rows)
+/// has exactly these four keys, and the format's other descriptions (the
+/// README of Dynamo's `benchmarks/data_generator`, AIPerf's trace-replay
+/// documentation) list these four and no more. The keys other tools add
+/// to Mooncake-style files change what is replayed: AIPerf's
+/// `MooncakeTrace` (`src/aiperf/dataset/loader/models.py`) takes
+/// `session_id` and `delay` (a turn sent a delay after its session's
+/// previous turn, not at a timestamp) and `text_input` or `messages` (the
+/// prompt itself), and its `BailianTrace` rows add `chat_id`,
+/// `parent_chat_id` and `turn` to a timestamp in seconds. Reading such a
+/// row by the four keys alone would replay another workload than the file
+/// describes, so any other key is refused, naming the file, the line and
+/// the key.
+pub const MOONCAKE_KEYS: [&str; 4] = ["timestamp", "input_length", "output_length", "hash_ids"];
 
 /// Reads a Mooncake JSON Lines trace one line at a time.
 pub struct MooncakeReader<R> {
@@ -126,6 +143,17 @@ impl State {
             }
             Err(e) => return Err(self.error(line, None, format!("not valid JSON: {e}"))),
         };
+        if let Some(key) = row.keys().find(|k| !MOONCAKE_KEYS.contains(&k.as_str())) {
+            return Err(self.error(
+                line,
+                Some(&quote(key)),
+                format!(
+                    "is not a key of a Mooncake trace row, which has only {}; \
+                     pdsim does not replay a row by some of its keys and ignore the rest",
+                    MOONCAKE_KEYS.join(", ")
+                ),
+            ));
+        }
         let key_error = |(key, message): (&str, String)| self.error(line, Some(key), message);
 
         let timestamp = uint(&row, "timestamp").map_err(key_error)?;
@@ -417,6 +445,23 @@ mod tests {
                 Some("hash_ids"),
                 "512·(2−1)",
             ),
+            // AIPerf's session keys change when a turn is sent: refused,
+            // before the four keys are read.
+            (
+                "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1], \"session_id\": \"s1\"}",
+                Some("session_id"),
+                "not a key of a Mooncake trace row, which has only timestamp, input_length, output_length, hash_ids",
+            ),
+            (
+                "{\"delay\": 500, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1]}",
+                Some("delay"),
+                "not a key of a Mooncake trace row",
+            ),
+            (
+                "{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1], \"priority\": 2}",
+                Some("priority"),
+                "not a key of a Mooncake trace row",
+            ),
         ];
         for (row, key, needle) in cases {
             let text = format!(
@@ -483,6 +528,17 @@ mod tests {
         );
         assert!(e.message.contains("1 MiB"), "{e}");
         assert_eq!(all[2].as_ref().unwrap().source_line, 3);
+    }
+
+    #[test]
+    fn a_long_unknown_key_is_quoted_short() {
+        let key = "k".repeat(100_000);
+        let text = format!(
+            "{{\"timestamp\": 0, \"input_length\": 4, \"output_length\": 1, \"hash_ids\": [1], \"{key}\": 1}}\n"
+        );
+        let e = only_error(&text);
+        assert!(e.message.contains("not a key of a Mooncake"), "{e}");
+        assert!(e.to_string().len() < 500, "{e}");
     }
 
     #[test]
