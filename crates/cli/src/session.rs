@@ -595,6 +595,21 @@ impl SloArgs {
                 Some((class, body)) => (Some(class.trim().to_string()), body),
                 None => (None, text.as_str()),
             };
+            // A request outside every SLO class has the empty class name, so
+            // `:ttft_ms=…` would quietly become a second SLO for the
+            // unclassed requests beside the one for every request; the
+            // empty name before `:` is refused instead.
+            if class.as_deref() == Some("") {
+                return Err(failure(
+                    2,
+                    format!(
+                        "--slo {}: the SLO class name before `:` is empty; write CLASS:{} for the requests of one class, or {} without the `:` for every request",
+                        pdsim_spec::problem::quote(text),
+                        pdsim_spec::problem::quote(body),
+                        pdsim_spec::problem::quote(body)
+                    ),
+                ));
+            }
             let slo = Slo::parse(body).map_err(|e| failure(2, format!("--slo {text}: {e}")))?;
             crate::flags::slo_ms(text, "ttft_ms", slo.ttft_ms)?;
             crate::flags::slo_ms(text, "itl_ms", slo.itl_ms)?;
@@ -987,6 +1002,31 @@ mod tests {
         assert!((rate - 50.0).abs() < 2.0, "measured {rate} req/s");
         let again: Vec<RequestSpec> = poisson(&input, 50.0, 7).map(Result::unwrap).collect();
         assert_eq!(out, again, "same seed, same arrivals");
+    }
+
+    /// An SLO class with an empty name is refused, not taken as a second
+    /// SLO for the requests outside every class (whose class name is
+    /// empty); a named class and an SLO for every request still parse.
+    #[test]
+    fn an_slo_class_with_an_empty_name_is_refused() {
+        let slo = |texts: &[&str]| super::SloArgs {
+            slo: texts.iter().map(|t| t.to_string()).collect(),
+            ..super::SloArgs::default()
+        };
+        for text in [":ttft_ms=200", " :ttft_ms=200", ":"] {
+            let failure = slo(&[text]).parse().expect_err(text);
+            assert_eq!(failure.code, 2, "{text}");
+            assert!(
+                failure.message.contains("class name before `:` is empty"),
+                "{text}: {}",
+                failure.message
+            );
+        }
+        let (all, named) = slo(&["ttft_ms=500", "chat:ttft_ms=200"])
+            .parse()
+            .unwrap_or_else(|f| panic!("{}", f.message));
+        assert!(all.is_some());
+        assert_eq!(named.keys().collect::<Vec<_>>(), ["chat"]);
     }
 
     #[test]
