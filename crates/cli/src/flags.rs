@@ -39,7 +39,8 @@ pub fn rate(flag: &str, rate_per_s: f64) -> Result<(), Failure> {
         return Err(failure(
             2,
             format!(
-                "{flag} {rate_per_s}: must be a positive, finite number of requests per second"
+                "{flag} {}: must be a positive, finite number of requests per second",
+                shown(rate_per_s)
             ),
         ));
     }
@@ -262,7 +263,8 @@ pub fn gpu_hour_usd(price: f64) -> Result<(), Failure> {
         return Err(failure(
             2,
             format!(
-                "--gpu-hour-usd {price}: must be a positive number of USD, at most {MAX_GPU_HOUR_USD:e}"
+                "--gpu-hour-usd {}: must be a positive number of USD, at most {MAX_GPU_HOUR_USD:e}",
+                shown(price)
             ),
         ));
     }

@@ -590,7 +590,10 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     if !(args.attainment > 0.0 && args.attainment <= 1.0) {
         return Err(failure(
             2,
-            format!("--attainment {}: must be in (0, 1]", args.attainment),
+            format!(
+                "--attainment {}: must be in (0, 1]",
+                crate::flags::shown(args.attainment)
+            ),
         ));
     }
     // A plan's probes and ranking carry no cost, so a price would be

@@ -202,8 +202,9 @@ impl Resolver {
         };
         if !value.is_finite() || value < lo || value > hi {
             return Err(format!(
-                "coefficient `{name}` = {value} (from {source}) is outside its valid range \
-                 [{lo}, {hi}] {units}"
+                "coefficient `{name}` = {} (from {source}) is outside its valid range \
+                 [{lo}, {hi}] {units}",
+                pdsim_spec::problem::number(value)
             ));
         }
         self.read.push(Provenance {
@@ -504,4 +505,37 @@ pub fn builtin_collective(chip: &str, op: &str, ranks: u64, intra_node_gbps: f64
         Builtin::new(h100.4 * scale, source),
         Builtin::new(h100.5 * scale, source),
     ]
+}
+
+#[cfg(test)]
+mod number_tests {
+    use super::{Builtin, Deployment, Resolver};
+
+    /// A value outside its range is quoted as `number` shows it: plainly
+    /// when ordinary, in exponent form when its plain form would run to
+    /// hundreds of digits.
+    #[test]
+    fn a_value_out_of_range_is_quoted_compactly() {
+        let deployment = Deployment {
+            hardware: "h100".into(),
+            model: "llama-3.1-8b".into(),
+            tp: 1,
+            ep: 1,
+            nodes_spanned: 1,
+        };
+        let mut r = Resolver::new(deployment, &[]).unwrap();
+        let mut refuse = |value: f64| {
+            r.value(
+                "zz_test",
+                "us",
+                Some(Builtin::new(value, "test")),
+                0.0,
+                10.0,
+            )
+            .unwrap_err()
+        };
+        assert!(refuse(12.5).contains("`zz_test` = 12.5 (from test)"));
+        let huge = refuse(1e300);
+        assert!(huge.contains("`zz_test` = 1e300 (from test)"), "{huge}");
+    }
 }

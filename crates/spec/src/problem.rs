@@ -40,6 +40,39 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The longest plain decimal form in which [`number`] shows a number:
+/// room for every whole number up to 10^20 and for a fraction written with
+/// all its significant digits (`0.30000000000000004`).
+pub const PLAIN_NUMBER_CHARS: usize = 21;
+
+/// `x` as a message shows it: as `{}` writes it when that is at most
+/// [`PLAIN_NUMBER_CHARS`] characters (every ordinary value, so `0.4`,
+/// `131072` and `0.00001` read as typed), else in exponent form, so that
+/// 1e300 is `1e300` and not three hundred and one digits, and 1e-300 is
+/// `1e-300` and not three hundred zeros.
+pub fn number(x: f64) -> String {
+    let plain = x.to_string();
+    if plain.len() <= PLAIN_NUMBER_CHARS {
+        plain
+    } else {
+        format!("{x:e}")
+    }
+}
+
+/// What serde writes before a floating-point value it refuses
+/// (`Unexpected::Float`: ``invalid type: floating point `1e300`, expected
+/// u32``), with the value in its plain decimal form.
+const SERDE_FLOAT: &str = "floating point `";
+
+/// `inner`, the quoted part after [`SERDE_FLOAT`], in [`number`]'s form when
+/// it is a long plain decimal that reads back as a float; `None` otherwise.
+fn compact_float(inner: &str) -> Option<String> {
+    if inner.len() <= PLAIN_NUMBER_CHARS {
+        return None;
+    }
+    inner.parse::<f64>().ok().map(number)
+}
+
 /// `value` as a message should quote it: whole when it has at most
 /// [`QUOTE_CHARS`] characters, else its first [`QUOTE_CHARS`] and its length.
 pub fn quote(value: &str) -> Cow<'_, str> {
@@ -52,7 +85,7 @@ pub fn quote(value: &str) -> Cow<'_, str> {
 /// Inside double quotes a backslash escapes the next character, as Rust's
 /// `Debug` and JSON write strings.
 pub fn shorten_quotes(message: &str) -> String {
-    if message.len() <= QUOTE_CHARS {
+    if message.len() <= QUOTE_CHARS && !message.contains(SERDE_FLOAT) {
         return message.to_string();
     }
     let mut out = String::with_capacity(message.len().min(4 * MESSAGE_CHARS));
@@ -78,7 +111,16 @@ pub fn shorten_quotes(message: &str) -> String {
         // Delimiters are ASCII, so both cuts are on character boundaries.
         let inner = &message[start..end];
         out.push_str(&message[copied..start]);
-        out.push_str(&quote(inner));
+        // serde quotes a refused float as `{}` writes it, which for 1e300
+        // is 301 digits; it is shown as [`number`] shows it instead.
+        match message[..start]
+            .ends_with(SERDE_FLOAT)
+            .then(|| compact_float(inner))
+            .flatten()
+        {
+            Some(compact) => out.push_str(&compact),
+            None => out.push_str(&quote(inner)),
+        }
         copied = end;
         i = end + 1;
     }
@@ -120,7 +162,7 @@ fn cut(text: &str, max_chars: usize) -> Cow<'_, str> {
 /// trace errors are shown through this, so no check can make one quote a
 /// value whole, however it built its message.
 pub fn shorten(text: &str) -> Cow<'_, str> {
-    if text.len() <= QUOTE_CHARS {
+    if text.len() <= QUOTE_CHARS && !text.contains(SERDE_FLOAT) {
         return Cow::Borrowed(text);
     }
     Cow::Owned(bound_message(&shorten_quotes(text)).into_owned())
@@ -281,6 +323,58 @@ mod tests {
         // A cut never splits a character.
         let wide = "é".repeat(QUOTE_CHARS + 100);
         assert!(quote(&wide).starts_with(&"é".repeat(QUOTE_CHARS)));
+    }
+
+    /// Ordinary numbers read as `{}` writes them; one whose plain form
+    /// runs to hundreds of digits is shown in exponent form.
+    #[test]
+    fn numbers_are_plain_when_short_and_in_exponent_form_when_long() {
+        use super::number;
+        for (x, shown) in [
+            (0.4, "0.4"),
+            (131_072.0, "131072"),
+            (0.00001, "0.00001"),
+            (-2.5, "-2.5"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (1e20, "100000000000000000000"),
+            (0.0, "0"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-inf"),
+            (1e21, "1e21"),
+            (1e300, "1e300"),
+            (-1e300, "-1e300"),
+            (1e-300, "1e-300"),
+            (-1.5e-300, "-1.5e-300"),
+        ] {
+            assert_eq!(number(x), shown, "{x:e}");
+        }
+    }
+
+    /// serde quotes a refused float in its plain form (301 digits for
+    /// 1e300): the message shows it as `number` does, whatever its length,
+    /// and leaves other quoted digits (a user's string) as they are.
+    #[test]
+    fn a_float_serde_refuses_is_shown_compactly() {
+        for (text, shown) in [
+            ("1e300", "`1e300`"),
+            ("-1e300", "`-1e300`"),
+            ("1e-300", "`1e-300`"),
+            ("1e100", "`1e100`"),
+            ("2.5", "`2.5`"),
+        ] {
+            let e = serde_yaml::from_str::<u32>(text).unwrap_err().to_string();
+            for message in [shorten_quotes(&e), shorten(&e).into_owned()] {
+                assert!(
+                    message.contains(&format!("floating point {shown}")),
+                    "{text}: {message}"
+                );
+            }
+        }
+        let digits = "1".repeat(300);
+        let message = format!("unknown field `{digits}`, expected `kind`");
+        assert!(
+            shorten_quotes(&message).starts_with(&format!("unknown field `{}", &digits[..200]))
+        );
     }
 
     #[test]

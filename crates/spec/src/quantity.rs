@@ -163,7 +163,8 @@ impl<'de> Deserialize<'de> for MaxModelLen {
             }
             fn visit_f64<E: de::Error>(self, value: f64) -> Result<MaxModelLen, E> {
                 Err(E::custom(format!(
-                    "max_model_len {value} is not a whole number"
+                    "max_model_len {} is not a whole number",
+                    crate::problem::number(value)
                 )))
             }
             fn visit_str<E: de::Error>(self, value: &str) -> Result<MaxModelLen, E> {

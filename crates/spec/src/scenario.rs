@@ -58,8 +58,9 @@ pub const MAX_CLIENT_TIMEOUT_S: f64 = 30.0 * 24.0 * 3_600.0;
 pub fn client_timeout_problem(seconds: f64) -> Option<String> {
     if !seconds.is_finite() || seconds <= 0.0 {
         Some(format!(
-            "{seconds} is not a positive, finite number of seconds (leave it out for clients \
-             that never give up)"
+            "{} is not a positive, finite number of seconds (leave it out for clients \
+             that never give up)",
+            crate::problem::number(seconds)
         ))
     } else if seconds > MAX_CLIENT_TIMEOUT_S {
         Some(format!(

@@ -107,6 +107,7 @@ use crate::{RequestSource, RequestSpec, SessionTurn, TraceError, TurnClient};
 use pdsim_core::prompt::{content_id, mix64};
 use pdsim_core::{ARRIVAL_HORIZON, Prompt, Purpose, Segment, SimDuration, SimTime, Stream};
 use pdsim_spec::load::{Source, load};
+use pdsim_spec::problem::number;
 use rand_distr::{Distribution, Exp1, Normal, Poisson};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -773,7 +774,7 @@ impl InferencePerf {
                 "load.interval",
                 format!(
                     "{} must be a number of seconds in [0, 86400]",
-                    load.interval
+                    number(load.interval)
                 ),
             ));
         }
@@ -785,7 +786,10 @@ impl InferencePerf {
             Some(t) => {
                 return Err(e(
                     "load.request_timeout",
-                    format!("{t} must be a positive number of seconds, at most 30 days"),
+                    format!(
+                        "{} must be a positive number of seconds, at most 30 days",
+                        number(t)
+                    ),
                 ));
             }
         };
@@ -843,7 +847,7 @@ impl InferencePerf {
                     &format!("{path}.rate"),
                     format!(
                         "{} must be a positive number of requests per second",
-                        s.rate
+                        number(s.rate)
                     ),
                 ));
             }
@@ -859,8 +863,9 @@ impl InferencePerf {
                 return Err(e(
                     &path,
                     format!(
-                        "rate × duration = {product} requests is more than the \
-                         {MAX_STAGE_REQUESTS} pdsim sends in one stage"
+                        "rate × duration = {} requests is more than the \
+                         {MAX_STAGE_REQUESTS} pdsim sends in one stage",
+                        number(product)
                     ),
                 ));
             }
@@ -869,9 +874,10 @@ impl InferencePerf {
                 return Err(e(
                     &path,
                     format!(
-                        "rate × duration = {product} rounds down to no request, and \
+                        "rate × duration = {} rounds down to no request, and \
                          inference-perf divides by the stage's request count (its progress bar \
-                         in `run_stage`), so the stage would crash it"
+                         in `run_stage`), so the stage would crash it",
+                        number(product)
                     ),
                 ));
             }
@@ -1024,7 +1030,10 @@ impl InferencePerf {
                     if !d.std_dev.is_finite() || d.std_dev < 0.0 {
                         return Err(e(
                             &p("std_dev"),
-                            format!("{} must be a finite number, not negative", d.std_dev),
+                            format!(
+                                "{} must be a finite number, not negative",
+                                number(d.std_dev)
+                            ),
                         ));
                     }
                     if !d.mean.is_finite() || d.mean < d.min as f64 || d.mean > d.max as f64 {
@@ -1033,7 +1042,9 @@ impl InferencePerf {
                             format!(
                                 "{} lies outside [min, max] = [{}, {}], which inference-perf \
                                  refuses",
-                                d.mean, d.min, d.max
+                                number(d.mean),
+                                d.min,
+                                d.max
                             ),
                         ));
                     }

@@ -11,7 +11,10 @@ fn positive(source: &Source, problems: &mut Problems, path: &str, value: f64) {
         problems.push(source.error(
             path,
             "catalog-value-range",
-            format!("{path} must be a finite number above 0, found {value}"),
+            format!(
+                "{path} must be a finite number above 0, found {}",
+                crate::problem::number(value)
+            ),
         ));
     }
 }

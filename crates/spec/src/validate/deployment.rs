@@ -330,7 +330,10 @@ fn check_engine(source: &Source, index: usize, engine: &Engine, problems: &mut P
         problems.push(source.error(
             &at("gpu_memory_utilization"),
             "gpu-memory-utilization-range",
-            format!("gpu_memory_utilization must be a finite fraction in [0, 1], found {value}"),
+            format!(
+                "gpu_memory_utilization must be a finite fraction in [0, 1], found {}",
+                crate::problem::number(value)
+            ),
         ));
     }
     if let Some(size) = engine.max_cudagraph_capture_size.filter(|s| *s < 1) {
