@@ -70,14 +70,14 @@ pub struct Args {
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     fit: Vec<String>,
     /// Search iterations (each evaluates two candidates per coefficient on every run).
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = 10, value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<u32>)]
     iterations: u32,
     /// Also fit runs that are overloaded (client failures, or mean TTFT above 1 s):
     /// their latencies measure a growing queue, so by default they are only reported.
     #[arg(long)]
     fit_overloaded: bool,
     /// Simulations run at once (default: the cores). Results do not depend on it.
-    #[arg(long, short = 'j', value_name = "N")]
+    #[arg(long, short = 'j', value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<usize>)]
     jobs: Option<usize>,
 }
 

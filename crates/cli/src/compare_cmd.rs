@@ -29,21 +29,21 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Requests per second, for a scenario whose workload is a shape.
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", allow_negative_numbers = true)]
     rate: Option<f64>,
     /// Requests to draw from a workload shape.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<u64>)]
     requests: Option<u64>,
     /// Seeds per deployment: seed, seed+1, … The table shows the range.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<u64>)]
     seeds: u64,
     /// The first seed.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = crate::flags::whole::<u64>)]
     seed: u64,
     #[command(flatten)]
     slo: SloArgs,
     /// Parallel simulations (default: the cores). Results do not depend on it.
-    #[arg(long, short = 'j', value_name = "N")]
+    #[arg(long, short = 'j', value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<usize>)]
     jobs: Option<usize>,
     /// The output folder (default: results/compare--<scenario>--<trace>--<hash>,
     /// the hash telling apart comparisons whose inputs or flags differ). An

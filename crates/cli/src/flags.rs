@@ -33,6 +33,30 @@ pub const MAX_GPU_HOUR_USD: f64 = 1e6;
 /// The highest SLO threshold, in milliseconds (about 11.6 days).
 pub const MAX_SLO_MS: f64 = 1e9;
 
+/// The value parser of a whole-number flag (a count, a seed). Its
+/// argument is declared with `allow_negative_numbers`, so that `--requests
+/// -3` reaches a parser instead of clap's "unexpected argument '-3'" (clap
+/// reads a word starting with `-` as the next flag): a negative number is
+/// refused here by saying so, where the integer parser would say "invalid
+/// digit found in string". The float flags (`--rate`, `--target-rate`,
+/// `--attainment`, `--gpu-hour-usd`, `--client-timeout-s`) take negative
+/// numbers the same way and refuse them in their own checks.
+pub fn whole<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    if let Some(digits) = text.strip_prefix('-')
+        && !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+    {
+        return Err(
+            "must be a whole number, 0 or more; a negative number means nothing here".into(),
+        );
+    }
+    text.parse::<T>().map_err(|e| e.to_string())
+}
+
 /// Checks a request rate given as `flag`.
 pub fn rate(flag: &str, rate_per_s: f64) -> Result<(), Failure> {
     if !rate_per_s.is_finite() || rate_per_s <= 0.0 {
@@ -594,6 +618,26 @@ mod tests {
         assert_eq!(h.len(), 8);
         assert_eq!(h, short_hash(&["a".into(), "b".into()]));
         assert_ne!(h, short_hash(&["ab".into()]), "parts are separated");
+    }
+
+    /// A negative whole number is refused by saying it is negative; any
+    /// other text keeps the integer parser's own message.
+    #[test]
+    fn whole_number_flags_refuse_negative_numbers_by_name() {
+        assert_eq!(whole::<u64>("3"), Ok(3));
+        assert_eq!(whole::<usize>("0"), Ok(0));
+        for text in ["-1", "-3", "-0", "-1.5", "-18446744073709551616"] {
+            let e = whole::<u64>(text).unwrap_err();
+            assert!(e.contains("0 or more"), "{text}: {e}");
+        }
+        assert_eq!(
+            whole::<u32>("x").unwrap_err(),
+            "invalid digit found in string"
+        );
+        assert_eq!(
+            whole::<u32>("5000000000").unwrap_err(),
+            "number too large to fit in target type"
+        );
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Use only the first N requests of the trace.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<usize>)]
     max_requests: Option<usize>,
     /// How a probe reaches its rate: `trace` scales the trace's own arrival
     /// times (keeping its bursts), `poisson` keeps its requests in order
@@ -71,15 +71,20 @@ pub struct PlanArgs {
     #[command(flatten)]
     slo: SloArgs,
     /// Share of requests that must meet the SLO for a rate to be sustained.
-    #[arg(long, default_value_t = 0.9, value_name = "SHARE")]
+    #[arg(
+        long,
+        default_value_t = 0.9,
+        value_name = "SHARE",
+        allow_negative_numbers = true
+    )]
     attainment: f64,
     /// Most simulations per layout in the search.
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = 10, value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<u32>)]
     max_runs: u32,
     /// A rate to carry: report the fewest nodes per layout that carry it.
-    #[arg(long, value_name = "REQ_PER_S")]
+    #[arg(long, value_name = "REQ_PER_S", allow_negative_numbers = true)]
     target_rate: Option<f64>,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = crate::flags::whole::<u64>)]
     seed: u64,
     /// Run one slice of the layouts: `I/N` (0-based I), or `auto` to take
     /// them from a Kubernetes Indexed Job (JOB_COMPLETION_INDEX and
@@ -88,7 +93,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "I/N|auto")]
     shard: Option<String>,
     /// Parallel simulations (default: the cores). Results do not depend on it.
-    #[arg(long, short = 'j', value_name = "N")]
+    #[arg(long, short = 'j', value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<usize>)]
     jobs: Option<usize>,
     /// The output folder (default:
     /// results/plan--<scenario>--<trace>--<hash>[--shard-I-of-N], the hash

@@ -32,13 +32,13 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Requests per second for a scenario whose workload is a catalog shape.
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", allow_negative_numbers = true)]
     rate: Option<f64>,
     /// How many requests to draw from a workload shape.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = crate::flags::whole::<u64>)]
     requests: Option<u64>,
     /// The seed of every random stream.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = crate::flags::whole::<u64>)]
     seed: u64,
     /// The output folder (default:
     /// results/<deployment>--<scenario>--<trace>--seed<N>--<hash>, the hash

@@ -574,14 +574,18 @@ pub struct SloArgs {
     #[arg(long, value_name = "SLO")]
     pub slo: Vec<String>,
     /// The price of one GPU-hour in USD, for cost per million output tokens.
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     pub gpu_hour_usd: Option<f64>,
     /// Seconds each client waits for its whole response before it gives
     /// up; the request is then aborted (`aborted`, `client-timeout`).
     /// inference-perf's `load.request_timeout`. Overrides the scenario's
     /// `workload.client_timeout_s`; a request's own earlier deadline
     /// (TraceV2 `deadline_us`) still applies.
-    #[arg(long = "client-timeout-s", value_name = "S")]
+    #[arg(
+        long = "client-timeout-s",
+        value_name = "S",
+        allow_negative_numbers = true
+    )]
     pub client_timeout_s: Option<f64>,
 }
 
