@@ -1113,11 +1113,20 @@ impl Staged {
                         }
                         return Err(moved(e));
                     }
-                    if let Err(e) = std::fs::remove_dir_all(&aside) {
+                    // Only what the earlier result's marker lists, as
+                    // pdsim wrote it, is deleted: a file a user put there
+                    // or edited since the check above (milliseconds, but
+                    // a user's all the same) is kept, in the aside folder.
+                    let kept = match result_files(&aside) {
+                        Some(listed) => remove_written(&aside, &listed),
+                        None => vec![format!("{MARKER} (gone)")],
+                    };
+                    if !kept.is_empty() {
                         eprintln!(
-                            "pdsim {}: note: cannot remove the earlier result, moved aside to {}: {e}",
+                            "pdsim {}: note: kept the earlier result's folder, moved aside to {}: it holds what pdsim did not write or cannot remove ({}); remove it yourself once you have what you need from it",
                             self.command,
-                            aside.display()
+                            aside.display(),
+                            kept.join(", ")
                         );
                     }
                 }
@@ -1861,6 +1870,28 @@ mod tests {
         );
         drop(held);
         staged.discard();
+    }
+
+    #[test]
+    fn a_replaced_result_leaves_nothing_behind() {
+        // The earlier result's files go, its aside folder with them; the
+        // new result stands in its place.
+        let dir = Scratch::new("replaced");
+        let out = dir.pdsim_folder("r", &["summary.json", "plots/a.svg"], true);
+        let staged = Staged::new(&out, "run", &[]).unwrap();
+        std::fs::write(staged.path("summary.json").unwrap(), "new").unwrap();
+        staged.commit().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(out.join("summary.json")).unwrap(),
+            "new"
+        );
+        assert!(!out.join("plots").exists());
+        let mut names: Vec<String> = std::fs::read_dir(&dir.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["r"], "no aside or partial folder is left");
     }
 
     #[test]
