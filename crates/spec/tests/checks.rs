@@ -697,6 +697,16 @@ mod field_checks {
         deployment_name_empty:
             base(), replace_once(&colocated(TP8, ""), "name: case", "name: \"  \"")
             => [err("deployment-name-empty", "name")];
+        /// A name longer than a Kubernetes object's; 253 characters pass.
+        deployment_name_long:
+            base(), replace_once(&colocated(TP8, ""), "name: case", &format!("name: {}", "n".repeat(254)))
+            => [err("beyond-limit", "name")];
+        deployment_name_at_the_limit:
+            base(), replace_once(&colocated(TP8, ""), "name: case", &format!("name: {}", "n".repeat(253)))
+            => [lacks("beyond-limit")];
+        scenario_name_long:
+            edit(&[("name: base", &format!("name: {}", "s".repeat(254)))]), colocated(TP8, "")
+            => [err("beyond-limit", "name")];
         pools_empty:
             base(), "kind: Deployment\nname: case\npools: []\n"
             => [err("pools-empty", "pools")];

@@ -24,6 +24,7 @@ pub fn check(source: &Source, deployment: &Deployment, files: &dyn Files) -> Pro
     if deployment.name.trim().is_empty() {
         problems.push(source.error("name", "deployment-name-empty", "name must not be empty"));
     }
+    super::limits::check_name(source, &mut problems, "name", &deployment.name);
     if deployment.pools.is_empty() {
         problems.push(source.error(
             "pools",

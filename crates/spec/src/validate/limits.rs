@@ -91,6 +91,29 @@ pub const MAX_CHIP_MEMORY_GIB: f64 = 65_536.0;
 /// is 64-bit nanoseconds, which a few centuries would exhaust.
 pub const MAX_DURATION_MS: f64 = 30.0 * 24.0 * 3_600_000.0;
 
+/// Characters in a scenario's or deployment's `name`: 253, the most a
+/// Kubernetes object name may have (a DNS subdomain, RFC 1123), and the
+/// deployments these documents describe are Kubernetes objects. A name is
+/// an identity quoted whole in every message, report, results folder
+/// README and summary, so one of a hundred thousand characters would make
+/// each of those lines that long.
+pub const MAX_NAME_CHARS: usize = 253;
+
+/// Pushes a `beyond-limit` error when the `name` at `path` has more than
+/// [`MAX_NAME_CHARS`] characters, quoting only its length.
+pub fn check_name(source: &Source, problems: &mut Problems, path: &str, name: &str) {
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        problems.push(source.error(
+            path,
+            CODE,
+            format!(
+                "a name of {chars} characters is longer than any deployment's (at most {MAX_NAME_CHARS}, a Kubernetes object name's limit)"
+            ),
+        ));
+    }
+}
+
 /// Pushes a `beyond-limit` error when `value` exceeds `limit`. The message
 /// quotes the value and the limit; the path and line come from the source.
 pub fn check_int(source: &Source, problems: &mut Problems, path: &str, value: i64, limit: i64) {

@@ -48,6 +48,7 @@ pub fn check(
     if scenario.name.trim().is_empty() {
         problems.push(source.error("name", "scenario-name-empty", "name must not be empty"));
     }
+    super::limits::check_name(source, &mut problems, "name", &scenario.name);
     if scenario.engine_version.trim().is_empty() {
         problems.push(source.error(
             "engine_version",
