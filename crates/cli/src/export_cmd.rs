@@ -263,9 +263,9 @@ fn model_of_uri(uri: &str) -> Result<String, String> {
     Ok(rest.to_string())
 }
 
-/// The longest name export writes into commands: a Kubernetes object name
-/// is at most 253 characters.
-const MAX_NAME: usize = 253;
+/// The longest name export writes into commands: a Kubernetes object
+/// name's limit, which validation already holds every document name to.
+const MAX_NAME: usize = pdsim_spec::validate::limits::MAX_NAME_CHARS;
 
 /// Why `name` (the deployment's, or the inferencepool release) cannot be
 /// written into the exported scripts, YAML comments and `helm install`
