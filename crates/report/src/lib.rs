@@ -1422,7 +1422,10 @@ pub fn render_text(summary: &Summary) -> String {
     if let Some(c) = &summary.cost {
         out.push_str(&format!(
             "cost: {:.2} GPU-hours at {} USD = {:.2} USD, {:.3} USD per million output tokens\n",
-            c.gpu_hours, c.gpu_hour_usd, c.total_usd, c.usd_per_million_output_tokens
+            c.gpu_hours,
+            pdsim_spec::problem::number(c.gpu_hour_usd),
+            c.total_usd,
+            c.usd_per_million_output_tokens
         ));
     }
     let s = &summary.step_time_s;

@@ -82,17 +82,20 @@ impl Slo {
         ]
     }
 
-    /// `TTFT ≤ 500 ms, ITL ≤ 50 ms`.
+    /// `TTFT ≤ 500 ms, ITL ≤ 50 ms`. Each bound as messages show numbers
+    /// ([`pdsim_spec::problem::number`]): a bound of `1e-300` reads
+    /// `1e-300`, not three hundred zeros.
     pub fn describe(&self) -> String {
+        use pdsim_spec::problem::number;
         let mut parts = Vec::new();
         if let Some(t) = self.ttft_ms {
-            parts.push(format!("TTFT ≤ {t} ms"));
+            parts.push(format!("TTFT ≤ {} ms", number(t)));
         }
         if let Some(t) = self.itl_ms {
-            parts.push(format!("ITL ≤ {t} ms"));
+            parts.push(format!("ITL ≤ {} ms", number(t)));
         }
         if let Some(t) = self.e2e_ms {
-            parts.push(format!("E2E ≤ {t} ms"));
+            parts.push(format!("E2E ≤ {} ms", number(t)));
         }
         parts.join(", ")
     }
@@ -353,6 +356,12 @@ mod tests {
         let slo = Slo::parse("e2e_ms=9000,ttft_ms=500,itl_ms=50").unwrap();
         assert_eq!(slo.describe(), "TTFT ≤ 500 ms, ITL ≤ 50 ms, E2E ≤ 9000 ms");
         assert_eq!(Slo::parse("itl_ms=5").unwrap().describe(), "ITL ≤ 5 ms");
+        // A bound far from ordinary is shown in exponent form, not as
+        // three hundred digits.
+        assert_eq!(
+            Slo::parse("ttft_ms=1e-300").unwrap().describe(),
+            "TTFT ≤ 1e-300 ms"
+        );
     }
 
     #[test]
