@@ -356,15 +356,28 @@ struct Group {
     ends: SimTime,
 }
 
+/// A request's state while it is in flight. Every emission reads and
+/// writes the five fields that come first, so they are kept together at the
+/// front (`repr(C)`): with the compiler's own order they were spread over
+/// the entry's 500 bytes, and the emission path missed the L1 cache about
+/// five times a token (cachegrind, 1P3D). The record's own `last_token`
+/// and `output_tokens` are filled from them when the record is written
+/// ([`InFlight::settled`]).
+#[repr(C)]
 struct InFlight {
+    /// Under P/D: the prefill and decode cores.
+    prefill_core: Option<u32>,
+    decode_core: u32,
+    /// Tokens the client has received, and when the last of them arrived.
+    output_tokens: u32,
+    last_token: Option<SimTime>,
+    /// The record's `source_line`, which each emission reports.
+    source_line: u64,
     record: RequestRecord,
     /// The prompt until the last engine that needs it takes it.
     prompt: Option<Prompt>,
     priority: i32,
     max_output: u32,
-    /// Under P/D: the prefill and decode cores.
-    prefill_core: Option<u32>,
-    decode_core: u32,
     /// The prefill engine still holds the request's blocks.
     held: bool,
     /// When the prefill engine's lease on those blocks runs out unless a
@@ -406,12 +419,15 @@ impl InFlight {
     /// A request that just arrived, not yet routed.
     fn new(record: RequestRecord, spec: RequestSpec, queued: bool) -> InFlight {
         InFlight {
+            prefill_core: None,
+            decode_core: 0,
+            output_tokens: record.output_tokens,
+            last_token: record.last_token,
+            source_line: record.source_line,
             record,
             prompt: Some(spec.prompt),
             priority: spec.priority,
             max_output: spec.output_tokens,
-            prefill_core: None,
-            decode_core: 0,
             held: false,
             lease_expiry: SimTime(0),
             decode_received: None,
@@ -429,6 +445,13 @@ impl InFlight {
             session: spec.session.map(|s| s.key),
             output_id: spec.output_id,
         }
+    }
+
+    /// The record, with what the emissions counted.
+    fn settled(&mut self) -> &RequestRecord {
+        self.record.output_tokens = self.output_tokens;
+        self.record.last_token = self.last_token;
+        &self.record
     }
 }
 
@@ -1466,7 +1489,7 @@ impl<'a> Sim<'a> {
         flight.record.reason = reason;
         flight.record.finished = self.now;
         note_end(self.check, &mut self.ended, &mut self.failure, id);
-        sink.record(&flight.record);
+        sink.record(flight.settled());
         if let Some(key) = flight.session {
             self.turn_ended(key, Outcome::Rejected, self.now);
         }
@@ -2458,7 +2481,7 @@ impl<'a> Sim<'a> {
             && self
                 .in_flight
                 .get_mut(&id)
-                .is_some_and(|f| f.record.last_token.is_none())
+                .is_some_and(|f| f.last_token.is_none())
         {
             self.flow_account();
         }
@@ -2490,7 +2513,7 @@ impl<'a> Sim<'a> {
             let work = SimDuration::from_ns(per_token_ns.saturating_mul(tokens as u64));
             c.api_work(self.now, work)
         };
-        let first = match f.record.last_token {
+        let first = match f.last_token {
             None => {
                 f.record.first_token = Some(at);
                 self.epp.first_chunk(&mut f.ticket);
@@ -2498,15 +2521,15 @@ impl<'a> Sim<'a> {
             }
             Some(last) => {
                 self.emissions_buf.push(Emission {
-                    source_line: f.record.source_line,
+                    source_line: f.source_line,
                     gap_ns: at.since(last).as_ns(),
                     tokens,
                 });
                 false
             }
         };
-        f.record.last_token = Some(at);
-        f.record.output_tokens += tokens;
+        f.last_token = Some(at);
+        f.output_tokens += tokens;
         if first {
             // The EPP's in-flight counters dropped.
             self.flow_wake(false);
@@ -2814,7 +2837,7 @@ impl<'a> Sim<'a> {
             Outcome::Aborted => self.stats.aborted += 1,
         }
         note_end(self.check, &mut self.ended, &mut self.failure, id);
-        sink.record(&flight.record);
+        sink.record(flight.settled());
     }
     /// Whether `id`'s deadline event is the live one: the request is in
     /// flight and its client has not given up yet.
@@ -2952,7 +2975,7 @@ impl<'a> Sim<'a> {
         f.record.reason = CLIENT_TIMEOUT;
         self.stats.aborted += 1;
         note_end(self.check, &mut self.ended, &mut self.failure, id);
-        sink.record(&f.record);
+        sink.record(f.settled());
         if let Some(key) = f.session {
             self.turn_ended(key, Outcome::Aborted, self.now);
         }

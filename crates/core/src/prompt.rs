@@ -66,15 +66,14 @@ pub fn content_id(seed: u64, salt: u64) -> u64 {
 
 /// Walks a token sequence given as segments and yields the chained hash of
 /// every full block of `block_size` tokens.
+///
+/// The fields [`BlockHasher::feed`]'s one-token path reads come first and
+/// in this order (`repr(C)`), with the hashes' vector, whose length the
+/// engine checks after every token: a decoding request's token then
+/// touches one cache line of its hasher.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct BlockHasher {
-    block_size: u32,
-    hash: u64,
-    /// Tokens of the current block consumed so far.
-    filled: u32,
-    /// The last segment id combined and its `mix64`, reused while the same
-    /// segment goes on.
-    mixed: (u64, u64),
     /// The run of tokens of one segment fed into the current block and not
     /// combined yet: (segment id, first offset, tokens). A block's hash
     /// combines each maximal run once, so it depends on which tokens the
@@ -83,8 +82,15 @@ pub struct BlockHasher {
     /// output as one segment (a conversation's next turn) gets the same
     /// hashes.
     piece: Option<(u64, u32, u32)>,
+    block_size: u32,
+    /// Tokens of the current block consumed so far.
+    filled: u32,
     /// Hashes of completed blocks.
     pub hashes: Vec<u64>,
+    hash: u64,
+    /// The last segment id combined and its `mix64`, reused while the same
+    /// segment goes on.
+    mixed: (u64, u64),
 }
 
 impl BlockHasher {

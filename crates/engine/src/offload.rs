@@ -119,7 +119,11 @@ struct Seen {
 /// The tier's view of one request: the next chunk its stores offer
 /// (`next_stored_chunk_idx`), the chunks a load is reading, and (0.31.0)
 /// what it observed.
+/// `next_chunk`, read after every sampled token, comes first (`repr(C)`)
+/// so that it shares a cache line with the request's block hasher, which
+/// the engine's `Req` puts just before it.
 #[derive(Clone, Debug, Default)]
+#[repr(C)]
 pub struct RequestState {
     /// Chunks before this one are not offered again.
     pub next_chunk: u32,

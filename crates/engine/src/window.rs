@@ -180,7 +180,14 @@ pub fn replayed_hit(config: &WindowConfig, hit: u32) -> (u32, u32) {
 
 /// One request's window and ring blocks.
 #[derive(Clone, Debug, Default)]
+#[repr(C)]
 pub struct Lane {
+    /// Window-block hashes of the request's tokens, when the window groups
+    /// are prefix-cached (first, `repr(C)`: every sampled token checks it,
+    /// and it then shares a cache line with the request's other per-token
+    /// state); with `cached_positions` below, the positions considered for
+    /// caching so far (`num_cached_block`).
+    pub hasher: Option<pdsim_core::prompt::BlockHasher>,
     /// Positions in each window group's block list, nulls included.
     len: u32,
     /// The first position holding a block; those below are null.
@@ -192,10 +199,6 @@ pub struct Lane {
     adopted: bool,
     /// The ring block.
     ring: Option<u32>,
-    /// Window-block hashes of the request's tokens, when the window groups
-    /// are prefix-cached; and the positions considered for caching so far
-    /// (`num_cached_block`).
-    pub hasher: Option<pdsim_core::prompt::BlockHasher>,
     cached_positions: u32,
     /// `request.shared_prefix_boundary`.
     pub junction: u32,
