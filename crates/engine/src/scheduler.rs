@@ -213,11 +213,14 @@ pub enum Abort {
 }
 
 /// The fields every step reads for each running request come first and
-/// in this order (`repr(C)`), so a step touches two cache lines of a
-/// request rather than pieces of all eight: with the compiler's own
+/// in this order (`repr(C)`): the counters and block list in the first
+/// cache line, then the flags, the output's segment, the block hasher and
+/// the offload tier's next chunk, so a step touches three of a request's
+/// eight lines rather than pieces of most of them. With the compiler's own
 /// order, loads of a running request's counters were the costliest
 /// instructions of `schedule` and `complete_step` (`perf annotate`, 1P3D,
-/// 100,000 requests). The layout changes no behaviour.
+/// 100,000 requests); cachegrind counts a fifth fewer L1 read misses on
+/// 1P3D with this order. The layout changes no behaviour.
 #[derive(Clone, Debug)]
 #[repr(C)]
 struct Req {
