@@ -1357,11 +1357,26 @@ mod rule_checks {
             base(), colocated(TP8, "moe_backend: DEEP-GEMM-MEGA-MOE")
             => [lacks("moe-backend-known"),
                 err("mega-moe-needs-expert-parallel", "pools[0].engine.moe_backend")];
-        /// vllm-rbln's list is not read from the plugin's source, which may
-        /// add backends: an unknown name there stays a warning.
+        /// vllm-rbln builds on a vLLM (0.10.2, or 0.13.0 for its newest
+        /// public releases) that has no --moe-backend flag at all: any name,
+        /// known to a later vLLM or not, is refused as a key the release
+        /// does not have, and not also judged as a name.
+        moe_backend_on_rbln:
+            rbln(), colocated("tp: 1, pp: 4, dp: 1", "cache_dtype: fp8, moe_backend: triton")
+            => [err("key-unsupported-by-release", "pools[0].engine.moe_backend"),
+                lacks("moe-backend-known")];
         moe_backend_unknown_on_rbln:
             rbln(), colocated("tp: 1, pp: 4, dp: 1", "cache_dtype: fp8, moe_backend: warp_speed")
-            => [warn("moe-backend-known", "pools[0].engine.moe_backend")];
+            => [err("key-unsupported-by-release", "pools[0].engine.moe_backend"),
+                lacks("moe-backend-known")];
+        /// Nor has it --allreduce-backend, --dcp-comm-backend or
+        /// --dcp-q-replicate.
+        backend_keys_on_rbln:
+            rbln(), colocated("tp: 1, pp: 4, dp: 1",
+                "cache_dtype: fp8, allreduce_backend: nccl, dcp_comm_backend: a2a, dcp_q_replicate: true")
+            => [err("key-unsupported-by-release", "pools[0].engine.allreduce_backend"),
+                err("key-unsupported-by-release", "pools[0].engine.dcp_comm_backend"),
+                err("key-unsupported-by-release", "pools[0].engine.dcp_q_replicate")];
         /// A mega-MoE backend exists only under expert parallelism.
         mega_moe_without_expert_parallel:
             base(), colocated(TP8, "moe_backend: deep_gemm_mega_moe")
