@@ -2365,7 +2365,7 @@ impl<'a> Sim<'a> {
     fn handle_events(&mut self, core: usize, sink: &mut dyn RecordSink) {
         self.tier_io(core);
         let mut events = std::mem::take(&mut self.events_buf);
-        events.extend(self.cores[core].engine.drain_events());
+        self.cores[core].engine.take_events(&mut events);
         for event in events.drain(..) {
             if let EngineEvent::Emitted { id, tokens } = event {
                 self.emitted(core, id, tokens);

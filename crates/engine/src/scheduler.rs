@@ -659,6 +659,14 @@ impl Engine {
         self.events.drain(..)
     }
 
+    /// Hands the events out by exchanging buffers with `empty`, which must
+    /// be empty: the cluster takes every step's events this way, without
+    /// copying them one by one as [`Engine::drain_events`] would.
+    pub fn take_events(&mut self, empty: &mut Vec<EngineEvent>) {
+        debug_assert!(empty.is_empty(), "take_events into a buffer holding events");
+        std::mem::swap(&mut self.events, empty);
+    }
+
     /// Adds a request to the waiting queue. An empty prompt or one that
     /// reaches max_model_len is rejected at once, as vLLM's input processor
     /// refuses it (`InputProcessor._validate_prompt_len` in
