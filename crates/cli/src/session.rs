@@ -926,10 +926,22 @@ pub fn results_readme(
         env!("CARGO_PKG_VERSION"),
         args.join(" ")
     );
+    // The files the flags name first, then every other file the command
+    // read through `disk.rs` (an EndpointPickerConfig or manifest a
+    // deployment names, a user catalog's entries, a scenario's own trace),
+    // in path order: each changes the results, so replaying byte for byte
+    // needs each. A file is listed once however its path was spelled.
     let mut seen = std::collections::BTreeSet::new();
+    let key = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     for path in inputs {
-        if seen.insert(path.clone()) {
+        if seen.insert(key(path)) {
             out.push_str(&format!("- `{}`: `{}`\n", path.display(), digest(path)));
+        }
+    }
+    for path in crate::disk::read_so_far() {
+        // Folders are noted when listed; their files are what is read.
+        if path.is_file() && seen.insert(key(&path)) {
+            out.push_str(&format!("- `{}`: `{}`\n", path.display(), digest(&path)));
         }
     }
     out.push_str("\n## Files\n\n");

@@ -338,6 +338,93 @@ fn a_user_catalog_adds_models_and_unknown_names_list_what_exists() {
     );
 }
 
+/// The `- `PATH`: `SHA-256`` line a results README gives `path`, spelled
+/// `shown`.
+fn readme_line(shown: &str, path: &Path) -> String {
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(std::fs::read(path).unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("- `{shown}`: `{sha}`")
+}
+
+#[test]
+fn a_results_readme_lists_every_file_the_command_read_with_its_digest() {
+    // A plan's deployment names its EndpointPickerConfig: it changes the
+    // results as much as the deployment does, so a replay needs it (the
+    // plan's README listed only the files its flags named).
+    let plan = out_dir("readme-plan");
+    let (code, stdout, stderr) = pdsim(&[
+        "plan",
+        "--scenario",
+        H200,
+        "deployments/1p3d-ep8-epp.yaml",
+        "--trace",
+        "traces/default.jsonl",
+        "--max-requests",
+        "40",
+        "--max-runs",
+        "1",
+        "--slo",
+        "ttft_ms=2000",
+        "--out",
+        &plan.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let readme = std::fs::read_to_string(plan.join("README.md")).unwrap();
+    for file in [
+        H200,
+        "deployments/1p3d-ep8-epp.yaml",
+        "traces/default.jsonl",
+        "deployments/pd/epp-prefix-pd.yaml",
+    ] {
+        let line = readme_line(file, &root().join(file));
+        assert!(readme.contains(&line), "{line} missing from\n{readme}");
+    }
+    // A user catalog's entry the run read is listed too; the folder itself
+    // is not (its files are what was read).
+    let catalog = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-catalog");
+    std::fs::create_dir_all(catalog.join("models/tiny")).unwrap();
+    let config = catalog.join("models/tiny/config.json");
+    std::fs::write(
+        &config,
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 16,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192,
+            "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+            "rope_theta": 500000.0}"#,
+    )
+    .unwrap();
+    let scenario = std::fs::read_to_string(root().join(H200))
+        .unwrap()
+        .replace("model: deepseek-v3", "model: tiny");
+    let scenario_path = temp_file("readme-tiny-scenario.yaml", &scenario);
+    let run = out_dir("readme-run");
+    let (code, stdout, stderr) = pdsim(&[
+        "run",
+        "--catalog",
+        &catalog.to_string_lossy(),
+        "--scenario",
+        &scenario_path.to_string_lossy(),
+        "--deployment",
+        "deployments/colocated-tp8.yaml",
+        "--requests",
+        "20",
+        "--rate",
+        "5",
+        "--out",
+        &run.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let readme = std::fs::read_to_string(run.join("README.md")).unwrap();
+    let line = readme_line(&config.to_string_lossy(), &config);
+    assert!(readme.contains(&line), "{line} missing from\n{readme}");
+    assert!(
+        !readme.contains(&format!("- `{}`:", catalog.display())),
+        "{readme}"
+    );
+}
+
 #[test]
 fn the_blis_example_deployment_validates_against_its_example_scenario() {
     let Some(shared) = pdsim_testkit::shared(
