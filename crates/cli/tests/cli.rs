@@ -299,9 +299,10 @@ fn usage_errors_exit_two_and_help_exits_zero() {
     assert!(stdout.contains("Exit codes"), "{stdout}");
 }
 
-#[test]
-fn a_user_catalog_adds_models_and_unknown_names_list_what_exists() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("user-catalog");
+/// A user catalog folder `name` holding one small Llama-shaped model,
+/// `tiny`, and a copy of the 4×8 H200 scenario that serves it.
+fn tiny_catalog(name: &str) -> (PathBuf, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::create_dir_all(dir.join("models/tiny")).unwrap();
     std::fs::write(
         dir.join("models/tiny/config.json"),
@@ -314,7 +315,13 @@ fn a_user_catalog_adds_models_and_unknown_names_list_what_exists() {
     let scenario = std::fs::read_to_string(root().join(H200))
         .unwrap()
         .replace("model: deepseek-v3", "model: tiny");
-    let scenario_path = temp_file("tiny-scenario.yaml", &scenario);
+    let scenario_path = temp_file(&format!("{name}-scenario.yaml"), &scenario);
+    (dir, scenario_path)
+}
+
+#[test]
+fn a_user_catalog_adds_models_and_unknown_names_list_what_exists() {
+    let (dir, scenario_path) = tiny_catalog("user-catalog");
     let (code, stdout, _) = pdsim(&[
         "validate",
         "--catalog",
@@ -384,21 +391,8 @@ fn a_results_readme_lists_every_file_the_command_read_with_its_digest() {
     }
     // A user catalog's entry the run read is listed too; the folder itself
     // is not (its files are what was read).
-    let catalog = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-catalog");
-    std::fs::create_dir_all(catalog.join("models/tiny")).unwrap();
+    let (catalog, scenario_path) = tiny_catalog("readme-catalog");
     let config = catalog.join("models/tiny/config.json");
-    std::fs::write(
-        &config,
-        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 16,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192,
-            "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
-            "rope_theta": 500000.0}"#,
-    )
-    .unwrap();
-    let scenario = std::fs::read_to_string(root().join(H200))
-        .unwrap()
-        .replace("model: deepseek-v3", "model: tiny");
-    let scenario_path = temp_file("readme-tiny-scenario.yaml", &scenario);
     let run = out_dir("readme-run");
     let (code, stdout, stderr) = pdsim(&[
         "run",
