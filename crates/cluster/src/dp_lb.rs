@@ -17,8 +17,8 @@
 //!   `min_stats_update_interval_ms` = 100 ms while they change), and adds
 //!   `client_count` to the waiting count of each rank it picks until the
 //!   next publication.
-//! * The score, by release ([`DpLbRule`]): up to 0.15.1 (and in 0.10.2,
-//!   which vllm-rbln builds on) `4 · waiting + running`; from 0.29.0
+//! * The score, by release ([`DpLbRule`]): up to 0.15.1 `4 · waiting +
+//!   running`; from 0.29.0 (and in 0.30.0, which vllm-rbln 0.12.0 builds on)
 //!   `max(client_count · in-flight, waiting + running)`, plus
 //!   `waiting · 6 · max(0, KV usage − 0.5)` when requests wait, where
 //!   in-flight is the API server's own unfinished requests on the rank, and

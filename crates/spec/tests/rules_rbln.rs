@@ -1,0 +1,42 @@
+//! The vllm-rbln pack's figures that come from the vLLM release the plugin
+//! builds on. vllm-rbln 0.12.0's wheel on PyPI requires `vllm==0.30.0+cpu`
+//! (`Requires-Dist` in `vllm_rbln-0.12.0.dist-info/METADATA`), and nothing
+//! in `vllm_rbln/` replaces vLLM's engine-core client or its `--moe-backend`
+//! argument, so both are vLLM 0.30.0's (read from the 0.30.0 wheel).
+
+use pdsim_spec::rules::pack::{self, DpLbScore};
+
+fn the_pack() -> &'static pack::RulesPack {
+    pack::for_version("vllm-rbln-0.12.0").expect("a pack covers vllm-rbln 0.12.0")
+}
+
+/// vLLM 0.30.0's `DPLBAsyncMPClient.get_core_engine_for_request`
+/// (`vllm/v1/engine/core_client.py`) scores an engine
+/// `max(client_count * inflight, waiting + running)` plus a KV-pressure
+/// penalty on waiting requests, as 0.29.0 and 0.31.0 do; `waiting * 4 +
+/// running` is 0.10.2's and 0.15.1's.
+#[test]
+fn internal_data_parallel_balancing_is_vllm_0_30_0s() {
+    assert_eq!(
+        the_pack().defaults.dp_lb_score,
+        DpLbScore::InflightAndKvPressure
+    );
+}
+
+/// vLLM 0.30.0's `MoEBackend` (`vllm/config/kernel.py`) is a closed
+/// Literal argparse enforces, the same 22 names as 0.31.0's: an error, not
+/// a warning, outside it.
+#[test]
+fn moe_backend_is_vllm_0_30_0s_closed_set() {
+    let rbln = the_pack();
+    assert!(!rbln.soft_enums.contains_key("moe_backend"));
+    let names = rbln.enums.get("moe_backend").expect("a hard set");
+    assert_eq!(names.len(), 22, "{names:?}");
+    let v031 = pack::for_version("0.31.0").expect("a pack covers 0.31.0");
+    assert_eq!(Some(names), v031.enums.get("moe_backend"));
+    assert!(
+        rbln.unsupported_keys.is_empty(),
+        "{:?}",
+        rbln.unsupported_keys
+    );
+}
