@@ -40,3 +40,15 @@ fn moe_backend_is_vllm_0_30_0s_closed_set() {
         rbln.unsupported_keys
     );
 }
+
+/// vLLM 0.30.0's NIXL scheduler leases a finished prefill's blocks for
+/// `kv_lease_duration` (30 s by default) and the decode side renews the
+/// lease by heartbeats (`nixl/base_scheduler.py`); vllm-rbln's NIXL
+/// scheduler subclasses it unchanged. A fixed 480 s timeout nothing renews
+/// (`VLLM_NIXL_ABORT_REQUEST_TIMEOUT`) is the older releases'.
+#[test]
+fn the_prefill_lease_is_vllm_0_30_0s() {
+    let defaults = &the_pack().defaults;
+    assert_eq!(defaults.kv_lease_duration_s, 30);
+    assert!(defaults.kv_lease_heartbeats);
+}
