@@ -18,8 +18,11 @@
 //! block count after vllm-rbln's dynamic KV resize at startup, which replaces
 //! this estimate with one from the compiled graphs' own memory profile, and
 //! that the estimate logged before the resize is larger. What the resize
-//! subtracts (60 blocks, 30,240 MiB here) is not in any public source, so it
+//! subtracts (60 blocks, 30,240 MiB here) is not in the v0.11.0 source, so it
 //! is not modelled; the tests hold the estimate to being an upper bound.
+//! (vllm-rbln 0.12.0's wheel on PyPI has a per-chiplet budget path in
+//! `estimate_available_memory` and a different runtime count in
+//! `determine_available_memory`; they are not read into this yet.)
 
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::resolve::PoolResolution;
