@@ -52,3 +52,18 @@ fn the_prefill_lease_is_vllm_0_30_0s() {
     assert_eq!(defaults.kv_lease_duration_s, 30);
     assert!(defaults.kv_lease_heartbeats);
 }
+
+/// vllm-rbln 0.12.0's own scheduler admits a waiting request only when the
+/// whole sequence fits (`full_sequence_must_fit=True` in
+/// `vllm_rbln/v1/core/rbln_scheduler.py`), and vLLM 0.30.0's block pool,
+/// which it keeps, reuses freed blocks without a hash first
+/// (`BlockPool.free_blocks`).
+#[test]
+fn admission_and_the_free_queue_follow_the_0_12_0_scheduler_and_0_30_0_pool() {
+    let features = &the_pack().features;
+    assert!(features.reserve_full_prompt);
+    assert!(features.unhashed_blocks_to_front);
+    // No waiver of long_prefill_token_threshold for a request alone: the
+    // plugin's scheduler caps every chunk by it.
+    assert!(!features.long_prefill_waiver_when_alone);
+}
