@@ -933,14 +933,12 @@ pub fn results_readme(
     // needs each. A file is listed once however its path was spelled.
     let mut seen = std::collections::BTreeSet::new();
     let key = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    for path in inputs {
-        if seen.insert(key(path)) {
-            out.push_str(&format!("- `{}`: `{}`\n", path.display(), digest(path)));
-        }
-    }
-    for path in crate::disk::read_so_far() {
-        // Folders are noted when listed; their files are what is read.
-        if path.is_file() && seen.insert(key(&path)) {
+    // Folders are noted when listed; their files are what is read.
+    let read = crate::disk::read_so_far()
+        .into_iter()
+        .filter(|p| p.is_file());
+    for path in inputs.iter().cloned().chain(read) {
+        if seen.insert(key(&path)) {
             out.push_str(&format!("- `{}`: `{}`\n", path.display(), digest(&path)));
         }
     }

@@ -24,14 +24,14 @@ pub struct RuleContext<'a> {
 /// A `moe_backend` as vLLM reads it: lower-cased, with `-` turned into `_`
 /// (the argparse `type` in `vllm/engine/arg_utils.py` and the
 /// `_normalize_moe_backend` validator of `KernelConfig` in
-/// `vllm/config/kernel.py`, 0.29.0 and 0.31.0), so `Deep-GEMM` is
-/// `deep_gemm`.
+/// `vllm/config/kernel.py`, 0.29.0, 0.30.0 — which vllm-rbln 0.12.0 builds
+/// on — and 0.31.0), so `Deep-GEMM` is `deep_gemm`.
 pub fn moe_backend_name(backend: &str) -> String {
     backend.to_lowercase().replace('-', "_")
 }
 
 /// Whether a `moe_backend` runs the mega-MoE path (`MEGA_MOE_BACKENDS`,
-/// `vllm/config/kernel.py` in 0.29.0 and 0.31.0).
+/// `vllm/config/kernel.py` in 0.29.0, 0.30.0 and 0.31.0).
 pub fn is_mega_moe(backend: &str) -> bool {
     matches!(
         moe_backend_name(backend).as_str(),
@@ -321,14 +321,16 @@ fn pool_rules(
         );
     }
     if let Some(b) = &e.moe_backend {
-        // vLLM 0.29.0 and 0.31.0 refuse a name outside `MoEBackend`
-        // (`vllm/config/kernel.py`): `vllm/engine/arg_utils.py` gives the
+        // vLLM 0.29.0, 0.30.0 (vllm-rbln 0.12.0's base) and 0.31.0 refuse a
+        // name outside `MoEBackend` (`vllm/config/kernel.py`):
+        // `vllm/engine/arg_utils.py` gives the
         // Literal's values to argparse as `choices`, after lower-casing the
         // value and turning `-` into `_`, and `KernelConfig` validates the
         // same Literal. So the comparison is on that normalised name, and a
         // pack that lists `moe_backend` under `enums` makes an unknown name
-        // an error; one that lists it under `soft_enums` (a plugin whose
-        // set was not read from its source) only warns.
+        // an error (every pack that has the flag does); one that listed it
+        // under `soft_enums` (a set not read from the release's source)
+        // would only warn.
         let hard = ctx.pack.enums.contains_key("moe_backend");
         let list = if hard {
             ctx.pack.enums.get("moe_backend")
