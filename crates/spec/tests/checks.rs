@@ -1534,14 +1534,21 @@ mod rule_checks {
             base(), colocated(TP8, "engram_config: {cpu_offload: true}")
             => [err("engram-config-without-engram", "pools[0].engine.engram_config")];
 
-        /// vLLM 0.15.1 has no --moe-backend, --allreduce-backend,
-        /// --dcp-comm-backend or --dcp-q-replicate flag.
+        /// vLLM 0.15.1 has no --moe-backend, --dcp-comm-backend or
+        /// --dcp-q-replicate flag.
         moe_backend_on_0_15:
             release("0.15.1"), colocated(TP8, "moe_backend: triton")
             => [err("key-unsupported-by-release", "pools[0].engine.moe_backend")];
+        /// `allreduce_backend` is the deployment's statement of
+        /// disable_custom_all_reduce, which 0.15.1 has (as 0.29.0 and
+        /// 0.31.0, none of which has an --allreduce-backend flag), so it is
+        /// taken, not refused; a name outside custom/nccl is an error.
         allreduce_backend_on_0_15:
             release("0.15.1"), colocated(TP8, "allreduce_backend: nccl")
-            => [err("key-unsupported-by-release", "pools[0].engine.allreduce_backend")];
+            => [lacks("key-unsupported-by-release")];
+        allreduce_backend_unknown_on_0_15:
+            release("0.15.1"), colocated(TP8, "allreduce_backend: symm_mem")
+            => [err("allreduce-backend-known", "pools[0].engine.allreduce_backend")];
         dcp_keys_on_0_15:
             release("0.15.1"), colocated(DCP8, "dcp_comm_backend: a2a, dcp_q_replicate: true")
             => [err("key-unsupported-by-release", "pools[0].engine.dcp_comm_backend"),

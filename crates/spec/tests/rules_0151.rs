@@ -33,6 +33,12 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             "config/parallel.py:41 All2AllBackend",
         ),
         (
+            "enums.allreduce_backend",
+            json!(["custom", "nccl"]),
+            "config/parallel.py:170 disable_custom_all_reduce, which the key states \
+             (0.15.1 has no --allreduce-backend flag)",
+        ),
+        (
             "enums.cudagraph_mode",
             json!([
                 "FULL",
@@ -170,7 +176,6 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
         (
             "unsupported_keys",
             json!([
-                "engine.allreduce_backend",
                 "engine.dcp_comm_backend",
                 "engine.dcp_q_replicate",
                 "engine.moe_backend",
