@@ -822,6 +822,42 @@ mod tests {
         assert_eq!(pool.free_order(), vec![2, 3, 4, 1]);
     }
 
+    /// Each hash keeps its blocks in caching order at scale: with
+    /// thousands of blocks cached, four or five of each hash, each hash
+    /// finds its first-cached block, then the next as blocks go, and the
+    /// table and the duplicate lists empty as the last go.
+    #[test]
+    fn each_hash_keeps_its_first_cached_block_through_thousands() {
+        let mut pool = BlockPool::new(3001, false);
+        let mut blocks = Vec::new();
+        pool.allocate(3000, &mut blocks);
+        for (i, &block) in blocks.iter().enumerate() {
+            pool.cache(block, 1 + i as u64 % 700);
+        }
+        pool.check().expect("a sound pool");
+        for hash in 1..=700u64 {
+            assert_eq!(pool.lookup(hash), Some(blocks[hash as usize - 1]));
+        }
+        // Free every block, first allocated first, then reuse the first
+        // 700: each hash's first block is evicted and its second hits.
+        for &block in &blocks {
+            pool.release(&[block]);
+        }
+        let mut reused = Vec::new();
+        pool.allocate(700, &mut reused);
+        assert_eq!(reused, blocks[..700]);
+        for hash in 1..=700u64 {
+            assert_eq!(pool.lookup(hash), Some(blocks[699 + hash as usize]));
+        }
+        assert_eq!(pool.evictions, 700);
+        let mut rest = Vec::new();
+        pool.allocate(2300, &mut rest);
+        assert_eq!(pool.cached.len(), 0);
+        assert!(pool.dups.is_empty());
+        assert!((1..=700).all(|h| pool.lookup(h).is_none()));
+        pool.check().expect("a sound pool");
+    }
+
     /// vLLM keeps every block of a hash (`BlockHashToBlockMap`): when the
     /// first is evicted, the second still hits; when the second goes, the
     /// first stays the target.
