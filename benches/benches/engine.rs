@@ -20,6 +20,7 @@ fn engine() -> Engine {
         max_model_len: 131_072,
         reserve_full_prompt: true,
         unhashed_blocks_to_front: true,
+        lone_prefill_steps: false,
         graphs: Graphs {
             mode: CudaGraphMode::FullAndPiecewise,
             sizes: pdsim_spec::resolve::generated_capture_sizes(512)

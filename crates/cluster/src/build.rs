@@ -204,6 +204,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         max_model_len: clamp(pool.kv.max_model_len),
         reserve_full_prompt: e.reserve_full_prompt,
         unhashed_blocks_to_front: e.unhashed_blocks_to_front,
+        lone_prefill_steps: e.lone_prefill_steps,
         graphs: Graphs {
             mode: CudaGraphMode::parse(&e.cudagraph_mode),
             sizes: e

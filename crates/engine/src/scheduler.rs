@@ -66,6 +66,10 @@ pub struct EngineConfig {
     /// the first chunk (`scheduler_reserve_full_isl`).
     pub reserve_full_prompt: bool,
     pub unhashed_blocks_to_front: bool,
+    /// vllm-rbln's step phases (the rules pack's `lone_prefill_steps`): a
+    /// step runs decodes or one prefill alone, where vLLM mixes them. See
+    /// [`Engine::schedule`].
+    pub lone_prefill_steps: bool,
     pub graphs: Graphs,
     pub dbo: Dbo,
     pub spec: Option<SpecConfig>,
@@ -299,6 +303,12 @@ struct Req {
 impl Req {
     fn tokens(&self) -> u32 {
         self.prompt_tokens + self.output
+    }
+
+    /// vllm-rbln's `is_prefill` (`vllm_rbln/v1/core/utils.py`): two or
+    /// more tokens left to compute.
+    fn is_prefill(&self) -> bool {
+        self.computed + 1 < self.tokens()
     }
 }
 
@@ -1582,12 +1592,40 @@ impl Engine {
 
     /// Runs one `schedule()` and returns the batch to price, or `None` when
     /// nothing was scheduled.
+    ///
+    /// With `lone_prefill_steps`, the step phases of vllm-rbln's scheduler
+    /// (`RBLNScheduler.schedule`, `vllm_rbln/v1/core/rbln_scheduler.py`,
+    /// vllm-rbln 0.12.0), which keeps a step all decodes or one prefill
+    /// alone because RBLN compiles one graph per shape (the
+    /// "no-mixed-batching invariant", `vllm_rbln/v1/core/utils.py`):
+    /// (A) a running request still prefilling, always the last one admitted,
+    /// is scheduled alone; (B) then no waiting request is tried; (C) a
+    /// waiting prefill ends the waiting loop once a decode-ready request
+    /// joined the step; (D) an admitted waiting prefill takes the step from
+    /// the decodes scheduled before it (they keep the blocks they were
+    /// given and run the next step) and ends the loop, its chunk capped by
+    /// the whole token budget rather than what the decodes left. A request
+    /// is prefilling while two or more of its tokens are left to compute
+    /// (`is_prefill`).
+    ///
+    /// Not mirrored from that scheduler: its `DecodeBatchBudget` holds the
+    /// decode batch to `max_num_seqs // pp` and `ceil(demand / pp)` to
+    /// balance pipeline microbatches, which pdsim does not run (a step is
+    /// one batch through every stage; at pp 1 the caps never bind beyond
+    /// `max_num_seqs`, except that the soft cap also ends the waiting loop
+    /// at a request whose KV is still arriving, which vLLM 0.30.0 visits
+    /// ahead of new ones in `skipped_waiting` and pdsim keeps out of the
+    /// queue until its KV is there); it files the blocks a step fills only
+    /// once the step is final (`delay_cache_blocks`), so a waiting request's
+    /// lookup cannot hit a block a decode completes in the same step; and
+    /// `should_defer_spec_step` (pipeline-parallel speculative decoding).
     pub fn schedule(&mut self) -> Option<Batch> {
         self.scheduled.clear();
         // `kv_cache_manager.new_step_starts()`.
         self.mamba_cached_step.clear();
         self.step_connector_io = (0, 0);
         let mut budget = self.config.max_num_batched_tokens;
+        let prefill_budget = budget;
         let alone = self.running.len() + self.num_waiting() == 1;
         let long_cap = if alone && self.config.long_prefill_waiver_when_alone {
             0
@@ -1597,9 +1635,15 @@ impl Engine {
         let mut preempted = false;
         // A running request mid-prefill was scheduled (`prefill_scheduled`).
         let mut prefill_scheduled = false;
+        let lone = self.config.lone_prefill_steps;
 
-        // Running requests first, in admission order.
-        let mut i = 0;
+        // Running requests first, in admission order. Under vllm-rbln's
+        // step phases, a trailing request still prefilling is scheduled
+        // alone (guard (A)): the loop starts at it, the last one.
+        let mut i = match self.running.last() {
+            Some(&last) if lone && self.req(last).is_prefill() => self.running.len() - 1,
+            _ => 0,
+        };
         while i < self.running.len() && budget > 0 {
             let slot = self.running[i];
             let (mut n, drafts_avail, computed, tokens, placeholders) = {
@@ -1695,9 +1739,18 @@ impl Engine {
             i += 1;
         }
         let scheduled_running = !self.scheduled.is_empty();
+        // Guard (B): a running prefill scheduled alone takes the step.
+        let running_prefill = lone
+            && self
+                .scheduled
+                .first()
+                .is_some_and(|s| self.req(s.slot).is_prefill());
+        // Decode-ready requests admitted from the waiting queue this step
+        // (`scheduled_new_reqs`, `scheduled_resumed_reqs`).
+        let mut admitted_decodes = 0u32;
 
         // Then waiting requests, only if nothing was preempted.
-        if !preempted {
+        if !preempted && !running_prefill {
             while budget > 0 && (self.running.len() as u32) < self.config.max_num_seqs {
                 let Some(slot) = self.peek_waiting() else {
                     break;
@@ -1760,7 +1813,12 @@ impl Engine {
                     if !self.config.enable_chunked_prefill && n > budget {
                         break;
                     }
-                    n = n.min(budget);
+                    n = n.min(if lone { prefill_budget } else { budget });
+                    // Guard (C): a prefill waits for a step of its own once
+                    // a decode-ready request joined this one.
+                    if lone && self.req(slot).is_prefill() && admitted_decodes > 0 {
+                        break;
+                    }
                     if !self.allocate(slot, 0, 0, n, 0) {
                         break;
                     }
@@ -1780,6 +1838,12 @@ impl Engine {
                         samples: false,
                     });
                     budget -= n;
+                    if lone && self.req(slot).is_prefill() {
+                        // Guard (D): the prefill runs alone.
+                        self.take_step_from_decodes();
+                        break;
+                    }
+                    admitted_decodes += 1;
                     continue;
                 }
                 let (hit_units, hit_blocks) = self.prefix_hit(slot);
@@ -1858,7 +1922,14 @@ impl Engine {
                 if !self.config.enable_chunked_prefill && n > budget {
                     break;
                 }
-                n = n.min(budget);
+                // vllm-rbln caps a prefill's chunk by the whole budget: the
+                // decodes that spent part of it leave the step if it runs.
+                n = n.min(if lone { prefill_budget } else { budget });
+                // Guard (C), on the request's computed tokens before its
+                // hit (`is_prefill(request)` ahead of the allocation).
+                if lone && self.req(slot).is_prefill() && admitted_decodes > 0 {
+                    break;
+                }
                 // A new request whose chunk cannot end where a state is
                 // cached ends the waiting loop.
                 n = self.mamba_split(slot, base, n);
@@ -1932,6 +2003,16 @@ impl Engine {
                     samples: false,
                 });
                 budget -= n;
+                if lone {
+                    // With its hit counted, a request with one token left
+                    // joins the decode batch; any other runs alone (guard
+                    // (D)).
+                    if base + 1 < self.req(slot).tokens() {
+                        self.take_step_from_decodes();
+                        break;
+                    }
+                    admitted_decodes += 1;
+                }
             }
             // The passed-over requests go back to the head, in order
             // (`self.waiting.prepend_requests(step_skipped_waiting)`).
@@ -1950,6 +2031,16 @@ impl Engine {
             return None;
         }
         Some(self.describe_batch())
+    }
+
+    /// Guard (D) of vllm-rbln's step phases: the prefill just admitted, the
+    /// last entry, runs alone; the decodes scheduled before it leave the
+    /// step, keeping the blocks they were given (the plugin's
+    /// `_pending_runner_block_deltas`), and the decode batch is empty
+    /// (`decode_budget.reset()`).
+    fn take_step_from_decodes(&mut self) {
+        let last = self.scheduled.len() - 1;
+        self.scheduled.drain(..last);
     }
 
     /// `pad_spec_decode` (`Scheduler.schedule`,
@@ -2894,6 +2985,7 @@ mod checker_tests {
             max_model_len: 4096,
             reserve_full_prompt: true,
             unhashed_blocks_to_front: false,
+            lone_prefill_steps: false,
             graphs: crate::Graphs {
                 mode: crate::CudaGraphMode::None,
                 sizes: vec![],

@@ -145,6 +145,20 @@ fn engine_for(case: &Case) -> Engine {
         max_model_len,
         reserve_full_prompt: case.reserve_full,
         unhashed_blocks_to_front: case.reserve_full,
+        // vllm-rbln's step phases in a third of the cases, always with
+        // admission for the whole sequence, as vllm-rbln's scheduler admits
+        // (`full_sequence_must_fit=True`). Without it a prefill that runs
+        // out of blocks preempts itself, is readmitted ahead of the
+        // decodes it evicts, and the two can take turns forever: the
+        // plugin's behaviour under a setting it never runs with. With
+        // drafts the same turns happen through the lookahead slots, which
+        // the whole-sequence check leaves out: a chunk plus its lookahead
+        // may need a block the check did not count. That is the plugin's
+        // behaviour too (as 0.29.0's below), not a progress guarantee, so
+        // those cases are left out.
+        lone_prefill_steps: case.reserve_full
+            && case.spec.is_none()
+            && case.requests[0].3.is_multiple_of(3),
         graphs: Graphs {
             mode: CudaGraphMode::FullAndPiecewise,
             sizes: vec![1, 2, 4, 8, 16, 32],

@@ -75,6 +75,8 @@ pub struct EngineConfig {
     /// Freed blocks without a hash are reused first (`BlockPool.free_blocks`,
     /// `vllm/v1/core/block_pool.py`).
     pub unhashed_blocks_to_front: bool,
+    /// The release runs a prefill alone in its step (`lone_prefill_steps`).
+    pub lone_prefill_steps: bool,
     pub gpu_memory_utilization: f64,
     pub scheduling_policy: String,
     pub async_scheduling: bool,
@@ -902,6 +904,7 @@ pub fn resolve_pool(
         microbatch_tokenizer: pack.features.microbatch_tokenizer,
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
+        lone_prefill_steps: pack.features.lone_prefill_steps,
         gpu_memory_utilization: gmu,
         scheduling_policy: policy,
         async_scheduling,

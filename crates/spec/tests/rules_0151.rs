@@ -300,6 +300,12 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             "config/vllm.py:770 _set_cudagraph_sizes",
         ),
         (
+            "features.lone_prefill_steps",
+            json!(false),
+            "v1/core/sched/scheduler.py Scheduler.schedule mixes running decodes and \
+             waiting prefills in one step (vllm-rbln's scheduler does not)",
+        ),
+        (
             "features.sub_block_prefix_reuse",
             json!(false),
             "vllm-rbln only; vLLM reuses whole blocks",

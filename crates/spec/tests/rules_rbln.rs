@@ -67,3 +67,17 @@ fn admission_and_the_free_queue_follow_the_0_12_0_scheduler_and_0_30_0_pool() {
     // plugin's scheduler caps every chunk by it.
     assert!(!features.long_prefill_waiver_when_alone);
 }
+
+/// vllm-rbln 0.12.0's own scheduler keeps a step all decodes or one
+/// prefill alone (`RBLNScheduler.schedule`,
+/// `vllm_rbln/v1/core/rbln_scheduler.py`: "a step is never mixed -- all
+/// decodes, or a lone prefill"); vLLM's scheduler, which every other pack
+/// follows, mixes them.
+#[test]
+fn a_step_is_all_decodes_or_one_prefill_alone() {
+    assert!(the_pack().features.lone_prefill_steps);
+    for version in ["0.15.1", "0.29.0", "0.31.0"] {
+        let vllm = pack::for_version(version).expect("a pack covers the release");
+        assert!(!vllm.features.lone_prefill_steps, "{version}");
+    }
+}

@@ -31,6 +31,7 @@ pub fn config() -> EngineConfig {
         max_model_len: 4096,
         reserve_full_prompt: true,
         unhashed_blocks_to_front: false,
+        lone_prefill_steps: false,
         graphs: Graphs {
             mode: CudaGraphMode::None,
             sizes: vec![],

@@ -51,6 +51,16 @@ pub struct Features {
     pub cuda_graphs: bool,
     #[serde(default)]
     pub sub_block_prefix_reuse: bool,
+    /// A step runs either decodes or one prefill alone, never both:
+    /// vllm-rbln's scheduler (`RBLNScheduler.schedule`,
+    /// `vllm_rbln/v1/core/rbln_scheduler.py`, guards (A)-(D) of its
+    /// "no-mixed-batching invariant") schedules a running request still
+    /// prefilling alone, admits at most one waiting prefill a step and drops
+    /// the step's decodes to run it, and caps the decode batch at the
+    /// compiled `max_num_seqs // pp` (`DecodeBatchBudget`,
+    /// `vllm_rbln/v1/core/utils.py`). vLLM's own scheduler mixes them.
+    #[serde(default)]
+    pub lone_prefill_steps: bool,
     /// When the scheduler pads a newly admitted one-token request to
     /// `1 + num_spec_tokens` with placeholder drafts, so that the step stays
     /// a uniform decode (`pad_spec_decode` in `Scheduler.schedule`,
