@@ -1837,7 +1837,9 @@ impl Engine {
                         context: computed,
                         samples: false,
                     });
-                    budget -= n;
+                    // A lone prefill's chunk may exceed what the decodes
+                    // left; they leave the step with it (guard (D)).
+                    budget = budget.saturating_sub(n);
                     if lone && self.req(slot).is_prefill() {
                         // Guard (D): the prefill runs alone.
                         self.take_step_from_decodes();
@@ -2002,7 +2004,7 @@ impl Engine {
                     context: base,
                     samples: false,
                 });
-                budget -= n;
+                budget = budget.saturating_sub(n);
                 if lone {
                     // With its hit counted, a request with one token left
                     // joins the decode batch; any other runs alone (guard
