@@ -1031,6 +1031,10 @@ impl Engine {
         // preempted. Releases without the gate keep the lookahead.
         let (lookahead, reserved) = match self.config.async_load_reserve {
             AsyncLoadReserve::None => (self.lookahead(), 0),
+            AsyncLoadReserve::EagleLoadWithoutLookahead => {
+                let eagle = self.config.spec.as_ref().is_some_and(|s| s.eagle_style);
+                (if eagle { 0 } else { self.lookahead() }, 0)
+            }
             AsyncLoadReserve::InFlightPrefills => (0, self.inflight_prefill_reserved(0)),
             AsyncLoadReserve::InFlightPrefillsAndSpecStep => {
                 let step = self.spec_decode_step_blocks();

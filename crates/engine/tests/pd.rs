@@ -465,3 +465,37 @@ fn drafts_are_padded_only_when_the_sampled_token_still_fits_the_model_length() {
         "68: the sampled token would not fit, unpadded"
     );
 }
+
+/// The blocks a consuming request parks with: its prompt, and the
+/// drafter's lookahead slots unless the release drops them for a load.
+/// A 64-token prompt (four blocks) with four lookahead slots needs a
+/// fifth block only with the lookahead.
+fn parked_blocks(reserve: pdsim_engine::AsyncLoadReserve, eagle_style: bool) -> u32 {
+    let mut decode = Engine::new(EngineConfig {
+        spec: Some(pdsim_engine::SpecConfig {
+            num_spec_tokens: 4,
+            acceptance: vec![0.5; 4],
+            eagle_style,
+            lookahead_tokens: 4,
+        }),
+        async_load_reserve: reserve,
+        ..config(100)
+    });
+    decode.add_request(request(1, &[(7, 64)], 5, KvTransfer::Consume));
+    assert!(decode.schedule().is_none(), "parked for its KV");
+    decode.check_full().expect("invariants");
+    100 - decode.pool().free()
+}
+
+#[test]
+fn vllm_rbln_parks_an_eagle_load_without_lookahead_slots() {
+    use pdsim_engine::AsyncLoadReserve::{EagleLoadWithoutLookahead, InFlightPrefills, None};
+    // vllm-rbln 0.12.0: `limit_lookahead_tokens = load_kv_async and
+    // self.use_eagle` (`vllm_rbln/v1/core/rbln_scheduler.py`).
+    assert_eq!(parked_blocks(EagleLoadWithoutLookahead, true), 4);
+    assert_eq!(parked_blocks(EagleLoadWithoutLookahead, false), 5);
+    // Without the gate (0.15.1) the lookahead is allocated; 0.29.0 drops it
+    // for every drafter.
+    assert_eq!(parked_blocks(None, true), 5);
+    assert_eq!(parked_blocks(InFlightPrefills, false), 4);
+}

@@ -81,3 +81,16 @@ fn a_step_is_all_decodes_or_one_prefill_alone() {
         assert!(!vllm.features.lone_prefill_steps, "{version}");
     }
 }
+
+/// vllm-rbln 0.12.0's waiting loop passes no `reserved_blocks` and drops an
+/// async load's lookahead slots only for EAGLE (`limit_lookahead_tokens =
+/// load_kv_async and self.use_eagle`); it has no `pad_spec_decode`.
+#[test]
+fn an_async_load_keeps_no_reserve_and_drops_only_eagles_lookahead() {
+    let features = &the_pack().features;
+    assert_eq!(
+        features.async_load_reserve,
+        pack::AsyncLoadReserve::EagleLoadWithoutLookahead
+    );
+    assert_eq!(features.pad_spec_decode, pack::PadSpecDecode::Never);
+}

@@ -131,6 +131,11 @@ pub enum AsyncLoadReserve {
     /// As above, each in-flight prefill and the load itself also reserving
     /// one speculative decode step (0.31.0: `_spec_decode_step_blocks`).
     InFlightPrefillsAndSpecStep,
+    /// No reservation, and no lookahead slots for the load of an
+    /// EAGLE-style drafter's request (vllm-rbln 0.12.0's scheduler:
+    /// `limit_lookahead_tokens = load_kv_async and self.use_eagle`, no
+    /// `reserved_blocks`, `vllm_rbln/v1/core/rbln_scheduler.py`).
+    EagleLoadWithoutLookahead,
 }
 
 /// The condition of `pad_spec_decode`, beyond a one-token request, a fixed
