@@ -1475,3 +1475,30 @@ fn the_router_undercounts_what_lmcache_holds() {
         assert_eq!(r.lmcache_tokens, 0, "{r:?}");
     }
 }
+
+/// vllm-rbln's step phases reach every engine of a Rebel100 layout (and no
+/// upstream vLLM one), and a P/D run under them keeps every invariant at
+/// every step (`check`) and ends every request.
+#[test]
+fn rebel100_engines_run_a_prefill_alone_and_every_request_ends() {
+    let scenario = include_str!("../../../scenarios/rebel100-minimax.yaml");
+    let deployment = include_str!("../../../deployments/rebel100-4p4d.yaml");
+    let without_router = deployment.split("\nrouter:").next().unwrap().to_string() + "\n";
+    let report = bundle_on(scenario, &without_router);
+    assert!(report.valid, "{:?}", report.problems);
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
+    assert!(cluster.pools.len() >= 2);
+    assert!(cluster.pools.iter().all(|p| p.engine.lone_prefill_steps));
+    let mut sink = MemorySink::default();
+    let stats = run(&cluster, &mut trace(200), 3, true, &mut sink).expect("runs");
+    assert_eq!(stats.completed, 200);
+    assert!(sink.records.iter().all(|r| r.outcome == Outcome::Completed));
+    // Upstream vLLM mixes prefills and decodes.
+    let upstream = bundle(DEPLOYMENT);
+    let cluster = build(
+        &upstream.deployments[0],
+        upstream.scenario.as_ref().unwrap(),
+    )
+    .expect("the default deployment builds");
+    assert!(cluster.pools.iter().all(|p| !p.engine.lone_prefill_steps));
+}
