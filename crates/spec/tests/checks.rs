@@ -1425,9 +1425,15 @@ mod rule_checks {
                       "cache_dtype: fp8")
             => [err("pcp-excludes-data-parallelism", "pools[0].parallel.pcp")];
         /// Prefill's layout from `deployments/rebel100-4p4d.yaml`: PP4, DP1.
+        /// Its only problem: vllm-rbln's KV capacity is known only as the
+        /// estimate made before the device resizes it (dynamic KV).
         rbln_baseline:
             rbln(), colocated("tp: 1, pp: 4, dp: 1", "cache_dtype: fp8")
-            => [];
+            => [warn("kv-capacity-is-rbln-pre-resize-estimate", "pools[0].engine")];
+        /// Upstream vLLM's capacity comes from its own profile formula.
+        kv_capacity_of_upstream_vllm_is_not_flagged:
+            base(), colocated(TP8, "")
+            => [lacks("kv-capacity-is-rbln-pre-resize-estimate")];
         pp_with_dp_on_0_31:
             model("minimax-m2.7"),
             colocated("tp: 1, pp: 2, dp: 2, enable_expert_parallel: true", "")

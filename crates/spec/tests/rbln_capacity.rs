@@ -18,11 +18,16 @@
 //! block count after vllm-rbln's dynamic KV resize at startup, which replaces
 //! this estimate with one from the compiled graphs' own memory profile, and
 //! that the estimate logged before the resize is larger. What the resize
-//! subtracts (60 blocks, 30,240 MiB here) is not in the v0.11.0 source, so it
-//! is not modelled; the tests hold the estimate to being an upper bound.
-//! (vllm-rbln 0.12.0's wheel on PyPI has a per-chiplet budget path in
-//! `estimate_available_memory` and a different runtime count in
-//! `determine_available_memory`; they are not read into this yet.)
+//! subtracts (60 blocks, 30,240 MiB here) is measured on the device:
+//! vllm-rbln 0.12.0's `DynamicKvSizer.compute_num_blocks`
+//! (`vllm_rbln/v1/worker/dynamic_kv_sizer.py`, read from its wheel on PyPI)
+//! sizes the cache from the compiled programs' KV placements and a device
+//! memory snapshot after warm-up, which no source gives offline. So it is not
+//! modelled; the tests hold the estimate to being an upper bound, and
+//! validation warns of it for every vllm-rbln pool
+//! (`kv-capacity-is-rbln-pre-resize-estimate`). (The 0.12.0 worker's
+//! pre-compile estimate also counts its runtimes differently from v0.11.0's
+//! and has a per-chiplet budget path; not read into this yet.)
 
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::resolve::PoolResolution;

@@ -79,6 +79,7 @@ pub const RULE_CODES: &[&str] = &[
     "max-model-len-exceeds-model",
     "weights-exceed-memory",
     "kv-capacity-below-max-model-len",
+    "kv-capacity-is-rbln-pre-resize-estimate",
     "key-unsupported-by-release",
 ];
 
@@ -649,6 +650,22 @@ fn pool_rules(
                 kv.max_model_len,
                 if kv.max_model_len_origin == "model" { "the model's whole window, as the key is omitted" } else { "stated" },
                 kv.tokens_per_rank
+            ),
+        ));
+    } else if ctx.pack.memory.rbln_estimate.is_some() {
+        // vllm-rbln 0.12.0 sizes the KV cache on the device after compiling
+        // (`DynamicKvSizer.compute_num_blocks`,
+        // `vllm_rbln/v1/worker/dynamic_kv_sizer.py`: the compiled programs'
+        // placements and a memory snapshot), which no source gives offline;
+        // pdsim has only the estimate the worker makes before it
+        // (`RBLNWorker.determine_available_memory`), larger than what the
+        // device then keeps. The run would be optimistic without saying so.
+        problems.push(ctx.source.warning(
+            &at("engine"),
+            "kv-capacity-is-rbln-pre-resize-estimate",
+            format!(
+                "vllm-rbln sizes its KV cache on the device after compiling (dynamic KV); pdsim uses the estimate made before that resize, {} blocks of {} tokens per rank, an upper bound (for the decode engines of the deployment in seeds/001 the device keeps 69 blocks where this estimate gives 129)",
+                kv.num_gpu_blocks, resolved.engine.block_size
             ),
         ));
     }
