@@ -55,10 +55,10 @@ pub struct Features {
     /// vllm-rbln's scheduler (`RBLNScheduler.schedule`,
     /// `vllm_rbln/v1/core/rbln_scheduler.py`, guards (A)-(D) of its
     /// "no-mixed-batching invariant") schedules a running request still
-    /// prefilling alone, admits at most one waiting prefill a step and drops
-    /// the step's decodes to run it, and caps the decode batch at the
-    /// compiled `max_num_seqs // pp` (`DecodeBatchBudget`,
-    /// `vllm_rbln/v1/core/utils.py`). vLLM's own scheduler mixes them.
+    /// prefilling alone and admits at most one waiting prefill a step,
+    /// dropping the step's decodes to run it. vLLM's own scheduler mixes
+    /// them. (Its `DecodeBatchBudget`, which balances pipeline
+    /// microbatches, is not mirrored: see `Engine::schedule`.)
     #[serde(default)]
     pub lone_prefill_steps: bool,
     /// When the scheduler pads a newly admitted one-token request to
