@@ -1234,6 +1234,13 @@ fn data_parallel_balancing_follows_the_release() {
     }
 }
 
+/// A deployment's text without its router block, whose files the tests
+/// that use it do not load: the EPP's built-in configuration routes, which
+/// changes no engine.
+fn without_router(deployment: &str) -> String {
+    deployment.split("\nrouter:").next().unwrap().to_string() + "\n"
+}
+
 /// The second seed's RDS configuration: under vllm-rbln, LMCache on an NVMe
 /// tier is lmcache-rbln's RDS backend, which keeps at most the rules pack's
 /// `rds_max_chunks` (1000) chunks an engine however large the drive, and
@@ -1243,9 +1250,7 @@ fn data_parallel_balancing_follows_the_release() {
 fn lmcache_on_nvme_is_lmcache_rblns_rds() {
     let scenario = include_str!("../../../scenarios/rebel100-minimax.yaml");
     let deployment = include_str!("../../../deployments/rebel100-4p4d-rds.yaml");
-    // Without its router block (whose files this test does not load): the
-    // EPP's built-in configuration routes, which changes no engine.
-    let without_router = deployment.split("\nrouter:").next().unwrap().to_string() + "\n";
+    let without_router = without_router(deployment);
     let report = bundle_on(scenario, &without_router);
     assert!(report.valid, "{:?}", report.problems);
     let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");
@@ -1483,7 +1488,7 @@ fn the_router_undercounts_what_lmcache_holds() {
 fn rebel100_engines_run_a_prefill_alone_and_every_request_ends() {
     let scenario = include_str!("../../../scenarios/rebel100-minimax.yaml");
     let deployment = include_str!("../../../deployments/rebel100-4p4d.yaml");
-    let without_router = deployment.split("\nrouter:").next().unwrap().to_string() + "\n";
+    let without_router = without_router(deployment);
     let report = bundle_on(scenario, &without_router);
     assert!(report.valid, "{:?}", report.problems);
     let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).expect("runs");

@@ -449,7 +449,6 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         max_model_len: cfg.max_model_len,
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
-        // The oracle replays one engine core without pipeline stages.
         lone_prefill_steps: pack.features.lone_prefill_steps,
         // Graphs and DBO change pricing, not decisions.
         graphs: Graphs {

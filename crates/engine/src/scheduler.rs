@@ -2010,10 +2010,10 @@ impl Engine {
                 });
                 budget = budget.saturating_sub(n);
                 if lone {
-                    // With its hit counted, a request with one token left
-                    // joins the decode batch; any other runs alone (guard
-                    // (D)).
-                    if base + 1 < self.req(slot).tokens() {
+                    // With its hit counted (`computed` is `base` now), a
+                    // request with one token left joins the decode batch;
+                    // any other runs alone (guard (D)).
+                    if self.req(slot).is_prefill() {
                         self.take_step_from_decodes();
                         break;
                     }

@@ -58,8 +58,8 @@ pub struct Features {
     /// prefilling alone and admits at most one waiting prefill a step,
     /// dropping the step's decodes to run it. vLLM's own scheduler mixes
     /// them. (Its `DecodeBatchBudget`, which balances pipeline
-    /// microbatches, is not mirrored: see `Engine::schedule`.)
-    #[serde(default)]
+    /// microbatches, is not mirrored: see `Engine::schedule`.) Every pack
+    /// states it.
     pub lone_prefill_steps: bool,
     /// When the scheduler pads a newly admitted one-token request to
     /// `1 + num_spec_tokens` with placeholder drafts, so that the step stays
