@@ -49,6 +49,13 @@ Families, each aimed at one group of decisions:
   sparse-press the same in a tight pool (preemption), fcfs and priority
   sparse-cached the window groups in the prefix cache (no bounded replay):
                window tails kept at reachable boundaries, sync or async
+  eagle        an EAGLE-style drafter (the oracle's `eagle` switch):
+               num_spec_tokens lookahead slots in every allocation and a
+               prefix hit's last block dropped; acceptance varied
+  eagle-press  the same in a tight pool (preemption), fcfs and priority
+  eagle-async  the same under async scheduling, often in a tight pool
+  eagle-pd     the same with P/D's decode side: async KV loads parked
+               without lookahead slots, beside 0.31.0's spec-step reserve
 """
 
 import argparse
@@ -80,6 +87,10 @@ FAMILIES = [
     "sparse-async",
     "sparse-press",
     "sparse-cached",
+    "eagle",
+    "eagle-press",
+    "eagle-async",
+    "eagle-pd",
 ]
 # vLLM 0.31.0's MambaManager and DeepSeek-V4.1 layout are the ones pdsim
 # follows.
@@ -267,6 +278,28 @@ def case(rng, family, release):
             "ring_block": rng.choice([8, None]),
             "bounded_replay": family != "sparse-cached",
         }
+    elif family.startswith("eagle"):
+        spec_k = rng.randint(1, 4)
+        accept_mode = rng.choice(["const", "vary"])
+        max_out = rng.choice([12, 24, 40])
+        if family == "eagle-press":
+            prio = rng.random() < 0.5
+            n_req = rng.randint(6, 16)
+            max_prompt = rng.choice([48, 96, 160])
+        elif family == "eagle-async":
+            cfg["async_scheduling"] = True
+            prio = rng.random() < 0.3
+            n_req = rng.randint(6, 16)
+            max_prompt = rng.choice([48, 96, 160])
+        elif family == "eagle-pd":
+            cfg["async_scheduling"] = rng.random() < 0.5
+            cfg["max_num_batched_tokens"] = rng.choice([32, 48, 64, 100])
+            cfg["max_num_seqs"] = rng.randint(2, 8)
+            roles = "consume"
+            max_prompt = rng.choice([160, 320, 480])
+            n_req = rng.randint(6, 14)
+            max_out = rng.choice([4, 12, 24])
+        cfg["scheduling_policy"] = "priority" if prio else "fcfs"
     else:
         raise ValueError(family)
 
@@ -280,6 +313,8 @@ def case(rng, family, release):
         # twin is allowed, and both reserve no lookahead slots.
         method = "ngram_gpu" if cfg["async_scheduling"] else "ngram"
         cfg["speculative"] = {"method": method, "num_spec_tokens": spec_k}
+        if family.startswith("eagle"):
+            cfg["speculative"]["eagle"] = True
 
     pool = prompt_pool(rng, rng.randint(1, 3), bs, max(bs + 1, max_prompt))
     reqs = []
@@ -294,8 +329,8 @@ def case(rng, family, release):
         r = {"id": i, "arrive_step": arrive, "prompt": prompt, "max_tokens": max_tokens}
         if prio:
             r["priority"] = rng.randint(0, 3)
-        if family in ("pd", "async-pd", "pd-gate") and rng.random() < (
-            0.5 if family == "pd-gate" else 0.75
+        if family in ("pd", "async-pd", "pd-gate", "eagle-pd") and rng.random() < (
+            0.5 if family in ("pd-gate", "eagle-pd") else 0.75
         ):
             kind = roles if roles != "both" else rng.choice(["produce", "consume"])
             r["kv"] = kind
@@ -313,7 +348,14 @@ def case(rng, family, release):
 
     # The pool: plenty, or tight enough to preempt but never too small for
     # one request alone (vLLM would wait forever; so would pdsim).
-    need = max(-(-(len(r["prompt"]) + r["max_tokens"] + spec_k + 1) // bs) for r in reqs)
+    # An EAGLE-style drafter's lookahead slots come on top of the drafts,
+    # and an async load must fit beside 0.31.0's spec-step reserve.
+    lookahead = spec_k if family.startswith("eagle") else 0
+    need = max(
+        -(-(len(r["prompt"]) + r["max_tokens"] + spec_k + 1 + lookahead) // bs) for r in reqs
+    )
+    if lookahead:
+        need += -(-(1 + spec_k + lookahead) // bs)
     total = sum(-(-(len(r["prompt"]) + r["max_tokens"]) // bs) for r in reqs)
     if "mamba" in cfg:
         # Up to two states a group a request, and a hit state besides.
@@ -340,6 +382,10 @@ def case(rng, family, release):
         "pd-gate",
         "hybrid-press",
         "sparse-press",
+        "eagle-press",
+        "eagle-pd",
+    ) or (
+        family == "eagle-async" and rng.random() < 0.6
     ) or (
         family in ("mixed", "pd", "async-pd") and rng.random() < 0.5
     ):

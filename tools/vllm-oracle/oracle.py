@@ -102,6 +102,11 @@ def load_config(path):
             )
         if not isinstance(spec.get("num_spec_tokens"), int) or spec["num_spec_tokens"] < 1:
             raise InputError(f"{path}: `speculative.num_spec_tokens` must be >= 1")
+        unknown = set(spec) - {"method", "num_spec_tokens", "eagle"}
+        if unknown:
+            raise InputError(f"{path}: `speculative`: unknown keys {sorted(unknown)}")
+        if not isinstance(spec.get("eagle", False), bool):
+            raise InputError(f"{path}: `speculative.eagle` must be true or false")
     mamba = cfg.get("mamba")
     if mamba is not None:
         if set(mamba) != {"groups", "mode"}:
@@ -361,6 +366,21 @@ class Harness:
             kv_cache_groups=groups,
             **extra_config,
         )
+        if spec is not None and spec.get("eagle"):
+            # An EAGLE-style drafter as the scheduler sees it. EAGLE needs a
+            # draft model, which this harness does not have, but the
+            # scheduler and its KV cache manager learn of it only through
+            # `SpeculativeConfig.use_eagle()`: `VllmConfig.num_lookahead_tokens`
+            # (num_speculative_tokens lookahead slots in every
+            # `allocate_slots`, and in `_spec_decode_step_blocks`),
+            # `num_prefill_lookahead_tokens` (1, which `_reserve_prefill_lookahead`
+            # leaves alone) and `use_eagle_block_drop()` (a prefix hit's last
+            # block dropped, `drop_eagle_block`), all read when the Scheduler
+            # is built. So the n-gram config answers `use_eagle()` with True
+            # on this instance, before the Scheduler reads it; the drafts
+            # themselves come from this harness either way.
+            object.__setattr__(vllm_config.speculative_config, "use_eagle", lambda: True)
+            assert vllm_config.num_lookahead_tokens == spec["num_spec_tokens"]
         cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
         # `hash_block_size` is newer than 0.15.1's Scheduler.__init__.
         extra = {}

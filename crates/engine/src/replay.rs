@@ -88,6 +88,11 @@ struct Mamba {
 struct Speculative {
     method: String,
     num_spec_tokens: u32,
+    /// An EAGLE-style drafter as the scheduler sees it (the oracle's
+    /// `use_eagle()` switch): `num_spec_tokens` lookahead slots and a
+    /// prefix hit's last block dropped.
+    #[serde(default)]
+    eagle: bool,
 }
 
 /// One workload line.
@@ -428,9 +433,11 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
     let spec = cfg.speculative.as_ref().map(|s| SpecConfig {
         num_spec_tokens: s.num_spec_tokens,
         acceptance: vec![0.0; s.num_spec_tokens as usize],
-        eagle_style: false,
-        // n-gram drafters reserve no lookahead slots.
-        lookahead_tokens: 0,
+        // n-gram drafters reserve no lookahead slots; EAGLE-style ones
+        // reserve num_speculative_tokens (`VllmConfig.num_lookahead_tokens`,
+        // `vllm/config/vllm.py`).
+        eagle_style: s.eagle,
+        lookahead_tokens: if s.eagle { s.num_spec_tokens } else { 0 },
     });
     EngineConfig {
         block_size: cfg.block_size,
