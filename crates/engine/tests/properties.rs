@@ -454,7 +454,7 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             if held {
                 prop_assert!(engine.release(id), "{id:?} was not held");
                 prop_assert!(!engine.release(id), "{id:?} released twice");
-            } else if case.roles[id.0 as usize].1 % 7 == 0 {
+            } else if case.roles[id.0 as usize].1.is_multiple_of(7) {
                 engine.kv_failed(id);
             } else {
                 engine.kv_arrived(id);
