@@ -344,6 +344,52 @@ fn sparse_refusal(
     None
 }
 
+/// A pool whose MTP drafter has more than one module, on a release that
+/// runs it as multi-module MTP (`SpeculativeConfig.use_multi_module_mtp`,
+/// `vllm/config/speculative.py` in 0.29.0, 0.30.0 and 0.31.0: method `mtp`,
+/// to which vLLM renames every MTP model type, and
+/// `min(num_nextn_predict_layers, num_speculative_tokens) > 1`). Such a
+/// drafter reads `num_speculative_tokens` prompt tokens past a chunk, so
+/// vLLM's scheduler never ends a prefill chunk that close to the prompt's
+/// end (`Scheduler._reserve_prefill_lookahead`,
+/// `vllm/v1/core/sched/scheduler.py`), its KV cache manager leaves the last
+/// `num_speculative_tokens - 1` computed tokens out of the prefix cache
+/// (`num_reprefillable_tokens`, `vllm/v1/core/kv_cache_coordinator.py`),
+/// and in 0.31.0 the prefill side of P/D stops that many tokens short for
+/// the decode side to compute (`_prefill_backoff`,
+/// `vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py`).
+/// pdsim's engine has none of these, so it refuses rather than run the
+/// drafter as a one-module one.
+fn multi_module_mtp_refusal(
+    bundle: &ValidDeployment,
+    scenario: &ResolvedScenario,
+) -> Option<BuildError> {
+    let modules = scenario.model.value.mtp_layers;
+    bundle
+        .resolution
+        .pools
+        .iter()
+        .enumerate()
+        .find_map(|(i, resolved)| {
+            let e = &resolved.engine;
+            let mtp = e
+                .spec_method
+                .as_deref()
+                .is_some_and(|m| m == "mtp" || m.ends_with("_mtp"));
+            (e.multi_module_mtp && mtp && modules.min(e.num_spec_tokens) > 1).then(|| {
+                BuildError {
+                    path: format!("pools[{i}].engine.speculative"),
+                    message: format!(
+                        "`{}` has {modules} MTP modules (num_nextn_predict_layers), so vLLM {} runs {} speculative tokens as multi-module MTP (`SpeculativeConfig.use_multi_module_mtp`, vllm/config/speculative.py), whose scheduling pdsim does not simulate: no prefill chunk ends within num_speculative_tokens tokens of the prompt's end (`Scheduler._reserve_prefill_lookahead`), the last num_speculative_tokens - 1 computed tokens stay out of the prefix cache (`num_reprefillable_tokens`, vllm/v1/core/kv_cache_coordinator.py) and, in 0.31.0, P/D's prefill side leaves them to the decode side (`_prefill_backoff`, NIXL's base_scheduler.py); num_spec_tokens: 1 runs as one-module MTP",
+                        scenario.model.origin.name,
+                        scenario.scenario.engine_version,
+                        e.num_spec_tokens,
+                    ),
+                }
+            })
+        })
+}
+
 /// What a hybrid model's run needs that pdsim does not simulate, named:
 /// the engine follows vLLM 0.31.0's `MambaManager` and its scheduler's
 /// block-aligned split (`crates/engine/src/mamba.rs`, checked against that
@@ -694,6 +740,9 @@ pub fn build_with_router(
     if scenario.model.value.sparse.is_some()
         && let Some(refusal) = sparse_refusal(bundle, scenario, router.as_ref())
     {
+        return Err(refusal);
+    }
+    if let Some(refusal) = multi_module_mtp_refusal(bundle, scenario) {
         return Err(refusal);
     }
     let offload = offload_tier(deployment, scenario, pack)?;

@@ -306,6 +306,12 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
              waiting prefills in one step (vllm-rbln's scheduler does not)",
         ),
         (
+            "features.multi_module_mtp",
+            json!(false),
+            "config/speculative.py has no use_multi_module_mtp and \
+             v1/core/sched/scheduler.py no num_prefill_lookahead",
+        ),
+        (
             "features.sub_block_prefix_reuse",
             json!(false),
             "vllm-rbln only; vLLM reuses whole blocks",

@@ -7,6 +7,7 @@ use pdsim_spec::validate::{Request, validate};
 /// The cluster the documents `s.yaml` (scenario) and `d.yaml` (deployment)
 /// lay out, with `extra` files beside them, its router inputs loaded as
 /// `pdsim run` loads them; every problem as text.
+#[allow(dead_code)]
 pub fn build(scenario: &str, deployment: &str, extra: &[(&str, &str)]) -> Result<Cluster, String> {
     build_with_catalog(scenario, deployment, extra, &[])
 }

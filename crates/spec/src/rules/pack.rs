@@ -61,6 +61,14 @@ pub struct Features {
     /// microbatches, is not mirrored: see `Engine::schedule`.) Every pack
     /// states it.
     pub lone_prefill_steps: bool,
+    /// The release runs an MTP drafter with more than one module as
+    /// multi-module MTP (`SpeculativeConfig.use_multi_module_mtp`,
+    /// `vllm/config/speculative.py`: method `mtp`, to which vLLM renames
+    /// every MTP model type, and `min(num_nextn_predict_layers,
+    /// num_speculative_tokens) > 1`), with scheduling rules of its own that
+    /// pdsim does not simulate, so the cluster refuses such a deployment on
+    /// a release that has them. Every pack states it.
+    pub multi_module_mtp: bool,
     /// When the scheduler pads a newly admitted one-token request to
     /// `1 + num_spec_tokens` with placeholder drafts, so that the step stays
     /// a uniform decode (`pad_spec_decode` in `Scheduler.schedule`,
