@@ -49,9 +49,11 @@ Families, each aimed at one group of decisions:
   sparse-press the same in a tight pool (preemption), fcfs and priority
   sparse-cached the window groups in the prefix cache (no bounded replay):
                window tails kept at reachable boundaries, sync or async
-  eagle        an EAGLE-style drafter (the oracle's `eagle` switch):
-               num_spec_tokens lookahead slots in every allocation and a
-               prefix hit's last block dropped; acceptance varied
+  eagle        a drafter with a model (the oracle's `drafter` switch:
+               EAGLE half the time, DFlash or a draft model otherwise):
+               lookahead slots in every allocation (num_spec_tokens, one
+               more for DFlash) and, for the EAGLE family, a prefix hit's
+               last block dropped; acceptance varied
   eagle-press  the same in a tight pool (preemption), fcfs and priority
   eagle-async  the same under async scheduling, often in a tight pool
   eagle-pd     the same with P/D's decode side: async KV loads parked
@@ -279,6 +281,7 @@ def case(rng, family, release):
             "bounded_replay": family != "sparse-cached",
         }
     elif family.startswith("eagle"):
+        drafter = rng.choice(["eagle", "eagle", "dflash", "draft_model"])
         spec_k = rng.randint(1, 4)
         accept_mode = rng.choice(["const", "vary"])
         max_out = rng.choice([12, 24, 40])
@@ -314,7 +317,7 @@ def case(rng, family, release):
         method = "ngram_gpu" if cfg["async_scheduling"] else "ngram"
         cfg["speculative"] = {"method": method, "num_spec_tokens": spec_k}
         if family.startswith("eagle"):
-            cfg["speculative"]["eagle"] = True
+            cfg["speculative"]["drafter"] = drafter
 
     pool = prompt_pool(rng, rng.randint(1, 3), bs, max(bs + 1, max_prompt))
     reqs = []
@@ -348,9 +351,12 @@ def case(rng, family, release):
 
     # The pool: plenty, or tight enough to preempt but never too small for
     # one request alone (vLLM would wait forever; so would pdsim).
-    # An EAGLE-style drafter's lookahead slots come on top of the drafts,
-    # and an async load must fit beside 0.31.0's spec-step reserve.
-    lookahead = spec_k if family.startswith("eagle") else 0
+    # A model drafter's lookahead slots come on top of the drafts (one more
+    # for DFlash), and an async load must fit beside 0.31.0's spec-step
+    # reserve.
+    lookahead = 0
+    if family.startswith("eagle"):
+        lookahead = spec_k + 1 if drafter == "dflash" else spec_k
     need = max(
         -(-(len(r["prompt"]) + r["max_tokens"] + spec_k + 1 + lookahead) // bs) for r in reqs
     )

@@ -72,6 +72,16 @@ REQUEST_KEYS = {
     "kv_ready_step",
 }
 
+# `speculative.drafter`: the drafting method the scheduler is told of, with
+# the lookahead slots it reserves (`VllmConfig.num_lookahead_tokens`,
+# vllm/config/vllm.py).
+DRAFTERS = {
+    "ngram": lambda k: 0,
+    "eagle": lambda k: k,
+    "dflash": lambda k: k + 1,
+    "draft_model": lambda k: k,
+}
+
 
 class InputError(Exception):
     pass
@@ -102,11 +112,11 @@ def load_config(path):
             )
         if not isinstance(spec.get("num_spec_tokens"), int) or spec["num_spec_tokens"] < 1:
             raise InputError(f"{path}: `speculative.num_spec_tokens` must be >= 1")
-        unknown = set(spec) - {"method", "num_spec_tokens", "eagle"}
+        unknown = set(spec) - {"method", "num_spec_tokens", "drafter"}
         if unknown:
             raise InputError(f"{path}: `speculative`: unknown keys {sorted(unknown)}")
-        if not isinstance(spec.get("eagle", False), bool):
-            raise InputError(f"{path}: `speculative.eagle` must be true or false")
+        if spec.get("drafter", "ngram") not in DRAFTERS:
+            raise InputError(f"{path}: `speculative.drafter` must be one of {sorted(DRAFTERS)}")
     mamba = cfg.get("mamba")
     if mamba is not None:
         if set(mamba) != {"groups", "mode"}:
@@ -366,21 +376,33 @@ class Harness:
             kv_cache_groups=groups,
             **extra_config,
         )
-        if spec is not None and spec.get("eagle"):
-            # An EAGLE-style drafter as the scheduler sees it. EAGLE needs a
-            # draft model, which this harness does not have, but the
-            # scheduler and its KV cache manager learn of it only through
-            # `SpeculativeConfig.use_eagle()`: `VllmConfig.num_lookahead_tokens`
-            # (num_speculative_tokens lookahead slots in every
-            # `allocate_slots`, and in `_spec_decode_step_blocks`),
-            # `num_prefill_lookahead_tokens` (1, which `_reserve_prefill_lookahead`
-            # leaves alone) and `use_eagle_block_drop()` (a prefix hit's last
-            # block dropped, `drop_eagle_block`), all read when the Scheduler
-            # is built. So the n-gram config answers `use_eagle()` with True
-            # on this instance, before the Scheduler reads it; the drafts
-            # themselves come from this harness either way.
-            object.__setattr__(vllm_config.speculative_config, "use_eagle", lambda: True)
-            assert vllm_config.num_lookahead_tokens == spec["num_spec_tokens"]
+        drafter = spec.get("drafter", "ngram") if spec is not None else "ngram"
+        if drafter != "ngram":
+            # A drafter with a model, as the scheduler sees it. EAGLE, DFlash
+            # and a draft model need a draft model, which this harness does
+            # not have, but the scheduler and its KV cache manager learn of
+            # the method only through `SpeculativeConfig.use_eagle()`,
+            # `use_dflash()` and `uses_draft_model()`, read when the
+            # Scheduler is built: `VllmConfig.num_lookahead_tokens`
+            # (lookahead slots in every `allocate_slots` and in
+            # `_spec_decode_step_blocks`: num_speculative_tokens for EAGLE
+            # and the draft model, one more for DFlash),
+            # `num_prefill_lookahead_tokens` (1 for the EAGLE family, which
+            # `_reserve_prefill_lookahead` leaves alone) and
+            # `use_eagle_block_drop()` (the EAGLE family drops a prefix
+            # hit's last block, `drop_eagle_block`). So the n-gram config
+            # answers those as the method would, on this instance, before the
+            # Scheduler reads them; the drafts come from this harness either
+            # way.
+            sc = vllm_config.speculative_config
+            k = spec["num_spec_tokens"]
+            if drafter in ("eagle", "dflash"):
+                object.__setattr__(sc, "use_eagle", lambda: True)
+            if drafter == "dflash":
+                object.__setattr__(sc, "use_dflash", lambda: True)
+            if drafter == "draft_model":
+                object.__setattr__(sc, "uses_draft_model", lambda: True)
+            assert vllm_config.num_lookahead_tokens == DRAFTERS[drafter](k)
         cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
         # `hash_block_size` is newer than 0.15.1's Scheduler.__init__.
         extra = {}

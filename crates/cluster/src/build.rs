@@ -184,6 +184,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
             acceptance,
             eagle_style: e.spec_eagle_style,
             lookahead_tokens: e.spec_lookahead_tokens.min(u32::MAX as u64) as u32,
+            draft_slots: e.spec_draft_slots.min(u32::MAX as u64) as u32,
         }
     });
     let clamp = |v: u64| v.min(u32::MAX as u64) as u32;

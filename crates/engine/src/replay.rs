@@ -88,11 +88,29 @@ struct Mamba {
 struct Speculative {
     method: String,
     num_spec_tokens: u32,
-    /// An EAGLE-style drafter as the scheduler sees it (the oracle's
-    /// `use_eagle()` switch): `num_spec_tokens` lookahead slots and a
-    /// prefix hit's last block dropped.
+    /// The drafting method as the scheduler sees it (the oracle's switch):
+    /// `ngram` (the default), `eagle`, `dflash` or `draft_model`.
     #[serde(default)]
-    eagle: bool,
+    drafter: Option<String>,
+}
+
+impl Speculative {
+    /// Whether the drafter is of the EAGLE family (`use_eagle()`: a prefix
+    /// hit's last block dropped), the lookahead slots it reserves
+    /// (`VllmConfig.num_lookahead_tokens`, `vllm/config/vllm.py`) and the
+    /// model inputs it adds to a scheduled request
+    /// (`SpeculativeConfig.max_num_new_slots_for_drafting`), or `None` for
+    /// a drafter the replay does not know.
+    fn drafter(&self) -> Option<(bool, u32, u32)> {
+        let k = self.num_spec_tokens;
+        match self.drafter.as_deref().unwrap_or("ngram") {
+            "ngram" => Some((false, 0, 0)),
+            "eagle" => Some((true, k, 0)),
+            "dflash" => Some((true, k.saturating_add(1), k)),
+            "draft_model" => Some((false, k, 1)),
+            _ => None,
+        }
+    }
 }
 
 /// One workload line.
@@ -215,6 +233,12 @@ fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
             return Err(bad(
                 "speculative.method",
                 "only ngram and ngram_gpu are supported (as by the oracle)",
+            ));
+        }
+        if spec.drafter().is_none() {
+            return Err(bad(
+                "speculative.drafter",
+                "must be ngram, eagle, dflash or draft_model (as by the oracle)",
             ));
         }
         if spec.num_spec_tokens == 0 {
@@ -433,11 +457,16 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
     let spec = cfg.speculative.as_ref().map(|s| SpecConfig {
         num_spec_tokens: s.num_spec_tokens,
         acceptance: vec![0.0; s.num_spec_tokens as usize],
-        // n-gram drafters reserve no lookahead slots; EAGLE-style ones
-        // reserve num_speculative_tokens (`VllmConfig.num_lookahead_tokens`,
-        // `vllm/config/vllm.py`).
-        eagle_style: s.eagle,
-        lookahead_tokens: if s.eagle { s.num_spec_tokens } else { 0 },
+        // n-gram drafters reserve no lookahead slots; the others reserve
+        // what `VllmConfig.num_lookahead_tokens` says (checked at load).
+        eagle_style: s.drafter().is_some_and(|d| d.0),
+        lookahead_tokens: s.drafter().map_or(0, |d| d.1),
+        // Where the release keeps an input budget (`drafter_input_slots`).
+        draft_slots: if pack.features.drafter_input_slots {
+            s.drafter().map_or(0, |d| d.2)
+        } else {
+            0
+        },
     });
     EngineConfig {
         block_size: cfg.block_size,
@@ -599,6 +628,15 @@ fn run(
         .map(|r| (r.id, r.accepted.as_deref().unwrap_or(&[])))
         .collect();
     let mut verify_count: BTreeMap<u32, usize> = BTreeMap::new();
+    // The drafts of each step in flight, oldest first: the oracle builds a
+    // step's output for every request the step scheduled drafts for, and
+    // so counts a verification whose output the scheduler then drops (a
+    // request preempted while the step ran, under async scheduling with a
+    // KV connector). The replay counts them as the oracle does, not as the
+    // engine uses them.
+    let mut drafts_in_flight: std::collections::VecDeque<Vec<(u32, u32)>> =
+        std::collections::VecDeque::new();
+    let mut forced: BTreeMap<u32, u32> = BTreeMap::new();
     let mut by_step: BTreeMap<u64, Vec<&ReplayRequest>> = BTreeMap::new();
     for r in reqs {
         by_step.entry(r.arrive_step).or_default().push(r);
@@ -680,6 +718,18 @@ fn run(
                 .into_iter()
                 .map(|(id, n)| (id.0, n))
                 .collect();
+            // The engine keeps every async step in flight, and a sync one
+            // that scheduled anything (`Engine::schedule`).
+            if cfg.async_scheduling || !scheduled.is_empty() {
+                drafts_in_flight.push_back(drafts.clone());
+            }
+            if drafts_in_flight.len() != engine.steps_in_flight() {
+                return Err(ReplayError::Invariant(format!(
+                    "step {step}: {} steps in flight, the replay counts {}",
+                    engine.steps_in_flight(),
+                    drafts_in_flight.len()
+                )));
+            }
             if let Some(batch) = &batch {
                 let total: u32 = drafts.iter().map(|d| d.1).sum();
                 if total != batch.spec_tokens {
@@ -694,13 +744,17 @@ fn run(
                 complete = !(engine.steps_in_flight() < 2 && (executed || engine.has_requests()));
             }
         }
-        if complete {
-            engine.complete_step_forced(&mut |id, _drafts| {
-                let idx = verify_count.entry(id.0).or_insert(0);
-                let forced = accepted_of.get(&id.0).and_then(|l| l.get(*idx)).copied();
-                *idx += 1;
-                forced.unwrap_or(0)
-            });
+        if complete && engine.steps_in_flight() > 0 {
+            forced.clear();
+            for &(id, n) in drafts_in_flight.pop_front().iter().flatten() {
+                if n > 0 {
+                    let idx = verify_count.entry(id).or_insert(0);
+                    let given = accepted_of.get(&id).and_then(|l| l.get(*idx)).copied();
+                    *idx += 1;
+                    forced.insert(id, given.unwrap_or(0));
+                }
+            }
+            engine.complete_step_forced(&mut |id, _drafts| forced.get(&id.0).copied().unwrap_or(0));
         }
         for event in engine.drain_events() {
             match event {
@@ -808,6 +862,42 @@ mod tests {
             matches!(load_config(&one_block, "c"), Err(ReplayError::Input(m)) if m.contains("null block"))
         );
         assert!(load_config(CONFIG, "c").is_ok());
+    }
+
+    /// The drafter is one the oracle can tell vLLM's scheduler of, and each
+    /// reserves the lookahead slots `VllmConfig.num_lookahead_tokens` says.
+    #[test]
+    fn the_drafter_sets_the_lookahead_and_an_unknown_one_is_refused() {
+        let with = |drafter: &str| {
+            CONFIG.replacen(
+                '{',
+                &format!(
+                    "{{\"speculative\": {{\"method\": \"ngram\", \"num_spec_tokens\": 3{drafter}}}, "
+                ),
+                1,
+            )
+        };
+        for (drafter, eagle, lookahead) in [
+            ("", false, 0),
+            (", \"drafter\": \"ngram\"", false, 0),
+            (", \"drafter\": \"eagle\"", true, 3),
+            (", \"drafter\": \"dflash\"", true, 4),
+            (", \"drafter\": \"draft_model\"", false, 3),
+        ] {
+            let cfg = load_config(&with(drafter), "c").expect("loads");
+            let spec = engine_config(&cfg, false).spec.expect("drafts");
+            assert_eq!(
+                (spec.eagle_style, spec.lookahead_tokens),
+                (eagle, lookahead),
+                "{drafter}"
+            );
+        }
+        match load_config(&with(", \"drafter\": \"medusa\""), "c") {
+            Err(ReplayError::Input(msg)) => {
+                assert!(msg.contains("speculative.drafter"), "{msg}")
+            }
+            other => panic!("medusa: {other:?}"),
+        }
     }
 
     /// Past the limits a deployment is held to, a value is refused by its

@@ -42,6 +42,14 @@ pub struct SpecConfig {
     /// (`num_lookahead_tokens`): `num_spec_tokens` for EAGLE-style methods
     /// and the draft model, one more for DFlash, none for n-gram.
     pub lookahead_tokens: u32,
+    /// Model inputs the drafter adds to every scheduled request, which the
+    /// step's input budget (`max_num_batched_tokens`) pays for besides its
+    /// tokens (`SpeculativeConfig.max_num_new_slots_for_drafting`,
+    /// `vllm/config/speculative.py`: `num_spec_tokens` for DFlash, one for
+    /// an autoregressive draft model, `num_spec_tokens - 1` for DSpark,
+    /// none for EAGLE, MTP and n-gram), on releases whose scheduler keeps
+    /// that budget (0.29.0 to 0.31.0); 0 elsewhere.
+    pub draft_slots: u32,
 }
 
 /// What one engine core runs with, resolved from the documents.
@@ -1630,6 +1638,15 @@ impl Engine {
         self.step_connector_io = (0, 0);
         let mut budget = self.config.max_num_batched_tokens;
         let prefill_budget = budget;
+        // The model's input budget (`input_budget` in `Scheduler.schedule`,
+        // `vllm/v1/core/sched/scheduler.py`, 0.29.0 to 0.31.0): every
+        // scheduled request takes its tokens and the drafter's new slots
+        // from max_num_batched_tokens, so a drafter that adds inputs
+        // (DFlash, a draft model) caps each request's tokens at what is left
+        // less its slots and ends a loop once no more than those are left.
+        // With no slots it moves with `budget` and never binds first.
+        let draft_slots = self.config.spec.as_ref().map_or(0, |s| s.draft_slots);
+        let mut input_budget = self.config.max_num_batched_tokens;
         let alone = self.running.len() + self.num_waiting() == 1;
         let long_cap = if alone && self.config.long_prefill_waiver_when_alone {
             0
@@ -1649,6 +1666,9 @@ impl Engine {
             _ => 0,
         };
         while i < self.running.len() && budget > 0 {
+            if input_budget <= draft_slots {
+                break;
+            }
             let slot = self.running[i];
             let (mut n, drafts_avail, computed, tokens, placeholders) = {
                 let r = self.req(slot);
@@ -1682,6 +1702,7 @@ impl Engine {
             // num_sampled_tokens_per_step`); none left means no step.
             n = n
                 .min(budget)
+                .min(input_budget - draft_slots)
                 .min(self.config.max_model_len.saturating_sub(computed + 1));
             // A chunk that cannot end where a state is cached waits
             // (`continue`: later requests may still be scheduled).
@@ -1707,6 +1728,7 @@ impl Engine {
                 preempted = true;
                 if let Some(pos) = self.scheduled.iter().position(|s| s.slot == victim_slot) {
                     budget += self.scheduled[pos].tokens;
+                    input_budget += self.scheduled[pos].tokens + draft_slots;
                     self.scheduled.remove(pos);
                 }
                 self.preempt(victim);
@@ -1740,6 +1762,7 @@ impl Engine {
                 samples: false,
             });
             budget -= n;
+            input_budget -= n + draft_slots;
             i += 1;
         }
         let scheduled_running = !self.scheduled.is_empty();
@@ -1756,9 +1779,14 @@ impl Engine {
         // Then waiting requests, only if nothing was preempted.
         if !preempted && !running_prefill {
             while budget > 0 && (self.running.len() as u32) < self.config.max_num_seqs {
+                if input_budget <= draft_slots {
+                    break;
+                }
                 let Some(slot) = self.peek_waiting() else {
                     break;
                 };
+                // `request_token_budget`: what this request may take.
+                let request_budget = budget.min(input_budget - draft_slots);
                 if self.req(slot).stale > 0 && !self.req(slot).drop_stale {
                     // Async scheduling: a preempted request whose stale
                     // output is still in flight is passed over, as resuming
@@ -1805,19 +1833,23 @@ impl Engine {
                         self.cache_units(slot, pending);
                     }
                     let mut n = tokens - computed;
-                    let Some(pad) =
-                        self.pad_drafts(n, computed, budget, scheduled_running, prefill_scheduled)
-                    else {
+                    let Some(pad) = self.pad_drafts(
+                        n,
+                        computed,
+                        request_budget,
+                        scheduled_running,
+                        prefill_scheduled,
+                    ) else {
                         break;
                     };
                     n += pad;
                     if long_cap > 0 {
                         n = n.min(long_cap);
                     }
-                    if !self.config.enable_chunked_prefill && n > budget {
+                    if !self.config.enable_chunked_prefill && n > request_budget {
                         break;
                     }
-                    n = n.min(if lone { prefill_budget } else { budget });
+                    n = n.min(if lone { prefill_budget } else { request_budget });
                     // Guard (C): a prefill waits for a step of its own once
                     // a decode-ready request joined this one.
                     if lone && self.req(slot).is_prefill() && admitted_decodes > 0 {
@@ -1844,6 +1876,7 @@ impl Engine {
                     // A lone prefill's chunk may exceed what the decodes
                     // left; they leave the step with it (guard (D)).
                     budget = budget.saturating_sub(n);
+                    input_budget = input_budget.saturating_sub(n + draft_slots);
                     if lone && self.req(slot).is_prefill() {
                         // Guard (D): the prefill runs alone.
                         self.take_step_from_decodes();
@@ -1916,21 +1949,25 @@ impl Engine {
                 let base = hit_tokens + lm_external - replay;
                 let remaining = tokens - base;
                 let mut n = remaining;
-                let Some(pad) =
-                    self.pad_drafts(n, base, budget, scheduled_running, prefill_scheduled)
-                else {
+                let Some(pad) = self.pad_drafts(
+                    n,
+                    base,
+                    request_budget,
+                    scheduled_running,
+                    prefill_scheduled,
+                ) else {
                     break;
                 };
                 n += pad;
                 if long_cap > 0 {
                     n = n.min(long_cap);
                 }
-                if !self.config.enable_chunked_prefill && n > budget {
+                if !self.config.enable_chunked_prefill && n > request_budget {
                     break;
                 }
                 // vllm-rbln caps a prefill's chunk by the whole budget: the
                 // decodes that spent part of it leave the step if it runs.
-                n = n.min(if lone { prefill_budget } else { budget });
+                n = n.min(if lone { prefill_budget } else { request_budget });
                 // Guard (C), on the request's computed tokens before its
                 // hit (`is_prefill(request)` ahead of the allocation).
                 if lone && self.req(slot).is_prefill() && admitted_decodes > 0 {
@@ -2009,6 +2046,7 @@ impl Engine {
                     samples: false,
                 });
                 budget = budget.saturating_sub(n);
+                input_budget = input_budget.saturating_sub(n + draft_slots);
                 if lone {
                     // With its hit counted (`computed` is `base` now), a
                     // request with one token left joins the decode batch;
@@ -3049,6 +3087,7 @@ mod checker_tests {
                     acceptance: vec![0.5; k as usize],
                     eagle_style: lookahead > 0,
                     lookahead_tokens: lookahead,
+                    draft_slots: 0,
                 }),
                 ..small_config()
             };
@@ -3149,6 +3188,7 @@ mod acceptance_tests {
             acceptance,
             eagle_style: true,
             lookahead_tokens: num_spec_tokens,
+            draft_slots: 0,
         };
         assert_eq!(
             conditional_acceptance(&spec(vec![0.8, 0.6, 0.3], 4)),

@@ -403,6 +403,7 @@ fn padding_decode(budget: u32, max_model_len: u32) -> Engine {
             acceptance: vec![0.5; 4],
             eagle_style: true,
             lookahead_tokens: 4,
+            draft_slots: 0,
         }),
         pad_spec_decode: pdsim_engine::PadSpecDecode::WithRunningOrComputed,
         ..config(100)
@@ -477,6 +478,7 @@ fn parked_blocks(reserve: pdsim_engine::AsyncLoadReserve, eagle_style: bool) -> 
             acceptance: vec![0.5; 4],
             eagle_style,
             lookahead_tokens: 4,
+            draft_slots: 0,
         }),
         async_load_reserve: reserve,
         ..config(100)

@@ -280,6 +280,7 @@ fn draft_tokens_take_budget_and_accepted_plus_one_tokens_are_emitted() {
         acceptance: vec![1.0, 1.0, 1.0],
         eagle_style: true,
         lookahead_tokens: 3,
+        draft_slots: 0,
     });
     let mut engine = Engine::new(c);
     let mut rng = stream();
@@ -329,6 +330,7 @@ fn rejected_drafts_roll_back() {
         acceptance: vec![0.0, 0.0],
         eagle_style: false,
         lookahead_tokens: 0,
+        draft_slots: 0,
     });
     let mut engine = Engine::new(c);
     let mut rng = stream();
@@ -544,6 +546,7 @@ fn the_full_prompt_check_leaves_out_the_lookahead_slots() {
         acceptance: vec![1.0, 1.0, 1.0],
         eagle_style: true,
         lookahead_tokens: 3,
+        draft_slots: 0,
     });
     let mut engine = Engine::new(c);
     engine.add_request(request(0, &[(1, 64)], 2));

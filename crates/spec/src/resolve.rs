@@ -52,6 +52,10 @@ pub struct EngineConfig {
     /// KV slots reserved past a request's tokens for the drafter
     /// (`num_lookahead_tokens`).
     pub spec_lookahead_tokens: u64,
+    /// Model inputs the drafter adds to every scheduled request, paid from
+    /// the step's input budget where the release keeps one
+    /// (`drafter_input_slots`): `SpeculativeConfig.max_num_new_slots_for_drafting`.
+    pub spec_draft_slots: u64,
     pub block_size: u64,
     pub max_num_batched_tokens: u64,
     pub max_num_seqs: u64,
@@ -936,6 +940,19 @@ pub fn resolve_pool(
             Some("dflash") => k + 1,
             Some("draft_model") => k,
             Some(m) if pack.eagle_style_spec_methods.iter().any(|e| e == m) => k,
+            _ => 0,
+        },
+        // `SpeculativeConfig.max_num_new_slots_for_drafting`
+        // (`vllm/config/speculative.py`, 0.29.0 to 0.31.0): DFlash's bonus
+        // query and K mask queries, DSpark's (parallel drafting) K - 1
+        // masked queries, an autoregressive draft model's one unsliced
+        // token; EAGLE, MTP and n-gram add none (`parallel_drafting`, which
+        // P-EAGLE and PARD set, is not a deployment key).
+        spec_draft_slots: match spec_method.as_deref() {
+            _ if !pack.features.drafter_input_slots => 0,
+            Some("dflash") => k,
+            Some("dspark") => k.saturating_sub(1),
+            Some("draft_model") => 1,
             _ => 0,
         },
         spec_method,

@@ -312,6 +312,12 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
              v1/core/sched/scheduler.py no num_prefill_lookahead",
         ),
         (
+            "features.drafter_input_slots",
+            json!(false),
+            "v1/core/sched/scheduler.py keeps the token budget alone: no input_budget or \
+             draft_slots, and config/speculative.py no max_num_new_slots_for_drafting",
+        ),
+        (
             "features.sub_block_prefix_reuse",
             json!(false),
             "vllm-rbln only; vLLM reuses whole blocks",

@@ -69,6 +69,13 @@ pub struct Features {
     /// pdsim does not simulate, so the cluster refuses such a deployment on
     /// a release that has them. Every pack states it.
     pub multi_module_mtp: bool,
+    /// The scheduler keeps an input budget beside the token budget: every
+    /// scheduled request also takes the drafter's new input slots
+    /// (`SpeculativeConfig.max_num_new_slots_for_drafting`) from
+    /// `max_num_batched_tokens` (`input_budget` and `draft_slots` in
+    /// `Scheduler.schedule`, `vllm/v1/core/sched/scheduler.py`). Every pack
+    /// states it.
+    pub drafter_input_slots: bool,
     /// When the scheduler pads a newly admitted one-token request to
     /// `1 + num_spec_tokens` with placeholder drafts, so that the step stays
     /// a uniform decode (`pad_spec_decode` in `Scheduler.schedule`,
