@@ -195,7 +195,13 @@ fn engine_for(case: &Case) -> Engine {
             acceptance: vec![0.7, 0.4, 0.2],
             eagle_style: k > 1,
             lookahead_tokens: if k > 1 { k } else { 0 },
-            draft_slots: 0,
+            // DFlash's input slots (k a scheduled request) on half the
+            // multi-draft cases whose budget leaves room for them.
+            draft_slots: if k > 1 && case.budget >= 32 && case.requests[0].4.is_multiple_of(2) {
+                k
+            } else {
+                0
+            },
         }),
         // A small offload tier on a third of the cases (keyed off the
         // first request's arrival step so the case tuple stays as it is).
