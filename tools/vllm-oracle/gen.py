@@ -136,6 +136,20 @@ def base_config(rng, release):
     }
 
 
+def gate_shape(rng, cfg):
+    """Decode-side requests parked beside chunked prefills in a tight pool
+    (the reserve gate on async loads), sync or async: the config's budgets,
+    then (roles, max_prompt, n_req, max_out)."""
+    cfg["async_scheduling"] = rng.random() < 0.5
+    cfg["max_num_batched_tokens"] = rng.choice([32, 48, 64, 100])
+    cfg["max_num_seqs"] = rng.randint(2, 8)
+    roles = "consume"
+    max_prompt = rng.choice([160, 320, 480])
+    n_req = rng.randint(6, 14)
+    max_out = rng.choice([4, 12, 24])
+    return roles, max_prompt, n_req, max_out
+
+
 def case(rng, family, release):
     cfg = base_config(rng, release)
     bs = cfg["block_size"]
@@ -214,13 +228,7 @@ def case(rng, family, release):
         max_prompt = 150
         max_out = rng.choice([8, 16, 32])
     elif family == "pd-gate":
-        cfg["async_scheduling"] = rng.random() < 0.5
-        cfg["max_num_batched_tokens"] = rng.choice([32, 48, 64, 100])
-        cfg["max_num_seqs"] = rng.randint(2, 8)
-        roles = "consume"
-        max_prompt = rng.choice([160, 320, 480])
-        n_req = rng.randint(6, 14)
-        max_out = rng.choice([4, 12, 24])
+        roles, max_prompt, n_req, max_out = gate_shape(rng, cfg)
         if rng.random() < 0.5:
             spec_k = rng.randint(1, 4)
             accept_mode = "const"
@@ -295,13 +303,7 @@ def case(rng, family, release):
             n_req = rng.randint(6, 16)
             max_prompt = rng.choice([48, 96, 160])
         elif family == "eagle-pd":
-            cfg["async_scheduling"] = rng.random() < 0.5
-            cfg["max_num_batched_tokens"] = rng.choice([32, 48, 64, 100])
-            cfg["max_num_seqs"] = rng.randint(2, 8)
-            roles = "consume"
-            max_prompt = rng.choice([160, 320, 480])
-            n_req = rng.randint(6, 14)
-            max_out = rng.choice([4, 12, 24])
+            roles, max_prompt, n_req, max_out = gate_shape(rng, cfg)
         cfg["scheduling_policy"] = "priority" if prio else "fcfs"
     else:
         raise ValueError(family)
