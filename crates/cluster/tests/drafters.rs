@@ -36,9 +36,11 @@ fn model(modules: u32) -> String {
     builtin.replace(line, &format!("num_nextn_predict_layers: {modules}\n"))
 }
 
-fn outcome(version: &str, modules: u32, spec: &str) -> Result<(), String> {
-    let scenario = SCENARIO.replace("\"0.31.0\"", &format!("\"{version}\""));
-    let deployment = format!(
+/// One colocated pool of DeepSeek-V3 engines drafting with `spec` (a
+/// `speculative` block). vllm-rbln reuses prefixes a budget at a time,
+/// which must divide its 64-token block, so the budget is 64.
+fn deployment(spec: &str) -> String {
+    format!(
         "kind: Deployment
 name: mtp
 pools:
@@ -46,12 +48,17 @@ pools:
     nodes: 1
     parallel: {{tp: 8, pp: 1, dp: 1, enable_expert_parallel: true}}
     engine:
-      max_num_batched_tokens: 8192
+      max_num_batched_tokens: 64
       max_num_seqs: 64
       max_model_len: 32768
       speculative: {spec}
 "
-    );
+    )
+}
+
+fn outcome(version: &str, modules: u32, spec: &str) -> Result<(), String> {
+    let scenario = SCENARIO.replace("\"0.31.0\"", &format!("\"{version}\""));
+    let deployment = deployment(spec);
     let model = model(modules);
     common::build_with_catalog(
         &scenario,
@@ -120,22 +127,7 @@ fn each_drafter_reserves_its_lookahead_and_input_slots() {
         let scenario = SCENARIO
             .replace("\"0.31.0\"", &format!("\"{version}\""))
             .replace("deepseek-v3-mtp3", "deepseek-v3");
-        let deployment = format!(
-            "kind: Deployment
-name: mtp
-pools:
-  - role: colocated
-    nodes: 1
-    parallel: {{tp: 8, pp: 1, dp: 1, enable_expert_parallel: true}}
-    engine:
-      # vllm-rbln reuses prefixes a budget at a time, which must divide
-      # its 64-token block.
-      max_num_batched_tokens: 64
-      max_num_seqs: 64
-      max_model_len: 32768
-      speculative: {{method: {method}, num_spec_tokens: {k}}}
-"
-        );
+        let deployment = deployment(&format!("{{method: {method}, num_spec_tokens: {k}}}"));
         let cluster = common::build(&scenario, &deployment, &[])
             .unwrap_or_else(|e| panic!("{version} {method}: {e}"));
         let spec = cluster.pools[0].engine.spec.as_ref().expect("drafts");
