@@ -45,10 +45,16 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     let util = [0.3, 0.6, 0.9][rng.below(3) as usize];
     let caching = rng.below(2) == 0;
     let long_cap = [0, 512][rng.below(2) as usize];
-    let spec = match rng.below(3) {
+    // Drafters: EAGLE-3's lookahead slots, n-gram's none, and DFlash's and
+    // a draft model's input slots, which the step's input budget pays
+    // (`max_num_new_slots_for_drafting`). One draw either way, so each
+    // seed's later draws do not depend on the bound.
+    let spec = match rng.below(5) {
         _ if hybrid => "",
         0 => "\n      speculative: {method: eagle3, num_spec_tokens: 3}",
         1 => "\n      speculative: {method: ngram, num_spec_tokens: 2}",
+        2 => "\n      speculative: {method: dflash, num_spec_tokens: 3}",
+        3 => "\n      speculative: {method: draft_model, num_spec_tokens: 2}",
         _ => "",
     };
     let max_model_len = if hybrid { 8192 } else { 16384 };
