@@ -89,27 +89,15 @@ struct Speculative {
     method: String,
     num_spec_tokens: u32,
     /// The drafting method as the scheduler sees it (the oracle's switch):
-    /// `ngram` (the default), `eagle`, `dflash` or `draft_model`.
-    #[serde(default)]
+    /// `ngram` (the default), `eagle`, `dflash` or `draft_model`, each the
+    /// vLLM method of that name.
     drafter: Option<String>,
 }
 
 impl Speculative {
-    /// Whether the drafter is of the EAGLE family (`use_eagle()`: a prefix
-    /// hit's last block dropped), the lookahead slots it reserves
-    /// (`VllmConfig.num_lookahead_tokens`, `vllm/config/vllm.py`) and the
-    /// model inputs it adds to a scheduled request
-    /// (`SpeculativeConfig.max_num_new_slots_for_drafting`), or `None` for
-    /// a drafter the replay does not know.
-    fn drafter(&self) -> Option<(bool, u32, u32)> {
-        let k = self.num_spec_tokens;
-        match self.drafter.as_deref().unwrap_or("ngram") {
-            "ngram" => Some((false, 0, 0)),
-            "eagle" => Some((true, k, 0)),
-            "dflash" => Some((true, k.saturating_add(1), k)),
-            "draft_model" => Some((false, k, 1)),
-            _ => None,
-        }
+    /// The vLLM method the scheduler is told of.
+    fn drafter(&self) -> &str {
+        self.drafter.as_deref().unwrap_or("ngram")
     }
 }
 
@@ -235,7 +223,7 @@ fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
                 "only ngram and ngram_gpu are supported (as by the oracle)",
             ));
         }
-        if spec.drafter().is_none() {
+        if !matches!(spec.drafter(), "ngram" | "eagle" | "dflash" | "draft_model") {
             return Err(bad(
                 "speculative.drafter",
                 "must be ngram, eagle, dflash or draft_model (as by the oracle)",
@@ -454,19 +442,15 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
     let pack = pdsim_spec::rules::pack::for_version(&cfg.release).expect("checked at load");
     // The rates are never drawn from: the replay forces each verification's
     // accepted count (`Engine::complete_step_forced`).
+    // What the release's scheduler reserves for the drafter, as a
+    // deployment's engine gets it (`RulesPack::drafter`).
+    let drafter = |s: &Speculative| pack.drafter(s.drafter(), u64::from(s.num_spec_tokens));
     let spec = cfg.speculative.as_ref().map(|s| SpecConfig {
         num_spec_tokens: s.num_spec_tokens,
         acceptance: vec![0.0; s.num_spec_tokens as usize],
-        // n-gram drafters reserve no lookahead slots; the others reserve
-        // what `VllmConfig.num_lookahead_tokens` says (checked at load).
-        eagle_style: s.drafter().is_some_and(|d| d.0),
-        lookahead_tokens: s.drafter().map_or(0, |d| d.1),
-        // Where the release keeps an input budget (`drafter_input_slots`).
-        draft_slots: if pack.features.drafter_input_slots {
-            s.drafter().map_or(0, |d| d.2)
-        } else {
-            0
-        },
+        eagle_style: drafter(s).eagle_style,
+        lookahead_tokens: drafter(s).lookahead_tokens as u32,
+        draft_slots: drafter(s).draft_slots as u32,
     });
     EngineConfig {
         block_size: cfg.block_size,

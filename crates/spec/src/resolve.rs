@@ -509,6 +509,10 @@ pub fn resolve_pool(
         .speculative
         .as_ref()
         .map_or(0, |s| s.num_spec_tokens.max(0) as u64);
+    let drafter = spec_method
+        .as_deref()
+        .map(|m| pack.drafter(m, k))
+        .unwrap_or_default();
     if let Some(method) = &spec_method {
         put(&mut settings, "speculative.method", method.clone(), true);
         put(
@@ -929,32 +933,9 @@ pub fn resolve_pool(
         dbo_enabled,
         dbo_decode_token_threshold: dbo_decode,
         dbo_prefill_token_threshold: dbo_prefill,
-        spec_eagle_style: spec_method
-            .as_ref()
-            .is_some_and(|m| pack.eagle_style_spec_methods.contains(m)),
-        // `VllmConfig.num_lookahead_tokens` (`vllm/config/vllm.py`, 0.29.0
-        // and 0.31.0; `Scheduler.__init__` in 0.15.1): the drafter writes KV
-        // past the target's query range for EAGLE-style methods and the
-        // draft model, one slot more for DFlash.
-        spec_lookahead_tokens: match spec_method.as_deref() {
-            Some("dflash") => k + 1,
-            Some("draft_model") => k,
-            Some(m) if pack.eagle_style_spec_methods.iter().any(|e| e == m) => k,
-            _ => 0,
-        },
-        // `SpeculativeConfig.max_num_new_slots_for_drafting`
-        // (`vllm/config/speculative.py`, 0.29.0 to 0.31.0): DFlash's bonus
-        // query and K mask queries, DSpark's (parallel drafting) K - 1
-        // masked queries, an autoregressive draft model's one unsliced
-        // token; EAGLE, MTP and n-gram add none (`parallel_drafting`, which
-        // P-EAGLE and PARD set, is not a deployment key).
-        spec_draft_slots: match spec_method.as_deref() {
-            _ if !pack.features.drafter_input_slots => 0,
-            Some("dflash") => k,
-            Some("dspark") => k.saturating_sub(1),
-            Some("draft_model") => 1,
-            _ => 0,
-        },
+        spec_eagle_style: drafter.eagle_style,
+        spec_lookahead_tokens: drafter.lookahead_tokens,
+        spec_draft_slots: drafter.draft_slots,
         spec_method,
         num_spec_tokens: k,
         eplb_enabled,

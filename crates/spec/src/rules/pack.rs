@@ -341,6 +341,55 @@ pub fn all() -> &'static [RulesPack] {
     })
 }
 
+/// What a drafting method asks of the release's scheduler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drafter {
+    /// An EAGLE-style method: a prefix hit's last block is dropped.
+    pub eagle_style: bool,
+    /// KV slots a request reserves past its tokens
+    /// (`VllmConfig.num_lookahead_tokens`).
+    pub lookahead_tokens: u64,
+    /// Model inputs the method adds to every scheduled request, paid from
+    /// the step's input budget (`max_num_new_slots_for_drafting`).
+    pub draft_slots: u64,
+}
+
+impl RulesPack {
+    /// What drafting method `method` with `k` speculative tokens asks of
+    /// this release's scheduler.
+    pub fn drafter(&self, method: &str, k: u64) -> Drafter {
+        let eagle_style = self.eagle_style_spec_methods.iter().any(|e| e == method);
+        Drafter {
+            eagle_style,
+            // `VllmConfig.num_lookahead_tokens` (`vllm/config/vllm.py`,
+            // 0.29.0 and 0.31.0; `Scheduler.__init__` in 0.15.1): the
+            // drafter writes KV past the target's query range for
+            // EAGLE-style methods and the draft model, one slot more for
+            // DFlash.
+            lookahead_tokens: match method {
+                "dflash" => k + 1,
+                "draft_model" => k,
+                _ if eagle_style => k,
+                _ => 0,
+            },
+            // `SpeculativeConfig.max_num_new_slots_for_drafting`
+            // (`vllm/config/speculative.py`, 0.29.0 to 0.31.0): DFlash's
+            // bonus query and K mask queries, DSpark's (parallel drafting)
+            // K - 1 masked queries, an autoregressive draft model's one
+            // unsliced token; EAGLE, MTP and n-gram add none
+            // (`parallel_drafting`, which P-EAGLE and PARD set, is not a
+            // deployment key).
+            draft_slots: match method {
+                _ if !self.features.drafter_input_slots => 0,
+                "dflash" => k,
+                "dspark" => k.saturating_sub(1),
+                "draft_model" => 1,
+                _ => 0,
+            },
+        }
+    }
+}
+
 /// The pack for an engine version, if pdsim has one.
 pub fn for_version(engine_version: &str) -> Option<&'static RulesPack> {
     all()
