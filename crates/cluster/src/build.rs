@@ -46,6 +46,13 @@ pub struct PoolRuntime {
     /// The engine runs vLLM's Rust frontend: one API server, whatever the
     /// ranks behind it.
     pub rust_frontend: bool,
+    /// The API server stamps a request's arrival time, the priority
+    /// policy's order among equal priorities, when it starts rendering the
+    /// prompt (0.29.0 and later); otherwise when the tokenized prompt
+    /// reaches the input processor (0.15.1). See [`ArrivalStamp`].
+    ///
+    /// [`ArrivalStamp`]: pdsim_spec::rules::pack::ArrivalStamp
+    pub arrival_at_render: bool,
     pub engine: EngineConfig,
     pub cost: Box<dyn CostModel>,
     /// Which model prices the pool's steps: `roofline`, or `linear` when the
@@ -855,6 +862,12 @@ pub fn build_with_router(
             // One API server per rank an endpoint fronts, one with the Rust
             // frontend (`api_server_count`, `vllm/entrypoints/cli/serve.py`).
             rust_frontend: resolved.engine.frontend == "rust",
+            // vLLM's Rust frontend is not in the release's wheel, so where
+            // it stamps the arrival cannot be read; it renders and tokenizes
+            // as the Python one does, and is taken to stamp where the
+            // release's Python renderer does.
+            arrival_at_render: resolved.engine.arrival_stamp
+                == pdsim_spec::rules::pack::ArrivalStamp::Render,
             engine: {
                 let mut engine = engine_config(resolved, &sets);
                 // The tier's bytes are per engine (vLLM's kv_offloading_size

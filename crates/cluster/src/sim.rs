@@ -413,6 +413,10 @@ struct InFlight {
     /// The content id of its generated tokens, when a later turn repeats
     /// them.
     output_id: Option<u64>,
+    /// When the API server of the engine part now under way started
+    /// rendering the prompt: the arrival time a release that stamps it
+    /// there gives the engine ([`crate::PoolRuntime::arrival_at_render`]).
+    rendered: SimTime,
 }
 
 impl InFlight {
@@ -444,6 +448,7 @@ impl InFlight {
             client_gone: false,
             session: spec.session.map(|s| s.key),
             output_id: spec.output_id,
+            rendered: SimTime(0),
         }
     }
 
@@ -1906,6 +1911,14 @@ impl<'a> Sim<'a> {
     /// when the batcher is free; a full batch closes at once. Without a
     /// batcher the prompt is tokenized on its own, right away.
     fn tokenize(&mut self, id: RequestId, core: usize, prompt_tokens: u32) {
+        // The renderer stamps the request's arrival time as it starts
+        // (`render_cmpl`, `render_chat` in `vllm/renderers/base.py`). A
+        // disaggregated request's parts reach their servers one after the
+        // other (the decode part once the prefill is done), so one field
+        // holds the part under way.
+        if let Some(f) = self.in_flight.get_mut(&id) {
+            f.rendered = self.now;
+        }
         let cost = &self.cluster.pools[self.cores[core].pool].cost;
         let Some(batching) = cost.tokenizer_batching() else {
             let delay = cost.admission_delay(prompt_tokens);
@@ -2005,9 +2018,21 @@ impl<'a> Sim<'a> {
                 flight.max_output,
             )
         };
+        // The arrival time the priority policy orders by is the API
+        // server's own clock reading, taken per engine part: when it started
+        // rendering the prompt, or, in a release that stamps it in the
+        // input processor, now, as the tokenized prompt is handed on
+        // (`InputProcessor.process_inputs`, `vllm/v1/engine/input_processor.py`).
+        // A disaggregated request's decode part thus arrives at its engine
+        // when the sidecar sends it, after the prefill.
+        let arrival = if self.cluster.pools[self.cores[core].pool].arrival_at_render {
+            flight.rendered
+        } else {
+            self.now
+        };
         let request = NewRequest {
             id,
-            arrival: flight.record.arrival,
+            arrival,
             priority: flight.priority,
             prompt,
             max_output_tokens: max_output,
@@ -3017,15 +3042,17 @@ mod checker_tests {
     use pdsim_workload::MooncakeReader;
 
     fn cluster() -> Cluster {
-        let files = MemoryFiles::new()
-            .with(
-                "s.yaml",
-                include_str!("../../../scenarios/real-runs/llama-2-7b-tp1-h100.yaml"),
-            )
-            .with(
-                "d.yaml",
-                include_str!("../../../deployments/real-runs/llama-2-7b-tp1.yaml"),
-            );
+        cluster_of(include_str!(
+            "../../../scenarios/real-runs/llama-2-7b-tp1-h100.yaml"
+        ))
+    }
+
+    /// The real-run deployment on `scenario`'s text.
+    fn cluster_of(scenario: &str) -> Cluster {
+        let files = MemoryFiles::new().with("s.yaml", scenario).with(
+            "d.yaml",
+            include_str!("../../../deployments/real-runs/llama-2-7b-tp1.yaml"),
+        );
         let report = validate(&Request {
             files: &files,
             catalog_dirs: vec![],
@@ -3084,6 +3111,59 @@ mod checker_tests {
             table.get_mut(&RequestId(7)).unwrap().record.id,
             RequestId(7)
         );
+    }
+
+    /// Runs `cluster` on a one-request trace until an engine core holds
+    /// the request: the arrival time that engine orders it by, when the
+    /// API server started rendering its prompt, and when the engine core
+    /// got it. Only the events on the request's way in are handled.
+    fn engine_arrival(cluster: &Cluster) -> (SimTime, SimTime, SimTime) {
+        let (mut sim, mut sink) = one_arrived(cluster);
+        let mut rendered = None;
+        while let Ok(Some(event)) = sim.next_event() {
+            match event {
+                Event::Intake {
+                    id,
+                    core,
+                    prompt_tokens,
+                } => {
+                    rendered = Some(sim.now);
+                    sim.tokenize(id, core as usize, prompt_tokens);
+                }
+                Event::TokenizerClose { core, .. } => sim.close_tokenizer_batch(core as usize),
+                Event::Admit { id, core } => {
+                    sim.admit(id, core as usize, &mut sink);
+                    let arrival = sim.cores[core as usize].engine.arrival(id);
+                    return (
+                        arrival.expect("admitted"),
+                        rendered.expect("rendered"),
+                        sim.now,
+                    );
+                }
+                _ => {}
+            }
+        }
+        panic!("the request never reached an engine core");
+    }
+
+    /// The engine orders requests of equal priority by the arrival time
+    /// the release's API server stamps: vLLM 0.15.1's input processor
+    /// stamps it once the frontend has tokenized the prompt, so the engine
+    /// core's own arrival; 0.31.0's renderer stamps it before tokenizing.
+    /// Neither is the trace's arrival (time 0 here), before the API
+    /// server's intake.
+    #[test]
+    fn the_arrival_the_engine_orders_by_is_the_release_s_stamp() {
+        let (arrival, rendered, admitted) = engine_arrival(&cluster());
+        assert!(rendered > SimTime::ZERO && admitted > rendered);
+        assert_eq!(arrival, admitted, "0.15.1: stamped in the input processor");
+        let newer = cluster_of(
+            &include_str!("../../../scenarios/real-runs/llama-2-7b-tp1-h100.yaml")
+                .replace("engine_version: \"0.15.1\"", "engine_version: \"0.31.0\""),
+        );
+        let (arrival, rendered, admitted) = engine_arrival(&newer);
+        assert!(rendered > SimTime::ZERO && admitted > rendered);
+        assert_eq!(arrival, rendered, "0.31.0: stamped by the renderer");
     }
 
     fn invariant(e: RunError) -> String {

@@ -2990,6 +2990,12 @@ impl Engine {
         self.slot_of.get(&id).map(|&slot| self.req(slot).computed)
     }
 
+    /// The arrival time a live request is ordered by under the priority
+    /// policy (for tests).
+    pub fn arrival(&self, id: RequestId) -> Option<SimTime> {
+        self.slot_of.get(&id).map(|&slot| self.req(slot).arrival)
+    }
+
     /// Tokens each request got in the last scheduled step (for tests).
     pub fn last_schedule(&self) -> Vec<(RequestId, u32)> {
         self.scheduled.iter().map(|s| (s.id, s.tokens)).collect()

@@ -73,6 +73,9 @@ pub struct EngineConfig {
     /// The release's frontend batches prompts for its tokenizer
     /// (`microbatch_tokenizer`).
     pub microbatch_tokenizer: bool,
+    /// Where the release's API server stamps a request's arrival time
+    /// (`arrival_stamp`).
+    pub arrival_stamp: crate::rules::pack::ArrivalStamp,
     /// Admission reserves blocks for the whole remaining prompt
     /// (`scheduler_reserve_full_isl`, `vllm/config/scheduler.py`).
     pub reserve_full_prompt: bool,
@@ -913,6 +916,7 @@ pub fn resolve_pool(
         deferred_block_frees: pack.features.deferred_block_frees,
         async_load_reserve: pack.features.async_load_reserve,
         microbatch_tokenizer: pack.features.microbatch_tokenizer,
+        arrival_stamp: pack.features.arrival_stamp,
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
         lone_prefill_steps: pack.features.lone_prefill_steps,

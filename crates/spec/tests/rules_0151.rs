@@ -245,6 +245,12 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             "utils/async_utils.py AsyncMicrobatchTokenizer, entrypoints/renderer.py",
         ),
         (
+            "features.arrival_stamp",
+            json!("input_processor"),
+            "v1/engine/input_processor.py InputProcessor.process_inputs: arrival_time = time.time(), \
+             after entrypoints/openai/serving_chat.py tokenized the prompt",
+        ),
+        (
             "features.capture_size_extras",
             json!("none"),
             "config/vllm.py _set_cudagraph_sizes: the stride grid alone",

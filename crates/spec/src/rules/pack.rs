@@ -105,6 +105,11 @@ pub struct Features {
     /// a batch open for other prompts; later releases tokenize each prompt
     /// as it comes.
     pub microbatch_tokenizer: bool,
+    /// Where the API server stamps a request's `arrival_time`, the key
+    /// (after priority) by which the priority policy orders its waiting
+    /// queue and picks preemption victims (`Request.__lt__`,
+    /// `vllm/v1/request.py`). Every pack states it.
+    pub arrival_stamp: ArrivalStamp,
     /// The release refuses a `long_prefill_token_threshold` above
     /// `max_model_len`. vLLM 0.15.1 checks it only with concurrent partial
     /// prefills, which it does not support, so it accepts the threshold.
@@ -168,6 +173,22 @@ pub enum PadSpecDecode {
     /// tokens (a prefix hit, or KV that arrived) (0.31.0:
     /// `scheduled_running_reqs or num_computed_tokens > 0`).
     WithRunningOrComputed,
+}
+
+/// The moment a request's `arrival_time` is taken (`time.time()` on the
+/// API server), never the client's own send time.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ArrivalStamp {
+    /// When the server starts rendering the prompt, before tokenizing it
+    /// (`render_cmpl`, `render_chat` in `vllm/renderers/base.py`, which
+    /// store it in the engine input that `InputProcessor.process_inputs`
+    /// reads; 0.29.0, 0.30.0, 0.31.0).
+    Render,
+    /// When the tokenized prompt reaches `InputProcessor.process_inputs`
+    /// (`vllm/v1/engine/input_processor.py`, `arrival_time = time.time()`),
+    /// after the serving layer tokenized it (0.15.1).
+    InputProcessor,
 }
 
 fn yes() -> bool {
