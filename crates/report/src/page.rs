@@ -4,7 +4,7 @@
 //! script, no network).
 
 use crate::plot::{self, LineChart, StackedBars};
-use crate::series::PoolSeries;
+use crate::series::{PoolMetric, PoolSeries};
 use crate::table::{self, ComparedRun};
 use crate::{Metric, Summary};
 
@@ -244,82 +244,13 @@ pub fn cdf_plot(
     })
 }
 
-/// Most points a time-series line keeps: a long run's seconds are
-/// averaged in equal groups, so the plot shows the trend, not the noise.
-const MAX_POINTS: usize = 400;
-
-/// Averages consecutive points in groups so that at most `max` remain.
-pub fn thin(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
-    if points.len() <= max || max == 0 {
-        return points.to_vec();
-    }
-    let group = points.len().div_ceil(max);
-    points
-        .chunks(group)
-        .map(|c| {
-            let n = c.len() as f64;
-            (
-                c.iter().map(|p| p.0).sum::<f64>() / n,
-                c.iter().map(|p| p.1).sum::<f64>() / n,
-            )
-        })
-        .collect()
-}
-
-/// The line of one pool's series: at most `max` points. A short series
-/// keeps every sampled second and draws each idle stretch flat at its idle
-/// value (its first and last second); a long one averages consecutive
-/// seconds in equal groups, idle seconds counted one by one as in the dense
-/// series (a point every second), so the thinned line is the dense
-/// series' thinned line whether or not idle seconds were written.
-pub fn pool_line(
-    pool: &PoolSeries,
-    value: fn(&crate::series::PoolPoint) -> f64,
-    max: usize,
-) -> Vec<(f64, f64)> {
-    let seconds: u64 = pool.stretches().map(|s| s.seconds).sum();
-    let mut line = Vec::new();
-    if seconds <= max as u64 || max == 0 {
-        for s in pool.stretches() {
-            let (t, y) = (s.point.time_s, value(&s.point));
-            line.push((t, y));
-            if s.seconds > 1 {
-                line.push((t + (s.seconds - 1) as f64, y));
-            }
-        }
-        return line;
-    }
-    let group = seconds.div_ceil(max as u64);
-    let (mut sum_x, mut sum_y, mut filled) = (0.0, 0.0, 0u64);
-    for s in pool.stretches() {
-        let (mut t, y, mut left) = (s.point.time_s, value(&s.point), s.seconds);
-        while left > 0 {
-            let take = left.min(group - filled);
-            // Σ of t, t+1, …, t+take−1; for one second, exactly t.
-            sum_x += take as f64 * t + (take * (take - 1) / 2) as f64;
-            sum_y += take as f64 * y;
-            filled += take;
-            t += take as f64;
-            left -= take;
-            if filled == group {
-                line.push((sum_x / filled as f64, sum_y / filled as f64));
-                (sum_x, sum_y, filled) = (0.0, 0.0, 0);
-            }
-        }
-    }
-    if filled > 0 {
-        line.push((sum_x / filled as f64, sum_y / filled as f64));
-    }
-    line
-}
-
 /// A per-pool series plot (one line per run and pool).
 pub fn pool_plot(
     title: &str,
     y_label: &str,
     y_unit: plot::Unit,
     runs: &[(&str, &[PoolSeries])],
-    value: fn(&crate::series::PoolPoint) -> f64,
+    metric: PoolMetric,
 ) -> Result<String, String> {
     let mut series = Vec::new();
     for (run, pools) in runs {
@@ -329,7 +260,7 @@ pub fn pool_plot(
             } else {
                 pool.name.clone()
             };
-            series.push((name, pool_line(pool, value, MAX_POINTS)));
+            series.push((name, pool.line(metric)));
         }
     }
     plot::line_chart(&LineChart {
@@ -460,10 +391,7 @@ pub fn stages_markdown(summary: &Summary) -> String {
 
 /// Per-pool time-series plots.
 pub fn pool_section(doc: &mut Document, runs: &[(&str, &[PoolSeries])]) {
-    if runs
-        .iter()
-        .all(|(_, s)| s.iter().all(|p| p.points.is_empty()))
-    {
+    if runs.iter().all(|(_, s)| s.iter().all(|p| p.is_empty())) {
         return;
     }
     doc.text("## Pools over time\n\nOne sample per simulated second, averaged in groups on long runs; an idle stretch counts as its seconds at its idle value. `timeseries.csv` has every engine core at every second the cluster works, and once at the start of each idle stretch.\n\n");
@@ -474,7 +402,7 @@ pub fn pool_section(doc: &mut Document, runs: &[(&str, &[PoolSeries])]) {
             "KV blocks in use",
             plot::Unit::Share,
             runs,
-            |p| p.kv_usage,
+            PoolMetric::KvUsage,
         ),
     );
     doc.plot(
@@ -484,7 +412,7 @@ pub fn pool_section(doc: &mut Document, runs: &[(&str, &[PoolSeries])]) {
             "requests",
             plot::Unit::Count,
             runs,
-            |p| p.waiting as f64,
+            PoolMetric::Waiting,
         ),
     );
     doc.plot(
@@ -494,7 +422,7 @@ pub fn pool_section(doc: &mut Document, runs: &[(&str, &[PoolSeries])]) {
             "time stepping",
             plot::Unit::Share,
             runs,
-            |p| p.busy_share,
+            PoolMetric::BusyShare,
         ),
     );
 }
@@ -594,80 +522,6 @@ pub fn compare_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thinning_averages_groups_and_keeps_short_series() {
-        let pts: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, i as f64)).collect();
-        assert_eq!(thin(&pts, 20), pts);
-        assert_eq!(
-            thin(&pts, 5),
-            vec![(0.5, 0.5), (2.5, 2.5), (4.5, 4.5), (6.5, 6.5), (8.5, 8.5)]
-        );
-    }
-
-    fn point(time_s: f64, busy_share: f64) -> crate::series::PoolPoint {
-        crate::series::PoolPoint {
-            time_s,
-            busy_share,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_pool_line_is_the_dense_series_thinned_idle_seconds_included() {
-        // Dense: seconds 0-999 with busy share 0.5 for the first 100 and
-        // the last 100, idle (0) between; sparse: the idle stretch written
-        // once, at second 100.
-        let busy = |t: u64| if !(100..900).contains(&t) { 0.5 } else { 0.0 };
-        let dense = PoolSeries {
-            name: "p".into(),
-            points: (0..1000).map(|t| point(t as f64, busy(t))).collect(),
-        };
-        let sparse = PoolSeries {
-            name: "p".into(),
-            points: dense
-                .points
-                .iter()
-                .filter(|p| !(101.0..900.0).contains(&p.time_s))
-                .copied()
-                .collect(),
-        };
-        assert_eq!(sparse.points.len(), 201);
-        let value: fn(&crate::series::PoolPoint) -> f64 = |p| p.busy_share;
-        let expected: Vec<(f64, f64)> = thin(
-            &dense
-                .points
-                .iter()
-                .map(|p| (p.time_s, p.busy_share))
-                .collect::<Vec<_>>(),
-            MAX_POINTS,
-        );
-        assert_eq!(pool_line(&dense, value, MAX_POINTS), expected);
-        let thinned = pool_line(&sparse, value, MAX_POINTS);
-        assert_eq!(thinned.len(), expected.len());
-        for (a, b) in thinned.iter().zip(&expected) {
-            assert!(
-                (a.0 - b.0).abs() < 1e-9 && (a.1 - b.1).abs() < 1e-12,
-                "{a:?} {b:?}"
-            );
-        }
-        // Short: every point, the idle stretch flat from its first second
-        // to its last.
-        let short = PoolSeries {
-            name: "p".into(),
-            points: vec![point(3.0, 0.5), point(4.0, 0.0), point(60.0, 0.25)],
-        };
-        assert_eq!(
-            pool_line(&short, value, MAX_POINTS),
-            vec![
-                (3.0, 0.5),
-                (4.0, 0.0),
-                (5.0, 0.0),
-                (59.0, 0.0),
-                (60.0, 0.25)
-            ]
-        );
-    }
 
     #[test]
     fn markdown_tables_lists_and_code_become_html() {

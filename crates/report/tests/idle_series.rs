@@ -5,8 +5,7 @@
 //! the stretches; and its CSV is the dense CSV without the skipped rows.
 
 use pdsim_cluster::{build, run, run_without_idle_pauses};
-use pdsim_report::page::pool_line;
-use pdsim_report::series::{PoolPoint, PoolSeries, SeriesSink};
+use pdsim_report::series::{PoolMetric, PoolPoint, PoolSeries, SeriesSink};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
 use pdsim_workload::MooncakeReader;
@@ -65,31 +64,29 @@ fn series(dense: bool) -> (Vec<PoolSeries>, String) {
     (pools, String::from_utf8(csv.unwrap()).unwrap())
 }
 
-/// A figure of a pool point.
-type Value = fn(&PoolPoint) -> f64;
-
 #[test]
 fn compressed_idle_stretches_give_the_dense_means_and_plots() {
     let (sparse, sparse_csv) = series(false);
     let (dense, dense_csv) = series(true);
     let (sparse, dense) = (&sparse[0], &dense[0]);
+    let (sparse_points, dense_points) = (sparse.points().unwrap(), dense.points().unwrap());
     eprintln!(
         "{} sparse points, {} dense; CSV {} and {} bytes",
-        sparse.points.len(),
-        dense.points.len(),
+        sparse_points.len(),
+        dense_points.len(),
         sparse_csv.len(),
         dense_csv.len()
     );
     // The dense series has a point every second; the sparse one skips
     // most of the 1000 idle seconds.
     assert!(
-        dense
-            .points
+        dense_points
             .windows(2)
             .all(|w| w[1].time_s == w[0].time_s + 1.0)
     );
-    assert!(dense.points.len() > 1000);
-    assert!(sparse.points.len() * 3 < dense.points.len());
+    assert!(dense_points.len() > 1000);
+    assert!(sparse_points.len() * 3 < dense_points.len());
+    assert_eq!(sparse.seconds(), dense.seconds());
     // The sparse CSV is the dense CSV without the skipped rows.
     let mut dense_rows = dense_csv.lines();
     for row in sparse_csv.lines() {
@@ -98,6 +95,8 @@ fn compressed_idle_stretches_give_the_dense_means_and_plots() {
     // Stretched out, the sparse series is the dense one.
     let expanded: Vec<PoolPoint> = sparse
         .stretches()
+        .unwrap()
+        .into_iter()
         .flat_map(|s| {
             (0..s.seconds).map(move |i| PoolPoint {
                 time_s: s.point.time_s + i as f64,
@@ -105,37 +104,32 @@ fn compressed_idle_stretches_give_the_dense_means_and_plots() {
             })
         })
         .collect();
-    assert_eq!(&expanded, &dense.points);
+    assert_eq!(&expanded, &dense_points);
     // Per-pool means over time, computed from the dense points directly
     // and from the sparse series with its idle stretches weighted.
-    let values: [(&str, Value); 5] = [
-        ("kv_usage", |p| p.kv_usage),
-        ("busy_share", |p| p.busy_share),
-        ("waiting", |p| p.waiting as f64),
-        ("running", |p| p.running as f64),
-        ("prefix_hit_rate", |p| p.prefix_hit_rate),
-    ];
-    for (name, value) in values {
-        let plain = dense.points.iter().map(value).sum::<f64>() / dense.points.len() as f64;
-        let weighted = sparse.mean(value);
+    for metric in PoolMetric::ALL {
+        let value = |p: &PoolPoint| metric.of(p);
+        let plain = dense_points.iter().map(value).sum::<f64>() / dense_points.len() as f64;
+        let weighted = sparse.mean(metric);
         assert!(
             (weighted - plain).abs() <= 1e-12 * plain.abs().max(1.0),
-            "{name}: {weighted} against {plain}"
+            "{metric:?}: {weighted} against {plain}"
         );
-        assert!(plain > 0.0, "{name} is zero all along: a weak check");
-        // The plot lines (thinned to 400 points) agree too.
-        let (a, b) = (pool_line(sparse, value, 400), pool_line(dense, value, 400));
-        assert_eq!(a.len(), b.len(), "{name}");
+        assert!(plain > 0.0, "{metric:?} is zero all along: a weak check");
+        // The plot lines (averaged in groups past 400 seconds) agree too.
+        let (a, b) = (sparse.line(metric), dense.line(metric));
+        assert!(a.len() <= 400 && a.len() > 200, "{metric:?}: {}", a.len());
+        assert_eq!(a.len(), b.len(), "{metric:?}");
         for (p, q) in a.iter().zip(&b) {
             assert!(
                 (p.0 - q.0).abs() < 1e-9 && (p.1 - q.1).abs() < 1e-9,
-                "{name}: {p:?} against {q:?}"
+                "{metric:?}: {p:?} against {q:?}"
             );
         }
     }
     // A plain mean over the sparse points would overweight the busy
     // seconds.
     let naive =
-        sparse.points.iter().map(|p| p.busy_share).sum::<f64>() / sparse.points.len() as f64;
-    assert!(naive > 1.5 * sparse.mean(|p| p.busy_share));
+        sparse_points.iter().map(|p| p.busy_share).sum::<f64>() / sparse_points.len() as f64;
+    assert!(naive > 1.5 * sparse.mean(PoolMetric::BusyShare));
 }
