@@ -2,6 +2,7 @@
 //! would run.
 
 use crate::disk::DiskFiles;
+use pdsim_spec::problem::quote;
 use pdsim_spec::resolve::{PoolResolution, Resolution};
 use pdsim_spec::validate::{Request, validate};
 use std::fmt::Write as _;
@@ -244,11 +245,11 @@ fn render_resolution(resolution: &Resolution) -> String {
     let _ = writeln!(
         text,
         "\ndeployment {} on scenario {} — model {} on {}, engine {} (rules pack {})",
-        resolution.deployment,
-        resolution.scenario,
-        resolution.model,
-        resolution.chip,
-        resolution.engine_version,
+        quote(&resolution.deployment),
+        quote(&resolution.scenario),
+        quote(&resolution.model),
+        quote(&resolution.chip),
+        quote(&resolution.engine_version),
         resolution.rules_pack
     );
     for pool in &resolution.pools {
@@ -278,10 +279,13 @@ fn render_pool(text: &mut String, pool: &PoolResolution) {
         l.dcp,
         l.expert_parallel_width,
     );
+    // Values echo what the documents state, an invalid one included (the
+    // resolution is shown beside the errors): each is quoted as messages
+    // quote values, at most a couple of hundred characters.
     let labels: Vec<String> = pool
         .labels
         .iter()
-        .map(|(k, v)| format!("{k}={v}"))
+        .map(|(k, v)| format!("{}={}", quote(k), quote(v)))
         .collect();
     let _ = writeln!(text, "    labels: {}", labels.join(", "));
     let settings: Vec<String> = pool
@@ -289,9 +293,9 @@ fn render_pool(text: &mut String, pool: &PoolResolution) {
         .iter()
         .map(|s| {
             if s.origin == "stated" {
-                format!("{} {}", s.key, s.value)
+                format!("{} {}", s.key, quote(&s.value))
             } else {
-                format!("{} {} ({})", s.key, s.value, s.origin)
+                format!("{} {} ({})", s.key, quote(&s.value), s.origin)
             }
         })
         .collect();
@@ -300,7 +304,10 @@ fn render_pool(text: &mut String, pool: &PoolResolution) {
         let _ = writeln!(
             text,
             "    not honored: {} {} -> {}: {}",
-            o.field, o.requested, o.resolved, o.reason
+            o.field,
+            quote(&o.requested),
+            quote(&o.resolved),
+            o.reason
         );
     }
     let m = &pool.memory;
