@@ -21,6 +21,7 @@ fn engine() -> Engine {
         reserve_full_prompt: true,
         unhashed_blocks_to_front: true,
         lone_prefill_steps: false,
+        delay_cache_blocks: false,
         graphs: Graphs {
             mode: CudaGraphMode::FullAndPiecewise,
             sizes: pdsim_spec::resolve::generated_capture_sizes(512)

@@ -213,6 +213,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         reserve_full_prompt: e.reserve_full_prompt,
         unhashed_blocks_to_front: e.unhashed_blocks_to_front,
         lone_prefill_steps: e.lone_prefill_steps,
+        delay_cache_blocks: e.delay_cache_blocks,
         graphs: Graphs {
             mode: CudaGraphMode::parse(&e.cudagraph_mode),
             sizes: e

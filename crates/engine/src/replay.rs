@@ -470,6 +470,7 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
         lone_prefill_steps: pack.features.lone_prefill_steps,
+        delay_cache_blocks: pack.features.delay_cache_blocks,
         // Graphs and DBO change pricing, not decisions.
         graphs: Graphs {
             mode: CudaGraphMode::None,

@@ -78,6 +78,10 @@ pub struct EngineConfig {
     /// step runs decodes or one prefill alone, where vLLM mixes them. See
     /// [`Engine::schedule`].
     pub lone_prefill_steps: bool,
+    /// vllm-rbln's delayed block caching (the rules pack's
+    /// `delay_cache_blocks`): a step's blocks are cached once its schedule
+    /// is final, not at each allocation. See [`Engine::cache_step_blocks`].
+    pub delay_cache_blocks: bool,
     pub graphs: Graphs,
     pub dbo: Dbo,
     pub spec: Option<SpecConfig>,
@@ -269,6 +273,9 @@ struct Req {
     /// kept until the transfer or load ends ([`Engine::abort`]).
     aborted: bool,
     admitted_once: bool,
+    /// Preempted and not admitted since (vLLM's `RequestStatus.PREEMPTED`):
+    /// admitted again, it is a resumed request, not a new one.
+    preempted: bool,
     /// A consuming request whose transfer is over (or failed).
     remote_done: bool,
     /// In vLLM's `_inflight_prefills`: parked for an async load, or
@@ -462,6 +469,18 @@ struct Scheduled {
     /// The step samples for the request: it is not a partial prefill
     /// (`not request.is_prefill_chunk` after `_update_after_schedule`).
     samples: bool,
+    /// The queue the request was scheduled from, in the order vLLM lists
+    /// them (`scheduled_running_reqs`, `scheduled_new_reqs`,
+    /// `scheduled_resumed_reqs`).
+    origin: Origin,
+}
+
+/// Where a scheduled request came from this step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Origin {
+    Running,
+    New,
+    Resumed,
 }
 
 /// One engine core.
@@ -728,6 +747,7 @@ impl Engine {
             computed: 0,
             drafts: 0,
             admitted_once: false,
+            preempted: false,
             blocks: Vec::new(),
             cached_units: 0,
             hasher,
@@ -1208,6 +1228,9 @@ impl Engine {
     /// blocks of one scheduled before it. `upto` is computed + new tokens.
     #[inline]
     fn cache_scheduled(&mut self, slot: u32, upto: u32) {
+        if self.config.delay_cache_blocks {
+            return;
+        }
         let req = self.req(slot);
         if req.hasher.hashes.len() as u32 > req.cached_units {
             let upto = upto.min(req.tokens());
@@ -1563,6 +1586,7 @@ impl Engine {
             req.computed = 0;
             req.drafts = 0;
             req.is_running = false;
+            req.preempted = true;
             req.inflight_prefill = false;
             // `Scheduler._preempt_request`: output of steps still in flight
             // is stale; it will be delivered but changes no counter. (A
@@ -1627,10 +1651,9 @@ impl Engine {
     /// `max_num_seqs`, except that the soft cap also ends the waiting loop
     /// at a request whose KV is still arriving, which vLLM 0.30.0 visits
     /// ahead of new ones in `skipped_waiting` and pdsim keeps out of the
-    /// queue until its KV is there); it files the blocks a step fills only
-    /// once the step is final (`delay_cache_blocks`), so a waiting request's
-    /// lookup cannot hit a block a decode completes in the same step; and
-    /// `should_defer_spec_step` (pipeline-parallel speculative decoding).
+    /// queue until its KV is there); and `should_defer_spec_step`
+    /// (pipeline-parallel speculative decoding). Its delayed block caching
+    /// is mirrored, under `delay_cache_blocks` ([`Engine::cache_step_blocks`]).
     pub fn schedule(&mut self) -> Option<Batch> {
         self.scheduled.clear();
         // `kv_cache_manager.new_step_starts()`.
@@ -1760,6 +1783,7 @@ impl Engine {
                 drafts,
                 context: computed,
                 samples: false,
+                origin: Origin::Running,
             });
             budget -= n;
             input_budget -= n + draft_slots;
@@ -1860,10 +1884,15 @@ impl Engine {
                     }
                     self.pop_waiting();
                     self.running.push(slot);
-                    let id = {
+                    let (id, origin) = {
                         let req = self.req_mut(slot);
                         req.is_running = true;
-                        req.id
+                        let origin = if std::mem::take(&mut req.preempted) {
+                            Origin::Resumed
+                        } else {
+                            Origin::New
+                        };
+                        (req.id, origin)
                     };
                     self.scheduled.push(Scheduled {
                         slot,
@@ -1872,6 +1901,7 @@ impl Engine {
                         drafts: pad,
                         context: computed,
                         samples: false,
+                        origin,
                     });
                     // A lone prefill's chunk may exceed what the decodes
                     // left; they leave the step with it (guard (D)).
@@ -1998,11 +2028,16 @@ impl Engine {
                 }
                 self.pop_waiting();
                 self.running.push(slot);
-                let id = {
+                let (id, origin) = {
                     let req = self.req_mut(slot);
                     req.computed = base;
                     req.admitted_once = true;
                     req.is_running = true;
+                    let origin = if std::mem::take(&mut req.preempted) {
+                        Origin::Resumed
+                    } else {
+                        Origin::New
+                    };
                     // A new tracker, saved up to the LMCache hit
                     // (`RequestTracker.from_new_request`).
                     req.lm = crate::lmcache::Tracker {
@@ -2015,7 +2050,7 @@ impl Engine {
                     if base + n < req.tokens() {
                         req.inflight_prefill = true;
                     }
-                    req.id
+                    (req.id, origin)
                 };
                 self.step_connector_io.0 += lm_load;
                 if first {
@@ -2044,6 +2079,7 @@ impl Engine {
                     drafts: pad,
                     context: base,
                     samples: false,
+                    origin,
                 });
                 budget = budget.saturating_sub(n);
                 input_budget = input_budget.saturating_sub(n + draft_slots);
@@ -2064,6 +2100,9 @@ impl Engine {
                 self.push_waiting(slot, true);
             }
         }
+        if self.config.delay_cache_blocks {
+            self.cache_step_blocks();
+        }
         // The connector's `build_connector_meta` ends the step's schedule
         // (`on_schedule_end`): the secondary tiers' completions, promotions
         // and lookups.
@@ -2075,6 +2114,31 @@ impl Engine {
             return None;
         }
         Some(self.describe_batch())
+    }
+
+    /// vllm-rbln's block caching once the step's schedule is final: every
+    /// request scheduled, running ones first, then new, then resumed, caches
+    /// its blocks up to `min(num_computed_tokens + scheduled tokens,
+    /// num_tokens)` (`RBLNScheduler.schedule`,
+    /// `vllm_rbln/v1/core/rbln_scheduler.py`, after "NOTE(RBLN): All
+    /// allocate_slots calls above used delay_cache_blocks=True"). The
+    /// decodes a prefill took the step from (guard (D)) are no longer
+    /// scheduled and cache nothing; a request's lookup earlier in the step
+    /// saw none of these blocks.
+    fn cache_step_blocks(&mut self) {
+        for origin in [Origin::Running, Origin::New, Origin::Resumed] {
+            for i in 0..self.scheduled.len() {
+                let s = self.scheduled[i];
+                if s.origin != origin {
+                    continue;
+                }
+                let req = self.req(s.slot);
+                if req.hasher.hashes.len() as u32 > req.cached_units {
+                    let upto = (req.computed + s.tokens).min(req.tokens());
+                    self.cache_units(s.slot, upto);
+                }
+            }
+        }
     }
 
     /// Guard (D) of vllm-rbln's step phases: the prefill just admitted, the
@@ -3036,6 +3100,7 @@ mod checker_tests {
             reserve_full_prompt: true,
             unhashed_blocks_to_front: false,
             lone_prefill_steps: false,
+            delay_cache_blocks: false,
             graphs: crate::Graphs {
                 mode: crate::CudaGraphMode::None,
                 sizes: vec![],

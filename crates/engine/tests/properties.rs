@@ -173,6 +173,11 @@ fn engine_for(case: &Case) -> Engine {
         lone_prefill_steps: case.reserve_full
             && case.spec.is_none()
             && case.requests[0].3.is_multiple_of(3),
+        // vllm-rbln's scheduler, whose step phases those are, caches a
+        // step's blocks once its schedule is final.
+        delay_cache_blocks: case.reserve_full
+            && case.spec.is_none()
+            && case.requests[0].3.is_multiple_of(3),
         graphs: Graphs {
             mode: CudaGraphMode::FullAndPiecewise,
             sizes: vec![1, 2, 4, 8, 16, 32],

@@ -4,7 +4,9 @@
 //! "no-mixed-batching invariant"; `is_prefill` in
 //! `vllm_rbln/v1/core/utils.py`). Each case is run with the flag off too,
 //! where vLLM's scheduler mixes the same requests into one step, so a
-//! case that passed without the mechanism could not pass both ways.
+//! case that passed without the mechanism could not pass both ways. The
+//! same scheduler caches a step's blocks only once its schedule is final
+//! (`delay_cache_blocks`).
 
 use pdsim_core::{Purpose, RequestId, Stream};
 use pdsim_engine::{Engine, EngineConfig, KvTransfer, NewRequest};
@@ -15,9 +17,12 @@ fn request(id: u32, segments: &[(u64, u32)], output: u32) -> NewRequest {
     common::request(id, segments, output, KvTransfer::Local)
 }
 
+/// vllm-rbln's scheduler (`lone`: its step phases and its delayed block
+/// caching) or vLLM's.
 fn engine(lone: bool, prefix_caching: bool) -> Engine {
     let config = EngineConfig {
         lone_prefill_steps: lone,
+        delay_cache_blocks: lone,
         enable_prefix_caching: prefix_caching,
         ..common::config()
     };
@@ -196,4 +201,60 @@ fn a_prompts_last_token_is_a_decode_and_gives_way_to_a_new_prefill() {
             vec![(0, 1), (1, 1)],
         ]
     );
+}
+
+/// Schedules and completes one step: what it scheduled, and how many
+/// blocks its KV events say entered the cache.
+fn step_stored(engine: &mut Engine, rng: &mut Stream) -> (Vec<(u32, u32)>, usize) {
+    let scheduled = step(engine, rng);
+    let batch = engine.kv_events_mut().expect("KV events are on");
+    let stored = batch
+        .events
+        .iter()
+        .map(|e| match e {
+            pdsim_core::kv_events::KvEvent::Stored { hashes, .. } => hashes.len(),
+            pdsim_core::kv_events::KvEvent::Removed { .. } => 0,
+        })
+        .sum();
+    batch.clear();
+    (scheduled, stored)
+}
+
+#[test]
+fn a_decode_a_prefill_takes_the_step_from_caches_nothing() {
+    // A's 31-token prompt fills one block; its first decode, at position
+    // 31, fills the second. B's 20-token prompt arrives before that decode
+    // step: under step phases B takes the step (D), and A's block, which
+    // A's allocation covered before B was admitted, enters the cache only
+    // in the step that computes it (vllm-rbln caches once the schedule is
+    // final). vLLM runs both in one step and caches both blocks then.
+    for lone in [true, false] {
+        let mut engine = engine(lone, true);
+        engine.enable_kv_events();
+        let mut rng = stream();
+        engine.add_request(request(0, &[(1, 31)], 10));
+        let mut steps = vec![step_stored(&mut engine, &mut rng)];
+        engine.add_request(request(1, &[(2, 20)], 4));
+        steps.push(step_stored(&mut engine, &mut rng));
+        steps.push(step_stored(&mut engine, &mut rng));
+        if lone {
+            assert_eq!(
+                steps,
+                vec![
+                    (vec![(0, 31)], 1),
+                    (vec![(1, 20)], 1),
+                    (vec![(0, 1), (1, 1)], 1),
+                ]
+            );
+        } else {
+            assert_eq!(
+                steps,
+                vec![
+                    (vec![(0, 31)], 1),
+                    (vec![(0, 1), (1, 20)], 2),
+                    (vec![(0, 1), (1, 1)], 0),
+                ]
+            );
+        }
+    }
 }

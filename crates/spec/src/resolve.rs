@@ -84,6 +84,9 @@ pub struct EngineConfig {
     pub unhashed_blocks_to_front: bool,
     /// The release runs a prefill alone in its step (`lone_prefill_steps`).
     pub lone_prefill_steps: bool,
+    /// The release caches a step's blocks once its schedule is final
+    /// (`delay_cache_blocks`).
+    pub delay_cache_blocks: bool,
     /// The release runs a many-module MTP drafter as multi-module MTP
     /// (`multi_module_mtp`).
     pub multi_module_mtp: bool,
@@ -920,6 +923,7 @@ pub fn resolve_pool(
         reserve_full_prompt: pack.features.reserve_full_prompt,
         unhashed_blocks_to_front: pack.features.unhashed_blocks_to_front,
         lone_prefill_steps: pack.features.lone_prefill_steps,
+        delay_cache_blocks: pack.features.delay_cache_blocks,
         multi_module_mtp: pack.features.multi_module_mtp,
         gpu_memory_utilization: gmu,
         scheduling_policy: policy,

@@ -324,6 +324,11 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
              draft_slots, and config/speculative.py no max_num_new_slots_for_drafting",
         ),
         (
+            "features.delay_cache_blocks",
+            json!(false),
+            "v1/core/kv_cache_manager.py allocate_slots ends with cache_blocks",
+        ),
+        (
             "features.sub_block_prefix_reuse",
             json!(false),
             "vllm-rbln only; vLLM reuses whole blocks",

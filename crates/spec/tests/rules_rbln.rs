@@ -82,6 +82,19 @@ fn a_step_is_all_decodes_or_one_prefill_alone() {
     }
 }
 
+/// vllm-rbln 0.12.0's scheduler passes `delay_cache_blocks=True` to both of
+/// its `allocate_slots` calls and caches the scheduled requests' blocks once
+/// the schedule is final (`vllm_rbln/v1/core/rbln_scheduler.py`); vLLM's
+/// `allocate_slots` caches as it allocates.
+#[test]
+fn blocks_are_cached_once_the_schedule_is_final() {
+    assert!(the_pack().features.delay_cache_blocks);
+    for version in ["0.15.1", "0.29.0", "0.31.0"] {
+        let vllm = pack::for_version(version).expect("a pack covers the release");
+        assert!(!vllm.features.delay_cache_blocks, "{version}");
+    }
+}
+
 /// vllm-rbln 0.12.0's waiting loop passes no `reserved_blocks` and drops an
 /// async load's lookahead slots only for EAGLE (`limit_lookahead_tokens =
 /// load_kv_async and self.use_eagle`); it has no `pad_spec_decode`.

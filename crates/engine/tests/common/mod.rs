@@ -32,6 +32,7 @@ pub fn config() -> EngineConfig {
         reserve_full_prompt: true,
         unhashed_blocks_to_front: false,
         lone_prefill_steps: false,
+        delay_cache_blocks: false,
         graphs: Graphs {
             mode: CudaGraphMode::None,
             sizes: vec![],

@@ -61,6 +61,16 @@ pub struct Features {
     /// microbatches, is not mirrored: see `Engine::schedule`.) Every pack
     /// states it.
     pub lone_prefill_steps: bool,
+    /// The scheduler caches the blocks a step fills only once the step's
+    /// schedule is final, for the requests scheduled in it (running, then
+    /// new, then resumed), rather than as each allocation is made
+    /// (`delay_cache_blocks=True` on both of `RBLNScheduler.schedule`'s
+    /// `allocate_slots` calls, then `cache_blocks` over the scheduled
+    /// requests, `vllm_rbln/v1/core/rbln_scheduler.py`): a decode that a
+    /// prefill takes the step from caches nothing, and a request admitted
+    /// later in the step cannot hit a block one scheduled before it fills.
+    /// Every pack states it.
+    pub delay_cache_blocks: bool,
     /// The release runs an MTP drafter with more than one module as
     /// multi-module MTP (`SpeculativeConfig.use_multi_module_mtp`,
     /// `vllm/config/speculative.py`: method `mtp`, to which vLLM renames
