@@ -75,10 +75,15 @@ fn admission_and_the_free_queue_follow_the_0_12_0_scheduler_and_0_30_0_pool() {
 /// follows, mixes them.
 #[test]
 fn a_step_is_all_decodes_or_one_prefill_alone() {
-    assert!(the_pack().features.lone_prefill_steps);
+    rbln_only(|f| f.lone_prefill_steps);
+}
+
+/// `feature` holds in vllm-rbln's pack and in no vLLM release's.
+fn rbln_only(feature: fn(&pack::Features) -> bool) {
+    assert!(feature(&the_pack().features));
     for version in ["0.15.1", "0.29.0", "0.31.0"] {
         let vllm = pack::for_version(version).expect("a pack covers the release");
-        assert!(!vllm.features.lone_prefill_steps, "{version}");
+        assert!(!feature(&vllm.features), "{version}");
     }
 }
 
@@ -88,11 +93,7 @@ fn a_step_is_all_decodes_or_one_prefill_alone() {
 /// `allocate_slots` caches as it allocates.
 #[test]
 fn blocks_are_cached_once_the_schedule_is_final() {
-    assert!(the_pack().features.delay_cache_blocks);
-    for version in ["0.15.1", "0.29.0", "0.31.0"] {
-        let vllm = pack::for_version(version).expect("a pack covers the release");
-        assert!(!vllm.features.delay_cache_blocks, "{version}");
-    }
+    rbln_only(|f| f.delay_cache_blocks);
 }
 
 /// vllm-rbln 0.12.0's waiting loop passes no `reserved_blocks` and drops an
