@@ -2073,7 +2073,16 @@ impl<'a> Sim<'a> {
     /// Without async scheduling: schedules a step on every core of a group
     /// and runs it (`EngineCore.step`, `vllm/v1/engine/core.py`).
     fn start_step(&mut self, group: usize, sink: &mut dyn RecordSink) {
-        let duration = self.schedule_group(group, self.now, sink);
+        // A step that schedules nothing but preempted a request is followed
+        // at once by another ([`Sim::schedule_group`]): the preemption ends
+        // vLLM's running loop, and the blocks it freed may let the requests
+        // after it run in the next.
+        let duration = loop {
+            match self.schedule_group(group, self.now, sink) {
+                (None, true) => continue,
+                (duration, _) => break duration,
+            }
+        };
         self.set_busy(group, duration.is_some());
         if let Some(duration) = duration {
             self.groups[group].ends = self.now + duration;
@@ -2099,7 +2108,9 @@ impl<'a> Sim<'a> {
     ///
     /// vLLM spins when nothing can be scheduled (a request waiting for its
     /// KV, say); those empty steps change nothing, so here the cores go idle
-    /// instead until an event (an arrival, a transfer) wakes them.
+    /// instead until an event (an arrival, a transfer) wakes them. An empty
+    /// step that preempted a request did change something, and the loop
+    /// goes round again at once.
     ///
     /// `resume` is set when the step the loop blocked on is done: its output
     /// is applied first, as the engine core returns from waiting on it.
@@ -2119,7 +2130,7 @@ impl<'a> Sim<'a> {
         loop {
             if has_requests(self) {
                 let start = self.now.max(self.groups[group].gpu_free);
-                let duration = self.schedule_group(group, start, sink);
+                let (duration, preempted) = self.schedule_group(group, start, sink);
                 let g = &mut self.groups[group];
                 let executed = duration.is_some();
                 if let Some(duration) = duration {
@@ -2131,6 +2142,16 @@ impl<'a> Sim<'a> {
                     // spin. Apply the empty steps and wait for an event.
                     while self.groups[group].in_flight.pop_front().is_some() {
                         self.complete_group(group, sink)?;
+                    }
+                    // Unless the empty step preempted a request: that ended
+                    // vLLM's running loop (a request that preempts itself
+                    // breaks out of it, and a preemption skips the waiting
+                    // queue), and the blocks it freed may let the requests
+                    // after it run, which vLLM's loop, spinning, schedules
+                    // at once. Each such step leaves fewer running, so the
+                    // retries end.
+                    if preempted {
+                        continue;
                     }
                     self.set_busy(group, false);
                     return Ok(());
@@ -2164,22 +2185,30 @@ impl<'a> Sim<'a> {
 
     /// Schedules a step on every core of a group and prices it, the step
     /// starting on the GPU at `start`; the group's step takes as long as its
-    /// slowest core. `None` when no core scheduled anything.
+    /// slowest core. `None` when no core scheduled anything; and whether a
+    /// core preempted a request while scheduling, which an empty step can
+    /// do (`Scheduler.schedule`, `vllm/v1/core/sched/scheduler.py`: a
+    /// request that cannot get blocks preempts the last running one, itself
+    /// included, and the running loop ends when it preempted itself).
     fn schedule_group(
         &mut self,
         group: usize,
         start: SimTime,
         sink: &mut dyn RecordSink,
-    ) -> Option<SimDuration> {
+    ) -> (Option<SimDuration>, bool) {
         let (first, len) = (self.groups[group].first, self.groups[group].len);
         let mut longest = StepCost::default();
         let mut any = false;
+        let mut preempted = false;
         let mut steps = std::mem::take(&mut self.steps_buf);
         let mut batches = std::mem::take(&mut self.batches_buf);
         for core in first..first + len {
-            if let Some(batch) = self.cores[core].engine.schedule() {
+            let engine = &mut self.cores[core].engine;
+            let before = engine.preemptions;
+            if let Some(batch) = engine.schedule() {
                 batches.push((core, batch));
             }
+            preempted |= engine.preemptions != before;
             self.handle_events(core, sink);
         }
         // Data-parallel ranks split a step into microbatches only if every
@@ -2273,7 +2302,7 @@ impl<'a> Sim<'a> {
         }
         steps.clear();
         self.steps_buf = steps;
-        scheduled
+        (scheduled, preempted)
     }
 
     fn step_done(&mut self, group: usize, sink: &mut dyn RecordSink) -> Result<(), RunError> {

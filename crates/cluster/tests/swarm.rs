@@ -441,6 +441,21 @@ fn deadlines(
     );
 }
 
+/// Seed 6297, found sweeping seeds 5,601 to 8,600: under the priority
+/// policy a P/D decode engine's first running request, out of blocks,
+/// preempted itself, which ends vLLM's running loop; the step scheduled
+/// nothing, so the core went idle while the request behind it, which the
+/// freed blocks would have let run, waited, and the run hung until the
+/// two-year horizon. An empty step that preempted is now followed at once
+/// by another, as vLLM's engine loop schedules again.
+#[test]
+fn an_empty_step_that_preempted_is_followed_by_another() {
+    assert!(
+        run_seed(6297).is_some(),
+        "seed 6297 draws a runnable bundle"
+    );
+}
+
 #[test]
 fn swarm() {
     let first: u64 = std::env::var("PDSIM_SWARM_SEED")
