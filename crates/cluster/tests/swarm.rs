@@ -59,6 +59,10 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
     };
     let max_model_len = if hybrid { 8192 } else { 16384 };
     let shape = pick(&mut rng, &["chatbot", "summarization"]);
+    let scenario = format!(
+        "kind: Scenario\nname: swarm\nmodel: {model}\ncoefficients: [cost-model-host-overheads]\nengine_version: \"0.31.0\"\n\
+         workload: {{shape: {shape}}}\ncluster: {{hardware: {chip}, fabric: ib-400g, nodes: {nodes}, gpus_per_node: 8, storage: [cpu_dram, nvme_gen4]}}\n"
+    );
     let engine = format!(
         "    engine:\n      scheduling_policy: {policy}\n      max_num_batched_tokens: {batched}\n      max_num_seqs: {seqs}\n      \
          gpu_memory_utilization: {util}\n      enable_prefix_caching: {caching}\n      long_prefill_token_threshold: {long_cap}\n      \
@@ -120,23 +124,6 @@ fn draw(seed: u64) -> (String, String, u64, f64) {
         }
         _ => "",
     };
-    // The release, from a stream of its own so that every other draw of a
-    // seed stays what it was: vLLM 0.29.0's scheduler rules (its padding
-    // condition, its capture sizes, no spec-step reserve) beside 0.31.0's.
-    // A hybrid and an NVMe tier run on 0.31.0 only, whose Mamba manager
-    // and tiering pdsim follows (the build refuses them on 0.29.0, saying
-    // why).
-    let version = match pick(
-        &mut Stream::new(seed, Purpose::Lengths, 98),
-        &["0.29.0", "0.31.0"],
-    ) {
-        _ if hybrid || offload.contains("nvme") => "0.31.0",
-        v => v,
-    };
-    let scenario = format!(
-        "kind: Scenario\nname: swarm\nmodel: {model}\ncoefficients: [cost-model-host-overheads]\nengine_version: \"{version}\"\n\
-         workload: {{shape: {shape}}}\ncluster: {{hardware: {chip}, fabric: ib-400g, nodes: {nodes}, gpus_per_node: 8, storage: [cpu_dram, nvme_gen4]}}\n"
-    );
     let deployment = format!("kind: Deployment\nname: swarm-{seed}\npools:\n{pools}{offload}");
     let requests = 50 + rng.below(250);
     let rate = [5.0, 50.0, 500.0][rng.below(3) as usize];
