@@ -47,7 +47,22 @@ pub enum RunError {
     /// [`pdsim_core::RUN_HORIZON`]): its results would be meaningless and
     /// holding or writing them unbounded.
     Limit(String),
+    /// An engine spins without progress and nothing in the run can end the
+    /// spin ([`SPIN_PREEMPTIONS`]): vLLM's scheduler would spin the same
+    /// way for ever, so no result of the run could be complete.
+    Spin(String),
 }
+
+/// Preemptions an engine core may make without delivering a single output
+/// token before the run is stopped as spinning
+/// ([`pdsim_engine::Engine::preemptions_since_output`]), unless a request it
+/// holds has a client deadline that will end it. A core that makes progress
+/// delivers a token within a few steps of a preemption (a decode step
+/// samples for every request it runs; a prompt of any admissible length is
+/// prefilled within `max_model_len / max_num_batched_tokens` steps), so ten
+/// thousand in a row is a spin, not a slow stretch; and at a few
+/// preemptions a step it is found within a few thousand steps.
+pub const SPIN_PREEMPTIONS: u64 = 10_000;
 
 /// The most requests a run holds in flight at once, counted from the
 /// oldest still in flight to the newest arrival (the in-flight table's
@@ -63,7 +78,7 @@ impl std::fmt::Display for RunError {
         match self {
             RunError::Trace(e) => write!(f, "{e}"),
             RunError::Invariant(m) => write!(f, "invariant violated: {m}"),
-            RunError::Limit(m) => write!(f, "the run was stopped: {m}"),
+            RunError::Limit(m) | RunError::Spin(m) => write!(f, "the run was stopped: {m}"),
         }
     }
 }
@@ -2131,6 +2146,9 @@ impl<'a> Sim<'a> {
             if has_requests(self) {
                 let start = self.now.max(self.groups[group].gpu_free);
                 let (duration, preempted) = self.schedule_group(group, start, sink);
+                if preempted {
+                    self.check_spin(group)?;
+                }
                 let g = &mut self.groups[group];
                 let executed = duration.is_some();
                 if let Some(duration) = duration {
@@ -2181,6 +2199,51 @@ impl<'a> Sim<'a> {
             self.groups[group].in_flight.pop_front();
             self.complete_group(group, sink)?;
         }
+    }
+
+    /// Stops the run when a core of `group` spins: it has preempted
+    /// [`SPIN_PREEMPTIONS`] times without delivering a token, and no request
+    /// it holds has a client deadline, the only thing that could end the
+    /// spin (an abort frees the request's blocks). With a deadline the spin
+    /// is played on, as vLLM would spin, until the client gives up.
+    fn check_spin(&mut self, group: usize) -> Result<(), RunError> {
+        let (first, len) = (self.groups[group].first, self.groups[group].len);
+        for core in first..first + len {
+            let spins = self.cores[core].engine.preemptions_since_output();
+            if spins < SPIN_PREEMPTIONS {
+                continue;
+            }
+            let ids: Vec<RequestId> = self.cores[core].engine.request_ids().collect();
+            if ids.iter().any(|&id| self.deadline_pending(id)) {
+                continue;
+            }
+            let c = &self.cores[core];
+            let shown: Vec<String> = ids.iter().take(8).map(|id| id.0.to_string()).collect();
+            let more = if ids.len() > 8 {
+                format!(" and {} more", ids.len() - 8)
+            } else {
+                String::new()
+            };
+            return Err(RunError::Spin(format!(
+                "engine core {core} (pools[{}], {}; pod {}, rank {}) stopped making progress at \
+                 {:.3} s simulated: it has preempted {spins} times since it last delivered an \
+                 output token, its requests ({}{more}) taking turns to be admitted again on \
+                 their cached prefixes and preempted before any of them produces a token, as \
+                 happens when together they need every KV block it has. vLLM's scheduler, \
+                 whose decisions the engine follows, would spin the same way for ever, and no \
+                 request there has a client deadline that would end it. Give the pool more KV \
+                 cache (gpu_memory_utilization, a larger GPU, more tensor parallelism) or fewer \
+                 concurrent sequences (max_num_seqs), or set a client timeout \
+                 (--client-timeout-s) to see the requests time out",
+                c.pool,
+                self.cluster.pools[c.pool].role.as_str(),
+                c.stats.pod,
+                c.stats.rank,
+                self.now.as_ns() as f64 / 1e9,
+                shown.join(", "),
+            )));
+        }
+        Ok(())
     }
 
     /// Schedules a step on every core of a group and prices it, the step

@@ -561,6 +561,10 @@ pub struct Engine {
     pub external_hits_tokens: u64,
     /// Counters, as vLLM's metrics expose them.
     pub preemptions: u64,
+    /// Preemptions since a step last delivered an output token: the
+    /// caller's test for an engine that spins without progress (see
+    /// [`Engine::preemptions_since_output`]).
+    preemptions_since_output: u64,
     pub prefix_queries_tokens: u64,
     pub prefix_hits_tokens: u64,
     pub steps: u64,
@@ -629,6 +633,7 @@ impl Engine {
             draft_accept,
             external_hits_tokens: 0,
             preemptions: 0,
+            preemptions_since_output: 0,
             prefix_queries_tokens: 0,
             prefix_hits_tokens: 0,
             steps: 0,
@@ -1598,6 +1603,7 @@ impl Engine {
             req.id
         };
         self.preemptions += 1;
+        self.preemptions_since_output += 1;
         self.events.push(EngineEvent::Preempted { id });
         self.push_waiting(slot, true);
     }
@@ -2450,6 +2456,9 @@ impl Engine {
                 h.feed(req.output_segment, start, emit);
             }
             req.output += emit;
+            if emit > 0 {
+                self.preemptions_since_output = 0;
+            }
             if !async_scheduling {
                 // The drafter proposes after every sampling step
                 // (`EngineCore.post_step` → `update_draft_token_ids`).
@@ -3045,6 +3054,24 @@ impl Engine {
     }
 
     /// Ids of the requests in `running`, in order (for tests).
+    /// Preemptions since a step last delivered an output token. vLLM's
+    /// scheduler can spin for ever without progress: when a few requests
+    /// together need every block, each one admitted again (on its own
+    /// cached prefix) takes the blocks the running one needs for its next
+    /// token, which then preempts itself, and so on round; with deferred
+    /// block frees (`defer_block_free`, `vllm/v1/core/sched/scheduler.py`)
+    /// the blocks of a victim come back only after the step in flight, so
+    /// no one ever gets the one more block it needs. Every step of such a
+    /// spin preempts and none delivers a token, which this counts.
+    pub fn preemptions_since_output(&self) -> u64 {
+        self.preemptions_since_output
+    }
+
+    /// The ids of every request the engine holds, in slot order.
+    pub fn request_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.reqs.iter().flatten().map(|r| r.id)
+    }
+
     pub fn running_ids(&self) -> Vec<RequestId> {
         self.running.iter().map(|s| self.req(*s).id).collect()
     }
