@@ -93,6 +93,7 @@ FAMILIES = [
     "eagle-press",
     "eagle-async",
     "eagle-pd",
+    "spin",
 ]
 # vLLM 0.31.0's MambaManager and DeepSeek-V4.1 layout are the ones pdsim
 # follows.
@@ -403,6 +404,58 @@ def case(rng, family, release):
     return cfg, reqs
 
 
+def spin_case(rng, release):
+    """A few long requests that together need about the whole pool, under
+    async scheduling with a KV connector (one request moves KV), so block
+    frees are deferred: vLLM 0.29.0 preempts victims whose blocks wait for
+    the step in flight and can spin for ever, each request admitted again
+    on its cached prefix and preempted before any produces a token. The
+    case is compared over its first `max_steps` steps; on 0.31.0, which
+    spares such a victim, the same cases drain."""
+    bs = 16
+    k = rng.randint(1, 3)
+    drafter = rng.choice(["ngram", "eagle"])
+    lookahead = k if drafter == "eagle" else 0
+    usable = rng.randint(12, 60)
+    n = rng.randint(2, 4)
+    cfg = {
+        "release": release,
+        "block_size": bs,
+        "num_gpu_blocks": usable + 1,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": rng.choice([64, 128, 256, 512]),
+        "max_model_len": 4096,
+        "long_prefill_token_threshold": 0,
+        "enable_prefix_caching": True,
+        "scheduling_policy": rng.choice(["fcfs", "priority"]),
+        "async_scheduling": True,
+        "speculative": {"method": "ngram_gpu", "num_spec_tokens": k, "drafter": drafter},
+        "max_steps": 400,
+    }
+    reqs = []
+    for i in range(n):
+        prompt = [rng.randrange(1, 9000) for _ in range(rng.randint(bs * usable // (n + 1), bs * usable // n))]
+        out = rng.randint(8, 80)
+        # Each request alone fits at its longest, with its drafts and
+        # lookahead slots (else it could never finish, spin or not).
+        while out > 1 and -(-(len(prompt) + out + k + 1 + lookahead) // bs) > usable:
+            out -= 1
+        while -(-(len(prompt) + out + k + 1 + lookahead) // bs) > usable:
+            prompt.pop()
+        r = {"id": i, "arrive_step": rng.randint(0, 3), "prompt": prompt, "max_tokens": out}
+        if cfg["scheduling_policy"] == "priority":
+            r["priority"] = rng.randint(0, 1)
+        if i == 0:
+            r["kv"] = rng.choice(["consume", "produce"])
+            if r["kv"] == "produce":
+                r["max_tokens"] = 1
+            r["kv_ready_step"] = r["arrive_step"] + rng.randint(0, 6)
+        r["accepted"] = [rng.randint(0, k) for _ in range(r["max_tokens"])]
+        reqs.append(r)
+    reqs.sort(key=lambda r: (r["arrive_step"], r["id"]))
+    return cfg, reqs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
@@ -417,7 +470,10 @@ def main():
             continue
         for i in range(args.per_family):
             rng = random.Random(f"{args.seed}/{args.release}/{family}/{i}")
-            cfg, reqs = case(rng, family, args.release)
+            if family == "spin":
+                cfg, reqs = spin_case(rng, args.release)
+            else:
+                cfg, reqs = case(rng, family, args.release)
             d = os.path.join(args.out_dir, f"{family}-{i:03d}")
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, "config.json"), "w") as f:

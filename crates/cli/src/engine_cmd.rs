@@ -89,6 +89,10 @@ pub fn run(args: &Args) -> ExitCode {
                     eprintln!("error: {msg}");
                     ExitCode::from(2)
                 }
+                Err(ReplayError::Spin(msg)) => {
+                    eprintln!("error: {msg}");
+                    ExitCode::from(1)
+                }
                 Err(ReplayError::Invariant(msg)) => {
                     eprintln!("error: engine invariant broke: {msg}");
                     ExitCode::from(3)

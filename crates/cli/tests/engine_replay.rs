@@ -201,3 +201,30 @@ fn a_request_that_can_never_finish_is_invalid_input_found_before_any_step() {
         "{err}"
     );
 }
+
+/// A golden case on which vLLM 0.29.0's scheduler spins (it prints the
+/// same 400 steps, `max_steps`): without the bound the replay runs to its
+/// cap and says the engine spins, exit 1, rather than report a broken
+/// invariant; with it, the 400 steps are vLLM's.
+#[test]
+fn a_spinning_engine_is_reported_as_spinning() {
+    let case = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../engine/tests/golden/0.29.0/spin-007/"
+    );
+    let config = std::fs::read_to_string(format!("{case}config.json")).expect("golden config");
+    let workload =
+        std::fs::read_to_string(format!("{case}workload.jsonl")).expect("golden workload");
+    let vllm = std::fs::read_to_string(format!("{case}vllm.jsonl")).expect("golden trace");
+    let (code, out, err) = replay(&config, &workload, "spin-bounded");
+    assert_eq!((code, out.as_str()), (0, vllm.as_str()), "{err}");
+    let unbounded = config.replace(", \"max_steps\": 400", "");
+    assert_ne!(unbounded, config, "the golden config bounds the steps");
+    let (code, out, err) = replay(&unbounded, &workload, "spin");
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not drained after 100000 steps: the engine spins, preempted"),
+        "{err}"
+    );
+    assert_eq!(out.lines().count(), 100_000);
+}

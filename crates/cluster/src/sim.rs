@@ -53,16 +53,8 @@ pub enum RunError {
     Spin(String),
 }
 
-/// Preemptions an engine core may make without delivering a single output
-/// token before the run is stopped as spinning
-/// ([`pdsim_engine::Engine::preemptions_since_output`]), unless a request it
-/// holds has a client deadline that will end it. A core that makes progress
-/// delivers a token within a few steps of a preemption (a decode step
-/// samples for every request it runs; a prompt of any admissible length is
-/// prefilled within `max_model_len / max_num_batched_tokens` steps), so ten
-/// thousand in a row is a spin, not a slow stretch; and at a few
-/// preemptions a step it is found within a few thousand steps.
-pub const SPIN_PREEMPTIONS: u64 = 10_000;
+/// See [`pdsim_engine::SPIN_PREEMPTIONS`].
+pub use pdsim_engine::SPIN_PREEMPTIONS;
 
 /// The most requests a run holds in flight at once, counted from the
 /// oldest still in flight to the newest arrival (the in-flight table's

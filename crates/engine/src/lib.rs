@@ -20,5 +20,5 @@ pub mod window;
 pub use graph::{CudaGraphMode, Dbo, Graphs};
 pub use scheduler::{
     Abort, AsyncLoadReserve, Engine, EngineConfig, EngineEvent, KvTransfer, NewRequest,
-    PadSpecDecode, Policy, SpecConfig,
+    PadSpecDecode, Policy, SPIN_PREEMPTIONS, SpecConfig,
 };

@@ -37,6 +37,10 @@ pub enum ReplayError {
     Output(String),
     /// An engine invariant broke, or the run did not drain.
     Invariant(String),
+    /// The run did not drain because the engine spins: it preempts without
+    /// ever delivering a token ([`Engine::preemptions_since_output`]), as
+    /// vLLM's scheduler can (0.29.0's golden `spin` cases).
+    Spin(String),
 }
 
 /// The engine config document.
@@ -64,6 +68,11 @@ struct ReplayConfig {
     /// DeepSeek-V4.1's window groups and ring (see [`crate::window`]).
     #[serde(default)]
     sparse: Option<Sparse>,
+    /// Stop after this many steps, as the oracle does: a case on which
+    /// vLLM's scheduler spins for ever is compared over its first steps.
+    /// At most, and by default, [`MAX_STEPS`].
+    #[serde(default)]
+    max_steps: Option<u64>,
 }
 
 #[derive(serde::Deserialize, Debug)]
@@ -197,6 +206,9 @@ fn load_config(text: &str, name: &str) -> Result<ReplayConfig, ReplayError> {
                 &format!("{value} is more than the limit of {limit}"),
             ));
         }
+    }
+    if cfg.max_steps.is_some_and(|m| !(1..=MAX_STEPS).contains(&m)) {
+        return Err(bad("max_steps", &format!("must be in 1..={MAX_STEPS}")));
     }
     if cfg.block_size == 0 {
         return Err(bad("block_size", "must be positive"));
@@ -662,7 +674,20 @@ fn run(
         if arrived_all && !engine.has_work() && engine.steps_in_flight() == 0 && !transfers {
             break;
         }
+        if let Some(max_steps) = cfg.max_steps
+            && step >= max_steps
+        {
+            break;
+        }
         if step >= MAX_STEPS {
+            let spins = engine.preemptions_since_output();
+            if spins >= crate::SPIN_PREEMPTIONS {
+                return Err(ReplayError::Spin(format!(
+                    "not drained after {MAX_STEPS} steps: the engine spins, preempted {spins} \
+                     times since a step last delivered an output token (requests admitted \
+                     again on their cached prefixes and preempted before any produces one)"
+                )));
+            }
             return Err(ReplayError::Invariant(format!(
                 "not drained after {MAX_STEPS} steps"
             )));

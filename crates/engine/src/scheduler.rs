@@ -52,6 +52,16 @@ pub struct SpecConfig {
     pub draft_slots: u32,
 }
 
+/// Preemptions an engine may make without a step delivering a single
+/// output token before it is taken to spin
+/// ([`Engine::preemptions_since_output`]). A core that makes progress
+/// delivers a token within a few steps of a preemption (a decode step
+/// samples for every request it runs; a prompt of any admissible length is
+/// prefilled within `max_model_len / max_num_batched_tokens` steps), so ten
+/// thousand in a row is a spin, not a slow stretch; at a few preemptions a
+/// step it is found within a few thousand steps.
+pub const SPIN_PREEMPTIONS: u64 = 10_000;
+
 /// What one engine core runs with, resolved from the documents.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -3053,16 +3063,17 @@ impl Engine {
         Ok(())
     }
 
-    /// Ids of the requests in `running`, in order (for tests).
-    /// Preemptions since a step last delivered an output token. vLLM's
-    /// scheduler can spin for ever without progress: when a few requests
-    /// together need every block, each one admitted again (on its own
-    /// cached prefix) takes the blocks the running one needs for its next
-    /// token, which then preempts itself, and so on round; with deferred
-    /// block frees (`defer_block_free`, `vllm/v1/core/sched/scheduler.py`)
-    /// the blocks of a victim come back only after the step in flight, so
-    /// no one ever gets the one more block it needs. Every step of such a
-    /// spin preempts and none delivers a token, which this counts.
+    /// Preemptions since a step last delivered an output token; at
+    /// [`SPIN_PREEMPTIONS`] the engine spins. vLLM's scheduler can spin for
+    /// ever without progress: when a few requests together need every
+    /// block, they take turns, each admitted again on its own cached prefix
+    /// and preempted (or preempting itself) before any of them samples a
+    /// token. vLLM 0.29.0 does so under async scheduling with a KV
+    /// connector, where a victim's blocks come back only after the step in
+    /// flight (`defer_block_free`, `_free_request_blocks` in
+    /// `vllm/v1/core/sched/scheduler.py`), so the allocation that preempted
+    /// it still fails and preempts the next; the oracle's golden `spin`
+    /// cases show vLLM doing it step for step.
     pub fn preemptions_since_output(&self) -> u64 {
         self.preemptions_since_output
     }
@@ -3072,6 +3083,7 @@ impl Engine {
         self.reqs.iter().flatten().map(|r| r.id)
     }
 
+    /// Ids of the requests in `running`, in order (for tests).
     pub fn running_ids(&self) -> Vec<RequestId> {
         self.running.iter().map(|s| self.req(*s).id).collect()
     }

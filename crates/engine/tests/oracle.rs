@@ -104,7 +104,9 @@ fn first_divergence_with(case: &Path, features: &[&str]) -> Option<Divergence> {
     if let Err(error) = run {
         // The first line `pdsim engine replay` prints on stderr.
         let first = match error {
-            ReplayError::Input(msg) | ReplayError::Output(msg) => format!("error: {msg}"),
+            ReplayError::Input(msg) | ReplayError::Output(msg) | ReplayError::Spin(msg) => {
+                format!("error: {msg}")
+            }
             ReplayError::Invariant(msg) => format!("error: engine invariant broke: {msg}"),
         };
         let first = first.lines().next().unwrap_or("").to_string();
