@@ -47,10 +47,6 @@ pub enum RunError {
     /// [`pdsim_core::RUN_HORIZON`]): its results would be meaningless and
     /// holding or writing them unbounded.
     Limit(String),
-    /// An engine spins without progress and nothing in the run can end the
-    /// spin ([`SPIN_PREEMPTIONS`]): vLLM's scheduler would spin the same
-    /// way for ever, so no result of the run could be complete.
-    Spin(String),
 }
 
 /// See [`pdsim_engine::SPIN_PREEMPTIONS`].
@@ -70,7 +66,7 @@ impl std::fmt::Display for RunError {
         match self {
             RunError::Trace(e) => write!(f, "{e}"),
             RunError::Invariant(m) => write!(f, "invariant violated: {m}"),
-            RunError::Limit(m) | RunError::Spin(m) => write!(f, "the run was stopped: {m}"),
+            RunError::Limit(m) => write!(f, "the run was stopped: {m}"),
         }
     }
 }
@@ -81,6 +77,11 @@ pub struct CoreStats {
     pub pool: u16,
     pub pod: u32,
     pub rank: u16,
+    /// When the core was first found spinning: [`SPIN_PREEMPTIONS`]
+    /// preemptions since it last delivered a token, none of its requests
+    /// with a client deadline ([`Sim::check_spin`]). Its requests never
+    /// finish (`engine-spinning`).
+    pub spun_at: Option<SimTime>,
     pub steps: u64,
     pub busy_ns: u64,
     pub tokens_scheduled: u64,
@@ -261,6 +262,10 @@ enum Event {
 /// The reason on the record of a request whose client gave up.
 pub const CLIENT_TIMEOUT: &str = "client-timeout";
 
+/// The reason of a request that never finished because its engine spins
+/// ([`Sim::check_spin`]).
+pub const ENGINE_SPINNING: &str = "engine-spinning";
+
 impl Event {
     /// Scrapes and samples observe; they never move a request, so they do
     /// not keep a stalled run alive. Nor does a flow-control dispatch tick:
@@ -310,6 +315,9 @@ struct Core {
     /// Per secondary offload tier, when its device has read and written
     /// everything handed to it so far.
     tier_free_at: Vec<(SimTime, SimTime)>,
+    /// Found spinning ([`Sim::check_spin`]): not stepped until an input
+    /// from outside its engine ([`Sim::input_to`]).
+    frozen: bool,
 }
 
 impl Core {
@@ -517,6 +525,11 @@ impl InFlightTable {
     fn get_mut(&mut self, id: &RequestId) -> Option<&mut InFlight> {
         let index = id.0.checked_sub(self.base)? as usize;
         self.slots.get_mut(index)?.as_mut()
+    }
+
+    fn get(&self, id: &RequestId) -> Option<&InFlight> {
+        let index = id.0.checked_sub(self.base)? as usize;
+        self.slots.get(index)?.as_ref()
     }
 
     fn remove(&mut self, id: &RequestId) -> Option<InFlight> {
@@ -780,9 +793,17 @@ fn run_observed(
     // A request still in the EPP's queue (its TTL disabled, the detector
     // saturated with nothing left to change that) is aborted as such.
     for id in sim.in_flight.ids() {
-        let queued = sim.in_flight.get_mut(&id).is_some_and(|f| f.queued);
+        let (queued, spinning) = sim.in_flight.get_mut(&id).map_or((false, false), |f| {
+            let spun = |core: u32| sim.cores[core as usize].frozen;
+            (
+                f.queued,
+                spun(f.decode_core) || f.prefill_core.is_some_and(spun),
+            )
+        });
         let reason = if queued {
             "flow-control-stalled"
+        } else if spinning {
+            ENGINE_SPINNING
         } else {
             "engine-stalled"
         };
@@ -868,6 +889,7 @@ impl<'a> Sim<'a> {
                             (SimTime::ZERO, SimTime::ZERO);
                             cluster.offload.as_ref().map_or(0, |o| o.secondary.len())
                         ],
+                        frozen: false,
                     });
                 }
                 let len = pool.ranks as usize;
@@ -2048,7 +2070,7 @@ impl<'a> Sim<'a> {
         };
         self.cores[core].engine.add_request(request);
         self.handle_events(core, sink);
-        self.wake(core, sink);
+        self.input_to(core, sink);
     }
 
     /// Marks a group stepping or not, keeping the count of busy groups.
@@ -2077,6 +2099,18 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// [`Sim::wake`] after an input from outside the engine (an arrival, an
+    /// abort, a request's KV from its prefill side, a prefill's blocks
+    /// released): it may change what a spinning engine does (an arrival of
+    /// higher priority, blocks freed), so a frozen core is stepped again,
+    /// and frozen again at its next preemption if it still spins
+    /// ([`Sim::check_spin`]). The engine's own offload-tier work ending does
+    /// not thaw it: that work is part of the spin.
+    fn input_to(&mut self, core: usize, sink: &mut dyn RecordSink) {
+        self.cores[core].frozen = false;
+        self.wake(core, sink);
+    }
+
     /// Without async scheduling: schedules a step on every core of a group
     /// and runs it (`EngineCore.step`, `vllm/v1/engine/core.py`).
     fn start_step(&mut self, group: usize, sink: &mut dyn RecordSink) {
@@ -2086,8 +2120,18 @@ impl<'a> Sim<'a> {
         // after it run in the next.
         let duration = loop {
             match self.schedule_group(group, self.now, sink) {
-                (None, true) => continue,
-                (duration, _) => break duration,
+                (None, true) => {
+                    self.check_spin(group);
+                    if !self.group_has_requests(group) {
+                        break None;
+                    }
+                }
+                (duration, preempted) => {
+                    if preempted {
+                        self.check_spin(group);
+                    }
+                    break duration;
+                }
             }
         };
         self.set_busy(group, duration.is_some());
@@ -2127,9 +2171,7 @@ impl<'a> Sim<'a> {
         resume: bool,
         sink: &mut dyn RecordSink,
     ) -> Result<(), RunError> {
-        let (first, len) = (self.groups[group].first, self.groups[group].len);
-        let has_requests =
-            |sim: &Sim| (first..first + len).any(|c| sim.cores[c].engine.has_requests());
+        let has_requests = |sim: &Sim| sim.group_has_requests(group);
         if resume {
             self.groups[group].in_flight.pop_front();
             self.complete_group(group, sink)?;
@@ -2139,7 +2181,7 @@ impl<'a> Sim<'a> {
                 let start = self.now.max(self.groups[group].gpu_free);
                 let (duration, preempted) = self.schedule_group(group, start, sink);
                 if preempted {
-                    self.check_spin(group)?;
+                    self.check_spin(group);
                 }
                 let g = &mut self.groups[group];
                 let executed = duration.is_some();
@@ -2193,49 +2235,45 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Stops the run when a core of `group` spins: it has preempted
-    /// [`SPIN_PREEMPTIONS`] times without delivering a token, and no request
-    /// it holds has a client deadline, the only thing that could end the
-    /// spin (an abort frees the request's blocks). With a deadline the spin
-    /// is played on, as vLLM would spin, until the client gives up.
-    fn check_spin(&mut self, group: usize) -> Result<(), RunError> {
+    /// Whether a core of `group` that is not frozen has requests.
+    fn group_has_requests(&self, group: usize) -> bool {
+        let (first, len) = (self.groups[group].first, self.groups[group].len);
+        self.cores[first..first + len]
+            .iter()
+            .any(|c| !c.frozen && c.engine.has_requests())
+    }
+
+    /// Freezes each core of `group` that spins: it has preempted
+    /// [`SPIN_PREEMPTIONS`] times since it last delivered a token
+    /// ([`Engine::preemptions_since_output`]: its requests take turns being
+    /// admitted again and preempted), and no request it holds has a client
+    /// deadline, the one thing in the run that could end the spin (an
+    /// abort frees the request's blocks). vLLM's scheduler, whose decisions
+    /// the engine follows, would spin so for ever: the core is no longer
+    /// stepped, which would change nothing but the clock, its requests
+    /// never finish, and at the run's end they are aborted as
+    /// `engine-spinning`, the time it was first found spinning in its
+    /// stats. With a deadline pending the spin is played on until the
+    /// client gives up.
+    fn check_spin(&mut self, group: usize) {
         let (first, len) = (self.groups[group].first, self.groups[group].len);
         for core in first..first + len {
-            let spins = self.cores[core].engine.preemptions_since_output();
-            if spins < SPIN_PREEMPTIONS {
+            if self.cores[core].frozen
+                || self.cores[core].engine.preemptions_since_output() < SPIN_PREEMPTIONS
+            {
                 continue;
             }
-            let ids: Vec<RequestId> = self.cores[core].engine.request_ids().collect();
-            if ids.iter().any(|&id| self.deadline_pending(id)) {
+            if self.cores[core]
+                .engine
+                .request_ids()
+                .any(|id| self.deadline_pending(id))
+            {
                 continue;
             }
-            let c = &self.cores[core];
-            let shown: Vec<String> = ids.iter().take(8).map(|id| id.0.to_string()).collect();
-            let more = if ids.len() > 8 {
-                format!(" and {} more", ids.len() - 8)
-            } else {
-                String::new()
-            };
-            return Err(RunError::Spin(format!(
-                "engine core {core} (pools[{}], {}; pod {}, rank {}) stopped making progress at \
-                 {:.3} s simulated: it has preempted {spins} times since it last delivered an \
-                 output token, its requests ({}{more}) taking turns to be admitted again on \
-                 their cached prefixes and preempted before any of them produces a token, as \
-                 happens when together they need every KV block it has. vLLM's scheduler, \
-                 whose decisions the engine follows, would spin the same way for ever, and no \
-                 request there has a client deadline that would end it. Give the pool more KV \
-                 cache (gpu_memory_utilization, a larger GPU, more tensor parallelism) or fewer \
-                 concurrent sequences (max_num_seqs), or set a client timeout \
-                 (--client-timeout-s) to see the requests time out",
-                c.pool,
-                self.cluster.pools[c.pool].role.as_str(),
-                c.stats.pod,
-                c.stats.rank,
-                self.now.as_ns() as f64 / 1e9,
-                shown.join(", "),
-            )));
+            let c = &mut self.cores[core];
+            c.frozen = true;
+            c.stats.spun_at.get_or_insert(self.now);
         }
-        Ok(())
     }
 
     /// Schedules a step on every core of a group and prices it, the step
@@ -2258,6 +2296,9 @@ impl<'a> Sim<'a> {
         let mut steps = std::mem::take(&mut self.steps_buf);
         let mut batches = std::mem::take(&mut self.batches_buf);
         for core in first..first + len {
+            if self.cores[core].frozen {
+                continue;
+            }
             let engine = &mut self.cores[core].engine;
             let before = engine.preemptions;
             if let Some(batch) = engine.schedule() {
@@ -2708,7 +2749,7 @@ impl<'a> Sim<'a> {
         };
         if !f.held {
             self.cores[decode].engine.kv_failed(id);
-            self.wake(decode, sink);
+            self.input_to(decode, sink);
             self.retire(id);
             return;
         }
@@ -2830,7 +2871,7 @@ impl<'a> Sim<'a> {
                 f.record.transfer_end = Some(self.now);
                 let decode = f.decode_core as usize;
                 self.cores[decode].engine.kv_arrived(id);
-                self.wake(decode, sink);
+                self.input_to(decode, sink);
                 self.release_prefill(id, sink);
                 self.retire(id);
             }
@@ -2854,7 +2895,7 @@ impl<'a> Sim<'a> {
         f.held = false;
         if self.cores[prefill].engine.release(id) {
             self.handle_events(prefill, sink);
-            self.wake(prefill, sink);
+            self.input_to(prefill, sink);
         }
         self.retire(id);
     }
@@ -2950,9 +2991,9 @@ impl<'a> Sim<'a> {
     }
     /// Whether `id`'s deadline event is the live one: the request is in
     /// flight and its client has not given up yet.
-    fn deadline_pending(&mut self, id: RequestId) -> bool {
+    fn deadline_pending(&self, id: RequestId) -> bool {
         self.in_flight
-            .get_mut(&id)
+            .get(&id)
             .is_some_and(|f| f.deadline.is_some() && !f.client_gone)
     }
 
@@ -3058,7 +3099,7 @@ impl<'a> Sim<'a> {
                 self.release_prefill(id, sink);
             }
             // Freed blocks may let a waiting request in.
-            self.wake(core, sink);
+            self.input_to(core, sink);
         }
         self.retire(id);
     }

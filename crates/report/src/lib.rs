@@ -497,6 +497,26 @@ pub struct Summary {
     /// Conversations replayed closed-loop; absent when the source has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Sessions>,
+    /// Engine cores found spinning (`pdsim_cluster::SPIN_PREEMPTIONS`);
+    /// absent when none did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spinning_engines: Vec<SpinningEngine>,
+}
+
+/// An engine core found spinning: it preempted again and again without
+/// delivering a token, its requests taking turns being admitted and
+/// preempted, as vLLM's scheduler would for ever; the requests it held
+/// never finished (`engine-spinning`).
+#[derive(Clone, Debug, Serialize)]
+pub struct SpinningEngine {
+    /// The core's index in the run (`cores` order: pools in order, then
+    /// pods, then ranks).
+    pub core: u64,
+    pub pool: String,
+    pub pod: u32,
+    pub rank: u16,
+    /// When it was first found spinning, in simulated seconds.
+    pub since_s: f64,
 }
 
 /// How a source's conversations were replayed: every later turn is sent
@@ -865,8 +885,26 @@ impl Aggregator {
                 turns_late: stats.session_turns_late,
                 max_late_s: stats.session_turn_max_late_ns as f64 / 1e9,
             });
+        let spinning_engines = cores
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let at = c.spun_at?;
+                Some(SpinningEngine {
+                    core: i as u64,
+                    pool: run
+                        .pools
+                        .get(c.pool as usize)
+                        .map_or_else(|| c.pool.to_string(), |p| p.name.clone()),
+                    pod: c.pod,
+                    rank: c.rank,
+                    since_s: at.as_ns() as f64 / 1e9,
+                })
+            })
+            .collect();
         Summary {
             sessions,
+            spinning_engines,
             stages,
             pools,
             goodput,
@@ -1291,6 +1329,21 @@ pub fn render_text(summary: &Summary) -> String {
             ));
         }
     }
+    for e in &summary.spinning_engines {
+        out.push_str(&format!(
+            "  engine core {} (pool {}, pod {}, rank {}) spins from {:.3} s: it preempted again \
+             and again without delivering a token, its requests taking turns being admitted on \
+             their cached prefixes and preempted, as vLLM's scheduler does when together they \
+             need every KV block it has (seen on 0.29.0 under async scheduling with a KV \
+             connector) and would do for ever; its requests never finished ({})\n",
+            e.core,
+            e.pool,
+            e.pod,
+            e.rank,
+            e.since_s,
+            pdsim_cluster::ENGINE_SPINNING
+        ));
+    }
     if let Some(seconds) = summary.run.client_timeout_s {
         out.push_str(&format!(
             "  clients give up after {seconds} s; latencies are of completed requests only\n"
@@ -1655,6 +1708,44 @@ mod stage_tests {
         };
         assert!(
             !super::render_text(&a.summary(&stats, info())).contains("secondary offload tiers")
+        );
+    }
+
+    /// A core found spinning is named in the summary, with when, and its
+    /// never-finished requests' reason; in summary.json too, and neither
+    /// says anything when no core spun.
+    #[test]
+    fn a_spinning_engine_is_named_in_the_summary() {
+        let a = Aggregator::default();
+        let spun = pdsim_cluster::CoreStats {
+            pool: 0,
+            pod: 8,
+            spun_at: Some(pdsim_core::SimTime(83_021_886_366)),
+            ..Default::default()
+        };
+        let stats = RunStats {
+            cores: vec![pdsim_cluster::CoreStats::default(), spun],
+            ..Default::default()
+        };
+        let summary = a.summary(&stats, info());
+        let text = super::render_text(&summary);
+        assert!(
+            text.contains("engine core 1 (pool 0, pod 8, rank 0) spins from 83.022 s:")
+                && text.contains("its requests never finished (engine-spinning)"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&summary).expect("json");
+        assert_eq!(
+            json["spinning_engines"],
+            serde_json::json!([{"core": 1, "pool": "0", "pod": 8, "rank": 0, "since_s": 83.021886366}])
+        );
+        let quiet = a.summary(&RunStats::default(), info());
+        assert!(!super::render_text(&quiet).contains("spins from"));
+        assert!(
+            serde_json::to_value(&quiet)
+                .expect("json")
+                .get("spinning_engines")
+                .is_none()
         );
     }
 
