@@ -44,6 +44,7 @@ fn engine() -> Engine {
         drop_stale_output: false,
         pad_spec_decode: pdsim_engine::PadSpecDecode::Never,
         victim_blocks_must_be_freeable: true,
+        kv_holding_first: true,
         async_load_reserve: pdsim_engine::AsyncLoadReserve::None,
         mamba: None,
         window: None,

@@ -77,9 +77,16 @@ class FakeConnector(KVConnectorBase_V1):
         return delay, None
 
     def take_finished(self, step):
-        """The transfers the harness reports in the output of `step`."""
-        recv = {r for r, (ready, start) in self.pending_recv.items() if step >= max(ready, start)}
-        send = {r for r, (ready, start) in self.pending_send.items() if step >= max(ready, start)}
+        """The transfers the harness reports in the output of `step`, in
+        ascending request id order. A real connector reports them as a set
+        (`KVConnectorOutput.finished_sending`), which the scheduler iterates
+        in whatever order string hashing gives; two producers released in
+        one step free their blocks in that order, which decides which
+        blocks are evicted first. pdsim releases in ascending id order, so
+        the harness does too: an arbitrary order made canonical, not a
+        decision of vLLM's."""
+        recv = sorted(r for r, (ready, start) in self.pending_recv.items() if step >= max(ready, start))
+        send = sorted(r for r, (ready, start) in self.pending_send.items() if step >= max(ready, start))
         for r in recv:
             del self.pending_recv[r]
         for r in send:

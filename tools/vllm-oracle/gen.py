@@ -94,6 +94,7 @@ FAMILIES = [
     "eagle-async",
     "eagle-pd",
     "spin",
+    "pd-prio",
 ]
 # vLLM 0.31.0's MambaManager and DeepSeek-V4.1 layout are the ones pdsim
 # follows.
@@ -247,6 +248,16 @@ def case(rng, family, release):
     elif family == "pd":
         roles = rng.choice(["produce", "consume", "both"])
         max_out = rng.choice([4, 12, 24])
+    elif family == "pd-prio":
+        # Requests whose KV arrived beside waiting ones of other priorities:
+        # 0.31.0 takes the former first (`kv_holding_waiting`), 0.29.0
+        # compares the two queues' heads.
+        cfg["scheduling_policy"] = "priority"
+        prio = True
+        cfg["async_scheduling"] = rng.random() < 0.5
+        roles = rng.choice(["consume", "both"])
+        n_req = rng.randint(6, 16)
+        max_out = rng.choice([4, 12, 24])
     elif family.startswith("hybrid"):
         # Blocks stand for Mamba-aligned attention blocks (1,040 tokens for
         # Nemotron-H-8B), so prompts span several and budgets are cut
@@ -335,7 +346,7 @@ def case(rng, family, release):
         r = {"id": i, "arrive_step": arrive, "prompt": prompt, "max_tokens": max_tokens}
         if prio:
             r["priority"] = rng.randint(0, 3)
-        if family in ("pd", "async-pd", "pd-gate", "eagle-pd") and rng.random() < (
+        if family in ("pd", "async-pd", "pd-gate", "eagle-pd", "pd-prio") and rng.random() < (
             0.5 if family in ("pd-gate", "eagle-pd") else 0.75
         ):
             kind = roles if roles != "both" else rng.choice(["produce", "consume"])
@@ -396,7 +407,7 @@ def case(rng, family, release):
     ) or (
         family == "eagle-async" and rng.random() < 0.6
     ) or (
-        family in ("mixed", "pd", "async-pd") and rng.random() < 0.5
+        family in ("mixed", "pd", "async-pd", "pd-prio") and rng.random() < 0.5
     ):
         cfg["num_gpu_blocks"] = 1 + max(need + 1, rng.randint(need + 1, max(need + 2, total // 2)))
     else:

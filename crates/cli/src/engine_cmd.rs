@@ -30,7 +30,8 @@ enum EngineCommand {
         workload: PathBuf,
         /// Override a feature switch of the release's rules pack, NAME=true|false
         /// (reserve_full_prompt, unhashed_blocks_to_front,
-        /// long_prefill_waiver_when_alone), to see what a pack fix would change.
+        /// long_prefill_waiver_when_alone, kv_holding_first), to see what a
+        /// pack fix would change.
         /// Repeatable.
         #[arg(long = "feature", value_name = "NAME=BOOL")]
         features: Vec<String>,

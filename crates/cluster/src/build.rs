@@ -240,6 +240,7 @@ fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig
         drop_stale_output: false,
         pad_spec_decode: e.pad_spec_decode,
         victim_blocks_must_be_freeable: e.victim_blocks_must_be_freeable,
+        kv_holding_first: e.kv_holding_first,
         async_load_reserve: e.async_load_reserve,
         // A hybrid's Mamba groups (what `hybrid_refusal` lets run: align
         // or none).

@@ -506,6 +506,7 @@ fn engine_config(cfg: &ReplayConfig, connector: bool) -> EngineConfig {
         drop_stale_output: connector,
         pad_spec_decode: pack.features.pad_spec_decode,
         victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
+        kv_holding_first: pack.features.kv_holding_first,
         async_load_reserve: pack.features.async_load_reserve,
         mamba: cfg.mamba.as_ref().map(|m| crate::mamba::MambaConfig {
             groups: m.groups,
@@ -568,7 +569,7 @@ fn apply_features(config: &mut EngineConfig, features: &[String]) -> Result<(), 
         let bad = || {
             ReplayError::Input(format!(
                 "--feature {f}: want NAME=true|false with NAME one of reserve_full_prompt, \
-                 unhashed_blocks_to_front, long_prefill_waiver_when_alone"
+                 unhashed_blocks_to_front, long_prefill_waiver_when_alone, kv_holding_first"
             ))
         };
         let (name, value) = f.split_once('=').ok_or_else(bad)?;
@@ -577,6 +578,7 @@ fn apply_features(config: &mut EngineConfig, features: &[String]) -> Result<(), 
             "reserve_full_prompt" => config.reserve_full_prompt = value,
             "unhashed_blocks_to_front" => config.unhashed_blocks_to_front = value,
             "long_prefill_waiver_when_alone" => config.long_prefill_waiver_when_alone = value,
+            "kv_holding_first" => config.kv_holding_first = value,
             _ => return Err(bad()),
         }
     }

@@ -136,6 +136,11 @@ pub struct EngineConfig {
     /// spared and the request is not scheduled (the rules pack's
     /// `victim_blocks_must_be_freeable`).
     pub victim_blocks_must_be_freeable: bool,
+    /// Under the priority policy, requests whose outside KV is ready are
+    /// taken before the waiting queue whatever their priority; otherwise
+    /// the two queues' heads are compared (the rules pack's
+    /// `kv_holding_first`; [`Engine::peek_waiting`]).
+    pub kv_holding_first: bool,
     /// How an async KV load is gated (the rules pack's
     /// `async_load_reserve`).
     pub async_load_reserve: AsyncLoadReserve,
@@ -825,18 +830,51 @@ impl Engine {
         }
     }
 
+    /// The next request the waiting loop takes: from the queue of requests
+    /// whose outside KV is ready (`holding`), or from `waiting`. Under fcfs
+    /// and with `kv_holding_first` the ready ones come first; otherwise,
+    /// under priority, the two heads are compared and `waiting`'s is taken
+    /// only when it orders first (`return self.waiting if waiting_req <
+    /// skipped_req else self.skipped_waiting` in
+    /// `_select_waiting_queue_for_scheduling`,
+    /// `vllm/v1/core/sched/scheduler.py` 0.29.0; `Request.__lt__` orders by
+    /// priority, arrival, request id).
     fn peek_waiting(&self) -> Option<u32> {
-        if let Some(slot) = self.holding.front() {
-            return Some(*slot);
+        match (self.holding.front(), self.waiting_head()) {
+            (Some(&held), Some(next)) if self.waiting_first(held, next) => Some(next),
+            (Some(&held), _) => Some(held),
+            (None, next) => next,
         }
+    }
+
+    /// Whether `waiting`'s head `next` is taken before the ready `held`.
+    fn waiting_first(&self, held: u32, next: u32) -> bool {
+        if self.config.kv_holding_first || self.config.policy == Policy::Fcfs {
+            return false;
+        }
+        let key = |slot: u32| {
+            let r = self.req(slot);
+            (r.priority, r.arrival, r.id)
+        };
+        key(next) < key(held)
+    }
+
+    /// The head of `waiting` alone.
+    fn waiting_head(&self) -> Option<u32> {
         match &self.waiting {
             WaitQueue::Fcfs(q) => q.front().copied(),
             WaitQueue::Priority(h) => h.peek().map(|Reverse((_, _, _, slot))| *slot),
         }
     }
 
+    /// Takes off its queue the request [`Engine::peek_waiting`] returned.
     fn pop_waiting(&mut self) {
-        if self.holding.pop_front().is_some() {
+        if let Some(&held) = self.holding.front()
+            && !self
+                .waiting_head()
+                .is_some_and(|next| self.waiting_first(held, next))
+        {
+            self.holding.pop_front();
             return;
         }
         match &mut self.waiting {
@@ -3159,6 +3197,7 @@ mod checker_tests {
             drop_stale_output: false,
             pad_spec_decode: PadSpecDecode::Never,
             victim_blocks_must_be_freeable: true,
+            kv_holding_first: true,
             async_load_reserve: AsyncLoadReserve::None,
             mamba: None,
             window: None,

@@ -277,6 +277,14 @@ fn engine_for(case: &Case) -> Engine {
         // progress guarantee, so cases with deferred frees take 0.31.0's
         // rule, which spares such a victim.
         victim_blocks_must_be_freeable: connector || case.requests[0].2.is_multiple_of(2),
+        // 0.29.0's order, which under priority takes a waiting request
+        // ahead of one whose outside KV is ready when it orders first, can
+        // starve the ready one, holding its blocks, behind a request that
+        // needs them and preempts itself again and again: the release's
+        // behaviour, not a progress guarantee (as with the victim rule
+        // above), so the cases here take 0.31.0's order, which drains what
+        // is held first. The oracle's golden cases check 0.29.0's.
+        kv_holding_first: true,
         // 0.29.0's gate reserves no spec decode step: a parked load holds
         // blocks for its prompt alone, and once loads fill the pool none
         // can take its lookahead slots — the deadlock 0.31.0 fixed with

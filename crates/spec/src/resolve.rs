@@ -66,6 +66,8 @@ pub struct EngineConfig {
     pub pad_spec_decode: crate::rules::pack::PadSpecDecode,
     /// The release's `victim_blocks_must_be_freeable`.
     pub victim_blocks_must_be_freeable: bool,
+    /// The release's `kv_holding_first`.
+    pub kv_holding_first: bool,
     /// The release's `deferred_block_frees`.
     pub deferred_block_frees: bool,
     /// The release's `async_load_reserve`.
@@ -916,6 +918,7 @@ pub fn resolve_pool(
         long_prefill_waiver_when_alone: pack.features.long_prefill_waiver_when_alone,
         pad_spec_decode: pack.features.pad_spec_decode,
         victim_blocks_must_be_freeable: pack.features.victim_blocks_must_be_freeable,
+        kv_holding_first: pack.features.kv_holding_first,
         deferred_block_frees: pack.features.deferred_block_frees,
         async_load_reserve: pack.features.async_load_reserve,
         microbatch_tokenizer: pack.features.microbatch_tokenizer,

@@ -240,6 +240,11 @@ fn expected() -> Vec<(&'static str, Value, &'static str)> {
             "v1/core/sched/scheduler.py Scheduler.schedule: no _request_blocks_can_be_freed",
         ),
         (
+            "features.kv_holding_first",
+            json!(false),
+            "v1/core/sched/scheduler.py Scheduler.schedule: one waiting queue, skipped_waiting_requests prepended back",
+        ),
+        (
             "features.microbatch_tokenizer",
             json!(true),
             "utils/async_utils.py AsyncMicrobatchTokenizer, entrypoints/renderer.py",

@@ -52,6 +52,7 @@ pub fn config() -> EngineConfig {
         drop_stale_output: false,
         pad_spec_decode: pdsim_engine::PadSpecDecode::Never,
         victim_blocks_must_be_freeable: true,
+        kv_holding_first: true,
         async_load_reserve: pdsim_engine::AsyncLoadReserve::None,
         mamba: None,
         window: None,

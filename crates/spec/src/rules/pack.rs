@@ -98,6 +98,16 @@ pub struct Features {
     /// `vllm/v1/core/sched/scheduler.py`); without it the victim is
     /// preempted and its blocks come back when that step is processed.
     pub victim_blocks_must_be_freeable: bool,
+    /// Under the priority policy, a waiting request whose outside KV is
+    /// ready is taken before the waiting queue whatever its priority: 0.31.0
+    /// keeps such requests in `kv_holding_waiting` and takes `request_queue
+    /// = self.kv_holding_waiting or self.waiting` (`Scheduler.schedule`,
+    /// `vllm/v1/core/sched/scheduler.py`). Without it the heads of the two
+    /// queues are compared by (priority, arrival, request id)
+    /// (`_select_waiting_queue_for_scheduling` over `skipped_waiting` and
+    /// `waiting`, 0.29.0 and 0.30.0; one priority queue for both in
+    /// 0.15.1). Under fcfs every release takes the ready ones first.
+    pub kv_holding_first: bool,
     /// Under async scheduling with a consuming KV connector, frees wait for
     /// the steps in flight (`defer_block_free`), and a preempted request's
     /// output in flight is stale (`num_stale_output_tokens`), in
