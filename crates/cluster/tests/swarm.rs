@@ -247,6 +247,7 @@ fn build(seed: u64) -> Option<Drawn> {
 }
 
 fn run_seed(seed: u64) -> Option<bool> {
+    let drawn = build(seed)?;
     let Drawn {
         cluster,
         shape,
@@ -254,13 +255,13 @@ fn run_seed(seed: u64) -> Option<bool> {
         rate,
         disaggregated,
         context,
-    } = build(seed)?;
+    } = &drawn;
+    let (requests, rate) = (*requests, *rate);
     let mut results = Vec::new();
     for _ in 0..2 {
-        let mut source =
-            Synthetic::new("shape", &shape, requests, rate, seed).expect("valid shape");
+        let mut source = Synthetic::new("shape", shape, requests, rate, seed).expect("valid shape");
         let mut sink = MemorySink::default();
-        let stats = run(&cluster, &mut source, seed, true, &mut sink)
+        let stats = run(cluster, &mut source, seed, true, &mut sink)
             .unwrap_or_else(|e| panic!("{e}\n{context}"));
         assert_eq!(
             sink.records.len() as u64,
@@ -274,7 +275,7 @@ fn run_seed(seed: u64) -> Option<bool> {
         );
         assert_eq!(
             stats.aborted,
-            spinning(&stats, &sink.records, &context),
+            spinning(&stats, &sink.records, context),
             "no request stalls\n{context}"
         );
         // With no client giving up, every preemption an engine counts is
@@ -282,7 +283,7 @@ fn run_seed(seed: u64) -> Option<bool> {
         let preempted: u64 = sink.records.iter().map(|r| u64::from(r.preemptions)).sum();
         let counted: u64 = stats.cores.iter().map(|c| c.preemptions).sum();
         assert_eq!(preempted, counted, "{context}");
-        kv_usage_is_a_share(&stats, &context);
+        kv_usage_is_a_share(&stats, context);
         for r in &sink.records {
             if r.outcome == Outcome::Completed {
                 assert!(
@@ -297,17 +298,9 @@ fn run_seed(seed: u64) -> Option<bool> {
         results[0] == results[1],
         "two runs of one seed differ\n{context}"
     );
-    deadlines(
-        seed,
-        &cluster,
-        &shape,
-        requests,
-        rate,
-        &results[0],
-        &context,
-    );
-    conversations(seed, &cluster, &shape, requests, rate, &context);
-    Some(disaggregated)
+    deadlines(seed, &drawn, &results[0]);
+    conversations(seed, &drawn);
+    Some(*disaggregated)
 }
 
 /// The draw's requests as turns of a few conversations: each turn's prompt
@@ -362,14 +355,9 @@ fn conversation_turns(
 /// every turn sent ends once, a later turn is sent no sooner than its think
 /// time after the previous answer, nothing is sent after a turn that did not
 /// complete, the counts add up, no engine keeps a block, and two runs agree.
-fn conversations(
-    seed: u64,
-    cluster: &pdsim_cluster::Cluster,
-    shape: &pdsim_spec::catalog::Shape,
-    requests: u64,
-    rate: f64,
-    context: &str,
-) {
+fn conversations(seed: u64, drawn: &Drawn) {
+    let (cluster, shape, context) = (&drawn.cluster, &drawn.shape, drawn.context.as_str());
+    let (requests, rate) = (drawn.requests, drawn.rate);
     let turns = conversation_turns(seed, shape, requests, rate);
     let later = turns
         .iter()
@@ -475,15 +463,9 @@ fn spinning(
 /// step, every request ends once, a request that gave up ends at its
 /// deadline, none ends after it, no engine keeps a block, and two runs
 /// agree.
-fn deadlines(
-    seed: u64,
-    cluster: &pdsim_cluster::Cluster,
-    shape: &pdsim_spec::catalog::Shape,
-    requests: u64,
-    rate: f64,
-    free: &[pdsim_cluster::RequestRecord],
-    context: &str,
-) {
+fn deadlines(seed: u64, drawn: &Drawn, free: &[pdsim_cluster::RequestRecord]) {
+    let (cluster, shape, context) = (&drawn.cluster, &drawn.shape, drawn.context.as_str());
+    let (requests, rate) = (drawn.requests, drawn.rate);
     let mut life: Vec<(pdsim_core::SimTime, pdsim_core::SimTime)> =
         vec![(pdsim_core::SimTime::ZERO, pdsim_core::SimTime::ZERO); requests as usize];
     for r in free {
