@@ -2920,6 +2920,15 @@ impl<'a> Sim<'a> {
         // `nixl/base_worker.py`). The beat is taken as steady from the
         // moment of receipt; the transport's delay is not modelled.
         let lease = self.cluster.kv_lease;
+        if lease.heartbeats
+            && f.decode_received.is_some_and(|r| r <= self.now)
+            && self.cores[f.decode_core as usize].frozen
+        {
+            // A spinning decode engine steps, and heartbeats, for ever: the
+            // lease holds while the core is frozen, and no expiry is queued
+            // that would keep the run alive to the horizon.
+            return;
+        }
         if let (true, Some(received)) = (lease.heartbeats, f.decode_received)
             && received <= self.now
         {
