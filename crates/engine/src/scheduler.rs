@@ -1494,6 +1494,16 @@ impl Engine {
         let base = computed.max(hit_tokens);
         let have = held + hit_blocks;
         let hit_free = hit_blocks_free(&self.pool, &self.req(slot).hasher.hashes, hit_blocks, 1);
+        // The window groups' hit is this request's only when it is admitted
+        // on a hit: the lookup that filled `window_hit` may have been for
+        // another request whose admission failed, or for a hit dropped as
+        // no longer than the replay. Counted without one, a running
+        // request's allocation took the stale hit's positions as held and
+        // asked the pool for nothing (oracle sweep, seed 37,
+        // `0.31.0/sparse-cached-048`: two null blocks handed out).
+        if hit_blocks == 0 {
+            self.window_hit.clear();
+        }
         {
             let req = self.reqs[slot as usize].as_ref().expect("live slot");
             if must_fit > new_tokens {

@@ -355,6 +355,7 @@ impl Lane {
         for g in 0..gs {
             scratch.clear();
             pool.allocate(new as u32, scratch);
+            debug_assert_eq!(scratch.len(), new, "the caller checked the pool has them");
             for (i, &b) in scratch.iter().enumerate() {
                 self.blocks[start + i * gs + g] = b;
             }
