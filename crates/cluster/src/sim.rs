@@ -522,18 +522,22 @@ impl InFlightTable {
         self.live += 1;
     }
 
+    /// The slot of `id`, if the table's span covers it.
+    fn index(&self, id: &RequestId) -> Option<usize> {
+        id.0.checked_sub(self.base).map(|i| i as usize)
+    }
+
     fn get_mut(&mut self, id: &RequestId) -> Option<&mut InFlight> {
-        let index = id.0.checked_sub(self.base)? as usize;
+        let index = self.index(id)?;
         self.slots.get_mut(index)?.as_mut()
     }
 
     fn get(&self, id: &RequestId) -> Option<&InFlight> {
-        let index = id.0.checked_sub(self.base)? as usize;
-        self.slots.get(index)?.as_ref()
+        self.slots.get(self.index(id)?)?.as_ref()
     }
 
     fn remove(&mut self, id: &RequestId) -> Option<InFlight> {
-        let index = id.0.checked_sub(self.base)? as usize;
+        let index = self.index(id)?;
         let flight = self.slots.get_mut(index)?.take();
         if flight.is_some() {
             self.live -= 1;
@@ -793,7 +797,7 @@ fn run_observed(
     // A request still in the EPP's queue (its TTL disabled, the detector
     // saturated with nothing left to change that) is aborted as such.
     for id in sim.in_flight.ids() {
-        let (queued, spinning) = sim.in_flight.get_mut(&id).map_or((false, false), |f| {
+        let (queued, spinning) = sim.in_flight.get(&id).map_or((false, false), |f| {
             let spun = |core: u32| sim.cores[core as usize].frozen;
             (
                 f.queued,
@@ -2119,19 +2123,12 @@ impl<'a> Sim<'a> {
         // vLLM's running loop, and the blocks it freed may let the requests
         // after it run in the next.
         let duration = loop {
-            match self.schedule_group(group, self.now, sink) {
-                (None, true) => {
-                    self.check_spin(group);
-                    if !self.group_has_requests(group) {
-                        break None;
-                    }
-                }
-                (duration, preempted) => {
-                    if preempted {
-                        self.check_spin(group);
-                    }
-                    break duration;
-                }
+            let (duration, preempted) = self.schedule_group(group, self.now, sink);
+            if preempted {
+                self.check_spin(group);
+            }
+            if duration.is_some() || !preempted || !self.group_has_requests(group) {
+                break duration;
             }
         };
         self.set_busy(group, duration.is_some());
@@ -2920,18 +2917,15 @@ impl<'a> Sim<'a> {
         // `nixl/base_worker.py`). The beat is taken as steady from the
         // moment of receipt; the transport's delay is not modelled.
         let lease = self.cluster.kv_lease;
-        if lease.heartbeats
-            && f.decode_received.is_some_and(|r| r <= self.now)
-            && self.cores[f.decode_core as usize].frozen
-        {
-            // A spinning decode engine steps, and heartbeats, for ever: the
-            // lease holds while the core is frozen, and no expiry is queued
-            // that would keep the run alive to the horizon.
-            return;
-        }
         if let (true, Some(received)) = (lease.heartbeats, f.decode_received)
             && received <= self.now
         {
+            if self.cores[f.decode_core as usize].frozen {
+                // A spinning decode engine steps, and heartbeats, for ever:
+                // the lease holds while the core is frozen, and no expiry is
+                // queued that would keep the run alive to the horizon.
+                return;
+            }
             let since = self.now.since(received).0;
             let interval = lease.heartbeat_interval.0;
             // An interval of zero (a lease under 6 s) beats every step,
