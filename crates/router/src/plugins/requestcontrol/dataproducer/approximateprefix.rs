@@ -10,124 +10,304 @@ use crate::config::Plugin;
 use crate::cycle::EndpointView;
 use crate::plugins::param_f64;
 use crate::plugins::{Checks, number};
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use pdsim_core::Prompt;
-use rustc_hash::FxHashMap;
+use pdsim_core::lru::table_hash;
 use serde_yaml::Value;
 use std::collections::VecDeque;
 
-/// The approx-prefix-cache-producer's per-endpoint index: an LRU of block
-/// hashes, capacity fixed at the first insert (`approximateprefix`, which
-/// keeps one fixed-size LRU cache per server).
-#[derive(Clone, Debug, Default)]
+/// The approx-prefix-cache-producer's index: per endpoint an LRU of block
+/// hashes, capacity fixed at the first insert, and per hash the endpoints
+/// holding it (`approximateprefix/indexer.go`, which keeps one fixed-size
+/// LRU cache per server and a map from each block hash to its set of
+/// servers, updated by the LRUs' eviction callbacks).
+///
+/// One table serves both: it maps a hash to its record, which chains the
+/// LRU nodes of the endpoints holding it. Indexing a block costs one probe
+/// of the table, and evicting one costs a probe only when no endpoint holds
+/// its hash any more; with a table per endpoint LRU plus a holder map, a
+/// new block cost four probes (its LRU's, the evicted hash's in that LRU,
+/// the holder map's for each), each a likely cache miss in tables as large
+/// as the endpoints' caches.
+#[derive(Clone, Debug)]
 pub(crate) struct PrefixIndex {
-    lrus: Vec<Lru>,
-    /// With at most 64 endpoints: the endpoints whose LRU holds each hash,
-    /// one bit per endpoint, kept in step with the LRUs. The Go indexer
-    /// answers a block with its set of servers in one lookup
-    /// (`Get` in `approximateprefix/indexer.go`); this does the same, where probing every endpoint's
-    /// LRU for every block cost one cache miss per endpoint. Looked up,
-    /// never iterated.
-    holders: Option<FxHashMap<u64, u64>>,
+    /// The record of every hash some endpoint holds, hashed by its hash.
+    table: HashTable<u32>,
+    records: Vec<Record>,
+    free_records: Vec<u32>,
+    nodes: Vec<Node>,
+    free_nodes: Vec<u32>,
+    lrus: Vec<EndpointLru>,
+    /// At most 64 endpoints: each record keeps its holders as bits too, so
+    /// counting a block's holders loads nothing but the record. Past 64
+    /// the holders are counted along the record's chain.
+    bits: bool,
+}
+
+const NIL: u32 = u32::MAX;
+
+/// A hash some endpoint holds.
+#[derive(Clone, Debug)]
+struct Record {
+    hash: u64,
+    /// With at most 64 endpoints: the holders, one bit each.
+    bits: u64,
+    /// The first node of the chain of its holders' nodes.
+    first: u32,
+}
+
+/// One endpoint's entry for one hash: a node of the endpoint's LRU and of
+/// the hash's chain of holders.
+#[derive(Clone, Debug)]
+struct Node {
+    record: u32,
+    endpoint: u32,
+    newer: u32,
+    older: u32,
+    next_holder: u32,
+    prev_holder: u32,
+}
+
+/// One endpoint's LRU, its capacity fixed by the first insert (the
+/// producer sizes each server's cache once).
+#[derive(Clone, Debug)]
+struct EndpointLru {
+    capacity: Option<u64>,
+    len: u64,
+    newest: u32,
+    oldest: u32,
 }
 
 impl PrefixIndex {
     pub(crate) fn new(endpoints: usize) -> PrefixIndex {
         PrefixIndex {
-            lrus: vec![Lru::default(); endpoints],
-            holders: (endpoints <= 64).then(FxHashMap::default),
+            table: HashTable::new(),
+            records: Vec::new(),
+            free_records: Vec::new(),
+            nodes: Vec::new(),
+            free_nodes: Vec::new(),
+            lrus: vec![
+                EndpointLru {
+                    capacity: None,
+                    len: 0,
+                    newest: NIL,
+                    oldest: NIL,
+                };
+                endpoints
+            ],
+            bits: endpoints <= 64,
         }
+    }
+
+    /// The record of `hash`, when some endpoint holds it.
+    fn find(&self, hash: u64) -> Option<u32> {
+        let records = &self.records;
+        self.table
+            .find(table_hash(hash), |&r| records[r as usize].hash == hash)
+            .copied()
+    }
+
+    /// `endpoint`'s node for `record`, when it holds the hash.
+    fn node_of(&self, record: u32, endpoint: usize) -> Option<u32> {
+        let r = &self.records[record as usize];
+        if self.bits && r.bits & (1u64 << endpoint) == 0 {
+            return None;
+        }
+        let mut n = r.first;
+        while n != NIL {
+            let node = &self.nodes[n as usize];
+            if node.endpoint as usize == endpoint {
+                return Some(n);
+            }
+            n = node.next_holder;
+        }
+        None
     }
 
     #[cfg(test)]
     fn holds(&self, endpoint: usize, hash: u64) -> bool {
-        self.lrus[endpoint].contains(hash)
+        self.find(hash)
+            .is_some_and(|r| self.node_of(r, endpoint).is_some())
     }
 
     /// Counts `hash` in `matches` for each endpoint holding it; whether
     /// any does (`matchLongestPrefix` in `approximateprefix/plugin.go`, over
-    /// the server set `indexer.Get` in `indexer.go` returns).
-    /// One lookup of the holder bits, or past 64 endpoints a probe of each
-    /// endpoint's LRU.
+    /// the server set `indexer.Get` in `indexer.go` returns). A record
+    /// exists only while some endpoint holds its hash.
     fn count_holders(&self, hash: u64, matches: &mut [u32]) -> bool {
-        if let Some(holders) = &self.holders {
-            let mut bits = holders.get(&hash).copied().unwrap_or(0);
-            let any = bits != 0;
+        let Some(record) = self.find(hash) else {
+            return false;
+        };
+        let r = &self.records[record as usize];
+        if self.bits {
+            let mut bits = r.bits;
             while bits != 0 {
                 matches[bits.trailing_zeros() as usize] += 1;
                 bits &= bits - 1;
             }
-            return any;
-        }
-        let mut any = false;
-        for (e, m) in matches.iter_mut().enumerate() {
-            if self.lrus[e].contains(hash) {
-                *m += 1;
-                any = true;
+        } else {
+            let mut n = r.first;
+            while n != NIL {
+                let node = &self.nodes[n as usize];
+                matches[node.endpoint as usize] += 1;
+                n = node.next_holder;
             }
         }
-        any
+        true
     }
 
     /// The endpoints holding `hash`, one bit each, when the index keeps
     /// them (at most 64 endpoints); `Some(0)` when none does.
     #[cfg(test)]
     fn holders_of(&self, hash: u64) -> Option<u64> {
-        self.holders
-            .as_ref()
-            .map(|h| h.get(&hash).copied().unwrap_or(0))
+        self.bits
+            .then(|| self.find(hash).map_or(0, |r| self.records[r as usize].bits))
     }
 
+    /// Makes `hash` the most recently used entry of `endpoint`'s LRU,
+    /// evicting its least recently used entry when the LRU is over its
+    /// capacity (fixed by the endpoint's first insert at `capacity`).
     pub(crate) fn add(&mut self, endpoint: usize, hash: u64, capacity: u64) {
-        let (added, evicted) = self.lrus[endpoint].touch(hash, capacity);
-        if let Some(holders) = &mut self.holders {
-            let bit = 1u64 << endpoint;
-            if added {
-                *holders.entry(hash).or_insert(0) |= bit;
+        let cap = *self.lrus[endpoint].capacity.get_or_insert(capacity.max(1));
+        let records = &self.records;
+        let record = match self.table.entry(
+            table_hash(hash),
+            |&r| records[r as usize].hash == hash,
+            |&r| table_hash(records[r as usize].hash),
+        ) {
+            Entry::Occupied(held) => *held.get(),
+            Entry::Vacant(vacant) => {
+                let fresh = Record {
+                    hash,
+                    bits: 0,
+                    first: NIL,
+                };
+                let r = match self.free_records.pop() {
+                    Some(r) => {
+                        self.records[r as usize] = fresh;
+                        r
+                    }
+                    None => {
+                        self.records.push(fresh);
+                        (self.records.len() - 1) as u32
+                    }
+                };
+                vacant.insert(r);
+                r
             }
-            if let Some(old) = evicted
-                && let std::collections::hash_map::Entry::Occupied(mut held) = holders.entry(old)
-            {
-                *held.get_mut() &= !bit;
-                if *held.get() == 0 {
-                    held.remove();
-                }
+        };
+        if let Some(n) = self.node_of(record, endpoint) {
+            self.unlink_lru(n);
+            self.push_newest(n);
+            return;
+        }
+        // A new entry goes in as the most recently used, so making room
+        // after it never evicts it.
+        let fresh = Node {
+            record,
+            endpoint: endpoint as u32,
+            newer: NIL,
+            older: NIL,
+            next_holder: self.records[record as usize].first,
+            prev_holder: NIL,
+        };
+        let n = match self.free_nodes.pop() {
+            Some(n) => {
+                self.nodes[n as usize] = fresh;
+                n
             }
+            None => {
+                self.nodes.push(fresh);
+                (self.nodes.len() - 1) as u32
+            }
+        };
+        let r = &mut self.records[record as usize];
+        if r.first != NIL {
+            self.nodes[r.first as usize].prev_holder = n;
+        }
+        r.first = n;
+        if self.bits {
+            r.bits |= 1u64 << endpoint;
+        }
+        self.push_newest(n);
+        self.lrus[endpoint].len += 1;
+        if self.lrus[endpoint].len > cap {
+            let oldest = self.lrus[endpoint].oldest;
+            self.evict(oldest);
         }
     }
-}
 
-/// One endpoint's LRU of block hashes, its capacity fixed by the first
-/// insert (the producer sizes each server's cache once).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Lru {
-    capacity: Option<u64>,
-    lru: pdsim_core::lru::Lru,
-}
-
-impl Lru {
-    /// Adds `hash` as the most recently used entry, evicting the least
-    /// recently used one when the cache is full; whether `hash` was new,
-    /// and the hash evicted.
-    pub(crate) fn touch(&mut self, hash: u64, capacity: u64) -> (bool, Option<u64>) {
-        let cap = *self.capacity.get_or_insert(capacity.max(1));
-        // A new hash goes in as the most recently used, so making room
-        // after it never evicts it.
-        let added = self.lru.touch(hash);
-        let evicted = if added && self.lru.len() as u64 > cap {
-            self.lru.pop_lru().map(|(old, ())| old)
-        } else {
-            None
-        };
-        (added, evicted)
+    /// Takes node `n` out of its endpoint's LRU and its hash's holders,
+    /// dropping the hash's record when no endpoint holds it any more.
+    fn evict(&mut self, n: u32) {
+        self.unlink_lru(n);
+        let Node {
+            record,
+            endpoint,
+            next_holder,
+            prev_holder,
+            ..
+        } = self.nodes[n as usize];
+        self.lrus[endpoint as usize].len -= 1;
+        match prev_holder {
+            NIL => self.records[record as usize].first = next_holder,
+            p => self.nodes[p as usize].next_holder = next_holder,
+        }
+        if next_holder != NIL {
+            self.nodes[next_holder as usize].prev_holder = prev_holder;
+        }
+        self.free_nodes.push(n);
+        let r = &mut self.records[record as usize];
+        if self.bits {
+            r.bits &= !(1u64 << endpoint);
+        }
+        if r.first == NIL {
+            // Found by its record number: no other record is loaded.
+            if let Ok(found) = self
+                .table
+                .find_entry(table_hash(r.hash), |&held| held == record)
+            {
+                found.remove();
+            }
+            self.free_records.push(record);
+        }
     }
 
-    fn contains(&self, hash: u64) -> bool {
-        self.lru.contains(hash)
+    fn unlink_lru(&mut self, n: u32) {
+        let (endpoint, newer, older) = {
+            let node = &self.nodes[n as usize];
+            (node.endpoint as usize, node.newer, node.older)
+        };
+        match newer {
+            NIL => self.lrus[endpoint].newest = older,
+            m => self.nodes[m as usize].older = older,
+        }
+        match older {
+            NIL => self.lrus[endpoint].oldest = newer,
+            o => self.nodes[o as usize].newer = newer,
+        }
+    }
+
+    fn push_newest(&mut self, n: u32) {
+        let endpoint = self.nodes[n as usize].endpoint as usize;
+        let lru = &mut self.lrus[endpoint];
+        let head = lru.newest;
+        lru.newest = n;
+        if lru.oldest == NIL {
+            lru.oldest = n;
+        }
+        if head != NIL {
+            self.nodes[head as usize].newer = n;
+        }
+        let node = &mut self.nodes[n as usize];
+        node.newer = NIL;
+        node.older = head;
     }
 
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lru.len()
+    fn len(&self, endpoint: usize) -> u64 {
+        self.lrus[endpoint].len
     }
 }
 
@@ -297,7 +477,7 @@ pub(crate) fn check(c: &mut Checks<'_>, parameters: &serde_yaml::Mapping) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Approx, ApproxPrefixProducer, Lru, PrefixIndex};
+    use super::{Approx, ApproxPrefixProducer, PrefixIndex};
     use crate::cycle::EndpointView;
     use std::collections::VecDeque;
 
@@ -384,14 +564,51 @@ mod tests {
                     .map(|e| 1u64 << e)
                     .sum();
                 proptest::prop_assert_eq!(index.holders_of(hash), Some(held));
-                let entry = index.holders.as_ref().unwrap().contains_key(&hash);
-                proptest::prop_assert_eq!(entry, held != 0);
+                proptest::prop_assert_eq!(index.find(hash).is_some(), held != 0);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The index against the plainest model of the Go indexer: per
+        /// endpoint a list of hashes, most recent first, cut at the
+        /// capacity its first insert fixed. After every insert each
+        /// endpoint holds exactly what its list holds, in any mix of
+        /// shared and private hashes, with holder bits (5 endpoints) and
+        /// along the chains (70).
+        #[test]
+        fn the_index_holds_what_per_endpoint_lrus_hold(
+            wide in proptest::bool::ANY,
+            adds in proptest::collection::vec((0usize..70, 0u64..40, 1u64..6), 0..400),
+        ) {
+            let endpoints = if wide { 70 } else { 5 };
+            let mut index = PrefixIndex::new(endpoints);
+            let mut model: Vec<(Option<u64>, VecDeque<u64>)> = vec![(None, VecDeque::new()); endpoints];
+            for (endpoint, hash, capacity) in adds {
+                let endpoint = endpoint % endpoints;
+                index.add(endpoint, hash, capacity);
+                let (cap, list) = &mut model[endpoint];
+                let cap = *cap.get_or_insert(capacity);
+                list.retain(|h| *h != hash);
+                list.push_front(hash);
+                list.truncate(cap as usize);
+                for h in 0..40 {
+                    let mut matches = vec![0u32; endpoints];
+                    let any = index.count_holders(h, &mut matches);
+                    for (e, (_, list)) in model.iter().enumerate() {
+                        let held = list.contains(&h);
+                        proptest::prop_assert_eq!(index.holds(e, h), held);
+                        proptest::prop_assert_eq!(matches[e], u32::from(held));
+                    }
+                    proptest::prop_assert_eq!(any, matches.iter().any(|m| *m > 0));
+                }
+                proptest::prop_assert_eq!(index.len(endpoint), model[endpoint].1.len() as u64);
             }
         }
     }
 
     #[test]
-    fn past_64_endpoints_the_index_probes_each_lru() {
+    fn past_64_endpoints_the_holders_are_counted_along_the_chain() {
         let mut index = PrefixIndex::new(65);
         index.add(64, 7, 10);
         assert_eq!(index.holders_of(7), None);
@@ -409,17 +626,19 @@ mod tests {
 
     #[test]
     fn the_prefix_lru_evicts_the_least_recently_used_hash_at_capacity() {
-        let mut lru = Lru::default();
+        let mut index = PrefixIndex::new(2);
         // The capacity is fixed by the first insert, as in the producer.
-        lru.touch(1, 2);
-        lru.touch(2, 99);
-        lru.touch(1, 99); // 1 is now the most recent
-        lru.touch(3, 99); // evicts 2
-        assert!(lru.contains(1) && lru.contains(3));
-        assert!(!lru.contains(2));
-        assert_eq!(lru.len(), 2);
-        lru.touch(4, 99); // evicts 1
-        assert!(!lru.contains(1));
-        assert_eq!(lru.len(), 2);
+        index.add(0, 1, 2);
+        index.add(0, 2, 99);
+        index.add(1, 2, 5); // another endpoint's LRU is its own
+        index.add(0, 1, 99); // 1 is now the most recent
+        index.add(0, 3, 99); // evicts 2
+        assert!(index.holds(0, 1) && index.holds(0, 3));
+        assert!(!index.holds(0, 2) && index.holds(1, 2));
+        assert_eq!(index.len(0), 2);
+        index.add(0, 4, 99); // evicts 1, whose record goes with it
+        assert!(!index.holds(0, 1));
+        assert_eq!(index.find(1), None);
+        assert_eq!(index.len(0), 2);
     }
 }
