@@ -201,6 +201,16 @@ struct Drawn {
 /// (it must say why).
 fn build(seed: u64) -> Option<Drawn> {
     let (scenario, deployment, requests, rate) = draw(seed);
+    build_from(seed, scenario, deployment, requests, rate)
+}
+
+fn build_from(
+    seed: u64,
+    scenario: String,
+    deployment: String,
+    requests: u64,
+    rate: f64,
+) -> Option<Drawn> {
     let context = format!(
         "replay with PDSIM_SWARM_SEED={seed}\n--- scenario\n{scenario}--- deployment\n{deployment}"
     );
@@ -618,6 +628,100 @@ fn a_spinning_engine_is_frozen_unless_a_client_gives_up() {
         .expect("190 ends");
     assert_eq!(third.outcome, Outcome::Completed, "{third:?}");
     assert_eq!(stats.blocks_held_at_end, 0);
+}
+
+/// Seed 1079's vLLM 0.29.0 P/D draw (qwen3-14b on H100, every request
+/// disaggregated) with a roomy prefill pool (`gpu_memory_utilization`
+/// 0.9), a tight decode pool (0.3) and up to 256 sequences: as
+/// conversations, the decode core spins (the spin of
+/// [`a_spinning_engine_is_frozen_unless_a_client_gives_up`], on the side
+/// that reads KV). The prefill core holds the KV of a request the frozen
+/// decode core received, under a lease a spinning engine would renew with
+/// its heartbeats for ever; no expiry is queued while the core is frozen,
+/// so the run ends soon after its last arrival, with the spinning core's
+/// requests aborted as `engine-spinning`. With expiries re-queued at every
+/// beat, the run went on towards the two-year horizon (minutes of wall
+/// time, checked by disabling the frozen-core branch of `hold_expiry`).
+#[test]
+fn a_spinning_decode_engine_does_not_keep_the_run_alive_through_its_prefill_lease() {
+    let (scenario, deployment, requests, rate) = draw(1079);
+    assert!(
+        scenario.contains("engine_version: \"0.29.0\""),
+        "{scenario}"
+    );
+    let pools: Vec<&str> = deployment.split("  - role: decode").collect();
+    assert_eq!(pools.len(), 2, "{deployment}");
+    let edit = |pool: &str, util: &str| {
+        assert!(
+            pool.contains("gpu_memory_utilization: 0.6\n"),
+            "{deployment}"
+        );
+        assert!(pool.contains("max_num_seqs: 8\n"), "{deployment}");
+        pool.replace(
+            "gpu_memory_utilization: 0.6\n",
+            &format!("gpu_memory_utilization: {util}\n"),
+        )
+        .replace("max_num_seqs: 8\n", "max_num_seqs: 256\n")
+    };
+    let deployment = format!(
+        "{}  - role: decode{}",
+        edit(pools[0], "0.9"),
+        edit(pools[1], "0.3")
+    );
+    let d = build_from(1079, scenario, deployment, requests * 2, rate)
+        .expect("the edited draw is runnable");
+    let turns = conversation_turns(1079, &d.shape, d.requests, d.rate);
+    let Drawn {
+        cluster,
+        requests,
+        context,
+        ..
+    } = d;
+    // The run on a thread of the test's own, so that a run kept alive
+    // fails here within a minute rather than at the suite's time limit.
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sink = MemorySink::default();
+        let stats = run(
+            &cluster,
+            &mut turns.into_iter().map(Ok),
+            1079,
+            true,
+            &mut sink,
+        );
+        let _ = done.send((stats, sink.records));
+    });
+    let (stats, records) = ended
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("the run did not end within 60 s\n{}", context));
+    let stats = stats.unwrap_or_else(|e| panic!("{e}\n{}", context));
+    let spun: Vec<u16> = stats
+        .cores
+        .iter()
+        .filter(|c| c.spun_at.is_some())
+        .map(|c| c.pool)
+        .collect();
+    assert_eq!(spun, [1], "one decode core spun\n{}", context);
+    assert!(
+        stats.end < pdsim_core::SimTime(3_600_000_000_000),
+        "the run ended at {:?}\n{}",
+        stats.end,
+        context
+    );
+    let aborted: Vec<&str> = records
+        .iter()
+        .filter(|r| r.outcome == Outcome::Aborted)
+        .map(|r| r.reason)
+        .collect();
+    assert!(!aborted.is_empty(), "{}", context);
+    assert!(
+        aborted.iter().all(|r| *r == pdsim_cluster::ENGINE_SPINNING),
+        "{aborted:?}"
+    );
+    assert_eq!(
+        stats.completed + stats.aborted + stats.rejected + stats.session_turns_not_sent,
+        requests
+    );
 }
 
 #[test]
