@@ -364,6 +364,16 @@ pub fn export_files(
         .first()
         .ok_or_else(|| failure(1, format!("{}: no Deployment", deployment_path.display())))?;
     let d: &Deployment = &bundle.deployment;
+    // The router's inputs as the EPP would load them: Helm values that
+    // carry a configuration or flags the EPP (or pdsim) refuses are not
+    // written.
+    if let Some(router) = &d.router
+        && let Err(problems) =
+            pdsim_router::check_router_inputs(files, &bundle.source.file, Some(router))
+    {
+        let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        return Err(failure(1, lines.join("\n")));
+    }
     let refuse = |e: String| {
         failure(
             1,
@@ -432,8 +442,26 @@ pub fn export_files(
             "the EPP's built-in configuration, written out (the deployment names none)".into(),
         ),
     };
+    // A configuration inside Helm values (`pdsim_router::chart`) is
+    // exported as itself, with the values' flags after the deployment's,
+    // as the chart renders them.
+    let mut values_flags = Vec::new();
+    let (config_name, config_text, config_note) =
+        match pdsim_router::chart::embedded(&config_name, &config_text) {
+            Some(Ok(e)) => {
+                values_flags = e.flags.into_iter().map(|(flag, _)| flag).collect();
+                let note = format!(
+                    "{config_note}, from its {}.pluginsCustomConfig.{}",
+                    e.block, e.file
+                );
+                (e.file, e.text, note)
+            }
+            // Refused above, by `check_router_inputs`.
+            _ => (config_name, config_text, config_note),
+        };
     let labels = modelservice::pod_labels(d).map_err(refuse)?;
-    let flags = router.epp_flags.clone().unwrap_or_default();
+    let mut flags = router.epp_flags.clone().unwrap_or_default();
+    flags.extend(values_flags);
     let release = inferencepool::release(&flags, &d.name);
     if let Some(i) = flags.iter().position(|f| f.starts_with("--pool-name=")) {
         plain_name(&release).map_err(|why| unplain(&format!("router.epp_flags[{i}]"), why))?;

@@ -99,3 +99,144 @@ fn an_unusable_epp_config_is_refused_by_validate_and_run_at_its_key_and_line() {
         assert!(!out.exists(), "{name}: nothing is written");
     }
 }
+
+/// `text` as the EndpointPickerConfig inside Helm values of llm-d-router's
+/// standalone chart (`router.epp.pluginsCustomConfig`, selected by
+/// `pluginsConfigFile`), with flags of the chart's own.
+fn in_chart_values(text: &str, flags: &str) -> String {
+    let mut values = format!(
+        "# Helm values for llm-d-router-standalone\nrouter:\n  epp:\n    replicas: 1\n    flags:\n{flags}    pluginsConfigFile: \"pd-plugins.yaml\"\n    pluginsCustomConfig:\n      pd-plugins.yaml: |\n"
+    );
+    for line in text.lines() {
+        if line.is_empty() {
+            values.push('\n');
+        } else {
+            values.push_str(&format!("        {line}\n"));
+        }
+    }
+    values
+}
+
+/// The bundled P/D configuration given as a guide's Helm values: the run is
+/// the run of the configuration file itself, byte for byte, and the
+/// values' flags take effect as the deployment's would.
+#[test]
+fn an_epp_config_inside_helm_values_runs_as_the_file_itself() {
+    let text = std::fs::read_to_string(root().join("deployments/pd/epp-prefix-pd.yaml")).unwrap();
+    let values = in_chart_values(&text, "      v: 4\n      enable-pprof: \"true\"\n");
+    let plain = case("values-plain", Some(text.as_bytes()));
+    let charted = case("values-chart", Some(values.as_bytes()));
+    let mut summaries = Vec::new();
+    for (name, deployment) in [("plain", &plain), ("chart", &charted)] {
+        let deployment = deployment.to_string_lossy();
+        let (code, stdout, stderr) = pdsim(&[
+            "validate",
+            "--scenario",
+            "scenarios/4x8-h200.yaml",
+            &deployment,
+        ]);
+        assert_eq!(code, 0, "{name}: {stdout}{stderr}");
+        let out =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("router-inputs-values-{name}-out"));
+        let _ = std::fs::remove_dir_all(&out);
+        let (code, _, stderr) = pdsim(&[
+            "run",
+            "--scenario",
+            "scenarios/4x8-h200.yaml",
+            "--deployment",
+            &deployment,
+            "--rate",
+            "20",
+            "--requests",
+            "200",
+            "--out",
+            &out.to_string_lossy(),
+        ]);
+        assert_eq!(code, 0, "{name}: {stderr}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        summaries.push((
+            summary["requests"].clone(),
+            summary["ttft_ms"].clone(),
+            summary["pools"].clone(),
+        ));
+    }
+    assert_eq!(summaries[0], summaries[1]);
+    // `export` writes the configuration itself into the inferencepool
+    // values, under the values' file name, with the values' flags after the
+    // deployment's.
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("router-inputs-values-export");
+    let _ = std::fs::remove_dir_all(&out);
+    let (code, _, stderr) = pdsim(&[
+        "export",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        "--deployment",
+        &charted.to_string_lossy(),
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let gaie = std::fs::read_to_string(out.join("gaie-values.yaml")).unwrap();
+    assert!(
+        gaie.contains("pluginsConfigFile: pd-plugins.yaml"),
+        "{gaie}"
+    );
+    let parsed: serde_yaml::Value = serde_yaml::from_str(&gaie).unwrap();
+    assert_eq!(
+        parsed["inferenceExtension"]["pluginsCustomConfig"]["pd-plugins.yaml"].as_str(),
+        Some(text.as_str()),
+        "{gaie}"
+    );
+    assert!(!gaie.contains("router:\n  epp:"), "{gaie}");
+    for flag in ["pool-name: deepseek-v3", "v: '4'", "enable-pprof: 'true'"] {
+        assert!(gaie.contains(flag), "{flag}: {gaie}");
+    }
+
+    // A problem inside the embedded configuration is reported in the
+    // values file, at its line there and under its key path; a flag of the
+    // values at its own key; the deployment's `--pool-name` and the
+    // values' one are the same flag given twice.
+    let broken = text.replacen("type: prefix-cache-scorer", "type: no-such-scorer", 1);
+    assert_ne!(broken, text, "the bundled file has a prefix-cache-scorer");
+    let values = in_chart_values(&broken, "      pool-name: other\n      no-such-flag: 1\n");
+    let bad_line = values
+        .lines()
+        .position(|l| l.contains("no-such-scorer"))
+        .unwrap()
+        + 1;
+    let deployment = case("values-broken", Some(values.as_bytes()));
+    let (code, stdout, stderr) = pdsim(&[
+        "validate",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        &deployment.to_string_lossy(),
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    // `export` refuses them alike, writing nothing.
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("router-inputs-values-broken-export");
+    let _ = std::fs::remove_dir_all(&out);
+    let (code, _, export_err) = pdsim(&[
+        "export",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        "--deployment",
+        &deployment.to_string_lossy(),
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(code, 1, "{export_err}");
+    assert!(
+        export_err.contains("error: router.epp.flags.no-such-flag"),
+        "{export_err}"
+    );
+    assert!(!out.exists());
+    for expected in [
+        format!("epp-prefix-pd.yaml:{bad_line}: error: router.epp.pluginsCustomConfig.pd-plugins.yaml.plugins["),
+        "epp-prefix-pd.yaml:6: error: router.epp.flags.pool-name: --pool-name is set here and by the deployment's router.epp_flags[0]".to_string(),
+        "epp-prefix-pd.yaml:7: error: router.epp.flags.no-such-flag: --no-such-flag is not an EPP flag".to_string(),
+    ] {
+        assert!(stdout.contains(&expected), "{expected}\n{stdout}");
+    }
+}

@@ -169,6 +169,12 @@ impl RouterInputs {
 /// A router problem as the spec reports problems; a problem without a line
 /// of its own takes the line of its path in `lines` (the deployment's, for
 /// flags and the router block).
+/// A flag's name, without its dashes and value.
+fn flag_name(flag: &str) -> &str {
+    let body = flag.trim_start_matches('-');
+    body.split_once('=').map_or(body, |(name, _)| name)
+}
+
 fn to_problem(p: RouterProblem, lines: Option<&LineIndex>) -> Problem {
     let line = p
         .line
@@ -233,34 +239,114 @@ pub fn check_router_inputs(
         .map(|text| LineIndex::build(&text))
         .unwrap_or_default();
     let flag_list = router.epp_flags.as_deref().unwrap_or(&[]);
-    let flags = match parse_flags(deployment_file, flag_list) {
+    // The configuration file first: Helm values of the EPP's charts carry
+    // the configuration inside them, and flags of their own
+    // ([`crate::chart`]).
+    let mut file_text = None;
+    if let Some(path) = &router.endpoint_picker_config {
+        let full = base.join(path);
+        match files.read(&full) {
+            Ok(text) => file_text = Some((full.display().to_string(), text)),
+            Err(error) => problems.push(unreadable(
+                deployment_file,
+                &deployment_lines,
+                "router.endpoint_picker_config",
+                &full,
+                &error,
+            )),
+        }
+    }
+    let mut embedded = None;
+    if let Some((origin, text)) = &file_text {
+        match crate::chart::embedded(origin, text) {
+            None => {}
+            Some(Ok(e)) => embedded = Some(e),
+            Some(Err(found)) => {
+                // Helm values without a configuration pdsim can read: said
+                // why, and not loaded as a configuration themselves.
+                problems.extend(found.into_iter().map(|p| to_problem(p, None)));
+                file_text = None;
+            }
+        }
+    }
+    // The chart renders its `flags` after its own, and the deployment's
+    // flags stand for the chart's: a flag given in both is ambiguous.
+    let mut all_flags: Vec<String> = flag_list.to_vec();
+    let mut values_flag_paths: Vec<String> = Vec::new();
+    if let (Some(e), Some((origin, text))) = (&embedded, &file_text) {
+        let values_lines = LineIndex::build(text);
+        for (flag, path) in &e.flags {
+            let name = flag_name(flag);
+            if let Some(i) = flag_list.iter().position(|f| flag_name(f) == name) {
+                problems.push(Problem {
+                    severity: Severity::Error,
+                    file: origin.clone(),
+                    line: values_lines.line_of(path),
+                    path: path.clone(),
+                    code: "epp-flag-twice".into(),
+                    message: format!(
+                        "--{name} is set here and by the deployment's router.epp_flags[{i}] ({deployment_file}); give it once"
+                    ),
+                });
+                continue;
+            }
+            all_flags.push(flag.clone());
+            values_flag_paths.push(path.clone());
+        }
+    }
+    let flags = match parse_flags(deployment_file, &all_flags) {
         Ok(flags) => flags,
         Err(found) => {
+            let values = file_text
+                .as_ref()
+                .map(|(origin, text)| (origin.clone(), LineIndex::build(text)));
             problems.extend(found.into_iter().map(|mut p| {
-                p.path = format!("router.{}", p.path);
-                to_problem(p, Some(&deployment_lines))
+                // A flag from the values file is reported there, at its key.
+                let from_values = p
+                    .path
+                    .strip_prefix("epp_flags[")
+                    .and_then(|rest| rest.split(']').next())
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .and_then(|i| i.checked_sub(flag_list.len()))
+                    .and_then(|j| values_flag_paths.get(j));
+                match (from_values, &values) {
+                    (Some(path), Some((origin, lines))) => {
+                        p.file = origin.clone();
+                        p.line = lines.line_of(path);
+                        p.path = path.clone();
+                        to_problem(p, None)
+                    }
+                    _ => {
+                        p.path = format!("router.{}", p.path);
+                        to_problem(p, Some(&deployment_lines))
+                    }
+                }
             }));
             EppFlags::default()
         }
     };
     // Where the configuration text comes from, and the lines its problems
-    // get: a file's own, or for `--config-text` the flag's line in the
-    // deployment (the text inside a flag has no lines of the file).
-    let source = if let Some(path) = &router.endpoint_picker_config {
-        let full = base.join(path);
-        match files.read(&full) {
-            Ok(text) => Some((full.display().to_string(), text, None)),
-            Err(error) => {
-                problems.push(unreadable(
-                    deployment_file,
-                    &deployment_lines,
-                    "router.endpoint_picker_config",
-                    &full,
-                    &error,
-                ));
-                None
+    // get: a file's own; inside Helm values, the values file's, shifted to
+    // where the text starts (its key's line for a text not written as a
+    // block); for `--config-text` the flag's line in the deployment (the
+    // text inside a flag has no lines of the file).
+    let source = if let Some((origin, text)) = file_text {
+        match &embedded {
+            Some(e) => {
+                let shift = e.line.filter(|_| e.block_scalar);
+                let fixed = if e.block_scalar { None } else { e.line };
+                Some((
+                    origin,
+                    e.text.clone(),
+                    fixed,
+                    Some((format!("{}.pluginsCustomConfig.{}", e.block, e.file), shift)),
+                ))
             }
+            None => Some((origin, text, None, None)),
         }
+    } else if router.endpoint_picker_config.is_some() {
+        // Unreadable: said above.
+        None
     } else if let Some(text) = &flags.config_text {
         let at = flag_list
             .iter()
@@ -272,6 +358,7 @@ pub fn check_router_inputs(
             format!("{deployment_file} (--config-text)"),
             text.clone(),
             deployment_lines.line_of(&at),
+            None,
         ))
     } else if let Some(path) = &flags.config_file {
         problems.push(Problem {
@@ -284,21 +371,39 @@ pub fn check_router_inputs(
         });
         None
     } else {
-        Some((BUILTIN_ORIGIN.to_string(), DEFAULT_CONFIG.to_string(), None))
+        Some((
+            BUILTIN_ORIGIN.to_string(),
+            DEFAULT_CONFIG.to_string(),
+            None,
+            None,
+        ))
     };
     let mut config = None;
     let mut label = String::new();
-    if let Some((origin, text, flag_line)) = source {
+    if let Some((origin, text, flag_line, inside)) = source {
         match load_config(&origin, &text, flags.allow_experimental) {
             Ok(loaded) => config = Some(loaded),
             Err(found) => problems.extend(found.into_iter().map(|mut p| {
                 if flag_line.is_some() {
                     p.line = flag_line;
                 }
+                if let Some((prefix, shift)) = &inside {
+                    p.path = if p.path.is_empty() {
+                        prefix.clone()
+                    } else {
+                        format!("{prefix}.{}", p.path)
+                    };
+                    if let Some(shift) = shift {
+                        p.line = p.line.map(|l| l.saturating_add(*shift));
+                    }
+                }
                 to_problem(p, None)
             })),
         }
-        label = origin;
+        label = match &inside {
+            Some((prefix, _)) => format!("{origin} ({prefix})"),
+            None => origin,
+        };
     }
     let mut manifests = Manifests::default();
     for (i, path) in router.manifests.iter().flatten().enumerate() {

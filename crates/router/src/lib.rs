@@ -17,6 +17,7 @@ pub mod manifests;
 pub(crate) mod plugins;
 pub mod registry;
 
+pub mod chart;
 mod inputs;
 mod role;
 pub use inputs::{RouterInputs, check_router_inputs};

@@ -172,7 +172,7 @@ pub fn read(text: &str) -> Result<RouterValues, String> {
 
 /// Whether `key` is a valid ConfigMap key (`IsConfigMapKey` in Kubernetes'
 /// validation: 1 to 253 of `[-._a-zA-Z0-9]`, not `.` or `..`).
-fn config_map_key(key: &str) -> bool {
+pub fn config_map_key(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= 253
         && key != "."

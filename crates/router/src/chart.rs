@@ -1,0 +1,285 @@
+//! An `EndpointPickerConfig` inside the Helm values llm-d users deploy the
+//! EPP with, rather than a file of its own: llm-d-router's charts
+//! (`config/charts/routerlib`, through `llm-d-router-gateway` and
+//! `llm-d-router-standalone`: `router.epp`) and the Gateway API Inference
+//! Extension's `inferencepool` chart (`inferenceExtension`). Both put the
+//! configuration files into the EPP's ConfigMap from `pluginsCustomConfig`
+//! and start the EPP with `--config-file=/config/<pluginsConfigFile>`, and
+//! render each `flags` entry as `--name=value` after their own flags
+//! (`templates/_config.yaml` and `templates/_deployment.yaml` of routerlib
+//! at llm-d-router `ebab687`).
+//!
+//! The charts' own files (`default-plugins.yaml`, `payload-agnostic.yaml`)
+//! are templates rendered from other values (model-server type and
+//! protocol, parsers, the latency predictor, the metrics source); a values
+//! file that selects one is refused, naming the file, as pdsim reads only
+//! a configuration written out in `pluginsCustomConfig`.
+
+use crate::RouterProblem;
+use pdsim_spec::lines::LineIndex;
+use serde_yaml::Value;
+
+/// The configuration a values file selects, with what locating its
+/// problems in the values file takes.
+#[derive(Clone, Debug)]
+pub struct Embedded {
+    /// The key path of the chart's EPP block: `router.epp` (`epp` in
+    /// routerlib's own values) or `inferenceExtension`.
+    pub block: &'static str,
+    /// `pluginsConfigFile`.
+    pub file: String,
+    /// The configuration's text.
+    pub text: String,
+    /// The values file's line just above the configuration's first line,
+    /// for a block scalar (`name: |`), whose lines are the file's lines;
+    /// otherwise the line of its key, which every problem in it gets.
+    pub line: Option<u32>,
+    pub block_scalar: bool,
+    /// `flags`, each rendered `--name=value` as the chart renders it, with
+    /// its key path in the values file.
+    pub flags: Vec<(String, String)>,
+}
+
+/// The charts' own configuration files, rendered from other values.
+const CHART_FILES: [&str; 2] = ["default-plugins.yaml", "payload-agnostic.yaml"];
+
+/// The configuration inside `text` when it is the Helm values of one of
+/// the EPP's charts (no `apiVersion` or `kind` of its own, and a
+/// `router.epp` or `inferenceExtension` mapping, or an `epp` one naming
+/// a configuration); `None` for any other
+/// document, which is then loaded as an EndpointPickerConfig.
+pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterProblem>>> {
+    let checked = pdsim_spec::load::check_yaml(text).ok()?;
+    let value: Value = serde_yaml::from_str(checked).ok()?;
+    let top = value.as_mapping()?;
+    if top.contains_key("apiVersion") || top.contains_key("kind") {
+        return None;
+    }
+    let names_config = |block: &Value| {
+        block.get("pluginsConfigFile").is_some() || block.get("pluginsCustomConfig").is_some()
+    };
+    let (block, epp) = match (
+        value.get("router").and_then(|r| r.get("epp")),
+        value.get("inferenceExtension"),
+        value.get("epp"),
+    ) {
+        (Some(epp), _, _) if epp.is_mapping() => ("router.epp", epp),
+        (_, Some(ext), _) if ext.is_mapping() => ("inferenceExtension", ext),
+        // routerlib's own values (the library chart's defaults), read
+        // only when they name a configuration.
+        (_, _, Some(epp)) if epp.is_mapping() && names_config(epp) => ("epp", epp),
+        _ => return None,
+    };
+    let lines = LineIndex::build(text);
+    let problem = |path: String, code: &'static str, message: String| RouterProblem {
+        file: file.to_string(),
+        line: lines.line_of(&path),
+        path,
+        code,
+        message,
+    };
+    let mut problems = Vec::new();
+    let chosen = match epp.get("pluginsConfigFile") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name.clone()),
+        Some(_) => {
+            problems.push(problem(
+                format!("{block}.pluginsConfigFile"),
+                "wrong-type",
+                "pluginsConfigFile must be a file name".into(),
+            ));
+            return Some(Err(problems));
+        }
+    };
+    let custom = epp.get("pluginsCustomConfig").and_then(Value::as_mapping);
+    let name = chosen.unwrap_or_else(|| CHART_FILES[0].to_string());
+    if !pdsim_spec::llmd::inferencepool::config_map_key(&name) {
+        problems.push(problem(
+            format!("{block}.pluginsConfigFile"),
+            "epp-chart-config",
+            format!(
+                "{:?} is not a ConfigMap key (1 to 253 letters, digits, `-`, `_` and `.`, not `.` or `..`): Kubernetes refuses the chart's ConfigMap, and the EPP never starts",
+                pdsim_spec::problem::quote(&name)
+            ),
+        ));
+        return Some(Err(problems));
+    }
+    let config_path = format!("{block}.pluginsCustomConfig.{name}");
+    let text = match custom.and_then(|c| c.get(name.as_str())) {
+        Some(Value::String(text)) => text.clone(),
+        Some(_) => {
+            problems.push(problem(
+                config_path,
+                "wrong-type",
+                format!("pluginsCustomConfig.{name} must be the configuration file's text"),
+            ));
+            return Some(Err(problems));
+        }
+        None if CHART_FILES.contains(&name.as_str()) => {
+            problems.push(problem(
+                format!("{block}.pluginsConfigFile"),
+                "epp-chart-config",
+                format!(
+                    "selects the chart's own `{name}`, which the chart renders from other values (the model server's type and protocol, parsers, the latency predictor, the metrics source); pdsim reads a configuration written out under {block}.pluginsCustomConfig: put the rendered file there (`helm template` shows it) and name it in pluginsConfigFile"
+                ),
+            ));
+            return Some(Err(problems));
+        }
+        None => {
+            problems.push(problem(
+                format!("{block}.pluginsConfigFile"),
+                "epp-chart-config",
+                format!(
+                    "names `{name}`, which is neither under {block}.pluginsCustomConfig nor one of the chart's own files ({}): the EPP would start without a configuration file",
+                    CHART_FILES.join(", ")
+                ),
+            ));
+            return Some(Err(problems));
+        }
+    };
+    let line = lines.line_of(&config_path);
+    // A block scalar (`name: |`) starts on the line after its key, and its
+    // lines are the file's lines from there on.
+    let block_scalar = line
+        .and_then(|l| checked.lines().nth(l as usize - 1))
+        .and_then(|l| l.split_once(&format!("{name}:")))
+        .is_some_and(|(_, rest)| {
+            let rest = rest.trim_start();
+            rest.starts_with('|') || rest.starts_with('>')
+        });
+    let mut flags = Vec::new();
+    match epp.get("flags") {
+        None | Some(Value::Null) => {}
+        Some(Value::Mapping(m)) => {
+            for (k, v) in m {
+                let Some(key) = k.as_str() else {
+                    problems.push(problem(
+                        format!("{block}.flags"),
+                        "wrong-type",
+                        "a flag's name must be a string".into(),
+                    ));
+                    continue;
+                };
+                let path = format!("{block}.flags.{key}");
+                // `printf "--%s=%v"` of the value Helm decoded.
+                let rendered = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Bool(b) => b.to_string(),
+                    Value::Number(n) => n.to_string(),
+                    _ => {
+                        problems.push(problem(
+                            path,
+                            "wrong-type",
+                            format!("flag `{key}` must be a string, number or boolean"),
+                        ));
+                        continue;
+                    }
+                };
+                flags.push((format!("--{key}={rendered}"), path));
+            }
+        }
+        Some(_) => problems.push(problem(
+            format!("{block}.flags"),
+            "wrong-type",
+            "flags must be a map of flag names to values".into(),
+        )),
+    }
+    if !problems.is_empty() {
+        return Some(Err(problems));
+    }
+    Some(Ok(Embedded {
+        block,
+        file: name,
+        text,
+        line,
+        block_scalar,
+        flags,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::embedded;
+
+    const VALUES: &str = "# A guide's values
+router:
+  epp:
+    flags:
+      v: 4
+      enable-pprof: \"true\"
+      health-checking: true
+    pluginsConfigFile: \"mine.yaml\"
+    pluginsCustomConfig:
+      mine.yaml: |
+        apiVersion: llm-d.ai/v1alpha1
+        kind: EndpointPickerConfig
+        plugins:
+        - type: queue-scorer
+";
+
+    #[test]
+    fn the_selected_custom_file_and_the_flags_come_out_with_their_lines() {
+        let e = embedded("v.yaml", VALUES).expect("values").expect("valid");
+        assert_eq!(e.block, "router.epp");
+        assert_eq!(e.file, "mine.yaml");
+        assert!(e.text.starts_with("apiVersion: llm-d.ai/v1alpha1\n"));
+        // `mine.yaml: |` is line 10; the text's first line is line 11.
+        assert_eq!((e.line, e.block_scalar), (Some(10), true));
+        let flags: Vec<&str> = e.flags.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            flags,
+            ["--v=4", "--enable-pprof=true", "--health-checking=true"]
+        );
+        assert_eq!(e.flags[0].1, "router.epp.flags.v");
+    }
+
+    #[test]
+    fn a_config_of_its_own_and_other_documents_are_not_values() {
+        assert!(
+            embedded(
+                "c.yaml",
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+            )
+            .is_none()
+        );
+        assert!(embedded("c.yaml", "plugins: []\n").is_none());
+        assert!(embedded("c.yaml", "- a\n").is_none());
+        assert!(embedded("c.yaml", "router: {epp: 3}\n").is_none());
+    }
+
+    #[test]
+    fn the_charts_own_files_and_missing_ones_are_refused_by_name() {
+        for (values, needle) in [
+            (
+                "router:\n  epp:\n    replicas: 1\n",
+                "chart's own `default-plugins.yaml`",
+            ),
+            (
+                "router:\n  epp:\n    pluginsConfigFile: payload-agnostic.yaml\n",
+                "chart's own `payload-agnostic.yaml`",
+            ),
+            (
+                "inferenceExtension:\n  pluginsConfigFile: x.yaml\n  pluginsCustomConfig: {y.yaml: a}\n",
+                "names `x.yaml`, which is neither",
+            ),
+            (
+                "inferenceExtension:\n  pluginsConfigFile: ../x.yaml\n  pluginsCustomConfig: {../x.yaml: a}\n",
+                "is not a ConfigMap key",
+            ),
+        ] {
+            let problems = embedded("v.yaml", values).expect("values").unwrap_err();
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].message.contains(needle), "{problems:?}");
+            assert_eq!(problems[0].code, "epp-chart-config");
+            assert!(problems[0].line.is_some(), "{problems:?}");
+        }
+        let problems = embedded(
+            "v.yaml",
+            "router:\n  epp:\n    flags: {v: [1]}\n    pluginsConfigFile: a.yaml\n    pluginsCustomConfig: {a.yaml: x}\n",
+        )
+        .expect("values")
+        .unwrap_err();
+        assert_eq!(problems[0].path, "router.epp.flags.v");
+        assert_eq!(problems[0].line, Some(3));
+    }
+}
