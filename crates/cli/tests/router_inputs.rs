@@ -240,3 +240,61 @@ fn an_epp_config_inside_helm_values_runs_as_the_file_itself() {
         assert!(stdout.contains(&expected), "{expected}\n{stdout}");
     }
 }
+
+/// llm-d's guides deploy the EPP through Helm values (`reference/epp/
+/// *values.yaml`). Named as a deployment's EndpointPickerConfig, each is
+/// read as the chart reads it: every problem is located inside the values
+/// (under the chart's EPP block, at a line of the values file), none is the
+/// values file taken for a configuration of its own (`apiVersion` missing).
+/// Which of them run depends on the EPP pdsim follows (a guide written for
+/// a newer EPP names an apiVersion or parameter `ebab687` does not have);
+/// each one that is refused is refused for a reason inside it.
+#[test]
+fn the_guides_helm_values_are_read_as_the_chart_reads_them() {
+    let Some(shared) = pdsim_testkit::shared(
+        "the_guides_helm_values_are_read_as_the_chart_reads_them",
+        "the llm-d guides' Helm values in reference/epp",
+    ) else {
+        return;
+    };
+    let dir = shared.join("reference/epp");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with("values.yaml"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 4, "{paths:?}");
+    for path in paths {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let case = Path::new(env!("CARGO_TARGET_TMPDIR")).join("router-inputs-guides");
+        let _ = std::fs::remove_dir_all(&case);
+        std::fs::create_dir_all(&case).unwrap();
+        std::fs::copy(&path, case.join("values.yaml")).unwrap();
+        let pd = name.contains("pd-disaggregation");
+        let pools = if pd {
+            "  - role: prefill\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 1}\n  - role: decode\n    nodes: 1\n    parallel: {tp: 1, pp: 1, dp: 1}\npd_transfer: {connector: NixlConnector}\n"
+        } else {
+            "  - role: colocated\n    nodes: 2\n    parallel: {tp: 1, pp: 1, dp: 1}\n"
+        };
+        std::fs::write(
+            case.join("d.yaml"),
+            format!("kind: Deployment\nname: guide\npools:\n{pools}router:\n  endpoint_picker_config: values.yaml\n"),
+        )
+        .unwrap();
+        let (code, stdout, stderr) = pdsim(&[
+            "validate",
+            "--scenario",
+            "benches/peer/scenario.yaml",
+            &case.join("d.yaml").to_string_lossy(),
+        ]);
+        assert!(code == 0 || code == 1, "{name}: {stdout}{stderr}");
+        assert!(!stdout.contains("apiVersion ``"), "{name}: {stdout}");
+        for line in stdout.lines().filter(|l| l.contains(": error: ")) {
+            let located = line.starts_with(&format!("{}/values.yaml:", case.display()))
+                && (line.contains(": error: router.epp.")
+                    || line.contains(": error: inferenceExtension."));
+            assert!(located, "{name}: a problem not inside the values: {line}");
+        }
+    }
+}

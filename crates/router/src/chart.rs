@@ -40,7 +40,8 @@ pub struct Embedded {
     pub flags: Vec<(String, String)>,
 }
 
-/// The charts' own configuration files, rendered from other values.
+/// llm-d-router's chart's own configuration files (routerlib's
+/// `templates/_config.yaml`), rendered from other values.
 const CHART_FILES: [&str; 2] = ["default-plugins.yaml", "payload-agnostic.yaml"];
 
 /// The configuration inside `text` when it is the Helm values of one of
@@ -115,23 +116,35 @@ pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterPro
             ));
             return Some(Err(problems));
         }
-        None if CHART_FILES.contains(&name.as_str()) => {
+        None if block != "inferenceExtension" && CHART_FILES.contains(&name.as_str()) => {
             problems.push(problem(
                 format!("{block}.pluginsConfigFile"),
                 "epp-chart-config",
                 format!(
-                    "selects the chart's own `{name}`, which the chart renders from other values (the model server's type and protocol, parsers, the latency predictor, the metrics source); pdsim reads a configuration written out under {block}.pluginsCustomConfig: put the rendered file there (`helm template` shows it) and name it in pluginsConfigFile"
+                    "selects llm-d-router's chart's own `{name}`, which the chart renders from other values (the model server's type and protocol, parsers, the latency predictor, the metrics source); pdsim reads a configuration written out under {block}.pluginsCustomConfig: put the rendered file there (`helm template` shows it) and name it in pluginsConfigFile"
+                ),
+            ));
+            return Some(Err(problems));
+        }
+        None if block != "inferenceExtension" => {
+            problems.push(problem(
+                format!("{block}.pluginsConfigFile"),
+                "epp-chart-config",
+                format!(
+                    "names `{name}`, which is neither under {block}.pluginsCustomConfig nor one of llm-d-router's chart's own files ({}): the EPP would start without a configuration file",
+                    CHART_FILES.join(", ")
                 ),
             ));
             return Some(Err(problems));
         }
         None => {
+            // The inferencepool chart's own files differ between its
+            // versions (0.5.1: `default-plugins.yaml`, `plugins-v2.yaml`).
             problems.push(problem(
                 format!("{block}.pluginsConfigFile"),
                 "epp-chart-config",
                 format!(
-                    "names `{name}`, which is neither under {block}.pluginsCustomConfig nor one of the chart's own files ({}): the EPP would start without a configuration file",
-                    CHART_FILES.join(", ")
+                    "names `{name}`, which is not under {block}.pluginsCustomConfig: the inferencepool chart's own configuration files come with the chart version installed, not with these values; pdsim reads a configuration written out under pluginsCustomConfig"
                 ),
             ));
             return Some(Err(problems));
@@ -252,15 +265,19 @@ router:
         for (values, needle) in [
             (
                 "router:\n  epp:\n    replicas: 1\n",
-                "chart's own `default-plugins.yaml`",
+                "chart's own `default-plugins.yaml`, which the chart renders",
             ),
             (
                 "router:\n  epp:\n    pluginsConfigFile: payload-agnostic.yaml\n",
                 "chart's own `payload-agnostic.yaml`",
             ),
             (
-                "inferenceExtension:\n  pluginsConfigFile: x.yaml\n  pluginsCustomConfig: {y.yaml: a}\n",
+                "router:\n  epp:\n    pluginsConfigFile: x.yaml\n    pluginsCustomConfig: {y.yaml: a}\n",
                 "names `x.yaml`, which is neither",
+            ),
+            (
+                "inferenceExtension:\n  pluginsConfigFile: default-plugins.yaml\n",
+                "come with the chart version installed",
             ),
             (
                 "inferenceExtension:\n  pluginsConfigFile: ../x.yaml\n  pluginsCustomConfig: {../x.yaml: a}\n",
