@@ -22,6 +22,44 @@ fn pdsim(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `pdsim validate` of `deployment` on `scenario`.
+fn validate(scenario: &str, deployment: &str) -> (i32, String, String) {
+    pdsim(&["validate", "--scenario", scenario, deployment])
+}
+
+/// `pdsim run` of `deployment` on the bundled 4×8 H200 scenario, with
+/// `requests` synthetic requests at `rate`, into `out`.
+fn run_into(deployment: &str, rate: &str, requests: &str, out: &Path) -> (i32, String, String) {
+    pdsim(&[
+        "run",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        "--deployment",
+        deployment,
+        "--rate",
+        rate,
+        "--requests",
+        requests,
+        "--out",
+        &out.to_string_lossy(),
+    ])
+}
+
+/// `pdsim export` of `deployment` on the bundled 4×8 H200 scenario into
+/// `out` (removed first).
+fn export_into(deployment: &Path, out: &Path) -> (i32, String, String) {
+    let _ = std::fs::remove_dir_all(out);
+    pdsim(&[
+        "export",
+        "--scenario",
+        "scenarios/4x8-h200.yaml",
+        "--deployment",
+        &deployment.to_string_lossy(),
+        "--out",
+        &out.to_string_lossy(),
+    ])
+}
+
 /// A copy of the bundled EPP example whose EndpointPickerConfig is `epp`
 /// (bytes, or a folder when `None`), in a fresh folder.
 fn case(name: &str, epp: Option<&[u8]>) -> PathBuf {
@@ -64,28 +102,11 @@ fn an_unusable_epp_config_is_refused_by_validate_and_run_at_its_key_and_line() {
     ] {
         let deployment = case(name, bytes);
         let deployment = deployment.to_string_lossy();
-        let (code, stdout, stderr) = pdsim(&[
-            "validate",
-            "--scenario",
-            "scenarios/4x8-h200.yaml",
-            &deployment,
-        ]);
+        let (code, stdout, stderr) = validate("scenarios/4x8-h200.yaml", &deployment);
         assert_eq!(code, 1, "{name}: {stdout}{stderr}");
         assert!(stdout.contains(expected), "{name}: {stdout}");
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("router-inputs-{name}-out"));
-        let (code, _, stderr) = pdsim(&[
-            "run",
-            "--scenario",
-            "scenarios/4x8-h200.yaml",
-            "--deployment",
-            &deployment,
-            "--rate",
-            "1",
-            "--requests",
-            "5",
-            "--out",
-            &out.to_string_lossy(),
-        ]);
+        let (code, _, stderr) = run_into(&deployment, "1", "5", &out);
         assert_eq!(code, 1, "{name}: {stderr}");
         let lines: Vec<&str> = stderr.lines().collect();
         let see_above = lines
@@ -129,29 +150,12 @@ fn an_epp_config_inside_helm_values_runs_as_the_file_itself() {
     let mut summaries = Vec::new();
     for (name, deployment) in [("plain", &plain), ("chart", &charted)] {
         let deployment = deployment.to_string_lossy();
-        let (code, stdout, stderr) = pdsim(&[
-            "validate",
-            "--scenario",
-            "scenarios/4x8-h200.yaml",
-            &deployment,
-        ]);
+        let (code, stdout, stderr) = validate("scenarios/4x8-h200.yaml", &deployment);
         assert_eq!(code, 0, "{name}: {stdout}{stderr}");
         let out =
             Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("router-inputs-values-{name}-out"));
         let _ = std::fs::remove_dir_all(&out);
-        let (code, _, stderr) = pdsim(&[
-            "run",
-            "--scenario",
-            "scenarios/4x8-h200.yaml",
-            "--deployment",
-            &deployment,
-            "--rate",
-            "20",
-            "--requests",
-            "200",
-            "--out",
-            &out.to_string_lossy(),
-        ]);
+        let (code, _, stderr) = run_into(&deployment, "20", "200", &out);
         assert_eq!(code, 0, "{name}: {stderr}");
         let summary: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
@@ -167,16 +171,7 @@ fn an_epp_config_inside_helm_values_runs_as_the_file_itself() {
     // values, under the values' file name, with the values' flags after the
     // deployment's.
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("router-inputs-values-export");
-    let _ = std::fs::remove_dir_all(&out);
-    let (code, _, stderr) = pdsim(&[
-        "export",
-        "--scenario",
-        "scenarios/4x8-h200.yaml",
-        "--deployment",
-        &charted.to_string_lossy(),
-        "--out",
-        &out.to_string_lossy(),
-    ]);
+    let (code, _, stderr) = export_into(&charted, &out);
     assert_eq!(code, 0, "{stderr}");
     let gaie = std::fs::read_to_string(out.join("gaie-values.yaml")).unwrap();
     assert!(
@@ -207,25 +202,11 @@ fn an_epp_config_inside_helm_values_runs_as_the_file_itself() {
         .unwrap()
         + 1;
     let deployment = case("values-broken", Some(values.as_bytes()));
-    let (code, stdout, stderr) = pdsim(&[
-        "validate",
-        "--scenario",
-        "scenarios/4x8-h200.yaml",
-        &deployment.to_string_lossy(),
-    ]);
+    let (code, stdout, stderr) = validate("scenarios/4x8-h200.yaml", &deployment.to_string_lossy());
     assert_eq!(code, 1, "{stdout}{stderr}");
     // `export` refuses them alike, writing nothing.
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("router-inputs-values-broken-export");
-    let _ = std::fs::remove_dir_all(&out);
-    let (code, _, export_err) = pdsim(&[
-        "export",
-        "--scenario",
-        "scenarios/4x8-h200.yaml",
-        "--deployment",
-        &deployment.to_string_lossy(),
-        "--out",
-        &out.to_string_lossy(),
-    ]);
+    let (code, _, export_err) = export_into(&deployment, &out);
     assert_eq!(code, 1, "{export_err}");
     assert!(
         export_err.contains("error: router.epp.flags.no-such-flag"),
@@ -282,12 +263,10 @@ fn the_guides_helm_values_are_read_as_the_chart_reads_them() {
             format!("kind: Deployment\nname: guide\npools:\n{pools}router:\n  endpoint_picker_config: values.yaml\n"),
         )
         .unwrap();
-        let (code, stdout, stderr) = pdsim(&[
-            "validate",
-            "--scenario",
+        let (code, stdout, stderr) = validate(
             "benches/peer/scenario.yaml",
             &case.join("d.yaml").to_string_lossy(),
-        ]);
+        );
         assert!(code == 0 || code == 1, "{name}: {stdout}{stderr}");
         assert!(!stdout.contains("apiVersion ``"), "{name}: {stdout}");
         for line in stdout.lines().filter(|l| l.contains(": error: ")) {

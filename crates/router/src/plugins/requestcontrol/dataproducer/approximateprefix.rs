@@ -47,6 +47,20 @@ pub(crate) struct PrefixIndex {
 
 const NIL: u32 = u32::MAX;
 
+/// Puts `item` in a free slot of `slab`, or at its end; its slot.
+fn place<T>(slab: &mut Vec<T>, free: &mut Vec<u32>, item: T) -> u32 {
+    match free.pop() {
+        Some(slot) => {
+            slab[slot as usize] = item;
+            slot
+        }
+        None => {
+            slab.push(item);
+            (slab.len() - 1) as u32
+        }
+    }
+}
+
 /// A hash some endpoint holds.
 #[derive(Clone, Debug)]
 struct Record {
@@ -183,16 +197,7 @@ impl PrefixIndex {
                     bits: 0,
                     first: NIL,
                 };
-                let r = match self.free_records.pop() {
-                    Some(r) => {
-                        self.records[r as usize] = fresh;
-                        r
-                    }
-                    None => {
-                        self.records.push(fresh);
-                        (self.records.len() - 1) as u32
-                    }
-                };
+                let r = place(&mut self.records, &mut self.free_records, fresh);
                 vacant.insert(r);
                 r
             }
@@ -212,16 +217,7 @@ impl PrefixIndex {
             next_holder: self.records[record as usize].first,
             prev_holder: NIL,
         };
-        let n = match self.free_nodes.pop() {
-            Some(n) => {
-                self.nodes[n as usize] = fresh;
-                n
-            }
-            None => {
-                self.nodes.push(fresh);
-                (self.nodes.len() - 1) as u32
-            }
-        };
+        let n = place(&mut self.nodes, &mut self.free_nodes, fresh);
         let r = &mut self.records[record as usize];
         if r.first != NIL {
             self.nodes[r.first as usize].prev_holder = n;
