@@ -195,7 +195,10 @@ fn an_epp_config_inside_helm_values_runs_as_the_file_itself() {
     // values' one are the same flag given twice.
     let broken = text.replacen("type: prefix-cache-scorer", "type: no-such-scorer", 1);
     assert_ne!(broken, text, "the bundled file has a prefix-cache-scorer");
-    let values = in_chart_values(&broken, "      pool-name: other\n      no-such-flag: 1\n");
+    let values = in_chart_values(
+        &broken,
+        "      pool-name: other\n      no-such-flag: 1\n      ha-enable-leader-election=false: \"\"\n",
+    );
     let bad_line = values
         .lines()
         .position(|l| l.contains("no-such-scorer"))
@@ -217,6 +220,9 @@ fn an_epp_config_inside_helm_values_runs_as_the_file_itself() {
         format!("epp-prefix-pd.yaml:{bad_line}: error: router.epp.pluginsCustomConfig.pd-plugins.yaml.plugins["),
         "epp-prefix-pd.yaml:6: error: router.epp.flags.pool-name: --pool-name is set here and by the deployment's router.epp_flags[0]".to_string(),
         "epp-prefix-pd.yaml:7: error: router.epp.flags.no-such-flag: --no-such-flag is not an EPP flag".to_string(),
+        // A key with `=` in it, rendered as the chart renders it.
+        "epp-prefix-pd.yaml:8: error: router.epp.flags.ha-enable-leader-election=false: --ha-enable-leader-election `false=` is not a boolean".to_string(),
+        "here `--ha-enable-leader-election=false=`".to_string(),
     ] {
         assert!(stdout.contains(&expected), "{expected}\n{stdout}");
     }

@@ -302,11 +302,12 @@ pub fn check_router_inputs(
                 .map(|(origin, text)| (origin.clone(), LineIndex::build(text)));
             problems.extend(found.into_iter().map(|mut p| {
                 // A flag from the values file is reported there, at its key.
-                let from_values = p
+                let index = p
                     .path
                     .strip_prefix("epp_flags[")
                     .and_then(|rest| rest.split(']').next())
-                    .and_then(|i| i.parse::<usize>().ok())
+                    .and_then(|i| i.parse::<usize>().ok());
+                let from_values = index
                     .and_then(|i| i.checked_sub(flag_list.len()))
                     .and_then(|j| values_flag_paths.get(j));
                 match (from_values, &values) {
@@ -314,6 +315,16 @@ pub fn check_router_inputs(
                         p.file = origin.clone();
                         p.line = lines.line_of(path);
                         p.path = path.clone();
+                        // A key with `=` in it is not a flag name: say what
+                        // the chart makes of it.
+                        if let Some(rendered) = index.and_then(|i| all_flags.get(i))
+                            && path.rsplit("flags.").next().is_some_and(|k| k.contains('='))
+                        {
+                            p.message = format!(
+                                "{} (the chart renders each flags entry as `--<key>=<value>`, `printf \"--%s=%v\"` in routerlib's templates/_deployment.yaml: here `{rendered}`)",
+                                p.message
+                            );
+                        }
                         to_problem(p, None)
                     }
                     _ => {
