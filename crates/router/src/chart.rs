@@ -31,7 +31,7 @@ pub struct Embedded {
     /// The configuration's text.
     pub text: String,
     /// The values file's line just above the configuration's first line,
-    /// for a block scalar (`name: |`), whose lines are the file's lines;
+    /// for a literal block scalar (`name: |`), whose lines are the file's;
     /// otherwise the line of its key, which every problem in it gets.
     pub line: Option<u32>,
     pub block_scalar: bool,
@@ -151,15 +151,13 @@ pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterPro
         }
     };
     let line = lines.line_of(&config_path);
-    // A block scalar (`name: |`) starts on the line after its key, and its
-    // lines are the file's lines from there on.
+    // A literal block scalar (`name: |`) starts on the line after its key,
+    // and its lines are the file's lines from there on (a folded one, `>`,
+    // joins lines, so its problems take the key's line).
     let block_scalar = line
         .and_then(|l| checked.lines().nth(l as usize - 1))
         .and_then(|l| l.split_once(&format!("{name}:")))
-        .is_some_and(|(_, rest)| {
-            let rest = rest.trim_start();
-            rest.starts_with('|') || rest.starts_with('>')
-        });
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('|'));
     let mut flags = Vec::new();
     match epp.get("flags") {
         None | Some(Value::Null) => {}
@@ -244,6 +242,17 @@ router:
             ["--v=4", "--enable-pprof=true", "--health-checking=true"]
         );
         assert_eq!(e.flags[0].1, "router.epp.flags.v");
+    }
+
+    #[test]
+    fn a_folded_or_quoted_configuration_puts_its_problems_on_its_key() {
+        for text in [
+            "router:\n  epp:\n    pluginsConfigFile: a.yaml\n    pluginsCustomConfig:\n      a.yaml: >\n        kind: x\n",
+            "router:\n  epp:\n    pluginsConfigFile: a.yaml\n    pluginsCustomConfig:\n      a.yaml: \"kind: x\"\n",
+        ] {
+            let e = embedded("v.yaml", text).expect("values").expect("valid");
+            assert_eq!((e.line, e.block_scalar), (Some(5), false), "{text}");
+        }
     }
 
     #[test]

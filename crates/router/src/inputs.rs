@@ -166,15 +166,15 @@ impl RouterInputs {
     }
 }
 
-/// A router problem as the spec reports problems; a problem without a line
-/// of its own takes the line of its path in `lines` (the deployment's, for
-/// flags and the router block).
 /// A flag's name, without its dashes and value.
 fn flag_name(flag: &str) -> &str {
     let body = flag.trim_start_matches('-');
     body.split_once('=').map_or(body, |(name, _)| name)
 }
 
+/// A router problem as the spec reports problems; a problem without a line
+/// of its own takes the line of its path in `lines` (the deployment's, for
+/// flags and the router block).
 fn to_problem(p: RouterProblem, lines: Option<&LineIndex>) -> Problem {
     let line = p
         .line
