@@ -92,7 +92,18 @@ pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterPro
             return Some(Err(problems));
         }
     };
-    let custom = epp.get("pluginsCustomConfig").and_then(Value::as_mapping);
+    let custom = match epp.get("pluginsCustomConfig") {
+        None | Some(Value::Null) => None,
+        Some(Value::Mapping(m)) => Some(m),
+        Some(_) => {
+            problems.push(problem(
+                format!("{block}.pluginsCustomConfig"),
+                "wrong-type",
+                "pluginsCustomConfig must map file names to their texts".into(),
+            ));
+            return Some(Err(problems));
+        }
+    };
     let name = chosen.unwrap_or_else(|| CHART_FILES[0].to_string());
     if !pdsim_spec::llmd::inferencepool::config_map_key(&name) {
         problems.push(problem(
@@ -155,7 +166,7 @@ pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterPro
     // and its lines are the file's lines from there on (a folded one, `>`,
     // joins lines, so its problems take the key's line).
     let block_scalar = line
-        .and_then(|l| checked.lines().nth(l as usize - 1))
+        .and_then(|l| checked.lines().nth((l as usize).checked_sub(1)?))
         .and_then(|l| l.split_once(&format!("{name}:")))
         .is_some_and(|(_, rest)| rest.trim_start().starts_with('|'));
     let mut flags = Vec::new();
@@ -188,6 +199,8 @@ pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterPro
                 };
                 flags.push((format!("--{key}={rendered}"), path));
             }
+            // Helm's `range` over a map goes in key order.
+            flags.sort_by(|a, b| a.1.cmp(&b.1));
         }
         Some(_) => problems.push(problem(
             format!("{block}.flags"),
@@ -237,11 +250,12 @@ router:
         // `mine.yaml: |` is line 10; the text's first line is line 11.
         assert_eq!((e.line, e.block_scalar), (Some(10), true));
         let flags: Vec<&str> = e.flags.iter().map(|(f, _)| f.as_str()).collect();
+        // In key order, as Helm's `range` renders a map.
         assert_eq!(
             flags,
-            ["--v=4", "--enable-pprof=true", "--health-checking=true"]
+            ["--enable-pprof=true", "--health-checking=true", "--v=4"]
         );
-        assert_eq!(e.flags[0].1, "router.epp.flags.v");
+        assert_eq!(e.flags[2].1, "router.epp.flags.v");
     }
 
     #[test]
@@ -253,6 +267,25 @@ router:
             let e = embedded("v.yaml", text).expect("values").expect("valid");
             assert_eq!((e.line, e.block_scalar), (Some(5), false), "{text}");
         }
+    }
+
+    #[test]
+    fn a_custom_config_that_is_not_a_map_is_a_wrong_type() {
+        let problems = embedded(
+            "v.yaml",
+            "router:\n  epp:\n    pluginsCustomConfig: [1, 2]\n",
+        )
+        .expect("values")
+        .unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(
+            (
+                problems[0].path.as_str(),
+                problems[0].code,
+                problems[0].line
+            ),
+            ("router.epp.pluginsCustomConfig", "wrong-type", Some(3))
+        );
     }
 
     #[test]

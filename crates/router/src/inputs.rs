@@ -350,7 +350,11 @@ pub fn check_router_inputs(
                     origin,
                     e.text.clone(),
                     fixed,
-                    Some((format!("{}.pluginsCustomConfig.{}", e.block, e.file), shift)),
+                    Some((
+                        format!("{}.pluginsCustomConfig.{}", e.block, e.file),
+                        shift,
+                        e.line,
+                    )),
                 ))
             }
             None => Some((origin, text, None, None)),
@@ -398,7 +402,7 @@ pub fn check_router_inputs(
                 if flag_line.is_some() {
                     p.line = flag_line;
                 }
-                if let Some((prefix, shift)) = &inside {
+                if let Some((prefix, shift, key_line)) = &inside {
                     p.path = if p.path.is_empty() {
                         prefix.clone()
                     } else {
@@ -407,12 +411,15 @@ pub fn check_router_inputs(
                     if let Some(shift) = shift {
                         p.line = p.line.map(|l| l.saturating_add(*shift));
                     }
+                    // A problem with no place in the text (a key it lacks)
+                    // is at the text's own key.
+                    p.line = p.line.or(*key_line);
                 }
                 to_problem(p, None)
             })),
         }
         label = match &inside {
-            Some((prefix, _)) => format!("{origin} ({prefix})"),
+            Some((prefix, _, _)) => format!("{origin} ({prefix})"),
             None => origin,
         };
     }
@@ -518,6 +525,28 @@ fn provision_objective_bands(config: &mut EndpointPickerConfig, manifests: &Mani
 #[cfg(test)]
 mod tests {
     use super::RouterInputs;
+
+    /// A problem inside a configuration given in Helm values that has no
+    /// place in the text (a key it lacks) is put at the text's own key.
+    #[test]
+    fn a_problem_without_a_place_in_embedded_text_is_at_its_key() {
+        let values = "router:\n  epp:\n    pluginsConfigFile: a.yaml\n    pluginsCustomConfig:\n      a.yaml: |\n        plugins: []\n";
+        let files = pdsim_spec::files::MemoryFiles::new()
+            .with("d.yaml", "kind: Deployment\n")
+            .with("v.yaml", values);
+        let router = pdsim_spec::deployment::Router {
+            endpoint_picker_config: Some("v.yaml".into()),
+            ..Default::default()
+        };
+        let problems =
+            super::check_router_inputs(&files, "d.yaml", Some(&router)).expect_err("no apiVersion");
+        let api = problems
+            .iter()
+            .find(|p| p.code == "epp-api-version")
+            .unwrap_or_else(|| panic!("{problems:?}"));
+        assert_eq!(api.path, "router.epp.pluginsCustomConfig.a.yaml.apiVersion");
+        assert_eq!((api.file.as_str(), api.line), ("v.yaml", Some(5)));
+    }
 
     /// The bundled prefix-based P/D configuration disaggregates; renaming
     /// its prefill profile, or dropping its decider, leaves a configuration
