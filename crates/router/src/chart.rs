@@ -9,11 +9,13 @@
 //! (`templates/_config.yaml` and `templates/_deployment.yaml` of routerlib
 //! at llm-d-router `ebab687`).
 //!
-//! The charts' own files (`default-plugins.yaml`, `payload-agnostic.yaml`)
-//! are templates rendered from other values (model-server type and
-//! protocol, parsers, the latency predictor, the metrics source); a values
-//! file that selects one is refused, naming the file, as pdsim reads only
-//! a configuration written out in `pluginsCustomConfig`.
+//! A values file that selects one of a chart's own files is refused,
+//! naming the file, as pdsim reads only a configuration written out in
+//! `pluginsCustomConfig`: routerlib's (`default-plugins.yaml`,
+//! `payload-agnostic.yaml`) are templates rendered from other values
+//! (model-server type and protocol, parsers, the latency predictor, the
+//! metrics source), and the inferencepool chart's come with the chart
+//! version installed, not with the values.
 
 use crate::RouterProblem;
 use pdsim_spec::lines::LineIndex;
@@ -47,8 +49,8 @@ const CHART_FILES: [&str; 2] = ["default-plugins.yaml", "payload-agnostic.yaml"]
 /// The configuration inside `text` when it is the Helm values of one of
 /// the EPP's charts (no `apiVersion` or `kind` of its own, and a
 /// `router.epp` or `inferenceExtension` mapping, or an `epp` one naming
-/// a configuration); `None` for any other
-/// document, which is then loaded as an EndpointPickerConfig.
+/// a configuration); `None` for any other document, which is then loaded
+/// as an EndpointPickerConfig.
 pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterProblem>>> {
     let checked = pdsim_spec::load::check_yaml(text).ok()?;
     let value: Value = serde_yaml::from_str(checked).ok()?;
