@@ -244,13 +244,10 @@ fn the_guides_helm_values_are_read_as_the_chart_reads_them() {
     ) else {
         return;
     };
-    let dir = shared.join("reference/epp");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
+    let paths: Vec<PathBuf> = pdsim_testkit::entries(&shared.join("reference/epp"))
+        .into_iter()
         .filter(|p| p.to_string_lossy().ends_with("values.yaml"))
         .collect();
-    paths.sort();
     assert!(paths.len() >= 4, "{paths:?}");
     for path in paths {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();

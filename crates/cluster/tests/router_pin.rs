@@ -178,13 +178,10 @@ fn every_real_router_file_that_runs_routes_as_pinned() {
     ) else {
         return;
     };
-    let dir = shared.join("reference/epp");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("reference/epp reads")
-        .map(|e| e.unwrap().path())
+    let paths: Vec<PathBuf> = pdsim_testkit::entries(&shared.join("reference/epp"))
+        .into_iter()
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
-    paths.sort();
     let mut table = String::new();
     for path in paths {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();

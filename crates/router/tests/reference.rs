@@ -206,13 +206,11 @@ fn every_reference_file_loads_or_is_refused_by_name() {
         return;
     };
     let dir = shared.join("reference/epp");
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .expect("reference/epp exists")
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let files: Vec<String> = pdsim_testkit::entries(&dir)
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .filter(|n| n.ends_with(".yaml"))
         .collect();
-    files.sort();
     assert_eq!(
         files.len(),
         EXPECTED.len(),

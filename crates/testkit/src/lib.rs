@@ -18,7 +18,7 @@
 //! the test says it was skipped.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The shared data folder for the test `test`, which would compare with
 /// `what` in it; `None` (after a visible skip line) when `PDSIM_SHARED` is
@@ -55,4 +55,19 @@ pub fn shared(test: &str, what: &str) -> Option<PathBuf> {
 /// way [`shared`] does: one line the harness does not capture.
 pub fn skipped(test: &str, what: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "skipped ({why}): {test}, {what}");
+}
+
+/// The entries of `dir` in the shared data, in name order, so that a test
+/// over a folder's files goes through them the same way on every machine.
+/// Panics, naming the folder, when it cannot be read.
+pub fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            e.unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .path()
+        })
+        .collect();
+    paths.sort();
+    paths
 }
