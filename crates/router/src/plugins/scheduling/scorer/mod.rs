@@ -139,13 +139,14 @@ impl Scorer for ScorerPlugin {
 /// equal: 1 everywhere (`scorer/queuedepth/queue.go`,
 /// `scorer/runningrequests/runningrequest.go`).
 fn min_max(values: impl Iterator<Item = f64>, out: &mut Vec<f64>) {
-    let values: Vec<f64> = values.collect();
-    let (lo, hi) = values
+    // The values are collected into `out` and normalised in place: a
+    // vector of its own per call cost an allocation over every endpoint.
+    let start = out.len();
+    out.extend(values);
+    let (lo, hi) = out[start..]
         .iter()
         .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-    out.extend(
-        values
-            .iter()
-            .map(|v| if hi > lo { (hi - v) / (hi - lo) } else { 1.0 }),
-    );
+    for v in &mut out[start..] {
+        *v = if hi > lo { (hi - *v) / (hi - lo) } else { 1.0 };
+    }
 }
