@@ -56,6 +56,51 @@ fn the_readme_command_validates_the_bundled_layouts() {
     assert_eq!(pools, 5, "1p3d has 2 pools, 2p2d 2, colocated 1");
 }
 
+/// The README's `pdsim plan` example prints what the README shows: the
+/// command is read from the README's `sh` block that starts with
+/// `pdsim plan`, run (with `--out` under the target directory, so nothing
+/// lands in `results/`), and its table and verdict compared with the block
+/// after it. Engine or router changes that move the example's figures fail
+/// here until the README is updated with them.
+#[test]
+fn the_readme_plan_example_prints_what_the_readme_shows() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let start = readme
+        .find("```sh\npdsim plan ")
+        .expect("the README has a `pdsim plan` example");
+    let block = |from: usize| -> (String, usize) {
+        let open = from + readme[from..].find('\n').expect("a fence line") + 1;
+        let close = open + readme[open..].find("```").expect("a closing fence");
+        (readme[open..close].to_string(), close + 3)
+    };
+    let (command, after) = block(start);
+    let (expected, _) = block(after + readme[after..].find("```").expect("the output block"));
+    let words: Vec<String> = command
+        .replace("\\\n", " ")
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    assert_eq!(words[0], "plan", "{command}");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-tests/readme-plan");
+    let _ = std::fs::remove_dir_all(&out);
+    let mut args: Vec<&str> = words.iter().map(String::as_str).collect();
+    let out_text = out.to_string_lossy().into_owned();
+    args.extend(["--out", &out_text]);
+    let (code, stdout, stderr) = pdsim(&args);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let printed = stdout
+        .split("\nresults: ")
+        .next()
+        .expect("the plan's text")
+        .trim_end();
+    assert_eq!(
+        printed,
+        expected.trim_end(),
+        "the README's plan example is out of date; replace its output block with what the command prints"
+    );
+}
+
 /// For every pool in `validate --resolve` text: the usable memory is 0.9
 /// of the device (vLLM's default `gpu_memory_utilization`), the parts add
 /// up to it, blocks × block size is the tokens per rank, the engine holds a
