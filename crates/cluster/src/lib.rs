@@ -24,5 +24,5 @@ pub use records::{
 };
 pub use sim::{
     CLIENT_TIMEOUT, CoreStats, ENGINE_SPINNING, MAX_IN_FLIGHT, RunError, RunStats,
-    SPIN_PREEMPTIONS, run, run_without_idle_pauses,
+    SPIN_PREEMPTIONS, run, run_with_every_scrape, run_without_idle_pauses,
 };

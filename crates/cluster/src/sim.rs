@@ -131,6 +131,9 @@ pub struct RunStats {
     pub aborted: u64,
     pub end: SimTime,
     pub events: u64,
+    /// Times a scrape loop went dormant over an engine holding nothing
+    /// ([`Sim::scrape`]): each skips that loop's events until it wakes.
+    pub scrape_sleeps: u64,
     pub cores: Vec<CoreStats>,
     /// Per link used by KV transfers: (bytes carried, bytes per second).
     pub links: Vec<(f64, f64)>,
@@ -153,7 +156,12 @@ pub struct RunStats {
 }
 
 /// An event in the queue: the earliest time first, and of equal times
-/// the one pushed first. Every push takes a new `seq`, so no two entries
+/// the one pushed first, except that a scrape comes after every other event
+/// due at its instant (its `seq` has the top bit set, [`Sim::push`]): a
+/// scrape at `t` reads what the engines hold once everything due at `t` has
+/// happened, so when it runs does not depend on when it was queued, which
+/// lets a dormant loop be queued again at its tick ([`Sim::scrape`]). Every
+/// push takes a new `seq`, so no two entries
 /// compare equal and the event itself never decides an order; comparing
 /// only the two numbers keeps the heap's comparison to two integers (a
 /// tuple with the event in it made the compiler call a comparison
@@ -638,6 +646,21 @@ struct Sim<'a> {
     last_sample: Option<SimTime>,
     /// Pods whose scrape loop paused over an idle stretch.
     scrape_paused: Vec<bool>,
+    /// Pods whose scrape loop runs without an event queued
+    /// ([`Sim::scrape`]): the engine it reads holds nothing, its view says
+    /// so, and the cluster is busy enough that no tick could stop the loop,
+    /// so every tick would read the same and go on. The loop is queued
+    /// again at its next tick when the engine is given a request or the
+    /// cluster could stop the loop ([`Sim::wake_dormant`]).
+    dormant: Vec<bool>,
+    dormant_count: usize,
+    /// Whether loops may go dormant: with every scrape run instead for the
+    /// tests that compare, and under flow control, whose detector reads
+    /// each scrape's time.
+    lazy_scrapes: bool,
+    /// The pod whose metrics each core's engine gives (rank 0 of each
+    /// pod), `u32::MAX` for the other ranks.
+    pod_read_from: Vec<u32>,
     /// Groups with a step running.
     busy_groups: usize,
     /// [`MAX_IN_FLIGHT`], lowered by tests.
@@ -706,7 +729,7 @@ pub fn run(
     check: bool,
     sink: &mut dyn RecordSink,
 ) -> Result<RunStats, RunError> {
-    run_observed(cluster, source, seed, check, sink, true)
+    run_observed(cluster, source, seed, check, sink, true, true)
 }
 
 /// [`run`] with the observation loops running through idle stretches, as
@@ -724,7 +747,22 @@ pub fn run_without_idle_pauses(
     check: bool,
     sink: &mut dyn RecordSink,
 ) -> Result<RunStats, RunError> {
-    run_observed(cluster, source, seed, check, sink, false)
+    run_observed(cluster, source, seed, check, sink, false, false)
+}
+
+/// [`run`] with a scrape queued at every tick of every running scrape
+/// loop: no loop goes dormant over an engine that holds nothing
+/// ([`Sim::scrape`]). The reference the swarm holds [`run`] to, byte for
+/// byte.
+#[doc(hidden)]
+pub fn run_with_every_scrape(
+    cluster: &Cluster,
+    source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
+    seed: u64,
+    check: bool,
+    sink: &mut dyn RecordSink,
+) -> Result<RunStats, RunError> {
+    run_observed(cluster, source, seed, check, sink, true, false)
 }
 
 fn run_observed(
@@ -734,9 +772,11 @@ fn run_observed(
     check: bool,
     sink: &mut dyn RecordSink,
     pause_when_idle: bool,
+    lazy_scrapes: bool,
 ) -> Result<RunStats, RunError> {
     let mut sim = Sim::new(cluster, seed, check);
     sim.pause_when_idle = pause_when_idle;
+    sim.lazy_scrapes = lazy_scrapes;
     sim.pull_arrival(source)?;
     if !pause_when_idle && sim.flow.is_some() {
         // The reference path's ticker runs from the first instant on.
@@ -789,6 +829,7 @@ fn run_observed(
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
         }
+        sim.wake_dormant();
         if let Some(failure) = sim.failure.take() {
             return Err(failure);
         }
@@ -977,6 +1018,10 @@ impl<'a> Sim<'a> {
         let scrape_interval = cluster.epp.flags.refresh_interval_ns.max(1);
         let mut phases = Stream::new(seed, Purpose::ScrapePhases, 0);
         let scrape_phase: Vec<u64> = pods.iter().map(|_| phases.below(scrape_interval)).collect();
+        let mut pod_read_from = vec![u32::MAX; cores.len()];
+        for (pod, &(first, _)) in pods.iter().enumerate() {
+            pod_read_from[first] = pod as u32;
+        }
         // The flow controller's tickers start with the EPP, long before
         // the run: their phases are seeded (a stream of their own).
         let mut flow_phases = Stream::new(seed, Purpose::ScrapePhases, 1);
@@ -1046,6 +1091,10 @@ impl<'a> Sim<'a> {
             views,
             scrape_running: vec![false; scrape_phase.len()],
             scrape_paused: vec![false; scrape_phase.len()],
+            dormant: vec![false; scrape_phase.len()],
+            dormant_count: 0,
+            lazy_scrapes: true,
+            pod_read_from,
             scrape_phase,
             scrape_interval,
             scraping: 0,
@@ -1111,9 +1160,11 @@ impl<'a> Sim<'a> {
         if event.is_live() {
             self.live_events += 1;
         }
+        // Scrapes after everything else due at their instant ([`Queued`]).
+        let late = matches!(event, Event::Scrape { .. }) as u64;
         self.queue.push(Queued {
             time,
-            seq: self.seq,
+            seq: self.seq | (late << 63),
             event,
         });
     }
@@ -1454,9 +1505,73 @@ impl<'a> Sim<'a> {
             self.stop_scraping(pod);
             self.scrape_paused[pod] = true;
         } else if let (true, Some(next)) = (self.busy(), next) {
-            self.push(next, Event::Scrape { pod: pod as u32 });
+            if self.may_sleep(pod) {
+                self.dormant[pod] = true;
+                self.dormant_count += 1;
+                self.stats.scrape_sleeps += 1;
+            } else {
+                self.push(next, Event::Scrape { pod: pod as u32 });
+            }
         } else {
             self.stop_scraping(pod);
+        }
+    }
+
+    /// Whether a pod's scrape loop, which goes on past this tick, can run
+    /// without queued events until something wakes it: the engine it reads
+    /// holds no request and no block, so its metrics stay (0, 0, 0) until
+    /// it is given a request ([`Sim::admit`], the one place an engine gets
+    /// one); and the cluster is busy and not idle, which only an event can
+    /// change, so until the next event every tick of the loop would read
+    /// the same metrics and go on. After each event the run loop checks
+    /// the second condition again and wakes every dormant loop if it no
+    /// longer holds ([`Sim::wake_dormant`]). Without flow control only: its
+    /// detector reads each scrape's time, which a dormant loop does not
+    /// move.
+    fn may_sleep(&self, pod: usize) -> bool {
+        let sleeps = self.lazy_scrapes
+            && self.flow.is_none()
+            && self.cores[self.pods[pod].0].engine.is_empty()
+            && self.loops_run_on();
+        debug_assert!(
+            !sleeps || {
+                let v = &self.views[pod];
+                (v.waiting, v.running, v.kv_usage) == (0, 0, 0.0)
+            },
+            "an empty engine reads as idle"
+        );
+        sleeps
+    }
+
+    /// The cluster is busy and, when loops pause, not idle: no scrape tick
+    /// could stop or pause its loop before the next event.
+    fn loops_run_on(&self) -> bool {
+        self.busy() && !(self.pause_when_idle && self.idle())
+    }
+
+    /// Queues a dormant loop's next tick (at or after now: a scrape due now
+    /// runs after everything else due now) and wakes it.
+    fn wake_scrape(&mut self, pod: usize) {
+        if !std::mem::take(&mut self.dormant[pod]) {
+            return;
+        }
+        self.dormant_count -= 1;
+        let next = Self::tick_at(
+            self.now.as_ns(),
+            self.scrape_phase[pod],
+            self.scrape_interval,
+        );
+        self.push(next, Event::Scrape { pod: pod as u32 });
+    }
+
+    /// Wakes every dormant loop when the cluster could now stop or pause
+    /// them; after each event.
+    fn wake_dormant(&mut self) {
+        if self.dormant_count == 0 || self.loops_run_on() {
+            return;
+        }
+        for pod in 0..self.pods.len() {
+            self.wake_scrape(pod);
         }
     }
 
@@ -2073,6 +2188,13 @@ impl<'a> Sim<'a> {
             output_id: flight.output_id,
         };
         self.cores[core].engine.add_request(request);
+        // The engine's metrics may now move: a dormant scrape loop reading
+        // it is queued again.
+        if let Some(&pod) = self.pod_read_from.get(core)
+            && pod != u32::MAX
+        {
+            self.wake_scrape(pod as usize);
+        }
         self.handle_events(core, sink);
         self.input_to(core, sink);
     }

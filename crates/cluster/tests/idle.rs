@@ -9,7 +9,7 @@
 
 use pdsim_cluster::{
     CoreSample, LinkWindow, MemorySink, RecordSink, RequestRecord, RunError, RunStats, SAMPLE_NS,
-    StepSample, run, run_without_idle_pauses,
+    StepSample, run, run_with_every_scrape, run_without_idle_pauses,
 };
 use pdsim_core::{ARRIVAL_HORIZON, SimDuration, SimTime};
 use pdsim_spec::files::MemoryFiles;
@@ -283,6 +283,48 @@ fn pausing_over_idle_stretches_changes_nothing_but_the_samples_it_skips() {
             paused.events,
             dense.samples.len(),
             through.events
+        );
+    }
+}
+
+/// A scrape loop over an engine that holds nothing goes dormant while the
+/// cluster is busy elsewhere, and is queued again when the engine gets a
+/// request or the cluster could stop or pause the loop: the bursts and
+/// gaps of the gappy trace go through every case (engines idle beside busy
+/// ones, the cluster going idle and busy again, the run's end). Every
+/// record, emission, step, link window, sample and total is what queuing
+/// every scrape gives; only the events differ.
+#[test]
+fn dormant_scrape_loops_change_nothing_but_the_events() {
+    let text = rows(&gappy_times_ms());
+    for (name, cluster) in [("colocated", colocated()), ("pd", pd())] {
+        let mut lazy = Recorder::default();
+        let slept = run(&cluster, &mut source(&text), 5, true, &mut lazy).expect("runs");
+        let mut every = Recorder::default();
+        let queued =
+            run_with_every_scrape(&cluster, &mut source(&text), 5, true, &mut every).expect("runs");
+        assert!(slept.scrape_sleeps > 0, "{name}: no loop went dormant");
+        assert_eq!(queued.scrape_sleeps, 0, "{name}");
+        assert!(slept.events < queued.events, "{name}: no scrape skipped");
+        assert_eq!(lazy.memory.records, every.memory.records, "{name}");
+        assert_eq!(lazy.memory.emissions, every.memory.emissions, "{name}");
+        assert_eq!(lazy.steps, every.steps, "{name}");
+        assert_eq!(lazy.windows, every.windows, "{name}");
+        assert_eq!(lazy.samples, every.samples, "{name}");
+        assert_eq!(
+            format!(
+                "{:?}",
+                (&slept.cores, &slept.links, slept.end, slept.completed)
+            ),
+            format!(
+                "{:?}",
+                (&queued.cores, &queued.links, queued.end, queued.completed)
+            ),
+            "{name}"
+        );
+        eprintln!(
+            "{name}: {} events with dormant loops ({} sleeps), {} with every scrape",
+            slept.events, slept.scrape_sleeps, queued.events
         );
     }
 }

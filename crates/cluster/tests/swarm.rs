@@ -9,7 +9,7 @@
 //! from it (default: 12 seeds from 1). A failure prints the seed and the
 //! documents it drew.
 
-use pdsim_cluster::{MemorySink, Outcome, build_with_router, run};
+use pdsim_cluster::{MemorySink, Outcome, build_with_router, run, run_with_every_scrape};
 use pdsim_core::{Purpose, Stream};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
@@ -283,6 +283,11 @@ fn tight_decode(deployment: &str) -> Option<String> {
     ))
 }
 
+thread_local! {
+    /// Scrape loops that went dormant in this thread's [`run_seed`] calls.
+    static SLEEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 fn run_seed(seed: u64, tight: bool) -> Option<bool> {
     let drawn = if tight {
         let (scenario, deployment, requests, rate) = draw(seed);
@@ -301,11 +306,25 @@ fn run_seed(seed: u64, tight: bool) -> Option<bool> {
     } = &drawn;
     let (requests, rate) = (*requests, *rate);
     let mut results = Vec::new();
-    for _ in 0..2 {
+    // The second run queues every scrape of every loop: a loop that went
+    // dormant in the first over an engine holding nothing must change
+    // nothing (`run_with_every_scrape`), and the two runs of one seed must
+    // agree in any case.
+    for every_scrape in [false, true] {
         let mut source = Synthetic::new("shape", shape, requests, rate, seed).expect("valid shape");
         let mut sink = MemorySink::default();
-        let stats = run(cluster, &mut source, seed, true, &mut sink)
+        let runner = if every_scrape {
+            run_with_every_scrape
+        } else {
+            run
+        };
+        let stats = runner(cluster, &mut source, seed, true, &mut sink)
             .unwrap_or_else(|e| panic!("{e}\n{context}"));
+        if every_scrape {
+            assert_eq!(stats.scrape_sleeps, 0, "{context}");
+        } else {
+            SLEEPS.with(|n| n.set(n.get() + stats.scrape_sleeps));
+        }
         assert_eq!(
             sink.records.len() as u64,
             requests,
@@ -339,7 +358,7 @@ fn run_seed(seed: u64, tight: bool) -> Option<bool> {
     }
     assert!(
         results[0] == results[1],
-        "two runs of one seed differ\n{context}"
+        "two runs of one seed differ (the second with every scrape queued)\n{context}"
     );
     deadlines(seed, &drawn, &results[0]);
     conversations(seed, &drawn);
@@ -773,6 +792,16 @@ fn swarm() {
     assert!(
         runs < 12 || disaggregated > 0,
         "no P/D deployment among {ran} runnable draws"
+    );
+    // The comparison with every scrape queued means something only if
+    // loops went dormant.
+    let sleeps = SLEEPS.with(|n| n.get());
+    assert!(
+        tight || runs < 12 || sleeps > 0,
+        "no scrape loop went dormant in {ran} runnable draws"
+    );
+    eprintln!(
+        "swarm: {ran} runnable draws, {disaggregated} P/D, {sleeps} scrape loops went dormant"
     );
 }
 

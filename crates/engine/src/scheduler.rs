@@ -702,6 +702,15 @@ impl Engine {
     /// `vllm/v1/core/sched/scheduler.py`: `len(self.requests) >
     /// num_running + num_waiting`). The engine core calls `schedule()` only
     /// when this holds.
+    /// Holds no request and no block and has no step in flight: its
+    /// metrics are (0 waiting, 0 running, 0 KV usage), and only a new
+    /// request ([`Engine::add_request`]) can change that.
+    pub fn is_empty(&self) -> bool {
+        self.slot_of.is_empty()
+            && self.in_flight.is_empty()
+            && self.pool.free() == self.pool.usable()
+    }
+
     pub fn has_requests(&self) -> bool {
         self.has_work() || self.finished_unreported || self.held > 0
     }
