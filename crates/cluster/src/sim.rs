@@ -132,7 +132,7 @@ pub struct RunStats {
     pub end: SimTime,
     pub events: u64,
     /// Times a scrape loop went dormant over an engine holding nothing
-    /// ([`Sim::scrape`]): each skips that loop's events until it wakes.
+    /// ([`Sim::may_sleep`]): each skips that loop's events until it wakes.
     pub scrape_sleeps: u64,
     pub cores: Vec<CoreStats>,
     /// Per link used by KV transfers: (bytes carried, bytes per second).
@@ -647,13 +647,10 @@ struct Sim<'a> {
     /// Pods whose scrape loop paused over an idle stretch.
     scrape_paused: Vec<bool>,
     /// Pods whose scrape loop runs without an event queued
-    /// ([`Sim::scrape`]): the engine it reads holds nothing, its view says
-    /// so, and the cluster is busy enough that no tick could stop the loop,
-    /// so every tick would read the same and go on. The loop is queued
-    /// again at its next tick when the engine is given a request or the
-    /// cluster could stop the loop ([`Sim::wake_dormant`]).
+    /// ([`Sim::may_sleep`]): the engine it reads holds nothing and its view
+    /// says so. The loop is queued again at its next tick when the engine
+    /// is admitted a request.
     dormant: Vec<bool>,
-    dormant_count: usize,
     /// Whether loops may go dormant: with every scrape run instead for the
     /// tests that compare, and under flow control, whose detector reads
     /// each scrape's time.
@@ -829,7 +826,6 @@ fn run_observed(
         if !sim.network.finished_windows.is_empty() {
             sim.drain_windows(sink);
         }
-        sim.wake_dormant();
         if let Some(failure) = sim.failure.take() {
             return Err(failure);
         }
@@ -1092,7 +1088,6 @@ impl<'a> Sim<'a> {
             scrape_running: vec![false; scrape_phase.len()],
             scrape_paused: vec![false; scrape_phase.len()],
             dormant: vec![false; scrape_phase.len()],
-            dormant_count: 0,
             lazy_scrapes: true,
             pod_read_from,
             scrape_phase,
@@ -1507,7 +1502,6 @@ impl<'a> Sim<'a> {
         } else if let (true, Some(next)) = (self.busy(), next) {
             if self.may_sleep(pod) {
                 self.dormant[pod] = true;
-                self.dormant_count += 1;
                 self.stats.scrape_sleeps += 1;
             } else {
                 self.push(next, Event::Scrape { pod: pod as u32 });
@@ -1518,21 +1512,23 @@ impl<'a> Sim<'a> {
     }
 
     /// Whether a pod's scrape loop, which goes on past this tick, can run
-    /// without queued events until something wakes it: the engine it reads
-    /// holds no request and no block, so its metrics stay (0, 0, 0) until
-    /// it is given a request ([`Sim::admit`], the one place an engine gets
-    /// one); and the cluster is busy and not idle, which only an event can
-    /// change, so until the next event every tick of the loop would read
-    /// the same metrics and go on. After each event the run loop checks
-    /// the second condition again and wakes every dormant loop if it no
-    /// longer holds ([`Sim::wake_dormant`]). Without flow control only: its
+    /// without queued events until the engine it reads is admitted a
+    /// request ([`Sim::admit`], which wakes it, [`Sim::wake_scrape`]): that
+    /// engine holds no request and no block, so every scrape until then
+    /// reads 0 waiting, 0 running and 0 KV usage, which the view already
+    /// holds. Whether such a loop would meanwhile pause over an idle
+    /// stretch, stop or go on changes nothing the view shows, and when the
+    /// engine is admitted a request the loop would be running: the route
+    /// that sent the request there restarted every stopped loop
+    /// ([`Sim::route`]), and the request, live in the API server's intake
+    /// or a KV transfer until its admission, keeps the cluster from idling
+    /// or running out of work before then. Without flow control only: its
     /// detector reads each scrape's time, which a dormant loop does not
     /// move.
     fn may_sleep(&self, pod: usize) -> bool {
         let sleeps = self.lazy_scrapes
             && self.flow.is_none()
-            && self.cores[self.pods[pod].0].engine.is_empty()
-            && self.loops_run_on();
+            && self.cores[self.pods[pod].0].engine.is_empty();
         debug_assert!(
             !sleeps || {
                 let v = &self.views[pod];
@@ -1543,36 +1539,18 @@ impl<'a> Sim<'a> {
         sleeps
     }
 
-    /// The cluster is busy and, when loops pause, not idle: no scrape tick
-    /// could stop or pause its loop before the next event.
-    fn loops_run_on(&self) -> bool {
-        self.busy() && !(self.pause_when_idle && self.idle())
-    }
-
     /// Queues a dormant loop's next tick (at or after now: a scrape due now
-    /// runs after everything else due now) and wakes it.
+    /// runs after everything else due now, [`Queued`]) and wakes it.
     fn wake_scrape(&mut self, pod: usize) {
         if !std::mem::take(&mut self.dormant[pod]) {
             return;
         }
-        self.dormant_count -= 1;
         let next = Self::tick_at(
             self.now.as_ns(),
             self.scrape_phase[pod],
             self.scrape_interval,
         );
         self.push(next, Event::Scrape { pod: pod as u32 });
-    }
-
-    /// Wakes every dormant loop when the cluster could now stop or pause
-    /// them; after each event.
-    fn wake_dormant(&mut self) {
-        if self.dormant_count == 0 || self.loops_run_on() {
-            return;
-        }
-        for pod in 0..self.pods.len() {
-            self.wake_scrape(pod);
-        }
     }
 
     /// A pod's scrape loop stops. `scraping` counts the running loops so
@@ -3573,6 +3551,35 @@ mod checker_tests {
         note_end(true, &mut ended, &mut failure, RequestId(71));
         assert!(
             matches!(failure, Some(RunError::Invariant(ref m)) if m == "request 71 ended twice")
+        );
+    }
+
+    /// A scrape runs after every other event due at its instant, whenever
+    /// either was queued, and at its instant before anything later: what
+    /// lets a dormant loop be queued again at its tick and still run where
+    /// a loop queued all along would have ([`Queued`]).
+    #[test]
+    fn a_scrape_runs_after_every_other_event_due_at_its_instant() {
+        let cluster = cluster();
+        let mut sim = Sim::new(&cluster, 1, false);
+        sim.push(SimTime(100), Event::Scrape { pod: 0 });
+        sim.push(SimTime(50), Event::Scrape { pod: 0 });
+        sim.push(SimTime(100), Event::Sample);
+        sim.push(SimTime(100), Event::BurstSeal);
+        sim.push(SimTime(101), Event::Sample);
+        let mut order = Vec::new();
+        while let Some(event) = sim.next_event().expect("in order") {
+            order.push((sim.now.as_ns(), event));
+        }
+        assert_eq!(
+            order,
+            vec![
+                (50, Event::Scrape { pod: 0 }),
+                (100, Event::Sample),
+                (100, Event::BurstSeal),
+                (100, Event::Scrape { pod: 0 }),
+                (101, Event::Sample),
+            ]
         );
     }
 }
