@@ -213,8 +213,11 @@ fn a_prefill_side_holding_its_blocks_is_finished_and_stays_held() {
     // FINISHED_LENGTH_CAPPED already: `finish_requests` skips it.
     assert_eq!(engine.abort(RequestId(0)), Abort::Finished);
     assert_eq!(engine.pool().free(), free);
+    // Finished, but its blocks are held: not empty until they are released.
+    assert!(!engine.is_empty());
     assert!(engine.release(RequestId(0)));
     assert_eq!(engine.pool().free(), engine.pool().usable());
+    assert!(engine.is_empty());
 }
 
 #[test]

@@ -792,8 +792,13 @@ fn the_batch_sums_attention_context_and_causal_pairs() {
 fn kv_usage_is_the_share_of_usable_blocks_held() {
     let mut engine = Engine::new(config());
     assert_eq!(engine.kv_usage(), 0.0);
+    // Empty (what lets the EPP's scrape loop over it sleep) until it gets
+    // a request, whether or not the request holds blocks yet.
+    assert!(engine.is_empty());
     engine.add_request(request(0, &[(1, 40)], 2));
+    assert!(!engine.is_empty());
     engine.schedule().expect("a step");
+    assert!(!engine.is_empty());
     assert!(
         (engine.kv_usage() - 3.0 / 1000.0).abs() < 1e-12,
         "{}",
@@ -803,6 +808,7 @@ fn kv_usage_is_the_share_of_usable_blocks_held() {
     run_to_end(&mut engine, 10);
     assert!(!engine.has_requests());
     assert_eq!(engine.kv_usage(), 0.0);
+    assert!(engine.is_empty());
 }
 
 /// A decode that fills its last block caches it in the step that computes
