@@ -23,6 +23,6 @@ pub use records::{
     RequestRecord, SAMPLE_NS, StepSample,
 };
 pub use sim::{
-    CLIENT_TIMEOUT, CoreStats, ENGINE_SPINNING, MAX_IN_FLIGHT, RunError, RunStats,
-    SPIN_PREEMPTIONS, run, run_with_every_scrape, run_without_idle_pauses,
+    CLIENT_TIMEOUT, CoreStats, ENGINE_SPINNING, MAX_IN_FLIGHT, Observation, RunError, RunStats,
+    SPIN_PREEMPTIONS, run, run_observing,
 };

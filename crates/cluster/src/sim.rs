@@ -726,40 +726,42 @@ pub fn run(
     check: bool,
     sink: &mut dyn RecordSink,
 ) -> Result<RunStats, RunError> {
-    run_observed(cluster, source, seed, check, sink, true, true)
+    run_observed(cluster, source, seed, check, sink, Observation::Fast)
 }
 
-/// [`run`] with the observation loops running through idle stretches, as
-/// they did before they learned to pause: a scrape and a sample at every
-/// tick, and, under flow control, a dispatch cycle at every instant of the
-/// EPP's ticker (the fast path runs one only when something can change and
-/// counts the soft-reflective policy's other ticks in closed form). For
-/// tests that check the fast path changes nothing; a long idle stretch
-/// costs time and output in proportion to its length.
+/// How [`run_observing`] runs the observation loops: [`run`]'s fast paths,
+/// or a reference that tests hold them to.
 #[doc(hidden)]
-pub fn run_without_idle_pauses(
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// As [`run`]: loops pause over idle stretches, and a scrape loop over
+    /// an engine that holds nothing goes dormant ([`Sim::may_sleep`]).
+    Fast,
+    /// A scrape queued at every tick of every running scrape loop (no
+    /// dormant loops); loops still pause over idle stretches. The
+    /// reference the swarm holds [`run`] to, byte for byte.
+    EveryScrape,
+    /// The loops running through idle stretches, as they did before they
+    /// learned to pause: a scrape and a sample at every tick, and, under
+    /// flow control, a dispatch cycle at every instant of the EPP's ticker
+    /// (the fast path runs one only when something can change and counts
+    /// the soft-reflective policy's other ticks in closed form). A long
+    /// idle stretch costs time and output in proportion to its length.
+    EveryTick,
+}
+
+/// [`run`] with the observation loops run as `observation` says, for the
+/// tests that check the fast paths change nothing.
+#[doc(hidden)]
+pub fn run_observing(
     cluster: &Cluster,
     source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
     seed: u64,
     check: bool,
     sink: &mut dyn RecordSink,
+    observation: Observation,
 ) -> Result<RunStats, RunError> {
-    run_observed(cluster, source, seed, check, sink, false, false)
-}
-
-/// [`run`] with a scrape queued at every tick of every running scrape
-/// loop: no loop goes dormant over an engine that holds nothing
-/// ([`Sim::scrape`]). The reference the swarm holds [`run`] to, byte for
-/// byte.
-#[doc(hidden)]
-pub fn run_with_every_scrape(
-    cluster: &Cluster,
-    source: &mut dyn Iterator<Item = Result<RequestSpec, TraceError>>,
-    seed: u64,
-    check: bool,
-    sink: &mut dyn RecordSink,
-) -> Result<RunStats, RunError> {
-    run_observed(cluster, source, seed, check, sink, true, false)
+    run_observed(cluster, source, seed, check, sink, observation)
 }
 
 fn run_observed(
@@ -768,12 +770,12 @@ fn run_observed(
     seed: u64,
     check: bool,
     sink: &mut dyn RecordSink,
-    pause_when_idle: bool,
-    lazy_scrapes: bool,
+    observation: Observation,
 ) -> Result<RunStats, RunError> {
     let mut sim = Sim::new(cluster, seed, check);
+    let pause_when_idle = observation != Observation::EveryTick;
     sim.pause_when_idle = pause_when_idle;
-    sim.lazy_scrapes = lazy_scrapes;
+    sim.lazy_scrapes = observation == Observation::Fast;
     sim.pull_arrival(source)?;
     if !pause_when_idle && sim.flow.is_some() {
         // The reference path's ticker runs from the first instant on.

@@ -8,8 +8,8 @@
 //! an invariant failure.
 
 use pdsim_cluster::{
-    CoreSample, LinkWindow, MemorySink, RecordSink, RequestRecord, RunError, RunStats, SAMPLE_NS,
-    StepSample, run, run_with_every_scrape, run_without_idle_pauses,
+    CoreSample, LinkWindow, MemorySink, Observation, RecordSink, RequestRecord, RunError, RunStats,
+    SAMPLE_NS, StepSample, run, run_observing,
 };
 use pdsim_core::{ARRIVAL_HORIZON, SimDuration, SimTime};
 use pdsim_spec::files::MemoryFiles;
@@ -159,8 +159,15 @@ fn both(
     let mut sparse = Recorder::default();
     let paused = run(cluster, &mut source(text), 5, true, &mut sparse).expect("runs");
     let mut dense = Recorder::default();
-    let through =
-        run_without_idle_pauses(cluster, &mut source(text), 5, true, &mut dense).expect("runs");
+    let through = run_observing(
+        cluster,
+        &mut source(text),
+        5,
+        true,
+        &mut dense,
+        Observation::EveryTick,
+    )
+    .expect("runs");
     ((paused, sparse), (through, dense))
 }
 
@@ -301,8 +308,15 @@ fn dormant_scrape_loops_change_nothing_but_the_events() {
         let mut lazy = Recorder::default();
         let slept = run(&cluster, &mut source(&text), 5, true, &mut lazy).expect("runs");
         let mut every = Recorder::default();
-        let queued =
-            run_with_every_scrape(&cluster, &mut source(&text), 5, true, &mut every).expect("runs");
+        let queued = run_observing(
+            &cluster,
+            &mut source(&text),
+            5,
+            true,
+            &mut every,
+            Observation::EveryScrape,
+        )
+        .expect("runs");
         assert!(slept.scrape_sleeps > 0, "{name}: no loop went dormant");
         assert_eq!(queued.scrape_sleeps, 0, "{name}");
         assert!(slept.events < queued.events, "{name}: no scrape skipped");
@@ -482,7 +496,14 @@ fn durations_at_the_end_of_time_end_the_run_without_overflow() {
         let stats = if pauses {
             run(&cluster, &mut source(&text), 2, true, &mut sink)
         } else {
-            run_without_idle_pauses(&cluster, &mut source(&text), 2, true, &mut sink)
+            run_observing(
+                &cluster,
+                &mut source(&text),
+                2,
+                true,
+                &mut sink,
+                Observation::EveryTick,
+            )
         }
         .unwrap();
         assert_eq!(stats.completed, 4);

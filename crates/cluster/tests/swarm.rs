@@ -9,7 +9,7 @@
 //! from it (default: 12 seeds from 1). A failure prints the seed and the
 //! documents it drew.
 
-use pdsim_cluster::{MemorySink, Outcome, build_with_router, run, run_with_every_scrape};
+use pdsim_cluster::{MemorySink, Observation, Outcome, build_with_router, run, run_observing};
 use pdsim_core::{Purpose, Stream};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
@@ -308,17 +308,17 @@ fn run_seed(seed: u64, tight: bool) -> Option<bool> {
     let mut results = Vec::new();
     // The second run queues every scrape of every loop: a loop that went
     // dormant in the first over an engine holding nothing must change
-    // nothing (`run_with_every_scrape`), and the two runs of one seed must
+    // nothing (`Observation::EveryScrape`), and the two runs of one seed must
     // agree in any case.
     for every_scrape in [false, true] {
         let mut source = Synthetic::new("shape", shape, requests, rate, seed).expect("valid shape");
         let mut sink = MemorySink::default();
-        let runner = if every_scrape {
-            run_with_every_scrape
+        let observation = if every_scrape {
+            Observation::EveryScrape
         } else {
-            run
+            Observation::Fast
         };
-        let stats = runner(cluster, &mut source, seed, true, &mut sink)
+        let stats = run_observing(cluster, &mut source, seed, true, &mut sink, observation)
             .unwrap_or_else(|e| panic!("{e}\n{context}"));
         if every_scrape {
             assert_eq!(stats.scrape_sleeps, 0, "{context}");

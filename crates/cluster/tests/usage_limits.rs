@@ -8,7 +8,7 @@
 mod common;
 
 use common::build;
-use pdsim_cluster::{MemorySink, Outcome, RequestRecord, run, run_without_idle_pauses};
+use pdsim_cluster::{MemorySink, Observation, Outcome, RequestRecord, run, run_observing};
 use pdsim_core::SimTime;
 use pdsim_workload::{MooncakeReader, RequestSpec};
 
@@ -49,7 +49,15 @@ fn replay_with(bands: &str, fast: bool) -> Vec<RequestRecord> {
     if fast {
         run(&cluster, &mut source, 5, true, &mut sink).expect("runs");
     } else {
-        run_without_idle_pauses(&cluster, &mut source, 5, true, &mut sink).expect("runs");
+        run_observing(
+            &cluster,
+            &mut source,
+            5,
+            true,
+            &mut sink,
+            Observation::EveryTick,
+        )
+        .expect("runs");
     }
     sink.records
 }

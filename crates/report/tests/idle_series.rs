@@ -4,7 +4,7 @@
 //! which the same run gives with the observation loops running through
 //! the stretches; and its CSV is the dense CSV without the skipped rows.
 
-use pdsim_cluster::{build, run, run_without_idle_pauses};
+use pdsim_cluster::{Observation, build, run, run_observing};
 use pdsim_report::series::{PoolMetric, PoolPoint, PoolSeries, SeriesSink};
 use pdsim_spec::files::MemoryFiles;
 use pdsim_spec::validate::{Request, validate};
@@ -54,7 +54,14 @@ fn series(dense: bool) -> (Vec<PoolSeries>, String) {
     let mut source = MooncakeReader::new(std::io::Cursor::new(text.into_bytes()), "gaps.jsonl");
     let mut sink = SeriesSink::new(vec!["colocated".into()], Some(Vec::new()));
     let stats = if dense {
-        run_without_idle_pauses(&cluster, &mut source, 3, false, &mut sink)
+        run_observing(
+            &cluster,
+            &mut source,
+            3,
+            false,
+            &mut sink,
+            Observation::EveryTick,
+        )
     } else {
         run(&cluster, &mut source, 3, false, &mut sink)
     }
