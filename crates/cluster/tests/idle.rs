@@ -294,13 +294,13 @@ fn pausing_over_idle_stretches_changes_nothing_but_the_samples_it_skips() {
     }
 }
 
-/// A scrape loop over an engine that holds nothing goes dormant while the
-/// cluster is busy elsewhere, and is queued again when the engine gets a
-/// request or the cluster could stop or pause the loop: the bursts and
-/// gaps of the gappy trace go through every case (engines idle beside busy
-/// ones, the cluster going idle and busy again, the run's end). Every
-/// record, emission, step, link window, sample and total is what queuing
-/// every scrape gives; only the events differ.
+/// A scrape loop over an engine that holds nothing goes dormant, and is
+/// queued again when the engine is admitted a request: the bursts and gaps
+/// of the gappy trace go through every case (engines idle beside busy
+/// ones, dormant loops over the stretches where every other loop pauses,
+/// the cluster busy again, the run's end). Every record, emission, step,
+/// link window, sample and total is what queuing every scrape gives; only
+/// the events differ.
 #[test]
 fn dormant_scrape_loops_change_nothing_but_the_events() {
     let text = rows(&gappy_times_ms());
