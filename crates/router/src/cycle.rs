@@ -208,7 +208,6 @@ impl CycleData {
     }
 }
 
-/// The simulated EPP.
 /// Buffers one scheduling cycle fills and the next reuses.
 #[derive(Clone, Debug, Default)]
 struct Scratch {
@@ -217,6 +216,7 @@ struct Scratch {
     scores: Vec<f64>,
 }
 
+/// The simulated EPP.
 pub struct Router {
     /// The configuration, which only tests read after the build: the
     /// cycle runs the plugin instances built from it.
