@@ -218,6 +218,29 @@ fn unreadable(
     }
 }
 
+/// A configuration's text, where it comes from, and where its problems go.
+struct ConfigSource {
+    origin: String,
+    text: String,
+    /// The line every problem in it is at, for a text whose lines are not
+    /// the file's (`--config-text`, a folded or quoted text in Helm values).
+    line: Option<u32>,
+    /// Inside Helm values ([`crate::chart`]): where in the values file.
+    inside: Option<InValues>,
+}
+
+/// Where a configuration inside Helm values sits in the values file.
+struct InValues {
+    /// The key path of the text (`router.epp.pluginsCustomConfig.<file>`),
+    /// which its problems' paths go under.
+    prefix: String,
+    /// For a literal block (`name: |`), whose lines are the file's: the
+    /// line just above the text's first, added to each problem's line.
+    shift: Option<u32>,
+    /// The text's key's line, for a problem with no place in the text.
+    key_line: Option<u32>,
+}
+
 /// Loads a deployment's router inputs; `router` absent means the EPP's
 /// built-in default configuration over every pod. Every refusal comes
 /// back as at least one problem naming the file, the key path and, where
@@ -269,12 +292,16 @@ pub fn check_router_inputs(
             }
         }
     }
+    // The values file's lines, which locate the problems of its flags.
+    let values = match (&embedded, &file_text) {
+        (Some(_), Some((origin, text))) => Some((origin.clone(), LineIndex::build(text))),
+        _ => None,
+    };
     // The chart renders its `flags` after its own, and the deployment's
     // flags stand for the chart's: a flag given in both is ambiguous.
     let mut all_flags: Vec<String> = flag_list.to_vec();
     let mut values_flag_paths: Vec<String> = Vec::new();
-    if let (Some(e), Some((origin, text))) = (&embedded, &file_text) {
-        let values_lines = LineIndex::build(text);
+    if let (Some(e), Some((origin, values_lines))) = (&embedded, &values) {
         for (flag, path) in &e.flags {
             let name = flag_name(flag);
             if let Some(i) = flag_list.iter().position(|f| flag_name(f) == name) {
@@ -297,9 +324,6 @@ pub fn check_router_inputs(
     let flags = match parse_flags(deployment_file, &all_flags) {
         Ok(flags) => flags,
         Err(found) => {
-            let values = file_text
-                .as_ref()
-                .map(|(origin, text)| (origin.clone(), LineIndex::build(text)));
             problems.extend(found.into_iter().map(|mut p| {
                 // A flag from the values file is reported there, at its key.
                 let index = p
@@ -342,23 +366,24 @@ pub fn check_router_inputs(
     // block); for `--config-text` the flag's line in the deployment (the
     // text inside a flag has no lines of the file).
     let source = if let Some((origin, text)) = file_text {
-        match &embedded {
-            Some(e) => {
-                let shift = e.line.filter(|_| e.block_scalar);
-                let fixed = if e.block_scalar { None } else { e.line };
-                Some((
-                    origin,
-                    e.text.clone(),
-                    fixed,
-                    Some((
-                        format!("{}.pluginsCustomConfig.{}", e.block, e.file),
-                        shift,
-                        e.line,
-                    )),
-                ))
-            }
-            None => Some((origin, text, None, None)),
-        }
+        Some(match &embedded {
+            Some(e) => ConfigSource {
+                origin,
+                text: e.text.clone(),
+                line: if e.block_scalar { None } else { e.line },
+                inside: Some(InValues {
+                    prefix: format!("{}.pluginsCustomConfig.{}", e.block, e.file),
+                    shift: e.line.filter(|_| e.block_scalar),
+                    key_line: e.line,
+                }),
+            },
+            None => ConfigSource {
+                origin,
+                text,
+                line: None,
+                inside: None,
+            },
+        })
     } else if router.endpoint_picker_config.is_some() {
         // Unreadable: said above.
         None
@@ -369,12 +394,12 @@ pub fn check_router_inputs(
             .map_or("router.epp_flags".to_string(), |i| {
                 format!("router.epp_flags[{i}]")
             });
-        Some((
-            format!("{deployment_file} (--config-text)"),
-            text.clone(),
-            deployment_lines.line_of(&at),
-            None,
-        ))
+        Some(ConfigSource {
+            origin: format!("{deployment_file} (--config-text)"),
+            text: text.clone(),
+            line: deployment_lines.line_of(&at),
+            inside: None,
+        })
     } else if let Some(path) = &flags.config_file {
         problems.push(Problem {
             severity: Severity::Error,
@@ -386,41 +411,41 @@ pub fn check_router_inputs(
         });
         None
     } else {
-        Some((
-            BUILTIN_ORIGIN.to_string(),
-            DEFAULT_CONFIG.to_string(),
-            None,
-            None,
-        ))
+        Some(ConfigSource {
+            origin: BUILTIN_ORIGIN.to_string(),
+            text: DEFAULT_CONFIG.to_string(),
+            line: None,
+            inside: None,
+        })
     };
     let mut config = None;
     let mut label = String::new();
-    if let Some((origin, text, flag_line, inside)) = source {
-        match load_config(&origin, &text, flags.allow_experimental) {
+    if let Some(source) = source {
+        match load_config(&source.origin, &source.text, flags.allow_experimental) {
             Ok(loaded) => config = Some(loaded),
             Err(found) => problems.extend(found.into_iter().map(|mut p| {
-                if flag_line.is_some() {
-                    p.line = flag_line;
+                if source.line.is_some() {
+                    p.line = source.line;
                 }
-                if let Some((prefix, shift, key_line)) = &inside {
+                if let Some(inside) = &source.inside {
                     p.path = if p.path.is_empty() {
-                        prefix.clone()
+                        inside.prefix.clone()
                     } else {
-                        format!("{prefix}.{}", p.path)
+                        format!("{}.{}", inside.prefix, p.path)
                     };
-                    if let Some(shift) = shift {
-                        p.line = p.line.map(|l| l.saturating_add(*shift));
+                    if let Some(shift) = inside.shift {
+                        p.line = p.line.map(|l| l.saturating_add(shift));
                     }
                     // A problem with no place in the text (a key it lacks)
                     // is at the text's own key.
-                    p.line = p.line.or(*key_line);
+                    p.line = p.line.or(inside.key_line);
                 }
                 to_problem(p, None)
             })),
         }
-        label = match &inside {
-            Some((prefix, _, _)) => format!("{origin} ({prefix})"),
-            None => origin,
+        label = match &source.inside {
+            Some(inside) => format!("{} ({})", source.origin, inside.prefix),
+            None => source.origin,
         };
     }
     let mut manifests = Manifests::default();
