@@ -1322,3 +1322,61 @@ fn expert_exchanges_are_paid_once_per_moe_layer() {
         );
     }
 }
+
+/// `ns` as it was: `f64::round`, saturating.
+fn ns_by_round(value: f64) -> u64 {
+    if value.is_nan() || value <= 0.0 {
+        0
+    } else {
+        value.round() as u64
+    }
+}
+
+#[test]
+fn ns_rounds_as_f64_round_at_the_edges() {
+    let half_below = 0.5f64.next_down();
+    let edges = [
+        0.0,
+        -0.0,
+        -1.5,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MIN_POSITIVE,
+        half_below,
+        0.5,
+        0.5f64.next_up(),
+        1.5,
+        2.5,
+        1.0 + half_below,
+        4_503_599_627_370_495.5, // 2^52 − ½: the last halves
+        4_503_599_627_370_496.0,
+        9_007_199_254_740_991.0,
+        9_007_199_254_740_992.0, // 2^53
+        9_007_199_254_740_994.0,
+        18_446_744_073_709_549_568.0, // the last f64 below 2^64
+        18_446_744_073_709_551_616.0, // 2^64: saturates
+        1e300,
+    ];
+    for x in edges {
+        assert_eq!(crate::ns(x), ns_by_round(x), "{x:e}");
+    }
+    // Every half from 0.5 to 1000.5, and its neighbours either side.
+    for i in 0..=1000u32 {
+        let x = f64::from(i) + 0.5;
+        for y in [x.next_down(), x, x.next_up()] {
+            assert_eq!(crate::ns(y), ns_by_round(y), "{y:e}");
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn ns_rounds_as_f64_round(bits in any::<u64>(), scaled in 0.0f64..1e12) {
+        // Any bit pattern (every sign, exponent and NaN), and the range
+        // step prices live in.
+        let x = f64::from_bits(bits);
+        prop_assert_eq!(crate::ns(x), ns_by_round(x));
+        prop_assert_eq!(crate::ns(scaled), ns_by_round(scaled));
+    }
+}
