@@ -116,6 +116,18 @@ struct Seen {
     store_miss: bool,
 }
 
+impl Seen {
+    fn new(chunk: u32, key: u64) -> Seen {
+        Seen {
+            chunk,
+            key,
+            inserted: false,
+            reused: false,
+            store_miss: false,
+        }
+    }
+}
+
 /// The tier's view of one request: the next chunk its stores offer
 /// (`next_stored_chunk_idx`), the chunks a load is reading, and (0.31.0)
 /// what it observed.
@@ -141,20 +153,23 @@ impl RequestState {
 
     /// The record of `chunk`, added if new.
     fn seen(&mut self, chunk: u32, key: u64) -> &mut Seen {
-        let at = match self.seen.binary_search_by_key(&chunk, |s| s.chunk) {
-            Ok(at) => at,
-            Err(at) => {
-                self.seen.insert(
-                    at,
-                    Seen {
-                        chunk,
-                        key,
-                        inserted: false,
-                        reused: false,
-                        store_miss: false,
-                    },
-                );
-                at
+        // A request's stores offer its chunks in position order, each
+        // asked for twice (its store miss, then its insertion), so the
+        // chunk asked for is nearly always the last one recorded or the
+        // next: both are answered without the search.
+        let last = self.seen.last().map(|s| s.chunk);
+        let at = match last {
+            Some(c) if c == chunk => self.seen.len() - 1,
+            Some(c) if c > chunk => match self.seen.binary_search_by_key(&chunk, |s| s.chunk) {
+                Ok(at) => at,
+                Err(at) => {
+                    self.seen.insert(at, Seen::new(chunk, key));
+                    at
+                }
+            },
+            _ => {
+                self.seen.push(Seen::new(chunk, key));
+                self.seen.len() - 1
             }
         };
         &mut self.seen[at]
@@ -863,6 +878,32 @@ mod tests {
             tier.on_request_finished(&mut a);
             let (t1, t2, ..) = tier.arc_state();
             assert_eq!((t1, t2), expected, "{release:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// `seen` keeps one record a chunk, in position order, whatever
+        /// order chunks are asked for in (the common in-order case takes
+        /// a shortcut, the rest the search), and hands back the record of
+        /// the chunk asked for, with the key it was first seen with.
+        #[test]
+        fn seen_keeps_one_record_a_chunk_in_order(
+            asks in proptest::collection::vec((0u32..40, 0u64..1000), 0..120),
+        ) {
+            let mut req = RequestState::default();
+            let mut expected = std::collections::BTreeMap::new();
+            for (i, &(chunk, key)) in asks.iter().enumerate() {
+                let first_key = *expected.entry(chunk).or_insert(key);
+                let seen = req.seen(chunk, key);
+                proptest::prop_assert_eq!((seen.chunk, seen.key), (chunk, first_key));
+                // Mark it, so a later ask must find this very record.
+                seen.reused = i % 2 == 0;
+                let marked = seen.reused;
+                proptest::prop_assert_eq!(req.seen(chunk, key).reused, marked);
+            }
+            let got: Vec<(u32, u64)> = req.seen.iter().map(|s| (s.chunk, s.key)).collect();
+            let want: Vec<(u32, u64)> = expected.into_iter().collect();
+            proptest::prop_assert_eq!(got, want);
         }
     }
 }
