@@ -134,6 +134,10 @@ pub struct RunStats {
     /// Times a scrape loop went dormant over an engine holding nothing
     /// ([`Sim::may_sleep`]): each skips that loop's events until it wakes.
     pub scrape_sleeps: u64,
+    /// Engine cores whose prefix cache is indexed by chains
+    /// ([`pdsim_engine::chains::ChainIndex`]): every plain decoder's in
+    /// [`run`], none in the reference runs.
+    pub chain_indexed_cores: u64,
     pub cores: Vec<CoreStats>,
     /// Per link used by KV transfers: (bytes carried, bytes per second).
     pub links: Vec<(f64, f64)>,
@@ -729,13 +733,16 @@ pub fn run(
     run_observed(cluster, source, seed, check, sink, Observation::Fast)
 }
 
-/// How [`run_observing`] runs the observation loops: [`run`]'s fast paths,
-/// or a reference that tests hold them to.
+/// How [`run_observing`] runs: [`run`]'s fast paths, or a reference that
+/// tests hold them to. Both references also index every engine's prefix
+/// cache by vLLM's literal `hash → blocks` table
+/// ([`pdsim_engine::Engine::index_by_table`]) instead of by chains.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observation {
-    /// As [`run`]: loops pause over idle stretches, and a scrape loop over
-    /// an engine that holds nothing goes dormant ([`Sim::may_sleep`]).
+    /// As [`run`]: loops pause over idle stretches, a scrape loop over an
+    /// engine that holds nothing goes dormant ([`Sim::may_sleep`]), and
+    /// plain decoders' prefix caches are indexed by chains.
     Fast,
     /// A scrape queued at every tick of every running scrape loop (no
     /// dormant loops); loops still pause over idle stretches. The
@@ -773,6 +780,13 @@ fn run_observed(
     observation: Observation,
 ) -> Result<RunStats, RunError> {
     let mut sim = Sim::new(cluster, seed, check);
+    if observation != Observation::Fast {
+        // The reference runs also index each prefix cache by vLLM's own
+        // `hash → blocks` table, which the chain index must agree with.
+        for core in &mut sim.cores {
+            core.engine.index_by_table();
+        }
+    }
     let pause_when_idle = observation != Observation::EveryTick;
     sim.pause_when_idle = pause_when_idle;
     sim.lazy_scrapes = observation == Observation::Fast;
@@ -866,6 +880,11 @@ fn run_observed(
     sim.drain_windows(sink);
     sim.stats.end = sim.now;
     sim.stats.blocks_held_at_end = sim.cores.iter().map(|c| c.engine.pool().referenced()).sum();
+    sim.stats.chain_indexed_cores = sim
+        .cores
+        .iter()
+        .filter(|c| c.engine.pool().by_chains())
+        .count() as u64;
     sim.stats.links = sim
         .network
         .carried()

@@ -319,6 +319,9 @@ fn dormant_scrape_loops_change_nothing_but_the_events() {
         .expect("runs");
         assert!(slept.scrape_sleeps > 0, "{name}: no loop went dormant");
         assert_eq!(queued.scrape_sleeps, 0, "{name}");
+        // The reference also indexes the prefix caches by vLLM's table.
+        assert!(slept.chain_indexed_cores > 0, "{name}");
+        assert_eq!(queued.chain_indexed_cores, 0, "{name}");
         assert!(slept.events < queued.events, "{name}: no scrape skipped");
         assert_eq!(lazy.memory.records, every.memory.records, "{name}");
         assert_eq!(lazy.memory.emissions, every.memory.emissions, "{name}");

@@ -306,10 +306,11 @@ fn run_seed(seed: u64, tight: bool) -> Option<bool> {
     } = &drawn;
     let (requests, rate) = (*requests, *rate);
     let mut results = Vec::new();
-    // The second run queues every scrape of every loop: a loop that went
-    // dormant in the first over an engine holding nothing must change
-    // nothing (`Observation::EveryScrape`), and the two runs of one seed must
-    // agree in any case.
+    // The second run queues every scrape of every loop and indexes every
+    // prefix cache by vLLM's literal hash table (`Observation::EveryScrape`):
+    // a loop that went dormant in the first over an engine holding nothing
+    // must change nothing, the chain index must find, hand out and evict as
+    // the table does, and the two runs of one seed must agree in any case.
     for every_scrape in [false, true] {
         let mut source = Synthetic::new("shape", shape, requests, rate, seed).expect("valid shape");
         let mut sink = MemorySink::default();
@@ -322,7 +323,16 @@ fn run_seed(seed: u64, tight: bool) -> Option<bool> {
             .unwrap_or_else(|e| panic!("{e}\n{context}"));
         if every_scrape {
             assert_eq!(stats.scrape_sleeps, 0, "{context}");
+            assert_eq!(stats.chain_indexed_cores, 0, "{context}");
         } else {
+            // Every plain decoder's cores (not a hybrid's).
+            let plain: u64 = cluster
+                .pools
+                .iter()
+                .filter(|p| p.engine.mamba.is_none() && p.engine.window.is_none())
+                .map(|p| u64::from(p.pods) * u64::from(p.ranks))
+                .sum();
+            assert_eq!(stats.chain_indexed_cores, plain, "{context}");
             SLEEPS.with(|n| n.set(n.get() + stats.scrape_sleeps));
         }
         assert_eq!(

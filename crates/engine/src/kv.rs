@@ -24,6 +24,13 @@
 //! it. Popping the stand-in hands out `next_unused` and materialises that
 //! block; once the range is exhausted the stand-in leaves the queue. The
 //! order blocks come out is exactly the eager queue's.
+//!
+//! The cached hashes are indexed either as vLLM keeps them, a table from
+//! each hash to its blocks, or, for a plain decoder's pool
+//! ([`BlockPool::index_by_chains`]), as a tree of hash chains
+//! ([`crate::chains`]) that gives the same answers with a probe per run of
+//! blocks rather than per block. The free queue, and so every allocation
+//! and eviction, is the same either way.
 
 use hashbrown::HashTable;
 use pdsim_core::kv_events::{KvEventBatch, Medium};
@@ -105,6 +112,11 @@ pub struct BlockPool {
     /// The step's KV events when the engine publishes them (vLLM's
     /// `enable_kv_cache_events`); `None` costs nothing.
     pub kv_events: Option<KvEventBatch>,
+    /// The cached hashes as a tree of chains
+    /// ([`crate::chains::ChainIndex`]) instead of `cached` and `dups`,
+    /// when the pool is indexed by chains ([`BlockPool::index_by_chains`]):
+    /// the same answers with a probe per run of blocks, not per block.
+    chains: Option<Box<crate::chains::ChainIndex>>,
 }
 
 impl BlockPool {
@@ -136,6 +148,7 @@ impl BlockPool {
             evictions: 0,
             referenced: 0,
             kv_events: None,
+            chains: None,
         };
         if num_blocks > 1 {
             // The whole queue is the untouched range 1..num_blocks.
@@ -143,6 +156,26 @@ impl BlockPool {
             pool.free_count = num_blocks - 1;
         }
         pool
+    }
+
+    /// Indexes the cached hashes by their chains
+    /// ([`crate::chains::ChainIndex`]). Only for a pool whose blocks each
+    /// hold one prefix unit and whose every hash is cached by
+    /// [`BlockPool::cache_next`] after the block before it in its request:
+    /// the single attention group of a plain decoder (Mamba and window
+    /// groups cache keys of their own, looked up by hash alone).
+    pub fn index_by_chains(mut self) -> BlockPool {
+        if self.units_per_block == 1 && self.cached.is_empty() {
+            let mut chains = crate::chains::ChainIndex::default();
+            chains.grow(self.meta.len());
+            self.chains = Some(Box::new(chains));
+        }
+        self
+    }
+
+    /// Whether the pool is indexed by chains.
+    pub fn by_chains(&self) -> bool {
+        self.chains.is_some()
     }
 
     /// Usable blocks (the null block excluded).
@@ -235,6 +268,9 @@ impl BlockPool {
         self.meta.push(Meta::default());
         self.unit_hash
             .extend(std::iter::repeat_n(0, self.units_per_block as usize));
+        if let Some(chains) = &mut self.chains {
+            chains.grow(self.meta.len());
+        }
         self.free_count -= 1;
         if self.next_unused == self.num_blocks {
             self.unlink_node(UNTOUCHED);
@@ -247,9 +283,15 @@ impl BlockPool {
         self.lookup_unit(hash).map(|(block, _)| block)
     }
 
-    /// The cached block and unit slot holding unit `hash`, if any.
+    /// The cached block and unit slot holding unit `hash`, if any. A pool
+    /// indexed by chains answers by scanning them: for tests and checks,
+    /// which ask by hash alone (the scheduler walks a request's hashes,
+    /// [`BlockPool::cached_prefix`]).
     pub fn lookup_unit(&self, hash: u64) -> Option<(u32, u32)> {
         let hash = hash.max(1);
+        if let Some(chains) = &self.chains {
+            return chains.find(hash).map(|block| (block, 0));
+        }
         let unit_hash = &self.unit_hash;
         let upb = self.units_per_block;
         self.cached
@@ -332,8 +374,55 @@ impl BlockPool {
         self.cache_unit(block, 0, hash);
     }
 
-    /// Marks unit `unit` of `block` as holding `hash`.
+    /// Caches `hash` in `block`, the chain position after the one `parent`
+    /// caches in the same request (`None` for a request's first block): in
+    /// a pool indexed by chains at that position, else as
+    /// [`BlockPool::cache_unit`] does for a block of one unit.
+    pub fn cache_next(&mut self, block: u32, hash: u64, parent: Option<u32>) {
+        let Some(chains) = &mut self.chains else {
+            return self.cache_unit(block, 0, hash);
+        };
+        let hash = hash.max(1); // 0 marks "no hash"
+        let slot = &mut self.unit_hash[block as usize];
+        if *slot != 0 {
+            return;
+        }
+        *slot = hash;
+        chains.cache(block, hash, parent);
+    }
+
+    /// How many of `hashes`' first `max` units are cached, walking from
+    /// the first and stopping at the first that is not
+    /// (`find_longest_cache_hit`); `visit` sees their blocks in order, in
+    /// runs. For a pool of one unit a block.
+    pub fn cached_prefix(
+        &self,
+        hashes: &[u64],
+        max: usize,
+        mut visit: impl FnMut(&[u32]),
+    ) -> usize {
+        if let Some(chains) = &self.chains {
+            return chains.walk(hashes, max, visit);
+        }
+        let mut n = 0;
+        for &hash in hashes.iter().take(max) {
+            let Some(block) = self.lookup(hash) else {
+                break;
+            };
+            visit(&[block]);
+            n += 1;
+        }
+        n
+    }
+
+    /// Marks unit `unit` of `block` as holding `hash`. Not for a pool
+    /// indexed by chains, whose hashes need their position
+    /// ([`BlockPool::cache_next`]).
     pub fn cache_unit(&mut self, block: u32, unit: u32, hash: u64) {
+        debug_assert!(
+            self.chains.is_none(),
+            "cache_unit on a pool indexed by chains"
+        );
         let hash = hash.max(1); // 0 marks "no hash"
         let slot = (block * self.units_per_block + unit) as usize;
         if self.unit_hash[slot] != 0 {
@@ -364,6 +453,10 @@ impl BlockPool {
     /// unit is the one recorded for a hash it holds twice, so the table
     /// maps `hash` to this block exactly when it maps it to `slot`.
     fn uncache(&mut self, hash: u64, block: u32, slot: u32) {
+        if let Some(chains) = &mut self.chains {
+            chains.uncache(hash, block);
+            return;
+        }
         let upb = self.units_per_block;
         if let Ok(mut entry) = self.cached.find_entry(fx(hash), |&held| held == slot) {
             match self.dups.get_mut(&hash) {
@@ -473,6 +566,9 @@ impl BlockPool {
                 "free count {} but {seen} blocks queued",
                 self.free_count
             ));
+        }
+        if let Some(chains) = &self.chains {
+            chains.check()?;
         }
         let unreferenced = (1..self.meta.len())
             .filter(|b| self.meta[*b].ref_cnt == 0)
@@ -713,6 +809,127 @@ mod tests {
             ops in prop::collection::vec((0u8..4, 0u32..1000, 0u32..1000), 0..200),
         ) {
             compare(num_blocks, units, unhashed_to_front, &ops);
+        }
+    }
+
+    /// A request of the chain workload: its hashes (cumulative, so a
+    /// shared prefix is a shared run of hashes), its blocks, how many of
+    /// them it has cached.
+    struct ChainRequest {
+        hashes: Vec<u64>,
+        blocks: Vec<u32>,
+        cached: usize,
+    }
+
+    /// The hashes of chain `a` of length `len`: each position's hash mixes
+    /// the one before with a token from a three-letter alphabet picked by
+    /// `a`'s digits, so chains share prefixes and part at many points.
+    fn chain(a: u32, len: usize) -> Vec<u64> {
+        let mut digits = a;
+        let mut h = 0x9e37_79b9_7f4a_7c15u64;
+        (0..len)
+            .map(|_| {
+                let token = u64::from(digits % 3);
+                digits /= 3;
+                h = (h ^ token).wrapping_mul(0x0100_0000_01b3).rotate_left(17) | 1;
+                h
+            })
+            .collect()
+    }
+
+    /// The chain index ([`super::super::chains::ChainIndex`]) against
+    /// vLLM's `hash → blocks` table, on request-shaped work: prefix hits
+    /// touched, new blocks allocated (evicting), blocks cached a few at a
+    /// time after the one before (so two requests can cache the same
+    /// hashes: duplicates), requests released tail first.
+    fn compare_chains(num_blocks: u32, unhashed_to_front: bool, ops: &[Op]) {
+        let mut chains = BlockPool::new(num_blocks, unhashed_to_front).index_by_chains();
+        let mut table = BlockPool::new(num_blocks, unhashed_to_front);
+        assert!(chains.by_chains() && !table.by_chains());
+        let mut requests: Vec<ChainRequest> = Vec::new();
+        for (step, &(kind, a, b)) in ops.iter().enumerate() {
+            match kind % 3 {
+                0 => {
+                    let hashes = chain(a % 729, (b % 8 + 1) as usize);
+                    let (mut x, mut y) = (Vec::new(), Vec::new());
+                    let hit =
+                        chains.cached_prefix(&hashes, hashes.len(), |r| x.extend_from_slice(r));
+                    let hit_t =
+                        table.cached_prefix(&hashes, hashes.len(), |r| y.extend_from_slice(r));
+                    assert_eq!((hit, &x), (hit_t, &y), "step {step}: hit");
+                    let free_hits = x.iter().filter(|&&block| chains.is_free(block)).count() as u32;
+                    let new = (hashes.len() - hit) as u32;
+                    if new + free_hits > chains.free() {
+                        continue;
+                    }
+                    for &block in &x {
+                        chains.touch(block);
+                        table.touch(block);
+                    }
+                    let (mut p, mut q) = (x.clone(), y);
+                    chains.allocate(new, &mut p);
+                    table.allocate(new, &mut q);
+                    assert_eq!(p, q, "step {step}: blocks handed out");
+                    requests.push(ChainRequest {
+                        hashes,
+                        blocks: p,
+                        cached: hit,
+                    });
+                }
+                1 if !requests.is_empty() => {
+                    let i = a as usize % requests.len();
+                    let r = &mut requests[i];
+                    let upto = (r.cached + (b % 3 + 1) as usize).min(r.hashes.len());
+                    for u in r.cached..upto {
+                        let parent = u.checked_sub(1).map(|p| r.blocks[p]);
+                        chains.cache_next(r.blocks[u], r.hashes[u], parent);
+                        table.cache_next(r.blocks[u], r.hashes[u], parent);
+                    }
+                    r.cached = upto;
+                }
+                2 if !requests.is_empty() => {
+                    let r = requests.swap_remove(a as usize % requests.len());
+                    chains.release(&r.blocks);
+                    table.release(&r.blocks);
+                }
+                _ => {}
+            }
+            assert_eq!(
+                chains.free_order(),
+                table.free_order(),
+                "step {step}: free queue"
+            );
+            assert_eq!(chains.evictions, table.evictions, "step {step}: evictions");
+            chains
+                .check()
+                .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        }
+        // Every chain's hit, and every hash's block, agree at the end.
+        for a in 0..729 {
+            let hashes = chain(a, 8);
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            chains.cached_prefix(&hashes, 8, |r| x.extend_from_slice(r));
+            table.cached_prefix(&hashes, 8, |r| y.extend_from_slice(r));
+            assert_eq!(x, y, "chain {a}");
+            for &h in &hashes {
+                assert_eq!(chains.lookup(h), table.lookup(h), "hash {h:x}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The pool indexed by chains finds, touches, hands out and evicts
+        /// exactly as the pool indexed by vLLM's table, duplicates, partial
+        /// caching and tight pools included.
+        #[test]
+        fn the_chain_index_answers_as_the_hash_table(
+            num_blocks in prop_oneof![Just(1u32), Just(2), 3u32..24, 24u32..80],
+            unhashed_to_front in any::<bool>(),
+            ops in prop::collection::vec((0u8..3, 0u32..100_000, 0u32..1000), 0..300),
+        ) {
+            compare_chains(num_blocks, unhashed_to_front, &ops);
         }
     }
 

@@ -7,6 +7,7 @@
 //! caller owns. It knows nothing of pools, routers or networks: the cluster
 //! crate composes engines.
 
+pub mod chains;
 pub mod graph;
 pub mod kv;
 pub mod lmcache;

@@ -348,6 +348,13 @@ impl Req {
 /// its new blocks (`_get_num_evictable_blocks`,
 /// `vllm/v1/core/single_type_kv_cache_manager.py`).
 fn hit_blocks_free(pool: &BlockPool, hashes: &[u64], hit_blocks: u32, per_block: usize) -> u32 {
+    if pool.by_chains() {
+        let mut free = 0;
+        pool.cached_prefix(hashes, hit_blocks as usize, |run| {
+            free += run.iter().filter(|&&block| pool.is_free(block)).count() as u32;
+        });
+        return free;
+    }
     (0..hit_blocks as usize)
         .filter_map(|b| pool.lookup(hashes[b * per_block]))
         .filter(|&block| pool.is_free(block))
@@ -358,9 +365,15 @@ fn hit_blocks_free(pool: &BlockPool, hashes: &[u64], hit_blocks: u32, per_block:
 /// them to the request (`add_local_computed_blocks`).
 fn take_hit_blocks(pool: &mut BlockPool, req: &mut Req, hit_blocks: u32, scratch: &mut Vec<u32>) {
     scratch.clear();
-    for b in 0..hit_blocks as usize {
-        if let Some(block) = pool.lookup(req.hasher.hashes[b]) {
-            scratch.push(block);
+    if pool.by_chains() {
+        pool.cached_prefix(&req.hasher.hashes, hit_blocks as usize, |run| {
+            scratch.extend_from_slice(run);
+        });
+    } else {
+        for b in 0..hit_blocks as usize {
+            if let Some(block) = pool.lookup(req.hasher.hashes[b]) {
+                scratch.push(block);
+            }
         }
     }
     for block in scratch.iter() {
@@ -608,7 +621,15 @@ impl Engine {
             .as_ref()
             .map_or_else(Vec::new, conditional_acceptance);
         let units = (config.block_size / config.prefix_unit.max(1)).max(1);
-        let pool = BlockPool::with_units(config.num_blocks, units, config.unhashed_blocks_to_front);
+        let mut pool =
+            BlockPool::with_units(config.num_blocks, units, config.unhashed_blocks_to_front);
+        // A plain decoder's one attention group caches each block's hash
+        // after the block before it (`cache_new_units`), so its pool can be
+        // indexed by chains; Mamba and window groups cache keys of their
+        // own, looked up by hash alone.
+        if config.mamba.is_none() && config.window.is_none() {
+            pool = pool.index_by_chains();
+        }
         let waiting = match config.policy {
             Policy::Fcfs => WaitQueue::Fcfs(VecDeque::new()),
             Policy::Priority => WaitQueue::Priority(BinaryHeap::new()),
@@ -662,6 +683,25 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Indexes the prefix cache by vLLM's literal `hash → blocks` table
+    /// instead of by chains: the reference the chain index is held to (the
+    /// cluster's reference runs and the swarm). Only before the engine has
+    /// cached anything, which is when it is built.
+    pub fn index_by_table(&mut self) {
+        assert!(
+            self.pool.materialised() == 0,
+            "the prefix cache's index is chosen before the engine runs"
+        );
+        let units = (self.config.block_size / self.config.prefix_unit.max(1)).max(1);
+        let events = self.pool.kv_events.take();
+        self.pool = BlockPool::with_units(
+            self.config.num_blocks,
+            units,
+            self.config.unhashed_blocks_to_front,
+        );
+        self.pool.kv_events = events;
     }
 
     pub fn num_running(&self) -> usize {
@@ -925,6 +965,18 @@ impl Engine {
         let unit = self.config.prefix_unit.max(1);
         let per_block = self.pool.units_per_block();
         let max_units = (req.tokens() - 1) / unit;
+        if self.pool.by_chains() {
+            // One unit a block: every hit unit is a shared block.
+            let mut hit = self
+                .pool
+                .cached_prefix(&req.hasher.hashes, max_units as usize, |_| {})
+                as u32;
+            let shared = hit;
+            if hit > 0 && self.config.spec.as_ref().is_some_and(|s| s.eagle_style) {
+                hit -= 1;
+            }
+            return (hit, shared.min(hit));
+        }
         let mut hit = 0;
         let mut shared = 0;
         let mut block_ok = true;
@@ -1366,9 +1418,16 @@ impl Engine {
         scratch.clear();
         if hit_blocks > 0 {
             let req = self.reqs[slot as usize].as_ref().expect("live slot");
-            for b in 0..hit_blocks as usize {
-                if let Some(block) = self.pool.lookup(req.hasher.hashes[b * per_block]) {
-                    scratch.push(block);
+            if self.pool.by_chains() {
+                self.pool
+                    .cached_prefix(&req.hasher.hashes, hit_blocks as usize, |run| {
+                        scratch.extend_from_slice(run);
+                    });
+            } else {
+                for b in 0..hit_blocks as usize {
+                    if let Some(block) = self.pool.lookup(req.hasher.hashes[b * per_block]) {
+                        scratch.push(block);
+                    }
                 }
             }
             for block in &scratch {
@@ -2863,10 +2922,20 @@ impl Engine {
                 if let Some(log) = &mut self.pool.kv_events {
                     stored_event(log, req, req.cached_units, full, unit);
                 }
-                for u in req.cached_units..full {
-                    let block = req.blocks[(u / per_block) as usize];
-                    self.pool
-                        .cache_unit(block, u % per_block, req.hasher.hashes[u as usize]);
+                if self.pool.by_chains() {
+                    // One unit a block: unit `u` is block `u`, and block
+                    // `u − 1`, the request's own, caches the unit before.
+                    for u in req.cached_units as usize..full as usize {
+                        let parent = u.checked_sub(1).map(|p| req.blocks[p]);
+                        self.pool
+                            .cache_next(req.blocks[u], req.hasher.hashes[u], parent);
+                    }
+                } else {
+                    for u in req.cached_units..full {
+                        let block = req.blocks[(u / per_block) as usize];
+                        self.pool
+                            .cache_unit(block, u % per_block, req.hasher.hashes[u as usize]);
+                    }
                 }
             }
             req.cached_units = full;
@@ -3266,6 +3335,25 @@ mod checker_tests {
         assert_eq!(blocks(Some((3, 4))), 2);
         assert_eq!(blocks(Some((0, 0))), 0);
         assert_eq!(blocks(None), 0);
+    }
+
+    #[test]
+    fn a_plain_engine_indexes_its_prefix_cache_by_chains_the_reference_by_table() {
+        let plain = EngineConfig {
+            block_size: 4,
+            prefix_unit: 4,
+            ..small_config()
+        };
+        let mut engine = Engine::new(plain.clone());
+        assert!(engine.pool().by_chains());
+        engine.index_by_table();
+        assert!(!engine.pool().by_chains());
+        // Sub-block prefix units (vllm-rbln) keep the table.
+        let units = Engine::new(EngineConfig {
+            prefix_unit: 2,
+            ..plain
+        });
+        assert!(!units.pool().by_chains());
     }
 
     fn running_req(engine: &mut Engine) -> &mut Req {
