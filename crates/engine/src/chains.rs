@@ -35,8 +35,9 @@
 //!   reuses, swarm seeds included, found none); they are handled so that
 //!   any order gives the map's answers.
 //!
-//! The tree is ordered data only: nothing iterates a hash map, so no
-//! iteration order reaches a result.
+//! Nothing that shapes a result iterates a hash map (only
+//! [`ChainIndex::check`] counts over one), so no iteration order reaches a
+//! result.
 
 use rustc_hash::FxHashMap;
 
@@ -405,6 +406,71 @@ mod tests {
                 h
             })
             .collect()
+    }
+
+    /// A valid index: a chain of four positions continued two ways after
+    /// its second, with a duplicate at its first.
+    fn sample() -> ChainIndex {
+        let mut index = ChainIndex::default();
+        index.grow(16);
+        let (a, b) = (chain(0, 4), chain(2, 4)); // part after position 0
+        index.cache(1, a[0], None);
+        index.cache(2, a[1], Some(1));
+        index.cache(3, a[2], Some(2));
+        index.cache(4, a[3], Some(3));
+        index.cache(5, b[1], Some(1));
+        index.cache(6, a[0], None); // a duplicate of position 0
+        assert_ne!(a[1], b[1]);
+        index.check().expect("a valid index");
+        index
+    }
+
+    /// Each invariant `check` states fails on an index broken just there.
+    #[test]
+    fn a_broken_index_fails_its_check() {
+        let broken: [(&str, fn(&mut ChainIndex)); 11] = [
+            ("hole count", |x| x.nodes[0].holes += 1),
+            ("arrays apart", |x| x.nodes[0].hashes.push(7)),
+            ("continuations", |x| x.nodes[0].continuations += 1),
+            ("empty node", |x| {
+                let n = x.nodes.iter().position(|n| n.continuations == 0).expect("a leaf");
+                let block = x.nodes[n].blocks[0];
+                x.at[block as usize] = (super::NO, super::NO);
+                x.nodes[n].hashes.clear();
+                x.nodes[n].blocks.clear();
+            }),
+            ("trailing hole", |x| {
+                let n = x.nodes.iter().position(|n| n.continuations == 0).expect("a leaf");
+                let last = x.nodes[n].blocks.len() - 1;
+                let block = std::mem::replace(&mut x.nodes[n].blocks[last], super::NO);
+                x.nodes[n].holes += 1;
+                x.at[block as usize] = (super::NO, super::NO);
+            }),
+            ("link to a wrong parent", |x| {
+                let n = x.nodes.iter().position(|n| n.parent != super::NO).expect("one");
+                x.nodes[n].parent = super::NO;
+            }),
+            ("link under a wrong key", |x| x.nodes[1].key ^= 1),
+            ("first hash not the key", |x| x.nodes[1].hashes[0] ^= 1),
+            ("a chain start linked under another hash", |x| {
+                let root = x.nodes.iter().position(|n| n.parent == super::NO).expect("one");
+                x.links.insert((super::NO, 12_345), root as u32);
+            }),
+            ("unlinked node", |x| {
+                let key = (x.nodes[1].parent, x.nodes[1].key);
+                x.links.remove(&key);
+            }),
+            ("block out of place", |x| {
+                let (n, o) = x.at[3];
+                x.at[2] = (n, o);
+            }),
+        ];
+        let valid = sample();
+        for (what, corrupt) in broken {
+            let mut index = valid.clone();
+            corrupt(&mut index);
+            assert!(index.check().is_err(), "{what}");
+        }
     }
 
     proptest! {
