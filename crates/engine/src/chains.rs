@@ -433,27 +433,43 @@ mod tests {
             ("arrays apart", |x| x.nodes[0].hashes.push(7)),
             ("continuations", |x| x.nodes[0].continuations += 1),
             ("empty node", |x| {
-                let n = x.nodes.iter().position(|n| n.continuations == 0).expect("a leaf");
+                let n = x
+                    .nodes
+                    .iter()
+                    .position(|n| n.continuations == 0)
+                    .expect("a leaf");
                 let block = x.nodes[n].blocks[0];
                 x.at[block as usize] = (super::NO, super::NO);
                 x.nodes[n].hashes.clear();
                 x.nodes[n].blocks.clear();
             }),
             ("trailing hole", |x| {
-                let n = x.nodes.iter().position(|n| n.continuations == 0).expect("a leaf");
+                let n = x
+                    .nodes
+                    .iter()
+                    .position(|n| n.continuations == 0)
+                    .expect("a leaf");
                 let last = x.nodes[n].blocks.len() - 1;
                 let block = std::mem::replace(&mut x.nodes[n].blocks[last], super::NO);
                 x.nodes[n].holes += 1;
                 x.at[block as usize] = (super::NO, super::NO);
             }),
             ("link to a wrong parent", |x| {
-                let n = x.nodes.iter().position(|n| n.parent != super::NO).expect("one");
+                let n = x
+                    .nodes
+                    .iter()
+                    .position(|n| n.parent != super::NO)
+                    .expect("one");
                 x.nodes[n].parent = super::NO;
             }),
             ("link under a wrong key", |x| x.nodes[1].key ^= 1),
             ("first hash not the key", |x| x.nodes[1].hashes[0] ^= 1),
             ("a chain start linked under another hash", |x| {
-                let root = x.nodes.iter().position(|n| n.parent == super::NO).expect("one");
+                let root = x
+                    .nodes
+                    .iter()
+                    .position(|n| n.parent == super::NO)
+                    .expect("one");
                 x.links.insert((super::NO, 12_345), root as u32);
             }),
             ("unlinked node", |x| {

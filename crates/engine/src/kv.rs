@@ -854,8 +854,9 @@ mod tests {
                     let (mut x, mut y) = (Vec::new(), Vec::new());
                     let hit =
                         chains.cached_prefix(&hashes, hashes.len(), |r| x.extend_from_slice(r));
-                    let hit_t =
-                        table.cached_prefix(&hashes, hashes.len(), |r| y.extend_from_slice(r));
+                    // The table as vLLM walks it: hash by hash to the first miss.
+                    y.extend(hashes.iter().map_while(|&h| table.lookup(h)));
+                    let hit_t = y.len();
                     assert_eq!((hit, &x), (hit_t, &y), "step {step}: hit");
                     let free_hits = x.iter().filter(|&&block| chains.is_free(block)).count() as u32;
                     let new = (hashes.len() - hit) as u32;
@@ -883,7 +884,7 @@ mod tests {
                     for u in r.cached..upto {
                         let parent = u.checked_sub(1).map(|p| r.blocks[p]);
                         chains.cache_next(r.blocks[u], r.hashes[u], parent);
-                        table.cache_next(r.blocks[u], r.hashes[u], parent);
+                        table.cache_unit(r.blocks[u], 0, r.hashes[u]);
                     }
                     r.cached = upto;
                 }
@@ -909,7 +910,7 @@ mod tests {
             let hashes = chain(a, 8);
             let (mut x, mut y) = (Vec::new(), Vec::new());
             chains.cached_prefix(&hashes, 8, |r| x.extend_from_slice(r));
-            table.cached_prefix(&hashes, 8, |r| y.extend_from_slice(r));
+            y.extend(hashes.iter().map_while(|&h| table.lookup(h)));
             assert_eq!(x, y, "chain {a}");
             for &h in &hashes {
                 assert_eq!(chains.lookup(h), table.lookup(h), "hash {h:x}");

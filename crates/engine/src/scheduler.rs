@@ -694,11 +694,10 @@ impl Engine {
             self.pool.materialised() == 0,
             "the prefix cache's index is chosen before the engine runs"
         );
-        let units = (self.config.block_size / self.config.prefix_unit.max(1)).max(1);
         let events = self.pool.kv_events.take();
         self.pool = BlockPool::with_units(
             self.config.num_blocks,
-            units,
+            self.pool.units_per_block(),
             self.config.unhashed_blocks_to_front,
         );
         self.pool.kv_events = events;
