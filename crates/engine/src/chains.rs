@@ -428,7 +428,8 @@ mod tests {
     /// Each invariant `check` states fails on an index broken just there.
     #[test]
     fn a_broken_index_fails_its_check() {
-        let broken: [(&str, fn(&mut ChainIndex)); 11] = [
+        type Corruption = (&'static str, fn(&mut ChainIndex));
+        let broken: [Corruption; 11] = [
             ("hole count", |x| x.nodes[0].holes += 1),
             ("arrays apart", |x| x.nodes[0].hashes.push(7)),
             ("continuations", |x| x.nodes[0].continuations += 1),
