@@ -425,6 +425,14 @@ mod tests {
         index
     }
 
+    /// A node nothing continues.
+    fn leaf(x: &ChainIndex) -> usize {
+        x.nodes
+            .iter()
+            .position(|n| n.continuations == 0)
+            .expect("a leaf")
+    }
+
     /// Each invariant `check` states fails on an index broken just there.
     #[test]
     fn a_broken_index_fails_its_check() {
@@ -434,22 +442,14 @@ mod tests {
             ("arrays apart", |x| x.nodes[0].hashes.push(7)),
             ("continuations", |x| x.nodes[0].continuations += 1),
             ("empty node", |x| {
-                let n = x
-                    .nodes
-                    .iter()
-                    .position(|n| n.continuations == 0)
-                    .expect("a leaf");
+                let n = leaf(x);
                 let block = x.nodes[n].blocks[0];
                 x.at[block as usize] = (super::NO, super::NO);
                 x.nodes[n].hashes.clear();
                 x.nodes[n].blocks.clear();
             }),
             ("trailing hole", |x| {
-                let n = x
-                    .nodes
-                    .iter()
-                    .position(|n| n.continuations == 0)
-                    .expect("a leaf");
+                let n = leaf(x);
                 let last = x.nodes[n].blocks.len() - 1;
                 let block = std::mem::replace(&mut x.nodes[n].blocks[last], super::NO);
                 x.nodes[n].holes += 1;
