@@ -393,26 +393,46 @@ impl BlockPool {
 
     /// How many of `hashes`' first `max` units are cached, walking from
     /// the first and stopping at the first that is not
-    /// (`find_longest_cache_hit`); `visit` sees their blocks in order, in
-    /// runs. For a pool of one unit a block.
-    pub fn cached_prefix(
+    /// (`find_longest_cache_hit`). For a pool of one unit a block.
+    pub fn cached_prefix(&self, hashes: &[u64], max: usize) -> usize {
+        match &self.chains {
+            Some(chains) => chains.walk(hashes, max, |_| {}),
+            None => hashes
+                .iter()
+                .take(max)
+                .take_while(|&&hash| self.lookup(hash).is_some())
+                .count(),
+        }
+    }
+
+    /// The blocks of a prefix hit's first `count` blocks, whose first units
+    /// are every `per_block`-th of `hashes` and which the caller found
+    /// cached ([`BlockPool::cached_prefix`]); `visit` sees them in order,
+    /// in runs. (The table skips a hash it no longer finds; a hit's hashes
+    /// are all found, so the two indexes give the same blocks.)
+    pub fn hit_blocks(
         &self,
         hashes: &[u64],
-        max: usize,
+        per_block: usize,
+        count: usize,
         mut visit: impl FnMut(&[u32]),
-    ) -> usize {
-        if let Some(chains) = &self.chains {
-            return chains.walk(hashes, max, visit);
+    ) {
+        match &self.chains {
+            Some(chains) => {
+                debug_assert_eq!(
+                    per_block, 1,
+                    "a pool indexed by chains has one unit a block"
+                );
+                chains.walk(hashes, count, visit);
+            }
+            None => {
+                for b in 0..count {
+                    if let Some(block) = self.lookup(hashes[b * per_block]) {
+                        visit(&[block]);
+                    }
+                }
+            }
         }
-        let mut n = 0;
-        for &hash in hashes.iter().take(max) {
-            let Some(block) = self.lookup(hash) else {
-                break;
-            };
-            visit(&[block]);
-            n += 1;
-        }
-        n
     }
 
     /// Marks unit `unit` of `block` as holding `hash`. Not for a pool
@@ -852,8 +872,8 @@ mod tests {
                 0 => {
                     let hashes = chain(a % 729, (b % 8 + 1) as usize);
                     let (mut x, mut y) = (Vec::new(), Vec::new());
-                    let hit =
-                        chains.cached_prefix(&hashes, hashes.len(), |r| x.extend_from_slice(r));
+                    let hit = chains.cached_prefix(&hashes, hashes.len());
+                    chains.hit_blocks(&hashes, 1, hit, |r| x.extend_from_slice(r));
                     // The table as vLLM walks it: hash by hash to the first miss.
                     y.extend(hashes.iter().map_while(|&h| table.lookup(h)));
                     let hit_t = y.len();
@@ -909,7 +929,8 @@ mod tests {
         for a in 0..729 {
             let hashes = chain(a, 8);
             let (mut x, mut y) = (Vec::new(), Vec::new());
-            chains.cached_prefix(&hashes, 8, |r| x.extend_from_slice(r));
+            let hit = chains.cached_prefix(&hashes, 8);
+            chains.hit_blocks(&hashes, 1, hit, |r| x.extend_from_slice(r));
             y.extend(hashes.iter().map_while(|&h| table.lookup(h)));
             assert_eq!(x, y, "chain {a}");
             for &h in &hashes {

@@ -348,34 +348,20 @@ impl Req {
 /// its new blocks (`_get_num_evictable_blocks`,
 /// `vllm/v1/core/single_type_kv_cache_manager.py`).
 fn hit_blocks_free(pool: &BlockPool, hashes: &[u64], hit_blocks: u32, per_block: usize) -> u32 {
-    if pool.by_chains() {
-        let mut free = 0;
-        pool.cached_prefix(hashes, hit_blocks as usize, |run| {
-            free += run.iter().filter(|&&block| pool.is_free(block)).count() as u32;
-        });
-        return free;
-    }
-    (0..hit_blocks as usize)
-        .filter_map(|b| pool.lookup(hashes[b * per_block]))
-        .filter(|&block| pool.is_free(block))
-        .count() as u32
+    let mut free = 0;
+    pool.hit_blocks(hashes, per_block, hit_blocks as usize, |run| {
+        free += run.iter().filter(|&&block| pool.is_free(block)).count() as u32;
+    });
+    free
 }
 
 /// Touches a hit's `hit_blocks` blocks (one reuse unit each) and gives
 /// them to the request (`add_local_computed_blocks`).
 fn take_hit_blocks(pool: &mut BlockPool, req: &mut Req, hit_blocks: u32, scratch: &mut Vec<u32>) {
     scratch.clear();
-    if pool.by_chains() {
-        pool.cached_prefix(&req.hasher.hashes, hit_blocks as usize, |run| {
-            scratch.extend_from_slice(run);
-        });
-    } else {
-        for b in 0..hit_blocks as usize {
-            if let Some(block) = pool.lookup(req.hasher.hashes[b]) {
-                scratch.push(block);
-            }
-        }
-    }
+    pool.hit_blocks(&req.hasher.hashes, 1, hit_blocks as usize, |run| {
+        scratch.extend_from_slice(run);
+    });
     for block in scratch.iter() {
         pool.touch(*block);
     }
@@ -734,13 +720,6 @@ impl Engine {
         !self.running.is_empty() || self.num_waiting() > 0
     }
 
-    /// `Scheduler.has_requests` (`vllm/v1/core/sched/interface.py`):
-    /// unfinished requests, or finished ones not yet reported by a
-    /// `schedule()`, or (with a connector) finished ones whose blocks wait
-    /// for the connector (`Scheduler.has_finished_requests`,
-    /// `vllm/v1/core/sched/scheduler.py`: `len(self.requests) >
-    /// num_running + num_waiting`). The engine core calls `schedule()` only
-    /// when this holds.
     /// Holds no request and no block and has no step in flight: its
     /// metrics are (0 waiting, 0 running, 0 KV usage), and only a new
     /// request ([`Engine::add_request`]) can change that.
@@ -750,6 +729,13 @@ impl Engine {
             && self.pool.free() == self.pool.usable()
     }
 
+    /// `Scheduler.has_requests` (`vllm/v1/core/sched/interface.py`):
+    /// unfinished requests, or finished ones not yet reported by a
+    /// `schedule()`, or (with a connector) finished ones whose blocks wait
+    /// for the connector (`Scheduler.has_finished_requests`,
+    /// `vllm/v1/core/sched/scheduler.py`: `len(self.requests) >
+    /// num_running + num_waiting`). The engine core calls `schedule()` only
+    /// when this holds.
     pub fn has_requests(&self) -> bool {
         self.has_work() || self.finished_unreported || self.held > 0
     }
@@ -964,17 +950,15 @@ impl Engine {
         let unit = self.config.prefix_unit.max(1);
         let per_block = self.pool.units_per_block();
         let max_units = (req.tokens() - 1) / unit;
-        if self.pool.by_chains() {
-            // One unit a block: every hit unit is a shared block.
-            let mut hit = self
-                .pool
-                .cached_prefix(&req.hasher.hashes, max_units as usize, |_| {})
-                as u32;
-            let shared = hit;
+        if per_block == 1 {
+            // One unit a block: every hit unit is a whole shared block.
+            let mut hit =
+                self.pool
+                    .cached_prefix(&req.hasher.hashes, max_units as usize) as u32;
             if hit > 0 && self.config.spec.as_ref().is_some_and(|s| s.eagle_style) {
                 hit -= 1;
             }
-            return (hit, shared.min(hit));
+            return (hit, hit);
         }
         let mut hit = 0;
         let mut shared = 0;
@@ -1417,18 +1401,10 @@ impl Engine {
         scratch.clear();
         if hit_blocks > 0 {
             let req = self.reqs[slot as usize].as_ref().expect("live slot");
-            if self.pool.by_chains() {
-                self.pool
-                    .cached_prefix(&req.hasher.hashes, hit_blocks as usize, |run| {
-                        scratch.extend_from_slice(run);
-                    });
-            } else {
-                for b in 0..hit_blocks as usize {
-                    if let Some(block) = self.pool.lookup(req.hasher.hashes[b * per_block]) {
-                        scratch.push(block);
-                    }
-                }
-            }
+            self.pool
+                .hit_blocks(&req.hasher.hashes, per_block, hit_blocks as usize, |run| {
+                    scratch.extend_from_slice(run);
+                });
             for block in &scratch {
                 self.pool.touch(*block);
             }
@@ -2921,7 +2897,7 @@ impl Engine {
                 if let Some(log) = &mut self.pool.kv_events {
                     stored_event(log, req, req.cached_units, full, unit);
                 }
-                if self.pool.by_chains() {
+                if per_block == 1 {
                     // One unit a block: unit `u` is block `u`, and block
                     // `u − 1`, the request's own, caches the unit before.
                     for u in req.cached_units as usize..full as usize {
