@@ -450,10 +450,7 @@ pub fn export_files(
         match pdsim_router::chart::embedded(&config_name, &config_text) {
             Some(Ok(e)) => {
                 values_flags = e.flags.into_iter().map(|(flag, _)| flag).collect();
-                let note = format!(
-                    "{config_note}, from its {}.pluginsCustomConfig.{}",
-                    e.block, e.file
-                );
+                let note = format!("{config_note}, from its {}", e.path);
                 (e.file, e.text, note)
             }
             // Refused above, by `check_router_inputs`.

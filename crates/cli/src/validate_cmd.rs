@@ -28,7 +28,11 @@ pub struct Args {
     /// header from the scenario).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// Deployment documents (a Scenario among them is used as the scenario).
+    /// Deployment documents (a Scenario among them is used as the
+    /// scenario, a CoefficientSet is checked on its own), and router inputs
+    /// checked on their own as a deployment's `router` would load them: an
+    /// EndpointPickerConfig, Helm values of the EPP's charts, or
+    /// InferencePool / InferenceObjective / InferenceModelRewrite manifests.
     #[arg(value_name = "FILE", required_unless_present_any = ["trace", "scenario"])]
     files: Vec<PathBuf>,
 }
@@ -112,9 +116,139 @@ pub enum Format {
 /// Everything `validate` checks: the documents (the `pdsim-spec` crate),
 /// then what `run` checks before it simulates ([`check_runnable`]).
 pub fn check(request: &Request<'_>) -> pdsim_spec::validate::Report {
-    let mut report = validate(request);
+    // Router inputs named on the command line are checked on their own;
+    // the rest go to the documents' validation.
+    let mut router_files = Vec::new();
+    let mut documents = Vec::new();
+    for path in &request.documents {
+        match router_input_kind(request.files, path) {
+            Some(kind) => router_files.push((path, kind)),
+            None => documents.push(path.clone()),
+        }
+    }
+    let documents_request = Request {
+        files: request.files,
+        catalog_dirs: request.catalog_dirs.clone(),
+        scenario: request.scenario.clone(),
+        documents,
+    };
+    let mut report = validate(&documents_request);
     check_runnable(request.files, &mut report);
+    for (path, kind) in router_files {
+        check_router_file(request.files, path, kind, &mut report.problems);
+    }
+    report.problems.sort();
+    report.valid = !report.problems.has_errors();
     report
+}
+
+/// What a router input given to `validate` is, and so which key of a
+/// deployment's `router` block would name it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RouterInput {
+    /// `router.endpoint_picker_config`: an EndpointPickerConfig, or the Helm
+    /// values of one of the EPP's charts.
+    Config,
+    /// `router.manifests`: the Kubernetes objects the EPP reads.
+    Manifests,
+}
+
+/// The manifest kinds the EPP reads (`pdsim_router::manifests`).
+const ROUTER_MANIFEST_KINDS: &[&str] = &[
+    "InferencePool",
+    "InferenceObjective",
+    "InferenceModelRewrite",
+];
+
+/// Whether `path` holds a router input rather than a pdsim document: its
+/// first document's `kind` is `EndpointPickerConfig` or one of the manifest
+/// kinds the EPP reads, or it is the Helm values of one of the EPP's charts
+/// (no `kind`, a `router.epp` or `inferenceExtension` block). A file that
+/// cannot be read or parsed is left to the documents' validation, which
+/// says why.
+fn router_input_kind(
+    files: &dyn pdsim_spec::files::Files,
+    path: &std::path::Path,
+) -> Option<RouterInput> {
+    use serde_yaml::Value;
+    let text = files.read(path).ok()?;
+    let text = pdsim_spec::load::check_yaml(&text).ok()?;
+    let first = serde_yaml::Deserializer::from_str(text).next()?;
+    let value = <Value as serde::Deserialize>::deserialize(first).ok()?;
+    match value.get("kind").and_then(Value::as_str) {
+        Some("EndpointPickerConfig") => Some(RouterInput::Config),
+        Some("Scenario" | "Deployment" | "CoefficientSet") if value.get("apiVersion").is_none() => {
+            None
+        }
+        _ if any_manifest_kind(text) => Some(RouterInput::Manifests),
+        Some("ConfigMap") | None => {
+            pdsim_router::chart::embedded(&path.display().to_string(), text)
+                .is_some()
+                .then_some(RouterInput::Config)
+        }
+        Some(_) => None,
+    }
+}
+
+/// Whether any document of `text` is of a manifest kind the EPP reads,
+/// looking no further than the first document that does not parse (after
+/// an error, serde_yaml's document iterator yields the same error again
+/// without end).
+fn any_manifest_kind(text: &str) -> bool {
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let Ok(value) = <serde_yaml::Value as serde::Deserialize>::deserialize(document) else {
+            return false;
+        };
+        let kind = value.get("kind").and_then(serde_yaml::Value::as_str);
+        if kind.is_some_and(|kind| ROUTER_MANIFEST_KINDS.contains(&kind)) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Loads a router input on its own, as a deployment's `router` block
+/// naming it would (`pdsim_router::check_router_inputs`), and adds what it
+/// found to `problems`, with a warning that the checks against a
+/// deployment's pools were not made.
+fn check_router_file(
+    files: &dyn pdsim_spec::files::Files,
+    path: &std::path::Path,
+    kind: RouterInput,
+    problems: &mut pdsim_spec::problem::Problems,
+) {
+    use pdsim_spec::problem::{Problem, Severity};
+    let file = path.display().to_string();
+    // The router block names its files relative to the deployment's
+    // folder: standing in for a deployment in the same folder, the file
+    // is named by its own name.
+    let name = path
+        .file_name()
+        .map_or_else(|| file.clone(), |n| n.to_string_lossy().into_owned());
+    let router = pdsim_spec::deployment::Router {
+        epp_flags: None,
+        endpoint_picker_config: (kind == RouterInput::Config).then(|| name.clone()),
+        manifests: (kind == RouterInput::Manifests).then(|| vec![name.clone()]),
+    };
+    if let Err(found) = pdsim_router::check_router_inputs(files, &file, Some(&router)) {
+        for problem in found {
+            problems.push(problem);
+        }
+    }
+    let key = match kind {
+        RouterInput::Config => "router.endpoint_picker_config",
+        RouterInput::Manifests => "router.manifests",
+    };
+    problems.push(Problem {
+        severity: Severity::Warning,
+        file,
+        line: None,
+        path: String::new(),
+        code: "router-input-alone".into(),
+        message: format!(
+            "checked on its own, as a deployment's {key} would load it; the checks against a deployment (its pools' roles and labels, the EPP flags it gives) were skipped: validate the deployment that names it"
+        ),
+    });
 }
 
 pub fn run(args: &Args) -> ExitCode {

@@ -9,6 +9,13 @@
 //! (`templates/_config.yaml` and `templates/_deployment.yaml` of routerlib
 //! at llm-d-router `ebab687`).
 //!
+//! The same goes for the ConfigMap those charts render, or one a user
+//! writes: the EPP reads its configuration from a file the ConfigMap's
+//! `data` becomes once mounted. A ConfigMap holding one EndpointPickerConfig
+//! is read as that configuration; one holding several is refused, naming
+//! them, as the EPP reads the one its own `--config-file` names, which is in
+//! the EPP's Deployment, not in the ConfigMap.
+//!
 //! A values file that selects one of a chart's own files is refused,
 //! naming the file, as pdsim reads only a configuration written out in
 //! `pluginsCustomConfig`: routerlib's (`default-plugins.yaml`,
@@ -26,10 +33,14 @@ use serde_yaml::Value;
 #[derive(Clone, Debug)]
 pub struct Embedded {
     /// The key path of the chart's EPP block: `router.epp` (`epp` in
-    /// routerlib's own values) or `inferenceExtension`.
+    /// routerlib's own values) or `inferenceExtension`; `data` for a
+    /// ConfigMap.
     pub block: &'static str,
-    /// `pluginsConfigFile`.
+    /// `pluginsConfigFile`, or the ConfigMap's key.
     pub file: String,
+    /// The key path of the configuration's text in the file
+    /// (`<block>.pluginsCustomConfig.<file>`, or `data.<file>`).
+    pub path: String,
     /// The configuration's text.
     pub text: String,
     /// The values file's line just above the configuration's first line,
@@ -55,6 +66,9 @@ pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterPro
     let checked = pdsim_spec::load::check_yaml(text).ok()?;
     let value: Value = serde_yaml::from_str(checked).ok()?;
     let top = value.as_mapping()?;
+    if value.get("kind").and_then(Value::as_str) == Some("ConfigMap") {
+        return Some(config_map(file, checked, &value));
+    }
     if top.contains_key("apiVersion") || top.contains_key("kind") {
         return None;
     }
@@ -164,13 +178,7 @@ pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterPro
         }
     };
     let line = lines.line_of(&config_path);
-    // A literal block scalar (`name: |`) starts on the line after its key,
-    // and its lines are the file's lines from there on (a folded one, `>`,
-    // joins lines, so its problems take the key's line).
-    let block_scalar = line
-        .and_then(|l| checked.lines().nth((l as usize).checked_sub(1)?))
-        .and_then(|l| l.split_once(&format!("{name}:")))
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('|'));
+    let block_scalar = is_block_scalar(checked, line, &name);
     let mut flags = Vec::new();
     match epp.get("flags") {
         None | Some(Value::Null) => {}
@@ -216,11 +224,83 @@ pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterPro
     Some(Ok(Embedded {
         block,
         file: name,
+        path: config_path,
         text,
         line,
         block_scalar,
         flags,
     }))
+}
+
+/// Whether a literal block scalar (`key: |`) holds the value of `key` on
+/// line `line` of `text`: its lines are then the file's, from the next one
+/// on (a folded one, `>`, joins lines, so its problems take the key's line).
+fn is_block_scalar(text: &str, line: Option<u32>, key: &str) -> bool {
+    line.and_then(|l| text.lines().nth((l as usize).checked_sub(1)?))
+        .and_then(|l| l.split_once(&format!("{key}:")))
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('|'))
+}
+
+/// The EndpointPickerConfig a ConfigMap holds (`value`, parsed from
+/// `text`): its one `data` entry whose text is an EndpointPickerConfig.
+fn config_map(file: &str, text: &str, value: &Value) -> Result<Embedded, Vec<RouterProblem>> {
+    let lines = LineIndex::build(text);
+    let problem = |path: &str, code: &'static str, message: String| {
+        vec![RouterProblem {
+            file: file.to_string(),
+            line: lines.line_of(path),
+            path: path.to_string(),
+            code,
+            message,
+        }]
+    };
+    let is_config = |text: &str| {
+        pdsim_spec::load::check_yaml(text)
+            .ok()
+            .and_then(|t| serde_yaml::from_str::<Value>(t).ok())
+            .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_string))
+            .is_some_and(|kind| kind == "EndpointPickerConfig")
+    };
+    let configs: Vec<(String, String)> = value
+        .get("data")
+        .and_then(Value::as_mapping)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_str()?.to_string())))
+        .filter(|(_, v)| is_config(v))
+        .collect();
+    match configs.as_slice() {
+        [] => Err(problem(
+            "data",
+            "epp-configmap-config",
+            "a ConfigMap with no EndpointPickerConfig under `data`: the EPP reads its configuration from a file this ConfigMap's data would have to hold".into(),
+        )),
+        [(key, config)] => {
+            let path = format!("data.{key}");
+            let line = lines.line_of(&path);
+            Ok(Embedded {
+                block: "data",
+                file: key.clone(),
+                block_scalar: is_block_scalar(text, line, key),
+                path,
+                text: config.clone(),
+                line,
+                flags: Vec::new(),
+            })
+        }
+        several => {
+            let keys: Vec<String> = several.iter().map(|(k, _)| format!("data.{k}")).collect();
+            Err(problem(
+                "data",
+                "epp-configmap-config",
+                format!(
+                    "the ConfigMap holds {} EndpointPickerConfigs ({}); the EPP reads the one its --config-file names, which its own Deployment gives, not the ConfigMap: put that one in a file of its own and name it in router.endpoint_picker_config",
+                    several.len(),
+                    keys.join(", ")
+                ),
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

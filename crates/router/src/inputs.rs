@@ -372,7 +372,7 @@ pub fn check_router_inputs(
                 text: e.text.clone(),
                 line: if e.block_scalar { None } else { e.line },
                 inside: Some(InValues {
-                    prefix: format!("{}.pluginsCustomConfig.{}", e.block, e.file),
+                    prefix: e.path.clone(),
                     shift: e.line.filter(|_| e.block_scalar),
                     key_line: e.line,
                 }),
@@ -423,6 +423,19 @@ pub fn check_router_inputs(
     if let Some(source) = source {
         match load_config(&source.origin, &source.text, flags.allow_experimental) {
             Ok(loaded) => config = Some(loaded),
+            // A chart's template is not YAML until Helm renders it: what the
+            // loader makes of its `{{ ... }}` actions says nothing useful.
+            Err(_) if let Some(at) = pdsim_spec::load::template_action_line(&source.text) => {
+                let shift = source.inside.as_ref().and_then(|i| i.shift).unwrap_or(0);
+                problems.push(Problem {
+                    severity: Severity::Error,
+                    file: source.origin.clone(),
+                    line: source.line.or(Some(at.saturating_add(shift))),
+                    path: source.inside.as_ref().map_or(String::new(), |i| i.prefix.clone()),
+                    code: "helm-template".into(),
+                    message: "this line holds a Helm template action (`{{ ... }}`): pdsim reads a rendered EndpointPickerConfig, not a chart template; render the chart first (`helm template`) and name what it prints".into(),
+                });
+            }
             Err(found) => problems.extend(found.into_iter().map(|mut p| {
                 if source.line.is_some() {
                     p.line = source.line;

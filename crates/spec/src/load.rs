@@ -323,6 +323,21 @@ pub fn load<T: DeserializeOwned>(source: &Source) -> Result<T, Problems> {
             }
             let path = shorten_path(&path);
             let mut problems = Problems::new();
+            // A chart's template is not YAML until Helm renders it, and what
+            // the parser makes of its `{{ ... }}` actions says nothing useful.
+            if let Some(at) = template_action_line(&source.text) {
+                problems.push(Problem {
+                    severity: Severity::Error,
+                    file: source.file.clone(),
+                    line: Some(at),
+                    path: String::new(),
+                    code: "helm-template".into(),
+                    message: format!(
+                        "this line holds a Helm template action (`{{{{ ... }}}}`): pdsim reads rendered YAML, not chart templates; render the chart first (`helm template`) and give pdsim what it prints (the parser's own complaint: {message})"
+                    ),
+                });
+                return Err(problems);
+            }
             problems.push(Problem {
                 severity: Severity::Error,
                 file: source.file.clone(),
@@ -334,6 +349,20 @@ pub fn load<T: DeserializeOwned>(source: &Source) -> Result<T, Problems> {
             Err(problems)
         }
     }
+}
+
+/// The first line (1-based) holding a Go template action, `{{` before
+/// `}}`, outside a comment: the mark of a Helm chart's template.
+pub fn template_action_line(text: &str) -> Option<u32> {
+    text.lines()
+        .position(|line| {
+            let code = line.trim_start();
+            !code.starts_with('#')
+                && code
+                    .find("{{")
+                    .is_some_and(|open| code[open..].contains("}}"))
+        })
+        .map(|i| u32::try_from(i + 1).unwrap_or(u32::MAX))
 }
 
 /// `serde_path_to_error` writes `.` for the root; we write nothing.
