@@ -176,6 +176,12 @@ impl Resolver {
         lo: f64,
         hi: f64,
     ) -> Result<f64, String> {
+        // A name read here and missing from that list would be refused in
+        // a user's set although it is read: the list must name every read.
+        debug_assert!(
+            pdsim_spec::coefficient_names::read_by_pdsim(name),
+            "coefficient `{name}` is read but not listed in pdsim_spec::coefficient_names"
+        );
         let (value, source) = match (self.chosen.get(name), default) {
             (Some(chosen), _) => {
                 if chosen.units != units {
@@ -508,6 +514,30 @@ pub fn builtin_collective(chip: &str, op: &str, ranks: u64, intra_node_gbps: f64
 }
 
 #[cfg(test)]
+mod name_tests {
+    /// The other half of `Resolver::value`'s assertion: each exact name
+    /// the validator accepts is written out in this crate's code that reads
+    /// it (a `get("…")` or a built-in default's arm), so the list carries no
+    /// name nothing reads.
+    #[test]
+    fn every_exact_name_the_validator_accepts_is_read_here() {
+        let sources = [
+            include_str!("roofline.rs"),
+            include_str!("linear.rs"),
+            include_str!("transfer.rs"),
+            include_str!("coefficients.rs"),
+        ];
+        for name in pdsim_spec::coefficient_names::READ {
+            let quoted = format!("\"{name}\"");
+            assert!(
+                sources.iter().any(|s| s.matches(&quoted).count() > 0),
+                "`{name}` is listed as read but no code in pdsim-cost names it"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
 mod number_tests {
     use super::{Builtin, Deployment, Resolver};
 
@@ -526,7 +556,7 @@ mod number_tests {
         let mut r = Resolver::new(deployment, &[]).unwrap();
         let mut refuse = |value: f64| {
             r.value(
-                "zz_test",
+                "hbm_constant_latency",
                 "us",
                 Some(Builtin::new(value, "test")),
                 0.0,
@@ -534,8 +564,11 @@ mod number_tests {
             )
             .unwrap_err()
         };
-        assert!(refuse(12.5).contains("`zz_test` = 12.5 (from test)"));
+        assert!(refuse(12.5).contains("`hbm_constant_latency` = 12.5 (from test)"));
         let huge = refuse(1e300);
-        assert!(huge.contains("`zz_test` = 1e300 (from test)"), "{huge}");
+        assert!(
+            huge.contains("`hbm_constant_latency` = 1e300 (from test)"),
+            "{huge}"
+        );
     }
 }

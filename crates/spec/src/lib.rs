@@ -9,6 +9,7 @@
 
 mod builtin;
 pub mod catalog;
+pub mod coefficient_names;
 pub mod deployment;
 pub mod files;
 pub mod layout;

@@ -1685,6 +1685,52 @@ fn a_coefficient_set_file_is_checked() {
     assert!(!report.valid);
 }
 
+/// An entry pdsim reads by no name is refused at its line, a typo with the
+/// name it is likely to mean, a name of the registry's attention set
+/// plainly; read names, collective curves and drafter acceptances pass.
+#[test]
+fn a_coefficient_pdsim_never_reads_is_refused_by_name() {
+    let entry = |name: &str, units: &str| {
+        format!(
+            "  - {name}:\n      value: 0.5\n      units: {units}\n      method: measured\n      fitted: true\n      scope: {{}}\n"
+        )
+    };
+    let set = format!(
+        "kind: CoefficientSet\nname: mine\ncoefficients:\n{}{}{}{}{}",
+        entry("hbm_derate", "dimensionless"),
+        entry("hbm_derat", "dimensionless"),
+        entry("attention_decode_rate", "bytes_per_us"),
+        entry(
+            "collective_floor_all_gather_fp16_4rank_h200",
+            "us_per_transfer"
+        ),
+        entry("spec_acceptance_eagle3_pos2", "dimensionless"),
+    );
+    let files = MemoryFiles::new().with("c.yaml", &set);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: None,
+        documents: vec!["c.yaml".into()],
+    });
+    let unread: Vec<(&str, Option<u32>, &str)> = report
+        .problems
+        .iter()
+        .filter(|p| p.code == "coefficient-unread")
+        .map(|p| (p.path.as_str(), p.line, p.message.as_str()))
+        .collect();
+    assert_eq!(unread.len(), 2, "{unread:?}");
+    assert_eq!(unread[0].0, "coefficients[1].hbm_derat");
+    assert_eq!(unread[0].1, Some(10), "{unread:?}");
+    assert!(
+        unread[0].2.contains("did you mean `hbm_derate`?"),
+        "{unread:?}"
+    );
+    assert_eq!(unread[1].0, "coefficients[2].attention_decode_rate");
+    assert!(!unread[1].2.contains("did you mean"), "{unread:?}");
+    assert!(!report.valid);
+}
+
 /// A coefficient set given as a file loads as the catalog loads it: its
 /// top-level `_comment` keys are dropped, as in the built-in sets.
 #[test]

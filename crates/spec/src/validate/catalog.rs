@@ -314,6 +314,19 @@ pub fn check_coefficient_set(source: &Source, set: &CoefficientSet) -> Result<()
         }
         for (name, c) in entry {
             let at = |key: &str| format!("coefficients[{i}].{name}.{key}");
+            if !crate::coefficient_names::read_by_pdsim(name) {
+                let nearest =
+                    crate::names::nearest(name, crate::coefficient_names::READ.iter().copied())
+                        .map(|n| format!(" (did you mean `{n}`?)"))
+                        .unwrap_or_default();
+                problems.push(source.error(
+                    &format!("coefficients[{i}].{name}"),
+                    "coefficient-unread",
+                    format!(
+                        "pdsim reads no coefficient named `{name}`{nearest}: its cost model has no term it would set, so the entry would change nothing in a run; remove it (README, \"The cost models\", lists the names pdsim reads)"
+                    ),
+                ));
+            }
             if !c.value.is_finite() {
                 problems.push(source.error(
                     &at("value"),
