@@ -159,33 +159,30 @@ pub fn default_acceptance(method: &str) -> Vec<f64> {
     }
 }
 
-fn acceptance_overrides(method: &str, sets: &[CoefficientSet], base: &mut [f64]) {
-    let prefix = format!("spec_acceptance_{method}_pos");
-    for set in sets {
-        for entry in &set.coefficients {
-            for (name, coefficient) in entry {
-                if let Some(pos) = name
-                    .strip_prefix(&prefix)
-                    .and_then(|p| p.parse::<usize>().ok())
-                    && pos < base.len()
-                {
-                    base[pos] = coefficient.value.clamp(0.0, 1.0);
-                }
-            }
+/// `acceptance` with the positions the scenario's sets give (`overrides`,
+/// chosen by scope: `pdsim_cost::acceptance_overrides`) in place, then made
+/// non-increasing: acceptance of position i+1 implies acceptance of
+/// position i.
+fn apply_acceptance(acceptance: &mut [f64], overrides: &[Option<f64>]) {
+    for (a, o) in acceptance.iter_mut().zip(overrides) {
+        if let Some(v) = o {
+            *a = *v;
         }
     }
-    // Acceptance of position i+1 implies acceptance of position i.
-    for i in 1..base.len() {
-        base[i] = base[i].min(base[i - 1]);
+    for i in 1..acceptance.len() {
+        acceptance[i] = acceptance[i].min(acceptance[i - 1]);
     }
 }
 
-fn engine_config(pool: &PoolResolution, sets: &[CoefficientSet]) -> EngineConfig {
+/// The engine's settings for `pool`; `acceptance` is what the scenario's
+/// sets give its drafter per position (empty without a drafter).
+fn engine_config(pool: &PoolResolution, acceptance: &[Option<f64>]) -> EngineConfig {
     let e = &pool.engine;
+    let overrides = acceptance;
     let spec = e.spec_method.as_ref().map(|method| {
         let mut acceptance = default_acceptance(method);
         acceptance.resize(e.num_spec_tokens as usize, 0.0);
-        acceptance_overrides(method, sets, &mut acceptance);
+        apply_acceptance(&mut acceptance, overrides);
         SpecConfig {
             num_spec_tokens: e.num_spec_tokens as u32,
             acceptance,
@@ -817,6 +814,19 @@ pub fn build_with_router(
             path: format!("pools[{i}]"),
             message,
         };
+        let acceptance = match &resolved.engine.spec_method {
+            Some(method) => pdsim_cost::acceptance_overrides(
+                &scenario.chip.origin.name,
+                scenario.chip.value.gpus_per_node,
+                &scenario.model.value.name,
+                layout,
+                method,
+                usize::try_from(resolved.engine.num_spec_tokens).unwrap_or(usize::MAX),
+                &sets,
+            )
+            .map_err(build_error)?,
+            None => Vec::new(),
+        };
         let linear = pdsim_cost::Linear::selected(
             &scenario.model.value,
             &scenario.chip.origin.name,
@@ -871,7 +881,7 @@ pub fn build_with_router(
             arrival_at_render: resolved.engine.arrival_stamp
                 == pdsim_spec::rules::pack::ArrivalStamp::Render,
             engine: {
-                let mut engine = engine_config(resolved, &sets);
+                let mut engine = engine_config(resolved, &acceptance);
                 // The tier's bytes are per engine (vLLM's kv_offloading_size
                 // is the total over an instance's ranks), split across its
                 // data-parallel ranks; a block holds block_size tokens on

@@ -167,13 +167,21 @@ fn unsupported_features_are_refused_by_name() {
     }
 }
 
-#[test]
-fn speculative_acceptance_defaults_per_method_and_scenario_overrides() {
-    assert_eq!(
-        pdsim_cluster::default_acceptance("eagle3")[..3],
-        [0.58, 0.31, 0.16]
+/// The drafter acceptance a pool gets with a set `accept` holding
+/// positions 0 and 1 of EAGLE-3 at `values`, scoped by `scope`, on the
+/// default scenario (Llama-3.1-8B on H200) with three draft tokens; or the
+/// build's refusal.
+fn acceptance_with(scope: &str, values: [f64; 2]) -> Result<Vec<f64>, pdsim_cluster::BuildError> {
+    let entry = |pos: usize, value: f64| {
+        format!(
+            "  - spec_acceptance_eagle3_pos{pos}:\n      value: {value}\n      units: dimensionless\n      method: measured\n      fitted: true\n      scope: {scope}\n"
+        )
+    };
+    let set = format!(
+        "kind: CoefficientSet\nname: accept\ncoefficients:\n{}{}",
+        entry(0, values[0]),
+        entry(1, values[1])
     );
-    let set = "kind: CoefficientSet\nname: accept\ncoefficients:\n  - spec_acceptance_eagle3_pos0:\n      value: 0.9\n      units: dimensionless\n      method: measured\n      fitted: true\n      scope: {}\n  - spec_acceptance_eagle3_pos1:\n      value: 0.95\n      units: dimensionless\n      method: measured\n      fitted: true\n      scope: {}\n";
     let scenario = SCENARIO.replace(
         "  - pd-transfer-estimates\n",
         "  - pd-transfer-estimates\n  - accept\n",
@@ -184,7 +192,7 @@ fn speculative_acceptance_defaults_per_method_and_scenario_overrides() {
     let files = MemoryFiles::new()
         .with("s.yaml", &scenario)
         .with("d.yaml", &deployment)
-        .with("cat/coefficients/accept.yaml", set);
+        .with("cat/coefficients/accept.yaml", &set);
     let report = validate(&Request {
         files: &files,
         catalog_dirs: vec!["cat".into()],
@@ -192,7 +200,7 @@ fn speculative_acceptance_defaults_per_method_and_scenario_overrides() {
         documents: vec!["d.yaml".into()],
     });
     assert!(report.valid, "{:#?}", report.problems);
-    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap()).unwrap();
+    let cluster = build(&report.deployments[0], report.scenario.as_ref().unwrap())?;
     let spec = cluster.pools[0]
         .engine
         .spec
@@ -200,9 +208,44 @@ fn speculative_acceptance_defaults_per_method_and_scenario_overrides() {
         .expect("speculative decoding configured");
     assert_eq!(spec.num_spec_tokens, 3);
     assert!(spec.eagle_style);
+    Ok(spec.acceptance.clone())
+}
+
+#[test]
+fn speculative_acceptance_defaults_per_method_and_scenario_overrides() {
+    let defaults = pdsim_cluster::default_acceptance("eagle3");
+    assert_eq!(defaults[..3], [0.58, 0.31, 0.16]);
     // Position 1 is capped by position 0: a later draft cannot be accepted
     // more often than an earlier one.
-    assert_eq!(spec.acceptance, vec![0.9, 0.9, 0.16]);
+    assert_eq!(
+        acceptance_with("{}", [0.9, 0.95]).unwrap(),
+        vec![0.9, 0.9, 0.16]
+    );
+    // Chosen by scope, as every coefficient is: a set measured on this
+    // model or chip applies, one scoped to another does not.
+    for scope in ["{model: [llama-3.1-8b]}", "{hardware: [h200], tp: [1]}"] {
+        assert_eq!(
+            acceptance_with(scope, [0.7, 0.5]).unwrap(),
+            vec![0.7, 0.5, 0.16],
+            "{scope}"
+        );
+    }
+    for scope in ["{model: [qwen3-14b]}", "{hardware: [b200]}", "{tp: [8]}"] {
+        assert_eq!(
+            acceptance_with(scope, [0.7, 0.5]).unwrap(),
+            defaults[..3],
+            "{scope}"
+        );
+    }
+    // An acceptance is a probability: outside [0, 1] is refused, naming
+    // the coefficient, not clamped.
+    let err = acceptance_with("{}", [1.5, 0.5]).unwrap_err();
+    assert!(
+        err.message.contains("spec_acceptance_eagle3_pos0"),
+        "{}",
+        err.message
+    );
+    assert_eq!(err.path, "pools[0]");
 }
 
 const H200: &str = include_str!("../../../scenarios/4x8-h200.yaml");

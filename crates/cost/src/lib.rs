@@ -22,6 +22,7 @@
 //! precomputed fields, because the engine calls it once per simulated step,
 //! millions of times per run.
 
+mod acceptance;
 mod coefficients;
 mod collective;
 mod linear;
@@ -30,6 +31,7 @@ mod roofline;
 mod tests;
 mod transfer;
 
+pub use acceptance::acceptance_overrides;
 pub use collective::{Curve, Op};
 pub use linear::{LINEAR_COEFFICIENTS, Linear};
 pub use roofline::{All2AllFamily, Roofline};
