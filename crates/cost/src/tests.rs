@@ -14,11 +14,11 @@ use proptest::prelude::*;
 use std::sync::OnceLock;
 
 pub(crate) struct Setup {
-    model: Model,
-    chip: Chip,
-    chip_name: String,
+    pub(crate) model: Model,
+    pub(crate) chip: Chip,
+    pub(crate) chip_name: String,
     fabric: Fabric,
-    layout: PoolLayout,
+    pub(crate) layout: PoolLayout,
     engine: EngineConfig,
 }
 
