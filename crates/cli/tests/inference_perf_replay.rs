@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const RUN: &str = "20260217-155451-llama-2-7b-tp1-codegen";
 
@@ -35,16 +34,7 @@ fn run_dir() -> Option<PathBuf> {
 }
 
 fn pdsim(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_pdsim"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("the pdsim binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    pdsim_testkit::run_pdsim(env!("CARGO_BIN_EXE_pdsim"), &root(), args)
 }
 
 /// `key: value` lines of the run's flat `exp-config.yaml`.

@@ -7,7 +7,6 @@
 //! reference/epp/`) are all taken as router inputs, never as deployments.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -15,16 +14,11 @@ fn root() -> PathBuf {
 
 /// `pdsim validate ARGS...` from the repository root: (exit code, stdout).
 fn validate(args: &[&str]) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_pdsim"))
-        .arg("validate")
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("the pdsim binary runs");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-    )
+    let args: Vec<&str> = std::iter::once("validate")
+        .chain(args.iter().copied())
+        .collect();
+    let (code, out, _) = pdsim_testkit::run_pdsim(env!("CARGO_BIN_EXE_pdsim"), &root(), &args);
+    (code, out)
 }
 
 /// A fresh folder for one test, with `files` (name, text) written into it.

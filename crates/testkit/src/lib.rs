@@ -51,6 +51,22 @@ pub fn shared(test: &str, what: &str) -> Option<PathBuf> {
     }
 }
 
+/// Runs the `pdsim` binary `bin` (an integration test's
+/// `env!("CARGO_BIN_EXE_pdsim")`) in `dir` with `args`; returns its exit
+/// code (-1 when a signal ended it), standard output and standard error.
+pub fn run_pdsim(bin: &str, dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let output = std::process::Command::new(bin)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the pdsim binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// Says on the terminal that `test` skipped `what` because of `why`, the
 /// way [`shared`] does: one line the harness does not capture.
 pub fn skipped(test: &str, what: &str, why: &str) {
