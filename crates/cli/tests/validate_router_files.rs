@@ -230,9 +230,30 @@ data:
     plugins:
     - type: {{ .Values.scorer }}
 ";
+    // One whose configuration is not even YAML until rendered.
+    let unparsed = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: epp
+data:
+  default-plugins.yaml: |
+    apiVersion: inference.networking.x-k8s.io/v1alpha1
+    kind: EndpointPickerConfig
+    plugins:
+    {{- range .Values.scorers }}
+    - type: {{ . }}
+    {{- end }}
+";
     let deployment = "kind: Deployment\nname: {{ .Release.Name }}\npools: []\n";
-    let dir = folder("template", &[("cm.yaml", template), ("d.yaml", deployment)]);
-    for (file, line) in [("cm.yaml", 10), ("d.yaml", 2)] {
+    let dir = folder(
+        "template",
+        &[
+            ("cm.yaml", template),
+            ("cm2.yaml", unparsed),
+            ("d.yaml", deployment),
+        ],
+    );
+    for (file, line) in [("cm.yaml", 10), ("cm2.yaml", 10), ("d.yaml", 2)] {
         let (code, out) = validate(&[&path(&dir, file)]);
         assert_eq!(code, 1, "{out}");
         assert!(out.contains(&format!("{file}:{line}: error: ")), "{out}");

@@ -270,6 +270,14 @@ fn config_map(file: &str, text: &str, value: &Value) -> Result<Embedded, Vec<Rou
         .filter(|(_, v)| is_config(v))
         .collect();
     match configs.as_slice() {
+        // A chart's template: its configuration is not YAML until rendered.
+        [] if let Some(at) = pdsim_spec::load::template_action_line(text) => Err(vec![RouterProblem {
+            file: file.to_string(),
+            line: Some(at),
+            path: String::new(),
+            code: "helm-template",
+            message: "this line holds a Helm template action (`{{ ... }}`): pdsim reads a rendered ConfigMap, not a chart template; render the chart first (`helm template`) and name what it prints".into(),
+        }]),
         [] => Err(problem(
             "data",
             "epp-configmap-config",
