@@ -28,6 +28,12 @@ pub struct Args {
     /// header from the scenario).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// An EPP flag (`--epp-flag=--name=value`, repeatable) the router inputs
+    /// given on their own are loaded with, as a deployment's
+    /// `router.epp_flags` would give it (`--allow-experimental-plugins` for
+    /// an Alpha plugin, say).
+    #[arg(long = "epp-flag", value_name = "FLAG", allow_hyphen_values = true)]
+    epp_flags: Vec<String>,
     /// Deployment documents (a Scenario among them is used as the
     /// scenario, a CoefficientSet is checked on its own), and router inputs
     /// checked on their own as a deployment's `router` would load them: an
@@ -115,7 +121,10 @@ pub enum Format {
 
 /// Everything `validate` checks: the documents (the `pdsim-spec` crate),
 /// then what `run` checks before it simulates ([`check_runnable`]).
-pub fn check(request: &Request<'_>) -> pdsim_spec::validate::Report {
+///
+/// Router inputs given on their own are loaded with `epp_flags` (the
+/// command line's `--epp-flag`s).
+pub fn check(request: &Request<'_>, epp_flags: &[String]) -> pdsim_spec::validate::Report {
     // Router inputs named on the command line are checked on their own;
     // the rest go to the documents' validation.
     let mut router_files = Vec::new();
@@ -134,8 +143,18 @@ pub fn check(request: &Request<'_>) -> pdsim_spec::validate::Report {
     };
     let mut report = validate(&documents_request);
     check_runnable(request.files, &mut report);
+    if router_files.is_empty() && !epp_flags.is_empty() {
+        report.problems.push(pdsim_spec::problem::Problem {
+            severity: pdsim_spec::problem::Severity::Error,
+            file: "command line".into(),
+            line: None,
+            path: "--epp-flag".into(),
+            code: "epp-flag-unused".into(),
+            message: "--epp-flag gives the flags of router inputs checked on their own, and no file given is one; a deployment's EPP flags are its router.epp_flags".into(),
+        });
+    }
     for (path, kind) in router_files {
-        check_router_file(request.files, path, kind, &mut report.problems);
+        check_router_file(request.files, path, kind, epp_flags, &mut report.problems);
     }
     report.problems.sort();
     report.valid = !report.problems.has_errors();
@@ -215,6 +234,7 @@ fn check_router_file(
     files: &dyn pdsim_spec::files::Files,
     path: &std::path::Path,
     kind: RouterInput,
+    epp_flags: &[String],
     problems: &mut pdsim_spec::problem::Problems,
 ) {
     use pdsim_spec::problem::{Problem, Severity};
@@ -226,12 +246,19 @@ fn check_router_file(
         .file_name()
         .map_or_else(|| file.clone(), |n| n.to_string_lossy().into_owned());
     let router = pdsim_spec::deployment::Router {
-        epp_flags: None,
+        epp_flags: (!epp_flags.is_empty()).then(|| epp_flags.to_vec()),
         endpoint_picker_config: (kind == RouterInput::Config).then(|| name.clone()),
         manifests: (kind == RouterInput::Manifests).then(|| vec![name.clone()]),
     };
     if let Err(found) = pdsim_router::check_router_inputs(files, &file, Some(&router)) {
-        for problem in found {
+        for mut problem in found {
+            // A flag's problem is the command line's, not the file's: it
+            // came from --epp-flag, which stands for router.epp_flags.
+            if let Some(rest) = problem.path.strip_prefix("router.epp_flags") {
+                problem.path = format!("--epp-flag{rest}");
+                problem.file = "command line".into();
+                problem.line = None;
+            }
             problems.push(problem);
         }
     }
@@ -246,7 +273,12 @@ fn check_router_file(
         path: String::new(),
         code: "router-input-alone".into(),
         message: format!(
-            "checked on its own, as a deployment's {key} would load it; the checks against a deployment (its pools' roles and labels, the EPP flags it gives) were skipped: validate the deployment that names it"
+            "checked on its own, as a deployment's {key} would load it{}; the checks against a deployment (its pools' roles and labels) were skipped: validate the deployment that names it",
+            if epp_flags.is_empty() {
+                " with no EPP flags (--epp-flag gives them)"
+            } else {
+                ", with the --epp-flag flags"
+            }
         ),
     });
 }
@@ -259,7 +291,7 @@ pub fn run(args: &Args) -> ExitCode {
         scenario: args.scenario.clone(),
         documents: args.files.clone(),
     };
-    let report = check(&request);
+    let report = check(&request, &args.epp_flags);
     let header = report
         .scenario
         .as_ref()
@@ -670,12 +702,15 @@ mod tests {
         scenario: &Path,
         deployment: &Path,
     ) -> (bool, Result<(), String>) {
-        let report = check(&Request {
-            files,
-            catalog_dirs: vec![],
-            scenario: Some(scenario.to_path_buf()),
-            documents: vec![deployment.to_path_buf()],
-        });
+        let report = check(
+            &Request {
+                files,
+                catalog_dirs: vec![],
+                scenario: Some(scenario.to_path_buf()),
+                documents: vec![deployment.to_path_buf()],
+            },
+            &[],
+        );
         let run = prepare_in(files, &[], scenario, deployment)
             .map(|_| ())
             .map_err(|f| f.message);
@@ -868,12 +903,15 @@ mod tests {
             let files = Overlay {
                 replaced: replaced.into_iter().collect(),
             };
-            let report = check(&Request {
-                files: &files,
-                catalog_dirs: vec![],
-                scenario: Some(scenario.clone()),
-                documents: vec![deployment.clone()],
-            });
+            let report = check(
+                &Request {
+                    files: &files,
+                    catalog_dirs: vec![],
+                    scenario: Some(scenario.clone()),
+                    documents: vec![deployment.clone()],
+                },
+                &[],
+            );
             assert!(!report.valid, "{what}: validate passed it");
             let errors: Vec<String> = report
                 .problems

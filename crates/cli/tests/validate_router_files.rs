@@ -304,3 +304,33 @@ fn every_real_router_file_is_taken_as_a_router_input() {
         }
     }
 }
+
+#[test]
+fn epp_flags_for_a_file_given_alone_come_from_the_command_line() {
+    // An Alpha plugin loads only with the flag a deployment would give.
+    let alpha = CONFIG.replace("no-such-scorer", "soft-reflective-ceiling-policy");
+    let dir = folder("flags", &[("epp.yaml", &alpha)]);
+    let file = path(&dir, "epp.yaml");
+    let (code, out) = validate(&[&file]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("epp.yaml:5: error: plugins[1].type: plugin type `soft-reflective-ceiling-policy` is Alpha"), "{out}");
+    let (code, out) = validate(&["--epp-flag=--allow-experimental-plugins", &file]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("with the --epp-flag flags"), "{out}");
+    // A flag's problem is the command line's.
+    let (code, out) = validate(&["--epp-flag=--no-such-flag=1", &file]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("command line: error: --epp-flag[0]: --no-such-flag is not an EPP flag"),
+        "{out}"
+    );
+    // With no router file given alone, the flag would do nothing: refused.
+    let (code, out) = validate(&[
+        "--epp-flag=--allow-experimental-plugins",
+        "--scenario",
+        "scenarios/default.yaml",
+        "deployments/default.yaml",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("[epp-flag-unused]"), "{out}");
+}
