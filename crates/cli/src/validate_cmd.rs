@@ -180,11 +180,13 @@ const ROUTER_MANIFEST_KINDS: &[&str] = &[
 ];
 
 /// Whether `path` holds a router input rather than a pdsim document: its
-/// first document's `kind` is `EndpointPickerConfig` or one of the manifest
-/// kinds the EPP reads, or it is the Helm values of one of the EPP's charts
-/// (no `kind`, a `router.epp` or `inferenceExtension` block). A file that
-/// cannot be read or parsed is left to the documents' validation, which
-/// says why.
+/// first document's `kind` is `EndpointPickerConfig`; any of its documents
+/// is of a manifest kind the EPP reads; or it is the Helm values of one of
+/// the EPP's charts (no `kind`, a `router.epp` or `inferenceExtension`
+/// block) or a ConfigMap (`pdsim_router::chart::embedded` reads both). A
+/// pdsim document (a `Scenario`, `Deployment` or `CoefficientSet` with no
+/// `apiVersion`) is never one, and a file that cannot be read or parsed is
+/// left to the documents' validation, which says why.
 fn router_input_kind(
     files: &dyn pdsim_spec::files::Files,
     path: &std::path::Path,
