@@ -1931,3 +1931,42 @@ fn derived_sizes_beyond_the_limits_are_refused_at_the_pool() {
         assert!(!report.valid && report.deployments.is_empty(), "{all}");
     }
 }
+
+/// A BLIS scenario names the registry's sets; one no catalog holds is
+/// refused with what pdsim does instead: the two whose values are pdsim's
+/// built-in defaults say so, the ones it has no term for say that.
+#[test]
+fn a_blis_registry_set_no_catalog_holds_says_what_pdsim_does_instead() {
+    let scenario = include_str!("../../../scenarios/default.yaml").replace(
+        "  - pd-transfer-estimates\n",
+        "  - pd-transfer-estimates\n  - cost-model-primitives\n  - cost-model-attention\n  - my-own-set\n",
+    );
+    let files = MemoryFiles::new().with("s.yaml", &scenario);
+    let report = validate(&Request {
+        files: &files,
+        catalog_dirs: vec![],
+        scenario: Some("s.yaml".into()),
+        documents: vec![],
+    });
+    let messages: Vec<(&str, &str)> = report
+        .problems
+        .iter()
+        .filter(|p| p.code == "unknown-reference")
+        .map(|p| (p.path.as_str(), p.message.as_str()))
+        .collect();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert!(
+        messages[0]
+            .1
+            .contains("pdsim's built-in defaults are its GEMM envelope"),
+        "{messages:?}"
+    );
+    assert!(
+        messages[1]
+            .1
+            .contains("a BLIS registry set pdsim has no term for"),
+        "{messages:?}"
+    );
+    assert!(!messages[2].1.contains("BLIS"), "{messages:?}");
+    assert!(!report.valid);
+}

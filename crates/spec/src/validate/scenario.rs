@@ -377,11 +377,17 @@ pub fn check(
             Ok(()) => {}
             Err(ResolveError::Unknown { known }) => {
                 failed = true;
+                let why = match kind {
+                    EntryKind::CoefficientSet => blis_set_note(name)
+                        .map(|note| format!(" ({note})"))
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
                 resolve_problems.push(source.error(
                     path,
                     "unknown-reference",
                     format!(
-                        "no {} named `{name}`; known: {}",
+                        "no {} named `{name}`{why}; known: {}",
                         kind.noun(),
                         known.join(", ")
                     ),
@@ -496,4 +502,28 @@ pub fn check(
         _ => None,
     };
     (problems, resolved)
+}
+
+/// What pdsim does with a BLIS registry coefficient set a scenario names
+/// and no catalog holds (the BLIS scenarios name five of them), or `None`
+/// for any other name.
+fn blis_set_note(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "cost-model-primitives" => {
+            "a BLIS registry set: pdsim's built-in defaults are its GEMM envelope, HBM and MoE imbalance values (inference-sim/blis-registry @1dd3dc75) for h100, h200, b200, a100-80g and l40s, applied without naming it; remove the name, or give a set of your own with --catalog"
+        }
+        "cost-model-collectives" => {
+            "a BLIS registry set: pdsim's built-in defaults are its NCCL curves (inference-sim/blis-registry @1dd3dc75) for h100 and h200, scaled by bandwidth for other chips, applied without naming it; remove the name, or give a set of your own with --catalog"
+        }
+        "cost-model-attention" => {
+            "a BLIS registry set pdsim has no term for: it prices attention by its causal FLOPs at attention_eps_max and its KV bytes at the derated HBM rate (README, \"The cost models\"); remove the name"
+        }
+        "cost-model-recurrent" => {
+            "a BLIS registry set pdsim has no term for: it prices a hybrid model's Mamba layers from their shapes (projections, the chunked scan, the state update); remove the name"
+        }
+        "cost-model-memory" => {
+            "a BLIS registry set pdsim has no term for: its memory model is its own (`pdsim validate --resolve` shows it); remove the name"
+        }
+        _ => return None,
+    })
 }
