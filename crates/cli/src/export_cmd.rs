@@ -446,16 +446,24 @@ pub fn export_files(
     // exported as itself, with the values' flags after the deployment's,
     // as the chart renders them.
     let mut values_flags = Vec::new();
-    let (config_name, config_text, config_note) =
-        match pdsim_router::chart::embedded(&config_name, &config_text) {
-            Some(Ok(e)) => {
-                values_flags = e.flags.into_iter().map(|(flag, _)| flag).collect();
-                let note = format!("{config_note}, from its {}", e.path);
-                (e.file, e.text, note)
-            }
-            // Refused above, by `check_router_inputs`.
-            _ => (config_name, config_text, config_note),
-        };
+    let (config_name, config_text, config_note) = match pdsim_router::chart::embedded_with(
+        &config_name,
+        &config_text,
+        router
+            .epp_flags
+            .iter()
+            .flatten()
+            .rev()
+            .find_map(|f| f.strip_prefix("--config-file=")),
+    ) {
+        Some(Ok(e)) => {
+            values_flags = e.flags.into_iter().map(|(flag, _)| flag).collect();
+            let note = format!("{config_note}, from its {}", e.path);
+            (e.file, e.text, note)
+        }
+        // Refused above, by `check_router_inputs`.
+        _ => (config_name, config_text, config_note),
+    };
     let labels = modelservice::pod_labels(d).map_err(refuse)?;
     let mut flags = router.epp_flags.clone().unwrap_or_default();
     flags.extend(values_flags);

@@ -334,3 +334,55 @@ fn epp_flags_for_a_file_given_alone_come_from_the_command_line() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("[epp-flag-unused]"), "{out}");
 }
+
+#[test]
+fn the_epps_config_file_flag_picks_a_config_maps_configuration() {
+    let fixed = CONFIG.replace("- type: no-such-scorer\n", "");
+    // `a.yaml: |` is line 7 and its eight lines follow, so b.yaml's key
+    // is line 16 and its unknown plugin, its fifth line, the file's 21st.
+    let text = config_map(&[("a.yaml", &fixed), ("b.yaml", CONFIG)]);
+    let deployment = std::fs::read_to_string(root().join("deployments/default.yaml")).unwrap();
+    let with_flag = |flag: &str| {
+        format!(
+            "{deployment}\nrouter:\n  endpoint_picker_config: cm.yaml\n  epp_flags: [\"{flag}\"]\n"
+        )
+    };
+    let dir = folder(
+        "configmap-flag",
+        &[
+            ("cm.yaml", &text),
+            ("a.yaml", &with_flag("--config-file=/config/a.yaml")),
+            ("b.yaml", &with_flag("--config-file=/config/b.yaml")),
+            ("c.yaml", &with_flag("--config-file=/config/c.yaml")),
+        ],
+    );
+    let deployment_at =
+        |name: &str| validate(&["--scenario", "scenarios/default.yaml", &path(&dir, name)]);
+    // The one the flag names is read: a.yaml is valid, b.yaml is not.
+    let (code, out) = deployment_at("a.yaml");
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = deployment_at("b.yaml");
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "cm.yaml:21: error: data.b.yaml.plugins[1].type: plugin type `no-such-scorer`"
+        ),
+        "{out}"
+    );
+    // A key the ConfigMap does not hold is refused, naming those it does.
+    let (code, out) = deployment_at("c.yaml");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("names `c.yaml`, which is not an EndpointPickerConfig under this ConfigMap's data (its configurations: data.a.yaml, data.b.yaml)"), "{out}");
+    // Given on its own, --epp-flag gives the flag.
+    let (code, out) = validate(&[
+        "--epp-flag=--config-file=/config/a.yaml",
+        &path(&dir, "cm.yaml"),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    // --config-file beside a configuration that is not a ConfigMap still
+    // names the configuration twice.
+    std::fs::write(dir.join("cm.yaml"), &fixed).unwrap();
+    let (code, out) = deployment_at("a.yaml");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("[router-config-twice]"), "{out}");
+}

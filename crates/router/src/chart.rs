@@ -12,9 +12,11 @@
 //! The same goes for the ConfigMap those charts render, or one a user
 //! writes: the EPP reads its configuration from a file the ConfigMap's
 //! `data` becomes once mounted. A ConfigMap holding one EndpointPickerConfig
-//! is read as that configuration; one holding several is refused, naming
-//! them, as the EPP reads the one its own `--config-file` names, which is in
-//! the EPP's Deployment, not in the ConfigMap.
+//! is read as that configuration. Which of several it reads is the EPP's
+//! own `--config-file` (the mounted file's path, in the EPP's Deployment):
+//! given among the deployment's `router.epp_flags`, its file name selects
+//! the `data` key; without it, a ConfigMap holding several is refused,
+//! naming them.
 //!
 //! A values file that selects one of a chart's own files is refused,
 //! naming the file, as pdsim reads only a configuration written out in
@@ -63,11 +65,22 @@ const CHART_FILES: [&str; 2] = ["default-plugins.yaml", "payload-agnostic.yaml"]
 /// a configuration); `None` for any other document, which is then loaded
 /// as an EndpointPickerConfig.
 pub fn embedded(file: &str, text: &str) -> Option<Result<Embedded, Vec<RouterProblem>>> {
+    embedded_with(file, text, None)
+}
+
+/// [`embedded`], a ConfigMap's configuration chosen by the EPP's
+/// `--config-file`, `config_file` (the flag's value: a path whose file name
+/// is the `data` key mounted there), when the deployment gives one.
+pub fn embedded_with(
+    file: &str,
+    text: &str,
+    config_file: Option<&str>,
+) -> Option<Result<Embedded, Vec<RouterProblem>>> {
     let checked = pdsim_spec::load::check_yaml(text).ok()?;
     let value: Value = serde_yaml::from_str(checked).ok()?;
     let top = value.as_mapping()?;
     if value.get("kind").and_then(Value::as_str) == Some("ConfigMap") {
-        return Some(config_map(file, checked, &value));
+        return Some(config_map(file, checked, &value, config_file));
     }
     if top.contains_key("apiVersion") || top.contains_key("kind") {
         return None;
@@ -242,8 +255,15 @@ fn is_block_scalar(text: &str, line: Option<u32>, key: &str) -> bool {
 }
 
 /// The EndpointPickerConfig a ConfigMap holds (`value`, parsed from
-/// `text`): its one `data` entry whose text is an EndpointPickerConfig.
-fn config_map(file: &str, text: &str, value: &Value) -> Result<Embedded, Vec<RouterProblem>> {
+/// `text`): the `data` entry the file name of `config_file` (the EPP's
+/// `--config-file`) names, or else its one entry whose text is an
+/// EndpointPickerConfig.
+fn config_map(
+    file: &str,
+    text: &str,
+    value: &Value,
+    config_file: Option<&str>,
+) -> Result<Embedded, Vec<RouterProblem>> {
     let lines = LineIndex::build(text);
     let problem = |path: &str, code: &'static str, message: String| {
         vec![RouterProblem {
@@ -269,7 +289,35 @@ fn config_map(file: &str, text: &str, value: &Value) -> Result<Embedded, Vec<Rou
         .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_str()?.to_string())))
         .filter(|(_, v)| is_config(v))
         .collect();
-    match configs.as_slice() {
+    // The EPP reads the file its --config-file names, mounted from the
+    // ConfigMap's key of that file name (the mount's folder is the EPP
+    // Deployment's, which pdsim does not read).
+    let chosen: Vec<(String, String)> = match config_file {
+        None => configs,
+        Some(flag) => {
+            let key = flag.rsplit('/').next().unwrap_or(flag);
+            match configs.iter().find(|(k, _)| k == key) {
+                Some(found) => vec![found.clone()],
+                None => {
+                    let keys: Vec<String> =
+                        configs.iter().map(|(k, _)| format!("data.{k}")).collect();
+                    return Err(problem(
+                        "data",
+                        "epp-configmap-config",
+                        format!(
+                            "--config-file={flag} names `{key}`, which is not an EndpointPickerConfig under this ConfigMap's data (its configurations: {})",
+                            if keys.is_empty() {
+                                "none".to_string()
+                            } else {
+                                keys.join(", ")
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    match chosen.as_slice() {
         // A chart's template: its configuration is not YAML until rendered.
         [] if let Some(at) = pdsim_spec::load::template_action_line(text) => Err(vec![RouterProblem {
             file: file.to_string(),
@@ -302,7 +350,7 @@ fn config_map(file: &str, text: &str, value: &Value) -> Result<Embedded, Vec<Rou
                 "data",
                 "epp-configmap-config",
                 format!(
-                    "the ConfigMap holds {} EndpointPickerConfigs ({}); the EPP reads the one its --config-file names, which its own Deployment gives, not the ConfigMap: put that one in a file of its own and name it in router.endpoint_picker_config",
+                    "the ConfigMap holds {} EndpointPickerConfigs ({}); the EPP reads the one its --config-file names: give that flag, as the EPP's Deployment does, in router.epp_flags (`--config-file=/config/<key>`)",
                     several.len(),
                     keys.join(", ")
                 ),

@@ -281,7 +281,12 @@ pub fn check_router_inputs(
     }
     let mut embedded = None;
     if let Some((origin, text)) = &file_text {
-        match crate::chart::embedded(origin, text) {
+        // The EPP's --config-file, which picks a ConfigMap's configuration.
+        let config_file = flag_list
+            .iter()
+            .rev()
+            .find_map(|f| f.strip_prefix("--config-file="));
+        match crate::chart::embedded_with(origin, text, config_file) {
             None => {}
             Some(Ok(e)) => embedded = Some(e),
             Some(Err(found)) => {

@@ -546,8 +546,9 @@ fn check_offload(source: &Source, offload: &crate::deployment::Offload, problems
     }
 }
 
-/// The router block is checked for shape and existence only; the router
-/// issue runs the files.
+/// The router block is checked for shape and existence only (and whether
+/// its configuration is a ConfigMap, which a `--config-file` may pick
+/// from); the router crate loads the files.
 fn check_router(
     source: &Source,
     router: &crate::deployment::Router,
@@ -593,6 +594,20 @@ fn check_router(
     for (i, manifest) in router.manifests.iter().flatten().enumerate() {
         check_file(&format!("router.manifests[{i}]"), manifest, problems);
     }
+    let config_is_config_map = router
+        .endpoint_picker_config
+        .as_ref()
+        .is_some_and(|config| {
+            files
+                .read(&base.join(config))
+                .ok()
+                .and_then(|text| {
+                    let text = crate::load::check_yaml(&text).ok()?.to_string();
+                    let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+                    Some(value.get("kind")?.as_str()? == "ConfigMap")
+                })
+                .unwrap_or(false)
+        });
     for (i, flag) in router.epp_flags.iter().flatten().enumerate() {
         let key = format!("router.epp_flags[{i}]");
         let Some(body) = flag.strip_prefix("--") else {
@@ -616,7 +631,13 @@ fn check_router(
             ));
             continue;
         }
-        let names_config = matches!(name, "config-file" | "config-text");
+        // A ConfigMap holds the files the EPP's --config-file picks from
+        // (`pdsim_router::chart`); any other configuration is the one file.
+        let names_config = match name {
+            "config-text" => true,
+            "config-file" => !config_is_config_map,
+            _ => false,
+        };
         if names_config && router.endpoint_picker_config.is_some() {
             problems.push(source.error(
                 &key,
