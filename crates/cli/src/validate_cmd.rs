@@ -181,7 +181,9 @@ const ROUTER_MANIFEST_KINDS: &[&str] = &[
 
 /// Whether `path` holds a router input rather than a pdsim document: its
 /// first document's `kind` is `EndpointPickerConfig`; any of its documents
-/// is of a manifest kind the EPP reads; or it is the Helm values of one of
+/// is of a manifest kind the EPP reads; it holds several documents one of
+/// which is an EndpointPickerConfig or a ConfigMap (a rendered chart with no
+/// InferencePool); or it is the Helm values of one of
 /// the EPP's charts (no `kind`, a `router.epp` or `inferenceExtension`
 /// block) or a ConfigMap (`pdsim_router::chart::embedded` reads both). A
 /// pdsim document (a `Scenario`, `Deployment` or `CoefficientSet` with no
@@ -196,12 +198,25 @@ fn router_input_kind(
     let text = pdsim_spec::load::check_yaml(&text).ok()?;
     let first = serde_yaml::Deserializer::from_str(text).next()?;
     let value = <Value as serde::Deserialize>::deserialize(first).ok()?;
+    let kinds = document_kinds(text);
+    let carries_config = |k: &String| k == "EndpointPickerConfig" || k == "ConfigMap";
     match value.get("kind").and_then(Value::as_str) {
         Some("EndpointPickerConfig") => Some(RouterInput::Config),
         Some("Scenario" | "Deployment" | "CoefficientSet") if value.get("apiVersion").is_none() => {
             None
         }
-        _ if any_manifest_kind(text) => Some(RouterInput::Manifests),
+        // Manifests the EPP reads, other kinds among them ignored as it
+        // ignores them (a rendered chart's ConfigMap and Deployment too).
+        _ if kinds
+            .iter()
+            .any(|k| ROUTER_MANIFEST_KINDS.contains(&k.as_str())) =>
+        {
+            Some(RouterInput::Manifests)
+        }
+        // Several documents carrying a configuration and no manifest:
+        // loading it as a configuration says how to split it
+        // (`pdsim_router::chart`).
+        _ if kinds.len() > 1 && kinds.iter().any(carries_config) => Some(RouterInput::Config),
         Some("ConfigMap") | None => {
             pdsim_router::chart::embedded(&path.display().to_string(), text)
                 .is_some()
@@ -211,21 +226,20 @@ fn router_input_kind(
     }
 }
 
-/// Whether any document of `text` is of a manifest kind the EPP reads,
-/// looking no further than the first document that does not parse (after
-/// an error, serde_yaml's document iterator yields the same error again
-/// without end).
-fn any_manifest_kind(text: &str) -> bool {
+/// The `kind` of each document of `text`, as far as the first document
+/// that does not parse (after an error, serde_yaml's document iterator
+/// yields the same error again without end).
+fn document_kinds(text: &str) -> Vec<String> {
+    let mut kinds = Vec::new();
     for document in serde_yaml::Deserializer::from_str(text) {
         let Ok(value) = <serde_yaml::Value as serde::Deserialize>::deserialize(document) else {
-            return false;
+            break;
         };
-        let kind = value.get("kind").and_then(serde_yaml::Value::as_str);
-        if kind.is_some_and(|kind| ROUTER_MANIFEST_KINDS.contains(&kind)) {
-            return true;
+        if let Some(kind) = value.get("kind").and_then(serde_yaml::Value::as_str) {
+            kinds.push(kind.to_string());
         }
     }
-    false
+    kinds
 }
 
 /// Loads a router input on its own, as a deployment's `router` block

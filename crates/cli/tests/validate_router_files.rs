@@ -386,3 +386,46 @@ fn the_epps_config_file_flag_picks_a_config_maps_configuration() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("[router-config-twice]"), "{out}");
 }
+
+#[test]
+fn a_rendered_chart_named_as_the_configuration_says_how_to_split_it() {
+    let fixed = CONFIG.replace("- type: no-such-scorer\n", "");
+    // `helm template` output: the configuration's ConfigMap among the
+    // EPP's other objects (its second document's `kind` is line 7).
+    let rendered = format!(
+        "---\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: epp\n---\nkind: ConfigMap\napiVersion: v1\nmetadata:\n  name: epp\n{}---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: epp\n",
+        config_map(&[("default-plugins.yaml", &fixed)])
+            .split_once("\ndata:\n")
+            .map(|(_, data)| format!("data:\n{data}"))
+            .unwrap()
+    );
+    let deployment = std::fs::read_to_string(root().join("deployments/default.yaml")).unwrap();
+    let deployment = format!("{deployment}\nrouter:\n  endpoint_picker_config: rendered.yaml\n");
+    let dir = folder(
+        "rendered",
+        &[("rendered.yaml", &rendered), ("d.yaml", &deployment)],
+    );
+    for args in [
+        vec!["--scenario", "scenarios/default.yaml", "d.yaml"],
+        vec!["rendered.yaml"],
+    ] {
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if a.ends_with(".yaml") && !a.starts_with("scenarios/") {
+                    path(&dir, a)
+                } else {
+                    a.to_string()
+                }
+            })
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out) = validate(&args);
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains("rendered.yaml:7: error: the file holds 3 documents (ServiceAccount, ConfigMap, Deployment)"),
+            "{out}"
+        );
+        assert!(out.contains("[epp-config-documents]"), "{out}");
+    }
+}

@@ -77,6 +77,9 @@ pub fn embedded_with(
     config_file: Option<&str>,
 ) -> Option<Result<Embedded, Vec<RouterProblem>>> {
     let checked = pdsim_spec::load::check_yaml(text).ok()?;
+    if let Some(refused) = several_documents(file, checked) {
+        return Some(Err(refused));
+    }
     let value: Value = serde_yaml::from_str(checked).ok()?;
     let top = value.as_mapping()?;
     if value.get("kind").and_then(Value::as_str) == Some("ConfigMap") {
@@ -243,6 +246,53 @@ pub fn embedded_with(
         block_scalar,
         flags,
     }))
+}
+
+/// The refusal of a file of several documents one of which carries the
+/// configuration (an EndpointPickerConfig, or a ConfigMap): a rendered
+/// chart (`helm template`), say, whose other documents (the EPP's
+/// Deployment and its flags, the InferencePool) pdsim takes from keys of
+/// their own. `None` for a file of one document, or of several none of
+/// which carries a configuration.
+fn several_documents(file: &str, text: &str) -> Option<Vec<RouterProblem>> {
+    let mut kinds = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        // serde_yaml's iterator repeats an error without end: stop at one.
+        let Ok(value) = <Value as serde::Deserialize>::deserialize(document) else {
+            break;
+        };
+        if !value.is_null() {
+            let kind = value
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("(no kind)");
+            kinds.push(kind.to_string());
+        }
+    }
+    let carries = |k: &String| k == "EndpointPickerConfig" || k == "ConfigMap";
+    if kinds.len() < 2 || !kinds.iter().any(carries) {
+        return None;
+    }
+    let line = text
+        .lines()
+        .position(|l| l == "kind: ConfigMap" || l == "kind: EndpointPickerConfig")
+        .map(|i| u32::try_from(i + 1).unwrap_or(u32::MAX));
+    Some(vec![RouterProblem {
+        file: file.to_string(),
+        line,
+        path: String::new(),
+        code: "epp-config-documents",
+        message: format!(
+            "the file holds {} documents ({}); pdsim reads one configuration per file: put the {} in a file of its own and name that here, an InferencePool in router.manifests, and the EPP container's args (its Deployment's) in router.epp_flags",
+            kinds.len(),
+            kinds.join(", "),
+            if kinds.iter().any(|k| k == "ConfigMap") {
+                "ConfigMap"
+            } else {
+                "EndpointPickerConfig"
+            }
+        ),
+    }])
 }
 
 /// Whether a literal block scalar (`key: |`) holds the value of `key` on
