@@ -449,12 +449,7 @@ pub fn export_files(
     let (config_name, config_text, config_note) = match pdsim_router::chart::embedded_with(
         &config_name,
         &config_text,
-        router
-            .epp_flags
-            .iter()
-            .flatten()
-            .rev()
-            .find_map(|f| f.strip_prefix("--config-file=")),
+        pdsim_router::flags::config_file(router.epp_flags.as_deref().unwrap_or(&[])),
     ) {
         Some(Ok(e)) => {
             values_flags = e.flags.into_iter().map(|(flag, _)| flag).collect();

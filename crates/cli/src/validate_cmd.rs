@@ -198,8 +198,7 @@ fn router_input_kind(
     let text = pdsim_spec::load::check_yaml(&text).ok()?;
     let first = serde_yaml::Deserializer::from_str(text).next()?;
     let value = <Value as serde::Deserialize>::deserialize(first).ok()?;
-    let kinds = document_kinds(text);
-    let carries_config = |k: &String| k == "EndpointPickerConfig" || k == "ConfigMap";
+    let kinds = pdsim_spec::load::document_kinds(text);
     match value.get("kind").and_then(Value::as_str) {
         Some("EndpointPickerConfig") => Some(RouterInput::Config),
         Some("Scenario" | "Deployment" | "CoefficientSet") if value.get("apiVersion").is_none() => {
@@ -209,6 +208,7 @@ fn router_input_kind(
         // ignores them (a rendered chart's ConfigMap and Deployment too).
         _ if kinds
             .iter()
+            .flatten()
             .any(|k| ROUTER_MANIFEST_KINDS.contains(&k.as_str())) =>
         {
             Some(RouterInput::Manifests)
@@ -216,7 +216,7 @@ fn router_input_kind(
         // Several documents carrying a configuration and no manifest:
         // loading it as a configuration says how to split it
         // (`pdsim_router::chart`).
-        _ if kinds.len() > 1 && kinds.iter().any(carries_config) => Some(RouterInput::Config),
+        _ if pdsim_router::chart::configuration_among_others(&kinds) => Some(RouterInput::Config),
         Some("ConfigMap") | None => {
             pdsim_router::chart::embedded(&path.display().to_string(), text)
                 .is_some()
@@ -224,22 +224,6 @@ fn router_input_kind(
         }
         Some(_) => None,
     }
-}
-
-/// The `kind` of each document of `text`, as far as the first document
-/// that does not parse (after an error, serde_yaml's document iterator
-/// yields the same error again without end).
-fn document_kinds(text: &str) -> Vec<String> {
-    let mut kinds = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(text) {
-        let Ok(value) = <serde_yaml::Value as serde::Deserialize>::deserialize(document) else {
-            break;
-        };
-        if let Some(kind) = value.get("kind").and_then(serde_yaml::Value::as_str) {
-            kinds.push(kind.to_string());
-        }
-    }
-    kinds
 }
 
 /// Loads a router input on its own, as a deployment's `router` block

@@ -174,11 +174,11 @@ fn apply_acceptance(acceptance: &mut [f64], overrides: &[Option<f64>]) {
     }
 }
 
-/// The engine's settings for `pool`; `acceptance` is what the scenario's
-/// sets give its drafter per position (empty without a drafter).
-fn engine_config(pool: &PoolResolution, acceptance: &[Option<f64>]) -> EngineConfig {
+/// The engine's settings for `pool`; `overrides` is what the scenario's
+/// sets give its drafter's acceptance per position (empty without a
+/// drafter).
+fn engine_config(pool: &PoolResolution, overrides: &[Option<f64>]) -> EngineConfig {
     let e = &pool.engine;
-    let overrides = acceptance;
     let spec = e.spec_method.as_ref().map(|method| {
         let mut acceptance = default_acceptance(method);
         acceptance.resize(e.num_spec_tokens as usize, 0.0);

@@ -11,7 +11,9 @@
 //!
 //! The same goes for the ConfigMap those charts render, or one a user
 //! writes: the EPP reads its configuration from a file the ConfigMap's
-//! `data` becomes once mounted. A ConfigMap holding one EndpointPickerConfig
+//! `data` becomes once mounted (routerlib's `templates/_deployment.yaml`
+//! mounts it at `/config` and passes `--config-file`, the path
+//! `pkg/epp/server/options.go` reads the configuration from). A ConfigMap holding one EndpointPickerConfig
 //! is read as that configuration. Which of several it reads is the EPP's
 //! own `--config-file` (the mounted file's path, in the EPP's Deployment):
 //! given among the deployment's `router.epp_flags`, its file name selects
@@ -248,6 +250,16 @@ pub fn embedded_with(
     }))
 }
 
+/// Whether documents of these kinds (`pdsim_spec::load::document_kinds`)
+/// are several, one of which carries a configuration (an
+/// EndpointPickerConfig, or a ConfigMap): a rendered chart, say.
+pub fn configuration_among_others(kinds: &[Option<String>]) -> bool {
+    kinds.len() > 1
+        && kinds
+            .iter()
+            .any(|k| matches!(k.as_deref(), Some("EndpointPickerConfig" | "ConfigMap")))
+}
+
 /// The refusal of a file of several documents one of which carries the
 /// configuration (an EndpointPickerConfig, or a ConfigMap): a rendered
 /// chart (`helm template`), say, whose other documents (the EPP's
@@ -255,24 +267,14 @@ pub fn embedded_with(
 /// their own. `None` for a file of one document, or of several none of
 /// which carries a configuration.
 fn several_documents(file: &str, text: &str) -> Option<Vec<RouterProblem>> {
-    let mut kinds = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(text) {
-        // serde_yaml's iterator repeats an error without end: stop at one.
-        let Ok(value) = <Value as serde::Deserialize>::deserialize(document) else {
-            break;
-        };
-        if !value.is_null() {
-            let kind = value
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or("(no kind)");
-            kinds.push(kind.to_string());
-        }
-    }
-    let carries = |k: &String| k == "EndpointPickerConfig" || k == "ConfigMap";
-    if kinds.len() < 2 || !kinds.iter().any(carries) {
+    let found = pdsim_spec::load::document_kinds(text);
+    if !configuration_among_others(&found) {
         return None;
     }
+    let kinds: Vec<&str> = found
+        .iter()
+        .map(|k| k.as_deref().unwrap_or("(no kind)"))
+        .collect();
     let line = text
         .lines()
         .position(|l| l == "kind: ConfigMap" || l == "kind: EndpointPickerConfig")
@@ -286,7 +288,7 @@ fn several_documents(file: &str, text: &str) -> Option<Vec<RouterProblem>> {
             "the file holds {} documents ({}); pdsim reads one configuration per file: put the {} in a file of its own and name that here, an InferencePool in router.manifests, and the EPP container's args (its Deployment's) in router.epp_flags",
             kinds.len(),
             kinds.join(", "),
-            if kinds.iter().any(|k| k == "ConfigMap") {
+            if kinds.contains(&"ConfigMap") {
                 "ConfigMap"
             } else {
                 "EndpointPickerConfig"

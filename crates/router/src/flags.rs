@@ -294,6 +294,25 @@ const BOOLEAN: &[&str] = &[
     "zap-devel",
 ];
 
+/// The path the EPP reads its configuration from: the value of the last
+/// `--config-file` among `flags` (the flag is `ConfigFile` in
+/// `pkg/epp/server/options.go`; pflag keeps a string flag's last value and
+/// takes it after `=` or, without one, from the next element, as
+/// [`parse_flags`] does). Read on its own before the flags are parsed, as it
+/// picks a ConfigMap's configuration.
+pub fn config_file(flags: &[String]) -> Option<&str> {
+    let mut found = None;
+    let mut items = flags.iter();
+    while let Some(flag) = items.next() {
+        if let Some(value) = flag.strip_prefix("--config-file=") {
+            found = Some(value);
+        } else if flag == "--config-file" {
+            found = items.next().map(String::as_str);
+        }
+    }
+    found
+}
+
 /// Parses `--name=value` flags, reporting every problem under `file`. As
 /// pflag parses a long flag (`spf13/pflag` `parseLongArg`): a boolean flag
 /// alone means true; any other flag without `=value` takes the next list
@@ -540,7 +559,26 @@ pub fn render_helm_flags(map: &serde_yaml::Mapping) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_flags, parse_go_duration};
+    use super::{config_file, parse_flags, parse_go_duration};
+
+    #[test]
+    fn the_config_file_is_the_last_given_in_either_form() {
+        let flags = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(config_file(&flags(&["--v=2"])), None);
+        assert_eq!(
+            config_file(&flags(&["--config-file=/c/a.yaml", "--v=2"])),
+            Some("/c/a.yaml")
+        );
+        assert_eq!(
+            config_file(&flags(&[
+                "--config-file=/c/a.yaml",
+                "--config-file",
+                "/c/b.yaml"
+            ])),
+            Some("/c/b.yaml")
+        );
+        assert_eq!(config_file(&flags(&["--config-file"])), None);
+    }
 
     #[test]
     fn durations_and_the_scrape_floor() {

@@ -281,11 +281,7 @@ pub fn check_router_inputs(
     }
     let mut embedded = None;
     if let Some((origin, text)) = &file_text {
-        // The EPP's --config-file, which picks a ConfigMap's configuration.
-        let config_file = flag_list
-            .iter()
-            .rev()
-            .find_map(|f| f.strip_prefix("--config-file="));
+        let config_file = crate::flags::config_file(flag_list);
         match crate::chart::embedded_with(origin, text, config_file) {
             None => {}
             Some(Ok(e)) => embedded = Some(e),

@@ -351,6 +351,28 @@ pub fn load<T: DeserializeOwned>(source: &Source) -> Result<T, Problems> {
     }
 }
 
+/// The `kind` of each non-empty document of `text` (`None` for one with
+/// none), as far as the first document that does not parse: after an
+/// error, serde_yaml's document iterator yields the same error again
+/// without end, so it must not be walked past one.
+pub fn document_kinds(text: &str) -> Vec<Option<String>> {
+    let mut kinds = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let Ok(value) = <serde_yaml::Value as serde::Deserialize>::deserialize(document) else {
+            break;
+        };
+        if !value.is_null() {
+            kinds.push(
+                value
+                    .get("kind")
+                    .and_then(serde_yaml::Value::as_str)
+                    .map(str::to_string),
+            );
+        }
+    }
+    kinds
+}
+
 /// The first line (1-based) holding a Go template action, `{{` before
 /// `}}`, outside a comment: the mark of a Helm chart's template.
 pub fn template_action_line(text: &str) -> Option<u32> {
